@@ -1,0 +1,96 @@
+# dtrain: one Makefile for the library, the CLI, the tests and the benchmarks.
+#   make            build build/libdtrain.a, build/libdtrain.so and build/dtrain
+#   make demo       train the tutorial CNN on Fashion-MNIST
+#   make test       every test; the last line reads "N passed, N failed"
+#   make asan       the tests under AddressSanitizer + UndefinedBehaviorSanitizer
+#   make leakcheck  a short training run under valgrind
+#   make bench      speed and memory against the peers, in one run
+#   make install PREFIX=/usr/local
+# Each target first installs the Debian packages it is missing (scripts/deps.sh).
+
+CC ?= cc
+PREFIX ?= /usr/local
+BUILD ?= build
+WERROR ?= 0
+SAN ?= 0
+
+CFLAGS := -std=c11 -O2 -Wall -Wextra -D_GNU_SOURCE -fno-math-errno -pthread -fPIC -Iinclude
+ifeq ($(WERROR),1)
+CFLAGS += -Werror
+endif
+ifeq ($(SAN),1)
+CFLAGS := $(filter-out -O2,$(CFLAGS)) -O1 -g -fno-omit-frame-pointer \
+	-fsanitize=address,undefined -fno-sanitize-recover=undefined
+LDFLAGS += -fsanitize=address,undefined
+endif
+LDLIBS := -lopenblas -lcjson -lz -lm -pthread
+
+LIB_SRCS := $(sort $(wildcard src/*/*.c))
+CLI_SRCS := $(sort $(wildcard cli/*.c))
+TEST_SRCS := $(sort $(wildcard tests/*.c))
+LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
+CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/%.o)
+TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
+
+# The fused kernels are the only code built for AVX2 + FMA; they run only after a CPU check.
+$(BUILD)/src/nn/convpool_avx2.o: ARCH_FLAGS := -mavx2 -mfma
+
+.PHONY: all demo test asan leakcheck bench install clean unit-tests
+all: $(BUILD)/libdtrain.a $(BUILD)/libdtrain.so $(BUILD)/dtrain
+
+$(BUILD)/.deps-%: deps/packages.txt scripts/deps.sh
+	@mkdir -p $(BUILD)
+	bash scripts/deps.sh build $*
+	@touch $@
+
+$(BUILD)/%.o: %.c | $(BUILD)/.deps-build
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(ARCH_FLAGS) -MMD -MP -c $< -o $@
+
+$(BUILD)/libdtrain.a: $(LIB_OBJS)
+	rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libdtrain.so: $(LIB_OBJS)
+	$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/dtrain: $(CLI_OBJS) $(BUILD)/libdtrain.a
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(BUILD)/libdtrain.a $(LDLIBS)
+
+$(BUILD)/tests/unit: $(TEST_OBJS) $(BUILD)/libdtrain.a
+	$(CC) $(LDFLAGS) -o $@ $(TEST_OBJS) $(BUILD)/libdtrain.a $(LDLIBS)
+
+$(BUILD)/bench/%: bench/%.c $(BUILD)/libdtrain.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libdtrain.a $(LDLIBS)
+
+unit-tests: all $(BUILD)/tests/unit
+
+demo: $(BUILD)/.deps-demo all
+	$(BUILD)/dtrain train --model mnist_cnn --data fashion-mnist --epochs 1 --batch-size 64 \
+		--optimizer adam --lr 0.001 --seed 1
+
+test: $(BUILD)/.deps-test unit-tests
+	bash tests/run.sh $(BUILD)
+
+asan:
+	$(MAKE) BUILD=build-asan SAN=1 test
+
+leakcheck: $(BUILD)/.deps-test all
+	bash tests/leakcheck.sh $(BUILD)
+
+bench: $(BUILD)/.deps-bench all $(BUILD)/bench/conv_bench
+	bash bench/run.sh $(BUILD)
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/include/dtrain $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
+	install -m 644 include/dtrain/*.h $(DESTDIR)$(PREFIX)/include/dtrain/
+	install -m 644 $(BUILD)/libdtrain.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/libdtrain.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/dtrain $(DESTDIR)$(PREFIX)/bin/
+	sed -e 's|@PREFIX@|$(PREFIX)|' dtrain.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/dtrain.pc
+
+clean:
+	rm -rf build build-asan
+
+-include $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(TEST_OBJS:.o=.d)

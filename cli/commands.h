@@ -1,0 +1,11 @@
+/* The dtrain subcommands. Each returns the process exit status: 0 success, 1 a failure while
+ * running (a file, the data, training), 2 a usage error (flags). */
+#ifndef DTRAIN_CLI_COMMANDS_H
+#define DTRAIN_CLI_COMMANDS_H
+
+int cmd_train(int argc, char **argv);
+
+/* Prints "dtrain: error: <message>" on stderr and returns status. */
+int cli_fail(int status, const char *message);
+
+#endif

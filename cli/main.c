@@ -1,0 +1,49 @@
+/* dtrain: the command-line tool. Dispatches to a subcommand; the only place that exits. */
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+
+#define DTRAIN_VERSION "0.1.0"
+
+static void print_usage(FILE *out)
+{
+    fputs("dtrain " DTRAIN_VERSION ": distributed training of neural networks on CPUs\n"
+          "\n"
+          "usage: dtrain <command> [flags]\n"
+          "\n"
+          "commands:\n"
+          "  train      train a model (dtrain train --help for its flags)\n"
+          "\n"
+          "  --help     this text\n"
+          "  --version  the version\n",
+          out);
+}
+
+int cli_fail(int status, const char *message)
+{
+    fprintf(stderr, "dtrain: error: %s\n", message);
+    return status;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        print_usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+        print_usage(stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "--version") == 0) {
+        puts("dtrain " DTRAIN_VERSION);
+        return 0;
+    }
+    if (strcmp(cmd, "train") == 0)
+        return cmd_train(argc - 2, argv + 2);
+    char msg[256];
+    snprintf(msg, sizeof msg, "unknown command '%s' (see dtrain --help)", cmd);
+    return cli_fail(2, msg);
+}

@@ -1,0 +1,383 @@
+/* dtrain train: parse flags, load the data and the model, fit, evaluate, report. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "commands.h"
+#include "dtrain/clock.h"
+#include "dtrain/fit.h"
+#include "dtrain/idx.h"
+#include "dtrain/model.h"
+#include "dtrain/optim.h"
+#include "dtrain/pool.h"
+#include "dtrain/progress.h"
+#include "flags.h"
+
+#define FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
+
+struct train_opts {
+    const char *model, *model_file, *data, *test_data, *optimizer, *lr_schedule, *strategy;
+    const char *metrics_out, *shuffle_buffer, *progress;
+    int epochs, batch_size, threads;
+    int64_t steps_per_epoch, max_steps, lr_decay_steps, seed;
+    double lr, momentum, beta1, beta2, epsilon, lr_decay_rate, lr_alpha;
+    bool nesterov, keep_remainder, validate, summary, no_fuse, help;
+};
+
+static int define_flags(flag_def *f, struct train_opts *o)
+{
+    int n = 0;
+#define FLAG(name_, kind_, def_, help_, dst_) f[n++] = (flag_def){name_, kind_, def_, help_, dst_, false}
+    FLAG("model", FLAG_STRING, "mnist_cnn", "built-in model: mnist_cnn, mlp", &o->model);
+    FLAG("model-file", FLAG_STRING, NULL, "model described in a JSON file (instead of --model)",
+         &o->model_file);
+    FLAG("data", FLAG_STRING, "fashion-mnist",
+         "training data: fashion-mnist[:DIR], mnist:DIR, idx:IMAGES,LABELS", &o->data);
+    FLAG("test-data", FLAG_STRING, NULL,
+         "test data, same forms, or none (default: the t10k files beside fashion-mnist/mnist data)",
+         &o->test_data);
+    FLAG("epochs", FLAG_INT, "1", "passes over the training data", &o->epochs);
+    FLAG("steps-per-epoch", FLAG_INT64, "0", "steps per epoch, 0 for the whole dataset",
+         &o->steps_per_epoch);
+    FLAG("max-steps", FLAG_INT64, "0", "stop after this many steps in all, 0 for no limit",
+         &o->max_steps);
+    FLAG("batch-size", FLAG_INT, "64", "global batch size", &o->batch_size);
+    FLAG("keep-remainder", FLAG_BOOL, "false",
+         "also train on each epoch's last partial batch (default: drop it, as the tutorial)",
+         &o->keep_remainder);
+    FLAG("shuffle-buffer", FLAG_STRING, "all",
+         "tf.data shuffle buffer in examples; 0 keeps file order, all shuffles fully",
+         &o->shuffle_buffer);
+    FLAG("optimizer", FLAG_STRING, "sgd", "sgd, momentum, adam, adagrad", &o->optimizer);
+    FLAG("lr", FLAG_FLOAT, NULL,
+         "learning rate (default: Keras's for the optimizer: sgd and momentum 0.01, adam and "
+         "adagrad 0.001)", &o->lr);
+    FLAG("momentum", FLAG_FLOAT, "0.9", "momentum of --optimizer momentum", &o->momentum);
+    FLAG("nesterov", FLAG_BOOL, "false", "Nesterov momentum", &o->nesterov);
+    FLAG("beta1", FLAG_FLOAT, "0.9", "Adam's beta_1", &o->beta1);
+    FLAG("beta2", FLAG_FLOAT, "0.999", "Adam's beta_2", &o->beta2);
+    FLAG("epsilon", FLAG_FLOAT, "1e-7", "Adam's and Adagrad's epsilon", &o->epsilon);
+    FLAG("lr-schedule", FLAG_STRING, "constant", "constant, step (staircase exponential decay), "
+         "cosine", &o->lr_schedule);
+    FLAG("lr-decay-steps", FLAG_INT64, "0", "steps per decay (step) or to the floor (cosine)",
+         &o->lr_decay_steps);
+    FLAG("lr-decay-rate", FLAG_FLOAT, "0.5", "factor per decay of the step schedule",
+         &o->lr_decay_rate);
+    FLAG("lr-alpha", FLAG_FLOAT, "0", "floor of the cosine schedule as a fraction of --lr",
+         &o->lr_alpha);
+    FLAG("threads", FLAG_INT, NULL, "threads for intra-op parallelism (default: all cores)",
+         &o->threads);
+    FLAG("seed", FLAG_INT64, "1", "seed of initial weights, shuffling and dropout", &o->seed);
+    FLAG("strategy", FLAG_STRING, "one_device", "distribution strategy: one_device", &o->strategy);
+    FLAG("validate", FLAG_BOOL, "false", "evaluate on the test data at each epoch end",
+         &o->validate);
+    FLAG("progress", FLAG_STRING, "auto",
+         "auto (a bar on a terminal, a line per epoch otherwise), bar, lines, none", &o->progress);
+    FLAG("summary", FLAG_BOOL, "false", "print the model's layers and parameter counts",
+         &o->summary);
+    FLAG("metrics-out", FLAG_STRING, NULL, "write the run's figures to this file as one JSON object",
+         &o->metrics_out);
+    FLAG("no-fuse", FLAG_BOOL, "false", "use the generic kernels only (no fused conv+pool)",
+         &o->no_fuse);
+    FLAG("help", FLAG_BOOL, "false", "this text", &o->help);
+#undef FLAG
+    return n;
+}
+
+static int usage_error(void) { return cli_fail(2, dt_last_error()); }
+
+/* fashion-mnist[:DIR], mnist:DIR, idx:IMAGES,LABELS. test selects the t10k half of a directory. */
+static dt_status load_data(const char *flag, const char *spec, bool test, dt_image_dataset *out)
+{
+    if (strcmp(spec, "fashion-mnist") == 0 || strncmp(spec, "fashion-mnist:", 14) == 0 ||
+        strncmp(spec, "mnist:", 6) == 0) {
+        const char *colon = strchr(spec, ':');
+        const char *dir = colon ? colon + 1 : FASHION_MNIST_DIR;
+        if (!*dir)
+            return dt_error(DT_ERR_INVALID, "--%s: '%s': the directory after ':' is empty", flag,
+                            spec);
+        if (access(dir, F_OK) != 0)
+            return dt_error(DT_ERR_IO, "--%s: %s: %s%s", flag, dir, strerror(errno),
+                            colon ? "" : " (install the Debian package dataset-fashion-mnist)");
+        return dt_image_dataset_load_mnist_dir(dir, !test, out);
+    }
+    if (strncmp(spec, "idx:", 4) == 0) {
+        const char *images = spec + 4, *comma = strchr(images, ',');
+        if (!comma || comma == images || !comma[1])
+            return dt_error(DT_ERR_INVALID, "--%s: expected idx:IMAGES,LABELS, got '%s'", flag, spec);
+        char path[4096];
+        if ((size_t)(comma - images) >= sizeof path)
+            return dt_error(DT_ERR_INVALID, "--%s: path too long", flag);
+        memcpy(path, images, (size_t)(comma - images));
+        path[comma - images] = '\0';
+        return dt_image_dataset_load(path, comma + 1, out);
+    }
+    if (strncmp(spec, "tfrecord:", 9) == 0 || strncmp(spec, "libsvm:", 7) == 0)
+        return dt_error(DT_ERR_UNSUPPORTED, "--%s: '%s': this build reads IDX data only "
+                        "(fashion-mnist, mnist:DIR, idx:IMAGES,LABELS)", flag, spec);
+    return dt_error(DT_ERR_INVALID, "--%s: unknown data '%s' (fashion-mnist[:DIR], mnist:DIR, "
+                    "idx:IMAGES,LABELS)", flag, spec);
+}
+
+/* The test set: --test-data, else the t10k files beside directory-style training data. */
+static dt_status load_test_data(const struct train_opts *o, dt_image_dataset *out, bool *have)
+{
+    *have = false;
+    const char *spec = o->test_data;
+    if (spec && strcmp(spec, "none") == 0)
+        return DT_OK;
+    bool dir_style = strncmp(o->data, "idx:", 4) != 0;
+    if (!spec && !dir_style)
+        return DT_OK;
+    dt_status st = load_data("test-data", spec ? spec : o->data, true, out);
+    if (st == DT_OK)
+        *have = true;
+    return st;
+}
+
+static dt_status check_ranges(const struct train_opts *o, const flag_def *flags, int n_flags)
+{
+    if (o->epochs < 1)
+        return dt_error(DT_ERR_INVALID, "--epochs: must be at least 1, got %d", o->epochs);
+    if (o->batch_size < 1 || o->batch_size > (1 << 20))
+        return dt_error(DT_ERR_INVALID, "--batch-size: must be in 1..1048576, got %d", o->batch_size);
+    if (o->steps_per_epoch < 0)
+        return dt_error(DT_ERR_INVALID, "--steps-per-epoch: must be 0 or more");
+    if (o->max_steps < 0)
+        return dt_error(DT_ERR_INVALID, "--max-steps: must be 0 or more");
+    if (flags_find(flags, n_flags, "threads")->set && (o->threads < 1 || o->threads > 1024))
+        return dt_error(DT_ERR_INVALID, "--threads: must be in 1..1024, got %d", o->threads);
+    if (flags_find(flags, n_flags, "lr")->set && !(o->lr > 0.0))
+        return dt_error(DT_ERR_INVALID, "--lr: must be positive, got %g", o->lr);
+    if (o->model_file && flags_find(flags, n_flags, "model")->set)
+        return dt_error(DT_ERR_INVALID, "--model and --model-file: give one, not both");
+    if (strcmp(o->strategy, "one_device") != 0) {
+        static const char *const later[] = {"mirrored", "central_storage", "multi_worker_mirrored",
+                                            "parameter_server"};
+        for (int i = 0; i < 4; i++)
+            if (strcmp(o->strategy, later[i]) == 0)
+                return dt_error(DT_ERR_UNSUPPORTED, "--strategy: %s is not available in this "
+                                "build (one_device)", o->strategy);
+        return dt_error(DT_ERR_INVALID, "--strategy: unknown strategy '%s' (one_device)",
+                        o->strategy);
+    }
+    static const char *const progress[] = {"auto", "bar", "lines", "none"};
+    bool ok = false;
+    for (int i = 0; i < 4; i++)
+        ok |= strcmp(o->progress, progress[i]) == 0;
+    if (!ok)
+        return dt_error(DT_ERR_INVALID, "--progress: expected auto, bar, lines or none, got '%s'",
+                        o->progress);
+    return DT_OK;
+}
+
+static dt_status parse_shuffle_buffer(const char *text, int64_t *out)
+{
+    if (strcmp(text, "all") == 0) {
+        *out = INT64_MAX;
+        return DT_OK;
+    }
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (!*text || *end || errno || v < 0)
+        return dt_error(DT_ERR_INVALID, "--shuffle-buffer: expected a count >= 0 or 'all', got '%s'",
+                        text);
+    *out = v;
+    return DT_OK;
+}
+
+static dt_status build_optim_config(const struct train_opts *o, const flag_def *flags, int n_flags,
+                                    dt_optim_config *cfg)
+{
+    dt_opt_kind kind;
+    dt_status st = dt_opt_kind_parse(o->optimizer, &kind);
+    if (st)
+        return dt_error_prefix(st, "--optimizer");
+    dt_optim_config_default(cfg, kind);
+    if (flags_find(flags, n_flags, "lr")->set)
+        cfg->lr = (float)o->lr;
+    cfg->momentum = (float)o->momentum;
+    cfg->nesterov = o->nesterov;
+    cfg->beta1 = (float)o->beta1;
+    cfg->beta2 = (float)o->beta2;
+    cfg->epsilon = (float)o->epsilon;
+    if ((st = dt_lr_kind_parse(o->lr_schedule, &cfg->schedule)))
+        return dt_error_prefix(st, "--lr-schedule");
+    cfg->decay_steps = o->lr_decay_steps;
+    cfg->decay_rate = (float)o->lr_decay_rate;
+    cfg->alpha = (float)o->lr_alpha;
+    if ((st = dt_optim_config_check(cfg)))
+        return dt_error_prefix(st, "optimizer flags");
+    return DT_OK;
+}
+
+static dt_status load_model_spec(const struct train_opts *o, const dt_image_dataset *train,
+                                 dt_model_spec *spec)
+{
+    dt_status st = o->model_file ? dt_model_spec_from_json_file(o->model_file, spec)
+                                 : dt_model_spec_builtin(o->model, spec);
+    if (st)
+        return o->model_file ? st : dt_error_prefix(st, "--model");
+    int data_shape[3] = {train->h, train->w, train->c};
+    if (spec->input_shape[0] == 0) {
+        memcpy(spec->input_shape, data_shape, sizeof data_shape);
+    } else if (memcmp(spec->input_shape, data_shape, sizeof data_shape) != 0) {
+        return dt_error(DT_ERR_INVALID, "%s: input_shape is [%d, %d, %d] but %s holds %dx%dx%d "
+                        "images", o->model_file, spec->input_shape[0], spec->input_shape[1],
+                        spec->input_shape[2], train->images_path, train->h, train->w, train->c);
+    }
+    return DT_OK;
+}
+
+static dt_status write_metrics(const char *path, const struct train_opts *o, int threads,
+                               const dt_fit_result *r, double test_loss, double test_acc,
+                               bool have_test, dt_model *m)
+{
+    dt_status st = DT_OK;
+    cJSON *j = cJSON_CreateObject();
+    char *text = NULL;
+    char tmp[4096];
+    FILE *f = NULL;
+    if (!j)
+        return dt_error(DT_ERR_NOMEM, "no memory for metrics");
+    double sps = r->train_seconds > 0 ? (double)r->samples / r->train_seconds : 0.0;
+    cJSON_AddNumberToObject(j, "samples_per_sec", sps);
+    cJSON_AddNumberToObject(j, "epochs", r->epochs);
+    cJSON_AddNumberToObject(j, "steps", (double)r->steps);
+    cJSON_AddNumberToObject(j, "samples", (double)r->samples);
+    cJSON_AddNumberToObject(j, "train_seconds", r->train_seconds);
+    cJSON_AddNumberToObject(j, "final_loss", r->final_loss);
+    cJSON_AddNumberToObject(j, "final_accuracy", r->final_accuracy);
+    if (have_test) {
+        cJSON_AddNumberToObject(j, "test_loss", test_loss);
+        cJSON_AddNumberToObject(j, "test_accuracy", test_acc);
+    } else {
+        cJSON_AddNullToObject(j, "test_loss");
+        cJSON_AddNullToObject(j, "test_accuracy");
+    }
+    cJSON_AddNumberToObject(j, "peak_rss_mb", dt_peak_rss_mb());
+    cJSON_AddNumberToObject(j, "threads", threads);
+    cJSON_AddNumberToObject(j, "batch_size", o->batch_size);
+    cJSON_AddStringToObject(j, "model", dt_model_spec_of(m)->name);
+    cJSON_AddStringToObject(j, "strategy", o->strategy);
+    cJSON_AddNumberToObject(j, "param_count", (double)dt_arena_payload_elems(dt_model_params(m)));
+    char crc[16];
+    snprintf(crc, sizeof crc, "%08x", dt_arena_checksum(dt_model_params(m)));
+    cJSON_AddStringToObject(j, "param_checksum", crc);
+    text = cJSON_PrintUnformatted(j);
+    if (!text) {
+        st = dt_error(DT_ERR_NOMEM, "no memory for metrics");
+        goto fail;
+    }
+    /* Written beside the target and renamed, so a reader never sees half a file. */
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    f = fopen(tmp, "w");
+    if (!f) {
+        st = dt_error(DT_ERR_IO, "--metrics-out: %s: %s", tmp, strerror(errno));
+        goto fail;
+    }
+    if (fprintf(f, "%s\n", text) < 0 || fclose(f) != 0) {
+        f = NULL;
+        remove(tmp);
+        st = dt_error(DT_ERR_IO, "--metrics-out: %s: write failed: %s", tmp, strerror(errno));
+        goto fail;
+    }
+    f = NULL;
+    if (rename(tmp, path) != 0) {
+        remove(tmp);
+        st = dt_error(DT_ERR_IO, "--metrics-out: %s: %s", path, strerror(errno));
+    }
+fail:
+    if (f)
+        fclose(f);
+    free(text);
+    cJSON_Delete(j);
+    return st;
+}
+
+int cmd_train(int argc, char **argv)
+{
+    struct train_opts o;
+    flag_def flags[48];
+    int n_flags = define_flags(flags, &o);
+    int rc = 1;
+    dt_image_dataset train = {0}, test = {0};
+    dt_pool *pool = NULL;
+    dt_model *model = NULL;
+    dt_optim opt;
+    dt_optim_init(&opt);
+
+    if (flags_parse(flags, n_flags, argc, argv))
+        return usage_error();
+    if (o.help) {
+        printf("usage: dtrain train [flags]\n\nTrains a model in this process.\n\nflags:\n");
+        flags_print_help(flags, n_flags, stdout);
+        return 0;
+    }
+    dt_optim_config ocfg;
+    int64_t shuffle_buffer = 0;
+    if (check_ranges(&o, flags, n_flags) || parse_shuffle_buffer(o.shuffle_buffer, &shuffle_buffer) ||
+        build_optim_config(&o, flags, n_flags, &ocfg))
+        return usage_error();
+    int threads = flags_find(flags, n_flags, "threads")->set ? o.threads : dt_cpu_count();
+
+    bool have_test = false;
+    dt_model_spec spec;
+    dt_status st;
+    if ((st = load_data("data", o.data, false, &train)) ||
+        (st = load_test_data(&o, &test, &have_test)) || (st = load_model_spec(&o, &train, &spec)))
+        goto fail;
+    if ((st = dt_pool_create(threads, &pool)))
+        goto fail;
+    dt_model_options mopts = {.no_fuse = o.no_fuse};
+    if ((st = dt_model_create(&spec, o.batch_size, pool, &mopts, &model)))
+        goto fail;
+    dt_model_init_params(model, (uint64_t)o.seed);
+    if ((st = dt_optim_setup(&opt, &ocfg, dt_model_params(model))))
+        goto fail;
+    if (o.summary)
+        dt_model_summary(model, stdout);
+
+    dt_fit_config fcfg;
+    dt_fit_config_default(&fcfg);
+    fcfg.epochs = o.epochs;
+    fcfg.steps_per_epoch = o.steps_per_epoch;
+    fcfg.max_steps = o.max_steps;
+    fcfg.batch_size = o.batch_size;
+    fcfg.seed = (uint64_t)o.seed;
+    fcfg.shuffle_buffer = shuffle_buffer;
+    fcfg.keep_remainder = o.keep_remainder;
+    fcfg.validate = o.validate && have_test;
+    fcfg.progress = strcmp(o.progress, "none") == 0 ? NULL : stdout;
+    fcfg.progress_bar = strcmp(o.progress, "bar") == 0 ||
+                        (strcmp(o.progress, "auto") == 0 && dt_progress_bar_wanted(stdout));
+    dt_fit_result res;
+    if ((st = dt_fit(model, &opt, pool, &train, have_test ? &test : NULL, &fcfg, &res)))
+        goto fail;
+    double test_loss = 0.0, test_acc = 0.0;
+    if (have_test && (st = dt_evaluate(model, &test, &test_loss, &test_acc)))
+        goto fail;
+    double sps = res.train_seconds > 0 ? (double)res.samples / res.train_seconds : 0.0;
+    printf("Trained %lld steps (%lld examples) in %.2f s: %.0f samples/s on %d thread%s\n",
+           (long long)res.steps, (long long)res.samples, res.train_seconds, sps, threads,
+           threads == 1 ? "" : "s");
+    if (have_test)
+        printf("Test loss: %.4f - test accuracy: %.4f\n", test_loss, test_acc);
+    if (o.metrics_out &&
+        (st = write_metrics(o.metrics_out, &o, threads, &res, test_loss, test_acc, have_test, model)))
+        goto fail;
+    rc = 0;
+fail:
+    if (rc != 0)
+        cli_fail(1, dt_last_error());
+    dt_optim_free(&opt);
+    dt_model_destroy(model);
+    dt_pool_destroy(pool);
+    dt_image_dataset_free(&train);
+    dt_image_dataset_free(&test);
+    return rc;
+}

@@ -1,0 +1,27 @@
+/* Single-precision matrix multiply: OpenBLAS's cblas_sgemm, split over a dt_pool, beside a naive
+ * reference kernel that the tests compare it with.
+ *
+ * OpenBLAS runs single-threaded inside dtrain (dt_gemm_setup): intra-op parallelism comes from
+ * dt_pool alone, so OpenBLAS's own threads never spin against ours on a small machine, and the
+ * split of every product is fixed by the thread count, which keeps runs reproducible. */
+#ifndef DTRAIN_GEMM_H
+#define DTRAIN_GEMM_H
+
+#include <stdbool.h>
+
+#include "dtrain/pool.h"
+
+/* Makes OpenBLAS single-threaded. Idempotent; called by dt_model_create. */
+void dt_gemm_setup(void);
+
+/* C (M, N) = alpha * op(A) (M, K) . op(B) (K, N) + beta * C, all row-major. op(A) is A (M, K)
+ * with leading dimension lda, or A^T when trans_a, stored (K, M); likewise B. Splits the rows of
+ * C (or its columns when N > M) over the pool. */
+void dt_gemm(dt_pool *pool, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+             const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
+/* The same product by three loops with a double accumulator. */
+void dt_gemm_ref(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A,
+                 int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
+#endif

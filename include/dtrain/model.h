@@ -1,0 +1,64 @@
+/* Sequential models at run time, built from a dt_model_spec (model_spec.h).
+ *
+ * The runtime owns one parameter arena and
+ * one gradient arena with views named like Keras variables ("conv2d/kernel", "dense_1/bias"), the
+ * activation buffers for a maximum batch, and scratch; it fuses Conv2D(relu) + MaxPool2D into one
+ * kernel where dt_convpool_supported allows. Inputs are NHWC float32. */
+#ifndef DTRAIN_MODEL_H
+#define DTRAIN_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "dtrain/arena.h"
+#include "dtrain/model_spec.h"
+#include "dtrain/nn.h"
+#include "dtrain/pool.h"
+
+typedef struct {
+    bool no_fuse; /* use the generic kernels even where a fused one applies (for tests) */
+} dt_model_options;
+
+typedef struct dt_model dt_model;
+
+/* Builds the runtime for inputs of shape spec->input_shape (which must be set) and batches of up
+ * to max_batch examples; pool is borrowed and may be NULL. Parameters start at zero: call
+ * dt_model_init_params. Shape errors name the layer. */
+dt_status dt_model_create(const dt_model_spec *spec, int max_batch, dt_pool *pool,
+                          const dt_model_options *opts, dt_model **out);
+void dt_model_destroy(dt_model *m);
+
+/* Keras's default initialisers: Glorot-uniform kernels, zero biases, drawn from seed. */
+void dt_model_init_params(dt_model *m, uint64_t seed);
+
+dt_arena *dt_model_params(dt_model *m);
+dt_arena *dt_model_grads(dt_model *m);
+const dt_model_spec *dt_model_spec_of(const dt_model *m);
+int dt_model_num_outputs(const dt_model *m);
+size_t dt_model_input_elems(const dt_model *m);
+int dt_model_max_batch(const dt_model *m);
+
+/* Runs the layers on x (B, H, W, C), B <= max batch, and returns the outputs (B, K), valid until
+ * the next forward. training enables dropout, whose masks come from dropout_seed and a counter
+ * of training forwards, so a run is reproducible. */
+const float *dt_model_forward(dt_model *m, int B, const float *x, bool training);
+
+/* After a forward of B examples: the sum of their losses against labels (B), and the number
+ * predicted right when n_correct is not NULL. With want_grad it also prepares backward, with the
+ * loss gradient multiplied by grad_scale (1 / B for the batch mean, 1 / global batch for the
+ * distributed sum). Labels must lie in [0, K) (K = 1 for a binary model: labels 0 or 1). */
+double dt_model_loss(dt_model *m, int B, const int32_t *labels, float grad_scale, bool want_grad,
+                     int *n_correct);
+
+/* Adds the gradients of the last loss into the gradient arena (zero it first for a fresh step). */
+void dt_model_backward(dt_model *m, int B);
+
+void dt_model_zero_grads(dt_model *m);
+
+void dt_model_set_dropout_seed(dt_model *m, uint64_t seed);
+
+/* A Keras-style table of layers, output shapes and parameter counts. */
+void dt_model_summary(const dt_model *m, FILE *out);
+
+#endif

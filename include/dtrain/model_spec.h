@@ -1,0 +1,63 @@
+/* Model specs: the layers of a sequential model as Keras describes them, from a built-in name
+ * (mnist_cnn: the model of TensorFlow's multi-worker tutorial; mlp: TensorFlow's beginner
+ * quickstart) or from a JSON file parsed with cJSON. */
+#ifndef DTRAIN_MODEL_SPEC_H
+#define DTRAIN_MODEL_SPEC_H
+
+#include <stdbool.h>
+
+#include "dtrain/nn.h"
+#include "dtrain/status.h"
+
+#define DT_MAX_LAYERS 64
+#define DT_LAYER_NAME_CAP 48
+
+typedef enum {
+    DT_LAYER_DENSE = 0,
+    DT_LAYER_CONV2D,
+    DT_LAYER_MAXPOOL2D,
+    DT_LAYER_FLATTEN,
+    DT_LAYER_RELU,
+    DT_LAYER_SIGMOID,
+    DT_LAYER_TANH,
+    DT_LAYER_DROPOUT,
+} dt_layer_kind;
+
+typedef enum {
+    DT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY = 0, /* from logits */
+    DT_LOSS_BINARY_CROSSENTROPY,                 /* from logits */
+    DT_LOSS_MEAN_SQUARED_ERROR,
+} dt_loss_kind;
+
+typedef struct {
+    dt_layer_kind kind;
+    char name[DT_LAYER_NAME_CAP]; /* Keras's automatic name when left empty */
+    int units;                    /* dense */
+    int filters;                  /* conv2d */
+    int kernel[2];                /* conv2d */
+    int pool[2];                  /* max_pooling2d */
+    int strides[2];               /* conv2d (default 1), max_pooling2d (default: the pool size) */
+    bool same;                    /* conv2d, max_pooling2d: padding "same" rather than "valid" */
+    dt_activation activation;     /* dense, conv2d */
+    float rate;                   /* dropout */
+} dt_layer_spec;
+
+typedef struct {
+    char name[DT_LAYER_NAME_CAP];
+    int input_shape[3]; /* H, W, C; zeros: take the data's shape */
+    int n_layers;
+    dt_layer_spec layers[DT_MAX_LAYERS];
+    dt_loss_kind loss;
+} dt_model_spec;
+
+/* "mnist_cnn" or "mlp". */
+dt_status dt_model_spec_builtin(const char *name, dt_model_spec *out);
+
+/* Parses a JSON model description; errors name the file and the field ("layers[2].units"), or the
+ * line and column of a syntax error. See README.md for the format. */
+dt_status dt_model_spec_from_json_file(const char *path, dt_model_spec *out);
+dt_status dt_model_spec_from_json(const char *text, const char *source, dt_model_spec *out);
+
+const char *dt_loss_name(dt_loss_kind loss);
+
+#endif

@@ -1,0 +1,118 @@
+/* Layer kernels as forward/backward pairs over flat float arrays, NHWC.
+ *
+ * Each kernel starts with a shape comment. Backward kernels accumulate (+=) into parameter
+ * gradients, so several micro-batches or replicas can add into one gradient arena, and write
+ * (=) the gradient with respect to their input, which lands in a scratch activation buffer.
+ * Kernels never allocate, log or do I/O: buffers and scratch come from the caller.
+ * Every fast kernel has a naive reference (_ref) that the tests compare it with. */
+#ifndef DTRAIN_NN_H
+#define DTRAIN_NN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain/pool.h"
+#include "dtrain/rng.h"
+
+typedef enum { DT_ACT_NONE = 0, DT_ACT_RELU, DT_ACT_SIGMOID, DT_ACT_TANH } dt_activation;
+
+/* ---- Dense: y = x . w + b ---- */
+
+/* x (B, IN); w (IN, OUT); b (OUT); y (B, OUT) */
+void dt_dense_forward(dt_pool *pool, int B, int IN, int OUT, const float *x, const float *w,
+                      const float *b, float *y);
+/* x (B, IN); w (IN, OUT); dy (B, OUT); dw (IN, OUT) +=; db (OUT) +=; dx (B, IN) = (NULL: skip) */
+void dt_dense_backward(dt_pool *pool, int B, int IN, int OUT, const float *x, const float *w,
+                       const float *dy, float *dw, float *db, float *dx);
+void dt_dense_forward_ref(int B, int IN, int OUT, const float *x, const float *w, const float *b,
+                          float *y);
+void dt_dense_backward_ref(int B, int IN, int OUT, const float *x, const float *w, const float *dy,
+                           float *dw, float *db, float *dx);
+
+/* ---- Element-wise activations, in place; backward uses the forward output y ---- */
+
+/* y (n) = act(y) */
+void dt_act_forward(dt_activation act, size_t n, float *y);
+/* y (n) the forward output; dy (n) *= act'(y) */
+void dt_act_backward(dt_activation act, size_t n, const float *y, float *dy);
+
+/* ---- Conv2D, NHWC, weights (KH, KW, C, OC) as Keras stores them ---- */
+
+typedef struct {
+    int H, W, C;       /* input */
+    int KH, KW, OC;    /* kernel */
+    int SH, SW;        /* strides */
+    int pad_top, pad_left;
+    int OH, OW;        /* output */
+} dt_conv_geom;
+
+/* TensorFlow's rules: valid gives OH = (H - KH) / SH + 1; same gives OH = ceil(H / SH) with the
+ * padding split as evenly as possible, the extra row at the bottom. False if the output is empty. */
+bool dt_conv_geom_init(dt_conv_geom *g, int H, int W, int C, int KH, int KW, int OC, int SH, int SW,
+                       bool same);
+
+/* x (B, H, W, C); w (KH, KW, C, OC); b (OC); y (B, OH, OW, OC) */
+void dt_conv2d_forward_ref(const dt_conv_geom *g, int B, const float *x, const float *w,
+                           const float *b, float *y);
+/* dy (B, OH, OW, OC); dw (KH, KW, C, OC) +=; db (OC) +=; dx (B, H, W, C) = (NULL: skip) */
+void dt_conv2d_backward_ref(const dt_conv_geom *g, int B, const float *x, const float *w,
+                            const float *dy, float *dw, float *db, float *dx);
+
+/* The same by im2col + GEMM, examples split over the pool. scratch holds
+ * dt_conv2d_scratch_elems(g, pool size) floats. */
+size_t dt_conv2d_scratch_elems(const dt_conv_geom *g, int n_threads);
+void dt_conv2d_forward(dt_pool *pool, const dt_conv_geom *g, int B, const float *x, const float *w,
+                       const float *b, float *y, float *scratch);
+void dt_conv2d_backward(dt_pool *pool, const dt_conv_geom *g, int B, const float *x,
+                        const float *w, const float *dy, float *dw, float *db, float *dx,
+                        float *scratch);
+
+/* ---- MaxPool2D, NHWC ---- */
+
+typedef struct {
+    int H, W, C;
+    int PH, PW;     /* window */
+    int SH, SW;     /* strides */
+    int pad_top, pad_left;
+    int OH, OW;
+} dt_pool_geom;
+
+bool dt_pool_geom_init(dt_pool_geom *g, int H, int W, int C, int PH, int PW, int SH, int SW,
+                       bool same);
+
+/* x (B, H, W, C); y (B, OH, OW, C); arg (B, OH, OW, C): index of the max within its example's
+ * (H, W, C) block, the first in row-major window order on ties; padding never wins. */
+void dt_maxpool_forward(const dt_pool_geom *g, int B, const float *x, float *y, int32_t *arg);
+/* dy (B, OH, OW, C); arg as above; dx (B, H, W, C) = the gradient routed to each max */
+void dt_maxpool_backward(const dt_pool_geom *g, int B, const float *dy, const int32_t *arg,
+                         float *dx);
+
+/* ---- Dropout (Keras): keep with probability 1 - rate, scale kept values by 1 / (1 - rate) ---- */
+
+/* y (n) in place; mask (n) = 0 or 1 / (1 - rate) */
+void dt_dropout_forward(size_t n, float rate, dt_rng *rng, float *y, float *mask);
+/* mask (n); dy (n) *= mask */
+void dt_dropout_backward(size_t n, const float *mask, float *dy);
+
+/* ---- Losses. Forward writes one loss per example; backward writes the gradient scaled by
+ * `scale` (1/B for a batch mean, 1/global_batch for the distributed sum) ---- */
+
+/* logits (B, K); labels (B) in [0, K); prob (B, K) = softmax, kept for backward; loss (B) */
+void dt_softmax_xent_forward(int B, int K, const float *logits, const int32_t *labels, float *prob,
+                             float *loss);
+/* prob (B, K); labels (B); dlogits (B, K) = scale * (prob - onehot) */
+void dt_softmax_xent_backward(int B, int K, const float *prob, const int32_t *labels, float scale,
+                              float *dlogits);
+/* logits (B, K); targets (B, K) in [0, 1]; loss (B) = mean over K of the binary cross-entropy */
+void dt_bce_logits_forward(int B, int K, const float *logits, const float *targets, float *loss);
+/* dlogits (B, K) = scale * (sigmoid(logits) - targets) / K */
+void dt_bce_logits_backward(int B, int K, const float *logits, const float *targets, float scale,
+                            float *dlogits);
+/* pred (B, K); targets (B, K); loss (B) = mean over K of (pred - target)^2 */
+void dt_mse_forward(int B, int K, const float *pred, const float *targets, float *loss);
+/* dpred (B, K) = scale * 2 (pred - targets) / K */
+void dt_mse_backward(int B, int K, const float *pred, const float *targets, float scale,
+                     float *dpred);
+
+#endif

@@ -1,0 +1,73 @@
+/* Optimizers and learning-rate schedules, with Keras's update rules and defaults.
+ *
+ * An optimizer updates a whole parameter arena in one pass over (params, grads, slots), where
+ * its slots (momentum, Adam's m and v, Adagrad's accumulator) live in one state arena that mirrors
+ * the parameters' layout, each view named "<optimizer>/<slot>/<parameter>".
+ *
+ *   sgd:      p -= lr g
+ *   momentum: v = mu v - lr g; p += v            (nesterov: p += mu v - lr g)
+ *   adam:     m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2;
+ *             p -= lr sqrt(1 - b2^t) / (1 - b1^t) m / (sqrt(v) + eps)
+ *   adagrad:  a += g^2; p -= lr g / (sqrt(a) + eps), a starting at 0.1
+ *
+ * Schedules, as a function of the number of steps already taken:
+ *   constant; step (ExponentialDecay, staircase): lr rate^floor(step / decay_steps);
+ *   cosine (CosineDecay): lr ((1 - alpha) (1 + cos(pi min(step, decay_steps) / decay_steps)) / 2 + alpha). */
+#ifndef DTRAIN_OPTIM_H
+#define DTRAIN_OPTIM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dtrain/arena.h"
+#include "dtrain/pool.h"
+
+typedef enum { DT_OPT_SGD = 0, DT_OPT_MOMENTUM, DT_OPT_ADAM, DT_OPT_ADAGRAD } dt_opt_kind;
+typedef enum { DT_LR_CONSTANT = 0, DT_LR_STEP, DT_LR_COSINE } dt_lr_kind;
+
+typedef struct {
+    dt_opt_kind kind;
+    float lr;
+    float momentum;          /* momentum; default 0.9 */
+    bool nesterov;
+    float beta1, beta2;      /* adam; defaults 0.9, 0.999 */
+    float epsilon;           /* adam, adagrad; default 1e-7 */
+    float initial_accumulator; /* adagrad; default 0.1 */
+    dt_lr_kind schedule;
+    int64_t decay_steps;     /* step, cosine */
+    float decay_rate;        /* step; default 0.5 */
+    float alpha;             /* cosine: the floor as a fraction of lr; default 0 */
+} dt_optim_config;
+
+typedef struct {
+    dt_optim_config cfg;
+    dt_arena state; /* slots, mirroring the parameters */
+    int n_slots;
+    int64_t iterations; /* steps taken */
+} dt_optim;
+
+/* Keras's defaults for kind, learning rate included (sgd 0.01, momentum 0.01, adam 0.001,
+ * adagrad 0.001). */
+void dt_optim_config_default(dt_optim_config *cfg, dt_opt_kind kind);
+
+/* Parses "sgd" | "momentum" | "adam" | "adagrad"; and "constant" | "step" | "cosine". */
+dt_status dt_opt_kind_parse(const char *name, dt_opt_kind *out);
+dt_status dt_lr_kind_parse(const char *name, dt_lr_kind *out);
+const char *dt_opt_kind_name(dt_opt_kind kind);
+
+/* Checks the configuration (positive lr, betas in [0, 1), decay steps when a schedule needs
+ * them), naming the offending field. */
+dt_status dt_optim_config_check(const dt_optim_config *cfg);
+
+void dt_optim_init(dt_optim *o);
+/* Creates the slots for params' layout; on failure o is left freeable. */
+dt_status dt_optim_setup(dt_optim *o, const dt_optim_config *cfg, const dt_arena *params);
+void dt_optim_free(dt_optim *o);
+
+/* The learning rate the next step will use. */
+float dt_optim_current_lr(const dt_optim *o);
+
+/* One update of params (n_elems floats) from grads, split over the pool. grads is read only. */
+void dt_optim_step(dt_optim *o, dt_pool *pool, float *params, const float *grads, size_t n_elems);
+
+#endif

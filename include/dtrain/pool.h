@@ -1,0 +1,33 @@
+/* A fixed pool of threads for intra-op parallelism (`--threads N`).
+ *
+ * dt_pool_run(pool, fn, ctx, n_tasks) calls fn(ctx, task, n_tasks) for task = 0..n_tasks-1,
+ * task t on thread t % size (the caller is thread 0), and returns when all are done. The split of
+ * work is a function of the task count alone, never of timing, so a kernel that gives each task a
+ * fixed slice and combines partial results in task order is bit-reproducible for a given thread
+ * count. Kernels receive a pool that may be NULL, meaning run on the calling thread. */
+#ifndef DTRAIN_POOL_H
+#define DTRAIN_POOL_H
+
+#include "dtrain/status.h"
+
+typedef struct dt_pool dt_pool;
+
+typedef void (*dt_task_fn)(void *ctx, int task, int n_tasks);
+
+/* n_threads >= 1 counts the caller: 1 creates no thread. */
+dt_status dt_pool_create(int n_threads, dt_pool **out);
+void dt_pool_destroy(dt_pool *pool);
+
+/* Threads in the pool, the caller included; 1 for a NULL pool. */
+int dt_pool_size(const dt_pool *pool);
+
+void dt_pool_run(dt_pool *pool, dt_task_fn fn, void *ctx, int n_tasks);
+
+/* The slice [*begin, *end) of n items that task t of n_tasks owns: contiguous, in order, sizes
+ * differing by at most one. */
+void dt_pool_slice(long n, int task, int n_tasks, long *begin, long *end);
+
+/* The number of online CPUs (at least 1). */
+int dt_cpu_count(void);
+
+#endif

@@ -1,0 +1,20 @@
+/* Monotonic time and resource figures (see include/dtrain/clock.h). */
+#include "dtrain/clock.h"
+
+#include <sys/resource.h>
+#include <time.h>
+
+double dt_clock_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+double dt_peak_rss_mb(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0.0;
+    return (double)ru.ru_maxrss / 1024.0; /* Linux reports KiB */
+}

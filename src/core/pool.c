@@ -1,0 +1,178 @@
+/* A fixed pool of threads (see include/dtrain/pool.h).
+ *
+ * A run is published by bumping a generation counter under the mutex. Workers spin briefly on the
+ * counter before sleeping on the condition variable, because a training step issues a dozen short
+ * parallel regions back to back and a futex wake-up per region would cost more than the work. */
+#include "dtrain/pool.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Spin iterations before a worker sleeps: about 50-100 microseconds on current x86 machines. */
+#define DT_POOL_SPIN 20000
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+}
+
+struct dt_pool {
+    int n_threads;
+    pthread_t *threads;
+    pthread_mutex_t mu;
+    pthread_cond_t wake;
+    pthread_cond_t done;
+    dt_task_fn fn;
+    void *ctx;
+    int n_tasks;
+    unsigned long generation; /* bumped per run; read by spinning workers */
+    int pending;              /* workers yet to finish this run */
+    int stop;
+};
+
+struct worker_arg {
+    dt_pool *pool;
+    int index;
+};
+
+static void run_my_tasks(dt_pool *p, int index)
+{
+    for (int t = index; t < p->n_tasks; t += p->n_threads)
+        p->fn(p->ctx, t, p->n_tasks);
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker_arg *wa = arg;
+    dt_pool *p = wa->pool;
+    int index = wa->index;
+    free(wa);
+    unsigned long seen = 0;
+    for (;;) {
+        for (int i = 0; i < DT_POOL_SPIN; i++) {
+            if (__atomic_load_n(&p->generation, __ATOMIC_ACQUIRE) != seen ||
+                __atomic_load_n(&p->stop, __ATOMIC_ACQUIRE))
+                break;
+            cpu_relax();
+        }
+        pthread_mutex_lock(&p->mu);
+        while (p->generation == seen && !p->stop)
+            pthread_cond_wait(&p->wake, &p->mu);
+        if (p->stop) {
+            pthread_mutex_unlock(&p->mu);
+            return NULL;
+        }
+        seen = p->generation;
+        pthread_mutex_unlock(&p->mu);
+
+        run_my_tasks(p, index);
+
+        pthread_mutex_lock(&p->mu);
+        if (__atomic_sub_fetch(&p->pending, 1, __ATOMIC_ACQ_REL) == 0)
+            pthread_cond_signal(&p->done);
+        pthread_mutex_unlock(&p->mu);
+    }
+}
+
+int dt_cpu_count(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+dt_status dt_pool_create(int n_threads, dt_pool **out)
+{
+    *out = NULL;
+    if (n_threads < 1 || n_threads > 1024)
+        return dt_error(DT_ERR_INVALID, "thread count %d out of range 1..1024", n_threads);
+    dt_pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return dt_error(DT_ERR_NOMEM, "no memory for a thread pool");
+    p->n_threads = n_threads;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->wake, NULL);
+    pthread_cond_init(&p->done, NULL);
+    if (n_threads > 1) {
+        p->threads = calloc((size_t)n_threads, sizeof *p->threads);
+        if (!p->threads)
+            goto fail_nomem;
+        for (int i = 1; i < n_threads; i++) {
+            struct worker_arg *wa = malloc(sizeof *wa);
+            if (!wa)
+                goto fail_nomem;
+            wa->pool = p;
+            wa->index = i;
+            if (pthread_create(&p->threads[i], NULL, worker_main, wa) != 0) {
+                free(wa);
+                p->n_threads = i; /* destroy joins only the threads that exist */
+                dt_pool_destroy(p);
+                return dt_error(DT_ERR_IO, "cannot start thread %d of %d", i, n_threads);
+            }
+        }
+    }
+    *out = p;
+    return DT_OK;
+fail_nomem:
+    dt_pool_destroy(p);
+    return dt_error(DT_ERR_NOMEM, "no memory for a thread pool");
+}
+
+void dt_pool_destroy(dt_pool *p)
+{
+    if (!p)
+        return;
+    pthread_mutex_lock(&p->mu);
+    __atomic_store_n(&p->stop, 1, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 1; p->threads && i < p->n_threads; i++)
+        if (p->threads[i])
+            pthread_join(p->threads[i], NULL);
+    pthread_cond_destroy(&p->done);
+    pthread_cond_destroy(&p->wake);
+    pthread_mutex_destroy(&p->mu);
+    free(p->threads);
+    free(p);
+}
+
+int dt_pool_size(const dt_pool *p) { return p ? p->n_threads : 1; }
+
+void dt_pool_run(dt_pool *p, dt_task_fn fn, void *ctx, int n_tasks)
+{
+    if (n_tasks <= 0)
+        return;
+    if (!p || p->n_threads == 1 || n_tasks == 1) {
+        for (int t = 0; t < n_tasks; t++)
+            fn(ctx, t, n_tasks);
+        return;
+    }
+    pthread_mutex_lock(&p->mu);
+    p->fn = fn;
+    p->ctx = ctx;
+    p->n_tasks = n_tasks;
+    p->pending = p->n_threads - 1;
+    __atomic_store_n(&p->generation, p->generation + 1, __ATOMIC_RELEASE);
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->mu);
+
+    run_my_tasks(p, 0);
+
+    for (int i = 0; i < DT_POOL_SPIN && __atomic_load_n(&p->pending, __ATOMIC_ACQUIRE) > 0; i++)
+        cpu_relax();
+    pthread_mutex_lock(&p->mu);
+    while (p->pending > 0)
+        pthread_cond_wait(&p->done, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void dt_pool_slice(long n, int task, int n_tasks, long *begin, long *end)
+{
+    long base = n / n_tasks, extra = n % n_tasks;
+    *begin = task * base + (task < extra ? task : extra);
+    *end = *begin + base + (task < extra ? 1 : 0);
+}

@@ -1,0 +1,540 @@
+/* Sequential models at run time (see include/dtrain/model.h).
+ *
+ * Each layer owns an output buffer sized for the maximum batch (Flatten aliases its input). The
+ * backward pass runs through two ping-pong gradient buffers: a layer reads dy from one and writes
+ * dx into the other; activations and dropout work on dy in place. Parameter gradients accumulate
+ * into the gradient arena, whose layout mirrors the parameter arena. */
+#include "dtrain/model.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain/convpool.h"
+#include "dtrain/gemm.h"
+#include "dtrain/rng.h"
+
+struct layer_rt {
+    dt_layer_spec spec;
+    int in_dims[3], out_dims[3]; /* (H, W, C) per example */
+    size_t in_elems, out_elems;
+    int w_view, b_view; /* parameter views, -1 when none */
+    dt_conv_geom cg;
+    dt_pool_geom pg;
+    bool fused;    /* a conv2d that also runs the next layer (max pooling) in one kernel */
+    bool absorbed; /* a max_pooling2d run by the fused conv2d before it */
+    const float *in;
+    float *out;
+    int32_t *arg;
+    uint32_t *mask;
+    float *drop_mask;
+};
+
+struct dt_model {
+    dt_model_spec spec;
+    int max_batch;
+    dt_pool *pool;
+    int n_layers;
+    struct layer_rt layers[DT_MAX_LAYERS];
+    dt_arena params, grads;
+    float *gbuf[2];
+    float *scratch;
+    float *prob, *losses, *targets;
+    const float *logits;
+    int K;
+    uint64_t dropout_seed;
+    uint64_t training_forwards;
+    int first_trainable; /* below it no layer has parameters: backward stops there */
+};
+
+static void *alloc_floats(size_t n)
+{
+    size_t bytes = (n ? n : 1) * sizeof(float);
+    bytes = (bytes + 63) / 64 * 64;
+    return aligned_alloc(64, bytes);
+}
+
+/* ---- Shapes ---- */
+
+static dt_status layer_error(const struct layer_rt *L, int i, const char *msg)
+{
+    return dt_error(DT_ERR_INVALID, "layers[%d] (%s): %s", i, L->spec.name, msg);
+}
+
+static bool is_flat(const int d[3]) { return d[0] == 1 && d[1] == 1; }
+
+static dt_status infer_shape(struct layer_rt *L, int i)
+{
+    const dt_layer_spec *s = &L->spec;
+    memcpy(L->out_dims, L->in_dims, sizeof L->out_dims);
+    switch (s->kind) {
+    case DT_LAYER_DENSE:
+        if (!is_flat(L->in_dims))
+            return layer_error(L, i, "dense needs a flat input: add a flatten layer before it");
+        L->out_dims[2] = s->units;
+        break;
+    case DT_LAYER_CONV2D:
+        if (is_flat(L->in_dims) && i > 0)
+            return layer_error(L, i, "conv2d needs an (H, W, C) input, got a flat one");
+        if (!dt_conv_geom_init(&L->cg, L->in_dims[0], L->in_dims[1], L->in_dims[2], s->kernel[0],
+                               s->kernel[1], s->filters, s->strides[0], s->strides[1], s->same))
+            return layer_error(L, i, "the kernel is larger than the input: empty output");
+        L->out_dims[0] = L->cg.OH, L->out_dims[1] = L->cg.OW, L->out_dims[2] = s->filters;
+        break;
+    case DT_LAYER_MAXPOOL2D:
+        if (!dt_pool_geom_init(&L->pg, L->in_dims[0], L->in_dims[1], L->in_dims[2], s->pool[0],
+                               s->pool[1], s->strides[0], s->strides[1], s->same))
+            return layer_error(L, i, "the pool window is larger than the input: empty output");
+        L->out_dims[0] = L->pg.OH, L->out_dims[1] = L->pg.OW;
+        break;
+    case DT_LAYER_FLATTEN:
+        L->out_dims[0] = L->out_dims[1] = 1;
+        L->out_dims[2] = L->in_dims[0] * L->in_dims[1] * L->in_dims[2];
+        break;
+    default:
+        break;
+    }
+    L->in_elems = (size_t)L->in_dims[0] * L->in_dims[1] * L->in_dims[2];
+    L->out_elems = (size_t)L->out_dims[0] * L->out_dims[1] * L->out_dims[2];
+    if (L->out_elems > ((size_t)1 << 28))
+        return layer_error(L, i, "output larger than 2^28 elements per example");
+    return DT_OK;
+}
+
+static dt_status declare_params(dt_model *m, struct layer_rt *L)
+{
+    char name[DT_VIEW_NAME_CAP];
+    int kdims[4], n_kdims, bdims[1];
+    if (L->spec.kind == DT_LAYER_DENSE) {
+        kdims[0] = (int)L->in_elems, kdims[1] = L->spec.units, n_kdims = 2;
+        bdims[0] = L->spec.units;
+    } else if (L->spec.kind == DT_LAYER_CONV2D) {
+        kdims[0] = L->cg.KH, kdims[1] = L->cg.KW, kdims[2] = L->cg.C, kdims[3] = L->cg.OC;
+        n_kdims = 4;
+        bdims[0] = L->cg.OC;
+    } else {
+        L->w_view = L->b_view = -1;
+        return DT_OK;
+    }
+    snprintf(name, sizeof name, "%s/kernel", L->spec.name);
+    dt_status st = dt_arena_add(&m->params, name, n_kdims, kdims, &L->w_view);
+    if (st)
+        return st;
+    snprintf(name, sizeof name, "%s/bias", L->spec.name);
+    return dt_arena_add(&m->params, name, 1, bdims, &L->b_view);
+}
+
+/* Fuses conv2d(relu) + max_pooling2d when it opens the network (the fused kernel computes no
+ * input gradient) and the shapes and CPU suit the fused kernel. */
+static void plan_fusion(dt_model *m, const dt_model_options *opts)
+{
+    if (opts && opts->no_fuse)
+        return;
+    if (m->n_layers < 2)
+        return;
+    struct layer_rt *c = &m->layers[0], *p = &m->layers[1];
+    if (c->spec.kind == DT_LAYER_CONV2D && c->spec.activation == DT_ACT_RELU &&
+        p->spec.kind == DT_LAYER_MAXPOOL2D && dt_convpool_supported(&c->cg, &p->pg)) {
+        c->fused = true;
+        p->absorbed = true;
+    }
+}
+
+static dt_status allocate_buffers(dt_model *m)
+{
+    size_t B = (size_t)m->max_batch, max_elems = 0, scratch = 0;
+    int n_threads = dt_pool_size(m->pool);
+    for (int i = 0; i < m->n_layers; i++) {
+        struct layer_rt *L = &m->layers[i];
+        size_t in = L->in_elems, out = L->out_elems;
+        max_elems = in > max_elems ? in : max_elems;
+        max_elems = out > max_elems ? out : max_elems;
+        if (L->spec.kind != DT_LAYER_FLATTEN && !L->fused && !(L->out = alloc_floats(B * out)))
+            return dt_error(DT_ERR_NOMEM, "no memory for the output of layer %s", L->spec.name);
+        if (L->spec.kind == DT_LAYER_MAXPOOL2D && !L->absorbed &&
+            !(L->arg = malloc(B * out * sizeof *L->arg)))
+            return dt_error(DT_ERR_NOMEM, "no memory for layer %s", L->spec.name);
+        if (L->spec.kind == DT_LAYER_DROPOUT && !(L->drop_mask = alloc_floats(B * out)))
+            return dt_error(DT_ERR_NOMEM, "no memory for layer %s", L->spec.name);
+        if (L->fused) {
+            const dt_pool_geom *pg = &m->layers[i + 1].pg;
+            if (!(L->mask = malloc(dt_convpool_mask_words(pg, m->max_batch) * sizeof *L->mask)))
+                return dt_error(DT_ERR_NOMEM, "no memory for layer %s", L->spec.name);
+            size_t s = dt_convpool_scratch_elems(&L->cg, n_threads);
+            scratch = s > scratch ? s : scratch;
+        } else if (L->spec.kind == DT_LAYER_CONV2D) {
+            size_t s = dt_conv2d_scratch_elems(&L->cg, n_threads);
+            scratch = s > scratch ? s : scratch;
+        }
+    }
+    size_t K = (size_t)m->K;
+    if (!(m->gbuf[0] = alloc_floats(B * max_elems)) || !(m->gbuf[1] = alloc_floats(B * max_elems)) ||
+        !(m->scratch = alloc_floats(scratch)) || !(m->prob = alloc_floats(B * K)) ||
+        !(m->losses = alloc_floats(B)) || !(m->targets = alloc_floats(B * K)))
+        return dt_error(DT_ERR_NOMEM, "no memory for the model's buffers");
+    return DT_OK;
+}
+
+dt_status dt_model_create(const dt_model_spec *spec, int max_batch, dt_pool *pool,
+                          const dt_model_options *opts, dt_model **out)
+{
+    *out = NULL;
+    if (max_batch < 1)
+        return dt_error(DT_ERR_INVALID, "batch size must be positive, got %d", max_batch);
+    for (int d = 0; d < 3; d++)
+        if (spec->input_shape[d] < 1)
+            return dt_error(DT_ERR_INVALID, "model %s: input_shape is not set", spec->name);
+    if (spec->n_layers < 1 || spec->n_layers > DT_MAX_LAYERS)
+        return dt_error(DT_ERR_INVALID, "model %s: has %d layers (1..%d)", spec->name,
+                        spec->n_layers, DT_MAX_LAYERS);
+    dt_gemm_setup();
+    dt_model *m = calloc(1, sizeof *m);
+    if (!m)
+        return dt_error(DT_ERR_NOMEM, "no memory for a model");
+    m->spec = *spec;
+    m->max_batch = max_batch;
+    m->pool = pool;
+    m->n_layers = spec->n_layers;
+    dt_arena_init(&m->params);
+    dt_arena_init(&m->grads);
+    dt_status st = DT_OK;
+    int dims[3] = {spec->input_shape[0], spec->input_shape[1], spec->input_shape[2]};
+    for (int i = 0; i < m->n_layers; i++) {
+        struct layer_rt *L = &m->layers[i];
+        L->spec = spec->layers[i];
+        memcpy(L->in_dims, dims, sizeof dims);
+        if ((st = infer_shape(L, i)) || (st = declare_params(m, L)))
+            goto fail;
+        memcpy(dims, L->out_dims, sizeof dims);
+    }
+    m->K = dims[0] * dims[1] * dims[2];
+    if (!is_flat(dims)) {
+        st = dt_error(DT_ERR_INVALID, "model %s: the last layer's output is %dx%dx%d: flatten it "
+                      "and end with a dense layer", spec->name, dims[0], dims[1], dims[2]);
+        goto fail;
+    }
+    if (spec->loss == DT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY && m->K < 2) {
+        st = dt_error(DT_ERR_INVALID, "model %s: sparse_categorical_crossentropy needs at least 2 "
+                      "outputs, the last layer has %d", spec->name, m->K);
+        goto fail;
+    }
+    if ((st = dt_arena_commit(&m->params)) || (st = dt_arena_mirror(&m->grads, &m->params, "")))
+        goto fail;
+    m->first_trainable = m->n_layers;
+    for (int i = m->n_layers - 1; i >= 0; i--)
+        if (m->layers[i].w_view >= 0)
+            m->first_trainable = i;
+    plan_fusion(m, opts);
+    if ((st = allocate_buffers(m)))
+        goto fail;
+    *out = m;
+    return DT_OK;
+fail:
+    dt_model_destroy(m);
+    return st;
+}
+
+void dt_model_destroy(dt_model *m)
+{
+    if (!m)
+        return;
+    for (int i = 0; i < m->n_layers; i++) {
+        struct layer_rt *L = &m->layers[i];
+        if (L->spec.kind != DT_LAYER_FLATTEN)
+            free(L->out);
+        free(L->arg);
+        free(L->mask);
+        free(L->drop_mask);
+    }
+    free(m->gbuf[0]);
+    free(m->gbuf[1]);
+    free(m->scratch);
+    free(m->prob);
+    free(m->losses);
+    free(m->targets);
+    dt_arena_free(&m->params);
+    dt_arena_free(&m->grads);
+    free(m);
+}
+
+void dt_model_init_params(dt_model *m, uint64_t seed)
+{
+    dt_rng rng;
+    dt_rng_seed(&rng, seed);
+    memset(m->params.data, 0, m->params.n_elems * sizeof(float));
+    for (int i = 0; i < m->n_layers; i++) {
+        const struct layer_rt *L = &m->layers[i];
+        if (L->w_view < 0)
+            continue;
+        const dt_view *v = &m->params.views[L->w_view];
+        /* Glorot uniform: fan_in and fan_out count the receptive field of a conv kernel. */
+        double receptive = 1.0;
+        for (int d = 0; d + 2 < v->n_dims; d++)
+            receptive *= v->dims[d];
+        double fan_in = receptive * v->dims[v->n_dims - 2];
+        double fan_out = receptive * v->dims[v->n_dims - 1];
+        float limit = (float)sqrt(6.0 / (fan_in + fan_out));
+        float *w = dt_arena_view_data(&m->params, L->w_view);
+        for (size_t k = 0; k < v->n_elems; k++)
+            w[k] = (2.0f * dt_rng_uniform(&rng) - 1.0f) * limit;
+    }
+}
+
+dt_arena *dt_model_params(dt_model *m) { return &m->params; }
+dt_arena *dt_model_grads(dt_model *m) { return &m->grads; }
+const dt_model_spec *dt_model_spec_of(const dt_model *m) { return &m->spec; }
+int dt_model_num_outputs(const dt_model *m) { return m->K; }
+int dt_model_max_batch(const dt_model *m) { return m->max_batch; }
+void dt_model_set_dropout_seed(dt_model *m, uint64_t seed) { m->dropout_seed = seed; }
+
+size_t dt_model_input_elems(const dt_model *m)
+{
+    return (size_t)m->spec.input_shape[0] * m->spec.input_shape[1] * m->spec.input_shape[2];
+}
+
+void dt_model_zero_grads(dt_model *m)
+{
+    memset(m->grads.data, 0, m->grads.n_elems * sizeof(float));
+}
+
+/* ---- Forward ---- */
+
+static const float *P(const dt_model *m, int view) { return dt_arena_view_data(&m->params, view); }
+static float *G(const dt_model *m, int view) { return dt_arena_view_data(&m->grads, view); }
+
+static void forward_layer(dt_model *m, int i, int B, bool training)
+{
+    struct layer_rt *L = &m->layers[i];
+    size_t n_out = (size_t)B * L->out_elems;
+    switch (L->spec.kind) {
+    case DT_LAYER_DENSE:
+        dt_dense_forward(m->pool, B, (int)L->in_elems, L->spec.units, L->in, P(m, L->w_view),
+                         P(m, L->b_view), L->out);
+        dt_act_forward(L->spec.activation, n_out, L->out);
+        break;
+    case DT_LAYER_CONV2D:
+        if (L->fused) {
+            struct layer_rt *pool = &m->layers[i + 1];
+            dt_convpool_forward(m->pool, &L->cg, &pool->pg, B, L->in, P(m, L->w_view),
+                                P(m, L->b_view), pool->out, L->mask);
+            break;
+        }
+        dt_conv2d_forward(m->pool, &L->cg, B, L->in, P(m, L->w_view), P(m, L->b_view), L->out,
+                          m->scratch);
+        dt_act_forward(L->spec.activation, n_out, L->out);
+        break;
+    case DT_LAYER_MAXPOOL2D:
+        dt_maxpool_forward(&L->pg, B, L->in, L->out, L->arg);
+        break;
+    case DT_LAYER_FLATTEN:
+        /* Row-major (H, W, C) is already the flattened order: share the input. */
+        L->out = (float *)L->in;
+        break;
+    case DT_LAYER_RELU:
+    case DT_LAYER_SIGMOID:
+    case DT_LAYER_TANH: {
+        dt_activation act = L->spec.kind == DT_LAYER_RELU      ? DT_ACT_RELU
+                            : L->spec.kind == DT_LAYER_SIGMOID ? DT_ACT_SIGMOID
+                                                               : DT_ACT_TANH;
+        memcpy(L->out, L->in, n_out * sizeof *L->out);
+        dt_act_forward(act, n_out, L->out);
+        break;
+    }
+    case DT_LAYER_DROPOUT:
+        memcpy(L->out, L->in, n_out * sizeof *L->out);
+        if (training && L->spec.rate > 0.0f) {
+            dt_rng rng;
+            dt_rng_derive(&rng, m->dropout_seed, m->training_forwards, (uint64_t)i);
+            dt_dropout_forward(n_out, L->spec.rate, &rng, L->out, L->drop_mask);
+        } else {
+            for (size_t k = 0; k < n_out; k++)
+                L->drop_mask[k] = 1.0f;
+        }
+        break;
+    }
+}
+
+const float *dt_model_forward(dt_model *m, int B, const float *x, bool training)
+{
+    const float *cur = x;
+    for (int i = 0; i < m->n_layers; i++) {
+        struct layer_rt *L = &m->layers[i];
+        L->in = cur;
+        if (!L->absorbed)
+            forward_layer(m, i, B, training);
+        cur = L->out;
+    }
+    if (training)
+        m->training_forwards++;
+    m->logits = cur;
+    return cur;
+}
+
+/* ---- Loss ---- */
+
+static void fill_targets(const dt_model *m, int B, const int32_t *labels)
+{
+    int K = m->K;
+    if (K == 1) {
+        for (int i = 0; i < B; i++)
+            m->targets[i] = (float)labels[i];
+        return;
+    }
+    memset(m->targets, 0, (size_t)B * K * sizeof *m->targets);
+    for (int i = 0; i < B; i++)
+        m->targets[(size_t)i * K + labels[i]] = 1.0f;
+}
+
+static int count_correct(const dt_model *m, int B, const int32_t *labels)
+{
+    int K = m->K, correct = 0;
+    for (int i = 0; i < B; i++) {
+        const float *z = m->logits + (size_t)i * K;
+        int pred;
+        if (K == 1) {
+            /* One output: a logit (binary cross-entropy) or a value (MSE) against 0.5. */
+            float threshold = m->spec.loss == DT_LOSS_BINARY_CROSSENTROPY ? 0.0f : 0.5f;
+            pred = z[0] > threshold;
+        } else {
+            pred = 0;
+            for (int k = 1; k < K; k++)
+                if (z[k] > z[pred])
+                    pred = k;
+        }
+        correct += pred == labels[i];
+    }
+    return correct;
+}
+
+double dt_model_loss(dt_model *m, int B, const int32_t *labels, float grad_scale, bool want_grad,
+                     int *n_correct)
+{
+    int K = m->K;
+    float *dlogits = m->gbuf[0];
+    switch (m->spec.loss) {
+    case DT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY:
+        dt_softmax_xent_forward(B, K, m->logits, labels, m->prob, m->losses);
+        if (want_grad)
+            dt_softmax_xent_backward(B, K, m->prob, labels, grad_scale, dlogits);
+        break;
+    case DT_LOSS_BINARY_CROSSENTROPY:
+        fill_targets(m, B, labels);
+        dt_bce_logits_forward(B, K, m->logits, m->targets, m->losses);
+        if (want_grad)
+            dt_bce_logits_backward(B, K, m->logits, m->targets, grad_scale, dlogits);
+        break;
+    case DT_LOSS_MEAN_SQUARED_ERROR:
+        fill_targets(m, B, labels);
+        dt_mse_forward(B, K, m->logits, m->targets, m->losses);
+        if (want_grad)
+            dt_mse_backward(B, K, m->logits, m->targets, grad_scale, dlogits);
+        break;
+    }
+    if (n_correct)
+        *n_correct = count_correct(m, B, labels);
+    double sum = 0.0;
+    for (int i = 0; i < B; i++)
+        sum += m->losses[i];
+    return sum;
+}
+
+/* ---- Backward ---- */
+
+static dt_activation act_of_layer(dt_layer_kind kind)
+{
+    return kind == DT_LAYER_RELU ? DT_ACT_RELU : kind == DT_LAYER_SIGMOID ? DT_ACT_SIGMOID : DT_ACT_TANH;
+}
+
+/* Runs layer i backward with dy in a gradient buffer; returns where its input gradient is (dy
+ * itself for in-place layers, dx otherwise; NULL for the first layer, which needs none). */
+static float *backward_layer(dt_model *m, int i, int B, float *dy, float *dx)
+{
+    struct layer_rt *L = &m->layers[i];
+    size_t n_out = (size_t)B * L->out_elems;
+    switch (L->spec.kind) {
+    case DT_LAYER_DENSE:
+        dt_act_backward(L->spec.activation, n_out, L->out, dy);
+        dt_dense_backward(m->pool, B, (int)L->in_elems, L->spec.units, L->in, P(m, L->w_view), dy,
+                          G(m, L->w_view), G(m, L->b_view), dx);
+        return dx;
+    case DT_LAYER_CONV2D:
+        if (L->fused) {
+            struct layer_rt *pool = &m->layers[i + 1];
+            dt_convpool_backward(m->pool, &L->cg, &pool->pg, B, L->in, pool->out, L->mask, dy,
+                                 G(m, L->w_view), G(m, L->b_view), m->scratch);
+            return NULL;
+        }
+        dt_act_backward(L->spec.activation, n_out, L->out, dy);
+        dt_conv2d_backward(m->pool, &L->cg, B, L->in, P(m, L->w_view), dy, G(m, L->w_view),
+                           G(m, L->b_view), dx, m->scratch);
+        return dx;
+    case DT_LAYER_MAXPOOL2D:
+        if (dx)
+            dt_maxpool_backward(&L->pg, B, dy, L->arg, dx);
+        return dx;
+    case DT_LAYER_FLATTEN:
+        return dy;
+    case DT_LAYER_RELU:
+    case DT_LAYER_SIGMOID:
+    case DT_LAYER_TANH:
+        dt_act_backward(act_of_layer(L->spec.kind), n_out, L->out, dy);
+        return dy;
+    case DT_LAYER_DROPOUT:
+        dt_dropout_backward(n_out, L->drop_mask, dy);
+        return dy;
+    }
+    return dx;
+}
+
+void dt_model_backward(dt_model *m, int B)
+{
+    float *dy = m->gbuf[0];
+    for (int i = m->n_layers - 1; i >= m->first_trainable; i--) {
+        if (m->layers[i].absorbed)
+            continue;
+        float *other = dy == m->gbuf[0] ? m->gbuf[1] : m->gbuf[0];
+        float *next = backward_layer(m, i, B, dy, i > m->first_trainable ? other : NULL);
+        if (!next)
+            break;
+        dy = next;
+    }
+}
+
+/* ---- Summary ---- */
+
+static const char *class_name(const dt_layer_spec *s)
+{
+    switch (s->kind) {
+    case DT_LAYER_DENSE: return "Dense";
+    case DT_LAYER_CONV2D: return "Conv2D";
+    case DT_LAYER_MAXPOOL2D: return "MaxPooling2D";
+    case DT_LAYER_FLATTEN: return "Flatten";
+    case DT_LAYER_RELU: return "ReLU";
+    case DT_LAYER_SIGMOID:
+    case DT_LAYER_TANH: return "Activation";
+    case DT_LAYER_DROPOUT: return "Dropout";
+    }
+    return "Layer";
+}
+
+void dt_model_summary(const dt_model *m, FILE *out)
+{
+    fprintf(out, "Model: \"%s\"\n", m->spec.name);
+    fprintf(out, "%-32s %-22s %s\n", "Layer (type)", "Output Shape", "Param #");
+    for (int i = 0; i < m->n_layers; i++) {
+        const struct layer_rt *L = &m->layers[i];
+        char label[96], shape[64];
+        snprintf(label, sizeof label, "%s (%s)", L->spec.name, class_name(&L->spec));
+        if (is_flat(L->out_dims))
+            snprintf(shape, sizeof shape, "(None, %d)", L->out_dims[2]);
+        else
+            snprintf(shape, sizeof shape, "(None, %d, %d, %d)", L->out_dims[0], L->out_dims[1],
+                     L->out_dims[2]);
+        size_t n = 0;
+        if (L->w_view >= 0)
+            n = m->params.views[L->w_view].n_elems + m->params.views[L->b_view].n_elems;
+        fprintf(out, "%-32s %-22s %zu%s\n", label, shape, n,
+                L->fused ? "  [fused with the next layer]" : "");
+    }
+    fprintf(out, "Total params: %zu\n", dt_arena_payload_elems(&m->params));
+}

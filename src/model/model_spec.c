@@ -1,0 +1,453 @@
+/* Model specs: built-ins and the JSON format (see include/dtrain/model_spec.h).
+ *
+ * JSON format, one object:
+ *   {"name": "cnn", "input_shape": [28, 28, 1], "loss": "sparse_categorical_crossentropy",
+ *    "layers": [{"type": "conv2d", "filters": 32, "kernel_size": 3, "activation": "relu"},
+ *               {"type": "max_pooling2d", "pool_size": 2}, {"type": "flatten"},
+ *               {"type": "dense", "units": 64, "activation": "relu"},
+ *               {"type": "dropout", "rate": 0.2}, {"type": "dense", "units": 10}]}
+ * Layer types take Keras's snake-case or class names. Unknown keys are errors, so a misspelt
+ * option is reported rather than silently ignored. */
+#include "dtrain/model_spec.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const loss_names[] = {"sparse_categorical_crossentropy", "binary_crossentropy",
+                                         "mean_squared_error"};
+
+const char *dt_loss_name(dt_loss_kind loss) { return loss_names[loss]; }
+
+static const char *auto_name_base(dt_layer_kind kind)
+{
+    switch (kind) {
+    case DT_LAYER_DENSE: return "dense";
+    case DT_LAYER_CONV2D: return "conv2d";
+    case DT_LAYER_MAXPOOL2D: return "max_pooling2d";
+    case DT_LAYER_FLATTEN: return "flatten";
+    case DT_LAYER_RELU: return "re_lu";
+    case DT_LAYER_SIGMOID:
+    case DT_LAYER_TANH: return "activation";
+    case DT_LAYER_DROPOUT: return "dropout";
+    }
+    return "layer";
+}
+
+/* Gives unnamed layers Keras's names (dense, dense_1, ...) and rejects duplicates, which would
+ * make two variables share a name in checkpoints. */
+static dt_status assign_names(dt_model_spec *s, const char *source)
+{
+    for (int i = 0; i < s->n_layers; i++) {
+        dt_layer_spec *l = &s->layers[i];
+        if (l->name[0])
+            continue;
+        const char *base = auto_name_base(l->kind);
+        int seen = 0;
+        for (int j = 0; j < i; j++)
+            if (s->layers[j].kind == l->kind ||
+                strcmp(auto_name_base(s->layers[j].kind), base) == 0)
+                seen++;
+        if (seen == 0)
+            snprintf(l->name, sizeof l->name, "%s", base);
+        else
+            snprintf(l->name, sizeof l->name, "%s_%d", base, seen);
+    }
+    for (int i = 0; i < s->n_layers; i++)
+        for (int j = 0; j < i; j++)
+            if (strcmp(s->layers[i].name, s->layers[j].name) == 0)
+                return dt_error(DT_ERR_INVALID, "%s: layers[%d].name: '%s' is already used by layers[%d]",
+                                source, i, s->layers[i].name, j);
+    return DT_OK;
+}
+
+static dt_layer_spec conv_layer(int filters, int k, dt_activation act)
+{
+    dt_layer_spec l = {.kind = DT_LAYER_CONV2D, .filters = filters, .kernel = {k, k},
+                       .strides = {1, 1}, .activation = act};
+    return l;
+}
+
+static dt_layer_spec pool_layer(int p)
+{
+    dt_layer_spec l = {.kind = DT_LAYER_MAXPOOL2D, .pool = {p, p}, .strides = {p, p}};
+    return l;
+}
+
+static dt_layer_spec dense_layer(int units, dt_activation act)
+{
+    dt_layer_spec l = {.kind = DT_LAYER_DENSE, .units = units, .activation = act};
+    return l;
+}
+
+dt_status dt_model_spec_builtin(const char *name, dt_model_spec *out)
+{
+    memset(out, 0, sizeof *out);
+    out->loss = DT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY;
+    snprintf(out->name, sizeof out->name, "%s", name);
+    dt_layer_spec *L = out->layers;
+    if (strcmp(name, "mnist_cnn") == 0) {
+        /* TensorFlow's multi-worker tutorial: Conv2D(32, 3, relu), MaxPooling2D(), Flatten(),
+         * Dense(64, relu), Dense(10). */
+        L[0] = conv_layer(32, 3, DT_ACT_RELU);
+        L[1] = pool_layer(2);
+        L[2] = (dt_layer_spec){.kind = DT_LAYER_FLATTEN};
+        L[3] = dense_layer(64, DT_ACT_RELU);
+        L[4] = dense_layer(10, DT_ACT_NONE);
+        out->n_layers = 5;
+    } else if (strcmp(name, "mlp") == 0) {
+        /* TensorFlow's beginner quickstart: Flatten(), Dense(128, relu), Dropout(0.2), Dense(10). */
+        L[0] = (dt_layer_spec){.kind = DT_LAYER_FLATTEN};
+        L[1] = dense_layer(128, DT_ACT_RELU);
+        L[2] = (dt_layer_spec){.kind = DT_LAYER_DROPOUT, .rate = 0.2f};
+        L[3] = dense_layer(10, DT_ACT_NONE);
+        out->n_layers = 4;
+    } else {
+        return dt_error(DT_ERR_INVALID, "unknown model '%s' (built-in models: mnist_cnn, mlp)", name);
+    }
+    return assign_names(out, name);
+}
+
+/* ---- JSON ---- */
+
+struct json_ctx {
+    const char *source;
+    char field[128]; /* "layers[2].units" */
+};
+
+static dt_status field_error(const struct json_ctx *c, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static dt_status field_error(const struct json_ctx *c, const char *key, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return dt_error(DT_ERR_INVALID, "%s: %s%s%s: %s", c->source, c->field, c->field[0] ? "." : "",
+                    key, msg);
+}
+
+static dt_status get_positive_int(const struct json_ctx *c, const cJSON *item, const char *key,
+                                  int max, int *out)
+{
+    if (!cJSON_IsNumber(item) || item->valuedouble != floor(item->valuedouble) ||
+        item->valuedouble < 1 || item->valuedouble > max)
+        return field_error(c, key, "expected an integer in 1..%d", max);
+    *out = (int)item->valuedouble;
+    return DT_OK;
+}
+
+/* An integer or a list of two, as Keras's kernel_size, pool_size and strides take. */
+static dt_status get_pair(const struct json_ctx *c, const cJSON *item, const char *key, int max,
+                          int out[2])
+{
+    if (cJSON_IsArray(item)) {
+        if (cJSON_GetArraySize(item) != 2)
+            return field_error(c, key, "expected an integer or a list of two integers");
+        for (int i = 0; i < 2; i++) {
+            char sub[64];
+            snprintf(sub, sizeof sub, "%s[%d]", key, i);
+            dt_status st = get_positive_int(c, cJSON_GetArrayItem(item, i), sub, max, &out[i]);
+            if (st)
+                return st;
+        }
+        return DT_OK;
+    }
+    dt_status st = get_positive_int(c, item, key, max, &out[0]);
+    out[1] = out[0];
+    return st;
+}
+
+static dt_status get_activation(const struct json_ctx *c, const cJSON *item, dt_activation *out)
+{
+    static const char *const names[] = {"linear", "relu", "sigmoid", "tanh"};
+    if (cJSON_IsNull(item)) {
+        *out = DT_ACT_NONE;
+        return DT_OK;
+    }
+    if (cJSON_IsString(item))
+        for (int i = 0; i < 4; i++)
+            if (strcmp(item->valuestring, names[i]) == 0) {
+                *out = (dt_activation)i;
+                return DT_OK;
+            }
+    return field_error(c, "activation", "expected one of \"linear\", \"relu\", \"sigmoid\", \"tanh\"");
+}
+
+static dt_status get_padding(const struct json_ctx *c, const cJSON *item, bool *same)
+{
+    if (cJSON_IsString(item) && strcmp(item->valuestring, "valid") == 0)
+        *same = false;
+    else if (cJSON_IsString(item) && strcmp(item->valuestring, "same") == 0)
+        *same = true;
+    else
+        return field_error(c, "padding", "expected \"valid\" or \"same\"");
+    return DT_OK;
+}
+
+static dt_status parse_layer_type(const struct json_ctx *c, const cJSON *item, dt_layer_kind *out)
+{
+    static const struct {
+        const char *name;
+        dt_layer_kind kind;
+    } types[] = {
+        {"dense", DT_LAYER_DENSE},           {"Dense", DT_LAYER_DENSE},
+        {"conv2d", DT_LAYER_CONV2D},         {"Conv2D", DT_LAYER_CONV2D},
+        {"max_pooling2d", DT_LAYER_MAXPOOL2D}, {"MaxPooling2D", DT_LAYER_MAXPOOL2D},
+        {"MaxPool2D", DT_LAYER_MAXPOOL2D},   {"flatten", DT_LAYER_FLATTEN},
+        {"Flatten", DT_LAYER_FLATTEN},       {"relu", DT_LAYER_RELU},
+        {"ReLU", DT_LAYER_RELU},             {"sigmoid", DT_LAYER_SIGMOID},
+        {"tanh", DT_LAYER_TANH},             {"dropout", DT_LAYER_DROPOUT},
+        {"Dropout", DT_LAYER_DROPOUT},
+    };
+    if (!cJSON_IsString(item))
+        return field_error(c, "type", item ? "expected a string" : "missing");
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (strcmp(item->valuestring, types[i].name) == 0) {
+            *out = types[i].kind;
+            return DT_OK;
+        }
+    return field_error(c, "type",
+                       "unknown layer type '%s' (dense, conv2d, max_pooling2d, flatten, relu, "
+                       "sigmoid, tanh, dropout)",
+                       item->valuestring);
+}
+
+/* Which keys each layer type takes; any other key is an error. */
+static bool key_allowed(dt_layer_kind kind, const char *key)
+{
+    if (strcmp(key, "type") == 0 || strcmp(key, "name") == 0)
+        return true;
+    static const char *const dense[] = {"units", "activation", NULL};
+    static const char *const conv[] = {"filters", "kernel_size", "strides", "padding", "activation",
+                                       NULL};
+    static const char *const pool[] = {"pool_size", "strides", "padding", NULL};
+    static const char *const dropout[] = {"rate", NULL};
+    static const char *const none[] = {NULL};
+    const char *const *list = none;
+    switch (kind) {
+    case DT_LAYER_DENSE: list = dense; break;
+    case DT_LAYER_CONV2D: list = conv; break;
+    case DT_LAYER_MAXPOOL2D: list = pool; break;
+    case DT_LAYER_DROPOUT: list = dropout; break;
+    default: break;
+    }
+    for (; *list; list++)
+        if (strcmp(*list, key) == 0)
+            return true;
+    return false;
+}
+
+static dt_status parse_layer(struct json_ctx *c, const cJSON *obj, dt_layer_spec *l)
+{
+    memset(l, 0, sizeof *l);
+    if (!cJSON_IsObject(obj))
+        return dt_error(DT_ERR_INVALID, "%s: %s: expected an object", c->source, c->field);
+    dt_status st = parse_layer_type(c, cJSON_GetObjectItemCaseSensitive(obj, "type"), &l->kind);
+    if (st)
+        return st;
+    const cJSON *item;
+    cJSON_ArrayForEach(item, obj)
+    {
+        if (!key_allowed(l->kind, item->string))
+            return field_error(c, item->string, "not an option of a %s layer",
+                               auto_name_base(l->kind));
+    }
+    l->strides[0] = l->strides[1] = 0;
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(obj, "name");
+    if (name) {
+        if (!cJSON_IsString(name) || !name->valuestring[0] ||
+            strlen(name->valuestring) >= DT_LAYER_NAME_CAP || strchr(name->valuestring, '/'))
+            return field_error(c, "name", "expected a non-empty string of at most %d characters "
+                                          "without '/'", DT_LAYER_NAME_CAP - 1);
+        snprintf(l->name, sizeof l->name, "%s", name->valuestring);
+    }
+    const cJSON *act = cJSON_GetObjectItemCaseSensitive(obj, "activation");
+    if (act && (st = get_activation(c, act, &l->activation)))
+        return st;
+    const cJSON *pad = cJSON_GetObjectItemCaseSensitive(obj, "padding");
+    if (pad && (st = get_padding(c, pad, &l->same)))
+        return st;
+    const cJSON *strides = cJSON_GetObjectItemCaseSensitive(obj, "strides");
+    if (strides && (st = get_pair(c, strides, "strides", 1 << 16, l->strides)))
+        return st;
+    switch (l->kind) {
+    case DT_LAYER_DENSE:
+        return get_positive_int(c, cJSON_GetObjectItemCaseSensitive(obj, "units"), "units", 1 << 24,
+                                &l->units);
+    case DT_LAYER_CONV2D:
+        if ((st = get_positive_int(c, cJSON_GetObjectItemCaseSensitive(obj, "filters"), "filters",
+                                   1 << 16, &l->filters)))
+            return st;
+        if ((st = get_pair(c, cJSON_GetObjectItemCaseSensitive(obj, "kernel_size"), "kernel_size",
+                           1 << 12, l->kernel)))
+            return st;
+        if (!strides)
+            l->strides[0] = l->strides[1] = 1;
+        return DT_OK;
+    case DT_LAYER_MAXPOOL2D: {
+        const cJSON *ps = cJSON_GetObjectItemCaseSensitive(obj, "pool_size");
+        if (ps) {
+            if ((st = get_pair(c, ps, "pool_size", 1 << 12, l->pool)))
+                return st;
+        } else {
+            l->pool[0] = l->pool[1] = 2; /* Keras's default */
+        }
+        if (!strides)
+            l->strides[0] = l->pool[0], l->strides[1] = l->pool[1];
+        return DT_OK;
+    }
+    case DT_LAYER_DROPOUT: {
+        const cJSON *rate = cJSON_GetObjectItemCaseSensitive(obj, "rate");
+        if (!cJSON_IsNumber(rate) || !(rate->valuedouble >= 0.0 && rate->valuedouble < 1.0))
+            return field_error(c, "rate", "expected a number in [0, 1)");
+        l->rate = (float)rate->valuedouble;
+        return DT_OK;
+    }
+    default:
+        return DT_OK;
+    }
+}
+
+/* Line and column of a byte offset, for syntax errors. */
+static void line_col(const char *text, size_t offset, int *line, int *col)
+{
+    *line = 1, *col = 1;
+    for (size_t i = 0; i < offset && text[i]; i++) {
+        if (text[i] == '\n')
+            (*line)++, *col = 1;
+        else
+            (*col)++;
+    }
+}
+
+static dt_status parse_model_object(struct json_ctx *c, const cJSON *root, dt_model_spec *out)
+{
+    static const char *const keys[] = {"name", "input_shape", "loss", "layers"};
+    const cJSON *item;
+    cJSON_ArrayForEach(item, root)
+    {
+        bool ok = false;
+        for (int i = 0; i < 4; i++)
+            ok |= strcmp(item->string, keys[i]) == 0;
+        if (!ok)
+            return field_error(c, item->string, "unknown key (name, input_shape, loss, layers)");
+    }
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "name");
+    if (name && (!cJSON_IsString(name) || strlen(name->valuestring) >= sizeof out->name))
+        return field_error(c, "name", "expected a string of at most %d characters",
+                           (int)sizeof out->name - 1);
+    snprintf(out->name, sizeof out->name, "%s", name ? name->valuestring : "model");
+
+    const cJSON *shape = cJSON_GetObjectItemCaseSensitive(root, "input_shape");
+    if (shape) {
+        if (!cJSON_IsArray(shape) || cJSON_GetArraySize(shape) != 3)
+            return field_error(c, "input_shape", "expected [height, width, channels]");
+        for (int i = 0; i < 3; i++) {
+            char key[32];
+            snprintf(key, sizeof key, "input_shape[%d]", i);
+            dt_status st = get_positive_int(c, cJSON_GetArrayItem(shape, i), key, 1 << 16,
+                                            &out->input_shape[i]);
+            if (st)
+                return st;
+        }
+    }
+    const cJSON *loss = cJSON_GetObjectItemCaseSensitive(root, "loss");
+    out->loss = DT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY;
+    if (loss) {
+        bool ok = false;
+        if (cJSON_IsString(loss)) {
+            const char *v = loss->valuestring;
+            for (int i = 0; i < 3; i++)
+                if (strcmp(v, loss_names[i]) == 0)
+                    out->loss = (dt_loss_kind)i, ok = true;
+            if (strcmp(v, "mse") == 0)
+                out->loss = DT_LOSS_MEAN_SQUARED_ERROR, ok = true;
+        }
+        if (!ok)
+            return field_error(c, "loss", "expected \"sparse_categorical_crossentropy\", "
+                                          "\"binary_crossentropy\" or \"mean_squared_error\"");
+    }
+    const cJSON *layers = cJSON_GetObjectItemCaseSensitive(root, "layers");
+    if (!cJSON_IsArray(layers) || cJSON_GetArraySize(layers) == 0)
+        return field_error(c, "layers", layers ? "expected a non-empty list" : "missing");
+    if (cJSON_GetArraySize(layers) > DT_MAX_LAYERS)
+        return field_error(c, "layers", "at most %d layers", DT_MAX_LAYERS);
+    int i = 0;
+    cJSON_ArrayForEach(item, layers)
+    {
+        snprintf(c->field, sizeof c->field, "layers[%d]", i);
+        dt_status st = parse_layer(c, item, &out->layers[i]);
+        if (st)
+            return st;
+        i++;
+    }
+    out->n_layers = i;
+    c->field[0] = '\0';
+    return assign_names(out, c->source);
+}
+
+dt_status dt_model_spec_from_json(const char *text, const char *source, dt_model_spec *out)
+{
+    memset(out, 0, sizeof *out);
+    struct json_ctx c = {.source = source};
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
+    if (!root) {
+        const char *at = cJSON_GetErrorPtr();
+        int line = 1, col = 1;
+        if (at && at >= text)
+            line_col(text, (size_t)(at - text), &line, &col);
+        return dt_error(DT_ERR_INVALID, "%s: line %d, column %d: not valid JSON", source, line, col);
+    }
+    dt_status st;
+    if (!cJSON_IsObject(root))
+        st = dt_error(DT_ERR_INVALID, "%s: expected a JSON object describing the model", source);
+    else
+        st = parse_model_object(&c, root, out);
+    cJSON_Delete(root);
+    return st;
+}
+
+/* Model files are small; anything past 16 MiB is not one. */
+#define DT_MODEL_FILE_MAX (16u << 20)
+
+dt_status dt_model_spec_from_json_file(const char *path, dt_model_spec *out)
+{
+    char *text = NULL;
+    dt_status st = DT_OK;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return dt_error(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    text = malloc(DT_MODEL_FILE_MAX + 1);
+    if (!text) {
+        st = dt_error(DT_ERR_NOMEM, "%s: no memory to read it", path);
+        goto fail;
+    }
+    size_t n = fread(text, 1, DT_MODEL_FILE_MAX + 1, f);
+    if (ferror(f)) {
+        st = dt_error(DT_ERR_IO, "%s: read failed: %s", path, strerror(errno));
+        goto fail;
+    }
+    if (n > DT_MODEL_FILE_MAX) {
+        st = dt_error(DT_ERR_INVALID, "%s: larger than %u bytes: not a model file", path,
+                      DT_MODEL_FILE_MAX);
+        goto fail;
+    }
+    if (memchr(text, '\0', n)) {
+        st = dt_error(DT_ERR_INVALID, "%s: offset %zu: a NUL byte: not a JSON text file", path,
+                      (size_t)((char *)memchr(text, '\0', n) - text));
+        goto fail;
+    }
+    text[n] = '\0';
+    st = dt_model_spec_from_json(text, path, out);
+fail:
+    free(text);
+    fclose(f);
+    return st;
+}

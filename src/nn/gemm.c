@@ -1,0 +1,80 @@
+/* Matrix multiply (see include/dtrain/gemm.h). */
+#include "dtrain/gemm.h"
+
+#include <cblas.h>
+
+/* Declared by OpenBLAS's cblas.h as well; repeated in case a cblas.h without it is found. */
+void openblas_set_num_threads(int num_threads);
+
+void dt_gemm_setup(void)
+{
+    static int done;
+    if (!__atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL))
+        openblas_set_num_threads(1);
+}
+
+static void gemm_blas(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+                      const float *B, int ldb, float beta, float *C, int ldc)
+{
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N,
+                K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+struct gemm_job {
+    bool ta, tb, split_rows;
+    int M, N, K, lda, ldb, ldc;
+    float alpha, beta;
+    const float *A, *B;
+    float *C;
+};
+
+static void gemm_task(void *ctx, int task, int n_tasks)
+{
+    const struct gemm_job *j = ctx;
+    long lo, hi;
+    if (j->split_rows) {
+        dt_pool_slice(j->M, task, n_tasks, &lo, &hi);
+        if (hi == lo)
+            return;
+        const float *A = j->ta ? j->A + lo : j->A + lo * j->lda;
+        gemm_blas(j->ta, j->tb, (int)(hi - lo), j->N, j->K, j->alpha, A, j->lda, j->B, j->ldb,
+                  j->beta, j->C + lo * j->ldc, j->ldc);
+    } else {
+        dt_pool_slice(j->N, task, n_tasks, &lo, &hi);
+        if (hi == lo)
+            return;
+        const float *B = j->tb ? j->B + lo * j->ldb : j->B + lo;
+        gemm_blas(j->ta, j->tb, j->M, (int)(hi - lo), j->K, j->alpha, j->A, j->lda, B, j->ldb,
+                  j->beta, j->C + lo, j->ldc);
+    }
+}
+
+void dt_gemm(dt_pool *pool, bool ta, bool tb, int M, int N, int K, float alpha, const float *A,
+             int lda, const float *B, int ldb, float beta, float *C, int ldc)
+{
+    int n_tasks = dt_pool_size(pool);
+    /* Below about a million multiply-adds the hand-off costs more than the second core gives. */
+    if (n_tasks == 1 || (double)M * N * K < 1e6) {
+        gemm_blas(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    struct gemm_job j = {ta, tb, M >= N, M, N, K, lda, ldb, ldc, alpha, beta, A, B, C};
+    dt_pool_run(pool, gemm_task, &j, n_tasks);
+}
+
+void dt_gemm_ref(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+                 const float *B, int ldb, float beta, float *C, int ldc)
+{
+    for (int m = 0; m < M; m++) {
+        for (int n = 0; n < N; n++) {
+            double acc = 0.0;
+            for (int k = 0; k < K; k++) {
+                float a = ta ? A[(long)k * lda + m] : A[(long)m * lda + k];
+                float b = tb ? B[(long)n * ldb + k] : B[(long)k * ldb + n];
+                acc += (double)a * b;
+            }
+            float *c = &C[(long)m * ldc + n];
+            *c = (float)(alpha * acc + (beta == 0.0f ? 0.0 : (double)beta * *c));
+        }
+    }
+}

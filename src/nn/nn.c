@@ -1,0 +1,495 @@
+/* Layer kernels (see include/dtrain/nn.h): dense, activations, conv2d by im2col + GEMM, max
+ * pooling, dropout and losses, each beside its naive reference. */
+#include "dtrain/nn.h"
+
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "dtrain/gemm.h"
+
+/* ---- Dense ---- */
+
+static void add_bias_rows(int B, int OUT, const float *b, float *y)
+{
+    for (int i = 0; i < B; i++)
+        memcpy(y + (size_t)i * OUT, b, (size_t)OUT * sizeof *y);
+}
+
+static void sum_rows_into(int B, int OUT, const float *dy, float *db)
+{
+    for (int i = 0; i < B; i++)
+        for (int o = 0; o < OUT; o++)
+            db[o] += dy[(size_t)i * OUT + o];
+}
+
+void dt_dense_forward(dt_pool *pool, int B, int IN, int OUT, const float *x, const float *w,
+                      const float *b, float *y)
+{
+    add_bias_rows(B, OUT, b, y);
+    dt_gemm(pool, false, false, B, OUT, IN, 1.0f, x, IN, w, OUT, 1.0f, y, OUT);
+}
+
+void dt_dense_backward(dt_pool *pool, int B, int IN, int OUT, const float *x, const float *w,
+                       const float *dy, float *dw, float *db, float *dx)
+{
+    dt_gemm(pool, true, false, IN, OUT, B, 1.0f, x, IN, dy, OUT, 1.0f, dw, OUT);
+    sum_rows_into(B, OUT, dy, db);
+    if (dx)
+        dt_gemm(pool, false, true, B, IN, OUT, 1.0f, dy, OUT, w, OUT, 0.0f, dx, IN);
+}
+
+void dt_dense_forward_ref(int B, int IN, int OUT, const float *x, const float *w, const float *b,
+                          float *y)
+{
+    add_bias_rows(B, OUT, b, y);
+    dt_gemm_ref(false, false, B, OUT, IN, 1.0f, x, IN, w, OUT, 1.0f, y, OUT);
+}
+
+void dt_dense_backward_ref(int B, int IN, int OUT, const float *x, const float *w, const float *dy,
+                           float *dw, float *db, float *dx)
+{
+    dt_gemm_ref(true, false, IN, OUT, B, 1.0f, x, IN, dy, OUT, 1.0f, dw, OUT);
+    sum_rows_into(B, OUT, dy, db);
+    if (dx)
+        dt_gemm_ref(false, true, B, IN, OUT, 1.0f, dy, OUT, w, OUT, 0.0f, dx, IN);
+}
+
+/* ---- Activations ---- */
+
+static float sigmoidf(float v)
+{
+    /* Two branches so that exp never overflows. */
+    if (v >= 0.0f)
+        return 1.0f / (1.0f + expf(-v));
+    float e = expf(v);
+    return e / (1.0f + e);
+}
+
+void dt_act_forward(dt_activation act, size_t n, float *y)
+{
+    switch (act) {
+    case DT_ACT_NONE:
+        break;
+    case DT_ACT_RELU:
+        for (size_t i = 0; i < n; i++)
+            y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+        break;
+    case DT_ACT_SIGMOID:
+        for (size_t i = 0; i < n; i++)
+            y[i] = sigmoidf(y[i]);
+        break;
+    case DT_ACT_TANH:
+        for (size_t i = 0; i < n; i++)
+            y[i] = tanhf(y[i]);
+        break;
+    }
+}
+
+void dt_act_backward(dt_activation act, size_t n, const float *y, float *dy)
+{
+    switch (act) {
+    case DT_ACT_NONE:
+        break;
+    case DT_ACT_RELU:
+        /* Zero gradient at 0, as TensorFlow and PyTorch do. */
+        for (size_t i = 0; i < n; i++)
+            dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+        break;
+    case DT_ACT_SIGMOID:
+        for (size_t i = 0; i < n; i++)
+            dy[i] *= y[i] * (1.0f - y[i]);
+        break;
+    case DT_ACT_TANH:
+        for (size_t i = 0; i < n; i++)
+            dy[i] *= 1.0f - y[i] * y[i];
+        break;
+    }
+}
+
+/* ---- Conv2D ---- */
+
+static void same_padding(int in, int k, int s, int *out, int *pad_before)
+{
+    *out = (in + s - 1) / s;
+    int total = (*out - 1) * s + k - in;
+    if (total < 0)
+        total = 0;
+    *pad_before = total / 2;
+}
+
+bool dt_conv_geom_init(dt_conv_geom *g, int H, int W, int C, int KH, int KW, int OC, int SH, int SW,
+                       bool same)
+{
+    memset(g, 0, sizeof *g);
+    if (H <= 0 || W <= 0 || C <= 0 || KH <= 0 || KW <= 0 || OC <= 0 || SH <= 0 || SW <= 0)
+        return false;
+    g->H = H, g->W = W, g->C = C, g->KH = KH, g->KW = KW, g->OC = OC, g->SH = SH, g->SW = SW;
+    if (same) {
+        same_padding(H, KH, SH, &g->OH, &g->pad_top);
+        same_padding(W, KW, SW, &g->OW, &g->pad_left);
+    } else {
+        g->OH = H >= KH ? (H - KH) / SH + 1 : 0;
+        g->OW = W >= KW ? (W - KW) / SW + 1 : 0;
+    }
+    return g->OH > 0 && g->OW > 0;
+}
+
+void dt_conv2d_forward_ref(const dt_conv_geom *g, int B, const float *x, const float *w,
+                           const float *b, float *y)
+{
+    for (int n = 0; n < B; n++)
+        for (int oh = 0; oh < g->OH; oh++)
+            for (int ow = 0; ow < g->OW; ow++)
+                for (int oc = 0; oc < g->OC; oc++) {
+                    double acc = b[oc];
+                    for (int kh = 0; kh < g->KH; kh++) {
+                        int ih = oh * g->SH - g->pad_top + kh;
+                        if (ih < 0 || ih >= g->H)
+                            continue;
+                        for (int kw = 0; kw < g->KW; kw++) {
+                            int iw = ow * g->SW - g->pad_left + kw;
+                            if (iw < 0 || iw >= g->W)
+                                continue;
+                            for (int c = 0; c < g->C; c++)
+                                acc += (double)x[(((size_t)n * g->H + ih) * g->W + iw) * g->C + c] *
+                                       w[((size_t)(kh * g->KW + kw) * g->C + c) * g->OC + oc];
+                        }
+                    }
+                    y[(((size_t)n * g->OH + oh) * g->OW + ow) * g->OC + oc] = (float)acc;
+                }
+}
+
+void dt_conv2d_backward_ref(const dt_conv_geom *g, int B, const float *x, const float *w,
+                            const float *dy, float *dw, float *db, float *dx)
+{
+    if (dx)
+        memset(dx, 0, (size_t)B * g->H * g->W * g->C * sizeof *dx);
+    for (int n = 0; n < B; n++)
+        for (int oh = 0; oh < g->OH; oh++)
+            for (int ow = 0; ow < g->OW; ow++)
+                for (int oc = 0; oc < g->OC; oc++) {
+                    float d = dy[(((size_t)n * g->OH + oh) * g->OW + ow) * g->OC + oc];
+                    db[oc] += d;
+                    for (int kh = 0; kh < g->KH; kh++) {
+                        int ih = oh * g->SH - g->pad_top + kh;
+                        if (ih < 0 || ih >= g->H)
+                            continue;
+                        for (int kw = 0; kw < g->KW; kw++) {
+                            int iw = ow * g->SW - g->pad_left + kw;
+                            if (iw < 0 || iw >= g->W)
+                                continue;
+                            for (int c = 0; c < g->C; c++) {
+                                size_t xi = (((size_t)n * g->H + ih) * g->W + iw) * g->C + c;
+                                size_t wi = ((size_t)(kh * g->KW + kw) * g->C + c) * g->OC + oc;
+                                dw[wi] += x[xi] * d;
+                                if (dx)
+                                    dx[xi] += w[wi] * d;
+                            }
+                        }
+                    }
+                }
+}
+
+/* Per-thread scratch for the GEMM path: the im2col matrix of one example, then a partial weight
+ * gradient and bias gradient, so threads never add into shared memory. */
+static size_t cols_elems(const dt_conv_geom *g)
+{
+    return (size_t)g->OH * g->OW * g->KH * g->KW * g->C;
+}
+
+static size_t thread_scratch_elems(const dt_conv_geom *g)
+{
+    size_t kkc = (size_t)g->KH * g->KW * g->C;
+    size_t n = cols_elems(g) + kkc * g->OC + g->OC;
+    return (n + 15) / 16 * 16;
+}
+
+size_t dt_conv2d_scratch_elems(const dt_conv_geom *g, int n_threads)
+{
+    return thread_scratch_elems(g) * (size_t)n_threads;
+}
+
+/* x (H, W, C) of one example -> cols (OH * OW, KH * KW * C), zeros where the window hangs over the
+ * padding. */
+static void im2col(const dt_conv_geom *g, const float *x, float *cols)
+{
+    int KC = g->KW * g->C;
+    for (int oh = 0; oh < g->OH; oh++)
+        for (int ow = 0; ow < g->OW; ow++) {
+            float *row = cols + ((size_t)oh * g->OW + ow) * g->KH * KC;
+            for (int kh = 0; kh < g->KH; kh++) {
+                int ih = oh * g->SH - g->pad_top + kh;
+                float *dst = row + (size_t)kh * KC;
+                if (ih < 0 || ih >= g->H) {
+                    memset(dst, 0, (size_t)KC * sizeof *dst);
+                    continue;
+                }
+                for (int kw = 0; kw < g->KW; kw++) {
+                    int iw = ow * g->SW - g->pad_left + kw;
+                    if (iw < 0 || iw >= g->W)
+                        memset(dst + kw * g->C, 0, (size_t)g->C * sizeof *dst);
+                    else
+                        memcpy(dst + kw * g->C, x + ((size_t)ih * g->W + iw) * g->C,
+                               (size_t)g->C * sizeof *dst);
+                }
+            }
+        }
+}
+
+/* The adjoint of im2col: adds cols back into dx (H, W, C) of one example. */
+static void col2im_add(const dt_conv_geom *g, const float *cols, float *dx)
+{
+    int KC = g->KW * g->C;
+    for (int oh = 0; oh < g->OH; oh++)
+        for (int ow = 0; ow < g->OW; ow++) {
+            const float *row = cols + ((size_t)oh * g->OW + ow) * g->KH * KC;
+            for (int kh = 0; kh < g->KH; kh++) {
+                int ih = oh * g->SH - g->pad_top + kh;
+                if (ih < 0 || ih >= g->H)
+                    continue;
+                for (int kw = 0; kw < g->KW; kw++) {
+                    int iw = ow * g->SW - g->pad_left + kw;
+                    if (iw < 0 || iw >= g->W)
+                        continue;
+                    const float *src = row + (size_t)kh * KC + kw * g->C;
+                    float *dst = dx + ((size_t)ih * g->W + iw) * g->C;
+                    for (int c = 0; c < g->C; c++)
+                        dst[c] += src[c];
+                }
+            }
+        }
+}
+
+struct conv_job {
+    const dt_conv_geom *g;
+    int B;
+    const float *x, *w, *b, *dy;
+    float *y, *dx, *scratch;
+};
+
+static void conv_forward_task(void *ctx, int task, int n_tasks)
+{
+    const struct conv_job *j = ctx;
+    const dt_conv_geom *g = j->g;
+    float *cols = j->scratch + thread_scratch_elems(g) * task;
+    size_t in_elems = (size_t)g->H * g->W * g->C, out_pix = (size_t)g->OH * g->OW;
+    int KKC = g->KH * g->KW * g->C;
+    long lo, hi;
+    dt_pool_slice(j->B, task, n_tasks, &lo, &hi);
+    for (long n = lo; n < hi; n++) {
+        im2col(g, j->x + n * in_elems, cols);
+        float *y = j->y + n * out_pix * g->OC;
+        add_bias_rows((int)out_pix, g->OC, j->b, y);
+        dt_gemm(NULL, false, false, (int)out_pix, g->OC, KKC, 1.0f, cols, KKC, j->w, g->OC, 1.0f,
+                y, g->OC);
+    }
+}
+
+void dt_conv2d_forward(dt_pool *pool, const dt_conv_geom *g, int B, const float *x, const float *w,
+                       const float *b, float *y, float *scratch)
+{
+    struct conv_job j = {g, B, x, w, b, NULL, y, NULL, scratch};
+    dt_pool_run(pool, conv_forward_task, &j, dt_pool_size(pool));
+}
+
+static void conv_backward_task(void *ctx, int task, int n_tasks)
+{
+    const struct conv_job *j = ctx;
+    const dt_conv_geom *g = j->g;
+    float *cols = j->scratch + thread_scratch_elems(g) * task;
+    int KKC = g->KH * g->KW * g->C;
+    float *dw_part = cols + cols_elems(g);
+    float *db_part = dw_part + (size_t)KKC * g->OC;
+    size_t in_elems = (size_t)g->H * g->W * g->C, out_pix = (size_t)g->OH * g->OW;
+    memset(dw_part, 0, ((size_t)KKC * g->OC + g->OC) * sizeof *dw_part);
+    long lo, hi;
+    dt_pool_slice(j->B, task, n_tasks, &lo, &hi);
+    for (long n = lo; n < hi; n++) {
+        const float *dy = j->dy + n * out_pix * g->OC;
+        im2col(g, j->x + n * in_elems, cols);
+        dt_gemm(NULL, true, false, KKC, g->OC, (int)out_pix, 1.0f, cols, KKC, dy, g->OC, 1.0f,
+                dw_part, g->OC);
+        sum_rows_into((int)out_pix, g->OC, dy, db_part);
+        if (j->dx) {
+            /* cols is free again: reuse it for the gradient of the patches. */
+            dt_gemm(NULL, false, true, (int)out_pix, KKC, g->OC, 1.0f, dy, g->OC, j->w, g->OC,
+                    0.0f, cols, KKC);
+            float *dx = j->dx + n * in_elems;
+            memset(dx, 0, in_elems * sizeof *dx);
+            col2im_add(g, cols, dx);
+        }
+    }
+}
+
+void dt_conv2d_backward(dt_pool *pool, const dt_conv_geom *g, int B, const float *x,
+                        const float *w, const float *dy, float *dw, float *db, float *dx,
+                        float *scratch)
+{
+    int n_tasks = dt_pool_size(pool);
+    struct conv_job j = {g, B, x, w, NULL, dy, NULL, dx, scratch};
+    dt_pool_run(pool, conv_backward_task, &j, n_tasks);
+    /* Partials are added in task order, so the sum depends only on the thread count. */
+    size_t n_w = (size_t)g->KH * g->KW * g->C * g->OC;
+    for (int t = 0; t < n_tasks; t++) {
+        const float *dw_part = scratch + thread_scratch_elems(g) * t + cols_elems(g);
+        for (size_t i = 0; i < n_w; i++)
+            dw[i] += dw_part[i];
+        for (int oc = 0; oc < g->OC; oc++)
+            db[oc] += dw_part[n_w + oc];
+    }
+}
+
+/* ---- MaxPool2D ---- */
+
+bool dt_pool_geom_init(dt_pool_geom *g, int H, int W, int C, int PH, int PW, int SH, int SW,
+                       bool same)
+{
+    memset(g, 0, sizeof *g);
+    if (H <= 0 || W <= 0 || C <= 0 || PH <= 0 || PW <= 0 || SH <= 0 || SW <= 0)
+        return false;
+    g->H = H, g->W = W, g->C = C, g->PH = PH, g->PW = PW, g->SH = SH, g->SW = SW;
+    if (same) {
+        same_padding(H, PH, SH, &g->OH, &g->pad_top);
+        same_padding(W, PW, SW, &g->OW, &g->pad_left);
+    } else {
+        g->OH = H >= PH ? (H - PH) / SH + 1 : 0;
+        g->OW = W >= PW ? (W - PW) / SW + 1 : 0;
+    }
+    return g->OH > 0 && g->OW > 0;
+}
+
+void dt_maxpool_forward(const dt_pool_geom *g, int B, const float *x, float *y, int32_t *arg)
+{
+    size_t in_elems = (size_t)g->H * g->W * g->C;
+    for (int n = 0; n < B; n++) {
+        const float *xn = x + n * in_elems;
+        for (int oh = 0; oh < g->OH; oh++)
+            for (int ow = 0; ow < g->OW; ow++) {
+                size_t o = (((size_t)n * g->OH + oh) * g->OW + ow) * g->C;
+                bool first = true;
+                for (int ph = 0; ph < g->PH; ph++) {
+                    int ih = oh * g->SH - g->pad_top + ph;
+                    if (ih < 0 || ih >= g->H)
+                        continue;
+                    for (int pw = 0; pw < g->PW; pw++) {
+                        int iw = ow * g->SW - g->pad_left + pw;
+                        if (iw < 0 || iw >= g->W)
+                            continue;
+                        int32_t base = (int32_t)(((size_t)ih * g->W + iw) * g->C);
+                        for (int c = 0; c < g->C; c++) {
+                            float v = xn[base + c];
+                            if (first || v > y[o + c]) {
+                                y[o + c] = v;
+                                arg[o + c] = base + c;
+                            }
+                        }
+                        first = false;
+                    }
+                }
+            }
+    }
+}
+
+void dt_maxpool_backward(const dt_pool_geom *g, int B, const float *dy, const int32_t *arg,
+                         float *dx)
+{
+    size_t in_elems = (size_t)g->H * g->W * g->C, out_elems = (size_t)g->OH * g->OW * g->C;
+    memset(dx, 0, (size_t)B * in_elems * sizeof *dx);
+    for (int n = 0; n < B; n++)
+        for (size_t i = 0; i < out_elems; i++)
+            dx[n * in_elems + arg[n * out_elems + i]] += dy[n * out_elems + i];
+}
+
+/* ---- Dropout ---- */
+
+void dt_dropout_forward(size_t n, float rate, dt_rng *rng, float *y, float *mask)
+{
+    float keep = 1.0f - rate, scale = 1.0f / keep;
+    for (size_t i = 0; i < n; i++) {
+        mask[i] = dt_rng_uniform(rng) < keep ? scale : 0.0f;
+        y[i] *= mask[i];
+    }
+}
+
+void dt_dropout_backward(size_t n, const float *mask, float *dy)
+{
+    for (size_t i = 0; i < n; i++)
+        dy[i] *= mask[i];
+}
+
+/* ---- Losses ---- */
+
+void dt_softmax_xent_forward(int B, int K, const float *logits, const int32_t *labels, float *prob,
+                             float *loss)
+{
+    for (int i = 0; i < B; i++) {
+        const float *z = logits + (size_t)i * K;
+        float *p = prob + (size_t)i * K;
+        float m = z[0];
+        for (int k = 1; k < K; k++)
+            m = z[k] > m ? z[k] : m;
+        double sum = 0.0;
+        for (int k = 0; k < K; k++) {
+            p[k] = expf(z[k] - m);
+            sum += p[k];
+        }
+        float inv = (float)(1.0 / sum);
+        for (int k = 0; k < K; k++)
+            p[k] *= inv;
+        /* log-sum-exp minus the true logit, computed from the logits rather than log(p) so that
+         * a confident wrong answer gives a large finite loss instead of -log(0). */
+        loss[i] = (float)(log(sum) + m - z[labels[i]]);
+    }
+}
+
+void dt_softmax_xent_backward(int B, int K, const float *prob, const int32_t *labels, float scale,
+                              float *dlogits)
+{
+    for (int i = 0; i < B; i++) {
+        for (int k = 0; k < K; k++)
+            dlogits[(size_t)i * K + k] = scale * prob[(size_t)i * K + k];
+        dlogits[(size_t)i * K + labels[i]] -= scale;
+    }
+}
+
+void dt_bce_logits_forward(int B, int K, const float *logits, const float *targets, float *loss)
+{
+    for (int i = 0; i < B; i++) {
+        double acc = 0.0;
+        for (int k = 0; k < K; k++) {
+            float z = logits[(size_t)i * K + k], t = targets[(size_t)i * K + k];
+            /* max(z, 0) - z t + log(1 + exp(-|z|)): TensorFlow's stable form. */
+            acc += (z > 0.0f ? z : 0.0f) - z * t + log1pf(expf(-fabsf(z)));
+        }
+        loss[i] = (float)(acc / K);
+    }
+}
+
+void dt_bce_logits_backward(int B, int K, const float *logits, const float *targets, float scale,
+                            float *dlogits)
+{
+    float s = scale / (float)K;
+    for (size_t i = 0; i < (size_t)B * K; i++)
+        dlogits[i] = s * (sigmoidf(logits[i]) - targets[i]);
+}
+
+void dt_mse_forward(int B, int K, const float *pred, const float *targets, float *loss)
+{
+    for (int i = 0; i < B; i++) {
+        double acc = 0.0;
+        for (int k = 0; k < K; k++) {
+            double d = (double)pred[(size_t)i * K + k] - targets[(size_t)i * K + k];
+            acc += d * d;
+        }
+        loss[i] = (float)(acc / K);
+    }
+}
+
+void dt_mse_backward(int B, int K, const float *pred, const float *targets, float scale,
+                     float *dpred)
+{
+    float s = 2.0f * scale / (float)K;
+    for (size_t i = 0; i < (size_t)B * K; i++)
+        dpred[i] = s * (pred[i] - targets[i]);
+}
