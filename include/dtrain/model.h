@@ -56,6 +56,8 @@ void dt_model_backward(dt_model *m, int B);
 
 void dt_model_zero_grads(dt_model *m);
 
+/* Sets the seed of dropout masks and restarts their sequence: the next training forward draws
+ * the same masks as the first one after the previous call with this seed. */
 void dt_model_set_dropout_seed(dt_model *m, uint64_t seed);
 
 /* A Keras-style table of layers, output shapes and parameter counts. */

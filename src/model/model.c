@@ -285,7 +285,11 @@ dt_arena *dt_model_grads(dt_model *m) { return &m->grads; }
 const dt_model_spec *dt_model_spec_of(const dt_model *m) { return &m->spec; }
 int dt_model_num_outputs(const dt_model *m) { return m->K; }
 int dt_model_max_batch(const dt_model *m) { return m->max_batch; }
-void dt_model_set_dropout_seed(dt_model *m, uint64_t seed) { m->dropout_seed = seed; }
+void dt_model_set_dropout_seed(dt_model *m, uint64_t seed)
+{
+    m->dropout_seed = seed;
+    m->training_forwards = 0;
+}
 
 size_t dt_model_input_elems(const dt_model *m)
 {

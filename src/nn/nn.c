@@ -160,34 +160,65 @@ void dt_conv2d_forward_ref(const dt_conv_geom *g, int B, const float *x, const f
                 }
 }
 
+/* Each gradient element is summed in double over everything that feeds it, so the reference is
+ * more precise than any float kernel it checks. */
 void dt_conv2d_backward_ref(const dt_conv_geom *g, int B, const float *x, const float *w,
                             const float *dy, float *dw, float *db, float *dx)
 {
-    if (dx)
-        memset(dx, 0, (size_t)B * g->H * g->W * g->C * sizeof *dx);
-    for (int n = 0; n < B; n++)
-        for (int oh = 0; oh < g->OH; oh++)
-            for (int ow = 0; ow < g->OW; ow++)
+    for (int oc = 0; oc < g->OC; oc++) {
+        double acc = 0.0;
+        for (size_t p = 0; p < (size_t)B * g->OH * g->OW; p++)
+            acc += dy[p * g->OC + oc];
+        db[oc] += (float)acc;
+    }
+    for (int kh = 0; kh < g->KH; kh++)
+        for (int kw = 0; kw < g->KW; kw++)
+            for (int c = 0; c < g->C; c++)
                 for (int oc = 0; oc < g->OC; oc++) {
-                    float d = dy[(((size_t)n * g->OH + oh) * g->OW + ow) * g->OC + oc];
-                    db[oc] += d;
-                    for (int kh = 0; kh < g->KH; kh++) {
-                        int ih = oh * g->SH - g->pad_top + kh;
-                        if (ih < 0 || ih >= g->H)
-                            continue;
-                        for (int kw = 0; kw < g->KW; kw++) {
-                            int iw = ow * g->SW - g->pad_left + kw;
-                            if (iw < 0 || iw >= g->W)
+                    double acc = 0.0;
+                    for (int n = 0; n < B; n++)
+                        for (int oh = 0; oh < g->OH; oh++) {
+                            int ih = oh * g->SH - g->pad_top + kh;
+                            if (ih < 0 || ih >= g->H)
                                 continue;
-                            for (int c = 0; c < g->C; c++) {
-                                size_t xi = (((size_t)n * g->H + ih) * g->W + iw) * g->C + c;
-                                size_t wi = ((size_t)(kh * g->KW + kw) * g->C + c) * g->OC + oc;
-                                dw[wi] += x[xi] * d;
-                                if (dx)
-                                    dx[xi] += w[wi] * d;
+                            for (int ow = 0; ow < g->OW; ow++) {
+                                int iw = ow * g->SW - g->pad_left + kw;
+                                if (iw < 0 || iw >= g->W)
+                                    continue;
+                                acc += (double)x[(((size_t)n * g->H + ih) * g->W + iw) * g->C + c] *
+                                       dy[(((size_t)n * g->OH + oh) * g->OW + ow) * g->OC + oc];
                             }
                         }
+                    dw[((size_t)(kh * g->KW + kw) * g->C + c) * g->OC + oc] += (float)acc;
+                }
+    if (!dx)
+        return;
+    for (int n = 0; n < B; n++)
+        for (int ih = 0; ih < g->H; ih++)
+            for (int iw = 0; iw < g->W; iw++)
+                for (int c = 0; c < g->C; c++) {
+                    double acc = 0.0;
+                    for (int kh = 0; kh < g->KH; kh++) {
+                        /* Output rows whose window puts tap kh on input row ih. */
+                        int t = ih + g->pad_top - kh;
+                        if (t < 0 || t % g->SH)
+                            continue;
+                        int oh = t / g->SH;
+                        if (oh >= g->OH)
+                            continue;
+                        for (int kw = 0; kw < g->KW; kw++) {
+                            int u = iw + g->pad_left - kw;
+                            if (u < 0 || u % g->SW)
+                                continue;
+                            int ow = u / g->SW;
+                            if (ow >= g->OW)
+                                continue;
+                            for (int oc = 0; oc < g->OC; oc++)
+                                acc += (double)w[((size_t)(kh * g->KW + kw) * g->C + c) * g->OC + oc] *
+                                       dy[(((size_t)n * g->OH + oh) * g->OW + ow) * g->OC + oc];
+                        }
                     }
+                    dx[(((size_t)n * g->H + ih) * g->W + iw) * g->C + c] = (float)acc;
                 }
 }
 

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Runs every test suite against the build in $1 and prints the total as the last line:
+# "N passed, N failed". A suite that dies before reporting counts as one failure.
+set -u
+build=${1:-build}
+here=$(cd "$(dirname "$0")" && pwd)
+cd "$here/.."
+work=$(mktemp -d /tmp/dtrain-run-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+passed=0
+failed=0
+run_suite() { # name, counts file, command...
+    local name=$1 counts=$2
+    shift 2
+    echo "== $name"
+    "$@"
+    if [ -s "$counts" ]; then
+        read -r p f < "$counts"
+        passed=$((passed + p))
+        failed=$((failed + f))
+    else
+        echo "FAIL $name: the suite ended without reporting"
+        failed=$((failed + 1))
+    fi
+}
+run_suite unit "$work/unit" "$build/tests/unit" --counts "$work/unit"
+run_suite cli "$work/cli" bash tests/cli.sh "$build" "$work/cli"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

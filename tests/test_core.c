@@ -1,0 +1,178 @@
+/* Core: CRC32C, RNG, arenas, the thread pool, error messages. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain/arena.h"
+#include "dtrain/crc32c.h"
+#include "dtrain/pool.h"
+#include "dtrain/rng.h"
+#include "test.h"
+
+TEST(crc32c_test_vectors)
+{
+    CHECK(dt_crc32c("123456789", 9) == 0xE3069283u);
+    CHECK(dt_crc32c_mask(dt_crc32c("123456789", 9)) == 0xC78AB0E5u);
+    CHECK(dt_crc32c("", 0) == 0u);
+    CHECK(dt_crc32c_mask(0) == 0xA282EAD8u);
+}
+
+TEST(crc32c_fast_matches_table_at_every_length_and_split)
+{
+    uint8_t buf[300];
+    dt_rng r;
+    dt_rng_seed(&r, 7);
+    for (size_t i = 0; i < sizeof buf; i++)
+        buf[i] = (uint8_t)dt_rng_next(&r);
+    for (size_t n = 0; n <= sizeof buf; n++) {
+        uint32_t ref = dt_crc32c_extend_ref(0, buf, n);
+        CHECK_MSG(dt_crc32c(buf, n) == ref, "length %zu", n);
+        size_t half = n / 3;
+        CHECK_MSG(dt_crc32c_extend(dt_crc32c(buf, half), buf + half, n - half) == ref,
+                  "split at %zu of %zu", half, n);
+    }
+}
+
+TEST(rng_is_reproducible_and_bounded)
+{
+    dt_rng a, b;
+    dt_rng_seed(&a, 42);
+    dt_rng_seed(&b, 42);
+    for (int i = 0; i < 100; i++)
+        CHECK(dt_rng_next(&a) == dt_rng_next(&b));
+    dt_rng_seed(&b, 43);
+    CHECK(dt_rng_next(&a) != dt_rng_next(&b));
+    int counts[7] = {0};
+    for (int i = 0; i < 70000; i++) {
+        uint64_t v = dt_rng_below(&a, 7);
+        CHECK(v < 7);
+        counts[v < 7 ? v : 0]++;
+        float u = dt_rng_uniform(&a);
+        CHECK(u >= 0.0f && u < 1.0f);
+    }
+    for (int k = 0; k < 7; k++)
+        CHECK_MSG(counts[k] > 9000 && counts[k] < 11000, "value %d drawn %d times of 70000", k,
+                  counts[k]);
+}
+
+TEST(rng_shuffle_is_a_permutation)
+{
+    uint32_t idx[1000];
+    int seen[1000] = {0};
+    for (uint32_t i = 0; i < 1000; i++)
+        idx[i] = i;
+    dt_rng r;
+    dt_rng_seed(&r, 3);
+    dt_rng_shuffle_u32(&r, idx, 1000);
+    int moved = 0;
+    for (uint32_t i = 0; i < 1000; i++) {
+        CHECK(idx[i] < 1000);
+        seen[idx[i] % 1000]++;
+        moved += idx[i] != i;
+    }
+    for (int i = 0; i < 1000; i++)
+        CHECK(seen[i] == 1);
+    CHECK(moved > 900);
+}
+
+TEST(arena_views_are_aligned_named_and_mirrored)
+{
+    dt_arena a, g;
+    dt_arena_init(&a);
+    dt_arena_init(&g);
+    int d1[2] = {3, 5}, d2[1] = {7}, d3[4] = {2, 2, 1, 3};
+    int i1, i2, i3;
+    CHECK_OK(dt_arena_add(&a, "dense/kernel", 2, d1, &i1));
+    CHECK_OK(dt_arena_add(&a, "dense/bias", 1, d2, &i2));
+    CHECK_OK(dt_arena_add(&a, "conv2d/kernel", 4, d3, &i3));
+    CHECK_OK(dt_arena_commit(&a));
+    CHECK(a.n_views == 3);
+    CHECK(dt_arena_payload_elems(&a) == 15 + 7 + 12);
+    for (int i = 0; i < a.n_views; i++)
+        CHECK(((uintptr_t)dt_arena_view_data(&a, i) & 63) == 0);
+    CHECK(dt_arena_find(&a, "dense/bias") == i2);
+    CHECK(dt_arena_find(&a, "nope") == -1);
+    CHECK_OK(dt_arena_mirror(&g, &a, "adam/m/"));
+    CHECK(g.n_elems == a.n_elems);
+    CHECK(dt_arena_find(&g, "adam/m/conv2d/kernel") == i3);
+    CHECK(g.views[i3].offset == a.views[i3].offset);
+    uint32_t before = dt_arena_checksum(&a);
+    dt_arena_view_data(&a, i2)[6] = 1.0f;
+    CHECK(dt_arena_checksum(&a) != before);
+    /* Padding is not part of the checksum. */
+    uint32_t with_value = dt_arena_checksum(&a);
+    a.data[a.views[i2].offset + 7] = 5.0f;
+    CHECK(dt_arena_checksum(&a) == with_value);
+    int bad[1] = {0};
+    CHECK_ERR(dt_arena_add(&g, "late", 1, d2, NULL), DT_ERR_INVALID, "after commit");
+    dt_arena_free(&a);
+    dt_arena_init(&a);
+    CHECK_ERR(dt_arena_add(&a, "zero", 1, bad, NULL), DT_ERR_INVALID, "zero");
+    dt_arena_free(&a);
+    dt_arena_free(&g);
+}
+
+struct pool_probe {
+    int hits[64];
+};
+
+static void probe_task(void *ctx, int task, int n_tasks)
+{
+    struct pool_probe *p = ctx;
+    (void)n_tasks;
+    __atomic_add_fetch(&p->hits[task], 1, __ATOMIC_RELAXED);
+}
+
+TEST(pool_runs_every_task_once)
+{
+    for (int threads = 1; threads <= 4; threads++) {
+        dt_pool *pool;
+        CHECK_OK(dt_pool_create(threads, &pool));
+        CHECK(dt_pool_size(pool) == threads);
+        for (int rep = 0; rep < 200; rep++) {
+            struct pool_probe p = {{0}};
+            int n = 1 + rep % 13;
+            dt_pool_run(pool, probe_task, &p, n);
+            for (int t = 0; t < n; t++)
+                CHECK(p.hits[t] == 1);
+            CHECK(p.hits[n] == 0);
+        }
+        dt_pool_destroy(pool);
+    }
+    dt_pool *pool;
+    CHECK_ERR(dt_pool_create(0, &pool), DT_ERR_INVALID, "thread count");
+}
+
+TEST(pool_slices_cover_everything_in_order)
+{
+    for (long n = 0; n < 40; n++)
+        for (int tasks = 1; tasks < 7; tasks++) {
+            long expect = 0;
+            for (int t = 0; t < tasks; t++) {
+                long lo, hi;
+                dt_pool_slice(n, t, tasks, &lo, &hi);
+                CHECK(lo == expect);
+                CHECK(hi >= lo && hi - lo <= n / tasks + 1);
+                expect = hi;
+            }
+            CHECK(expect == n);
+        }
+}
+
+TEST(error_messages_carry_context)
+{
+    CHECK(dt_error(DT_ERR_FORMAT, "%s: offset %d: bad", "f.idx", 12) == DT_ERR_FORMAT);
+    CHECK(strcmp(dt_last_error(), "f.idx: offset 12: bad") == 0);
+    CHECK(dt_error_prefix(DT_ERR_INVALID, "--data") == DT_ERR_INVALID);
+    CHECK(strcmp(dt_last_error(), "--data: f.idx: offset 12: bad") == 0);
+    char big[3000];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    dt_error(DT_ERR_IO, "%s", big);
+    dt_error_prefix(DT_ERR_IO, "prefix");
+    CHECK(strncmp(dt_last_error(), "prefix: xxx", 11) == 0);
+    CHECK(strlen(dt_last_error()) < 1024);
+    dt_error_clear();
+    CHECK(dt_last_error()[0] == '\0');
+    CHECK(strcmp(dt_status_name(DT_ERR_NUMERIC), "numeric error") == 0);
+}

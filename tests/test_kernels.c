@@ -1,0 +1,309 @@
+/* Fast kernels against their naive references, at odd sizes, on one and several threads. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain/convpool.h"
+#include "dtrain/gemm.h"
+#include "dtrain/nn.h"
+#include "dtrain/rng.h"
+#include "test.h"
+
+static float *random_floats(dt_rng *r, size_t n, float lo, float hi)
+{
+    float *p = malloc((n ? n : 1) * sizeof *p);
+    for (size_t i = 0; i < n; i++)
+        p[i] = lo + (hi - lo) * dt_rng_uniform(r);
+    return p;
+}
+
+static float *copy_floats(const float *src, size_t n)
+{
+    float *p = malloc((n ? n : 1) * sizeof *p);
+    memcpy(p, src, n * sizeof *p);
+    return p;
+}
+
+/* Largest |a - b| over n, relative to max(1, |b|). */
+static double max_rel_diff(const float *a, const float *b, size_t n)
+{
+    double worst = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]) / fmax(1.0, fabs(b[i]));
+        if (d > worst || d != d)
+            worst = d != d ? INFINITY : d;
+    }
+    return worst;
+}
+
+static dt_pool *pool_of(int threads)
+{
+    dt_pool *p = NULL;
+    if (dt_pool_create(threads, &p) != DT_OK)
+        abort();
+    return p;
+}
+
+TEST(gemm_matches_reference_in_every_layout)
+{
+    static const int sizes[][3] = {{1, 1, 1}, {7, 13, 5}, {33, 17, 65}, {64, 300, 9}, {130, 3, 40}};
+    dt_rng r;
+    dt_rng_seed(&r, 1);
+    dt_gemm_setup();
+    dt_pool *pool = pool_of(2);
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                for (int threads = 1; threads <= 2; threads++) {
+                    int M = sizes[s][0], N = sizes[s][1], K = sizes[s][2];
+                    /* Leading dimensions wider than the matrices, to catch stride mistakes. */
+                    int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 2, ldc = N + 5;
+                    float *A = random_floats(&r, (size_t)(ta ? K : M) * lda, -1, 1);
+                    float *B = random_floats(&r, (size_t)(tb ? N : K) * ldb, -1, 1);
+                    float *C = random_floats(&r, (size_t)M * ldc, -1, 1);
+                    float *C_ref = copy_floats(C, (size_t)M * ldc);
+                    dt_gemm(threads == 2 ? pool : NULL, ta, tb, M, N, K, 0.5f, A, lda, B, ldb, 0.25f,
+                            C, ldc);
+                    dt_gemm_ref(ta, tb, M, N, K, 0.5f, A, lda, B, ldb, 0.25f, C_ref, ldc);
+                    double d = max_rel_diff(C, C_ref, (size_t)M * ldc);
+                    CHECK_MSG(d < 1e-5, "M=%d N=%d K=%d ta=%d tb=%d threads=%d: diff %g", M, N, K,
+                              ta, tb, threads, d);
+                    free(A), free(B), free(C), free(C_ref);
+                }
+    dt_pool_destroy(pool);
+}
+
+TEST(gemm_large_split_over_threads_matches_one_thread)
+{
+    /* The tutorial's dense layer shapes, big enough that dt_gemm really splits the work. */
+    dt_rng r;
+    dt_rng_seed(&r, 2);
+    dt_pool *pool = pool_of(2);
+    int M = 64, N = 64, K = 5408;
+    float *A = random_floats(&r, (size_t)M * K, -1, 1), *B = random_floats(&r, (size_t)K * N, -1, 1);
+    float *C1 = calloc((size_t)M * N, sizeof *C1), *C2 = calloc((size_t)M * N, sizeof *C2);
+    float *C_ref = calloc((size_t)M * N, sizeof *C_ref);
+    dt_gemm(NULL, false, false, M, N, K, 1, A, K, B, N, 0, C1, N);
+    dt_gemm(pool, false, false, M, N, K, 1, A, K, B, N, 0, C2, N);
+    dt_gemm_ref(false, false, M, N, K, 1, A, K, B, N, 0, C_ref, N);
+    CHECK(max_rel_diff(C1, C_ref, (size_t)M * N) < 1e-4);
+    CHECK(max_rel_diff(C2, C_ref, (size_t)M * N) < 1e-4);
+    free(A), free(B), free(C1), free(C2), free(C_ref);
+    dt_pool_destroy(pool);
+}
+
+TEST(dense_matches_reference)
+{
+    dt_rng r;
+    dt_rng_seed(&r, 3);
+    dt_pool *pool = pool_of(2);
+    int B = 5, IN = 13, OUT = 7;
+    float *x = random_floats(&r, (size_t)B * IN, -1, 1), *w = random_floats(&r, (size_t)IN * OUT, -1, 1);
+    float *b = random_floats(&r, OUT, -1, 1), *dy = random_floats(&r, (size_t)B * OUT, -1, 1);
+    float y[35], y_ref[35], dx[65], dx_ref[65];
+    float *dw = random_floats(&r, (size_t)IN * OUT, -1, 1), *dw_ref = copy_floats(dw, (size_t)IN * OUT);
+    float *db = random_floats(&r, OUT, -1, 1), *db_ref = copy_floats(db, OUT);
+    dt_dense_forward(pool, B, IN, OUT, x, w, b, y);
+    dt_dense_forward_ref(B, IN, OUT, x, w, b, y_ref);
+    dt_dense_backward(pool, B, IN, OUT, x, w, dy, dw, db, dx);
+    dt_dense_backward_ref(B, IN, OUT, x, w, dy, dw_ref, db_ref, dx_ref);
+    CHECK(max_rel_diff(y, y_ref, 35) < 1e-5);
+    CHECK(max_rel_diff(dx, dx_ref, 65) < 1e-5);
+    CHECK(max_rel_diff(dw, dw_ref, (size_t)IN * OUT) < 1e-5); /* accumulated onto random values */
+    CHECK(max_rel_diff(db, db_ref, OUT) < 1e-5);
+    free(x), free(w), free(b), free(dy), free(dw), free(dw_ref), free(db), free(db_ref);
+    dt_pool_destroy(pool);
+}
+
+struct conv_case {
+    int H, W, C, KH, KW, OC, SH, SW;
+    bool same;
+};
+
+TEST(conv2d_im2col_matches_reference)
+{
+    static const struct conv_case cases[] = {
+        {28, 28, 1, 3, 3, 32, 1, 1, false}, {7, 6, 2, 3, 2, 3, 2, 1, true},
+        {9, 11, 3, 5, 5, 4, 3, 2, true},    {5, 5, 4, 1, 1, 6, 1, 1, false},
+        {6, 9, 2, 2, 4, 5, 2, 3, false},    {4, 4, 1, 4, 4, 2, 1, 1, true},
+    };
+    dt_rng r;
+    dt_rng_seed(&r, 4);
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (int threads = 1; threads <= 3; threads += 2) {
+            const struct conv_case *k = &cases[c];
+            dt_conv_geom g;
+            CHECK(dt_conv_geom_init(&g, k->H, k->W, k->C, k->KH, k->KW, k->OC, k->SH, k->SW, k->same));
+            int B = 3;
+            size_t nx = (size_t)B * k->H * k->W * k->C, ny = (size_t)B * g.OH * g.OW * k->OC;
+            size_t nw = (size_t)k->KH * k->KW * k->C * k->OC;
+            float *x = random_floats(&r, nx, -1, 1), *w = random_floats(&r, nw, -1, 1);
+            float *b = random_floats(&r, k->OC, -1, 1), *dy = random_floats(&r, ny, -1, 1);
+            float *y = malloc(ny * 4), *y_ref = malloc(ny * 4), *dx = malloc(nx * 4), *dx_ref = malloc(nx * 4);
+            float *dw = calloc(nw, 4), *dw_ref = calloc(nw, 4), *db = calloc(k->OC, 4), *db_ref = calloc(k->OC, 4);
+            dt_pool *pool = pool_of(threads);
+            float *scratch = malloc(dt_conv2d_scratch_elems(&g, threads) * 4);
+            dt_conv2d_forward(pool, &g, B, x, w, b, y, scratch);
+            dt_conv2d_forward_ref(&g, B, x, w, b, y_ref);
+            dt_conv2d_backward(pool, &g, B, x, w, dy, dw, db, dx, scratch);
+            dt_conv2d_backward_ref(&g, B, x, w, dy, dw_ref, db_ref, dx_ref);
+            CHECK_MSG(max_rel_diff(y, y_ref, ny) < 1e-5, "case %zu y", c);
+            CHECK_MSG(max_rel_diff(dx, dx_ref, nx) < 1e-5, "case %zu dx", c);
+            /* Weight and bias gradients sum B * OH * OW products in float: 1e-4 allows for it. */
+            CHECK_MSG(max_rel_diff(dw, dw_ref, nw) < 1e-4, "case %zu dw: %g", c, max_rel_diff(dw, dw_ref, nw));
+            CHECK_MSG(max_rel_diff(db, db_ref, k->OC) < 1e-4, "case %zu db: %g", c, max_rel_diff(db, db_ref, k->OC));
+            free(x), free(w), free(b), free(dy), free(y), free(y_ref), free(dx), free(dx_ref);
+            free(dw), free(dw_ref), free(db), free(db_ref), free(scratch);
+            dt_pool_destroy(pool);
+        }
+}
+
+TEST(conv_geometry_follows_tensorflow)
+{
+    dt_conv_geom g;
+    CHECK(dt_conv_geom_init(&g, 28, 28, 1, 3, 3, 32, 1, 1, false) && g.OH == 26 && g.OW == 26);
+    CHECK(dt_conv_geom_init(&g, 7, 8, 1, 3, 3, 1, 2, 3, true) && g.OH == 4 && g.OW == 3);
+    /* same, in 7 stride 2 kernel 3: out 4, total padding (4-1)*2+3-7 = 2, one on top. */
+    CHECK(g.pad_top == 1);
+    /* in 8 stride 3 kernel 3: out 3, total padding 2*3+3-8 = 1, none on the left. */
+    CHECK(g.pad_left == 0);
+    CHECK(!dt_conv_geom_init(&g, 2, 2, 1, 3, 3, 1, 1, 1, false));
+    dt_pool_geom p;
+    CHECK(dt_pool_geom_init(&p, 26, 26, 32, 2, 2, 2, 2, false) && p.OH == 13 && p.OW == 13);
+    CHECK(dt_pool_geom_init(&p, 5, 5, 1, 2, 2, 2, 2, true) && p.OH == 3 && p.OW == 3);
+}
+
+TEST(maxpool_picks_first_max_and_skips_padding)
+{
+    /* One example, 3x3 single channel, 2x2 pool stride 2 with same padding: output 2x2. */
+    float x[9] = {1, 5, 2,
+                  5, 0, -3,
+                  -7, -1, -4};
+    dt_pool_geom g;
+    CHECK(dt_pool_geom_init(&g, 3, 3, 1, 2, 2, 2, 2, true));
+    float y[4];
+    int32_t arg[4];
+    dt_maxpool_forward(&g, 1, x, y, arg);
+    CHECK(y[0] == 5 && arg[0] == 1); /* the tie of 5s goes to the first in row-major order */
+    CHECK(y[1] == 2 && arg[1] == 2);
+    CHECK(y[2] == -1 && arg[2] == 7);
+    CHECK(y[3] == -4 && arg[3] == 8); /* padding never wins, even over negatives */
+    float dy[4] = {1, 2, 3, 4}, dx[9];
+    dt_maxpool_backward(&g, 1, dy, arg, dx);
+    float expect[9] = {0, 1, 2, 0, 0, 0, 0, 3, 4};
+    CHECK(memcmp(dx, expect, sizeof dx) == 0);
+}
+
+/* The fused conv+relu+pool kernel against conv_ref -> relu -> maxpool and back. */
+static void check_convpool(int B, int H, int W, int OC, int threads, uint64_t seed)
+{
+    dt_conv_geom cg;
+    dt_pool_geom pg;
+    CHECK(dt_conv_geom_init(&cg, H, W, 1, 3, 3, OC, 1, 1, false));
+    CHECK(dt_pool_geom_init(&pg, cg.OH, cg.OW, OC, 2, 2, 2, 2, false));
+    CHECK_MSG(dt_convpool_supported(&cg, &pg), "the fused kernel needs AVX2 and FMA");
+    if (!dt_convpool_supported(&cg, &pg))
+        return;
+    dt_rng r;
+    dt_rng_seed(&r, seed);
+    size_t nx = (size_t)B * H * W, nw = 9 * (size_t)OC;
+    size_t nc = (size_t)B * cg.OH * cg.OW * OC, np = (size_t)B * pg.OH * pg.OW * OC;
+    float *x = random_floats(&r, nx, 0, 1), *w = random_floats(&r, nw, -1, 1);
+    float *b = random_floats(&r, OC, -0.5f, 0.5f), *dy = random_floats(&r, np, -1, 1);
+    float *y = malloc(np * 4), *conv = malloc(nc * 4), *y_ref = malloc(np * 4), *dconv = malloc(nc * 4);
+    int32_t *arg = malloc(np * 4);
+    uint32_t *mask = malloc(dt_convpool_mask_words(&pg, B) * 4);
+    float *dw = calloc(nw, 4), *dw_ref = calloc(nw, 4), *db = calloc(OC, 4), *db_ref = calloc(OC, 4);
+    float *scratch = malloc(dt_convpool_scratch_elems(&cg, threads) * 4);
+    dt_pool *pool = pool_of(threads);
+
+    dt_convpool_forward(pool, &cg, &pg, B, x, w, b, y, mask);
+    dt_conv2d_forward_ref(&cg, B, x, w, b, conv);
+    dt_act_forward(DT_ACT_RELU, nc, conv);
+    dt_maxpool_forward(&pg, B, conv, y_ref, arg);
+    CHECK_MSG(max_rel_diff(y, y_ref, np) < 1e-5, "pooled output B=%d H=%d W=%d OC=%d", B, H, W, OC);
+
+    dt_convpool_backward(pool, &cg, &pg, B, x, y, mask, dy, dw, db, scratch);
+    dt_maxpool_backward(&pg, B, dy, arg, dconv);
+    dt_act_backward(DT_ACT_RELU, nc, conv, dconv);
+    dt_conv2d_backward_ref(&cg, B, x, w, dconv, dw_ref, db_ref, NULL);
+    CHECK_MSG(max_rel_diff(dw, dw_ref, nw) < 1e-4, "dw B=%d H=%d W=%d OC=%d: %g", B, H, W, OC,
+              max_rel_diff(dw, dw_ref, nw));
+    CHECK_MSG(max_rel_diff(db, db_ref, OC) < 1e-4, "db B=%d H=%d W=%d OC=%d", B, H, W, OC);
+
+    free(x), free(w), free(b), free(dy), free(y), free(conv), free(y_ref), free(dconv), free(arg);
+    free(mask), free(dw), free(dw_ref), free(db), free(db_ref), free(scratch);
+    dt_pool_destroy(pool);
+}
+
+TEST(convpool_fused_matches_unfused_reference)
+{
+    check_convpool(5, 28, 28, 32, 1, 10);
+    check_convpool(5, 28, 28, 32, 2, 11);
+    check_convpool(3, 11, 9, 16, 2, 12); /* odd conv output: the last row and column are dropped */
+    check_convpool(1, 5, 6, 8, 3, 13);   /* fewer examples than threads */
+}
+
+TEST(convpool_rejects_shapes_it_cannot_run)
+{
+    dt_conv_geom cg;
+    dt_pool_geom pg;
+    dt_conv_geom_init(&cg, 28, 28, 2, 3, 3, 32, 1, 1, false); /* two input channels */
+    dt_pool_geom_init(&pg, 26, 26, 32, 2, 2, 2, 2, false);
+    CHECK(!dt_convpool_supported(&cg, &pg));
+    dt_conv_geom_init(&cg, 28, 28, 1, 3, 3, 12, 1, 1, false); /* 12 filters: not a multiple of 8 */
+    dt_pool_geom_init(&pg, 26, 26, 12, 2, 2, 2, 2, false);
+    CHECK(!dt_convpool_supported(&cg, &pg));
+    dt_conv_geom_init(&cg, 28, 28, 1, 3, 3, 32, 1, 1, false);
+    dt_pool_geom_init(&pg, 26, 26, 32, 3, 3, 3, 3, false); /* 3x3 pooling */
+    CHECK(!dt_convpool_supported(&cg, &pg));
+}
+
+TEST(softmax_cross_entropy_matches_log_softmax)
+{
+    float logits[6] = {1.0f, 2.0f, 3.0f, 100.0f, -100.0f, 0.0f};
+    int32_t labels[2] = {2, 1};
+    float prob[6], loss[2], grad[6];
+    dt_softmax_xent_forward(2, 3, logits, labels, prob, loss);
+    double lse = log(exp(1.0) + exp(2.0) + exp(3.0));
+    CHECK_NEAR(loss[0], lse - 3.0, 1e-6);
+    CHECK_NEAR(loss[1], 200.0, 1e-5); /* large, finite, no log(0) */
+    dt_softmax_xent_backward(2, 3, prob, labels, 0.5f, grad);
+    for (int i = 0; i < 2; i++)
+        CHECK_NEAR(grad[3 * i] + grad[3 * i + 1] + grad[3 * i + 2], 0.0, 1e-6);
+    CHECK_NEAR(grad[2], 0.5 * (exp(3.0 - lse) - 1.0), 1e-6);
+}
+
+TEST(binary_cross_entropy_is_stable_for_large_logits)
+{
+    float z[4] = {100.0f, -100.0f, 0.0f, 2.0f}, t[4] = {0.0f, 1.0f, 1.0f, 1.0f}, loss[4], g[4];
+    dt_bce_logits_forward(4, 1, z, t, loss);
+    CHECK_NEAR(loss[0], 100.0, 1e-5);
+    CHECK_NEAR(loss[1], 100.0, 1e-5);
+    CHECK_NEAR(loss[2], log(2.0), 1e-6);
+    CHECK_NEAR(loss[3], log1p(exp(-2.0)), 1e-6);
+    dt_bce_logits_backward(4, 1, z, t, 1.0f, g);
+    CHECK_NEAR(g[0], 1.0, 1e-6);
+    CHECK_NEAR(g[1], -1.0, 1e-6);
+    CHECK_NEAR(g[3], 1.0 / (1.0 + exp(-2.0)) - 1.0, 1e-6);
+}
+
+TEST(dropout_keeps_the_expected_share_and_scales)
+{
+    size_t n = 100000;
+    float *y = malloc(n * 4), *mask = malloc(n * 4);
+    for (size_t i = 0; i < n; i++)
+        y[i] = 1.0f;
+    dt_rng r;
+    dt_rng_seed(&r, 5);
+    dt_dropout_forward(n, 0.25f, &r, y, mask);
+    size_t kept = 0;
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        CHECK(mask[i] == 0.0f || fabsf(mask[i] - 1.0f / 0.75f) < 1e-6f);
+        kept += mask[i] != 0.0f;
+        sum += y[i];
+    }
+    CHECK_MSG(kept > 74000 && kept < 76000, "kept %zu of %zu", kept, n);
+    CHECK_NEAR(sum / n, 1.0, 0.02); /* inverted dropout keeps the mean */
+    free(y), free(mask);
+}
