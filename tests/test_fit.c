@@ -1,0 +1,180 @@
+/* fit: the epoch order follows tf.data's shuffle, batches are scaled like the tutorial, training
+ * learns, runs are bit-reproducible for a thread count, and divergence is reported. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain/fit.h"
+#include "dtrain/rng.h"
+#include "test.h"
+
+TEST(epoch_order_follows_tf_data_shuffle)
+{
+    enum { N = 1000 };
+    uint32_t order[N], buf[N], again[N];
+    dt_epoch_order(order, buf, N, 0, 1, 0);
+    for (uint32_t i = 0; i < N; i++)
+        CHECK(order[i] == i); /* buffer 0: file order */
+    dt_epoch_order(order, buf, N, 1, 1, 0);
+    for (uint32_t i = 0; i < N; i++)
+        CHECK(order[i] == i); /* shuffle(1) is the identity in tf.data too */
+    /* A buffer of k: element i of the output is one of the first i + k inputs. */
+    for (int64_t k = 2; k <= 64; k *= 4) {
+        dt_epoch_order(order, buf, N, k, 7, 0);
+        int seen[N] = {0}, displaced = 0;
+        for (uint32_t i = 0; i < N; i++) {
+            CHECK_MSG(order[i] < i + k, "buffer %lld: position %u holds %u", (long long)k, i, order[i]);
+            seen[order[i] % N]++;
+            displaced += order[i] != i;
+        }
+        for (int i = 0; i < N; i++)
+            CHECK(seen[i] == 1);
+        CHECK(displaced > N / 2);
+    }
+    /* A full buffer: a permutation, the same for a seed and epoch, new each epoch. */
+    dt_epoch_order(order, buf, N, INT64_MAX, 7, 0);
+    dt_epoch_order(again, buf, N, INT64_MAX, 7, 0);
+    CHECK(memcmp(order, again, sizeof order) == 0);
+    dt_epoch_order(again, buf, N, INT64_MAX, 7, 1);
+    CHECK(memcmp(order, again, sizeof order) != 0);
+    long late_early = 0;
+    for (uint32_t i = 0; i < 10; i++)
+        late_early += order[i] > N / 2;
+    CHECK(late_early > 0); /* a full shuffle brings late elements to the front */
+}
+
+TEST(batches_are_scaled_by_255_like_the_tutorial)
+{
+    uint8_t images[3 * 4] = {0, 255, 51, 1, 2, 3, 4, 5, 10, 20, 30, 40};
+    int32_t labels[3] = {7, 8, 9};
+    dt_image_dataset ds = {.images = images, .labels = labels, .n = 3, .h = 2, .w = 2, .c = 1};
+    uint32_t idx[2] = {2, 0};
+    float x[8];
+    int32_t got[2];
+    dt_gather_batch(&ds, idx, 2, x, got);
+    CHECK(got[0] == 9 && got[1] == 7);
+    CHECK(x[0] == 10.0f / 255.0f && x[4] == 0.0f && x[5] == 1.0f && x[6] == 51.0f / 255.0f);
+}
+
+/* A synthetic 8x8 dataset whose class is the bright quadrant, with noise. */
+static void make_quadrants(dt_image_dataset *ds, int n, uint64_t seed)
+{
+    memset(ds, 0, sizeof *ds);
+    ds->n = n, ds->h = 8, ds->w = 8, ds->c = 1, ds->n_classes = 4;
+    ds->images = malloc((size_t)n * 64);
+    ds->labels = malloc((size_t)n * sizeof *ds->labels);
+    snprintf(ds->images_path, sizeof ds->images_path, "quadrants");
+    snprintf(ds->labels_path, sizeof ds->labels_path, "quadrants-labels");
+    dt_rng r;
+    dt_rng_seed(&r, seed);
+    for (int i = 0; i < n; i++) {
+        int q = (int)dt_rng_below(&r, 4);
+        ds->labels[i] = q;
+        for (int y = 0; y < 8; y++)
+            for (int x = 0; x < 8; x++) {
+                int in_q = (y / 4) * 2 + x / 4 == q;
+                ds->images[i * 64 + y * 8 + x] = (uint8_t)(dt_rng_below(&r, 120) + (in_q ? 100 : 0));
+            }
+    }
+}
+
+static const char *const small_cnn =
+    "{\"name\": \"quad\", \"input_shape\": [8, 8, 1], \"layers\": ["
+    "{\"type\": \"conv2d\", \"filters\": 8, \"kernel_size\": 3, \"activation\": \"relu\"},"
+    "{\"type\": \"max_pooling2d\"}, {\"type\": \"flatten\"},"
+    "{\"type\": \"dense\", \"units\": 16, \"activation\": \"relu\"}, {\"type\": \"dropout\", \"rate\": 0.1},"
+    "{\"type\": \"dense\", \"units\": 4}]}";
+
+/* Trains small_cnn on the quadrant data; returns the parameter checksum. */
+static uint32_t train_quadrants(int threads, uint64_t seed, int epochs, dt_fit_result *res,
+                                double *test_acc, dt_opt_kind kind, float lr)
+{
+    dt_image_dataset train, test;
+    make_quadrants(&train, 512, 100);
+    make_quadrants(&test, 256, 200);
+    dt_model_spec spec;
+    dt_model *m = NULL;
+    dt_pool *pool = NULL;
+    dt_optim o;
+    dt_optim_init(&o);
+    uint32_t crc = 0;
+    CHECK_OK(dt_model_spec_from_json(small_cnn, "small_cnn", &spec));
+    CHECK_OK(dt_pool_create(threads, &pool));
+    CHECK_OK(dt_model_create(&spec, 32, pool, NULL, &m));
+    if (!m)
+        goto done;
+    dt_model_init_params(m, seed);
+    dt_optim_config cfg;
+    dt_optim_config_default(&cfg, kind);
+    cfg.lr = lr;
+    CHECK_OK(dt_optim_setup(&o, &cfg, dt_model_params(m)));
+    dt_fit_config fc;
+    dt_fit_config_default(&fc);
+    fc.epochs = epochs;
+    fc.batch_size = 32;
+    fc.seed = seed;
+    dt_status st = dt_fit(m, &o, pool, &train, &test, &fc, res);
+    if (st == DT_OK) {
+        double loss;
+        CHECK_OK(dt_evaluate(m, &test, &loss, test_acc));
+        crc = dt_arena_checksum(dt_model_params(m));
+    }
+done:
+    dt_optim_free(&o);
+    dt_model_destroy(m);
+    dt_pool_destroy(pool);
+    dt_image_dataset_free(&train);
+    dt_image_dataset_free(&test);
+    return crc;
+}
+
+TEST(fit_learns_a_separable_task)
+{
+    dt_fit_result one, many;
+    double acc_one, acc_many;
+    train_quadrants(1, 1, 1, &one, &acc_one, DT_OPT_ADAM, 0.003f);
+    train_quadrants(1, 1, 6, &many, &acc_many, DT_OPT_ADAM, 0.003f);
+    CHECK(one.steps == 16 && many.steps == 96 && many.epochs == 6);
+    CHECK(many.samples == 96 * 32);
+    CHECK_MSG(many.final_loss < 0.5 * one.final_loss, "loss %g after 1 epoch, %g after 6",
+              one.final_loss, many.final_loss);
+    CHECK_MSG(acc_many > 0.9 && acc_many > acc_one, "test accuracy %g after 1 epoch, %g after 6",
+              acc_one, acc_many);
+}
+
+TEST(fit_is_bit_reproducible_per_thread_count)
+{
+    dt_fit_result r;
+    double acc;
+    for (int threads = 1; threads <= 2; threads++) {
+        uint32_t a = train_quadrants(threads, 5, 2, &r, &acc, DT_OPT_MOMENTUM, 0.05f);
+        uint32_t b = train_quadrants(threads, 5, 2, &r, &acc, DT_OPT_MOMENTUM, 0.05f);
+        CHECK_MSG(a == b && a != 0, "threads %d: checksums %08x and %08x", threads, a, b);
+        uint32_t c = train_quadrants(threads, 6, 2, &r, &acc, DT_OPT_MOMENTUM, 0.05f);
+        CHECK_MSG(c != a, "seeds 5 and 6 gave the same parameters");
+    }
+}
+
+TEST(fit_reports_divergence_with_the_step)
+{
+    dt_fit_result r;
+    double acc;
+    CHECK(train_quadrants(1, 1, 3, &r, &acc, DT_OPT_SGD, 1e30f) == 0);
+    CHECK_MSG(strstr(dt_last_error(), "training diverged") != NULL, "message: %s", dt_last_error());
+    CHECK(strstr(dt_last_error(), "step ") != NULL);
+}
+
+TEST(fit_rejects_labels_beyond_the_outputs)
+{
+    dt_image_dataset ds;
+    make_quadrants(&ds, 40, 1);
+    ds.labels[17] = 9;
+    dt_model_spec spec;
+    dt_model *m;
+    CHECK_OK(dt_model_spec_from_json(small_cnn, "small_cnn", &spec));
+    CHECK_OK(dt_model_create(&spec, 8, NULL, NULL, &m));
+    CHECK_ERR(dt_check_dataset(m, &ds), DT_ERR_INVALID, "quadrants-labels: offset 25: label 9, but the model has 4 outputs");
+    ds.h = 9;
+    CHECK_ERR(dt_check_dataset(m, &ds), DT_ERR_INVALID, "images are 9x8x1 but model quad takes 8x8x1");
+    dt_model_destroy(m);
+    dt_image_dataset_free(&ds);
+}
