@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# Tests of the dtrain command line: flags, exit codes, one-line errors for bad input, and short
+# end-to-end training runs on Fashion-MNIST. usage: tests/cli.sh BUILD_DIR COUNTS_FILE
+set -u
+build=$1
+counts=$2
+dtrain="$build/dtrain"
+tmp=$(mktemp -d /tmp/dtrain-cli-XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+fm=/usr/share/datasets/fashion-mnist
+passed=0
+failed=0
+
+ok() { echo "ok   $1"; passed=$((passed + 1)); }
+fail() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
+
+# run NAME: runs the rest of the line, keeping stdout, stderr and the status.
+run() {
+    "$@" > "$tmp/out" 2> "$tmp/err"
+    status=$?
+}
+
+# expect_error NAME STATUS NEEDLE ARGS...: dtrain exits with STATUS and prints exactly one
+# stderr line that contains NEEDLE.
+expect_error() {
+    local name=$1 want=$2 needle=$3
+    shift 3
+    run "$dtrain" "$@"
+    local lines
+    lines=$(wc -l < "$tmp/err")
+    if [ "$status" -ne "$want" ]; then
+        fail "$name" "exit $status, expected $want; stderr: $(head -c 300 "$tmp/err")"
+    elif [ "$lines" -ne 1 ]; then
+        fail "$name" "expected one line on stderr, got $lines: $(head -c 300 "$tmp/err")"
+    elif ! grep -qF -- "$needle" "$tmp/err"; then
+        fail "$name" "stderr lacks '$needle': $(cat "$tmp/err")"
+    else
+        ok "$name"
+    fi
+}
+
+# json_field FILE KEY: the value of a top-level scalar in a one-line JSON object.
+json_field() {
+    sed -n "s/.*\"$2\":\(\"[^\"]*\"\|[^,}]*\).*/\1/p" "$1" | tr -d '"'
+}
+
+# --- help and flags ---
+run "$dtrain" --help
+if [ "$status" -eq 0 ] && grep -q "train" "$tmp/out"; then ok help_lists_commands; else fail help_lists_commands "status $status"; fi
+
+run "$dtrain" train --help
+missing=""
+for flag in model model-file data test-data epochs steps-per-epoch max-steps batch-size shuffle-buffer \
+    optimizer lr momentum nesterov beta1 beta2 epsilon lr-schedule threads seed strategy metrics-out; do
+    grep -q -- "--$flag" "$tmp/out" || missing="$missing --$flag"
+done
+if [ "$status" -eq 0 ] && [ -z "$missing" ] && grep -q -- "--batch-size N.*(default: 64)" "$tmp/out" \
+    && grep -q -- "--epochs N.*(default: 1)" "$tmp/out"; then
+    ok train_help_lists_every_flag_with_its_default
+else
+    fail train_help_lists_every_flag_with_its_default "status $status, missing:$missing"
+fi
+
+expect_error unknown_command 2 "unknown command 'trian'" trian
+expect_error unknown_flag 2 "unknown flag '--epoch'" train --epoch 3
+expect_error flag_without_value 2 "--epochs: missing value" train --epochs
+expect_error non_numeric_epochs 2 "--epochs: expected an integer, got 'five'" train --epochs five
+expect_error zero_epochs 2 "--epochs: must be at least 1" train --epochs 0
+expect_error negative_batch 2 "--batch-size: must be in" train --batch-size -4
+expect_error zero_threads 2 "--threads: must be in 1..1024" train --threads 0
+expect_error bad_lr 2 "--lr: expected a number, got '1e'" train --lr 1e
+expect_error negative_lr 2 "--lr: must be positive" train --lr -0.1
+expect_error unknown_optimizer 2 "--optimizer: unknown optimizer 'rmsprop'" train --optimizer rmsprop
+expect_error bad_schedule 2 "--lr-schedule: unknown learning-rate schedule" train --lr-schedule linear
+expect_error schedule_without_steps 2 "decay_steps" train --lr-schedule cosine
+expect_error bad_shuffle_buffer 2 "--shuffle-buffer: expected a count" train --shuffle-buffer lots
+expect_error flag_given_twice 2 "--seed: given twice" train --seed 1 --seed 2
+expect_error positional_argument 2 "unexpected argument 'extra'" train extra
+expect_error later_strategy 2 "--strategy: mirrored is not available" train --strategy mirrored
+expect_error unknown_strategy 2 "--strategy: unknown strategy 'horovod'" train --strategy horovod
+expect_error model_and_model_file 2 "give one, not both" train --model mlp --model-file x.json
+
+# --- bad data and model files: one line naming the file, exit 1 ---
+expect_error unknown_data 1 "--data: unknown data 'cifar10'" train --data cifar10
+expect_error tfrecord_not_in_this_build 1 "this build reads IDX data only" train --data tfrecord:/tmp/x
+expect_error missing_idx 1 "$tmp/none.idx: No such file or directory" train --data "idx:$tmp/none.idx,$tmp/none2.idx"
+expect_error missing_dataset_dir 1 "$tmp/nodir: No such file or directory" train --data "fashion-mnist:$tmp/nodir"
+printf 'not an idx file at all' > "$tmp/junk.idx"
+expect_error bad_magic 1 "$tmp/junk.idx: offset 0: bad magic" train --data "idx:$tmp/junk.idx,$tmp/junk.idx"
+expect_error unknown_model 1 "--model: unknown model 'vgg'" train --model vgg
+
+if [ -d "$fm" ]; then
+    # A truncated copy of the real images file.
+    zcat "$fm/t10k-images-idx3-ubyte.gz" | head -c 100000 > "$tmp/short-images.idx"
+    expect_error truncated_images 1 "short-images.idx: offset 100000: truncated" \
+        train --data "idx:$tmp/short-images.idx,$fm/t10k-labels-idx1-ubyte.gz"
+    expect_error count_mismatch 1 "has 10000 images but $fm/train-labels-idx1-ubyte.gz has 60000 labels" \
+        train --data "idx:$fm/t10k-images-idx3-ubyte.gz,$fm/train-labels-idx1-ubyte.gz"
+    printf '{"layers": [{"type": "dense", "units": 10,\n "activation": "swish"}]}' > "$tmp/bad-act.json"
+    expect_error model_file_bad_field 1 "$tmp/bad-act.json: layers[0].activation" train --model-file "$tmp/bad-act.json"
+    printf '{"layers": [\n  {"type": "flatten"},\n  {"type": "dense" "units": 10}]}' > "$tmp/bad-syntax.json"
+    expect_error model_file_syntax_error 1 "$tmp/bad-syntax.json: line 3, column" train --model-file "$tmp/bad-syntax.json"
+    printf '{"input_shape": [32, 32, 3], "layers": [{"type": "flatten"}, {"type": "dense", "units": 10}]}' > "$tmp/shape.json"
+    expect_error model_file_wrong_input_shape 1 "input_shape is [32, 32, 3] but" train --model-file "$tmp/shape.json"
+    printf '{"layers": [{"type": "flatten"}, {"type": "dense", "units": 4}]}' > "$tmp/four.json"
+    expect_error labels_beyond_outputs 1 "label 9, but the model has 4 outputs" train --model-file "$tmp/four.json"
+    expect_error unwritable_metrics 1 "--metrics-out: $tmp/no/dir/m.json.tmp" \
+        train --max-steps 2 --progress none --test-data none --metrics-out "$tmp/no/dir/m.json"
+
+    # --- end to end: loss falls and accuracy rises over three short epochs ---
+    run "$dtrain" train --model mnist_cnn --epochs 3 --steps-per-epoch 100 --batch-size 32 \
+        --optimizer adam --lr 0.001 --threads 1 --seed 3 --progress lines --metrics-out "$tmp/e2e.json"
+    losses=$(sed -n 's/^100\/100 - .* loss: \([0-9.]*\) - accuracy: \([0-9.]*\).*/\1/p' "$tmp/out" | tr '\n' ' ')
+    accs=$(sed -n 's/^100\/100 - .* loss: \([0-9.]*\) - accuracy: \([0-9.]*\).*/\2/p' "$tmp/out" | tr '\n' ' ')
+    if [ "$status" -ne 0 ]; then
+        fail e2e_loss_falls_and_accuracy_rises "exit $status: $(cat "$tmp/err")"
+    elif awk -v l="$losses" -v a="$accs" 'BEGIN { n = split(l, L, " "); split(a, A, " ");
+            exit !(n == 3 && L[1] > L[2] && L[2] > L[3] && A[1] < A[3] && L[3] < 0.8 * L[1]) }'; then
+        ok e2e_loss_falls_and_accuracy_rises
+    else
+        fail e2e_loss_falls_and_accuracy_rises "epoch losses: $losses accuracies: $accs"
+    fi
+    acc=$(json_field "$tmp/e2e.json" test_accuracy)
+    keys_missing=""
+    for k in samples_per_sec epochs steps train_seconds final_loss test_accuracy peak_rss_mb param_checksum; do
+        grep -q "\"$k\":" "$tmp/e2e.json" || keys_missing="$keys_missing $k"
+    done
+    if [ -z "$keys_missing" ] && [ "$(json_field "$tmp/e2e.json" steps)" = 300 ] && \
+        awk -v a="$acc" 'BEGIN { exit !(a > 0.6) }'; then
+        ok metrics_out_holds_the_run
+    else
+        fail metrics_out_holds_the_run "missing:$keys_missing steps=$(json_field "$tmp/e2e.json" steps) acc=$acc"
+    fi
+    if grep -q "^Epoch 1/3$" "$tmp/out" && grep -q "^Test loss: .* - test accuracy: " "$tmp/out" && \
+        ! grep -q $'\r' "$tmp/out"; then
+        ok plain_lines_when_not_a_terminal
+    else
+        fail plain_lines_when_not_a_terminal "$(head -5 "$tmp/out")"
+    fi
+
+    # --- determinism: same flags and seed give the same parameters, per thread count ---
+    for threads in 1 2; do
+        sums=""
+        for rep in 1 2; do
+            "$dtrain" train --max-steps 40 --batch-size 64 --optimizer momentum --threads $threads --seed 9 \
+                --progress none --test-data none --metrics-out "$tmp/d$rep.json" > /dev/null 2>&1
+            sums="$sums $(json_field "$tmp/d$rep.json" param_checksum)"
+        done
+        set -- $sums
+        if [ $# -eq 2 ] && [ "$1" = "$2" ]; then ok "bit_identical_runs_on_${threads}_threads"; \
+        else fail "bit_identical_runs_on_${threads}_threads" "checksums:$sums"; fi
+    done
+    "$dtrain" train --max-steps 40 --batch-size 64 --optimizer momentum --threads 1 --seed 10 \
+        --progress none --test-data none --metrics-out "$tmp/d3.json" > /dev/null 2>&1
+    if [ "$(json_field "$tmp/d3.json" param_checksum)" != "$(json_field "$tmp/d1.json" param_checksum)" ]; then
+        ok other_seed_other_parameters
+    else
+        fail other_seed_other_parameters "seeds 9 and 10 gave the same checksum"
+    fi
+
+    # The default --data runs the mlp too, and the progress bar redraws in place when asked.
+    run "$dtrain" train --model mlp --max-steps 30 --progress bar --test-data none
+    if [ "$status" -eq 0 ] && grep -q $'\r' "$tmp/out" && grep -q "30/30 \[=*\]" "$tmp/out"; then
+        ok progress_bar_and_mlp
+    else
+        fail progress_bar_and_mlp "exit $status: $(head -c 300 "$tmp/out") $(cat "$tmp/err")"
+    fi
+else
+    fail fashion_mnist_present "$fm is missing: install dataset-fashion-mnist (scripts/deps.sh test)"
+fi
+
+echo "cli: $passed passed, $failed failed"
+echo "$passed $failed" > "$counts"
