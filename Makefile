@@ -32,8 +32,9 @@ LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/%.o)
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 
-# The fused kernels are the only code built for AVX2 + FMA; they run only after a CPU check.
+# The only code built for AVX2 (+ FMA); it runs only after a CPU check.
 $(BUILD)/src/nn/convpool_avx2.o: ARCH_FLAGS := -mavx2 -mfma
+$(BUILD)/src/optim/optim_avx2.o: ARCH_FLAGS := -mavx2
 
 .PHONY: all demo test asan leakcheck bench install clean unit-tests
 all: $(BUILD)/libdtrain.a $(BUILD)/libdtrain.so $(BUILD)/dtrain

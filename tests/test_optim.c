@@ -166,3 +166,40 @@ TEST(threaded_step_equals_serial_step)
     dt_arena_free(&params);
     free(p1), free(p2), free(g);
 }
+
+TEST(vector_updates_equal_scalar_updates_bit_for_bit)
+{
+    dt_arena params;
+    dt_arena_init(&params);
+    int dims[1] = {1003}; /* not a multiple of 8: the tail takes the scalar path */
+    CHECK_OK(dt_arena_add(&params, "w", 1, dims, NULL));
+    CHECK_OK(dt_arena_commit(&params));
+    size_t n = 1003;
+    for (int kind = DT_OPT_SGD; kind <= DT_OPT_ADAGRAD; kind++)
+        for (int nesterov = 0; nesterov <= (kind == DT_OPT_MOMENTUM); nesterov++) {
+            float p1[1003], p2[1003], g[1003];
+            for (size_t i = 0; i < n; i++) {
+                p1[i] = p2[i] = (float)sin((double)i * 1.3);
+                g[i] = (float)cos((double)i * 0.37) * 0.1f;
+            }
+            dt_optim_config c;
+            dt_optim_config_default(&c, (dt_opt_kind)kind);
+            c.nesterov = nesterov;
+            dt_optim a, b;
+            dt_optim_init(&a);
+            dt_optim_init(&b);
+            CHECK_OK(dt_optim_setup(&a, &c, &params));
+            CHECK_OK(dt_optim_setup(&b, &c, &params));
+            b.scalar_only = true;
+            for (int s = 0; s < 4; s++) {
+                dt_optim_step(&a, NULL, p1, g, n);
+                dt_optim_step(&b, NULL, p2, g, n);
+            }
+            CHECK_MSG(memcmp(p1, p2, sizeof p1) == 0, "%s%s: vector and scalar differ",
+                      dt_opt_kind_name((dt_opt_kind)kind), nesterov ? " (nesterov)" : "");
+            CHECK(p1[0] != (float)sin(0.0) || p1[5] != (float)sin(6.5)); /* it did move */
+            dt_optim_free(&a);
+            dt_optim_free(&b);
+        }
+    dt_arena_free(&params);
+}

@@ -44,6 +44,7 @@ typedef struct {
     dt_arena state; /* slots, mirroring the parameters */
     int n_slots;
     int64_t iterations; /* steps taken */
+    bool scalar_only;   /* skip the vector kernels (for tests comparing the two) */
 } dt_optim;
 
 /* Keras's defaults for kind, learning rate included (sgd 0.01, momentum 0.01, adam 0.001,

@@ -1,6 +1,8 @@
 /* Optimizers and learning-rate schedules (see include/dtrain/optim.h). */
 #include "dtrain/optim.h"
 
+#include "optim_avx2.h"
+
 #define DT_PI 3.14159265358979323846
 
 #include <math.h>
@@ -157,6 +159,20 @@ struct step_job {
     float lr, lr_t; /* lr_t: Adam's bias-corrected rate */
 };
 
+static bool use_avx2(void)
+{
+#if defined(__x86_64__)
+    static int cached = -1;
+    if (cached < 0)
+        cached = __builtin_cpu_supports("avx2") ? 1 : 0;
+    return cached;
+#else
+    return false;
+#endif
+}
+
+/* The scalar updates below are the reference; the AVX2 ones (optim_avx2.c) compute the same
+ * values bit for bit, and the tests compare them. */
 static void sgd_range(const struct step_job *j, size_t lo, size_t hi)
 {
     for (size_t i = lo; i < hi; i++)
@@ -211,7 +227,21 @@ static void step_task(void *ctx, int task, int n_tasks)
     /* Slices in whole cache lines so two threads never write one line. */
     dt_pool_slice((long)(j->n / 16), task, n_tasks, &lo, &hi);
     size_t begin = (size_t)lo * 16, end = task == n_tasks - 1 ? j->n : (size_t)hi * 16;
-    switch (j->o->cfg.kind) {
+    const dt_optim_config *c = &j->o->cfg;
+    if (use_avx2() && !j->o->scalar_only) {
+        switch (c->kind) {
+        case DT_OPT_SGD: dt_sgd_avx2(j->p, j->g, begin, end, j->lr); break;
+        case DT_OPT_MOMENTUM:
+            dt_momentum_avx2(j->p, j->g, j->s0, begin, end, c->momentum, j->lr, c->nesterov);
+            break;
+        case DT_OPT_ADAM:
+            dt_adam_avx2(j->p, j->g, j->s0, j->s1, begin, end, c->beta1, c->beta2, c->epsilon, j->lr_t);
+            break;
+        case DT_OPT_ADAGRAD: dt_adagrad_avx2(j->p, j->g, j->s0, begin, end, j->lr, c->epsilon); break;
+        }
+        return;
+    }
+    switch (c->kind) {
     case DT_OPT_SGD: sgd_range(j, begin, end); break;
     case DT_OPT_MOMENTUM: momentum_range(j, begin, end); break;
     case DT_OPT_ADAM: adam_range(j, begin, end); break;
