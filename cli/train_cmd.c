@@ -20,7 +20,7 @@
 
 struct train_opts {
     const char *model, *model_file, *data, *test_data, *optimizer, *lr_schedule, *strategy;
-    const char *metrics_out, *shuffle_buffer, *progress;
+    const char *metrics_out, *shuffle_buffer, *progress, *loss_reduction;
     int epochs, batch_size, threads;
     int64_t steps_per_epoch, max_steps, lr_decay_steps, seed;
     double lr, momentum, beta1, beta2, epsilon, lr_decay_rate, lr_alpha;
@@ -48,6 +48,9 @@ static int define_flags(flag_def *f, struct train_opts *o)
     FLAG("keep-remainder", FLAG_BOOL, "false",
          "also train on each epoch's last partial batch (default: drop it, as the tutorial)",
          &o->keep_remainder);
+    FLAG("loss-reduction", FLAG_STRING, "mean",
+         "mean (over the batch) or sum_over_global_batch (sum x 1/--batch-size, the tutorial's)",
+         &o->loss_reduction);
     FLAG("shuffle-buffer", FLAG_STRING, "all",
          "tf.data shuffle buffer in examples; 0 keeps file order, all shuffles fully",
          &o->shuffle_buffer);
@@ -164,6 +167,9 @@ static dt_status check_ranges(const struct train_opts *o, const flag_def *flags,
         return dt_error(DT_ERR_INVALID, "--strategy: unknown strategy '%s' (one_device)",
                         o->strategy);
     }
+    if (strcmp(o->loss_reduction, "mean") != 0 && strcmp(o->loss_reduction, "sum_over_global_batch") != 0)
+        return dt_error(DT_ERR_INVALID, "--loss-reduction: expected mean or sum_over_global_batch, "
+                        "got '%s'", o->loss_reduction);
     static const char *const progress[] = {"auto", "bar", "lines", "none"};
     bool ok = false;
     for (int i = 0; i < 4; i++)
@@ -351,6 +357,7 @@ int cmd_train(int argc, char **argv)
     fcfg.seed = (uint64_t)o.seed;
     fcfg.shuffle_buffer = shuffle_buffer;
     fcfg.keep_remainder = o.keep_remainder;
+    fcfg.reduction = strcmp(o.loss_reduction, "mean") == 0 ? DT_REDUCTION_MEAN : DT_REDUCTION_SUM_OVER_GLOBAL;
     fcfg.validate = o.validate && have_test;
     fcfg.progress = strcmp(o.progress, "none") == 0 ? NULL : stdout;
     fcfg.progress_bar = strcmp(o.progress, "bar") == 0 ||

@@ -51,7 +51,7 @@ if [ "$status" -eq 0 ] && grep -q "train" "$tmp/out"; then ok help_lists_command
 run "$dtrain" train --help
 missing=""
 for flag in model model-file data test-data epochs steps-per-epoch max-steps batch-size shuffle-buffer \
-    optimizer lr momentum nesterov beta1 beta2 epsilon lr-schedule threads seed strategy metrics-out; do
+    optimizer lr momentum nesterov beta1 beta2 epsilon lr-schedule threads seed strategy metrics-out loss-reduction; do
     grep -q -- "--$flag" "$tmp/out" || missing="$missing --$flag"
 done
 if [ "$status" -eq 0 ] && [ -z "$missing" ] && grep -q -- "--batch-size N.*(default: 64)" "$tmp/out" \
@@ -74,6 +74,7 @@ expect_error unknown_optimizer 2 "--optimizer: unknown optimizer 'rmsprop'" trai
 expect_error bad_schedule 2 "--lr-schedule: unknown learning-rate schedule" train --lr-schedule linear
 expect_error schedule_without_steps 2 "decay_steps" train --lr-schedule cosine
 expect_error bad_shuffle_buffer 2 "--shuffle-buffer: expected a count" train --shuffle-buffer lots
+expect_error bad_loss_reduction 2 "--loss-reduction: expected mean or sum_over_global_batch" train --loss-reduction sum
 expect_error flag_given_twice 2 "--seed: given twice" train --seed 1 --seed 2
 expect_error positional_argument 2 "unexpected argument 'extra'" train extra
 expect_error later_strategy 2 "--strategy: mirrored is not available" train --strategy mirrored

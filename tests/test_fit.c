@@ -178,3 +178,47 @@ TEST(fit_rejects_labels_beyond_the_outputs)
     dt_model_destroy(m);
     dt_image_dataset_free(&ds);
 }
+
+/* Trains 2 epochs of 40 examples in batches of 32 (a partial batch of 8 each epoch). */
+static uint32_t train_with_remainder(dt_reduction reduction, bool keep_remainder, int64_t *steps)
+{
+    dt_image_dataset train;
+    make_quadrants(&train, 40, 3);
+    dt_model_spec spec;
+    dt_model *m = NULL;
+    dt_optim o;
+    dt_optim_init(&o);
+    CHECK_OK(dt_model_spec_from_json(small_cnn, "small_cnn", &spec));
+    CHECK_OK(dt_model_create(&spec, 32, NULL, NULL, &m));
+    dt_model_init_params(m, 1);
+    dt_optim_config cfg;
+    dt_optim_config_default(&cfg, DT_OPT_SGD);
+    CHECK_OK(dt_optim_setup(&o, &cfg, dt_model_params(m)));
+    dt_fit_config fc;
+    dt_fit_config_default(&fc);
+    fc.epochs = 2;
+    fc.batch_size = 32;
+    fc.keep_remainder = keep_remainder;
+    fc.reduction = reduction;
+    dt_fit_result r;
+    CHECK_OK(dt_fit(m, &o, NULL, &train, NULL, &fc, &r));
+    *steps = r.steps;
+    uint32_t crc = dt_arena_checksum(dt_model_params(m));
+    dt_optim_free(&o);
+    dt_model_destroy(m);
+    dt_image_dataset_free(&train);
+    return crc;
+}
+
+TEST(loss_reduction_differs_only_on_partial_batches)
+{
+    int64_t s1, s2, s3, s4;
+    uint32_t mean_drop = train_with_remainder(DT_REDUCTION_MEAN, false, &s1);
+    uint32_t global_drop = train_with_remainder(DT_REDUCTION_SUM_OVER_GLOBAL, false, &s2);
+    uint32_t mean_keep = train_with_remainder(DT_REDUCTION_MEAN, true, &s3);
+    uint32_t global_keep = train_with_remainder(DT_REDUCTION_SUM_OVER_GLOBAL, true, &s4);
+    CHECK(s1 == 2 && s2 == 2 && s3 == 4 && s4 == 4);
+    CHECK(mean_drop == global_drop);  /* full batches: 1/B is 1/global batch */
+    CHECK(mean_keep != global_keep);  /* the partial batch of 8 is scaled by 1/8 or by 1/32 */
+    CHECK(mean_keep != mean_drop);
+}

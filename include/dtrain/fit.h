@@ -19,6 +19,14 @@
 #include "dtrain/optim.h"
 #include "dtrain/pool.h"
 
+/* How per-example losses become the batch's loss (and its gradient). */
+typedef enum {
+    DT_REDUCTION_MEAN = 0,          /* mean over the examples of the batch (Keras's default) */
+    DT_REDUCTION_SUM_OVER_GLOBAL,   /* sum x 1 / global batch size: the tutorial's
+                                       reduce_sum(loss) * (1. / BATCH_SIZE), which keeps the
+                                       gradients of replicas summable in distributed training */
+} dt_reduction;
+
 typedef struct {
     int epochs;
     int64_t steps_per_epoch; /* 0: the whole dataset */
@@ -27,6 +35,7 @@ typedef struct {
     uint64_t seed;
     int64_t shuffle_buffer;  /* 0: file order */
     bool keep_remainder;
+    dt_reduction reduction;  /* differs from the mean only on a partial batch */
     bool validate;           /* evaluate on the test set at each epoch end */
     FILE *progress;          /* NULL: silent */
     bool progress_bar;

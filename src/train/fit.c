@@ -151,11 +151,11 @@ static void fit_state_free(struct fit_state *s)
 }
 
 /* One synchronous step on B examples; returns the batch's summed loss via *loss_sum. */
-static dt_status train_step(dt_model *m, dt_optim *o, dt_pool *pool, int B, struct fit_state *s,
-                            int64_t step, double *loss_sum, int *n_correct)
+static dt_status train_step(dt_model *m, dt_optim *o, dt_pool *pool, int B, float grad_scale,
+                            struct fit_state *s, int64_t step, double *loss_sum, int *n_correct)
 {
     dt_model_forward(m, B, s->x, true);
-    double loss = dt_model_loss(m, B, s->labels, 1.0f / (float)B, true, n_correct);
+    double loss = dt_model_loss(m, B, s->labels, grad_scale, true, n_correct);
     if (!isfinite(loss))
         return dt_error(DT_ERR_NUMERIC, "step %lld: the loss is %g: training diverged (try a "
                         "lower --lr)", (long long)step, loss);
@@ -232,7 +232,8 @@ dt_status dt_fit(dt_model *m, dt_optim *o, dt_pool *pool, const dt_image_dataset
             }
             double loss_sum = 0.0;
             int correct = 0;
-            if ((st = train_step(m, o, pool, B, &s, step, &loss_sum, &correct)))
+            float scale = 1.0f / (float)(cfg->reduction == DT_REDUCTION_MEAN ? B : cfg->batch_size);
+            if ((st = train_step(m, o, pool, B, scale, &s, step, &loss_sum, &correct)))
                 goto fail;
             step++;
             epoch_loss += loss_sum;
