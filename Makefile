@@ -37,6 +37,7 @@ $(BUILD)/src/nn/convpool_avx2.o: ARCH_FLAGS := -mavx2 -mfma
 $(BUILD)/src/optim/optim_avx2.o: ARCH_FLAGS := -mavx2
 
 .PHONY: all demo test asan leakcheck bench install clean unit-tests
+.PRECIOUS: $(BUILD)/.deps-%
 all: $(BUILD)/libdtrain.a $(BUILD)/libdtrain.so $(BUILD)/dtrain
 
 $(BUILD)/.deps-%: deps/packages.txt scripts/deps.sh
