@@ -227,22 +227,32 @@ static bool model_reports_fused(const dt_model *m)
     return fused;
 }
 
+/* Reads and parses the fixture, recording a failure when it cannot; returns the file's bytes
+ * (which g points into) or NULL. */
+static uint8_t *load_golden(size_t *n, struct golden *g)
+{
+    char err[512];
+    uint8_t *buf = read_all(GOLDEN_PATH, n, err, sizeof err);
+    CHECK_MSG(buf != NULL, "%s", err);
+    if (!buf)
+        return NULL;
+    bool parsed = golden_parse(buf, *n, g, err, sizeof err);
+    CHECK_MSG(parsed, "the fixture is rejected: %s", err);
+    if (!parsed) {
+        free(buf);
+        return NULL;
+    }
+    return buf;
+}
+
 static void run_golden(bool no_fuse)
 {
     const char *path_label = no_fuse ? "unfused" : "fused";
-    char err[512];
     size_t n = 0;
-    uint8_t *buf = read_all(GOLDEN_PATH, &n, err, sizeof err);
-    CHECK_MSG(buf != NULL, "%s", err);
+    struct golden g;
+    uint8_t *buf = load_golden(&n, &g);
     if (!buf)
         return;
-    struct golden g;
-    bool parsed = golden_parse(buf, n, &g, err, sizeof err);
-    CHECK_MSG(parsed, "%s", err);
-    if (!parsed) {
-        free(buf);
-        return;
-    }
     const int B = (int)g.batch;
 
     dt_model_spec spec;
@@ -351,16 +361,13 @@ TEST(golden_fixture_reader_rejects_corruption)
 {
     char err[512];
     size_t n = 0;
-    uint8_t *buf = read_all(GOLDEN_PATH, &n, err, sizeof err);
-    CHECK_MSG(buf != NULL, "%s", err);
+    struct golden g;
+    uint8_t *buf = load_golden(&n, &g);
     if (!buf)
         return;
-    struct golden g;
-    bool parsed = golden_parse(buf, n, &g, err, sizeof err);
-    CHECK_MSG(parsed, "the intact fixture is rejected: %s", err);
     uint8_t *copy = malloc(n);
     CHECK(copy != NULL);
-    if (copy && parsed) {
+    if (copy) {
         /* One bit in the middle (gradient data), in the loss, in an image, in the CRC itself. */
         const size_t where[] = {n / 2, 16 + GOLDEN_BATCH * (GOLDEN_PIXELS + 1) + 3, 100, n - 1};
         for (size_t k = 0; k < sizeof where / sizeof where[0]; k++) {
