@@ -253,12 +253,12 @@ if L[2][3] < 1.3 * L[1][3]:
 print("\n-- Training: tutorial CNN, Fashion-MNIST, 1 epoch of 937 steps x 64, Adam lr 1e-3 --")
 print("samples/s is training time only (data loading and the test pass excluded, both systems);")
 print("peak RSS is the whole process, from getrusage once it has exited.")
-hdr = f"{'':34}{'1 thread':>18}{'2 threads':>18}"
+hdr = f"{'':34}{'1 thread':>26}{'2 threads':>26}"
 print(hdr)
 
 
 def row(label, vals):
-    print(f"{label:34}" + "".join(f"{v:>18}" for v in vals))
+    print(f"{label:34}" + "".join(f"{v:>26}" for v in vals))
 
 
 row("PyTorch samples/s", [fmt(med("torch", t, 0)) + spread("torch", t) for t in (1, 2)])
