@@ -78,7 +78,7 @@ test: $(BUILD)/.deps-test unit-tests
 asan:
 	$(MAKE) BUILD=build-asan SAN=1 test
 
-leakcheck: $(BUILD)/.deps-test all
+leakcheck: $(BUILD)/.deps-leakcheck all
 	bash tests/leakcheck.sh $(BUILD)
 
 bench: $(BUILD)/.deps-bench all $(BUILD)/bench/conv_bench
