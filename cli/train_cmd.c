@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "commands.h"
@@ -239,6 +240,35 @@ static dt_status load_model_spec(const struct train_opts *o, const dt_image_data
     return DT_OK;
 }
 
+/* Writes text and a newline to path. A regular file (or a new one) is written beside the target
+ * and renamed over it, so a reader never sees half a file; anything else (a symlink, a device,
+ * a pipe) is written in place, so that --metrics-out /dev/stdout or a link keeps working. */
+static dt_status write_file_atomically(const char *path, const char *text)
+{
+    struct stat sb;
+    bool in_place = lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode);
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    const char *target = in_place ? path : tmp;
+    FILE *f = fopen(target, "w");
+    if (!f)
+        return dt_error(DT_ERR_IO, "--metrics-out: %s: %s", target, strerror(errno));
+    int failed = fprintf(f, "%s\n", text) < 0;
+    failed |= fclose(f) != 0;
+    if (failed) {
+        int err = errno;
+        if (!in_place)
+            remove(tmp);
+        return dt_error(DT_ERR_IO, "--metrics-out: %s: write failed: %s", target, strerror(err));
+    }
+    if (!in_place && rename(tmp, path) != 0) {
+        int err = errno;
+        remove(tmp);
+        return dt_error(DT_ERR_IO, "--metrics-out: %s: %s", path, strerror(err));
+    }
+    return DT_OK;
+}
+
 static dt_status write_metrics(const char *path, const struct train_opts *o, int threads,
                                const dt_fit_result *r, double test_loss, double test_acc,
                                bool have_test, dt_model *m)
@@ -246,8 +276,6 @@ static dt_status write_metrics(const char *path, const struct train_opts *o, int
     dt_status st = DT_OK;
     cJSON *j = cJSON_CreateObject();
     char *text = NULL;
-    char tmp[4096];
-    FILE *f = NULL;
     if (!j)
         return dt_error(DT_ERR_NOMEM, "no memory for metrics");
     double sps = r->train_seconds > 0 ? (double)r->samples / r->train_seconds : 0.0;
@@ -279,27 +307,8 @@ static dt_status write_metrics(const char *path, const struct train_opts *o, int
         st = dt_error(DT_ERR_NOMEM, "no memory for metrics");
         goto fail;
     }
-    /* Written beside the target and renamed, so a reader never sees half a file. */
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    f = fopen(tmp, "w");
-    if (!f) {
-        st = dt_error(DT_ERR_IO, "--metrics-out: %s: %s", tmp, strerror(errno));
-        goto fail;
-    }
-    if (fprintf(f, "%s\n", text) < 0 || fclose(f) != 0) {
-        f = NULL;
-        remove(tmp);
-        st = dt_error(DT_ERR_IO, "--metrics-out: %s: write failed: %s", tmp, strerror(errno));
-        goto fail;
-    }
-    f = NULL;
-    if (rename(tmp, path) != 0) {
-        remove(tmp);
-        st = dt_error(DT_ERR_IO, "--metrics-out: %s: %s", path, strerror(errno));
-    }
+    st = write_file_atomically(path, text);
 fail:
-    if (f)
-        fclose(f);
     free(text);
     cJSON_Delete(j);
     return st;
@@ -337,17 +346,6 @@ int cmd_train(int argc, char **argv)
     if ((st = load_data("data", o.data, false, &train)) ||
         (st = load_test_data(&o, &test, &have_test)) || (st = load_model_spec(&o, &train, &spec)))
         goto fail;
-    if ((st = dt_pool_create(threads, &pool)))
-        goto fail;
-    dt_model_options mopts = {.no_fuse = o.no_fuse};
-    if ((st = dt_model_create(&spec, o.batch_size, pool, &mopts, &model)))
-        goto fail;
-    dt_model_init_params(model, (uint64_t)o.seed);
-    if ((st = dt_optim_setup(&opt, &ocfg, dt_model_params(model))))
-        goto fail;
-    if (o.summary)
-        dt_model_summary(model, stdout);
-
     dt_fit_config fcfg;
     dt_fit_config_default(&fcfg);
     fcfg.epochs = o.epochs;
@@ -362,11 +360,28 @@ int cmd_train(int argc, char **argv)
     fcfg.progress = strcmp(o.progress, "none") == 0 ? NULL : stdout;
     fcfg.progress_bar = strcmp(o.progress, "bar") == 0 ||
                         (strcmp(o.progress, "auto") == 0 && dt_progress_bar_wanted(stdout));
+    if ((st = dt_fit_check(&fcfg, train.n))) {
+        dt_error_prefix(st, "%s", train.images_path);
+        goto fail;
+    }
+    if ((st = dt_pool_create(threads, &pool)))
+        goto fail;
+    /* No batch is larger than the training set: size the buffers for what will be used. */
+    int max_batch = o.batch_size < train.n ? o.batch_size : train.n;
+    dt_model_options mopts = {.no_fuse = o.no_fuse};
+    if ((st = dt_model_create(&spec, max_batch, pool, &mopts, &model)))
+        goto fail;
+    dt_model_init_params(model, (uint64_t)o.seed);
+    if ((st = dt_optim_setup(&opt, &ocfg, dt_model_params(model))))
+        goto fail;
+    if (o.summary)
+        dt_model_summary(model, stdout);
+
     dt_fit_result res;
     if ((st = dt_fit(model, &opt, pool, &train, have_test ? &test : NULL, &fcfg, &res)))
         goto fail;
-    double test_loss = 0.0, test_acc = 0.0;
-    if (have_test && (st = dt_evaluate(model, &test, &test_loss, &test_acc)))
+    double test_loss = res.val_loss, test_acc = res.val_accuracy;
+    if (have_test && !res.validated && (st = dt_evaluate(model, &test, &test_loss, &test_acc)))
         goto fail;
     double sps = res.train_seconds > 0 ? (double)res.samples / res.train_seconds : 0.0;
     printf("Trained %lld steps (%lld examples) in %.2f s: %.0f samples/s on %d thread%s\n",
@@ -374,9 +389,15 @@ int cmd_train(int argc, char **argv)
            threads == 1 ? "" : "s");
     if (have_test)
         printf("Test loss: %.4f - test accuracy: %.4f\n", test_loss, test_acc);
+    fflush(stdout); /* the report first, should the metrics go to stdout too */
     if (o.metrics_out &&
         (st = write_metrics(o.metrics_out, &o, threads, &res, test_loss, test_acc, have_test, model)))
         goto fail;
+    /* A full disk or a closed pipe on stdout is a failure, not a success with lost output. */
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        st = dt_error(DT_ERR_IO, "stdout: write failed: %s", strerror(errno));
+        goto fail;
+    }
     rc = 0;
 fail:
     if (rc != 0)

@@ -159,6 +159,39 @@ if [ -d "$fm" ]; then
         fail other_seed_other_parameters "seeds 9 and 10 gave the same checksum"
     fi
 
+    # --metrics-out through a symlink updates the link's target; /dev/stdout is written in place.
+    echo old > "$tmp/target.json"
+    ln -s "$tmp/target.json" "$tmp/link.json"
+    run "$dtrain" train --model mlp --max-steps 2 --progress none --test-data none --metrics-out "$tmp/link.json"
+    if [ "$status" -eq 0 ] && [ -L "$tmp/link.json" ] && grep -q '"steps":2' "$tmp/target.json"; then
+        ok metrics_out_follows_a_symlink
+    else
+        fail metrics_out_follows_a_symlink "exit $status; target: $(head -c 100 "$tmp/target.json")"
+    fi
+    "$dtrain" train --model mlp --max-steps 2 --progress none --test-data none --metrics-out /dev/stdout \
+        2> "$tmp/err" | cat > "$tmp/out"
+    status=${PIPESTATUS[0]}
+    if [ "$status" -eq 0 ] && tail -1 "$tmp/out" | grep -q '^{.*"steps":2'; then
+        ok metrics_out_to_dev_stdout
+    else
+        fail metrics_out_to_dev_stdout "exit $status: $(cat "$tmp/err")"
+    fi
+    if [ -c /dev/full ]; then
+        "$dtrain" train --model mlp --max-steps 2 --progress lines --test-data none > /dev/full 2> "$tmp/err"
+        st=$?
+        if [ "$st" -eq 1 ] && grep -q "stdout: write failed" "$tmp/err"; then ok full_stdout_is_a_failure; \
+        else fail full_stdout_is_a_failure "exit $st: $(cat "$tmp/err")"; fi
+    fi
+    expect_error batch_larger_than_dataset 1 "10000 examples make no full batch of 20000" \
+        train --data "idx:$fm/t10k-images-idx3-ubyte.gz,$fm/t10k-labels-idx1-ubyte.gz" --batch-size 20000
+    run "$dtrain" train --model mlp --max-steps 20 --validate --progress none --metrics-out "$tmp/v.json"
+    if [ "$status" -eq 0 ] && [ -n "$(json_field "$tmp/v.json" test_accuracy)" ] && \
+        [ "$(json_field "$tmp/v.json" test_accuracy)" != null ]; then
+        ok validate_without_progress
+    else
+        fail validate_without_progress "exit $status: $(cat "$tmp/err")"
+    fi
+
     # The default --data runs the mlp too, and the progress bar redraws in place when asked.
     run "$dtrain" train --model mlp --max-steps 30 --progress bar --test-data none
     if [ "$status" -eq 0 ] && grep -q $'\r' "$tmp/out" && grep -q "30/30 \[=*\]" "$tmp/out"; then

@@ -222,3 +222,19 @@ TEST(loss_reduction_differs_only_on_partial_batches)
     CHECK(mean_keep != global_keep);  /* the partial batch of 8 is scaled by 1/8 or by 1/32 */
     CHECK(mean_keep != mean_drop);
 }
+
+TEST(fit_configuration_is_checked)
+{
+    dt_fit_config c;
+    dt_fit_config_default(&c);
+    c.batch_size = 0;
+    CHECK_ERR(dt_fit_check(&c, 100), DT_ERR_INVALID, "batch_size: must be at least 1");
+    dt_fit_config_default(&c);
+    c.epochs = 0;
+    CHECK_ERR(dt_fit_check(&c, 100), DT_ERR_INVALID, "epochs");
+    dt_fit_config_default(&c);
+    c.batch_size = 2147483647;
+    CHECK_ERR(dt_fit_check(&c, 100), DT_ERR_INVALID, "100 examples make no full batch of 2147483647");
+    c.keep_remainder = true;
+    CHECK_OK(dt_fit_check(&c, 100));
+}

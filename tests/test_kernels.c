@@ -256,6 +256,18 @@ TEST(convpool_rejects_shapes_it_cannot_run)
     dt_conv_geom_init(&cg, 28, 28, 1, 3, 3, 32, 1, 1, false);
     dt_pool_geom_init(&pg, 26, 26, 32, 3, 3, 3, 3, false); /* 3x3 pooling */
     CHECK(!dt_convpool_supported(&cg, &pg));
+    /* "same" pooling over an odd conv output (27): padding only at the bottom and right, one
+     * more pooled row than valid pooling gives. */
+    dt_conv_geom_init(&cg, 29, 29, 1, 3, 3, 32, 1, 1, false);
+    dt_pool_geom_init(&pg, 27, 27, 32, 2, 2, 2, 2, true);
+    CHECK(pg.pad_top == 0 && pg.OH == 14);
+    CHECK(!dt_convpool_supported(&cg, &pg));
+    dt_pool_geom_init(&pg, 27, 27, 32, 2, 2, 2, 2, false);
+    CHECK(dt_convpool_supported(&cg, &pg));
+    /* "same" over an even output is valid pooling under another name: the kernel may run it. */
+    dt_conv_geom_init(&cg, 28, 28, 1, 3, 3, 32, 1, 1, false);
+    dt_pool_geom_init(&pg, 26, 26, 32, 2, 2, 2, 2, true);
+    CHECK(dt_convpool_supported(&cg, &pg));
 }
 
 TEST(softmax_cross_entropy_matches_log_softmax)

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "dtrain/model.h"
+#include "dtrain/optim.h"
 #include "test.h"
 
 TEST(builtin_mnist_cnn_is_the_tutorial_model)
@@ -163,4 +164,94 @@ TEST(fused_and_unfused_models_agree)
     free(x);
     dt_model_destroy(a);
     dt_model_destroy(b);
+}
+
+static dt_status model_from(const char *json, int batch, dt_model **m)
+{
+    dt_model_spec s;
+    dt_status st = dt_model_spec_from_json(json, "t.json", &s);
+    if (st)
+        return st;
+    return dt_model_create(&s, batch, NULL, NULL, m);
+}
+
+TEST(same_pooling_over_an_odd_conv_output_is_not_fused)
+{
+    /* 29x29 -> conv 27x27 -> same pooling 14x14: the fused kernel must not take it. */
+    const char *json = "{\"input_shape\": [29, 29, 1], \"layers\": ["
+                       "{\"type\": \"conv2d\", \"filters\": 8, \"kernel_size\": 3, \"activation\": \"relu\"},"
+                       "{\"type\": \"max_pooling2d\", \"padding\": \"same\"}, {\"type\": \"flatten\"},"
+                       "{\"type\": \"dense\", \"units\": 3}]}";
+    dt_model_spec s;
+    CHECK_OK(dt_model_spec_from_json(json, "t.json", &s));
+    dt_model *a = NULL, *b = NULL;
+    dt_model_options unfused = {.no_fuse = true};
+    CHECK_OK(dt_model_create(&s, 2, NULL, NULL, &a));
+    CHECK_OK(dt_model_create(&s, 2, NULL, &unfused, &b));
+    if (!a || !b)
+        return;
+    dt_model_init_params(a, 1);
+    dt_model_init_params(b, 1);
+    float x[2 * 29 * 29];
+    for (int i = 0; i < 2 * 29 * 29; i++)
+        x[i] = (float)((i * 17) % 255) / 255.0f;
+    const float *ya = dt_model_forward(a, 2, x, false), *yb = dt_model_forward(b, 2, x, false);
+    for (int i = 0; i < 6; i++)
+        CHECK_NEAR(ya[i], yb[i], 1e-6);
+    dt_model_destroy(a);
+    dt_model_destroy(b);
+}
+
+TEST(conv_on_a_one_by_one_map_is_accepted)
+{
+    dt_model *m = NULL;
+    CHECK_OK(model_from("{\"input_shape\": [28, 28, 1], \"layers\": ["
+                        "{\"type\": \"conv2d\", \"filters\": 4, \"kernel_size\": 28},"
+                        "{\"type\": \"conv2d\", \"filters\": 3, \"kernel_size\": 1},"
+                        "{\"type\": \"flatten\"}, {\"type\": \"dense\", \"units\": 2}]}", 2, &m));
+    dt_model_destroy(m);
+    CHECK_ERR(model_from("{\"input_shape\": [4, 4, 1], \"layers\": [{\"type\": \"flatten\"},"
+                         "{\"type\": \"max_pooling2d\"}, {\"type\": \"dense\", \"units\": 2}]}", 2, &m),
+              DT_ERR_INVALID, "max_pooling2d needs an (H, W, C) input, got a flat one");
+}
+
+TEST(oversized_models_fail_cleanly)
+{
+    dt_model *m = NULL;
+    CHECK_ERR(model_from("{\"input_shape\": [65536, 65536, 1], \"layers\": [{\"type\": \"flatten\"},"
+                         "{\"type\": \"dense\", \"units\": 2}]}", 1, &m),
+              DT_ERR_INVALID, "layers[0] (flatten): input larger than 2^28 elements");
+    /* 2^24 outputs per example at batch 10^6: hundreds of terabytes of activations on any machine. */
+    CHECK_ERR(model_from("{\"input_shape\": [1, 1, 1], \"layers\": [{\"type\": \"flatten\"},"
+                         "{\"type\": \"dense\", \"units\": 16777216}, {\"type\": \"dense\", \"units\": 2}]}", 1000000, &m),
+              DT_ERR_INVALID, "GB for its parameters, gradients and buffers at batch 1000000; this machine has");
+    CHECK_ERR(model_from("{\"input_shape\": [28, 28, 1], \"layers\": [{\"type\": \"flatten\"},"
+                         "{\"type\": \"dense\", \"units\": 16000000}, {\"type\": \"dense\", \"units\": 2}]}", 1, &m),
+              DT_ERR_INVALID, "more than dtrain's limit of 2^31");
+}
+
+TEST(long_layer_names_fit_every_optimizer_slot)
+{
+    dt_model *m = NULL;
+    CHECK_OK(model_from("{\"input_shape\": [2, 2, 1], \"layers\": [{\"type\": \"flatten\"},"
+                        "{\"type\": \"dense\", \"units\": 2, \"name\": \"a_layer_name_of_forty_seven_characters_long__x\"}]}",
+                        2, &m));
+    if (!m)
+        return;
+    for (int kind = DT_OPT_SGD; kind <= DT_OPT_ADAGRAD; kind++) {
+        dt_optim_config c;
+        dt_optim_config_default(&c, (dt_opt_kind)kind);
+        dt_optim o;
+        dt_optim_init(&o);
+        CHECK_OK(dt_optim_setup(&o, &c, dt_model_params(m)));
+        dt_optim_free(&o);
+    }
+    dt_model_destroy(m);
+}
+
+TEST(dropout_rate_that_rounds_to_one_is_rejected)
+{
+    dt_model_spec s;
+    CHECK_ERR(dt_model_spec_from_json("{\"layers\": [{\"type\": \"dropout\", \"rate\": 0.99999999}]}", "d.json", &s),
+              DT_ERR_INVALID, "layers[0].rate: expected a number in [0, 1)");
 }

@@ -13,7 +13,9 @@
 
 #include "dtrain/status.h"
 
-#define DT_VIEW_NAME_CAP 64
+/* Room for an optimizer slot prefix ("adagrad/accumulator/") before a layer name (up to 47
+ * bytes) and "/kernel". */
+#define DT_VIEW_NAME_CAP 128
 #define DT_VIEW_MAX_DIMS 4
 
 typedef struct {

@@ -48,15 +48,22 @@ typedef struct {
     double train_seconds;    /* the steps alone: no evaluation, no printing */
     double final_loss;       /* mean training loss over the last epoch */
     double final_accuracy;
+    bool validated;          /* val_* hold the test set's figures after the last epoch */
+    double val_loss, val_accuracy;
 } dt_fit_result;
 
 void dt_fit_config_default(dt_fit_config *cfg);
 
 /* Trains m with o. test may be NULL (no validation). Fails with DT_ERR_NUMERIC, naming the step,
- * if the loss stops being finite; with DT_ERR_INVALID if the data does not fit the model (shape,
- * a label beyond the model's outputs), naming the file. */
+ * if the loss stops being finite; with DT_ERR_INVALID if the configuration is out of range or the
+ * data does not fit the model (shape, a label beyond the model's outputs, no full batch), naming
+ * the field or the file. Batches hold min(batch_size, examples) at most: the model's maximum
+ * batch must cover that. */
 dt_status dt_fit(dt_model *m, dt_optim *o, dt_pool *pool, const dt_image_dataset *train,
                  const dt_image_dataset *test, const dt_fit_config *cfg, dt_fit_result *result);
+
+/* Checks cfg against a training set of n_examples, naming the field. */
+dt_status dt_fit_check(const dt_fit_config *cfg, int n_examples);
 
 /* Mean loss and accuracy over the whole dataset, in batches of the model's maximum batch. */
 dt_status dt_evaluate(dt_model *m, const dt_image_dataset *ds, double *loss, double *accuracy);

@@ -22,8 +22,10 @@ typedef struct {
 } dt_idx;
 
 /* Reads a whole IDX file, raw or gzip. Errors name the file and the byte offset (of the
- * decompressed stream for .gz): missing file, bad magic, unsupported dtype, a size product that
- * overflows, truncated data, trailing bytes. Never allocates more than the data actually read. */
+ * decompressed stream for .gz): missing file, bad magic, unsupported dtype, a size product beyond
+ * 2^33 bytes, truncated data, trailing bytes (after a gzip stream's end zlib ignores them). The
+ * buffer grows with the data read (from 1 MiB, doubling), so a header promising more than the
+ * file holds costs no more than the file's size. */
 dt_status dt_idx_read(const char *path, dt_idx *out);
 void dt_idx_free(dt_idx *idx);
 

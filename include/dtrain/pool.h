@@ -27,7 +27,7 @@ void dt_pool_run(dt_pool *pool, dt_task_fn fn, void *ctx, int n_tasks);
  * differing by at most one. */
 void dt_pool_slice(long n, int task, int n_tasks, long *begin, long *end);
 
-/* The number of online CPUs (at least 1). */
+/* The number of CPUs this process may run on (its affinity mask; at least 1). */
 int dt_cpu_count(void);
 
 #endif

@@ -81,6 +81,11 @@ static void *worker_main(void *arg)
 
 int dt_cpu_count(void)
 {
+    /* The CPUs this process may run on (taskset, cpusets), not all the machine's: with spinning
+     * workers, more threads than usable cores is very costly. */
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (int)n : 1;
 }

@@ -182,6 +182,13 @@ dt_status dt_image_dataset_load(const char *images_path, const char *labels_path
         st = dt_error(DT_ERR_FORMAT, "%s: more than 2^30 images", images_path);
         goto fail;
     }
+    /* Image sizes stay far within int, as the models' shapes do. */
+    uint64_t pixels = (uint64_t)im.dims[1] * im.dims[2] * (im.n_dims == 4 ? im.dims[3] : 1);
+    if (pixels > (1u << 28)) {
+        st = dt_error(DT_ERR_FORMAT, "%s: offset 8: images of %llu values each, more than 2^28",
+                      images_path, (unsigned long long)pixels);
+        goto fail;
+    }
     out->n = (int)im.dims[0];
     out->h = (int)im.dims[1];
     out->w = (int)im.dims[2];

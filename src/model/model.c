@@ -6,9 +6,11 @@
  * into the gradient arena, whose layout mirrors the parameter arena. */
 #include "dtrain/model.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dtrain/convpool.h"
 #include "dtrain/gemm.h"
@@ -17,6 +19,7 @@
 struct layer_rt {
     dt_layer_spec spec;
     int in_dims[3], out_dims[3]; /* (H, W, C) per example */
+    bool in_flat, out_flat;      /* a vector (after flatten or dense), not an (H, W, C) map */
     size_t in_elems, out_elems;
     int w_view, b_view; /* parameter views, -1 when none */
     dt_conv_geom cg;
@@ -61,20 +64,34 @@ static dt_status layer_error(const struct layer_rt *L, int i, const char *msg)
     return dt_error(DT_ERR_INVALID, "layers[%d] (%s): %s", i, L->spec.name, msg);
 }
 
-static bool is_flat(const int d[3]) { return d[0] == 1 && d[1] == 1; }
+/* Per-example sizes past this are not a model dtrain can train; it also keeps every index in
+ * the kernels within int and every GEMM dimension within OpenBLAS's int. */
+#define DT_MAX_ELEMS_PER_EXAMPLE ((size_t)1 << 28)
+/* Parameters per model: keeps every weight matrix's dimensions within int for OpenBLAS. */
+#define DT_MAX_PARAMS ((size_t)1 << 31)
+
+static size_t dims_elems(const int d[3]) { return (size_t)d[0] * (size_t)d[1] * (size_t)d[2]; }
 
 static dt_status infer_shape(struct layer_rt *L, int i)
 {
     const dt_layer_spec *s = &L->spec;
     memcpy(L->out_dims, L->in_dims, sizeof L->out_dims);
+    L->out_flat = L->in_flat;
+    L->in_elems = dims_elems(L->in_dims);
+    if (L->in_elems > DT_MAX_ELEMS_PER_EXAMPLE)
+        return layer_error(L, i, "input larger than 2^28 elements per example");
     switch (s->kind) {
     case DT_LAYER_DENSE:
-        if (!is_flat(L->in_dims))
+        /* Keras's Dense on an (H, W, C) map would act on C alone; dtrain asks for a flatten so
+         * the model says what it means. A 1x1 map is a vector either way. */
+        if (!L->in_flat && (L->in_dims[0] != 1 || L->in_dims[1] != 1))
             return layer_error(L, i, "dense needs a flat input: add a flatten layer before it");
+        L->out_dims[0] = L->out_dims[1] = 1;
         L->out_dims[2] = s->units;
+        L->out_flat = true;
         break;
     case DT_LAYER_CONV2D:
-        if (is_flat(L->in_dims) && i > 0)
+        if (L->in_flat)
             return layer_error(L, i, "conv2d needs an (H, W, C) input, got a flat one");
         if (!dt_conv_geom_init(&L->cg, L->in_dims[0], L->in_dims[1], L->in_dims[2], s->kernel[0],
                                s->kernel[1], s->filters, s->strides[0], s->strides[1], s->same))
@@ -82,6 +99,8 @@ static dt_status infer_shape(struct layer_rt *L, int i)
         L->out_dims[0] = L->cg.OH, L->out_dims[1] = L->cg.OW, L->out_dims[2] = s->filters;
         break;
     case DT_LAYER_MAXPOOL2D:
+        if (L->in_flat)
+            return layer_error(L, i, "max_pooling2d needs an (H, W, C) input, got a flat one");
         if (!dt_pool_geom_init(&L->pg, L->in_dims[0], L->in_dims[1], L->in_dims[2], s->pool[0],
                                s->pool[1], s->strides[0], s->strides[1], s->same))
             return layer_error(L, i, "the pool window is larger than the input: empty output");
@@ -89,14 +108,14 @@ static dt_status infer_shape(struct layer_rt *L, int i)
         break;
     case DT_LAYER_FLATTEN:
         L->out_dims[0] = L->out_dims[1] = 1;
-        L->out_dims[2] = L->in_dims[0] * L->in_dims[1] * L->in_dims[2];
+        L->out_dims[2] = (int)L->in_elems; /* within int: capped above */
+        L->out_flat = true;
         break;
     default:
         break;
     }
-    L->in_elems = (size_t)L->in_dims[0] * L->in_dims[1] * L->in_dims[2];
-    L->out_elems = (size_t)L->out_dims[0] * L->out_dims[1] * L->out_dims[2];
-    if (L->out_elems > ((size_t)1 << 28))
+    L->out_elems = dims_elems(L->out_dims);
+    if (L->out_elems > DT_MAX_ELEMS_PER_EXAMPLE)
         return layer_error(L, i, "output larger than 2^28 elements per example");
     return DT_OK;
 }
@@ -140,15 +159,68 @@ static void plan_fusion(dt_model *m, const dt_model_options *opts)
     }
 }
 
-static dt_status allocate_buffers(dt_model *m)
+/* What the model's buffers need, in floats: each layer's output and auxiliary arrays, the two
+ * gradient buffers, scratch and the loss's arrays. */
+struct buffer_plan {
+    size_t grad_elems; /* per gradient buffer */
+    size_t scratch;
+    size_t total;      /* floats in all buffers */
+};
+
+static struct buffer_plan plan_buffers(const dt_model *m)
 {
-    size_t B = (size_t)m->max_batch, max_elems = 0, scratch = 0;
+    struct buffer_plan p = {0};
+    size_t B = (size_t)m->max_batch, max_elems = (size_t)m->K;
     int n_threads = dt_pool_size(m->pool);
     for (int i = 0; i < m->n_layers; i++) {
+        const struct layer_rt *L = &m->layers[i];
+        /* The gradient buffers hold what backward writes: each trainable-or-later layer's output
+         * gradient (never a fused conv's unpooled output) and the input gradients of the layers
+         * above the first trainable one (never the absorbed pooling's input). */
+        if (i >= m->first_trainable && !L->fused && L->out_elems > max_elems)
+            max_elems = L->out_elems;
+        if (i > m->first_trainable && !L->absorbed && L->in_elems > max_elems)
+            max_elems = L->in_elems;
+        size_t out = B * L->out_elems, s = 0;
+        if (L->spec.kind != DT_LAYER_FLATTEN && !L->fused)
+            p.total += out;
+        if (L->spec.kind == DT_LAYER_MAXPOOL2D && !L->absorbed)
+            p.total += out; /* argmax indices, 4 bytes each */
+        if (L->spec.kind == DT_LAYER_DROPOUT)
+            p.total += out;
+        if (L->fused) {
+            p.total += dt_convpool_mask_words(&m->layers[i + 1].pg, m->max_batch);
+            s = dt_convpool_scratch_elems(&L->cg, n_threads);
+        } else if (L->spec.kind == DT_LAYER_CONV2D) {
+            s = dt_conv2d_scratch_elems(&L->cg, n_threads);
+        }
+        p.scratch = s > p.scratch ? s : p.scratch;
+    }
+    p.grad_elems = B * max_elems;
+    p.total += 2 * p.grad_elems + p.scratch + 3 * B * (size_t)m->K + B;
+    return p;
+}
+
+/* Refuses a model whose parameters, gradients and buffers would not fit in this machine's
+ * memory, rather than let the kernel's OOM killer end the process half-way. */
+static dt_status check_memory(const dt_model *m, const struct buffer_plan *p)
+{
+    double bytes = 4.0 * (2.0 * (double)m->params.n_elems + (double)p->total);
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    double phys = pages > 0 && page > 0 ? (double)pages * (double)page : 0.0;
+    if (phys > 0.0 && bytes > 0.9 * phys)
+        return dt_error(DT_ERR_INVALID, "model %s needs %.1f GB for its parameters, gradients and "
+                        "buffers at batch %d; this machine has %.1f GB", m->spec.name, bytes / 1e9,
+                        m->max_batch, phys / 1e9);
+    return DT_OK;
+}
+
+static dt_status allocate_buffers(dt_model *m, const struct buffer_plan *p)
+{
+    size_t B = (size_t)m->max_batch;
+    for (int i = 0; i < m->n_layers; i++) {
         struct layer_rt *L = &m->layers[i];
-        size_t in = L->in_elems, out = L->out_elems;
-        max_elems = in > max_elems ? in : max_elems;
-        max_elems = out > max_elems ? out : max_elems;
+        size_t out = L->out_elems;
         if (L->spec.kind != DT_LAYER_FLATTEN && !L->fused && !(L->out = alloc_floats(B * out)))
             return dt_error(DT_ERR_NOMEM, "no memory for the output of layer %s", L->spec.name);
         if (L->spec.kind == DT_LAYER_MAXPOOL2D && !L->absorbed &&
@@ -160,16 +232,11 @@ static dt_status allocate_buffers(dt_model *m)
             const dt_pool_geom *pg = &m->layers[i + 1].pg;
             if (!(L->mask = malloc(dt_convpool_mask_words(pg, m->max_batch) * sizeof *L->mask)))
                 return dt_error(DT_ERR_NOMEM, "no memory for layer %s", L->spec.name);
-            size_t s = dt_convpool_scratch_elems(&L->cg, n_threads);
-            scratch = s > scratch ? s : scratch;
-        } else if (L->spec.kind == DT_LAYER_CONV2D) {
-            size_t s = dt_conv2d_scratch_elems(&L->cg, n_threads);
-            scratch = s > scratch ? s : scratch;
         }
     }
     size_t K = (size_t)m->K;
-    if (!(m->gbuf[0] = alloc_floats(B * max_elems)) || !(m->gbuf[1] = alloc_floats(B * max_elems)) ||
-        !(m->scratch = alloc_floats(scratch)) || !(m->prob = alloc_floats(B * K)) ||
+    if (!(m->gbuf[0] = alloc_floats(p->grad_elems)) || !(m->gbuf[1] = alloc_floats(p->grad_elems)) ||
+        !(m->scratch = alloc_floats(p->scratch)) || !(m->prob = alloc_floats(B * K)) ||
         !(m->losses = alloc_floats(B)) || !(m->targets = alloc_floats(B * K)))
         return dt_error(DT_ERR_NOMEM, "no memory for the model's buffers");
     return DT_OK;
@@ -199,16 +266,19 @@ dt_status dt_model_create(const dt_model_spec *spec, int max_batch, dt_pool *poo
     dt_arena_init(&m->grads);
     dt_status st = DT_OK;
     int dims[3] = {spec->input_shape[0], spec->input_shape[1], spec->input_shape[2]};
+    bool flat = false;
     for (int i = 0; i < m->n_layers; i++) {
         struct layer_rt *L = &m->layers[i];
         L->spec = spec->layers[i];
         memcpy(L->in_dims, dims, sizeof dims);
+        L->in_flat = flat;
         if ((st = infer_shape(L, i)) || (st = declare_params(m, L)))
             goto fail;
         memcpy(dims, L->out_dims, sizeof dims);
+        flat = L->out_flat;
     }
     m->K = dims[0] * dims[1] * dims[2];
-    if (!is_flat(dims)) {
+    if (dims[0] != 1 || dims[1] != 1) {
         st = dt_error(DT_ERR_INVALID, "model %s: the last layer's output is %dx%dx%d: flatten it "
                       "and end with a dense layer", spec->name, dims[0], dims[1], dims[2]);
         goto fail;
@@ -218,14 +288,19 @@ dt_status dt_model_create(const dt_model_spec *spec, int max_batch, dt_pool *poo
                       "outputs, the last layer has %d", spec->name, m->K);
         goto fail;
     }
-    if ((st = dt_arena_commit(&m->params)) || (st = dt_arena_mirror(&m->grads, &m->params, "")))
+    if (m->params.n_elems > DT_MAX_PARAMS) {
+        st = dt_error(DT_ERR_INVALID, "model %s: %zu parameters, more than dtrain's limit of 2^31",
+                      spec->name, dt_arena_payload_elems(&m->params));
         goto fail;
+    }
     m->first_trainable = m->n_layers;
     for (int i = m->n_layers - 1; i >= 0; i--)
         if (m->layers[i].w_view >= 0)
             m->first_trainable = i;
     plan_fusion(m, opts);
-    if ((st = allocate_buffers(m)))
+    struct buffer_plan plan = plan_buffers(m);
+    if ((st = check_memory(m, &plan)) || (st = dt_arena_commit(&m->params)) ||
+        (st = dt_arena_mirror(&m->grads, &m->params, "")) || (st = allocate_buffers(m, &plan)))
         goto fail;
     *out = m;
     return DT_OK;
@@ -360,6 +435,7 @@ static void forward_layer(dt_model *m, int i, int B, bool training)
 
 const float *dt_model_forward(dt_model *m, int B, const float *x, bool training)
 {
+    assert(B >= 1 && B <= m->max_batch);
     const float *cur = x;
     for (int i = 0; i < m->n_layers; i++) {
         struct layer_rt *L = &m->layers[i];
@@ -415,6 +491,7 @@ double dt_model_loss(dt_model *m, int B, const int32_t *labels, float grad_scale
 {
     int K = m->K;
     float *dlogits = m->gbuf[0];
+    assert(B >= 1 && B <= m->max_batch);
     switch (m->spec.loss) {
     case DT_LOSS_SPARSE_CATEGORICAL_CROSSENTROPY:
         dt_softmax_xent_forward(B, K, m->logits, labels, m->prob, m->losses);
@@ -492,6 +569,7 @@ static float *backward_layer(dt_model *m, int i, int B, float *dy, float *dx)
 
 void dt_model_backward(dt_model *m, int B)
 {
+    assert(B >= 1 && B <= m->max_batch);
     float *dy = m->gbuf[0];
     for (int i = m->n_layers - 1; i >= m->first_trainable; i--) {
         if (m->layers[i].absorbed)
@@ -529,7 +607,7 @@ void dt_model_summary(const dt_model *m, FILE *out)
         const struct layer_rt *L = &m->layers[i];
         char label[96], shape[64];
         snprintf(label, sizeof label, "%s (%s)", L->spec.name, class_name(&L->spec));
-        if (is_flat(L->out_dims))
+        if (L->out_flat)
             snprintf(shape, sizeof shape, "(None, %d)", L->out_dims[2]);
         else
             snprintf(shape, sizeof shape, "(None, %d, %d, %d)", L->out_dims[0], L->out_dims[1],

@@ -304,7 +304,8 @@ static dt_status parse_layer(struct json_ctx *c, const cJSON *obj, dt_layer_spec
     }
     case DT_LAYER_DROPOUT: {
         const cJSON *rate = cJSON_GetObjectItemCaseSensitive(obj, "rate");
-        if (!cJSON_IsNumber(rate) || !(rate->valuedouble >= 0.0 && rate->valuedouble < 1.0))
+        /* Checked as the float it becomes: 0.99999999 rounds to 1.0f, which would drop all. */
+        if (!cJSON_IsNumber(rate) || !((float)rate->valuedouble >= 0.0f && (float)rate->valuedouble < 1.0f))
             return field_error(c, "rate", "expected a number in [0, 1)");
         l->rate = (float)rate->valuedouble;
         return DT_OK;

@@ -22,9 +22,11 @@ bool dt_convpool_supported(const dt_conv_geom *cg, const dt_pool_geom *pg)
 {
     bool conv_ok = cg->KH == 3 && cg->KW == 3 && cg->C == 1 && cg->SH == 1 && cg->SW == 1 &&
                    cg->pad_top == 0 && cg->pad_left == 0 && cg->OC % 8 == 0;
+    /* Valid pooling only: "same" pooling of an odd conv output pads at the bottom and right
+     * (pad_top stays 0) and makes one more pooled row, whose window the kernel cannot read. */
     bool pool_ok = pg->PH == 2 && pg->PW == 2 && pg->SH == 2 && pg->SW == 2 &&
-                   pg->pad_top == 0 && pg->pad_left == 0 && pg->H == cg->OH && pg->W == cg->OW &&
-                   pg->C == cg->OC;
+                   pg->pad_top == 0 && pg->pad_left == 0 && pg->OH == pg->H / 2 &&
+                   pg->OW == pg->W / 2 && pg->H == cg->OH && pg->W == cg->OW && pg->C == cg->OC;
     return conv_ok && pool_ok && cpu_has_avx2_fma();
 }
 

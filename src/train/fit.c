@@ -169,11 +169,26 @@ static dt_status train_step(dt_model *m, dt_optim *o, dt_pool *pool, int B, floa
 
 static int64_t steps_in_epoch(const dt_fit_config *cfg, int n)
 {
-    int64_t full = cfg->keep_remainder ? (n + cfg->batch_size - 1) / cfg->batch_size
-                                       : n / cfg->batch_size;
+    int64_t b = cfg->batch_size;
+    int64_t full = cfg->keep_remainder ? ((int64_t)n + b - 1) / b : (int64_t)n / b;
     if (cfg->steps_per_epoch > 0 && cfg->steps_per_epoch < full)
         full = cfg->steps_per_epoch;
     return full;
+}
+
+dt_status dt_fit_check(const dt_fit_config *cfg, int n_examples)
+{
+    if (cfg->epochs < 1)
+        return dt_error(DT_ERR_INVALID, "epochs: must be at least 1, got %d", cfg->epochs);
+    if (cfg->batch_size < 1)
+        return dt_error(DT_ERR_INVALID, "batch_size: must be at least 1, got %d", cfg->batch_size);
+    if (cfg->steps_per_epoch < 0 || cfg->max_steps < 0 || cfg->shuffle_buffer < 0)
+        return dt_error(DT_ERR_INVALID, "steps_per_epoch, max_steps and shuffle_buffer must not be "
+                        "negative");
+    if (!cfg->keep_remainder && n_examples < cfg->batch_size)
+        return dt_error(DT_ERR_INVALID, "%d examples make no full batch of %d (keep the remainder "
+                        "or lower the batch size)", n_examples, cfg->batch_size);
+    return DT_OK;
 }
 
 dt_status dt_fit(dt_model *m, dt_optim *o, dt_pool *pool, const dt_image_dataset *train,
@@ -186,14 +201,13 @@ dt_status dt_fit(dt_model *m, dt_optim *o, dt_pool *pool, const dt_image_dataset
         return st;
     if (test && (st = dt_check_dataset(m, test)))
         return st;
-    if (cfg->batch_size > dt_model_max_batch(m))
-        return dt_error(DT_ERR_INVALID, "batch size %d exceeds the model's maximum %d",
-                        cfg->batch_size, dt_model_max_batch(m));
+    if ((st = dt_fit_check(cfg, train->n)))
+        return st;
+    int largest = cfg->batch_size < train->n ? cfg->batch_size : train->n;
+    if (largest > dt_model_max_batch(m))
+        return dt_error(DT_ERR_INVALID, "batches of %d exceed the model's maximum batch %d",
+                        largest, dt_model_max_batch(m));
     int64_t per_epoch = steps_in_epoch(cfg, train->n);
-    if (per_epoch == 0)
-        return dt_error(DT_ERR_INVALID, "%s: %d examples make no full batch of %d (keep the "
-                        "remainder or lower the batch size)", train->images_path, train->n,
-                        cfg->batch_size);
     size_t item = dt_model_input_elems(m);
     s.x = malloc((size_t)cfg->batch_size * item * sizeof *s.x);
     s.labels = malloc((size_t)cfg->batch_size * sizeof *s.labels);
@@ -248,16 +262,16 @@ dt_status dt_fit(dt_model *m, dt_optim *o, dt_pool *pool, const dt_image_dataset
         result->steps = step;
         result->final_loss = epoch_loss / epoch_samples;
         result->final_accuracy = (double)epoch_correct / epoch_samples;
-        if (cfg->progress) {
-            char extra[128] = "";
-            if (cfg->validate && test) {
-                double vl, va;
-                if ((st = dt_evaluate(m, test, &vl, &va)))
-                    goto fail;
-                snprintf(extra, sizeof extra, " - val_loss: %.4f - val_accuracy: %.4f", vl, va);
-            }
-            dt_progress_epoch_end(&prog, total, result->final_loss, result->final_accuracy, extra);
+        char extra[128] = "";
+        if (cfg->validate && test) {
+            if ((st = dt_evaluate(m, test, &result->val_loss, &result->val_accuracy)))
+                goto fail;
+            result->validated = true;
+            snprintf(extra, sizeof extra, " - val_loss: %.4f - val_accuracy: %.4f",
+                     result->val_loss, result->val_accuracy);
         }
+        if (cfg->progress)
+            dt_progress_epoch_end(&prog, total, result->final_loss, result->final_accuracy, extra);
     }
 fail:
     fit_state_free(&s);
