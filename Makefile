@@ -5,6 +5,7 @@
 #   make asan       the tests under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make leakcheck  a short training run under valgrind
 #   make bench      speed and memory against the peers, in one run
+#   make fuzz       every fuzz target for FUZZ_SECONDS (default 60) each
 #   make install PREFIX=/usr/local
 # Each target first installs the Debian packages it is missing (scripts/deps.sh).
 
@@ -36,7 +37,7 @@ TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 $(BUILD)/src/nn/convpool_avx2.o: ARCH_FLAGS := -mavx2 -mfma
 $(BUILD)/src/optim/optim_avx2.o: ARCH_FLAGS := -mavx2
 
-.PHONY: all demo test asan leakcheck bench install clean unit-tests
+.PHONY: all demo test asan leakcheck bench install clean unit-tests fuzz fuzz-build
 .PRECIOUS: $(BUILD)/.deps-%
 all: $(BUILD)/libdtrain.a $(BUILD)/libdtrain.so $(BUILD)/dtrain
 
@@ -72,7 +73,7 @@ demo: $(BUILD)/.deps-demo all
 	$(BUILD)/dtrain train --model mnist_cnn --data fashion-mnist --epochs 1 --batch-size 64 \
 		--optimizer adam --lr 0.001 --seed 1
 
-test: $(BUILD)/.deps-test unit-tests
+test: $(BUILD)/.deps-test unit-tests fuzz-build
 	bash tests/run.sh $(BUILD)
 
 asan:
@@ -83,6 +84,24 @@ leakcheck: $(BUILD)/.deps-leakcheck all
 
 bench: $(BUILD)/.deps-bench all $(BUILD)/bench/conv_bench
 	bash bench/run.sh $(BUILD)
+
+# libFuzzer targets (fuzz/fuzz_*.c) over the readers and parsers, built by clang with ASan and
+# UBSan from the core and data sources. tests/fuzz.sh runs them; make test runs a short smoke pass.
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 60
+FUZZ_CFLAGS := -std=c11 -g -O1 -D_GNU_SOURCE -Iinclude -pthread \
+	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
+FUZZ_LIB_SRCS := $(sort $(wildcard src/core/*.c src/data/*.c))
+FUZZ_BINS := $(patsubst fuzz/%.c,$(BUILD)/fuzz/%,$(sort $(wildcard fuzz/fuzz_*.c)))
+
+$(BUILD)/fuzz/%: fuzz/%.c $(FUZZ_LIB_SRCS) | $(BUILD)/.deps-build $(BUILD)/.deps-test
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $< $(FUZZ_LIB_SRCS) -lz -lm
+
+fuzz-build: $(FUZZ_BINS)
+
+fuzz: fuzz-build
+	bash tests/fuzz.sh $(BUILD) $(FUZZ_SECONDS)
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include/dtrain $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin

@@ -25,5 +25,7 @@ run_suite() { # name, counts file, command...
 }
 run_suite unit "$work/unit" "$build/tests/unit" --counts "$work/unit"
 run_suite cli "$work/cli" bash tests/cli.sh "$build" "$work/cli"
+# A short pass of every fuzz target: make fuzz runs them for longer.
+run_suite fuzz "$work/fuzz" bash tests/fuzz.sh "$build" "${DTRAIN_FUZZ_SMOKE_SECONDS:-5}" "$work/fuzz"
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -1,0 +1,202 @@
+/* Rows and the row builder (see include/dtrain/rows.h). */
+#include "dtrain/rows.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static size_t align16(size_t n) { return (n + 15) / 16 * 16; }
+
+dt_elem *dt_elem_alloc(int n, int n_dense, size_t nnz, size_t n_bytes)
+{
+    size_t rows = (size_t)n;
+    size_t sizes[] = {
+        align16(sizeof(dt_elem)),
+        align16(rows * (size_t)n_dense * sizeof(float)),
+        align16(rows * sizeof(float)),
+        align16((rows + 1) * sizeof(int64_t)),
+        align16(nnz * sizeof(int64_t)),
+        align16(nnz * sizeof(float)),
+        align16((rows + 1) * sizeof(size_t)),
+        align16(n_bytes),
+    };
+    size_t total = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        total += sizes[i];
+    uint8_t *block = malloc(total);
+    if (!block)
+        return NULL;
+    dt_elem *e = (dt_elem *)block;
+    memset(e, 0, sizeof *e);
+    e->n = n, e->n_dense = n_dense, e->nnz = nnz, e->n_bytes = n_bytes;
+    uint8_t *p = block + sizes[0];
+    e->dense = (float *)p, p += sizes[1];
+    e->labels = (float *)p, p += sizes[2];
+    e->sp_row = (int64_t *)p, p += sizes[3];
+    e->sp_ids = (int64_t *)p, p += sizes[4];
+    e->sp_vals = (float *)p, p += sizes[5];
+    e->raw_off = (size_t *)p, p += sizes[6];
+    e->raw = p;
+    e->sp_row[0] = 0;
+    e->raw_off[0] = 0;
+    return e;
+}
+
+void dt_elem_free(dt_elem *e) { free(e); }
+
+void dt_rowbuf_init(dt_rowbuf *b, int n_dense)
+{
+    memset(b, 0, sizeof *b);
+    b->n_dense = n_dense;
+}
+
+void dt_rowbuf_free(dt_rowbuf *b)
+{
+    if (!b)
+        return;
+    free(b->dense), free(b->labels), free(b->sp_row), free(b->sp_ids), free(b->sp_vals);
+    free(b->raw_off), free(b->raw);
+    dt_rowbuf_init(b, 0);
+}
+
+void dt_rowbuf_clear(dt_rowbuf *b)
+{
+    b->n = 0;
+    b->nnz = 0;
+    b->n_bytes = 0;
+    b->index = b->pos = 0;
+    b->file = 0;
+}
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem_size, size_t first)
+{
+    if (need <= *cap)
+        return 1;
+    size_t cap2 = *cap ? *cap : first;
+    while (cap2 < need)
+        cap2 *= 2;
+    void *q = realloc(*p, cap2 * elem_size);
+    if (!q)
+        return 0;
+    *p = q;
+    *cap = cap2;
+    return 1;
+}
+
+dt_status dt_rowbuf_add_row(dt_rowbuf *b, float **dense_out)
+{
+    size_t need = (size_t)b->n + 1;
+    if (need > b->cap_rows) {
+        size_t cap = b->cap_rows, c1 = cap, c2 = cap, c3 = cap, c4 = cap;
+        int ok = grow((void **)&b->labels, &c1, need, sizeof(float), 64) &&
+                 grow((void **)&b->sp_row, &c2, need + 1, sizeof(int64_t), 64) &&
+                 grow((void **)&b->raw_off, &c3, need + 1, sizeof(size_t), 64);
+        if (ok && b->n_dense > 0)
+            ok = grow((void **)&b->dense, &c4, need * (size_t)b->n_dense, sizeof(float), 64 * (size_t)b->n_dense);
+        if (!ok)
+            return dt_error(DT_ERR_NOMEM, "no memory for %zu rows", need);
+        b->cap_rows = c1 < c2 - 1 ? c1 : c2 - 1;
+        if (b->cap_rows > c3 - 1)
+            b->cap_rows = c3 - 1;
+        if (b->n_dense > 0 && b->cap_rows > c4 / (size_t)b->n_dense)
+            b->cap_rows = c4 / (size_t)b->n_dense;
+    }
+    if (b->n == 0) {
+        b->sp_row[0] = 0;
+        b->raw_off[0] = 0;
+    }
+    float *d = b->dense ? b->dense + (size_t)b->n * b->n_dense : NULL;
+    if (d)
+        memset(d, 0, (size_t)b->n_dense * sizeof *d);
+    b->labels[b->n] = 0.0f;
+    b->n++;
+    b->sp_row[b->n] = (int64_t)b->nnz;
+    b->raw_off[b->n] = b->n_bytes;
+    if (dense_out)
+        *dense_out = d;
+    return DT_OK;
+}
+
+dt_status dt_rowbuf_add_sparse(dt_rowbuf *b, int64_t id, float value)
+{
+    size_t need = b->nnz + 1;
+    if (need > b->cap_nnz) {
+        size_t c1 = b->cap_nnz, c2 = b->cap_nnz;
+        if (!grow((void **)&b->sp_ids, &c1, need, sizeof(int64_t), 256) ||
+            !grow((void **)&b->sp_vals, &c2, need, sizeof(float), 256))
+            return dt_error(DT_ERR_NOMEM, "no memory for %zu sparse entries", need);
+        b->cap_nnz = c1 < c2 ? c1 : c2;
+    }
+    b->sp_ids[b->nnz] = id;
+    b->sp_vals[b->nnz] = value;
+    b->nnz++;
+    b->sp_row[b->n] = (int64_t)b->nnz;
+    return DT_OK;
+}
+
+dt_status dt_rowbuf_add_raw(dt_rowbuf *b, const void *data, size_t n_bytes)
+{
+    if (!grow((void **)&b->raw, &b->cap_bytes, b->n_bytes + n_bytes, 1, 4096))
+        return dt_error(DT_ERR_NOMEM, "no memory for %zu bytes of records", b->n_bytes + n_bytes);
+    memcpy(b->raw + b->n_bytes, data, n_bytes);
+    b->n_bytes += n_bytes;
+    b->raw_off[b->n] = b->n_bytes;
+    return DT_OK;
+}
+
+void dt_rowbuf_drop_last(dt_rowbuf *b)
+{
+    if (b->n == 0)
+        return;
+    b->n--;
+    b->nnz = (size_t)b->sp_row[b->n];
+    b->n_bytes = b->raw_off[b->n];
+}
+
+dt_elem *dt_rowbuf_take(dt_rowbuf *b)
+{
+    dt_elem *e = dt_elem_alloc(b->n, b->n_dense, b->nnz, b->n_bytes);
+    if (!e)
+        return NULL;
+    size_t rows = (size_t)b->n;
+    if (rows) {
+        if (b->n_dense)
+            memcpy(e->dense, b->dense, rows * (size_t)b->n_dense * sizeof(float));
+        memcpy(e->labels, b->labels, rows * sizeof(float));
+        memcpy(e->sp_row, b->sp_row, (rows + 1) * sizeof(int64_t));
+        memcpy(e->raw_off, b->raw_off, (rows + 1) * sizeof(size_t));
+    }
+    if (b->nnz) {
+        memcpy(e->sp_ids, b->sp_ids, b->nnz * sizeof(int64_t));
+        memcpy(e->sp_vals, b->sp_vals, b->nnz * sizeof(float));
+    }
+    if (b->n_bytes)
+        memcpy(e->raw, b->raw, b->n_bytes);
+    e->index = b->index, e->file = b->file, e->pos = b->pos;
+    dt_rowbuf_clear(b);
+    return e;
+}
+
+dt_status dt_rowbuf_append_elem(dt_rowbuf *b, const dt_elem *e)
+{
+    if (e->n_dense != b->n_dense)
+        return dt_error(DT_ERR_INVALID, "rows of %d dense values cannot join a batch of %d",
+                        e->n_dense, b->n_dense);
+    if (b->n == 0)
+        b->index = e->index, b->file = e->file, b->pos = e->pos;
+    for (int r = 0; r < e->n; r++) {
+        float *d;
+        dt_status st = dt_rowbuf_add_row(b, &d);
+        if (st)
+            return st;
+        if (e->n_dense)
+            memcpy(d, e->dense + (size_t)r * e->n_dense, (size_t)e->n_dense * sizeof *d);
+        dt_rowbuf_set_label(b, e->labels[r]);
+        for (int64_t k = e->sp_row[r]; k < e->sp_row[r + 1]; k++)
+            if ((st = dt_rowbuf_add_sparse(b, e->sp_ids[k], e->sp_vals[k])))
+                return st;
+        size_t lo = e->raw_off[r], hi = e->raw_off[r + 1];
+        if (hi > lo && (st = dt_rowbuf_add_raw(b, e->raw + lo, hi - lo)))
+            return st;
+    }
+    return DT_OK;
+}
