@@ -12,6 +12,7 @@
 typedef int dt_status;
 
 enum {
+    DT_END = 1,              /* not an error: a stream or dataset has no more elements */
     DT_OK = 0,
     DT_ERR_INVALID = -1,     /* a bad argument, flag or config value */
     DT_ERR_IO = -2,          /* the OS refused: open, read, write */

@@ -45,6 +45,7 @@ dt_status dt_error_prefix(dt_status code, const char *fmt, ...)
 const char *dt_status_name(dt_status code)
 {
     switch (code) {
+    case DT_END: return "end of stream";
     case DT_OK: return "ok";
     case DT_ERR_INVALID: return "invalid argument";
     case DT_ERR_IO: return "I/O error";
