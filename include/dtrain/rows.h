@@ -30,9 +30,12 @@ typedef struct dt_elem {
     uint8_t *raw;     /* (n_bytes) */
 } dt_elem;
 
-/* One allocation holding every array; the counts are fixed. NULL when out of memory. */
+/* One allocation holding every array; the counts are fixed, the row offsets zero, the values
+ * uninitialised. NULL when out of memory. */
 dt_elem *dt_elem_alloc(int n, int n_dense, size_t nnz, size_t n_bytes);
 void dt_elem_free(dt_elem *e);
+/* A copy of e in a new allocation; NULL when out of memory. */
+dt_elem *dt_elem_clone(const dt_elem *e);
 
 /* Growable rows. Append a row with dt_rowbuf_add_row (it returns the row's dense slots, zeroed,
  * and the label defaults to 0), then its sparse entries with dt_rowbuf_add_sparse, or its bytes

@@ -36,12 +36,31 @@ dt_elem *dt_elem_alloc(int n, int n_dense, size_t nnz, size_t n_bytes)
     e->sp_vals = (float *)p, p += sizes[5];
     e->raw_off = (size_t *)p, p += sizes[6];
     e->raw = p;
-    e->sp_row[0] = 0;
-    e->raw_off[0] = 0;
+    /* Offsets all zero: a valid element with no sparse entries and no bytes, so a source that
+     * fills only dense values and labels needs to touch nothing else. */
+    memset(e->sp_row, 0, (rows + 1) * sizeof *e->sp_row);
+    memset(e->raw_off, 0, (rows + 1) * sizeof *e->raw_off);
     return e;
 }
 
 void dt_elem_free(dt_elem *e) { free(e); }
+
+dt_elem *dt_elem_clone(const dt_elem *e)
+{
+    dt_elem *c = dt_elem_alloc(e->n, e->n_dense, e->nnz, e->n_bytes);
+    if (!c)
+        return NULL;
+    size_t rows = (size_t)e->n;
+    memcpy(c->dense, e->dense, rows * (size_t)e->n_dense * sizeof(float));
+    memcpy(c->labels, e->labels, rows * sizeof(float));
+    memcpy(c->sp_row, e->sp_row, (rows + 1) * sizeof(int64_t));
+    memcpy(c->sp_ids, e->sp_ids, e->nnz * sizeof(int64_t));
+    memcpy(c->sp_vals, e->sp_vals, e->nnz * sizeof(float));
+    memcpy(c->raw_off, e->raw_off, (rows + 1) * sizeof(size_t));
+    memcpy(c->raw, e->raw, e->n_bytes);
+    c->index = e->index, c->file = e->file, c->pos = e->pos;
+    return c;
+}
 
 void dt_rowbuf_init(dt_rowbuf *b, int n_dense)
 {
