@@ -7,41 +7,6 @@
 #include "dtrain/rng.h"
 #include "test.h"
 
-TEST(epoch_order_follows_tf_data_shuffle)
-{
-    enum { N = 1000 };
-    uint32_t order[N], buf[N], again[N];
-    dt_epoch_order(order, buf, N, 0, 1, 0);
-    for (uint32_t i = 0; i < N; i++)
-        CHECK(order[i] == i); /* buffer 0: file order */
-    dt_epoch_order(order, buf, N, 1, 1, 0);
-    for (uint32_t i = 0; i < N; i++)
-        CHECK(order[i] == i); /* shuffle(1) is the identity in tf.data too */
-    /* A buffer of k: element i of the output is one of the first i + k inputs. */
-    for (int64_t k = 2; k <= 64; k *= 4) {
-        dt_epoch_order(order, buf, N, k, 7, 0);
-        int seen[N] = {0}, displaced = 0;
-        for (uint32_t i = 0; i < N; i++) {
-            CHECK_MSG(order[i] < i + k, "buffer %lld: position %u holds %u", (long long)k, i, order[i]);
-            seen[order[i] % N]++;
-            displaced += order[i] != i;
-        }
-        for (int i = 0; i < N; i++)
-            CHECK(seen[i] == 1);
-        CHECK(displaced > N / 2);
-    }
-    /* A full buffer: a permutation, the same for a seed and epoch, new each epoch. */
-    dt_epoch_order(order, buf, N, INT64_MAX, 7, 0);
-    dt_epoch_order(again, buf, N, INT64_MAX, 7, 0);
-    CHECK(memcmp(order, again, sizeof order) == 0);
-    dt_epoch_order(again, buf, N, INT64_MAX, 7, 1);
-    CHECK(memcmp(order, again, sizeof order) != 0);
-    long late_early = 0;
-    for (uint32_t i = 0; i < 10; i++)
-        late_early += order[i] > N / 2;
-    CHECK(late_early > 0); /* a full shuffle brings late elements to the front */
-}
-
 TEST(batches_are_scaled_by_255_like_the_tutorial)
 {
     uint8_t images[3 * 4] = {0, 255, 51, 1, 2, 3, 4, 5, 10, 20, 30, 40};

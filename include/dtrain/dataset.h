@@ -51,8 +51,8 @@ void dt_dataset_destroy(dt_dataset *ds);
 
 /* ---- Sources ---- */
 
-/* Integers start, start + step, ... before stop, each one row with label and one dense value
- * equal to it: tf.data.Dataset.range, for tests and examples. */
+/* Integers start, start + step, ... before stop, each one row whose label and one dense value
+ * equal it (as floats) and whose one sparse entry has it as id (exact): tf.data.Dataset.range. */
 dt_status dt_dataset_range(int64_t start, int64_t stop, int64_t step, dt_dataset **out);
 
 /* The rows of an element array (borrowed, must outlive the dataset), each element once per

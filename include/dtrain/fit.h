@@ -1,12 +1,12 @@
-/* Training and evaluation of a model on an in-memory image dataset, in one process: Keras's
- * fit / evaluate for the one_device case.
+/* Training and evaluation in one process: Keras's fit / evaluate for the one_device case.
  *
- * Each step scales a batch of uint8 images to [0, 1] floats (x / 255, as the tutorial's
- * preprocessing), runs forward, the loss (mean over the batch), backward and one optimizer step.
- * The order of examples per epoch follows tf.data's shuffle(buffer, seed,
- * reshuffle_each_iteration=True): buffer 0 keeps file order; a buffer at least the dataset's size
- * is a full shuffle. The last partial batch of an epoch is dropped by default (the tutorial's
- * 937 steps of 64 over 60,000 examples); keep_remainder trains on it too. */
+ * dt_fit_dataset consumes any dataset of batches (dataset.h); each step runs forward, the loss,
+ * backward and one optimizer step, and each epoch starts a new iteration of the dataset. dt_fit
+ * does the same for an in-memory image dataset through the pipeline dt_image_pipeline builds:
+ * indices -> shuffle(buffer, seed, reshuffle_each_iteration=True) -> batch -> gather the images,
+ * scaled to [0, 1] as the tutorial's x / 255 -> prefetch. Shuffling indices rather than images
+ * keeps the shuffle buffer small. The last partial batch of an epoch is dropped by default (the
+ * tutorial's 937 steps of 64 over 60,000 examples); keep_remainder trains on it too. */
 #ifndef DTRAIN_FIT_H
 #define DTRAIN_FIT_H
 
@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "dtrain/dataset.h"
 #include "dtrain/idx.h"
 #include "dtrain/model.h"
 #include "dtrain/optim.h"
@@ -34,11 +35,13 @@ typedef struct {
     int batch_size;
     uint64_t seed;
     int64_t shuffle_buffer;  /* 0: file order */
+    int prefetch;            /* batches prepared ahead on a background thread; 0: none */
     bool keep_remainder;
     dt_reduction reduction;  /* differs from the mean only on a partial batch */
     bool validate;           /* evaluate on the test set at each epoch end */
     FILE *progress;          /* NULL: silent */
     bool progress_bar;
+    int64_t expected_steps_per_epoch; /* for the progress bar when the dataset's size is known */
 } dt_fit_config;
 
 typedef struct {
@@ -54,27 +57,35 @@ typedef struct {
 
 void dt_fit_config_default(dt_fit_config *cfg);
 
-/* Trains m with o. test may be NULL (no validation). Fails with DT_ERR_NUMERIC, naming the step,
- * if the loss stops being finite; with DT_ERR_INVALID if the configuration is out of range or the
- * data does not fit the model (shape, a label beyond the model's outputs, no full batch), naming
- * the field or the file. Batches hold min(batch_size, examples) at most: the model's maximum
- * batch must cover that. */
+/* Trains m with o on the batches of train (an epoch is one iteration of it, or steps_per_epoch
+ * batches), validating on test (may be NULL) after each epoch when cfg->validate. Fails with
+ * DT_ERR_NUMERIC, naming the step, if the loss stops being finite; with DT_ERR_INVALID if the
+ * configuration is out of range or a batch does not fit the model (its width, a label that is not
+ * a class of the model), or with the dataset's own error. */
+dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *train,
+                         dt_dataset *test, const dt_fit_config *cfg, dt_fit_result *result);
+
+/* dt_fit_dataset over dt_image_pipeline(train ...). Batches hold min(batch_size, examples) at
+ * most: the model's maximum batch must cover that. */
 dt_status dt_fit(dt_model *m, dt_optim *o, dt_pool *pool, const dt_image_dataset *train,
                  const dt_image_dataset *test, const dt_fit_config *cfg, dt_fit_result *result);
 
-/* Checks cfg against a training set of n_examples, naming the field. */
-dt_status dt_fit_check(const dt_fit_config *cfg, int n_examples);
+/* Checks cfg against a training set of n_examples (-1: unknown), naming the field. */
+dt_status dt_fit_check(const dt_fit_config *cfg, int64_t n_examples);
+
+/* The image pipeline of dt_fit: batches of images scaled to [0, 1] with their labels. A shuffle
+ * buffer of 0 or 1 keeps file order; prefetch 0 adds no background thread. */
+dt_status dt_image_pipeline(const dt_image_dataset *ds, int batch_size, bool drop_remainder,
+                            int64_t shuffle_buffer, uint64_t seed, int prefetch, dt_dataset **out);
+
+/* Mean loss and accuracy over one iteration of a dataset of batches. */
+dt_status dt_evaluate_dataset(dt_model *m, dt_dataset *batches, double *loss, double *accuracy);
 
 /* Mean loss and accuracy over the whole dataset, in batches of the model's maximum batch. */
 dt_status dt_evaluate(dt_model *m, const dt_image_dataset *ds, double *loss, double *accuracy);
 
 /* Checks that ds's images and labels fit m. */
 dt_status dt_check_dataset(const dt_model *m, const dt_image_dataset *ds);
-
-/* The order of n examples for one epoch: tf.data's shuffle with this buffer over 0..n-1, from a
- * generator derived from (seed, epoch). */
-void dt_epoch_order(uint32_t *order, uint32_t *buffer, uint32_t n, int64_t shuffle_buffer,
-                    uint64_t seed, int epoch);
 
 /* Scales images[idx[i]] (uint8) into x (B, H, W, C) float as v / 255, and gathers labels. */
 void dt_gather_batch(const dt_image_dataset *ds, const uint32_t *idx, int B, float *x,

@@ -105,11 +105,15 @@ static dt_status range_next(dt_dataset *ds, dt_elem **out)
     struct range_state *s = ds->state;
     if (s->step > 0 ? s->cur >= s->stop : s->cur <= s->stop)
         return DT_END;
-    dt_elem *e = dt_elem_alloc(1, 1, 0, 0);
+    dt_elem *e = dt_elem_alloc(1, 1, 1, 0);
     if (!e)
         return nomem_elem();
     e->dense[0] = (float)s->cur;
     e->labels[0] = (float)s->cur;
+    /* Exact as an id too: floats hold integers exactly only up to 2^24. */
+    e->sp_ids[0] = s->cur;
+    e->sp_vals[0] = 1.0f;
+    e->sp_row[1] = 1;
     e->index = s->pos++;
     s->cur += s->step;
     *out = e;
