@@ -96,7 +96,7 @@ FUZZ_BINS := $(patsubst fuzz/%.c,$(BUILD)/fuzz/%,$(sort $(wildcard fuzz/fuzz_*.c
 
 $(BUILD)/fuzz/%: fuzz/%.c $(FUZZ_LIB_SRCS) | $(BUILD)/.deps-build $(BUILD)/.deps-test
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $< $(FUZZ_LIB_SRCS) -lz -lm
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $< $(FUZZ_LIB_SRCS) -lcjson -lz -lm
 
 fuzz-build: $(FUZZ_BINS)
 

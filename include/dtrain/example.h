@@ -1,0 +1,115 @@
+/* tf.train.Example records: decoding into rows, encoding, and a JSON listing.
+ *
+ * The wire format (protobuf): Example{Features features = 1}; Features{map<string, Feature>
+ * feature = 1}, each map entry a message {string key = 1; Feature value = 2}; Feature{oneof kind:
+ * BytesList bytes_list = 1, FloatList float_list = 2, Int64List int64_list = 3}; each list holds
+ * `repeated value = 1` (floats and int64s packed when TF writes them, unpacked also accepted).
+ *
+ * The decoder is written by hand against that wire format, not generated: it reads a record in
+ * place, looks a key up in the spec with a small hash table, and writes values straight into a
+ * dt_rowbuf, with no allocation per record. Protobuf semantics are kept where a record could
+ * differ from TF's writer: fields in any order, unknown fields skipped, repeated occurrences of
+ * Features merged, a map key given twice takes its last value, a Feature's last list wins.
+ * Groups (wire types 3 and 4) are rejected. Messages nest three levels at most (no recursion), so
+ * no input can exhaust the stack. */
+#ifndef DTRAIN_EXAMPLE_H
+#define DTRAIN_EXAMPLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain/rows.h"
+#include "dtrain/status.h"
+
+#define DT_EXAMPLE_MAX_FEATURES 64
+#define DT_EXAMPLE_KEY_CAP 64 /* bytes of a key, its terminating NUL included */
+/* Bounds that keep a row's dense part within int and a sane size. */
+#define DT_EXAMPLE_MAX_DENSE (1 << 26)
+
+/* One feature to read from each Example.
+ * length > 0: fixed length. The row gets `length` dense slots from a float_list, an int64_list
+ *   (converted to float) or a bytes_list holding ONE value of exactly `length` bytes (each byte
+ *   0..255 as a float, e.g. an image's pixels); each value is multiplied by scale. A missing
+ *   feature takes default_value in every slot (not scaled) if has_default, and is an error
+ *   otherwise. A different number of values is an error (a Feature with no list set has 0
+ *   values, as in TF).
+ * length == 0: variable length, into the row's sparse part: each int64_list value v becomes the
+ *   entry (v, scale); the float_list value at position k becomes (k, value * scale). A missing
+ *   feature adds nothing; a bytes_list is an error.
+ * scale: 0 (as a zeroed spec leaves it) means 1; dt_example_spec_finalize writes the 1. */
+typedef struct {
+    char key[DT_EXAMPLE_KEY_CAP];
+    int length;
+    float scale;
+    bool has_default;
+    float default_value;
+} dt_feature_spec;
+
+/* The features of a row, in order: the dense slots of the fixed-length features in spec order,
+ * then the label, then the sparse entries of the variable-length features in spec order.
+ * label_key names a feature holding exactly one int64 or float value (an error if missing or of
+ * another count); "" means no label (every row's label is 0). Fill features, n_features and
+ * label_key, then call dt_example_spec_finalize; the fields after n_dense are its working tables. */
+typedef struct {
+    dt_feature_spec features[DT_EXAMPLE_MAX_FEATURES];
+    int n_features;
+    char label_key[DT_EXAMPLE_KEY_CAP];
+    int n_dense; /* sum of the fixed lengths: set by dt_example_spec_finalize */
+    /* Set by dt_example_spec_finalize; private to example.c. */
+    int ready;
+    int dense_off[DT_EXAMPLE_MAX_FEATURES];
+    uint8_t key_len[DT_EXAMPLE_MAX_FEATURES + 1]; /* features, then the label */
+    uint8_t slots[256];                           /* hash table: 0 empty, else feature index + 1 */
+} dt_example_spec;
+
+/* Checks the spec and computes n_dense and the lookup tables. DT_ERR_INVALID naming the feature:
+ * an empty or too long key, a duplicate key (the label's key included), a negative length, more
+ * than DT_EXAMPLE_MAX_DENSE dense slots, a non-finite scale, a default on a variable-length
+ * feature. */
+dt_status dt_example_spec_finalize(dt_example_spec *spec);
+
+/* Parses a command-line list of features, "key:length[:scale[:default]]" separated by commas,
+ * e.g. "image:784:1/255,label_ids:0,price:1:1:0": scale is a number or a fraction a/b; with a
+ * default the feature may be missing. label_key may be NULL or "" (no label). The result is
+ * finalized. Errors (DT_ERR_INVALID) quote the item at fault. */
+dt_status dt_example_spec_parse(const char *features, const char *label_key, dt_example_spec *out);
+
+/* Decodes one serialized Example (data, n_bytes) by spec (finalized) and appends exactly one
+ * row to out, whose n_dense must equal spec->n_dense. On error nothing is appended and the message
+ * reads "byte N: <what is wrong>" (N counts from the record's start) or "feature 'k' missing":
+ * the caller prefixes the file and the record's offset. DT_ERR_FORMAT for a malformed record or
+ * one that does not match the spec, DT_ERR_INVALID for an unfinalized spec or a row buffer of
+ * another width, DT_ERR_NOMEM. */
+dt_status dt_example_parse(const dt_example_spec *spec, const uint8_t *data, size_t n_bytes,
+                           dt_rowbuf *out);
+
+/* The kinds of a Feature, numbered as its oneof fields are. */
+enum { DT_FEATURE_BYTES = 1, DT_FEATURE_FLOAT = 2, DT_FEATURE_INT64 = 3 };
+
+/* One feature to encode. FLOAT: n values at floats; INT64: n values at ints; BYTES: a bytes_list
+ * holding one value, the n bytes at bytes. n may be 0 (an empty list). */
+typedef struct {
+    const char *key;
+    int type;
+    size_t n;
+    const float *floats;
+    const int64_t *ints;
+    const uint8_t *bytes;
+} dt_feature_value;
+
+/* Serializes an Example of n_features features, in the given order, as TF writes it (floats
+ * and int64s packed) into *buf, a malloc'd buffer of *cap bytes (NULL and 0 at first) that grows
+ * with realloc as needed and stays the caller's to free; *n_bytes receives the length. Errors
+ * (DT_ERR_INVALID): a NULL key, an unknown type, NULL values with n > 0, a size past 2 GiB. */
+dt_status dt_example_encode(const dt_feature_value *f, int n_features, uint8_t **buf,
+                            size_t *n_bytes, size_t *cap);
+
+/* One line of JSON listing every feature of a serialized Example in record order:
+ * {"key": [values...], ...}. int64 values print as integers, floats with %.9g and always with a
+ * '.' or an exponent (1.0, not 1; "nan", "inf" and "-inf" as strings), bytes values as base64
+ * strings; a feature with no list set prints []. A key given twice prints twice (its last value is
+ * the one parsing uses). *out_text is malloc'd: free() it. Errors as dt_example_parse's. */
+dt_status dt_example_to_json(const uint8_t *data, size_t n_bytes, char **out_text);
+
+#endif

@@ -1,0 +1,1242 @@
+/* tf.train.Example decoding, encoding and JSON listing (see include/dtrain/example.h).
+ *
+ * Decoding runs in two passes over the record, both in place. The first walks Example, Features
+ * and the map entries, and for each entry whose key the spec names remembers where the entry is
+ * (a later entry with the same key replaces it, as protobuf's map parsing does); values of other
+ * keys are never looked at. The second pass decodes the remembered entries in spec order, so the
+ * dense slots and the sparse entries come out in the spec's order whatever order the record uses.
+ *
+ * A Feature is a oneof of three lists, and protobuf merges repeated occurrences of a message
+ * field: a Feature (or a map entry's value given twice) holding float_list twice holds the two
+ * lists' values concatenated, while a different list appearing later replaces the earlier kind.
+ * analyze_feature finds the final kind and where its trailing run of occurrences starts before
+ * decode_feature decodes only those, so nothing has to be undone. From TF's writers that run is
+ * one list, decoded directly; the general walk is there for the rest of what protobuf allows.
+ *
+ * Speed: the one-byte cases of tags, varints and lengths are inlined with the error paths out of
+ * line, keys are found through the spec's hash table (lengths compared before bytes), packed
+ * floats are copied with memcpy, and nothing is allocated but the rows' own growth. On 100k
+ * CTR-like records (39 one-value features and a label, 683 bytes each) this decodes about 4.5
+ * times as fast as protobuf-c's generated unpacker walking into the same rows.
+ *
+ * Every read is bounds-checked against the end of the enclosing message, lengths are compared
+ * before any pointer is formed from them, and varints are limited to 10 bytes. */
+#include "dtrain/example.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define LABEL_IDX DT_EXAMPLE_MAX_FEATURES
+
+enum { WT_VARINT = 0, WT_FIXED64 = 1, WT_LEN = 2, WT_FIXED32 = 5 };
+
+/* The record being decoded: offsets in messages count from base. */
+typedef struct {
+    const uint8_t *base;
+    size_t n;
+} rec;
+
+static dt_status bad(const rec *r, const uint8_t *at, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4), cold, noinline));
+
+static dt_status bad(const rec *r, const uint8_t *at, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return dt_error(DT_ERR_FORMAT, "byte %zu: %s", (size_t)(at - r->base), msg);
+}
+
+/* ---- wire format ---- */
+
+/* Reads a varint at *pp (< end). 0: ok; 1: it runs past end; 2: longer than 10 bytes or beyond
+ * 64 bits. */
+static inline int get_varint(const uint8_t **pp, const uint8_t *end, uint64_t *v)
+{
+    const uint8_t *p = *pp;
+    uint64_t x = 0;
+    for (int i = 0; i < 10; i++) {
+        if (p >= end)
+            return 1;
+        uint8_t b = *p++;
+        if (i == 9 && b > 1)
+            return 2;
+        x |= (uint64_t)(b & 0x7f) << (7 * i);
+        if (b < 0x80) {
+            *v = x;
+            *pp = p;
+            return 0;
+        }
+    }
+    return 2;
+}
+
+/* The helpers below have an inline fast path for the common one-byte case and an out-of-line
+ * path that handles the rest and writes the error messages, so the decoding loops stay small. */
+
+static dt_status varint_slow(const rec *r, const uint8_t **pp, const uint8_t *end,
+                             const char *where, uint64_t *v)
+{
+    const uint8_t *at = *pp;
+    int e = get_varint(pp, end, v);
+    if (e == 1)
+        return bad(r, at, "varint runs past the end of the %s", where);
+    if (e == 2)
+        return bad(r, at, "varint longer than 10 bytes or beyond 64 bits");
+    return DT_OK;
+}
+
+static inline dt_status varint(const rec *r, const uint8_t **pp, const uint8_t *end,
+                               const char *where, uint64_t *v)
+{
+    const uint8_t *p = *pp;
+    if (__builtin_expect(p < end && *p < 0x80, 1)) {
+        *v = *p;
+        *pp = p + 1;
+        return DT_OK;
+    }
+    return varint_slow(r, pp, end, where, v);
+}
+
+/* Reads a field's tag. Field 0, groups (wire types 3 and 4) and wire types 6 and 7 are errors. */
+static dt_status tag_slow(const rec *r, const uint8_t **pp, const uint8_t *end,
+                          const char *where, uint32_t *field, int *wt)
+{
+    const uint8_t *at = *pp;
+    uint64_t t;
+    dt_status st = varint_slow(r, pp, end, where, &t);
+    if (st)
+        return st;
+    if (t >> 32)
+        return bad(r, at, "field tag %llu out of range in the %s", (unsigned long long)t, where);
+    *field = (uint32_t)(t >> 3);
+    *wt = (int)(t & 7);
+    if (*field == 0)
+        return bad(r, at, "field number 0 in the %s", where);
+    if (*wt == 3 || *wt == 4)
+        return bad(r, at, "field %u of the %s is a group (wire type %d): groups are not supported",
+                   *field, where, *wt);
+    if (*wt > 5)
+        return bad(r, at, "field %u of the %s has invalid wire type %d", *field, where, *wt);
+    return DT_OK;
+}
+
+static inline dt_status tag(const rec *r, const uint8_t **pp, const uint8_t *end,
+                            const char *where, uint32_t *field, int *wt)
+{
+    const uint8_t *p = *pp;
+    /* One byte, field >= 1, wire type 0, 1, 2 or 5 (mask 0x27). */
+    if (__builtin_expect(p < end && *p < 0x80 && *p >= 8 && ((0x27 >> (*p & 7)) & 1), 1)) {
+        *field = *p >> 3;
+        *wt = *p & 7;
+        *pp = p + 1;
+        return DT_OK;
+    }
+    return tag_slow(r, pp, end, where, field, wt);
+}
+
+/* Reads a length and returns the payload [*q, *q + *len), checked to end within end. */
+static dt_status payload_slow(const rec *r, const uint8_t **pp, const uint8_t *end,
+                              const char *where, const uint8_t **q, size_t *len)
+{
+    const uint8_t *at = *pp;
+    uint64_t v;
+    dt_status st = varint_slow(r, pp, end, where, &v);
+    if (st)
+        return st;
+    size_t room = (size_t)(end - *pp);
+    if (v > room) {
+        size_t rec_room = r->n - (size_t)(*pp - r->base);
+        if (v > rec_room)
+            return bad(r, at, "length %llu runs past the end of the record (%zu bytes)",
+                       (unsigned long long)v, r->n);
+        return bad(r, at, "length %llu runs past the end of the %s (at byte %zu)",
+                   (unsigned long long)v, where, (size_t)(end - r->base));
+    }
+    *q = *pp;
+    *len = (size_t)v;
+    *pp += v;
+    return DT_OK;
+}
+
+static inline dt_status payload(const rec *r, const uint8_t **pp, const uint8_t *end,
+                                const char *where, const uint8_t **q, size_t *len)
+{
+    const uint8_t *p = *pp;
+    if (__builtin_expect(p < end && *p < 0x80 && *p <= (size_t)(end - p - 1), 1)) {
+        *q = p + 1;
+        *len = *p;
+        *pp = p + 1 + *p;
+        return DT_OK;
+    }
+    return payload_slow(r, pp, end, where, q, len);
+}
+
+static dt_status skip(const rec *r, const uint8_t **pp, const uint8_t *end, const char *where,
+                      int wt)
+{
+    uint64_t v;
+    const uint8_t *q;
+    size_t len;
+    switch (wt) {
+    case WT_VARINT:
+        return varint(r, pp, end, where, &v);
+    case WT_FIXED64:
+    case WT_FIXED32: {
+        size_t k = wt == WT_FIXED64 ? 8 : 4;
+        if ((size_t)(end - *pp) < k)
+            return bad(r, *pp, "a %zu-byte value runs past the end of the %s", k, where);
+        *pp += k;
+        return DT_OK;
+    }
+    default: /* WT_LEN; tag() has rejected the rest */
+        return payload(r, pp, end, where, &q, &len);
+    }
+}
+
+static dt_status wrong_type(const rec *r, const uint8_t *at, const char *what, int wt, int want)
+{
+    return bad(r, at, "%s has wire type %d, expected %d", what, wt, want);
+}
+
+/* ---- value sinks: where decode_list puts the values it decodes ---- */
+
+enum { SINK_DENSE, SINK_SPARSE, SINK_LABEL, SINK_JSON };
+
+typedef struct {
+    char *s;
+    size_t n, cap;
+    int oom;
+} sbuf;
+
+typedef struct {
+    int mode;
+    float *slots;    /* DENSE: the feature's slots */
+    size_t length;   /* DENSE: how many */
+    float scale;     /* DENSE, SPARSE */
+    dt_rowbuf *rows; /* SPARSE */
+    float label;     /* LABEL: the first value */
+    sbuf *sb;        /* JSON */
+    size_t count;    /* values seen */
+    size_t bytes_len; /* DENSE bytes: the length of the first bytes value */
+    int kind;        /* for decode_feature's general path: the list kind to decode */
+    const uint8_t *run_start; /* and where its trailing run starts */
+} sink;
+
+static void sb_grow(sbuf *b, size_t more)
+{
+    if (b->oom || b->n + more + 1 <= b->cap)
+        return;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->n + more + 1)
+        cap *= 2;
+    char *s = realloc(b->s, cap);
+    if (!s) {
+        b->oom = 1;
+        return;
+    }
+    b->s = s;
+    b->cap = cap;
+}
+
+static void sb_put(sbuf *b, const char *s, size_t n)
+{
+    sb_grow(b, n);
+    if (b->oom)
+        return;
+    memcpy(b->s + b->n, s, n);
+    b->n += n;
+    b->s[b->n] = '\0';
+}
+
+static void sb_puts(sbuf *b, const char *s) { sb_put(b, s, strlen(s)); }
+
+static void sb_sep(sink *s)
+{
+    if (s->count)
+        sb_put(s->sb, ", ", 2);
+}
+
+static void json_float(sbuf *b, float f)
+{
+    char t[48];
+    if (isnan(f)) {
+        sb_puts(b, "\"nan\"");
+        return;
+    }
+    if (isinf(f)) {
+        sb_puts(b, f > 0 ? "\"inf\"" : "\"-inf\"");
+        return;
+    }
+    int k = snprintf(t, sizeof t - 3, "%.9g", (double)f);
+    /* A float always shows as one (1.0, not 1), so floats and int64s differ in the listing. */
+    if (!strpbrk(t, ".e"))
+        memcpy(t + k, ".0", 3), k += 2;
+    sb_put(b, t, (size_t)k);
+}
+
+static void json_base64(sbuf *b, const uint8_t *p, size_t n)
+{
+    static const char al[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    sb_grow(b, (n + 2) / 3 * 4 + 2);
+    if (b->oom)
+        return;
+    char *o = b->s + b->n;
+    *o++ = '"';
+    size_t i = 0;
+    for (; i + 3 <= n; i += 3) {
+        uint32_t v = (uint32_t)p[i] << 16 | (uint32_t)p[i + 1] << 8 | p[i + 2];
+        *o++ = al[v >> 18], *o++ = al[(v >> 12) & 63], *o++ = al[(v >> 6) & 63], *o++ = al[v & 63];
+    }
+    if (n - i == 1) {
+        uint32_t v = (uint32_t)p[i] << 16;
+        *o++ = al[v >> 18], *o++ = al[(v >> 12) & 63], *o++ = '=', *o++ = '=';
+    } else if (n - i == 2) {
+        uint32_t v = (uint32_t)p[i] << 16 | (uint32_t)p[i + 1] << 8;
+        *o++ = al[v >> 18], *o++ = al[(v >> 12) & 63], *o++ = al[(v >> 6) & 63], *o++ = '=';
+    }
+    *o++ = '"';
+    b->n = (size_t)(o - b->s);
+    b->s[b->n] = '\0';
+}
+
+/* Length of the well-formed UTF-8 sequence at p (< end), or 0 if it is not one. */
+static size_t utf8_seq(const uint8_t *p, const uint8_t *end)
+{
+    size_t room = (size_t)(end - p);
+    uint8_t c = p[0];
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf)
+        return room >= 2 && (p[1] & 0xc0) == 0x80 ? 2 : 0;
+    if (c >= 0xe0 && c <= 0xef) {
+        if (room < 3 || (p[1] & 0xc0) != 0x80 || (p[2] & 0xc0) != 0x80)
+            return 0;
+        if ((c == 0xe0 && p[1] < 0xa0) || (c == 0xed && p[1] > 0x9f)) /* overlong, surrogate */
+            return 0;
+        return 3;
+    }
+    if (c >= 0xf0 && c <= 0xf4) {
+        if (room < 4 || (p[1] & 0xc0) != 0x80 || (p[2] & 0xc0) != 0x80 || (p[3] & 0xc0) != 0x80)
+            return 0;
+        if ((c == 0xf0 && p[1] < 0x90) || (c == 0xf4 && p[1] > 0x8f)) /* overlong, > U+10FFFF */
+            return 0;
+        return 4;
+    }
+    return 0;
+}
+
+/* A JSON string of the bytes; bytes that are not UTF-8 become U+FFFD, as a key must be text. */
+static void json_string(sbuf *b, const uint8_t *p, size_t n)
+{
+    const uint8_t *end = p + n;
+    sb_put(b, "\"", 1);
+    while (p < end) {
+        size_t k = utf8_seq(p, end);
+        char esc[8];
+        if (k == 0) {
+            sb_puts(b, "\\ufffd");
+            p++;
+        } else if (*p == '"' || *p == '\\') {
+            esc[0] = '\\', esc[1] = (char)*p;
+            sb_put(b, esc, 2);
+            p++;
+        } else if (*p < 0x20) {
+            snprintf(esc, sizeof esc, "\\u%04x", *p);
+            sb_put(b, esc, 6);
+            p++;
+        } else {
+            sb_put(b, (const char *)p, k);
+            p += k;
+        }
+    }
+    sb_put(b, "\"", 1);
+}
+
+static dt_status put_floats(sink *s, const uint8_t *p, size_t n)
+{
+    switch (s->mode) {
+    case SINK_DENSE:
+        if (s->count < s->length) {
+            size_t fit = s->length - s->count < n ? s->length - s->count : n;
+            float *d = s->slots + s->count;
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+            memcpy(d, p, fit * sizeof(float));
+#else
+            for (size_t i = 0; i < fit; i++) {
+                uint32_t u = (uint32_t)p[4 * i] | (uint32_t)p[4 * i + 1] << 8 |
+                             (uint32_t)p[4 * i + 2] << 16 | (uint32_t)p[4 * i + 3] << 24;
+                memcpy(d + i, &u, 4);
+            }
+#endif
+            if (s->scale != 1.0f)
+                for (size_t i = 0; i < fit; i++)
+                    d[i] *= s->scale;
+        }
+        s->count += n;
+        return DT_OK;
+    default:
+        for (size_t i = 0; i < n; i++, s->count++) {
+            uint32_t u = (uint32_t)p[4 * i] | (uint32_t)p[4 * i + 1] << 8 |
+                         (uint32_t)p[4 * i + 2] << 16 | (uint32_t)p[4 * i + 3] << 24;
+            float f;
+            memcpy(&f, &u, 4);
+            if (s->mode == SINK_SPARSE) {
+                dt_status st = dt_rowbuf_add_sparse(s->rows, (int64_t)s->count, f * s->scale);
+                if (st)
+                    return st;
+            } else if (s->mode == SINK_LABEL) {
+                if (s->count == 0)
+                    s->label = f;
+            } else {
+                sb_sep(s);
+                json_float(s->sb, f);
+            }
+        }
+        return DT_OK;
+    }
+}
+
+static dt_status put_int64(sink *s, int64_t v)
+{
+    switch (s->mode) {
+    case SINK_DENSE:
+        if (s->count < s->length)
+            s->slots[s->count] = (float)v * s->scale;
+        break;
+    case SINK_SPARSE: {
+        dt_status st = dt_rowbuf_add_sparse(s->rows, v, s->scale);
+        if (st)
+            return st;
+        break;
+    }
+    case SINK_LABEL:
+        if (s->count == 0)
+            s->label = (float)v;
+        break;
+    default: {
+        char t[32];
+        int k = snprintf(t, sizeof t, "%lld", (long long)v);
+        sb_sep(s);
+        sb_put(s->sb, t, (size_t)k);
+    }
+    }
+    s->count++;
+    return DT_OK;
+}
+
+static void put_bytes(sink *s, const uint8_t *p, size_t n)
+{
+    if (s->mode == SINK_DENSE) {
+        if (s->count == 0) {
+            s->bytes_len = n;
+            if (n == s->length)
+                for (size_t i = 0; i < n; i++)
+                    s->slots[i] = (float)p[i] * s->scale;
+        }
+    } else if (s->mode == SINK_JSON) {
+        sb_sep(s);
+        json_base64(s->sb, p, n);
+    }
+    s->count++;
+}
+
+/* ---- Feature decoding ---- */
+
+static const char *const list_name[4] = {"", "bytes_list", "float_list", "int64_list"};
+
+/* Decodes one list message of the given kind (a Feature's oneof field number) into s. */
+static dt_status decode_list(const rec *r, const uint8_t *q, const uint8_t *e, int kind, sink *s)
+{
+    const char *where = list_name[kind];
+    while (q < e) {
+        const uint8_t *at = q;
+        uint32_t field;
+        int wt;
+        dt_status st = tag(r, &q, e, where, &field, &wt);
+        if (st)
+            return st;
+        if (field != 1) {
+            if ((st = skip(r, &q, e, where, wt)))
+                return st;
+            continue;
+        }
+        const uint8_t *v;
+        size_t len;
+        if (kind == DT_FEATURE_FLOAT) {
+            if (wt == WT_LEN) { /* packed */
+                if ((st = payload(r, &q, e, where, &v, &len)))
+                    return st;
+                if (len % 4)
+                    return bad(r, at, "packed float_list of %zu bytes, not a multiple of 4", len);
+                if ((st = put_floats(s, v, len / 4)))
+                    return st;
+            } else if (wt == WT_FIXED32) {
+                if (e - q < 4)
+                    return bad(r, q, "a 4-byte float runs past the end of the float_list");
+                if ((st = put_floats(s, q, 1)))
+                    return st;
+                q += 4;
+            } else {
+                return wrong_type(r, at, "a float_list value", wt, WT_FIXED32);
+            }
+        } else if (kind == DT_FEATURE_INT64) {
+            uint64_t u;
+            if (wt == WT_LEN) { /* packed */
+                if ((st = payload(r, &q, e, where, &v, &len)))
+                    return st;
+                const uint8_t *ve = v + len;
+                while (v < ve) {
+                    if ((st = varint(r, &v, ve, "packed int64_list", &u)) ||
+                        (st = put_int64(s, (int64_t)u)))
+                        return st;
+                }
+            } else if (wt == WT_VARINT) {
+                if ((st = varint(r, &q, e, where, &u)) || (st = put_int64(s, (int64_t)u)))
+                    return st;
+            } else {
+                return wrong_type(r, at, "an int64_list value", wt, WT_VARINT);
+            }
+        } else {
+            if (wt != WT_LEN)
+                return wrong_type(r, at, "a bytes_list value", wt, WT_LEN);
+            if ((st = payload(r, &q, e, where, &v, &len)))
+                return st;
+            put_bytes(s, v, len);
+        }
+    }
+    return DT_OK;
+}
+
+/* A map entry the spec wants: its payload, and its value's payload when it has exactly one value
+ * field (always, from TF's writers; v0 is NULL when it has none or several). */
+typedef struct {
+    const uint8_t *e0, *e1, *v0, *v1;
+} entry_loc;
+
+/* A Feature's final list kind (0 if no list is set) and its values' place: a oneof keeps the
+ * last kind given, and occurrences of one kind merge, so the values are those of the trailing run
+ * of occurrences of the final kind, starting at run_start. Almost always that run is one list,
+ * [l0, l1) (single = 1), decoded directly; otherwise decode walks the entry again. */
+typedef struct {
+    int kind, single;
+    const uint8_t *run_start, *l0, *l1;
+} feature_loc;
+
+/* Reads the fields of one Feature payload [f, fe) into fl. */
+static dt_status scan_feature(const rec *r, const uint8_t *f, const uint8_t *fe, feature_loc *fl,
+                              int *run_count)
+{
+    while (f < fe) {
+        const uint8_t *fat = f, *l;
+        uint32_t field;
+        int wt;
+        size_t llen;
+        dt_status st = tag(r, &f, fe, "Feature", &field, &wt);
+        if (st)
+            return st;
+        if (field < 1 || field > 3) {
+            if ((st = skip(r, &f, fe, "Feature", wt)))
+                return st;
+            continue;
+        }
+        if (wt != WT_LEN)
+            return bad(r, fat, "the Feature's %s has wire type %d, expected 2", list_name[field],
+                       wt);
+        if ((st = payload(r, &f, fe, "Feature", &l, &llen)))
+            return st;
+        if ((int)field != fl->kind) {
+            fl->kind = (int)field;
+            fl->run_start = fat;
+            *run_count = 0;
+        }
+        ++*run_count;
+        fl->l0 = l;
+        fl->l1 = l + llen;
+    }
+    return DT_OK;
+}
+
+/* Calls scan_feature (fl) or decodes the final kind's lists from run_start on (s) for every
+ * value field of the entry, in order: protobuf merges a message field given twice. */
+static dt_status each_value(const rec *r, const entry_loc *el, feature_loc *fl, int *run_count,
+                            sink *s)
+{
+    const uint8_t *q = el->e0, *e = el->e1;
+    while (q < e) {
+        uint32_t field;
+        int wt;
+        const uint8_t *at = q, *f;
+        size_t len;
+        dt_status st = tag(r, &q, e, "map entry", &field, &wt);
+        if (st)
+            return st;
+        if (field != 2) {
+            if ((st = skip(r, &q, e, "map entry", wt)))
+                return st;
+            continue;
+        }
+        if (wt != WT_LEN)
+            return wrong_type(r, at, "a map entry's value", wt, WT_LEN);
+        if ((st = payload(r, &q, e, "map entry", &f, &len)))
+            return st;
+        if (fl) {
+            if ((st = scan_feature(r, f, f + len, fl, run_count)))
+                return st;
+            continue;
+        }
+        const uint8_t *fe = f + len;
+        /* Decode the lists of the final kind that lie in the trailing run. */
+        while (f < fe) {
+            const uint8_t *fat = f, *l;
+            size_t llen;
+            if ((st = tag(r, &f, fe, "Feature", &field, &wt)))
+                return st;
+            if (field < 1 || field > 3 || wt != WT_LEN) {
+                if ((st = skip(r, &f, fe, "Feature", wt)))
+                    return st;
+                continue;
+            }
+            if ((st = payload(r, &f, fe, "Feature", &l, &llen)))
+                return st;
+            if ((int)field == s->kind && fat >= s->run_start &&
+                (st = decode_list(r, l, l + llen, s->kind, s)))
+                return st;
+        }
+    }
+    return DT_OK;
+}
+
+static dt_status analyze_feature(const rec *r, const entry_loc *el, feature_loc *fl)
+{
+    int run_count = 0;
+    dt_status st;
+    memset(fl, 0, sizeof *fl);
+    if (el->v0)
+        st = scan_feature(r, el->v0, el->v1, fl, &run_count);
+    else
+        st = each_value(r, el, fl, &run_count, NULL);
+    fl->single = run_count == 1;
+    return st;
+}
+
+/* Decodes the values of an analyzed feature into s. */
+static dt_status decode_feature(const rec *r, const entry_loc *el, const feature_loc *fl, sink *s)
+{
+    if (!fl->kind)
+        return DT_OK;
+    if (fl->single)
+        return decode_list(r, fl->l0, fl->l1, fl->kind, s);
+    s->kind = fl->kind;
+    s->run_start = fl->run_start;
+    return each_value(r, el, NULL, NULL, s);
+}
+
+/* ---- spec ---- */
+
+static uint32_t key_hash(const uint8_t *k, size_t n)
+{
+    uint32_t h = 2166136261u ^ (uint32_t)n;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ k[i]) * 16777619u;
+    return (h ^ (h >> 8) ^ (h >> 16) ^ (h >> 24)) & 255;
+}
+
+static const char *spec_key(const dt_example_spec *spec, int idx)
+{
+    return idx == LABEL_IDX ? spec->label_key : spec->features[idx].key;
+}
+
+/* The spec index (or LABEL_IDX) of a key, or -1. */
+static inline int lookup(const dt_example_spec *spec, const uint8_t *k, size_t n)
+{
+    if (n == 0 || n >= DT_EXAMPLE_KEY_CAP)
+        return -1;
+    uint32_t h = key_hash(k, n);
+    for (int s; (s = spec->slots[h]) != 0; h = (h + 1) & 255) {
+        int idx = s - 1;
+        if (spec->key_len[idx] == n && memcmp(spec_key(spec, idx), k, n) == 0)
+            return idx;
+    }
+    return -1;
+}
+
+static void table_insert(dt_example_spec *spec, int idx)
+{
+    uint32_t h = key_hash((const uint8_t *)spec_key(spec, idx), spec->key_len[idx]);
+    while (spec->slots[h])
+        h = (h + 1) & 255;
+    spec->slots[h] = (uint8_t)(idx + 1);
+}
+
+dt_status dt_example_spec_finalize(dt_example_spec *spec)
+{
+    spec->ready = 0;
+    if (spec->n_features < 0 || spec->n_features > DT_EXAMPLE_MAX_FEATURES)
+        return dt_error(DT_ERR_INVALID, "example spec: %d features (0..%d)", spec->n_features,
+                        DT_EXAMPLE_MAX_FEATURES);
+    size_t label_len = strnlen(spec->label_key, DT_EXAMPLE_KEY_CAP);
+    if (label_len == DT_EXAMPLE_KEY_CAP)
+        return dt_error(DT_ERR_INVALID, "example spec: the label key is longer than %d bytes",
+                        DT_EXAMPLE_KEY_CAP - 1);
+    memset(spec->slots, 0, sizeof spec->slots);
+    memset(spec->key_len, 0, sizeof spec->key_len);
+    long long dense = 0;
+    for (int i = 0; i < spec->n_features; i++) {
+        dt_feature_spec *f = &spec->features[i];
+        size_t n = strnlen(f->key, DT_EXAMPLE_KEY_CAP);
+        if (n == 0)
+            return dt_error(DT_ERR_INVALID, "example spec: feature %d has an empty key", i);
+        if (n == DT_EXAMPLE_KEY_CAP)
+            return dt_error(DT_ERR_INVALID, "example spec: feature %d: key '%.20s...' is longer "
+                            "than %d bytes", i, f->key, DT_EXAMPLE_KEY_CAP - 1);
+        for (int j = 0; j < i; j++)
+            if (strcmp(spec->features[j].key, f->key) == 0)
+                return dt_error(DT_ERR_INVALID, "example spec: feature '%s' is listed twice",
+                                f->key);
+        if (label_len && strcmp(spec->label_key, f->key) == 0)
+            return dt_error(DT_ERR_INVALID, "example spec: '%s' is both the label and a feature",
+                            f->key);
+        if (f->length < 0)
+            return dt_error(DT_ERR_INVALID, "example spec: feature '%s' has length %d (0 for "
+                            "variable length, > 0 for fixed)", f->key, f->length);
+        if (f->scale == 0.0f)
+            f->scale = 1.0f;
+        if (!isfinite(f->scale))
+            return dt_error(DT_ERR_INVALID, "example spec: feature '%s' has scale %g", f->key,
+                            (double)f->scale);
+        if (f->has_default && f->length == 0)
+            return dt_error(DT_ERR_INVALID, "example spec: feature '%s': a default needs a fixed "
+                            "length", f->key);
+        spec->dense_off[i] = (int)dense;
+        dense += f->length;
+        if (dense > DT_EXAMPLE_MAX_DENSE)
+            return dt_error(DT_ERR_INVALID, "example spec: more than %d dense values (at feature "
+                            "'%s')", DT_EXAMPLE_MAX_DENSE, f->key);
+        spec->key_len[i] = (uint8_t)n;
+        table_insert(spec, i);
+    }
+    if (label_len) {
+        spec->key_len[LABEL_IDX] = (uint8_t)label_len;
+        table_insert(spec, LABEL_IDX);
+    }
+    spec->n_dense = (int)dense;
+    spec->ready = 1;
+    return DT_OK;
+}
+
+/* A number or a fraction a/b, the whole string. */
+static int parse_scale(const char *s, float *out)
+{
+    char *end;
+    double a = strtod(s, &end);
+    if (end == s)
+        return 0;
+    if (*end == '/') {
+        const char *t = end + 1;
+        double b = strtod(t, &end);
+        if (end == t || b == 0.0)
+            return 0;
+        a /= b;
+    }
+    /* Out of float's range the conversion would be undefined; below it, the scale would be 0. */
+    if (*end != '\0' || !(fabs(a) <= FLT_MAX) || a == 0.0)
+        return 0;
+    *out = (float)a;
+    return *out != 0.0f;
+}
+
+dt_status dt_example_spec_parse(const char *features, const char *label_key, dt_example_spec *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!label_key)
+        label_key = "";
+    if (strlen(label_key) >= DT_EXAMPLE_KEY_CAP)
+        return dt_error(DT_ERR_INVALID, "label key '%s' is longer than %d bytes", label_key,
+                        DT_EXAMPLE_KEY_CAP - 1);
+    strcpy(out->label_key, label_key);
+    const char *p = features ? features : "";
+    while (*p == ' ')
+        p++;
+    int item = 0;
+    while (*p) {
+        char buf[256];
+        const char *comma = strchr(p, ',');
+        size_t n = comma ? (size_t)(comma - p) : strlen(p);
+        item++;
+        while (n > 0 && p[n - 1] == ' ')
+            n--;
+        if (n >= sizeof buf)
+            return dt_error(DT_ERR_INVALID, "features item %d ('%.40s...') is too long", item, p);
+        memcpy(buf, p, n);
+        buf[n] = '\0';
+        p = comma ? comma + 1 : p + strlen(p);
+        while (*p == ' ')
+            p++;
+        if (comma && !*p)
+            return dt_error(DT_ERR_INVALID, "features: empty item after item %d '%s'", item, buf);
+        if (n == 0)
+            return dt_error(DT_ERR_INVALID, "features item %d is empty", item);
+        if (out->n_features == DT_EXAMPLE_MAX_FEATURES)
+            return dt_error(DT_ERR_INVALID, "features item %d '%s': more than %d features", item,
+                            buf, DT_EXAMPLE_MAX_FEATURES);
+        /* Split at the colons; item_text keeps the item as written, for messages. */
+        char item_text[256];
+        memcpy(item_text, buf, n + 1);
+        char *parts[4] = {buf, NULL, NULL, NULL};
+        int n_parts = 1;
+        for (char *c = buf; *c; c++) {
+            if (*c != ':')
+                continue;
+            if (n_parts == 4)
+                return dt_error(DT_ERR_INVALID, "features item '%s': expected key:length[:scale"
+                                "[:default]]", item_text);
+            *c = '\0';
+            parts[n_parts++] = c + 1;
+        }
+        dt_feature_spec *f = &out->features[out->n_features];
+        if (n_parts < 2)
+            return dt_error(DT_ERR_INVALID, "features item '%s': expected key:length[:scale"
+                            "[:default]]", item_text);
+        size_t klen = strlen(parts[0]);
+        if (klen == 0 || klen >= DT_EXAMPLE_KEY_CAP)
+            return dt_error(DT_ERR_INVALID, "features item '%s': the key must have 1 to %d bytes",
+                            item_text, DT_EXAMPLE_KEY_CAP - 1);
+        memcpy(f->key, parts[0], klen + 1);
+        char *end;
+        long len = strtol(parts[1], &end, 10);
+        if (end == parts[1] || *end || len < 0 || len > DT_EXAMPLE_MAX_DENSE)
+            return dt_error(DT_ERR_INVALID, "features item '%s': length '%s' is not an integer in "
+                            "0..%d (0: variable length)", item_text, parts[1], DT_EXAMPLE_MAX_DENSE);
+        f->length = (int)len;
+        f->scale = 1.0f;
+        if (n_parts > 2 && !parse_scale(parts[2], &f->scale))
+            return dt_error(DT_ERR_INVALID, "features item '%s': scale '%s' is not a non-zero "
+                            "number or fraction a/b", item_text, parts[2]);
+        if (n_parts > 3) {
+            double d = strtod(parts[3], &end);
+            if (end == parts[3] || *end || !(fabs(d) <= FLT_MAX))
+                return dt_error(DT_ERR_INVALID, "features item '%s': default '%s' is not a finite "
+                                "float", item_text, parts[3]);
+            if (len == 0)
+                return dt_error(DT_ERR_INVALID, "features item '%s': a default needs a fixed "
+                                "length", item_text);
+            f->has_default = true;
+            f->default_value = (float)d;
+        }
+        out->n_features++;
+    }
+    return dt_example_spec_finalize(out);
+}
+
+/* ---- decoding into rows ---- */
+
+/* Reads a map entry's payload [q, qe): its key (the last, if given twice; NULL if none) and its
+ * value's payload if it has exactly one value field. */
+static dt_status read_entry(const rec *r, const uint8_t *q, const uint8_t *qe, const uint8_t **k,
+                            size_t *klen, entry_loc *el)
+{
+    int n_values = 0;
+    *k = NULL;
+    *klen = 0;
+    el->e0 = q;
+    el->e1 = qe;
+    el->v0 = el->v1 = NULL;
+    while (q < qe) {
+        const uint8_t *at = q, *v;
+        size_t vlen;
+        uint32_t field;
+        int wt;
+        dt_status st = tag(r, &q, qe, "map entry", &field, &wt);
+        if (st)
+            return st;
+        if (field == 1 || field == 2) {
+            if (wt != WT_LEN)
+                return wrong_type(r, at, field == 1 ? "a map entry's key" : "a map entry's value",
+                                  wt, WT_LEN);
+            if ((st = payload(r, &q, qe, "map entry", &v, &vlen)))
+                return st;
+            if (field == 1) {
+                *k = v;
+                *klen = vlen;
+            } else {
+                el->v0 = v;
+                el->v1 = v + vlen;
+                n_values++;
+            }
+        } else if ((st = skip(r, &q, qe, "map entry", wt))) {
+            return st;
+        }
+    }
+    if (n_values != 1)
+        el->v0 = el->v1 = NULL;
+    return DT_OK;
+}
+
+/* Calls fn(ctx, key, key length, entry) for each map entry of the Example, in record order,
+ * through repeated Features messages (which merge). */
+typedef dt_status (*entry_fn)(void *ctx, const rec *r, const uint8_t *k, size_t klen,
+                              const entry_loc *el);
+
+static dt_status each_entry(const rec *r, entry_fn fn, void *ctx)
+{
+    const uint8_t *p = r->base, *end = r->base + r->n;
+    while (p < end) {
+        const uint8_t *at = p, *fs;
+        uint32_t field;
+        int wt;
+        size_t len;
+        dt_status st = tag(r, &p, end, "Example", &field, &wt);
+        if (st)
+            return st;
+        if (field != 1) {
+            if ((st = skip(r, &p, end, "Example", wt)))
+                return st;
+            continue;
+        }
+        if (wt != WT_LEN)
+            return wrong_type(r, at, "Example.features", wt, WT_LEN);
+        if ((st = payload(r, &p, end, "Example", &fs, &len)))
+            return st;
+        const uint8_t *fe = fs + len;
+        while (fs < fe) {
+            const uint8_t *eat = fs, *q, *k;
+            size_t klen;
+            entry_loc el;
+            if ((st = tag(r, &fs, fe, "Features", &field, &wt)))
+                return st;
+            if (field != 1) {
+                if ((st = skip(r, &fs, fe, "Features", wt)))
+                    return st;
+                continue;
+            }
+            if (wt != WT_LEN)
+                return wrong_type(r, eat, "a Features map entry", wt, WT_LEN);
+            if ((st = payload(r, &fs, fe, "Features", &q, &len)) ||
+                (st = read_entry(r, q, q + len, &k, &klen, &el)) ||
+                (st = fn(ctx, r, k, klen, &el)))
+                return st;
+        }
+    }
+    return DT_OK;
+}
+
+/* The first pass: the last entry of each key the spec names (a later entry of a key replaces an
+ * earlier one, as protobuf's map parsing does). Values are not looked at. */
+typedef struct {
+    const dt_example_spec *spec;
+    entry_loc entry[DT_EXAMPLE_MAX_FEATURES + 1];
+    uint64_t seen;
+    int label_seen;
+} wanted;
+
+static dt_status want_entry(void *ctx, const rec *r, const uint8_t *k, size_t klen,
+                            const entry_loc *el)
+{
+    (void)r;
+    wanted *w = ctx;
+    int idx = k ? lookup(w->spec, k, klen) : -1;
+    if (idx < 0)
+        return DT_OK;
+    w->entry[idx] = *el;
+    if (idx == LABEL_IDX)
+        w->label_seen = 1;
+    else
+        w->seen |= (uint64_t)1 << idx;
+    return DT_OK;
+}
+
+static dt_status decode_fixed(const rec *r, const dt_feature_spec *f, const entry_loc *el,
+                              float *slots)
+{
+    sink s = {.mode = SINK_DENSE, .slots = slots, .length = (size_t)f->length, .scale = f->scale};
+    feature_loc fl;
+    dt_status st = analyze_feature(r, el, &fl);
+    if (st || (st = decode_feature(r, el, &fl, &s)))
+        return st;
+    if (fl.kind == DT_FEATURE_BYTES) {
+        if (s.count != 1)
+            return bad(r, el->e0, "feature '%s' has %zu bytes values, expected one of %d bytes",
+                       f->key, s.count, f->length);
+        if (s.bytes_len != (size_t)f->length)
+            return bad(r, el->e0, "feature '%s' has a bytes value of %zu bytes, expected %d",
+                       f->key, s.bytes_len, f->length);
+        return DT_OK;
+    }
+    if (s.count != (size_t)f->length)
+        return bad(r, el->e0, "feature '%s' has %zu values, expected %d", f->key, s.count,
+                   f->length);
+    return DT_OK;
+}
+
+static dt_status decode_sparse(const rec *r, const dt_feature_spec *f, const entry_loc *el,
+                               dt_rowbuf *out)
+{
+    feature_loc fl;
+    dt_status st = analyze_feature(r, el, &fl);
+    if (st)
+        return st;
+    /* The kind is known before any entry is added. */
+    if (fl.kind == DT_FEATURE_BYTES)
+        return bad(r, el->e0, "feature '%s' is a bytes_list: a variable-length feature needs an "
+                   "int64_list or a float_list", f->key);
+    sink s = {.mode = SINK_SPARSE, .rows = out, .scale = f->scale};
+    return decode_feature(r, el, &fl, &s);
+}
+
+static dt_status decode_label(const rec *r, const dt_example_spec *spec, const entry_loc *el,
+                              float *label)
+{
+    feature_loc fl;
+    dt_status st = analyze_feature(r, el, &fl);
+    if (st)
+        return st;
+    if (fl.kind == DT_FEATURE_BYTES)
+        return bad(r, el->e0, "label '%s' is a bytes_list, expected one int64 or float",
+                   spec->label_key);
+    sink s = {.mode = SINK_LABEL};
+    if ((st = decode_feature(r, el, &fl, &s)))
+        return st;
+    if (s.count != 1)
+        return bad(r, el->e0, "label '%s' has %zu values, expected 1", spec->label_key, s.count);
+    *label = s.label;
+    return DT_OK;
+}
+
+dt_status dt_example_parse(const dt_example_spec *spec, const uint8_t *data, size_t n_bytes,
+                           dt_rowbuf *out)
+{
+    static const uint8_t empty[1];
+    if (!spec->ready)
+        return dt_error(DT_ERR_INVALID, "example spec used before dt_example_spec_finalize");
+    if (out->n_dense != spec->n_dense)
+        return dt_error(DT_ERR_INVALID, "rows of %d dense values cannot hold examples of %d",
+                        out->n_dense, spec->n_dense);
+    rec r = {n_bytes ? data : empty, n_bytes};
+    wanted w;
+    w.spec = spec;
+    w.seen = 0;
+    w.label_seen = 0;
+    dt_status st = each_entry(&r, want_entry, &w);
+    if (st)
+        return st;
+    float label = 0.0f;
+    if (spec->label_key[0]) {
+        if (!w.label_seen)
+            return dt_error(DT_ERR_FORMAT, "feature '%s' missing", spec->label_key);
+        if ((st = decode_label(&r, spec, &w.entry[LABEL_IDX], &label)))
+            return st;
+    }
+    float *dense;
+    if ((st = dt_rowbuf_add_row(out, &dense)))
+        return st;
+    dt_rowbuf_set_label(out, label);
+    for (int i = 0; i < spec->n_features; i++) {
+        const dt_feature_spec *f = &spec->features[i];
+        int have = (int)((w.seen >> i) & 1);
+        if (f->length > 0) {
+            float *slots = dense + spec->dense_off[i];
+            if (have) {
+                st = decode_fixed(&r, f, &w.entry[i], slots);
+            } else if (f->has_default) {
+                for (int k = 0; k < f->length; k++)
+                    slots[k] = f->default_value;
+            } else {
+                st = dt_error(DT_ERR_FORMAT, "feature '%s' missing", f->key);
+            }
+        } else if (have) {
+            st = decode_sparse(&r, f, &w.entry[i], out);
+        }
+        if (st)
+            goto fail;
+    }
+    return DT_OK;
+fail:
+    dt_rowbuf_drop_last(out);
+    return st;
+}
+
+/* ---- encoding ---- */
+
+static size_t varint_len(uint64_t v)
+{
+    size_t n = 1;
+    while (v >= 0x80)
+        v >>= 7, n++;
+    return n;
+}
+
+static uint8_t *put_varint(uint8_t *p, uint64_t v)
+{
+    while (v >= 0x80) {
+        *p++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *p++ = (uint8_t)v;
+    return p;
+}
+
+/* Bytes of the packed varints of an int64 feature's values. */
+static uint64_t int64_body(const dt_feature_value *f)
+{
+    uint64_t body = 0;
+    for (size_t i = 0; i < f->n; i++)
+        body += varint_len((uint64_t)f->ints[i]);
+    return body;
+}
+
+/* Bytes of the list message inside a Feature (its `value` field, packed for numbers). */
+static uint64_t list_len(const dt_feature_value *f)
+{
+    uint64_t body;
+    switch (f->type) {
+    case DT_FEATURE_FLOAT:
+        if (f->n == 0)
+            return 0;
+        body = 4 * (uint64_t)f->n;
+        return 1 + varint_len(body) + body;
+    case DT_FEATURE_INT64:
+        if (f->n == 0)
+            return 0;
+        body = int64_body(f);
+        return 1 + varint_len(body) + body;
+    default: /* one bytes value */
+        return 1 + varint_len(f->n) + f->n;
+    }
+}
+
+static uint64_t entry_len(uint64_t ll, size_t klen)
+{
+    uint64_t feature = 1 + varint_len(ll) + ll;
+    return 1 + varint_len(klen) + klen + 1 + varint_len(feature) + feature;
+}
+
+dt_status dt_example_encode(const dt_feature_value *f, int n_features, uint8_t **buf,
+                            size_t *n_bytes, size_t *cap)
+{
+    /* Protobuf's own limit on a message; also keeps every sum below far from overflow. */
+    const uint64_t limit = (uint64_t)1 << 31;
+    uint64_t features = 0;
+    for (int i = 0; i < n_features; i++) {
+        if (!f[i].key)
+            return dt_error(DT_ERR_INVALID, "example encode: feature %d has no key", i);
+        if (f[i].type != DT_FEATURE_FLOAT && f[i].type != DT_FEATURE_INT64 &&
+            f[i].type != DT_FEATURE_BYTES)
+            return dt_error(DT_ERR_INVALID, "example encode: feature '%s' has unknown type %d",
+                            f[i].key, f[i].type);
+        const void *vals = f[i].type == DT_FEATURE_FLOAT   ? (const void *)f[i].floats
+                           : f[i].type == DT_FEATURE_INT64 ? (const void *)f[i].ints
+                                                           : (const void *)f[i].bytes;
+        if (f[i].n > 0 && !vals)
+            return dt_error(DT_ERR_INVALID, "example encode: feature '%s' has %zu values at NULL",
+                            f[i].key, f[i].n);
+        size_t klen = strlen(f[i].key);
+        if (f[i].n > limit || klen > limit)
+            return dt_error(DT_ERR_INVALID, "example encode: feature '%s' is above 2 GiB",
+                            f[i].key);
+        uint64_t e = entry_len(list_len(&f[i]), klen);
+        features += 1 + varint_len(e) + e;
+        if (features > limit)
+            return dt_error(DT_ERR_INVALID, "example encode: the example is above 2 GiB");
+    }
+    uint64_t total = 1 + varint_len(features) + features;
+    if (total > *cap) {
+        size_t want = *cap ? *cap : 256;
+        while (want < total)
+            want *= 2;
+        uint8_t *nb = realloc(*buf, want);
+        if (!nb)
+            return dt_error(DT_ERR_NOMEM, "example encode: no memory for %llu bytes",
+                            (unsigned long long)total);
+        *buf = nb;
+        *cap = want;
+    }
+    uint8_t *p = *buf;
+    *p++ = 0x0a; /* Example.features */
+    p = put_varint(p, features);
+    for (int i = 0; i < n_features; i++) {
+        size_t klen = strlen(f[i].key);
+        uint64_t ll = list_len(&f[i]);
+        uint64_t e = entry_len(ll, klen);
+        *p++ = 0x0a; /* Features.feature: a map entry */
+        p = put_varint(p, e);
+        *p++ = 0x0a; /* key */
+        p = put_varint(p, klen);
+        memcpy(p, f[i].key, klen), p += klen;
+        *p++ = 0x12; /* value: a Feature */
+        p = put_varint(p, 1 + varint_len(ll) + ll);
+        *p++ = (uint8_t)(f[i].type << 3 | WT_LEN); /* the oneof field: its number is the type */
+        p = put_varint(p, ll);
+        if (f[i].type == DT_FEATURE_FLOAT && f[i].n) {
+            *p++ = 0x0a;
+            p = put_varint(p, 4 * (uint64_t)f[i].n);
+            for (size_t k = 0; k < f[i].n; k++) {
+                uint32_t u;
+                memcpy(&u, &f[i].floats[k], 4);
+                p[0] = (uint8_t)u, p[1] = (uint8_t)(u >> 8), p[2] = (uint8_t)(u >> 16),
+                p[3] = (uint8_t)(u >> 24);
+                p += 4;
+            }
+        } else if (f[i].type == DT_FEATURE_INT64 && f[i].n) {
+            *p++ = 0x0a;
+            p = put_varint(p, int64_body(&f[i]));
+            for (size_t k = 0; k < f[i].n; k++)
+                p = put_varint(p, (uint64_t)f[i].ints[k]);
+        } else if (f[i].type == DT_FEATURE_BYTES) {
+            *p++ = 0x0a;
+            p = put_varint(p, f[i].n);
+            if (f[i].n)
+                memcpy(p, f[i].bytes, f[i].n), p += f[i].n;
+        }
+    }
+    *n_bytes = (size_t)(p - *buf);
+    return DT_OK;
+}
+
+/* ---- JSON listing ---- */
+
+/* Lists one entry: "key": [values]. */
+static dt_status json_entry(void *ctx, const rec *r, const uint8_t *k, size_t klen,
+                            const entry_loc *el)
+{
+    sbuf *b = ctx;
+    if (b->n > 1)
+        sb_put(b, ", ", 2);
+    json_string(b, k ? k : r->base, klen);
+    sb_put(b, ": [", 3);
+    feature_loc fl;
+    sink s = {.mode = SINK_JSON, .sb = b};
+    dt_status st = analyze_feature(r, el, &fl);
+    if (st || (st = decode_feature(r, el, &fl, &s)))
+        return st;
+    sb_put(b, "]", 1);
+    return DT_OK;
+}
+
+dt_status dt_example_to_json(const uint8_t *data, size_t n_bytes, char **out_text)
+{
+    static const uint8_t empty[1];
+    *out_text = NULL;
+    rec r = {n_bytes ? data : empty, n_bytes};
+    sbuf b = {0};
+    sb_put(&b, "{", 1);
+    dt_status st = each_entry(&r, json_entry, &b);
+    if (st)
+        goto fail;
+    sb_put(&b, "}", 1);
+    if (b.oom) {
+        st = dt_error(DT_ERR_NOMEM, "no memory for the JSON of an example");
+        goto fail;
+    }
+    *out_text = b.s;
+    return DT_OK;
+fail:
+    free(b.s);
+    return st;
+}
