@@ -4,6 +4,8 @@
 #define DTRAIN_CLI_COMMANDS_H
 
 int cmd_train(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
+int cmd_data(int argc, char **argv);
 
 /* Prints "dtrain: error: <message>" on stderr and returns status. */
 int cli_fail(int status, const char *message);

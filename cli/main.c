@@ -1,4 +1,5 @@
 /* dtrain: the command-line tool. Dispatches to a subcommand; the only place that exits. */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -14,6 +15,8 @@ static void print_usage(FILE *out)
           "\n"
           "commands:\n"
           "  train      train a model (dtrain train --help for its flags)\n"
+          "  convert    convert --from idx|libsvm --to tfrecord IN OUT\n"
+          "  data head  data head FILE --format idx|tfrecord|libsvm [-n N]: records as JSON lines\n"
           "\n"
           "  --help     this text\n"
           "  --version  the version\n",
@@ -41,8 +44,14 @@ int main(int argc, char **argv)
         puts("dtrain " DTRAIN_VERSION);
         return 0;
     }
+    /* A closed pipe on stdout is a write error to report, not a signal that kills silently. */
+    signal(SIGPIPE, SIG_IGN);
     if (strcmp(cmd, "train") == 0)
         return cmd_train(argc - 2, argv + 2);
+    if (strcmp(cmd, "convert") == 0)
+        return cmd_convert(argc - 2, argv + 2);
+    if (strcmp(cmd, "data") == 0)
+        return cmd_data(argc - 2, argv + 2);
     char msg[256];
     snprintf(msg, sizeof msg, "unknown command '%s' (see dtrain --help)", cmd);
     return cli_fail(2, msg);

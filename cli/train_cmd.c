@@ -15,6 +15,7 @@
 #include "dtrain/optim.h"
 #include "dtrain/pool.h"
 #include "dtrain/progress.h"
+#include "dtrain/sources.h"
 #include "flags.h"
 
 #define FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
@@ -22,6 +23,9 @@
 struct train_opts {
     const char *model, *model_file, *data, *test_data, *optimizer, *lr_schedule, *strategy;
     const char *metrics_out, *shuffle_buffer, *progress, *loss_reduction;
+    const char *features, *label_key, *input_shape, *compression, *cache, *label_column;
+    int prefetch, num_parallel_reads, num_parallel_calls, num_features, index_base;
+    bool skip_bad_records, csv_header;
     int epochs, batch_size, threads;
     int64_t steps_per_epoch, max_steps, lr_decay_steps, seed;
     double lr, momentum, beta1, beta2, epsilon, lr_decay_rate, lr_alpha;
@@ -36,10 +40,35 @@ static int define_flags(flag_def *f, struct train_opts *o)
     FLAG("model-file", FLAG_STRING, NULL, "model described in a JSON file (instead of --model)",
          &o->model_file);
     FLAG("data", FLAG_STRING, "fashion-mnist",
-         "training data: fashion-mnist[:DIR], mnist:DIR, idx:IMAGES,LABELS", &o->data);
+         "training data: fashion-mnist[:DIR], mnist:DIR, idx:IMAGES,LABELS, tfrecord:GLOB, "
+         "libsvm:GLOB, csv:GLOB (GLOB: comma-separated patterns; - is stdin)", &o->data);
     FLAG("test-data", FLAG_STRING, NULL,
          "test data, same forms, or none (default: the t10k files beside fashion-mnist/mnist data)",
          &o->test_data);
+    FLAG("features", FLAG_STRING, NULL,
+         "tfrecord: the Example features to read, KEY:LENGTH[:SCALE[:DEFAULT]],... (LENGTH 0: "
+         "variable length, sparse), e.g. image:784:1/255", &o->features);
+    FLAG("label-key", FLAG_STRING, "label", "tfrecord: the feature holding the label", &o->label_key);
+    FLAG("compression", FLAG_STRING, "auto", "tfrecord: none, gzip, zlib or auto (gzip by magic)",
+         &o->compression);
+    FLAG("num-features", FLAG_INT, "0", "libsvm: dense features per example (indices 1..N)",
+         &o->num_features);
+    FLAG("index-base", FLAG_INT, "1", "libsvm: the first feature index", &o->index_base);
+    FLAG("csv-header", FLAG_BOOL, "false", "csv: the first line names the columns", &o->csv_header);
+    FLAG("label-column", FLAG_STRING, NULL, "csv: the label's column, by name or 0-based index",
+         &o->label_column);
+    FLAG("input-shape", FLAG_STRING, NULL,
+         "H,W,C of the model's input for file data (default: 1,1,features)", &o->input_shape);
+    FLAG("num-parallel-reads", FLAG_INT, "1", "files read in turn (interleave)",
+         &o->num_parallel_reads);
+    FLAG("num-parallel-calls", FLAG_INT, "1", "batches parsed at once on threads",
+         &o->num_parallel_calls);
+    FLAG("cache", FLAG_STRING, NULL, "cache file data after the first epoch: memory or a file path",
+         &o->cache);
+    FLAG("prefetch", FLAG_INT, "2", "batches prepared ahead on a background thread (0: none)",
+         &o->prefetch);
+    FLAG("skip-bad-records", FLAG_BOOL, "false",
+         "skip and count corrupt records or lines instead of stopping", &o->skip_bad_records);
     FLAG("epochs", FLAG_INT, "1", "passes over the training data", &o->epochs);
     FLAG("steps-per-epoch", FLAG_INT64, "0", "steps per epoch, 0 for the whole dataset",
          &o->steps_per_epoch);
@@ -119,11 +148,8 @@ static dt_status load_data(const char *flag, const char *spec, bool test, dt_ima
         path[comma - images] = '\0';
         return dt_image_dataset_load(path, comma + 1, out);
     }
-    if (strncmp(spec, "tfrecord:", 9) == 0 || strncmp(spec, "libsvm:", 7) == 0)
-        return dt_error(DT_ERR_UNSUPPORTED, "--%s: '%s': this build reads IDX data only "
-                        "(fashion-mnist, mnist:DIR, idx:IMAGES,LABELS)", flag, spec);
     return dt_error(DT_ERR_INVALID, "--%s: unknown data '%s' (fashion-mnist[:DIR], mnist:DIR, "
-                    "idx:IMAGES,LABELS)", flag, spec);
+                    "idx:IMAGES,LABELS, tfrecord:GLOB, libsvm:GLOB, csv:GLOB)", flag, spec);
 }
 
 /* The test set: --test-data, else the t10k files beside directory-style training data. */
@@ -171,6 +197,19 @@ static dt_status check_ranges(const struct train_opts *o, const flag_def *flags,
     if (strcmp(o->loss_reduction, "mean") != 0 && strcmp(o->loss_reduction, "sum_over_global_batch") != 0)
         return dt_error(DT_ERR_INVALID, "--loss-reduction: expected mean or sum_over_global_batch, "
                         "got '%s'", o->loss_reduction);
+    if (o->prefetch < 0 || o->prefetch > 4096)
+        return dt_error(DT_ERR_INVALID, "--prefetch: must be in 0..4096, got %d", o->prefetch);
+    if (o->num_parallel_reads < 1 || o->num_parallel_reads > 1024)
+        return dt_error(DT_ERR_INVALID, "--num-parallel-reads: must be in 1..1024, got %d",
+                        o->num_parallel_reads);
+    if (o->num_parallel_calls < 1 || o->num_parallel_calls > 1024)
+        return dt_error(DT_ERR_INVALID, "--num-parallel-calls: must be in 1..1024, got %d",
+                        o->num_parallel_calls);
+    if (o->num_features < 0 || o->num_features > (1 << 24))
+        return dt_error(DT_ERR_INVALID, "--num-features: must be in 0..16777216, got %d",
+                        o->num_features);
+    if (o->index_base != 0 && o->index_base != 1)
+        return dt_error(DT_ERR_INVALID, "--index-base: must be 0 or 1, got %d", o->index_base);
     static const char *const progress[] = {"auto", "bar", "lines", "none"};
     bool ok = false;
     for (int i = 0; i < 4; i++)
@@ -222,20 +261,19 @@ static dt_status build_optim_config(const struct train_opts *o, const flag_def *
     return DT_OK;
 }
 
-static dt_status load_model_spec(const struct train_opts *o, const dt_image_dataset *train,
+static dt_status load_model_spec(const struct train_opts *o, const int shape[3], const char *source,
                                  dt_model_spec *spec)
 {
     dt_status st = o->model_file ? dt_model_spec_from_json_file(o->model_file, spec)
                                  : dt_model_spec_builtin(o->model, spec);
     if (st)
         return o->model_file ? st : dt_error_prefix(st, "--model");
-    int data_shape[3] = {train->h, train->w, train->c};
     if (spec->input_shape[0] == 0) {
-        memcpy(spec->input_shape, data_shape, sizeof data_shape);
-    } else if (memcmp(spec->input_shape, data_shape, sizeof data_shape) != 0) {
-        return dt_error(DT_ERR_INVALID, "%s: input_shape is [%d, %d, %d] but %s holds %dx%dx%d "
-                        "images", o->model_file, spec->input_shape[0], spec->input_shape[1],
-                        spec->input_shape[2], train->images_path, train->h, train->w, train->c);
+        memcpy(spec->input_shape, shape, 3 * sizeof *shape);
+    } else if (memcmp(spec->input_shape, shape, 3 * sizeof *shape) != 0) {
+        return dt_error(DT_ERR_INVALID, "%s: input_shape is [%d, %d, %d] but %s gives %dx%dx%d "
+                        "inputs", o->model_file, spec->input_shape[0], spec->input_shape[1],
+                        spec->input_shape[2], source, shape[0], shape[1], shape[2]);
     }
     return DT_OK;
 }
@@ -314,13 +352,211 @@ fail:
     return st;
 }
 
+/* ---- The input: in-memory images or file pipelines, both as datasets of batches ---- */
+
+struct input {
+    dt_image_dataset train_images, test_images;
+    dt_file_list train_files, test_files;
+    dt_example_spec spec;
+    dt_dataset *train, *test;
+    int shape[3];
+    int64_t n_train;    /* examples, -1 when unknown (file data) */
+    int eval_batch;
+    int64_t bad_records;
+    char source[600];   /* names the training data in messages */
+};
+
+static void input_free(struct input *in)
+{
+    dt_dataset_destroy(in->train);
+    dt_dataset_destroy(in->test);
+    dt_file_list_free(&in->train_files);
+    dt_file_list_free(&in->test_files);
+    dt_image_dataset_free(&in->train_images);
+    dt_image_dataset_free(&in->test_images);
+}
+
+static bool is_file_data(const char *spec)
+{
+    return strncmp(spec, "tfrecord:", 9) == 0 || strncmp(spec, "libsvm:", 7) == 0 ||
+           strncmp(spec, "csv:", 4) == 0;
+}
+
+static dt_status prepare_images(const struct train_opts *o, int64_t shuffle_buffer,
+                                struct input *in)
+{
+    bool have_test;
+    dt_status st = load_data("data", o->data, false, &in->train_images);
+    if (st || (st = load_test_data(o, &in->test_images, &have_test)))
+        return st;
+    const dt_image_dataset *t = &in->train_images;
+    in->shape[0] = t->h, in->shape[1] = t->w, in->shape[2] = t->c;
+    in->n_train = t->n;
+    in->eval_batch = o->batch_size < t->n ? o->batch_size : t->n;
+    snprintf(in->source, sizeof in->source, "%s", t->images_path);
+    if ((st = dt_image_pipeline(t, o->batch_size, !o->keep_remainder, shuffle_buffer,
+                                (uint64_t)o->seed, o->prefetch, &in->train)))
+        return st;
+    if (have_test && (st = dt_image_pipeline(&in->test_images, in->eval_batch, false, 0, 0, 0,
+                                             &in->test)))
+        return st;
+    return DT_OK;
+}
+
+/* A file source of rows (parsed), from tfrecord:, libsvm: or csv: data. */
+static dt_status file_source(const struct train_opts *o, const char *flag, const char *data,
+                             dt_file_list *files, const dt_example_spec *spec,
+                             const dt_source_options *so, dt_dataset **out)
+{
+    const char *colon = strchr(data, ':');
+    dt_status st = dt_file_list_glob(colon + 1, files);
+    if (st)
+        return dt_error_prefix(st, "--%s", flag);
+    if (strncmp(data, "tfrecord:", 9) == 0)
+        return dt_dataset_tfrecord(files, so, out);
+    if (strncmp(data, "libsvm:", 7) == 0) {
+        dt_libsvm_options lo;
+        dt_libsvm_options_default(&lo);
+        lo.n_dense = o->num_features;
+        lo.index_base = o->index_base;
+        return dt_dataset_libsvm(files, &lo, so, out);
+    }
+    dt_csv_options co;
+    dt_csv_options_default(&co);
+    co.header = o->csv_header;
+    const char *label_name = NULL;
+    if (o->label_column) {
+        char *end;
+        long v = strtol(o->label_column, &end, 10);
+        if (*end == '\0' && v >= 0 && v < 1000000)
+            co.label_column = (int)v;
+        else
+            label_name = o->label_column;
+        if (label_name && !co.header)
+            return dt_error(DT_ERR_INVALID, "--label-column: a column name needs --csv-header");
+    }
+    (void)spec;
+    return dt_dataset_csv(files, &co, label_name, so, out);
+}
+
+/* source -> [cache] -> [shuffle] -> batch -> [parse Examples] -> [prefetch]: the order the
+ * tf.data guides recommend, parsing a whole batch per call. */
+static dt_status file_pipeline(const struct train_opts *o, const char *flag, const char *data,
+                               bool training, int64_t shuffle_buffer, int batch,
+                               dt_file_list *files, struct input *in, dt_dataset **out)
+{
+    dt_source_options so;
+    dt_source_options_default(&so);
+    dt_status st = dt_compression_parse(o->compression, &so.compression);
+    if (st)
+        return dt_error_prefix(st, "--compression");
+    so.num_parallel_reads = o->num_parallel_reads;
+    so.skip_bad_records = o->skip_bad_records;
+    so.bad_records = &in->bad_records;
+    dt_dataset *p;
+    if ((st = file_source(o, flag, data, files, &in->spec, &so, &p)))
+        return st;
+    if (training && o->cache)
+        st = dt_dataset_cache(p, strcmp(o->cache, "memory") == 0 ? NULL : o->cache, &p);
+    if (st == DT_OK && training && shuffle_buffer > 1)
+        st = dt_dataset_shuffle(p, shuffle_buffer, (uint64_t)o->seed, true, &p);
+    if (st == DT_OK)
+        st = dt_dataset_batch(p, batch, training && !o->keep_remainder, &p);
+    if (st == DT_OK && strncmp(data, "tfrecord:", 9) == 0)
+        st = dt_dataset_parse_examples(p, &in->spec, files, o->num_parallel_calls, &so, &p);
+    if (st == DT_OK && o->prefetch > 0)
+        st = dt_dataset_prefetch(p, o->prefetch, &p);
+    *out = st == DT_OK ? p : NULL;
+    return st;
+}
+
+static dt_status parse_shape(const char *text, int shape[3])
+{
+    if (sscanf(text, "%d,%d,%d", &shape[0], &shape[1], &shape[2]) != 3 || shape[0] < 1 ||
+        shape[1] < 1 || shape[2] < 1)
+        return dt_error(DT_ERR_INVALID, "--input-shape: expected H,W,C, got '%s'", text);
+    return DT_OK;
+}
+
+/* The width of file data's rows: from the feature spec, --num-features, or the first batch. */
+static dt_status file_width(const struct train_opts *o, struct input *in, int *n_dense)
+{
+    if (strncmp(o->data, "tfrecord:", 9) == 0) {
+        *n_dense = in->spec.n_dense;
+        return DT_OK;
+    }
+    if (strncmp(o->data, "libsvm:", 7) == 0) {
+        if (o->num_features < 1)
+            return dt_error(DT_ERR_INVALID, "--num-features: libsvm data for a dense model needs "
+                            "the number of features");
+        *n_dense = o->num_features;
+        return DT_OK;
+    }
+    /* CSV: the first batch tells, then the pipeline starts over. */
+    dt_elem *e;
+    dt_status st = dt_dataset_next(in->train, &e);
+    if (st == DT_END)
+        return dt_error(DT_ERR_INVALID, "--data: %s holds no rows", o->data + 4);
+    if (st)
+        return st;
+    *n_dense = e->n_dense;
+    dt_elem_free(e);
+    return dt_dataset_reset(in->train);
+}
+
+static dt_status prepare_files(const struct train_opts *o, int64_t shuffle_buffer,
+                               struct input *in)
+{
+    dt_status st;
+    if (strncmp(o->data, "tfrecord:", 9) == 0) {
+        if (!o->features)
+            return dt_error(DT_ERR_INVALID, "--features: tfrecord data needs the features to read, "
+                            "e.g. --features image:784:1/255 --label-key label");
+        if ((st = dt_example_spec_parse(o->features, o->label_key, &in->spec)))
+            return dt_error_prefix(st, "--features");
+    }
+    in->n_train = -1;
+    in->eval_batch = o->batch_size;
+    snprintf(in->source, sizeof in->source, "%s", o->data);
+    if ((st = file_pipeline(o, "data", o->data, true, shuffle_buffer, o->batch_size,
+                            &in->train_files, in, &in->train)))
+        return st;
+    const char *test = o->test_data;
+    if (test && strcmp(test, "none") != 0) {
+        if (!is_file_data(test))
+            return dt_error(DT_ERR_INVALID, "--test-data: with file --data, give tfrecord:, "
+                            "libsvm: or csv: test data too");
+        if ((st = file_pipeline(o, "test-data", test, false, 0, o->batch_size, &in->test_files, in,
+                                &in->test)))
+            return st;
+    }
+    int n_dense = 0;
+    if ((st = file_width(o, in, &n_dense)))
+        return st;
+    if (o->input_shape) {
+        if ((st = parse_shape(o->input_shape, in->shape)))
+            return st;
+        if ((int64_t)in->shape[0] * in->shape[1] * in->shape[2] != n_dense)
+            return dt_error(DT_ERR_INVALID, "--input-shape: %dx%dx%d is not the %d values per "
+                            "example of the data", in->shape[0], in->shape[1], in->shape[2],
+                            n_dense);
+    } else {
+        in->shape[0] = in->shape[1] = 1;
+        in->shape[2] = n_dense;
+    }
+    if (n_dense < 1)
+        return dt_error(DT_ERR_INVALID, "--data: the examples have no dense features to train on");
+    return DT_OK;
+}
+
 int cmd_train(int argc, char **argv)
 {
     struct train_opts o;
-    flag_def flags[48];
+    flag_def flags[64];
     int n_flags = define_flags(flags, &o);
     int rc = 1;
-    dt_image_dataset train = {0}, test = {0};
+    struct input in;
+    memset(&in, 0, sizeof in);
     dt_pool *pool = NULL;
     dt_model *model = NULL;
     dt_optim opt;
@@ -340,12 +576,6 @@ int cmd_train(int argc, char **argv)
         return usage_error();
     int threads = flags_find(flags, n_flags, "threads")->set ? o.threads : dt_cpu_count();
 
-    bool have_test = false;
-    dt_model_spec spec;
-    dt_status st;
-    if ((st = load_data("data", o.data, false, &train)) ||
-        (st = load_test_data(&o, &test, &have_test)) || (st = load_model_spec(&o, &train, &spec)))
-        goto fail;
     dt_fit_config fcfg;
     dt_fit_config_default(&fcfg);
     fcfg.epochs = o.epochs;
@@ -354,22 +584,37 @@ int cmd_train(int argc, char **argv)
     fcfg.batch_size = o.batch_size;
     fcfg.seed = (uint64_t)o.seed;
     fcfg.shuffle_buffer = shuffle_buffer;
+    fcfg.prefetch = o.prefetch;
     fcfg.keep_remainder = o.keep_remainder;
     fcfg.reduction = strcmp(o.loss_reduction, "mean") == 0 ? DT_REDUCTION_MEAN : DT_REDUCTION_SUM_OVER_GLOBAL;
-    fcfg.validate = o.validate && have_test;
     fcfg.progress = strcmp(o.progress, "none") == 0 ? NULL : stdout;
     fcfg.progress_bar = strcmp(o.progress, "bar") == 0 ||
                         (strcmp(o.progress, "auto") == 0 && dt_progress_bar_wanted(stdout));
-    if ((st = dt_fit_check(&fcfg, train.n))) {
-        dt_error_prefix(st, "%s", train.images_path);
+
+    dt_model_spec spec;
+    dt_status st = is_file_data(o.data) ? prepare_files(&o, shuffle_buffer, &in)
+                                        : prepare_images(&o, shuffle_buffer, &in);
+    if (st || (st = load_model_spec(&o, in.shape, in.source, &spec)))
+        goto fail;
+    fcfg.validate = o.validate && in.test;
+    if (in.n_train >= 0)
+        fcfg.expected_steps_per_epoch = o.keep_remainder
+                                            ? (in.n_train + o.batch_size - 1) / o.batch_size
+                                            : in.n_train / o.batch_size;
+    if ((st = dt_fit_check(&fcfg, in.n_train))) {
+        dt_error_prefix(st, "%s", in.source);
         goto fail;
     }
     if ((st = dt_pool_create(threads, &pool)))
         goto fail;
     /* No batch is larger than the training set: size the buffers for what will be used. */
-    int max_batch = o.batch_size < train.n ? o.batch_size : train.n;
     dt_model_options mopts = {.no_fuse = o.no_fuse};
-    if ((st = dt_model_create(&spec, max_batch, pool, &mopts, &model)))
+    if ((st = dt_model_create(&spec, in.eval_batch, pool, &mopts, &model)))
+        goto fail;
+    /* In-memory images are checked whole before training, so a bad label is named by its file
+     * and offset rather than met half-way through an epoch. */
+    if (in.train_images.n > 0 && ((st = dt_check_dataset(model, &in.train_images)) ||
+                                  (in.test && (st = dt_check_dataset(model, &in.test_images)))))
         goto fail;
     dt_model_init_params(model, (uint64_t)o.seed);
     if ((st = dt_optim_setup(&opt, &ocfg, dt_model_params(model))))
@@ -378,20 +623,24 @@ int cmd_train(int argc, char **argv)
         dt_model_summary(model, stdout);
 
     dt_fit_result res;
-    if ((st = dt_fit(model, &opt, pool, &train, have_test ? &test : NULL, &fcfg, &res)))
+    if ((st = dt_fit_dataset(model, &opt, pool, in.train, in.test, &fcfg, &res)))
         goto fail;
     double test_loss = res.val_loss, test_acc = res.val_accuracy;
-    if (have_test && !res.validated && (st = dt_evaluate(model, &test, &test_loss, &test_acc)))
+    if (in.test && !res.validated &&
+        ((st = dt_dataset_reset(in.test)) ||
+         (st = dt_evaluate_dataset(model, in.test, &test_loss, &test_acc))))
         goto fail;
     double sps = res.train_seconds > 0 ? (double)res.samples / res.train_seconds : 0.0;
     printf("Trained %lld steps (%lld examples) in %.2f s: %.0f samples/s on %d thread%s\n",
            (long long)res.steps, (long long)res.samples, res.train_seconds, sps, threads,
            threads == 1 ? "" : "s");
-    if (have_test)
+    if (in.test)
         printf("Test loss: %.4f - test accuracy: %.4f\n", test_loss, test_acc);
+    if (in.bad_records)
+        printf("Skipped %lld bad records\n", (long long)in.bad_records);
     fflush(stdout); /* the report first, should the metrics go to stdout too */
-    if (o.metrics_out &&
-        (st = write_metrics(o.metrics_out, &o, threads, &res, test_loss, test_acc, have_test, model)))
+    if (o.metrics_out && (st = write_metrics(o.metrics_out, &o, threads, &res, test_loss, test_acc,
+                                             in.test != NULL, model)))
         goto fail;
     /* A full disk or a closed pipe on stdout is a failure, not a success with lost output. */
     if (fflush(stdout) != 0 || ferror(stdout)) {
@@ -405,7 +654,6 @@ fail:
     dt_optim_free(&opt);
     dt_model_destroy(model);
     dt_pool_destroy(pool);
-    dt_image_dataset_free(&train);
-    dt_image_dataset_free(&test);
+    input_free(&in);
     return rc;
 }

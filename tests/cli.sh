@@ -77,13 +77,15 @@ expect_error bad_shuffle_buffer 2 "--shuffle-buffer: expected a count" train --s
 expect_error bad_loss_reduction 2 "--loss-reduction: expected mean or sum_over_global_batch" train --loss-reduction sum
 expect_error flag_given_twice 2 "--seed: given twice" train --seed 1 --seed 2
 expect_error positional_argument 2 "unexpected argument 'extra'" train extra
+expect_error tfrecord_needs_features 1 "--features: tfrecord data needs the features" train --data "tfrecord:$0"
+expect_error bad_prefetch 2 "--prefetch: must be in 0..4096" train --prefetch -1
 expect_error later_strategy 2 "--strategy: mirrored is not available" train --strategy mirrored
 expect_error unknown_strategy 2 "--strategy: unknown strategy 'horovod'" train --strategy horovod
 expect_error model_and_model_file 2 "give one, not both" train --model mlp --model-file x.json
 
 # --- bad data and model files: one line naming the file, exit 1 ---
 expect_error unknown_data 1 "--data: unknown data 'cifar10'" train --data cifar10
-expect_error tfrecord_not_in_this_build 1 "this build reads IDX data only" train --data tfrecord:/tmp/x
+expect_error empty_glob 1 "$tmp/none-*.tfrecord: the pattern matches no file" train --data "tfrecord:$tmp/none-*.tfrecord" --features x:1
 expect_error missing_idx 1 "$tmp/none.idx: No such file or directory" train --data "idx:$tmp/none.idx,$tmp/none2.idx"
 expect_error missing_dataset_dir 1 "$tmp/nodir: No such file or directory" train --data "fashion-mnist:$tmp/nodir"
 printf 'not an idx file at all' > "$tmp/junk.idx"
@@ -107,6 +109,55 @@ if [ -d "$fm" ]; then
     expect_error labels_beyond_outputs 1 "label 9, but the model has 4 outputs" train --model-file "$tmp/four.json"
     expect_error unwritable_metrics 1 "--metrics-out: $tmp/no/dir/m.json.tmp" \
         train --max-steps 2 --progress none --test-data none --metrics-out "$tmp/no/dir/m.json"
+
+    # --- file data: convert, data head, training from TFRecord and LibSVM, streams ---
+    run "$dtrain" convert --from idx "$fm/t10k-images-idx3-ubyte.gz,$fm/t10k-labels-idx1-ubyte.gz" "$tmp/t10k.tfrecord"
+    if [ "$status" -eq 0 ] && grep -q "Wrote 10000 records" "$tmp/out"; then ok convert_idx_to_tfrecord; \
+    else fail convert_idx_to_tfrecord "exit $status: $(cat "$tmp/err")"; fi
+    run "$dtrain" data head "$tmp/t10k.tfrecord" --format tfrecord -n 2
+    if [ "$status" -eq 0 ] && [ "$(wc -l < "$tmp/out")" -eq 2 ] && grep -q '"label": \[9\]' "$tmp/out"; then
+        ok data_head_tfrecord
+    else
+        fail data_head_tfrecord "exit $status: $(head -c 200 "$tmp/out") $(cat "$tmp/err")"
+    fi
+    run "$dtrain" data head "$fm/t10k-labels-idx1-ubyte.gz" --format idx -n 3
+    if [ "$status" -eq 0 ] && [ "$(sed -n 3p "$tmp/out")" = '{"index": 2, "shape": [], "values": [1]}' ]; then
+        ok data_head_idx; else fail data_head_idx "$(cat "$tmp/out" "$tmp/err")"; fi
+    # The same examples from TFRecord and from IDX train to the same parameters, bit for bit.
+    "$dtrain" train --data "idx:$fm/t10k-images-idx3-ubyte.gz,$fm/t10k-labels-idx1-ubyte.gz" --max-steps 60 \
+        --batch-size 32 --threads 1 --seed 5 --progress none --test-data none --metrics-out "$tmp/i.json" > /dev/null 2>&1
+    run "$dtrain" train --data "tfrecord:$tmp/t10k.tfrecord" --features image:784:1/255 --input-shape 28,28,1 \
+        --max-steps 60 --batch-size 32 --threads 1 --seed 5 --progress none --metrics-out "$tmp/t.json"
+    a=$(json_field "$tmp/i.json" param_checksum)
+    b=$(json_field "$tmp/t.json" param_checksum)
+    if [ "$status" -eq 0 ] && [ -n "$a" ] && [ "$a" = "$b" ]; then ok tfrecord_trains_like_idx; \
+    else fail tfrecord_trains_like_idx "exit $status, checksums idx=$a tfrecord=$b: $(cat "$tmp/err")"; fi
+    # A corrupt record names the file and its offset; --skip-bad-records counts it instead.
+    cp "$tmp/t10k.tfrecord" "$tmp/bad.tfrecord"
+    printf '\xff' | dd of="$tmp/bad.tfrecord" bs=1 seek=$((838 * 5 + 100)) conv=notrunc 2> /dev/null
+    expect_error corrupt_tfrecord_record 1 "bad.tfrecord: offset 4190: corrupt record: data CRC mismatch" \
+        train --data "tfrecord:$tmp/bad.tfrecord" --features image:784:1/255 --input-shape 28,28,1 --epochs 1 \
+        --shuffle-buffer 0 --progress none
+    run "$dtrain" train --data "tfrecord:$tmp/bad.tfrecord" --features image:784:1/255 --input-shape 28,28,1 \
+        --epochs 1 --skip-bad-records --progress none
+    if [ "$status" -eq 0 ] && grep -q "Skipped 1 bad records" "$tmp/out"; then ok skip_bad_records; \
+    else fail skip_bad_records "exit $status: $(cat "$tmp/out" "$tmp/err")"; fi
+    # LibSVM from stdin, streamed once: one epoch works, a second needs --cache.
+    printf '1 1:0.5 2:1\n0 1:-0.5 3:1\n1 2:0.25 3:-1\n0 1:-1 2:0.5\n' > "$tmp/small.svm"
+    for i in 1 2 3 4 5 6; do cat "$tmp/small.svm"; done > "$tmp/train.svm"
+    printf '{"layers": [{"type": "dense", "units": 4, "activation": "relu"}, {"type": "dense", "units": 2}]}' > "$tmp/svm-model.json"
+    run bash -c "cat '$tmp/train.svm' | '$dtrain' train --data libsvm:- --num-features 3 --model-file '$tmp/svm-model.json' --batch-size 4 --progress none"
+    if [ "$status" -eq 0 ] && grep -q "Trained 6 steps (24 examples)" "$tmp/out"; then ok libsvm_from_stdin; \
+    else fail libsvm_from_stdin "exit $status: $(cat "$tmp/out" "$tmp/err")"; fi
+    run bash -c "cat '$tmp/train.svm' | '$dtrain' train --data libsvm:- --num-features 3 --model-file '$tmp/svm-model.json' --batch-size 4 --epochs 2 --progress none"
+    if [ "$status" -eq 1 ] && grep -q "stdin: a stream is read once" "$tmp/err"; then ok stream_second_epoch_needs_cache; \
+    else fail stream_second_epoch_needs_cache "exit $status: $(cat "$tmp/err")"; fi
+    run bash -c "cat '$tmp/train.svm' | '$dtrain' train --data libsvm:- --num-features 3 --model-file '$tmp/svm-model.json' --batch-size 4 --epochs 2 --cache memory --progress none"
+    if [ "$status" -eq 0 ] && grep -q "Trained 12 steps" "$tmp/out"; then ok stream_with_cache; \
+    else fail stream_with_cache "exit $status: $(cat "$tmp/err")"; fi
+    printf '1 1:0.5 2:oops\n' > "$tmp/bad.svm"
+    expect_error libsvm_bad_line 1 "bad.svm: line 1, column" \
+        train --data "libsvm:$tmp/bad.svm" --num-features 3 --model-file "$tmp/svm-model.json" --batch-size 1
 
     # --- end to end: loss falls and accuracy rises over three short epochs ---
     run "$dtrain" train --model mnist_cnn --epochs 3 --steps-per-epoch 100 --batch-size 32 \

@@ -205,22 +205,22 @@ TEST(example_fixture_through_a_user_spec)
     CHECK_OK(dt_example_spec_parse("floats:3,ints:3,img:4:1/255,ids:0,w:0,opt:2:1:7", "label",
                                    &spec));
     CHECK(spec.n_dense == 12);
-    const float s = (float)(1.0 / 255.0);
+    /* "1/255" divides, once, as the tutorial's x / 255. */
     const want_row want[5] = {
         {{1.5f, -2.25f, 3e-5f, -1.0f, (float)(INT64_C(1) << 53 | 1), (float)(INT64_C(1) << 62),
-          0.0f * s, 127.0f * s, 128.0f * s, 255.0f * s, 4.0f, 5.0f},
+          0.0f / 255.0f, 127.0f / 255.0f, 128.0f / 255.0f, 255.0f / 255.0f, 4.0f, 5.0f},
          1.0f, 7, {3, INT64_C(1) << 40, -5, 0, 0, 1, 2}, {1, 1, 1, 1, 0.5f, 0.0f, -1.0f}},
         {{-0.0f, 1e-45f, FLT_MAX, (float)INT64_MAX, (float)INT64_MIN, (float)INT64_C(12345678901),
-          1.0f * s, 2.0f * s, 3.0f * s, 4.0f * s, 7.0f, 7.0f},
+          1.0f / 255.0f, 2.0f / 255.0f, 3.0f / 255.0f, 4.0f / 255.0f, 7.0f, 7.0f},
          0.75f, 1, {0}, {2.5f}},
-        {{0.125f, 1e10f, -3.0f, 7.0f, 8.0f, 9.0f, 16.0f * s, 32.0f * s, 48.0f * s, 64.0f * s, 7.0f,
+        {{0.125f, 1e10f, -3.0f, 7.0f, 8.0f, 9.0f, 16.0f / 255.0f, 32.0f / 255.0f, 48.0f / 255.0f, 64.0f / 255.0f, 7.0f,
           7.0f},
          0.0f, 1, {0}, {6.5f}},
-        {{1.0f, 2.0f, 3.0f, -2147483648.0f, 2147483648.0f, 1.0f, 255.0f * s, 254.0f * s, 0.0f,
-          1.0f * s, -1.0f, 2.0f},
+        {{1.0f, 2.0f, 3.0f, -2147483648.0f, 2147483648.0f, 1.0f, 255.0f / 255.0f, 254.0f / 255.0f, 0.0f,
+          1.0f / 255.0f, -1.0f, 2.0f},
          3.0f, 3, {0, 1, 2}, {0.25f, -8.0f, 16.0f}},
-        {{127.0f, 128.0f, 16777216.0f, 127.0f, 128.0f, (float)(INT64_MAX - 1023), 250.0f * s,
-          251.0f * s, 252.0f * s, 253.0f * s, 7.0f, 7.0f},
+        {{127.0f, 128.0f, 16777216.0f, 127.0f, 128.0f, (float)(INT64_MAX - 1023), 250.0f / 255.0f,
+          251.0f / 255.0f, 252.0f / 255.0f, 253.0f / 255.0f, 7.0f, 7.0f},
          -1.5f, 0, {0}, {0}},
     };
     dt_rowbuf rb;
@@ -435,7 +435,7 @@ TEST(example_spec_parse_and_errors)
     CHECK_OK(dt_example_spec_parse("image:784:1/255,label_ids:0,price:1", "label", &s));
     CHECK(s.n_features == 3 && s.n_dense == 785);
     CHECK(strcmp(s.features[0].key, "image") == 0 && s.features[0].length == 784);
-    CHECK(s.features[0].scale == (float)(1.0 / 255.0) && !s.features[0].has_default);
+    CHECK(s.features[0].scale == 1.0f && s.features[0].divisor == 255.0f && !s.features[0].has_default);
     CHECK(s.features[1].length == 0 && s.features[1].scale == 1.0f);
     CHECK(s.features[2].length == 1 && strcmp(s.label_key, "label") == 0);
     CHECK_OK(dt_example_spec_parse(" a:2:0.5:-1 , b:0 ", NULL, &s));

@@ -42,6 +42,8 @@ typedef struct {
     char key[DT_EXAMPLE_KEY_CAP];
     int length;
     float scale;
+    float divisor;  /* 0: none; else values are (v * scale) / divisor, so a scale of 1/255 divides
+                       exactly as the tutorial's x / 255 does */
     bool has_default;
     float default_value;
 } dt_feature_spec;
@@ -70,7 +72,8 @@ typedef struct {
 dt_status dt_example_spec_finalize(dt_example_spec *spec);
 
 /* Parses a command-line list of features, "key:length[:scale[:default]]" separated by commas,
- * e.g. "image:784:1/255,label_ids:0,price:1:1:0": scale is a number or a fraction a/b; with a
+ * e.g. "image:784:1/255,label_ids:0,price:1:1:0": scale is a number or a fraction a/b (applied as
+ * v * a / b, b the divisor); with a
  * default the feature may be missing. label_key may be NULL or "" (no label). The result is
  * finalized. Errors (DT_ERR_INVALID) quote the item at fault. */
 dt_status dt_example_spec_parse(const char *features, const char *label_key, dt_example_spec *out);

@@ -330,11 +330,14 @@ dt_status dt_dataset_shuffle(dt_dataset *input, int64_t buffer_size, uint64_t se
                              bool reshuffle_each_iteration, dt_dataset **out)
 {
     *out = NULL;
-    if (buffer_size < 1 || buffer_size > DT_MAX_SHUFFLE_BUFFER) {
+    if (buffer_size < 1) {
         dt_dataset_destroy(input);
-        return dt_error(DT_ERR_INVALID, "shuffle: buffer size %lld is not in 1..2^32",
+        return dt_error(DT_ERR_INVALID, "shuffle: buffer size %lld is below 1",
                         (long long)buffer_size);
     }
+    /* The buffer grows only as it fills: a size beyond any dataset is a full shuffle. */
+    if (buffer_size > DT_MAX_SHUFFLE_BUFFER)
+        buffer_size = DT_MAX_SHUFFLE_BUFFER;
     dt_status st = DT_OK;
     struct shuffle_state *s = alloc_state(sizeof *s, input, "shuffle", &st);
     if (!s)

@@ -220,6 +220,7 @@ typedef struct {
     float *slots;    /* DENSE: the feature's slots */
     size_t length;   /* DENSE: how many */
     float scale;     /* DENSE, SPARSE */
+    float divisor;   /* DENSE, SPARSE: 0 for none */
     dt_rowbuf *rows; /* SPARSE */
     float label;     /* LABEL: the first value */
     sbuf *sb;        /* JSON */
@@ -228,6 +229,14 @@ typedef struct {
     int kind;        /* for decode_feature's general path: the list kind to decode */
     const uint8_t *run_start; /* and where its trailing run starts */
 } sink;
+
+/* v * scale, then divided by the divisor when there is one: the division rounds once, as
+ * x / 255 does in TensorFlow's preprocessing. */
+static inline float scaled(const sink *s, float v)
+{
+    float x = v * s->scale;
+    return s->divisor != 0.0f ? x / s->divisor : x;
+}
 
 static void sb_grow(sbuf *b, size_t more)
 {
@@ -375,9 +384,9 @@ static dt_status put_floats(sink *s, const uint8_t *p, size_t n)
                 memcpy(d + i, &u, 4);
             }
 #endif
-            if (s->scale != 1.0f)
+            if (s->scale != 1.0f || s->divisor != 0.0f)
                 for (size_t i = 0; i < fit; i++)
-                    d[i] *= s->scale;
+                    d[i] = scaled(s, d[i]);
         }
         s->count += n;
         return DT_OK;
@@ -388,7 +397,7 @@ static dt_status put_floats(sink *s, const uint8_t *p, size_t n)
             float f;
             memcpy(&f, &u, 4);
             if (s->mode == SINK_SPARSE) {
-                dt_status st = dt_rowbuf_add_sparse(s->rows, (int64_t)s->count, f * s->scale);
+                dt_status st = dt_rowbuf_add_sparse(s->rows, (int64_t)s->count, scaled(s, f));
                 if (st)
                     return st;
             } else if (s->mode == SINK_LABEL) {
@@ -408,10 +417,10 @@ static dt_status put_int64(sink *s, int64_t v)
     switch (s->mode) {
     case SINK_DENSE:
         if (s->count < s->length)
-            s->slots[s->count] = (float)v * s->scale;
+            s->slots[s->count] = scaled(s, (float)v);
         break;
     case SINK_SPARSE: {
-        dt_status st = dt_rowbuf_add_sparse(s->rows, v, s->scale);
+        dt_status st = dt_rowbuf_add_sparse(s->rows, v, scaled(s, 1.0f));
         if (st)
             return st;
         break;
@@ -438,7 +447,7 @@ static void put_bytes(sink *s, const uint8_t *p, size_t n)
             s->bytes_len = n;
             if (n == s->length)
                 for (size_t i = 0; i < n; i++)
-                    s->slots[i] = (float)p[i] * s->scale;
+                    s->slots[i] = scaled(s, (float)p[i]);
         }
     } else if (s->mode == SINK_JSON) {
         sb_sep(s);
@@ -708,6 +717,9 @@ dt_status dt_example_spec_finalize(dt_example_spec *spec)
                             "variable length, > 0 for fixed)", f->key, f->length);
         if (f->scale == 0.0f)
             f->scale = 1.0f;
+        if (!isfinite(f->divisor) || f->divisor < 0.0f)
+            return dt_error(DT_ERR_INVALID, "example spec: feature '%s' has divisor %g", f->key,
+                            (double)f->divisor);
         if (!isfinite(f->scale))
             return dt_error(DT_ERR_INVALID, "example spec: feature '%s' has scale %g", f->key,
                             (double)f->scale);
@@ -731,25 +743,25 @@ dt_status dt_example_spec_finalize(dt_example_spec *spec)
     return DT_OK;
 }
 
-/* A number or a fraction a/b, the whole string. */
-static int parse_scale(const char *s, float *out)
+/* A number, or a fraction a/b kept as a scale and a divisor, the whole string. */
+static int parse_scale(const char *s, float *out, float *divisor)
 {
     char *end;
-    double a = strtod(s, &end);
+    double a = strtod(s, &end), b = 0.0;
     if (end == s)
         return 0;
     if (*end == '/') {
         const char *t = end + 1;
-        double b = strtod(t, &end);
-        if (end == t || b == 0.0)
+        b = strtod(t, &end);
+        if (end == t || b == 0.0 || !(fabs(b) <= FLT_MAX))
             return 0;
-        a /= b;
     }
     /* Out of float's range the conversion would be undefined; below it, the scale would be 0. */
-    if (*end != '\0' || !(fabs(a) <= FLT_MAX) || a == 0.0)
+    if (*end != '\0' || !(fabs(a) <= FLT_MAX) || a == 0.0 || (float)a == 0.0f)
         return 0;
     *out = (float)a;
-    return *out != 0.0f;
+    *divisor = (float)b;
+    return 1;
 }
 
 dt_status dt_example_spec_parse(const char *features, const char *label_key, dt_example_spec *out)
@@ -816,7 +828,7 @@ dt_status dt_example_spec_parse(const char *features, const char *label_key, dt_
                             "0..%d (0: variable length)", item_text, parts[1], DT_EXAMPLE_MAX_DENSE);
         f->length = (int)len;
         f->scale = 1.0f;
-        if (n_parts > 2 && !parse_scale(parts[2], &f->scale))
+        if (n_parts > 2 && !parse_scale(parts[2], &f->scale, &f->divisor))
             return dt_error(DT_ERR_INVALID, "features item '%s': scale '%s' is not a non-zero "
                             "number or fraction a/b", item_text, parts[2]);
         if (n_parts > 3) {
@@ -955,7 +967,8 @@ static dt_status want_entry(void *ctx, const rec *r, const uint8_t *k, size_t kl
 static dt_status decode_fixed(const rec *r, const dt_feature_spec *f, const entry_loc *el,
                               float *slots)
 {
-    sink s = {.mode = SINK_DENSE, .slots = slots, .length = (size_t)f->length, .scale = f->scale};
+    sink s = {.mode = SINK_DENSE, .slots = slots, .length = (size_t)f->length, .scale = f->scale,
+              .divisor = f->divisor};
     feature_loc fl;
     dt_status st = analyze_feature(r, el, &fl);
     if (st || (st = decode_feature(r, el, &fl, &s)))
@@ -986,7 +999,7 @@ static dt_status decode_sparse(const rec *r, const dt_feature_spec *f, const ent
     if (fl.kind == DT_FEATURE_BYTES)
         return bad(r, el->e0, "feature '%s' is a bytes_list: a variable-length feature needs an "
                    "int64_list or a float_list", f->key);
-    sink s = {.mode = SINK_SPARSE, .rows = out, .scale = f->scale};
+    sink s = {.mode = SINK_SPARSE, .rows = out, .scale = f->scale, .divisor = f->divisor};
     return decode_feature(r, el, &fl, &s);
 }
 

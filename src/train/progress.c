@@ -32,6 +32,11 @@ void dt_progress_epoch_begin(dt_progress *p, int epoch, int epochs, int64_t tota
 
 static void draw_bar(const dt_progress *p, int64_t step)
 {
+    if (p->total <= 0) {
+        /* An input of unknown length: Keras's "N/Unknown". */
+        fprintf(p->out, "%lld/Unknown", (long long)step);
+        return;
+    }
     int digits = snprintf(NULL, 0, "%lld", (long long)p->total);
     int filled = p->total > 0 ? (int)(BAR_WIDTH * step / p->total) : BAR_WIDTH;
     fprintf(p->out, "%*lld/%lld [", digits, (long long)step, (long long)p->total);
@@ -74,7 +79,9 @@ void dt_progress_step(dt_progress *p, int64_t step, double loss, double accuracy
     format_duration(eta, sizeof eta, step > 0 ? elapsed / (double)step * (double)(p->total - step) : 0.0);
     fputc('\r', p->out);
     draw_bar(p, step);
-    fprintf(p->out, " - ETA: %s - loss: %.4f - accuracy: %.4f\033[K", eta, loss, accuracy);
+    if (p->total > 0)
+        fprintf(p->out, " - ETA: %s", eta);
+    fprintf(p->out, " - loss: %.4f - accuracy: %.4f\033[K", loss, accuracy);
     fflush(p->out);
 }
 
@@ -83,6 +90,8 @@ void dt_progress_epoch_end(dt_progress *p, int64_t steps, double loss, double ac
 {
     double elapsed = dt_clock_now() - p->t_begin;
     char dur[32], per_step[32];
+    if (p->total <= 0)
+        p->total = steps; /* the epoch has shown its length */
     format_duration(dur, sizeof dur, elapsed);
     format_per_step(per_step, sizeof per_step, steps > 0 ? elapsed / (double)steps : 0.0);
     if (p->bar) {

@@ -1,0 +1,287 @@
+/* dtrain convert and dtrain data head: moving data between the formats dtrain reads, and looking
+ * at a file's first records as JSON lines. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "dtrain/example.h"
+#include "dtrain/idx.h"
+#include "dtrain/sources.h"
+#include "dtrain/tfrecord.h"
+#include "flags.h"
+
+/* ---- convert ---- */
+
+/* IDX images and labels -> Examples {"image": bytes (H * W * C), "label": int64}. */
+static dt_status convert_idx(const char *in, dt_tfrecord_writer *w, int64_t *count)
+{
+    const char *comma = strchr(in, ',');
+    if (!comma)
+        return dt_error(DT_ERR_INVALID, "--from idx: IN is IMAGES,LABELS, got '%s'", in);
+    char images[4096];
+    snprintf(images, sizeof images, "%.*s", (int)(comma - in), in);
+    dt_image_dataset ds;
+    dt_status st = dt_image_dataset_load(images, comma + 1, &ds);
+    if (st)
+        return st;
+    size_t item = (size_t)ds.h * ds.w * ds.c;
+    uint8_t *buf = NULL;
+    size_t len = 0, cap = 0;
+    for (int i = 0; i < ds.n && st == DT_OK; i++) {
+        int64_t label = ds.labels[i];
+        dt_feature_value f[2] = {{"image", DT_FEATURE_BYTES, item, NULL, NULL, ds.images + i * item},
+                                 {"label", DT_FEATURE_INT64, 1, NULL, &label, NULL}};
+        if ((st = dt_example_encode(f, 2, &buf, &len, &cap)) == DT_OK)
+            st = dt_tfrecord_write(w, buf, len);
+    }
+    *count = ds.n;
+    free(buf);
+    dt_image_dataset_free(&ds);
+    return st;
+}
+
+/* LibSVM -> Examples {"label": float, "ids": int64 list, "values": float list}: the sparse
+ * form a CTR model reads; with num_features N, {"label", "features": N floats} instead. */
+static dt_status convert_libsvm(const char *in, int num_features, int index_base,
+                                dt_tfrecord_writer *w, int64_t *count)
+{
+    dt_file_list files;
+    dt_status st = dt_file_list_glob(in, &files);
+    if (st)
+        return st;
+    dt_libsvm_options lo;
+    dt_libsvm_options_default(&lo);
+    lo.n_dense = num_features;
+    lo.index_base = index_base;
+    dt_source_options so;
+    dt_source_options_default(&so);
+    dt_dataset *ds = NULL;
+    uint8_t *buf = NULL;
+    size_t len = 0, cap = 0;
+    *count = 0;
+    if ((st = dt_dataset_libsvm(&files, &lo, &so, &ds)))
+        goto fail;
+    for (;;) {
+        dt_elem *e;
+        if ((st = dt_dataset_next(ds, &e))) {
+            if (st == DT_END)
+                st = DT_OK;
+            break;
+        }
+        float label = e->labels[0];
+        dt_feature_value f[3];
+        int n = 0;
+        f[n++] = (dt_feature_value){"label", DT_FEATURE_FLOAT, 1, &label, NULL, NULL};
+        if (num_features > 0) {
+            f[n++] = (dt_feature_value){"features", DT_FEATURE_FLOAT, (size_t)num_features,
+                                        e->dense, NULL, NULL};
+        } else {
+            f[n++] = (dt_feature_value){"ids", DT_FEATURE_INT64, e->nnz, NULL, e->sp_ids, NULL};
+            f[n++] = (dt_feature_value){"values", DT_FEATURE_FLOAT, e->nnz, e->sp_vals, NULL, NULL};
+        }
+        st = dt_example_encode(f, n, &buf, &len, &cap);
+        if (st == DT_OK)
+            st = dt_tfrecord_write(w, buf, len);
+        dt_elem_free(e);
+        if (st)
+            break;
+        (*count)++;
+    }
+fail:
+    free(buf);
+    dt_dataset_destroy(ds);
+    dt_file_list_free(&files);
+    return st;
+}
+
+int cmd_convert(int argc, char **argv)
+{
+    const char *from, *to, *compression;
+    int num_features, index_base;
+    bool help;
+    flag_def flags[] = {
+        {"from", FLAG_STRING, NULL, "input format: idx (IN = IMAGES,LABELS) or libsvm (IN = GLOB)", &from, false},
+        {"to", FLAG_STRING, "tfrecord", "output format: tfrecord", &to, false},
+        {"compression", FLAG_STRING, "none", "output compression: none, gzip, zlib", &compression, false},
+        {"num-features", FLAG_INT, "0", "libsvm: write N dense floats as 'features' (0: sparse 'ids' and 'values')", &num_features, false},
+        {"index-base", FLAG_INT, "1", "libsvm: the first feature index (1 as LibSVM counts)", &index_base, false},
+        {"help", FLAG_BOOL, "false", "this text", &help, false},
+    };
+    int n_flags = (int)(sizeof flags / sizeof flags[0]);
+    /* The two positional arguments come last: IN OUT. */
+    if (argc >= 1 && (strcmp(argv[0], "--help") == 0)) {
+        printf("usage: dtrain convert --from idx|libsvm --to tfrecord [flags] IN OUT\n\nflags:\n");
+        flags_print_help(flags, n_flags, stdout);
+        return 0;
+    }
+    if (argc < 2 || strncmp(argv[argc - 1], "--", 2) == 0 || strncmp(argv[argc - 2], "--", 2) == 0)
+        return cli_fail(2, "convert: expected IN OUT after the flags (see dtrain convert --help)");
+    if (flags_parse(flags, n_flags, argc - 2, argv))
+        return cli_fail(2, dt_last_error());
+    const char *in = argv[argc - 2], *out = argv[argc - 1];
+    dt_compression c;
+    if (!from)
+        return cli_fail(2, "convert: --from is required (idx or libsvm)");
+    if (strcmp(to, "tfrecord") != 0)
+        return cli_fail(2, "--to: only tfrecord is written");
+    if (strcmp(from, "idx") != 0 && strcmp(from, "libsvm") != 0)
+        return cli_fail(2, "--from: expected idx or libsvm");
+    if (dt_compression_parse(compression, &c) || c == DT_COMPRESSION_AUTO)
+        return cli_fail(2, "--compression: expected none, gzip or zlib");
+    if (num_features < 0 || num_features > (1 << 24))
+        return cli_fail(2, "--num-features: must be in 0..16777216");
+    dt_tfrecord_writer *w;
+    dt_status st = dt_tfrecord_writer_open(out, c, &w);
+    if (st)
+        return cli_fail(1, dt_last_error());
+    int64_t count = 0;
+    st = strcmp(from, "idx") == 0 ? convert_idx(in, w, &count)
+                                  : convert_libsvm(in, num_features, index_base, w, &count);
+    dt_status close_st = dt_tfrecord_writer_close(w);
+    if (st == DT_OK)
+        st = close_st;
+    if (st) {
+        char msg[1200];
+        snprintf(msg, sizeof msg, "%s", dt_last_error());
+        remove(out); /* no half-written output left behind */
+        return cli_fail(1, msg);
+    }
+    printf("Wrote %lld records to %s\n", (long long)count, out);
+    return 0;
+}
+
+/* ---- data head ---- */
+
+static dt_status head_tfrecord(const char *path, int64_t n)
+{
+    dt_tfrecord_reader *r;
+    dt_status st = dt_tfrecord_open(path, DT_COMPRESSION_AUTO, 0, &r);
+    if (st)
+        return st;
+    for (int64_t i = 0; i < n; i++) {
+        const uint8_t *data;
+        size_t len;
+        uint64_t offset;
+        if ((st = dt_tfrecord_next(r, &data, &len, &offset)))
+            break;
+        char *text;
+        if ((st = dt_example_to_json(data, len, &text))) {
+            dt_error_prefix(st, "%s: record at offset %llu", path, (unsigned long long)offset);
+            break;
+        }
+        printf("%s\n", text);
+        free(text);
+    }
+    dt_tfrecord_close(r);
+    return st == DT_END ? DT_OK : st;
+}
+
+static dt_status head_idx(const char *path, int64_t n)
+{
+    dt_idx idx;
+    dt_status st = dt_idx_read(path, &idx);
+    if (st)
+        return st;
+    size_t item = 1;
+    for (int d = 1; d < idx.n_dims; d++)
+        item *= idx.dims[d];
+    for (int64_t i = 0; i < n && (uint64_t)i < idx.dims[0]; i++) {
+        printf("{\"index\": %lld, \"shape\": [", (long long)i);
+        for (int d = 1; d < idx.n_dims; d++)
+            printf("%s%u", d > 1 ? ", " : "", idx.dims[d]);
+        printf("], \"values\": [");
+        for (size_t k = 0; k < item; k++)
+            printf("%s%u", k ? ", " : "", idx.data[(size_t)i * item + k]);
+        printf("]}\n");
+    }
+    dt_idx_free(&idx);
+    return DT_OK;
+}
+
+static dt_status head_libsvm(const char *path, int64_t n)
+{
+    dt_file_list files;
+    dt_status st = dt_file_list_glob(path, &files);
+    if (st)
+        return st;
+    dt_libsvm_options lo;
+    dt_libsvm_options_default(&lo);
+    lo.index_base = 0; /* print the indices as written */
+    lo.zero_based_ok = true;
+    dt_source_options so;
+    dt_source_options_default(&so);
+    dt_dataset *ds = NULL;
+    if ((st = dt_dataset_libsvm(&files, &lo, &so, &ds)))
+        goto fail;
+    for (int64_t i = 0; i < n; i++) {
+        dt_elem *e;
+        if ((st = dt_dataset_next(ds, &e)))
+            break;
+        printf("{\"label\": %.9g, \"features\": {", e->labels[0]);
+        for (size_t k = 0; k < e->nnz; k++)
+            printf("%s\"%lld\": %.9g", k ? ", " : "", (long long)e->sp_ids[k], e->sp_vals[k]);
+        printf("}}\n");
+        dt_elem_free(e);
+    }
+    if (st == DT_END)
+        st = DT_OK;
+fail:
+    dt_dataset_destroy(ds);
+    dt_file_list_free(&files);
+    return st;
+}
+
+int cmd_data(int argc, char **argv)
+{
+    if (argc < 1 || strcmp(argv[0], "head") != 0)
+        return cli_fail(2, "usage: dtrain data head FILE --format idx|tfrecord|libsvm [-n N]");
+    const char *format;
+    int64_t n;
+    bool help;
+    flag_def flags[] = {
+        {"format", FLAG_STRING, NULL, "idx, tfrecord or libsvm", &format, false},
+        {"n", FLAG_INT64, "5", "records to print", &n, false},
+        {"help", FLAG_BOOL, "false", "this text", &help, false},
+    };
+    int n_flags = (int)(sizeof flags / sizeof flags[0]);
+    /* FILE first, then flags; -n is accepted for --n. */
+    char *args[64];
+    int n_args = 0;
+    const char *file = NULL;
+    for (int i = 1; i < argc && n_args < 63; i++) {
+        if (strcmp(argv[i], "-n") == 0)
+            args[n_args++] = "--n";
+        else if (strncmp(argv[i], "--", 2) != 0 && !file && (i == 1 || strncmp(argv[i - 1], "-", 1) != 0))
+            file = argv[i];
+        else
+            args[n_args++] = argv[i];
+    }
+    if (flags_parse(flags, n_flags, n_args, args))
+        return cli_fail(2, dt_last_error());
+    if (help) {
+        printf("usage: dtrain data head FILE --format idx|tfrecord|libsvm [-n N]\n\nflags:\n");
+        flags_print_help(flags, n_flags, stdout);
+        return 0;
+    }
+    if (!file)
+        return cli_fail(2, "data head: FILE is missing");
+    if (!format)
+        return cli_fail(2, "data head: --format is required (idx, tfrecord or libsvm)");
+    if (n < 0)
+        return cli_fail(2, "-n: must be 0 or more");
+    dt_status st;
+    if (strcmp(format, "tfrecord") == 0)
+        st = head_tfrecord(file, n);
+    else if (strcmp(format, "idx") == 0)
+        st = head_idx(file, n);
+    else if (strcmp(format, "libsvm") == 0)
+        st = head_libsvm(file, n);
+    else
+        return cli_fail(2, "--format: expected idx, tfrecord or libsvm");
+    if (st)
+        return cli_fail(1, dt_last_error());
+    return fflush(stdout) == 0 ? 0 : cli_fail(1, "stdout: write failed");
+}

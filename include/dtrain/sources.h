@@ -1,0 +1,63 @@
+/* File sources for datasets: TFRecord files (raw records, parsed by dt_dataset_parse_examples),
+ * LibSVM and CSV text (parsed rows), from files named by globs, or from a stream read once (a
+ * named pipe, or stdin as "-"), in the manner of SageMaker's Pipe mode.
+ *
+ * Elements carry the index of their file in the list and their byte offset (TFRecord) or line
+ * (text), so errors further down the pipeline can name where a bad record came from. With
+ * skip_bad_records a bad record or line is counted in *bad_records and skipped; otherwise the
+ * first one ends the iteration with an error naming the file and the offset or line. */
+#ifndef DTRAIN_SOURCES_H
+#define DTRAIN_SOURCES_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dtrain/csv.h"
+#include "dtrain/dataset.h"
+#include "dtrain/example.h"
+#include "dtrain/libsvm.h"
+#include "dtrain/tfrecord.h"
+
+typedef struct {
+    char **paths;
+    int n;
+} dt_file_list;
+
+/* Expands comma-separated glob patterns, each sorted, in the order given. A pattern matching
+ * nothing is an error naming it; "-" is stdin; a path without wildcards must exist. */
+dt_status dt_file_list_glob(const char *patterns, dt_file_list *out);
+void dt_file_list_free(dt_file_list *l);
+/* Keeps files index, index + n, ...: auto-sharding by FILE. Fails when none would be left. */
+dt_status dt_file_list_shard(dt_file_list *l, int num_shards, int index);
+
+typedef struct {
+    dt_compression compression; /* TFRecord */
+    size_t max_record_bytes;    /* TFRecord; 0: the reader's default */
+    int num_parallel_reads;     /* files read in turn, one element from each (tf.data's
+                                   interleave with cycle_length = this, block_length = 1) */
+    bool skip_bad_records;
+    int64_t *bad_records;       /* counts what was skipped; may be NULL */
+} dt_source_options;
+
+void dt_source_options_default(dt_source_options *o);
+
+/* Records of TFRecord files as raw rows. The list is borrowed (must outlive the dataset). */
+dt_status dt_dataset_tfrecord(const dt_file_list *files, const dt_source_options *o,
+                              dt_dataset **out);
+
+/* Parses the raw rows of each element (single records, or batches of them: batch then map
+ * parses a whole batch per call) into Examples' features; num_parallel_calls elements at a time.
+ * spec and files are borrowed; files names the sources in messages. */
+dt_status dt_dataset_parse_examples(dt_dataset *input, const dt_example_spec *spec,
+                                    const dt_file_list *files, int num_parallel_calls,
+                                    const dt_source_options *o, dt_dataset **out);
+
+/* LibSVM lines as parsed rows. */
+dt_status dt_dataset_libsvm(const dt_file_list *files, const dt_libsvm_options *lo,
+                            const dt_source_options *o, dt_dataset **out);
+
+/* CSV lines as parsed rows: the first file sets the width (its header, or its first line). */
+dt_status dt_dataset_csv(const dt_file_list *files, const dt_csv_options *co,
+                         const char *label_name, const dt_source_options *o, dt_dataset **out);
+
+#endif

@@ -1,0 +1,739 @@
+/* File sources for datasets (see include/dtrain/sources.h). */
+#include "dtrain/sources.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- File lists ---- */
+
+static dt_status list_add(dt_file_list *l, const char *path)
+{
+    char **grown = realloc(l->paths, (size_t)(l->n + 1) * sizeof *grown);
+    if (!grown)
+        return dt_error(DT_ERR_NOMEM, "no memory for the file list");
+    l->paths = grown;
+    if (!(l->paths[l->n] = strdup(path)))
+        return dt_error(DT_ERR_NOMEM, "no memory for the file list");
+    l->n++;
+    return DT_OK;
+}
+
+static bool has_wildcard(const char *s) { return strpbrk(s, "*?[") != NULL; }
+
+static dt_status add_pattern(dt_file_list *l, const char *pattern)
+{
+    if (strcmp(pattern, "-") == 0)
+        return list_add(l, "-");
+    if (!has_wildcard(pattern)) {
+        struct stat sb;
+        if (stat(pattern, &sb) != 0)
+            return dt_error(DT_ERR_IO, "%s: %s", pattern, strerror(errno));
+        if (S_ISDIR(sb.st_mode))
+            return dt_error(DT_ERR_IO, "%s: is a directory (give a glob such as %s/*)", pattern,
+                            pattern);
+        return list_add(l, pattern);
+    }
+    glob_t g;
+    int rc = glob(pattern, GLOB_ERR, NULL, &g);
+    if (rc == GLOB_NOMATCH) {
+        globfree(&g);
+        return dt_error(DT_ERR_IO, "%s: the pattern matches no file", pattern);
+    }
+    if (rc != 0) {
+        globfree(&g);
+        return dt_error(DT_ERR_IO, "%s: cannot expand the pattern: %s", pattern, strerror(errno));
+    }
+    dt_status st = DT_OK;
+    for (size_t i = 0; i < g.gl_pathc && st == DT_OK; i++)
+        st = list_add(l, g.gl_pathv[i]);
+    globfree(&g);
+    return st;
+}
+
+dt_status dt_file_list_glob(const char *patterns, dt_file_list *out)
+{
+    memset(out, 0, sizeof *out);
+    char *copy = strdup(patterns);
+    if (!copy)
+        return dt_error(DT_ERR_NOMEM, "no memory for the file list");
+    dt_status st = DT_OK;
+    char *save = NULL;
+    for (char *p = strtok_r(copy, ",", &save); p && st == DT_OK; p = strtok_r(NULL, ",", &save))
+        st = add_pattern(out, p);
+    free(copy);
+    if (st == DT_OK && out->n == 0)
+        st = dt_error(DT_ERR_INVALID, "'%s' names no file", patterns);
+    if (st)
+        dt_file_list_free(out);
+    return st;
+}
+
+void dt_file_list_free(dt_file_list *l)
+{
+    if (!l)
+        return;
+    for (int i = 0; i < l->n; i++)
+        free(l->paths[i]);
+    free(l->paths);
+    memset(l, 0, sizeof *l);
+}
+
+dt_status dt_file_list_shard(dt_file_list *l, int num_shards, int index)
+{
+    if (num_shards < 1 || index < 0 || index >= num_shards)
+        return dt_error(DT_ERR_INVALID, "file shard %d of %d", index, num_shards);
+    if (index >= l->n)
+        return dt_error(DT_ERR_INVALID, "%d files cannot give shard %d of %d a file", l->n, index,
+                        num_shards);
+    int kept = 0;
+    for (int i = 0; i < l->n; i++) {
+        if (i % num_shards == index)
+            l->paths[kept++] = l->paths[i];
+        else
+            free(l->paths[i]);
+    }
+    l->n = kept;
+    return DT_OK;
+}
+
+void dt_source_options_default(dt_source_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->compression = DT_COMPRESSION_AUTO;
+    o->num_parallel_reads = 1;
+}
+
+/* A stream can be read once: a second iteration has nothing to read it from. */
+static dt_status stream_again(const char *name)
+{
+    return dt_error(DT_ERR_INVALID, "%s: a stream is read once, and this is a second pass over "
+                    "it: cache the data (--cache) or train for one epoch", name);
+}
+
+/* Opens a file of the list: "-" is stdin (not ours to close). *stream says it can be read once
+ * only (stdin, a FIFO, a character device). With streams_used, a stream is refused before it is
+ * opened: opening a FIFO again would wait for a writer that never comes. */
+static dt_status open_input(const char *path, bool streams_used, int *fd, bool *own, bool *stream)
+{
+    struct stat sb;
+    bool is_stdin = strcmp(path, "-") == 0;
+    *stream = is_stdin || (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode));
+    if (*stream && streams_used)
+        return stream_again(is_stdin ? "stdin" : path);
+    if (is_stdin) {
+        *fd = 0, *own = false;
+        return DT_OK;
+    }
+    *fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (*fd < 0)
+        return dt_error(DT_ERR_IO, "%s: %s", path, strerror(errno));
+    *own = true;
+    return DT_OK;
+}
+
+static const char *name_of(const dt_file_list *files, uint32_t file)
+{
+    if ((int)file >= files->n)
+        return "?";
+    return strcmp(files->paths[file], "-") == 0 ? "stdin" : files->paths[file];
+}
+
+static void count_bad(const dt_source_options *o)
+{
+    if (o->bad_records)
+        __atomic_add_fetch(o->bad_records, 1, __ATOMIC_RELAXED);
+}
+
+/* ---- TFRecord ---- */
+
+struct tfr_slot {
+    dt_tfrecord_reader *reader;
+    int fd;
+    bool own;
+    uint32_t file;
+};
+
+struct tfr_state {
+    const dt_file_list *files;
+    dt_source_options o;
+    struct tfr_slot *slots;
+    int n_slots, cursor, next_file;
+    uint64_t index;
+    bool read_stream; /* a stream was consumed in an earlier iteration */
+    bool has_stream;
+};
+
+static void tfr_close_slot(struct tfr_slot *s)
+{
+    if (!s->reader)
+        return;
+    dt_tfrecord_close(s->reader);
+    if (s->own)
+        close(s->fd);
+    s->reader = NULL;
+}
+
+static dt_status tfr_open_slot(struct tfr_state *s, struct tfr_slot *slot)
+{
+    uint32_t file = (uint32_t)s->next_file++;
+    bool stream;
+    dt_status st = open_input(s->files->paths[file], s->read_stream, &slot->fd, &slot->own, &stream);
+    if (st)
+        return st;
+    s->has_stream |= stream;
+    st = dt_tfrecord_open_fd(slot->fd, name_of(s->files, file), s->o.compression,
+                                 s->o.max_record_bytes, &slot->reader);
+    if (st && slot->own)
+        close(slot->fd);
+    slot->file = file;
+    return st;
+}
+
+static dt_status tfr_next(dt_dataset *ds, dt_elem **out)
+{
+    struct tfr_state *s = ds->state;
+    int empty_visits = 0;
+    for (;;) {
+        struct tfr_slot *slot = &s->slots[s->cursor];
+        if (!slot->reader) {
+            if (s->next_file >= s->files->n) {
+                /* Every slot empty and no file left: the iteration is over. */
+                if (++empty_visits >= s->n_slots)
+                    return DT_END;
+                s->cursor = (s->cursor + 1) % s->n_slots;
+                continue;
+            }
+            dt_status st = tfr_open_slot(s, slot);
+            if (st)
+                return st;
+        }
+        empty_visits = 0;
+        const uint8_t *data;
+        size_t n;
+        uint64_t offset;
+        dt_status st = dt_tfrecord_next(slot->reader, &data, &n, &offset);
+        if (st == DT_END) {
+            tfr_close_slot(slot);
+            continue; /* the next file takes this slot's turn */
+        }
+        if (st) {
+            if (!s->o.skip_bad_records)
+                return st;
+            count_bad(&s->o);
+            /* Past a data CRC mismatch the framing holds; any other error ends the file. */
+            if (!dt_tfrecord_can_continue(slot->reader))
+                tfr_close_slot(slot);
+            continue;
+        }
+        dt_elem *e = dt_elem_alloc(1, 0, 0, n);
+        if (!e)
+            return dt_error(DT_ERR_NOMEM, "no memory for a record of %zu bytes", n);
+        memcpy(e->raw, data, n);
+        e->raw_off[1] = n;
+        e->file = slot->file;
+        e->pos = offset;
+        e->index = s->index++;
+        s->cursor = (s->cursor + 1) % s->n_slots;
+        *out = e;
+        return DT_OK;
+    }
+}
+
+static dt_status tfr_reset(dt_dataset *ds)
+{
+    struct tfr_state *s = ds->state;
+    for (int i = 0; i < s->n_slots; i++)
+        tfr_close_slot(&s->slots[i]);
+    s->read_stream = s->read_stream || s->has_stream;
+    s->cursor = s->next_file = 0;
+    s->index = 0;
+    return DT_OK;
+}
+
+static void tfr_destroy(dt_dataset *ds)
+{
+    struct tfr_state *s = ds->state;
+    if (!s)
+        return;
+    for (int i = 0; i < s->n_slots; i++)
+        tfr_close_slot(&s->slots[i]);
+    free(s->slots);
+    free(s);
+}
+
+static const dt_dataset_ops tfr_ops = {"tfrecord", tfr_next, tfr_reset, tfr_destroy};
+
+static dt_status wrap(const dt_dataset_ops *ops, void *state, dt_dataset **out)
+{
+    dt_dataset *ds = calloc(1, sizeof *ds);
+    if (!ds) {
+        dt_dataset tmp = {ops, NULL, state, 0};
+        ops->destroy(&tmp);
+        return dt_error(DT_ERR_NOMEM, "no memory for a %s dataset", ops->name);
+    }
+    ds->ops = ops;
+    ds->state = state;
+    *out = ds;
+    return DT_OK;
+}
+
+dt_status dt_dataset_tfrecord(const dt_file_list *files, const dt_source_options *o,
+                              dt_dataset **out)
+{
+    *out = NULL;
+    if (o->num_parallel_reads < 1 || o->num_parallel_reads > 1024)
+        return dt_error(DT_ERR_INVALID, "num_parallel_reads %d is not in 1..1024",
+                        o->num_parallel_reads);
+    struct tfr_state *s = calloc(1, sizeof *s);
+    if (!s)
+        return dt_error(DT_ERR_NOMEM, "no memory for a tfrecord dataset");
+    s->files = files;
+    s->o = *o;
+    s->n_slots = o->num_parallel_reads < files->n ? o->num_parallel_reads : files->n;
+    if (s->n_slots < 1)
+        s->n_slots = 1;
+    if (!(s->slots = calloc((size_t)s->n_slots, sizeof *s->slots))) {
+        free(s);
+        return dt_error(DT_ERR_NOMEM, "no memory for a tfrecord dataset");
+    }
+    return wrap(&tfr_ops, s, out);
+}
+
+/* ---- Example parsing ---- */
+
+struct parse_ctx {
+    const dt_example_spec *spec;
+    const dt_file_list *files;
+    dt_source_options o;
+    pthread_mutex_t mu;
+    dt_rowbuf *free_bufs[64]; /* reused builders: one per concurrent call */
+    int n_free;
+};
+
+static dt_rowbuf *parse_acquire(struct parse_ctx *c)
+{
+    dt_rowbuf *b = NULL;
+    pthread_mutex_lock(&c->mu);
+    if (c->n_free > 0)
+        b = c->free_bufs[--c->n_free];
+    pthread_mutex_unlock(&c->mu);
+    if (!b && (b = malloc(sizeof *b)))
+        dt_rowbuf_init(b, c->spec->n_dense);
+    return b;
+}
+
+static void parse_release(struct parse_ctx *c, dt_rowbuf *b)
+{
+    dt_rowbuf_clear(b);
+    pthread_mutex_lock(&c->mu);
+    if (c->n_free < 64) {
+        c->free_bufs[c->n_free++] = b;
+        b = NULL;
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (b) {
+        dt_rowbuf_free(b);
+        free(b);
+    }
+}
+
+static dt_status parse_fn(void *ctx, dt_elem *in, dt_elem **out)
+{
+    struct parse_ctx *c = ctx;
+    dt_status st = DT_OK;
+    dt_rowbuf *b = parse_acquire(c);
+    if (!b) {
+        st = dt_error(DT_ERR_NOMEM, "no memory to parse records");
+        goto fail;
+    }
+    b->index = in->index, b->file = in->file, b->pos = in->pos;
+    for (int r = 0; r < in->n; r++) {
+        size_t lo = in->raw_off[r], hi = in->raw_off[r + 1];
+        st = dt_example_parse(c->spec, in->raw + lo, hi - lo, b);
+        if (st == DT_ERR_NOMEM)
+            goto fail;
+        if (st) {
+            if (c->o.skip_bad_records) {
+                count_bad(&c->o);
+                st = DT_OK;
+                continue;
+            }
+            /* A single record's offset is exact; in a batch, rows after the first are named by
+             * their place in the batch. */
+            if (r == 0)
+                dt_error_prefix(st, "%s: record at offset %llu", name_of(c->files, in->file),
+                                (unsigned long long)in->pos);
+            else
+                dt_error_prefix(st, "%s: record %d of the batch starting at offset %llu",
+                                name_of(c->files, in->file), r, (unsigned long long)in->pos);
+            goto fail;
+        }
+    }
+    if (!(*out = dt_rowbuf_take(b)))
+        st = dt_error(DT_ERR_NOMEM, "no memory for parsed examples");
+fail:
+    if (b)
+        parse_release(c, b);
+    dt_elem_free(in);
+    return st;
+}
+
+/* The map's context lives as long as the dataset: a pass-through dataset around the map owns
+ * and frees it. */
+struct owner_state {
+    struct parse_ctx *ctx;
+};
+
+static dt_status owner_next(dt_dataset *ds, dt_elem **out) { return dt_dataset_next(ds->input, out); }
+static dt_status owner_reset(dt_dataset *ds) { return dt_dataset_reset(ds->input); }
+
+static void owner_destroy(dt_dataset *ds)
+{
+    struct owner_state *s = ds->state;
+    if (!s)
+        return;
+    /* The map below must stop first: destroy it now, before its context goes. */
+    dt_dataset_destroy(ds->input);
+    ds->input = NULL;
+    for (int i = 0; i < s->ctx->n_free; i++) {
+        dt_rowbuf_free(s->ctx->free_bufs[i]);
+        free(s->ctx->free_bufs[i]);
+    }
+    pthread_mutex_destroy(&s->ctx->mu);
+    free(s->ctx);
+    free(s);
+}
+
+static const dt_dataset_ops owner_ops = {"parse_examples", owner_next, owner_reset, owner_destroy};
+
+dt_status dt_dataset_parse_examples(dt_dataset *input, const dt_example_spec *spec,
+                                    const dt_file_list *files, int num_parallel_calls,
+                                    const dt_source_options *o, dt_dataset **out)
+{
+    *out = NULL;
+    struct parse_ctx *c = calloc(1, sizeof *c);
+    struct owner_state *os = calloc(1, sizeof *os);
+    dt_dataset *ds = calloc(1, sizeof *ds);
+    if (!c || !os || !ds) {
+        free(c), free(os), free(ds);
+        dt_dataset_destroy(input);
+        return dt_error(DT_ERR_NOMEM, "no memory for a parse dataset");
+    }
+    c->spec = spec, c->files = files, c->o = *o;
+    pthread_mutex_init(&c->mu, NULL);
+    os->ctx = c;
+    ds->ops = &owner_ops;
+    ds->state = os;
+    dt_status st = dt_dataset_map(input, parse_fn, c, num_parallel_calls, &ds->input);
+    if (st) {
+        dt_dataset_destroy(ds);
+        return st;
+    }
+    *out = ds;
+    return DT_OK;
+}
+
+/* ---- Text sources ---- */
+
+#define TEXT_CHUNK (1u << 20)
+
+/* Reads a list of text files chunk by chunk; the format's parser turns complete lines into rows
+ * held in `rows`, which next() hands out one element per row. */
+struct text_state {
+    const dt_file_list *files;
+    dt_source_options o;
+    int file;          /* the file being read, or -1 before the first */
+    int fd;
+    bool own, eof, read_stream, has_stream;
+    bool skipping;     /* discarding the rest of a bad line up to its newline */
+    dt_status pending; /* an error to report once the rows parsed before it are handed out */
+    char pending_msg[1024];
+    char *buf;
+    size_t len;        /* bytes in buf */
+    uint64_t line;     /* the line number of buf's first byte */
+    dt_rowbuf rows;
+    int emitted;       /* rows of `rows` already handed out */
+    uint64_t index;
+    /* The format: parses complete lines of buf, appending rows; consumes them. */
+    dt_status (*parse)(struct text_state *s, size_t *consumed, uint64_t *lines);
+    dt_libsvm_options lo;
+    dt_csv_options co;
+    int csv_columns;   /* fields per line, set by the first file */
+    const char *label_name;
+    bool header_pending;
+};
+
+static void text_close(struct text_state *s)
+{
+    if (s->file >= 0 && s->own)
+        close(s->fd);
+    s->file = -1;
+    s->len = 0;
+}
+
+/* Opens the next file; DT_END when there is none. */
+static dt_status text_open_next(struct text_state *s, int next)
+{
+    text_close(s);
+    if (next >= s->files->n)
+        return DT_END;
+    bool stream;
+    dt_status st = open_input(s->files->paths[next], s->read_stream, &s->fd, &s->own, &stream);
+    if (st)
+        return st;
+    s->has_stream |= stream;
+    s->file = next;
+    s->eof = false;
+    s->line = 1;
+    s->header_pending = s->co.header;
+    return DT_OK;
+}
+
+/* Reads more of the current file into buf. */
+static dt_status text_fill(struct text_state *s)
+{
+    for (;;) {
+        ssize_t got = read(s->fd, s->buf + s->len, TEXT_CHUNK - s->len);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            return dt_error(DT_ERR_IO, "%s: %s", name_of(s->files, (uint32_t)s->file),
+                            strerror(errno));
+        if (got == 0)
+            s->eof = true;
+        s->len += (size_t)got;
+        return DT_OK;
+    }
+}
+
+/* Drops buf's bytes up to and including the next newline: the rest of a bad line. Without a
+ * newline in buf the line goes on: keep skipping what the next reads bring. */
+static void text_skip_line(struct text_state *s)
+{
+    char *nl = memchr(s->buf, '\n', s->len);
+    size_t end = nl ? (size_t)(nl - s->buf) + 1 : s->len;
+    memmove(s->buf, s->buf + end, s->len - end);
+    s->len -= end;
+    s->skipping = !nl && !s->eof;
+    if (nl)
+        s->line++;
+}
+
+static dt_status text_next(dt_dataset *ds, dt_elem **out)
+{
+    struct text_state *s = ds->state;
+    for (;;) {
+        if (s->emitted < s->rows.n) {
+            int r = s->emitted++;
+            size_t nnz = (size_t)(s->rows.sp_row[r + 1] - s->rows.sp_row[r]);
+            dt_elem *e = dt_elem_alloc(1, s->rows.n_dense, nnz, 0);
+            if (!e)
+                return dt_error(DT_ERR_NOMEM, "no memory for a row");
+            memcpy(e->dense, s->rows.dense + (size_t)r * s->rows.n_dense,
+                   (size_t)s->rows.n_dense * sizeof(float));
+            e->labels[0] = s->rows.labels[r];
+            memcpy(e->sp_ids, s->rows.sp_ids + s->rows.sp_row[r], nnz * sizeof(int64_t));
+            memcpy(e->sp_vals, s->rows.sp_vals + s->rows.sp_row[r], nnz * sizeof(float));
+            e->sp_row[1] = (int64_t)nnz;
+            /* Text rows are named by their index (the row number); pos stays 0. */
+            e->file = s->rows.file;
+            e->index = s->index++;
+            *out = e;
+            return DT_OK;
+        }
+        dt_rowbuf_clear(&s->rows);
+        s->emitted = 0;
+        if (s->pending) {
+            dt_status st = s->pending;
+            s->pending = DT_OK;
+            return dt_error(st, "%s", s->pending_msg);
+        }
+        if (s->file < 0 || (s->eof && s->len == 0)) {
+            dt_status st = text_open_next(s, s->file + 1);
+            if (st)
+                return st;
+        }
+        if (!s->eof) {
+            if (s->len == TEXT_CHUNK) {
+                /* A whole buffer without a line end: no parser takes lines this long. */
+                dt_status st = dt_error(DT_ERR_FORMAT, "%s: line %llu is longer than %u bytes",
+                                        name_of(s->files, (uint32_t)s->file),
+                                        (unsigned long long)s->line, TEXT_CHUNK);
+                if (!s->o.skip_bad_records)
+                    return st;
+                count_bad(&s->o);
+                s->len = 0;
+                s->skipping = true;
+            }
+            dt_status st = text_fill(s);
+            if (st)
+                return st;
+            if (s->skipping) {
+                text_skip_line(s);
+                continue;
+            }
+        }
+        s->rows.file = (uint32_t)s->file;
+        s->rows.pos = s->line;
+        size_t consumed = 0;
+        uint64_t lines = 0;
+        dt_status st = s->parse(s, &consumed, &lines);
+        memmove(s->buf, s->buf + consumed, s->len - consumed);
+        s->len -= consumed;
+        s->line += lines;
+        if (st && st != DT_ERR_NOMEM) {
+            if (!s->o.skip_bad_records) {
+                /* The lines before the bad one were good: their rows go out first. */
+                dt_error_prefix(st, "%s", name_of(s->files, (uint32_t)s->file));
+                snprintf(s->pending_msg, sizeof s->pending_msg, "%s", dt_last_error());
+                s->pending = st;
+                continue;
+            }
+            count_bad(&s->o);
+            text_skip_line(s);
+        } else if (st) {
+            return st;
+        }
+        if (s->eof && s->len > 0 && consumed == 0 && st == DT_OK)
+            s->len = 0; /* nothing parseable left (cannot happen with a final-line parser) */
+    }
+}
+
+static dt_status text_reset(dt_dataset *ds)
+{
+    struct text_state *s = ds->state;
+    text_close(s);
+    dt_rowbuf_clear(&s->rows);
+    s->emitted = 0;
+    s->pending = DT_OK;
+    s->read_stream = s->read_stream || s->has_stream;
+    s->index = 0;
+    return DT_OK;
+}
+
+static void text_destroy(dt_dataset *ds)
+{
+    struct text_state *s = ds->state;
+    if (!s)
+        return;
+    text_close(s);
+    dt_rowbuf_free(&s->rows);
+    free(s->buf);
+    free(s);
+}
+
+static const dt_dataset_ops libsvm_ops = {"libsvm", text_next, text_reset, text_destroy};
+static const dt_dataset_ops csv_ops = {"csv", text_next, text_reset, text_destroy};
+
+static dt_status libsvm_parse(struct text_state *s, size_t *consumed, uint64_t *lines)
+{
+    return dt_libsvm_parse_buffer(s->buf, s->len, s->eof, &s->lo, s->line, &s->rows, consumed,
+                                  lines);
+}
+
+static dt_status new_text_state(const dt_file_list *files, const dt_source_options *o,
+                                int n_dense, struct text_state **out)
+{
+    struct text_state *s = calloc(1, sizeof *s);
+    if (!s || !(s->buf = malloc(TEXT_CHUNK))) {
+        free(s);
+        return dt_error(DT_ERR_NOMEM, "no memory for a text dataset");
+    }
+    s->files = files;
+    s->o = *o;
+    s->file = -1;
+    dt_rowbuf_init(&s->rows, n_dense);
+    *out = s;
+    return DT_OK;
+}
+
+dt_status dt_dataset_libsvm(const dt_file_list *files, const dt_libsvm_options *lo,
+                            const dt_source_options *o, dt_dataset **out)
+{
+    *out = NULL;
+    struct text_state *s;
+    dt_status st = new_text_state(files, o, lo->n_dense, &s);
+    if (st)
+        return st;
+    s->lo = *lo;
+    s->parse = libsvm_parse;
+    return wrap(&libsvm_ops, s, out);
+}
+
+/* CSV: one line at a time through the CSV parser (numbers only; no quoted newlines). */
+static dt_status csv_parse(struct text_state *s, size_t *consumed, uint64_t *lines)
+{
+    size_t at = 0;
+    *consumed = 0, *lines = 0;
+    for (;;) {
+        char *nl = memchr(s->buf + at, '\n', s->len - at);
+        if (!nl && !(s->eof && at < s->len))
+            return DT_OK;
+        size_t end = nl ? (size_t)(nl - s->buf) : s->len;
+        const char *line = s->buf + at;
+        size_t len = end - at;
+        uint64_t lineno = s->line + *lines;
+        dt_status st;
+        if (s->header_pending) {
+            s->header_pending = false;
+            char (*names)[DT_CSV_NAME_CAP] = malloc(4096 * sizeof *names);
+            int n = 0;
+            if (!names)
+                return dt_error(DT_ERR_NOMEM, "no memory for a CSV header");
+            st = dt_csv_parse_header(line, len, &s->co, names, 4096, &n);
+            if (st == DT_OK && s->label_name && s->co.label_column < 0 && s->file == 0) {
+                s->co.label_column = dt_csv_find_column(names, n, s->label_name);
+                if (s->co.label_column < 0)
+                    st = dt_error(DT_ERR_INVALID, "no column is called '%s'", s->label_name);
+            }
+            free(names);
+            if (st == DT_OK && s->csv_columns == 0)
+                s->csv_columns = n;
+            else if (st == DT_OK && n != s->csv_columns)
+                st = dt_error(DT_ERR_FORMAT, "the header has %d columns, the first file had %d",
+                              n, s->csv_columns);
+        } else {
+            if (s->csv_columns == 0) {
+                int n = 0;
+                if ((st = dt_csv_count_fields(line, len, &s->co, &n)) == DT_OK)
+                    s->csv_columns = n;
+                else if (st == DT_END)
+                    st = DT_OK;
+            }
+            if (s->rows.n_dense == 0 && s->csv_columns > 0)
+                s->rows.n_dense = s->csv_columns - (s->co.label_column >= 0 ? 1 : 0);
+            st = s->csv_columns ? dt_csv_parse_line(line, len, &s->co, s->csv_columns, &s->rows)
+                                : DT_OK;
+            if (st == DT_END)
+                st = DT_OK;
+        }
+        if (st)
+            return dt_error_prefix(st, "line %llu", (unsigned long long)lineno);
+        at = nl ? end + 1 : end;
+        *consumed = at;
+        (*lines)++;
+        if (!nl)
+            return DT_OK;
+    }
+}
+
+dt_status dt_dataset_csv(const dt_file_list *files, const dt_csv_options *co,
+                         const char *label_name, const dt_source_options *o, dt_dataset **out)
+{
+    *out = NULL;
+    struct text_state *s;
+    dt_status st = new_text_state(files, o, 0, &s);
+    if (st)
+        return st;
+    s->co = *co;
+    s->label_name = label_name;
+    s->parse = csv_parse;
+    return wrap(&csv_ops, s, out);
+}

@@ -1,0 +1,259 @@
+/* File sources: globs, TFRecord interleaving, Example parsing with errors that name the file and
+ * offset, skipping bad records, LibSVM and CSV files, and streams read once. */
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "dtrain/sources.h"
+#include "test.h"
+
+static const char *tmp_path(const char *name)
+{
+    static char buf[8][512];
+    static int next;
+    char *p = buf[next++ % 8];
+    snprintf(p, 512, "%s/%s", test_tmpdir(), name);
+    return p;
+}
+
+/* Writes n Examples {"x": [base + i, 2 (base + i)], "y": base + i} to path. */
+static void write_examples(const char *path, int base, int n)
+{
+    dt_tfrecord_writer *w;
+    CHECK_OK(dt_tfrecord_writer_open(path, DT_COMPRESSION_NONE, &w));
+    uint8_t *buf = NULL;
+    size_t len, cap = 0;
+    for (int i = 0; i < n; i++) {
+        float x[2] = {(float)(base + i), 2.0f * (float)(base + i)};
+        int64_t y = base + i;
+        dt_feature_value f[2] = {{"x", DT_FEATURE_FLOAT, 2, x, NULL, NULL},
+                                 {"y", DT_FEATURE_INT64, 1, NULL, &y, NULL}};
+        CHECK_OK(dt_example_encode(f, 2, &buf, &len, &cap));
+        CHECK_OK(dt_tfrecord_write(w, buf, len));
+    }
+    free(buf);
+    CHECK_OK(dt_tfrecord_writer_close(w));
+}
+
+static int read_labels(dt_dataset *ds, float *out, int cap, dt_status *end)
+{
+    int n = 0;
+    for (;;) {
+        dt_elem *e;
+        dt_status st = dt_dataset_next(ds, &e);
+        if (st) {
+            *end = st;
+            return n;
+        }
+        for (int r = 0; r < e->n && n < cap; r++)
+            out[n++] = e->labels[r];
+        dt_elem_free(e);
+    }
+}
+
+TEST(sources_glob_interleave_and_parse_tfrecord_files)
+{
+    write_examples(tmp_path("part-0.tfrecord"), 0, 3);
+    write_examples(tmp_path("part-1.tfrecord"), 100, 2);
+    write_examples(tmp_path("part-2.tfrecord"), 200, 1);
+    char pattern[600];
+    snprintf(pattern, sizeof pattern, "%s/part-*.tfrecord", test_tmpdir());
+    dt_file_list files;
+    CHECK_OK(dt_file_list_glob(pattern, &files));
+    CHECK(files.n == 3 && strstr(files.paths[1], "part-1"));
+    dt_example_spec spec;
+    CHECK_OK(dt_example_spec_parse("x:2", "y", &spec));
+    dt_source_options o;
+    dt_source_options_default(&o);
+    o.num_parallel_reads = 2;
+    dt_dataset *ds;
+    CHECK_OK(dt_dataset_tfrecord(&files, &o, &ds));
+    CHECK_OK(dt_dataset_parse_examples(ds, &spec, &files, 2, &o, &ds));
+    float got[16];
+    dt_status end;
+    int n = read_labels(ds, got, 16, &end);
+    /* Two files in turn, the third taking the place of the first to end. */
+    float want[] = {0, 100, 1, 101, 2, 200};
+    CHECK(end == DT_END && n == 6);
+    for (int i = 0; i < n && i < 6; i++)
+        CHECK_MSG(got[i] == want[i], "element %d: %g, expected %g", i, got[i], want[i]);
+    /* A second iteration reads the files again. */
+    CHECK_OK(dt_dataset_reset(ds));
+    CHECK(read_labels(ds, got, 16, &end) == 6 && end == DT_END);
+    dt_dataset_destroy(ds);
+    /* Batch then map: one parse call per batch, the same values. */
+    CHECK_OK(dt_dataset_tfrecord(&files, &o, &ds));
+    CHECK_OK(dt_dataset_batch(ds, 4, false, &ds));
+    CHECK_OK(dt_dataset_parse_examples(ds, &spec, &files, 1, &o, &ds));
+    dt_elem *e;
+    CHECK_OK(dt_dataset_next(ds, &e));
+    CHECK(e && e->n == 4 && e->n_dense == 2 && e->dense[2] == 100.0f && e->dense[3] == 200.0f);
+    dt_elem_free(e);
+    dt_dataset_destroy(ds);
+    dt_file_list_free(&files);
+}
+
+TEST(sources_empty_glob_and_missing_files_are_errors)
+{
+    dt_file_list files;
+    char pattern[600];
+    snprintf(pattern, sizeof pattern, "%s/nothing-*.tfrecord", test_tmpdir());
+    CHECK_ERR(dt_file_list_glob(pattern, &files), DT_ERR_IO, "the pattern matches no file");
+    snprintf(pattern, sizeof pattern, "%s/absent.tfrecord", test_tmpdir());
+    CHECK_ERR(dt_file_list_glob(pattern, &files), DT_ERR_IO, "absent.tfrecord: No such file");
+    CHECK_ERR(dt_file_list_glob(test_tmpdir(), &files), DT_ERR_IO, "is a directory");
+}
+
+TEST(sources_bad_records_name_file_and_offset_or_are_skipped)
+{
+    const char *path = tmp_path("bad.tfrecord");
+    write_examples(path, 0, 3);
+    /* Corrupt the second record's data: its CRC no longer matches. Records are 16 + len bytes. */
+    FILE *f = fopen(path, "r+b");
+    uint64_t len0;
+    CHECK(fread(&len0, 8, 1, f) == 1);
+    long second = (long)(16 + len0);
+    fseek(f, second + 12 + 3, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, second + 12 + 3, SEEK_SET);
+    fputc(c ^ 0xff, f);
+    fclose(f);
+    dt_file_list files;
+    CHECK_OK(dt_file_list_glob(path, &files));
+    dt_example_spec spec;
+    CHECK_OK(dt_example_spec_parse("x:2", "y", &spec));
+    dt_source_options o;
+    dt_source_options_default(&o);
+    dt_dataset *ds;
+    CHECK_OK(dt_dataset_tfrecord(&files, &o, &ds));
+    float got[8];
+    dt_status end;
+    char offset[64];
+    snprintf(offset, sizeof offset, "offset %ld", second);
+    CHECK(read_labels(ds, got, 8, &end) == 1 && end == DT_ERR_FORMAT);
+    CHECK_MSG(strstr(dt_last_error(), "bad.tfrecord") && strstr(dt_last_error(), offset),
+              "message: %s", dt_last_error());
+    dt_dataset_destroy(ds);
+    int64_t bad = 0;
+    o.skip_bad_records = true;
+    o.bad_records = &bad;
+    CHECK_OK(dt_dataset_tfrecord(&files, &o, &ds));
+    CHECK_OK(dt_dataset_parse_examples(ds, &spec, &files, 1, &o, &ds));
+    CHECK(read_labels(ds, got, 8, &end) == 2 && end == DT_END);
+    CHECK(got[0] == 0 && got[1] == 2 && bad == 1);
+    dt_dataset_destroy(ds);
+    /* An Example missing its label: the parse error names the file and the record's offset. */
+    dt_example_spec other;
+    CHECK_OK(dt_example_spec_parse("x:2", "z", &other));
+    o.skip_bad_records = false;
+    write_examples(tmp_path("good.tfrecord"), 0, 2);
+    dt_file_list good;
+    CHECK_OK(dt_file_list_glob(tmp_path("good.tfrecord"), &good));
+    CHECK_OK(dt_dataset_tfrecord(&good, &o, &ds));
+    CHECK_OK(dt_dataset_parse_examples(ds, &other, &good, 1, &o, &ds));
+    CHECK(read_labels(ds, got, 8, &end) == 0 && end == DT_ERR_FORMAT);
+    CHECK_MSG(strstr(dt_last_error(), "good.tfrecord: record at offset 0: ") &&
+              strstr(dt_last_error(), "'z'"), "message: %s", dt_last_error());
+    dt_dataset_destroy(ds);
+    dt_file_list_free(&good);
+    dt_file_list_free(&files);
+}
+
+TEST(sources_libsvm_and_csv_files)
+{
+    const char *svm = tmp_path("a.svm");
+    FILE *f = fopen(svm, "w");
+    fputs("1 1:0.5 3:2\n0 2:1.5\n\n1 1:1 2:2 3:3\n", f);
+    fclose(f);
+    dt_file_list files;
+    CHECK_OK(dt_file_list_glob(svm, &files));
+    dt_libsvm_options lo;
+    dt_libsvm_options_default(&lo);
+    lo.n_dense = 3;
+    dt_source_options o;
+    dt_source_options_default(&o);
+    dt_dataset *ds;
+    CHECK_OK(dt_dataset_libsvm(&files, &lo, &o, &ds));
+    CHECK_OK(dt_dataset_batch(ds, 8, false, &ds));
+    dt_elem *e;
+    CHECK_OK(dt_dataset_next(ds, &e));
+    CHECK(e && e->n == 3 && e->n_dense == 3);
+    float want[9] = {0.5f, 0, 2, 0, 1.5f, 0, 1, 2, 3};
+    for (int i = 0; e && i < 9; i++)
+        CHECK(e->dense[i] == want[i]);
+    CHECK(e && e->labels[0] == 1 && e->labels[1] == 0 && e->labels[2] == 1);
+    dt_elem_free(e);
+    dt_dataset_destroy(ds);
+    /* A bad line: the file and the line in the message; skipped on request. */
+    f = fopen(svm, "a");
+    fputs("1 1:x\n0 3:1\n", f);
+    fclose(f);
+    CHECK_OK(dt_dataset_libsvm(&files, &lo, &o, &ds));
+    float got[8];
+    dt_status end;
+    CHECK(read_labels(ds, got, 8, &end) == 3 && end == DT_ERR_FORMAT);
+    CHECK_MSG(strstr(dt_last_error(), "a.svm: line 5, column"), "message: %s", dt_last_error());
+    dt_dataset_destroy(ds);
+    int64_t bad = 0;
+    o.skip_bad_records = true, o.bad_records = &bad;
+    CHECK_OK(dt_dataset_libsvm(&files, &lo, &o, &ds));
+    CHECK(read_labels(ds, got, 8, &end) == 4 && end == DT_END && bad == 1);
+    dt_dataset_destroy(ds);
+    dt_file_list_free(&files);
+
+    const char *csv = tmp_path("a.csv");
+    f = fopen(csv, "w");
+    fputs("f1,label,f2\n1.5,1,2\n3,0,4\n", f);
+    fclose(f);
+    CHECK_OK(dt_file_list_glob(csv, &files));
+    dt_csv_options co;
+    dt_csv_options_default(&co);
+    co.header = true;
+    dt_source_options_default(&o);
+    CHECK_OK(dt_dataset_csv(&files, &co, "label", &o, &ds));
+    CHECK_OK(dt_dataset_batch(ds, 8, false, &ds));
+    CHECK_OK(dt_dataset_next(ds, &e));
+    CHECK(e && e->n == 2 && e->n_dense == 2 && e->dense[0] == 1.5f && e->dense[1] == 2.0f &&
+          e->dense[3] == 4.0f && e->labels[0] == 1.0f && e->labels[1] == 0.0f);
+    dt_elem_free(e);
+    dt_dataset_destroy(ds);
+    dt_file_list_free(&files);
+}
+
+TEST(sources_read_a_stream_once)
+{
+    /* A FIFO stands for stdin or SageMaker's pipe: read once, never seeked. */
+    const char *fifo = tmp_path("pipe.svm");
+    CHECK(mkfifo(fifo, 0600) == 0);
+    dt_file_list files;
+    CHECK_OK(dt_file_list_glob(fifo, &files));
+    dt_libsvm_options lo;
+    dt_libsvm_options_default(&lo);
+    dt_source_options o;
+    dt_source_options_default(&o);
+    dt_dataset *ds;
+    CHECK_OK(dt_dataset_libsvm(&files, &lo, &o, &ds));
+    /* Opening a FIFO for reading waits for a writer: a child process writes. */
+    const char *text = "1 5:1\n0 7:2\n1 9:3";
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(fifo, O_WRONLY);
+        ssize_t n = write(fd, text, strlen(text));
+        _exit(n > 0 ? 0 : 1);
+    }
+    float got[8];
+    dt_status end;
+    CHECK(read_labels(ds, got, 8, &end) == 3 && end == DT_END);
+    CHECK(got[0] == 1 && got[1] == 0 && got[2] == 1);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK_OK(dt_dataset_reset(ds));
+    dt_elem *e;
+    CHECK_ERR(dt_dataset_next(ds, &e), DT_ERR_INVALID, "a stream is read once");
+    dt_dataset_destroy(ds);
+    dt_file_list_free(&files);
+}
