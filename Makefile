@@ -82,8 +82,9 @@ asan:
 leakcheck: $(BUILD)/.deps-leakcheck all
 	bash tests/leakcheck.sh $(BUILD)
 
-bench: $(BUILD)/.deps-bench all $(BUILD)/bench/conv_bench
+bench: $(BUILD)/.deps-bench all $(BUILD)/bench/conv_bench $(BUILD)/bench/input_bench
 	bash bench/run.sh $(BUILD)
+	bash bench/input.sh $(BUILD)
 
 # libFuzzer targets (fuzz/fuzz_*.c) over the readers and parsers, built by clang with ASan and
 # UBSan from the core and data sources. tests/fuzz.sh runs them; make test runs a short smoke pass.

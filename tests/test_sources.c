@@ -207,7 +207,7 @@ TEST(sources_libsvm_and_csv_files)
 
     const char *csv = tmp_path("a.csv");
     f = fopen(csv, "w");
-    fputs("f1,label,f2\n1.5,1,2\n3,0,4\n", f);
+    fputs("\nf1,label,f2\n1.5,1,2\n3,0,4\n", f); /* a blank line before the header */
     fclose(f);
     CHECK_OK(dt_file_list_glob(csv, &files));
     dt_csv_options co;

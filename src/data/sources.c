@@ -682,23 +682,27 @@ static dt_status csv_parse(struct text_state *s, size_t *consumed, uint64_t *lin
         uint64_t lineno = s->line + *lines;
         dt_status st;
         if (s->header_pending) {
-            s->header_pending = false;
             char (*names)[DT_CSV_NAME_CAP] = malloc(4096 * sizeof *names);
             int n = 0;
             if (!names)
                 return dt_error(DT_ERR_NOMEM, "no memory for a CSV header");
             st = dt_csv_parse_header(line, len, &s->co, names, 4096, &n);
-            if (st == DT_OK && s->label_name && s->co.label_column < 0 && s->file == 0) {
-                s->co.label_column = dt_csv_find_column(names, n, s->label_name);
-                if (s->co.label_column < 0)
-                    st = dt_error(DT_ERR_INVALID, "no column is called '%s'", s->label_name);
+            if (st == DT_END) {
+                st = DT_OK; /* a blank line before the header: the header is still to come */
+            } else {
+                s->header_pending = false;
+                if (st == DT_OK && s->label_name && s->co.label_column < 0 && s->file == 0) {
+                    s->co.label_column = dt_csv_find_column(names, n, s->label_name);
+                    if (s->co.label_column < 0)
+                        st = dt_error(DT_ERR_INVALID, "no column is called '%s'", s->label_name);
+                }
+                if (st == DT_OK && s->csv_columns == 0)
+                    s->csv_columns = n;
+                else if (st == DT_OK && n != s->csv_columns)
+                    st = dt_error(DT_ERR_FORMAT, "the header has %d columns, the first file had %d",
+                                  n, s->csv_columns);
             }
             free(names);
-            if (st == DT_OK && s->csv_columns == 0)
-                s->csv_columns = n;
-            else if (st == DT_OK && n != s->csv_columns)
-                st = dt_error(DT_ERR_FORMAT, "the header has %d columns, the first file had %d",
-                              n, s->csv_columns);
         } else {
             if (s->csv_columns == 0) {
                 int n = 0;
