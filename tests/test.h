@@ -15,6 +15,12 @@ void test_fail(const char *file, int line, const char *fmt, ...) __attribute__((
 /* A fresh empty directory for this test's files, removed after the run. */
 const char *test_tmpdir(void);
 
+/* test_tmpdir()/name, in one of eight rotating buffers (valid for the next seven calls). */
+const char *test_path(const char *name);
+
+/* Writes n bytes to path, recording a failure if it cannot. */
+void test_write_file(const char *path, const void *data, size_t n);
+
 #define TEST(name)                                                                                 \
     static void name(void);                                                                        \
     __attribute__((constructor)) static void register_##name(void) { test_register(#name, name); } \

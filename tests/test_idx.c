@@ -7,25 +7,6 @@
 #include "dtrain/idx.h"
 #include "test.h"
 
-static const char *path_in_tmp(const char *name)
-{
-    static char buf[8][512];
-    static int next;
-    char *p = buf[next++ % 8];
-    snprintf(p, 512, "%s/%s", test_tmpdir(), name);
-    return p;
-}
-
-static void write_bytes(const char *path, const void *data, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    CHECK(f != NULL);
-    if (!f)
-        return;
-    CHECK(fwrite(data, 1, n, f) == n);
-    fclose(f);
-}
-
 static void write_gz(const char *path, const void *data, size_t n)
 {
     gzFile f = gzopen(path, "wb");
@@ -61,19 +42,19 @@ TEST(idx_reads_raw_and_gzip)
 {
     uint8_t img[16 + 5 * 4 * 3], lab[8 + 5];
     size_t ni = make_images(img, 5, 4, 3), nl = make_labels(lab, 5);
-    write_bytes(path_in_tmp("im.idx"), img, ni);
-    write_gz(path_in_tmp("im.idx.gz"), img, ni);
-    write_bytes(path_in_tmp("lb.idx"), lab, nl);
+    test_write_file(test_path("im.idx"), img, ni);
+    write_gz(test_path("im.idx.gz"), img, ni);
+    test_write_file(test_path("lb.idx"), lab, nl);
     dt_idx a, b;
-    CHECK_OK(dt_idx_read(path_in_tmp("im.idx"), &a));
-    CHECK_OK(dt_idx_read(path_in_tmp("im.idx.gz"), &b));
+    CHECK_OK(dt_idx_read(test_path("im.idx"), &a));
+    CHECK_OK(dt_idx_read(test_path("im.idx.gz"), &b));
     CHECK(a.n_dims == 3 && a.dims[0] == 5 && a.dims[1] == 4 && a.dims[2] == 3);
     CHECK(a.n_bytes == 60 && b.n_bytes == 60);
     CHECK(a.data && b.data && memcmp(a.data, img + 16, 60) == 0 && memcmp(b.data, img + 16, 60) == 0);
     dt_idx_free(&a);
     dt_idx_free(&b);
     dt_image_dataset ds;
-    CHECK_OK(dt_image_dataset_load(path_in_tmp("im.idx.gz"), path_in_tmp("lb.idx"), &ds));
+    CHECK_OK(dt_image_dataset_load(test_path("im.idx.gz"), test_path("lb.idx"), &ds));
     CHECK(ds.n == 5 && ds.h == 4 && ds.w == 3 && ds.c == 1 && ds.n_classes == 5);
     CHECK(ds.labels && ds.labels[4] == 4);
     dt_image_dataset_free(&ds);
@@ -82,43 +63,43 @@ TEST(idx_reads_raw_and_gzip)
 TEST(idx_missing_file_names_it)
 {
     dt_idx a;
-    CHECK_ERR(dt_idx_read(path_in_tmp("nope.idx"), &a), DT_ERR_IO, "nope.idx: No such file");
+    CHECK_ERR(dt_idx_read(test_path("nope.idx"), &a), DT_ERR_IO, "nope.idx: No such file");
     CHECK_ERR(dt_idx_read(test_tmpdir(), &a), DT_ERR_IO, "is a directory");
 }
 
 TEST(idx_bad_magic_names_offset_0)
 {
     uint8_t junk[32] = "PK\3\4 this is a zip, not an idx";
-    write_bytes(path_in_tmp("junk.idx"), junk, sizeof junk);
+    test_write_file(test_path("junk.idx"), junk, sizeof junk);
     dt_idx a;
-    CHECK_ERR(dt_idx_read(path_in_tmp("junk.idx"), &a), DT_ERR_FORMAT, "junk.idx: offset 0: bad magic");
+    CHECK_ERR(dt_idx_read(test_path("junk.idx"), &a), DT_ERR_FORMAT, "junk.idx: offset 0: bad magic");
     uint8_t floats[8] = {0, 0, 0x0d, 1, 0, 0, 0, 1}; /* dtype 0x0d: float, not supported */
-    write_bytes(path_in_tmp("float.idx"), floats, 8);
-    CHECK_ERR(dt_idx_read(path_in_tmp("float.idx"), &a), DT_ERR_FORMAT, "bad magic 0x00000d01");
+    test_write_file(test_path("float.idx"), floats, 8);
+    CHECK_ERR(dt_idx_read(test_path("float.idx"), &a), DT_ERR_FORMAT, "bad magic 0x00000d01");
 }
 
 TEST(idx_truncated_files_name_the_offset)
 {
     uint8_t img[16 + 5 * 4 * 3];
     size_t n = make_images(img, 5, 4, 3);
-    write_bytes(path_in_tmp("short.idx"), img, n - 7);
+    test_write_file(test_path("short.idx"), img, n - 7);
     dt_idx a;
-    CHECK_ERR(dt_idx_read(path_in_tmp("short.idx"), &a), DT_ERR_FORMAT,
+    CHECK_ERR(dt_idx_read(test_path("short.idx"), &a), DT_ERR_FORMAT,
               "short.idx: offset 69: truncated: the header promises 60 data bytes, the file ends after 53");
-    write_gz(path_in_tmp("short.idx.gz"), img, n - 7);
-    CHECK_ERR(dt_idx_read(path_in_tmp("short.idx.gz"), &a), DT_ERR_FORMAT, "offset 69: truncated");
-    write_bytes(path_in_tmp("head.idx"), img, 10);
-    CHECK_ERR(dt_idx_read(path_in_tmp("head.idx"), &a), DT_ERR_FORMAT, "head.idx: offset 10: truncated in the header");
-    write_bytes(path_in_tmp("empty.idx"), img, 0);
-    CHECK_ERR(dt_idx_read(path_in_tmp("empty.idx"), &a), DT_ERR_FORMAT, "empty.idx: offset 0: truncated");
+    write_gz(test_path("short.idx.gz"), img, n - 7);
+    CHECK_ERR(dt_idx_read(test_path("short.idx.gz"), &a), DT_ERR_FORMAT, "offset 69: truncated");
+    test_write_file(test_path("head.idx"), img, 10);
+    CHECK_ERR(dt_idx_read(test_path("head.idx"), &a), DT_ERR_FORMAT, "head.idx: offset 10: truncated in the header");
+    test_write_file(test_path("empty.idx"), img, 0);
+    CHECK_ERR(dt_idx_read(test_path("empty.idx"), &a), DT_ERR_FORMAT, "empty.idx: offset 0: truncated");
     /* A gzip stream cut short: zlib reports it, with the offset reached. */
     uint8_t gz[4096];
-    write_gz(path_in_tmp("whole.gz"), img, n);
-    FILE *f = fopen(path_in_tmp("whole.gz"), "rb");
+    write_gz(test_path("whole.gz"), img, n);
+    FILE *f = fopen(test_path("whole.gz"), "rb");
     size_t gn = fread(gz, 1, sizeof gz, f);
     fclose(f);
-    write_bytes(path_in_tmp("cut.gz"), gz, gn - 12);
-    dt_status st = dt_idx_read(path_in_tmp("cut.gz"), &a);
+    test_write_file(test_path("cut.gz"), gz, gn - 12);
+    dt_status st = dt_idx_read(test_path("cut.gz"), &a);
     CHECK(st == DT_ERR_FORMAT);
     CHECK_MSG(strstr(dt_last_error(), "cut.gz: offset") != NULL, "message: %s", dt_last_error());
 }
@@ -128,37 +109,37 @@ TEST(idx_trailing_bytes_and_absurd_sizes_are_errors)
     uint8_t img[16 + 5 * 4 * 3 + 3];
     size_t n = make_images(img, 5, 4, 3);
     img[n] = img[n + 1] = img[n + 2] = 1;
-    write_bytes(path_in_tmp("long.idx"), img, n + 3);
+    test_write_file(test_path("long.idx"), img, n + 3);
     dt_idx a;
-    CHECK_ERR(dt_idx_read(path_in_tmp("long.idx"), &a), DT_ERR_FORMAT, "long.idx: offset 76: trailing bytes");
+    CHECK_ERR(dt_idx_read(test_path("long.idx"), &a), DT_ERR_FORMAT, "long.idx: offset 76: trailing bytes");
     /* Dimensions whose product is 2^96 bytes: rejected from the header, before any allocation. */
     uint8_t huge[16] = {0, 0, 8, 3, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
-    write_bytes(path_in_tmp("huge.idx"), huge, sizeof huge);
-    CHECK_ERR(dt_idx_read(path_in_tmp("huge.idx"), &a), DT_ERR_FORMAT, "huge.idx: offset 8: dimensions describe more than");
+    test_write_file(test_path("huge.idx"), huge, sizeof huge);
+    CHECK_ERR(dt_idx_read(test_path("huge.idx"), &a), DT_ERR_FORMAT, "huge.idx: offset 8: dimensions describe more than");
     /* Claims 4 GB of data but holds none: a truncation error, not a 4 GB allocation. */
     uint8_t big[12] = {0, 0, 8, 2, 0, 1, 0, 0, 0, 1, 0, 0};
-    write_bytes(path_in_tmp("big.idx"), big, sizeof big);
-    CHECK_ERR(dt_idx_read(path_in_tmp("big.idx"), &a), DT_ERR_FORMAT, "big.idx: offset 12: truncated");
+    test_write_file(test_path("big.idx"), big, sizeof big);
+    CHECK_ERR(dt_idx_read(test_path("big.idx"), &a), DT_ERR_FORMAT, "big.idx: offset 12: truncated");
     uint8_t zero[12] = {0, 0, 8, 2, 0, 0, 0, 0, 0, 0, 0, 1};
-    write_bytes(path_in_tmp("zero.idx"), zero, sizeof zero);
-    CHECK_ERR(dt_idx_read(path_in_tmp("zero.idx"), &a), DT_ERR_FORMAT, "zero.idx: offset 4: dimension 0 is 0");
+    test_write_file(test_path("zero.idx"), zero, sizeof zero);
+    CHECK_ERR(dt_idx_read(test_path("zero.idx"), &a), DT_ERR_FORMAT, "zero.idx: offset 4: dimension 0 is 0");
     uint8_t dims9[4] = {0, 0, 8, 9};
-    write_bytes(path_in_tmp("dims9.idx"), dims9, 4);
-    CHECK_ERR(dt_idx_read(path_in_tmp("dims9.idx"), &a), DT_ERR_FORMAT, "offset 3: 9 dimensions");
+    test_write_file(test_path("dims9.idx"), dims9, 4);
+    CHECK_ERR(dt_idx_read(test_path("dims9.idx"), &a), DT_ERR_FORMAT, "offset 3: 9 dimensions");
 }
 
 TEST(image_dataset_count_mismatch_names_both_files)
 {
     uint8_t img[16 + 5 * 4 * 3], lab[8 + 6];
-    write_bytes(path_in_tmp("m_im.idx"), img, make_images(img, 5, 4, 3));
-    write_bytes(path_in_tmp("m_lb.idx"), lab, make_labels(lab, 6));
+    test_write_file(test_path("m_im.idx"), img, make_images(img, 5, 4, 3));
+    test_write_file(test_path("m_lb.idx"), lab, make_labels(lab, 6));
     dt_image_dataset ds;
-    CHECK_ERR(dt_image_dataset_load(path_in_tmp("m_im.idx"), path_in_tmp("m_lb.idx"), &ds),
+    CHECK_ERR(dt_image_dataset_load(test_path("m_im.idx"), test_path("m_lb.idx"), &ds),
               DT_ERR_FORMAT, "m_im.idx has 5 images but");
     CHECK(strstr(dt_last_error(), "m_lb.idx has 6 labels") != NULL);
     /* Images and labels swapped: the labels file is 3-D. */
-    write_bytes(path_in_tmp("m_lb5.idx"), lab, make_labels(lab, 5));
-    CHECK_ERR(dt_image_dataset_load(path_in_tmp("m_lb5.idx"), path_in_tmp("m_im.idx"), &ds),
+    test_write_file(test_path("m_lb5.idx"), lab, make_labels(lab, 5));
+    CHECK_ERR(dt_image_dataset_load(test_path("m_lb5.idx"), test_path("m_im.idx"), &ds),
               DT_ERR_FORMAT, "images need 3 or 4 dimensions");
     CHECK(ds.images == NULL && ds.labels == NULL);
 }

@@ -60,6 +60,25 @@ const char *test_tmpdir(void)
     return tmpdir;
 }
 
+const char *test_path(const char *name)
+{
+    static char buf[8][512];
+    static int next;
+    char *p = buf[next++ % 8];
+    snprintf(p, sizeof buf[0], "%s/%s", test_tmpdir(), name);
+    return p;
+}
+
+void test_write_file(const char *path, const void *data, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (!f)
+        return;
+    CHECK(fwrite(data, 1, n, f) == n);
+    fclose(f);
+}
+
 static int by_name(const void *a, const void *b)
 {
     return strcmp(((const struct test_entry *)a)->name, ((const struct test_entry *)b)->name);

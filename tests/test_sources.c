@@ -11,15 +11,6 @@
 #include "dtrain/sources.h"
 #include "test.h"
 
-static const char *tmp_path(const char *name)
-{
-    static char buf[8][512];
-    static int next;
-    char *p = buf[next++ % 8];
-    snprintf(p, 512, "%s/%s", test_tmpdir(), name);
-    return p;
-}
-
 /* Writes n Examples {"x": [base + i, 2 (base + i)], "y": base + i} to path. */
 static void write_examples(const char *path, int base, int n)
 {
@@ -57,9 +48,9 @@ static int read_labels(dt_dataset *ds, float *out, int cap, dt_status *end)
 
 TEST(sources_glob_interleave_and_parse_tfrecord_files)
 {
-    write_examples(tmp_path("part-0.tfrecord"), 0, 3);
-    write_examples(tmp_path("part-1.tfrecord"), 100, 2);
-    write_examples(tmp_path("part-2.tfrecord"), 200, 1);
+    write_examples(test_path("part-0.tfrecord"), 0, 3);
+    write_examples(test_path("part-1.tfrecord"), 100, 2);
+    write_examples(test_path("part-2.tfrecord"), 200, 1);
     char pattern[600];
     snprintf(pattern, sizeof pattern, "%s/part-*.tfrecord", test_tmpdir());
     dt_file_list files;
@@ -110,7 +101,7 @@ TEST(sources_empty_glob_and_missing_files_are_errors)
 
 TEST(sources_bad_records_name_file_and_offset_or_are_skipped)
 {
-    const char *path = tmp_path("bad.tfrecord");
+    const char *path = test_path("bad.tfrecord");
     write_examples(path, 0, 3);
     /* Corrupt the second record's data: its CRC no longer matches. Records are 16 + len bytes. */
     FILE *f = fopen(path, "r+b");
@@ -150,9 +141,9 @@ TEST(sources_bad_records_name_file_and_offset_or_are_skipped)
     dt_example_spec other;
     CHECK_OK(dt_example_spec_parse("x:2", "z", &other));
     o.skip_bad_records = false;
-    write_examples(tmp_path("good.tfrecord"), 0, 2);
+    write_examples(test_path("good.tfrecord"), 0, 2);
     dt_file_list good;
-    CHECK_OK(dt_file_list_glob(tmp_path("good.tfrecord"), &good));
+    CHECK_OK(dt_file_list_glob(test_path("good.tfrecord"), &good));
     CHECK_OK(dt_dataset_tfrecord(&good, &o, &ds));
     CHECK_OK(dt_dataset_parse_examples(ds, &other, &good, 1, &o, &ds));
     CHECK(read_labels(ds, got, 8, &end) == 0 && end == DT_ERR_FORMAT);
@@ -165,7 +156,7 @@ TEST(sources_bad_records_name_file_and_offset_or_are_skipped)
 
 TEST(sources_libsvm_and_csv_files)
 {
-    const char *svm = tmp_path("a.svm");
+    const char *svm = test_path("a.svm");
     FILE *f = fopen(svm, "w");
     fputs("1 1:0.5 3:2\n0 2:1.5\n\n1 1:1 2:2 3:3\n", f);
     fclose(f);
@@ -205,7 +196,7 @@ TEST(sources_libsvm_and_csv_files)
     dt_dataset_destroy(ds);
     dt_file_list_free(&files);
 
-    const char *csv = tmp_path("a.csv");
+    const char *csv = test_path("a.csv");
     f = fopen(csv, "w");
     fputs("\nf1,label,f2\n1.5,1,2\n3,0,4\n", f); /* a blank line before the header */
     fclose(f);
@@ -227,7 +218,7 @@ TEST(sources_libsvm_and_csv_files)
 TEST(sources_read_a_stream_once)
 {
     /* A FIFO stands for stdin or SageMaker's pipe: read once, never seeked. */
-    const char *fifo = tmp_path("pipe.svm");
+    const char *fifo = test_path("pipe.svm");
     CHECK(mkfifo(fifo, 0600) == 0);
     dt_file_list files;
     CHECK_OK(dt_file_list_glob(fifo, &files));

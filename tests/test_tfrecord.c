@@ -12,25 +12,6 @@
 #include "dtrain/tfrecord.h"
 #include "test.h"
 
-static const char *tmp_path(const char *name)
-{
-    static char buf[8][512];
-    static int next;
-    char *p = buf[next++ % 8];
-    snprintf(p, 512, "%s/%s", test_tmpdir(), name);
-    return p;
-}
-
-static void write_file(const char *path, const void *data, size_t n)
-{
-    FILE *f = fopen(path, "wb");
-    CHECK(f != NULL);
-    if (!f)
-        return;
-    CHECK(fwrite(data, 1, n, f) == n);
-    fclose(f);
-}
-
 /* A growable byte string, for building files by hand. */
 typedef struct {
     uint8_t *p;
@@ -82,11 +63,11 @@ TEST(tfrecord_crc_test_vectors)
     /* An empty record as the writer frames it: 8 zero bytes, their masked CRC, the empty data's
      * masked CRC (0xA282EAD8, little endian). */
     dt_tfrecord_writer *w;
-    CHECK_OK(dt_tfrecord_writer_open(tmp_path("empty_rec.tfrecord"), DT_COMPRESSION_NONE, &w));
+    CHECK_OK(dt_tfrecord_writer_open(test_path("empty_rec.tfrecord"), DT_COMPRESSION_NONE, &w));
     CHECK_OK(dt_tfrecord_write(w, "", 0));
     CHECK_OK(dt_tfrecord_writer_close(w));
     uint8_t got[32];
-    FILE *f = fopen(tmp_path("empty_rec.tfrecord"), "rb");
+    FILE *f = fopen(test_path("empty_rec.tfrecord"), "rb");
     size_t n = f ? fread(got, 1, sizeof got, f) : 0;
     if (f)
         fclose(f);
@@ -117,7 +98,7 @@ TEST(tfrecord_compression_names)
     CHECK_ERR(dt_compression_parse("bz2", &c), DT_ERR_INVALID, "compression 'bz2'");
     CHECK(strcmp(dt_compression_name(DT_COMPRESSION_ZLIB), "zlib") == 0);
     dt_tfrecord_writer *w;
-    CHECK_ERR(dt_tfrecord_writer_open(tmp_path("auto.tfrecord"), DT_COMPRESSION_AUTO, &w),
+    CHECK_ERR(dt_tfrecord_writer_open(test_path("auto.tfrecord"), DT_COMPRESSION_AUTO, &w),
               DT_ERR_INVALID, "none, gzip or zlib, not auto");
 }
 
@@ -171,20 +152,20 @@ static void check_round_trip(const char *path, dt_compression c)
 
 TEST(tfrecord_round_trip_every_compression)
 {
-    write_round_trip(tmp_path("rt.tfrecord"), DT_COMPRESSION_NONE);
-    write_round_trip(tmp_path("rt.tfrecord.gz"), DT_COMPRESSION_GZIP);
-    write_round_trip(tmp_path("rt.tfrecord.zz"), DT_COMPRESSION_ZLIB);
-    check_round_trip(tmp_path("rt.tfrecord"), DT_COMPRESSION_NONE);
-    check_round_trip(tmp_path("rt.tfrecord"), DT_COMPRESSION_AUTO);
-    check_round_trip(tmp_path("rt.tfrecord.gz"), DT_COMPRESSION_GZIP);
-    check_round_trip(tmp_path("rt.tfrecord.gz"), DT_COMPRESSION_AUTO);
-    check_round_trip(tmp_path("rt.tfrecord.zz"), DT_COMPRESSION_ZLIB);
+    write_round_trip(test_path("rt.tfrecord"), DT_COMPRESSION_NONE);
+    write_round_trip(test_path("rt.tfrecord.gz"), DT_COMPRESSION_GZIP);
+    write_round_trip(test_path("rt.tfrecord.zz"), DT_COMPRESSION_ZLIB);
+    check_round_trip(test_path("rt.tfrecord"), DT_COMPRESSION_NONE);
+    check_round_trip(test_path("rt.tfrecord"), DT_COMPRESSION_AUTO);
+    check_round_trip(test_path("rt.tfrecord.gz"), DT_COMPRESSION_GZIP);
+    check_round_trip(test_path("rt.tfrecord.gz"), DT_COMPRESSION_AUTO);
+    check_round_trip(test_path("rt.tfrecord.zz"), DT_COMPRESSION_ZLIB);
     /* The files are what zlib's own tools make of the plain one. */
-    FILE *f = fopen(tmp_path("rt.tfrecord"), "rb");
+    FILE *f = fopen(test_path("rt.tfrecord"), "rb");
     fseek(f, 0, SEEK_END);
     long plain_n = ftell(f);
     fclose(f);
-    gzFile g = gzopen(tmp_path("rt.tfrecord.gz"), "rb");
+    gzFile g = gzopen(test_path("rt.tfrecord.gz"), "rb");
     uint8_t *buf = malloc((size_t)plain_n + 1);
     int got = gzread(g, buf, (unsigned)plain_n + 1);
     gzclose(g);
@@ -198,7 +179,7 @@ TEST(tfrecord_round_trip_every_compression)
         put_record(&want, data, round_trip_lens[i]);
     }
     uint8_t *have = malloc(want.n);
-    f = fopen(tmp_path("rt.tfrecord"), "rb");
+    f = fopen(test_path("rt.tfrecord"), "rb");
     CHECK(f && fread(have, 1, want.n, f) == want.n && (long)want.n == plain_n);
     if (f)
         fclose(f);
@@ -211,20 +192,20 @@ TEST(tfrecord_round_trip_every_compression)
 TEST(tfrecord_concatenated_gzip_members_and_empty_files)
 {
     /* cat a.gz b.gz: one stream of records, as gunzip sees it. */
-    write_round_trip(tmp_path("a.gz"), DT_COMPRESSION_GZIP);
+    write_round_trip(test_path("a.gz"), DT_COMPRESSION_GZIP);
     bytes both = {0};
     for (int k = 0; k < 2; k++) {
-        FILE *f = fopen(tmp_path("a.gz"), "rb");
+        FILE *f = fopen(test_path("a.gz"), "rb");
         uint8_t chunk[65536];
         size_t n;
         while ((n = fread(chunk, 1, sizeof chunk, f)) > 0)
             put(&both, chunk, n);
         fclose(f);
     }
-    write_file(tmp_path("ab.gz"), both.p, both.n);
+    test_write_file(test_path("ab.gz"), both.p, both.n);
     free(both.p);
     dt_tfrecord_reader *r;
-    CHECK_OK(dt_tfrecord_open(tmp_path("ab.gz"), DT_COMPRESSION_AUTO, 0, &r));
+    CHECK_OK(dt_tfrecord_open(test_path("ab.gz"), DT_COMPRESSION_AUTO, 0, &r));
     const uint8_t *d;
     size_t n;
     int count = 0;
@@ -234,11 +215,11 @@ TEST(tfrecord_concatenated_gzip_members_and_empty_files)
     CHECK(st == DT_END && count == 10);
     dt_tfrecord_close(r);
     /* An empty file is an empty dataset in every mode. */
-    write_file(tmp_path("empty"), "", 0);
+    test_write_file(test_path("empty"), "", 0);
     dt_compression modes[] = {DT_COMPRESSION_AUTO, DT_COMPRESSION_NONE, DT_COMPRESSION_GZIP,
                               DT_COMPRESSION_ZLIB};
     for (int m = 0; m < 4; m++) {
-        CHECK_OK(dt_tfrecord_open(tmp_path("empty"), modes[m], 0, &r));
+        CHECK_OK(dt_tfrecord_open(test_path("empty"), modes[m], 0, &r));
         CHECK(r && dt_tfrecord_next(r, &d, &n, NULL) == DT_END);
         dt_tfrecord_close(r);
     }
@@ -267,11 +248,11 @@ TEST(tfrecord_exact_end_is_dt_end)
     put_record(&b, "hello", 5);
     put_record(&b, "", 0);
     put_record(&b, "abc", 3);
-    write_file(tmp_path("exact.tfrecord"), b.p, b.n);
+    test_write_file(test_path("exact.tfrecord"), b.p, b.n);
     int count;
-    CHECK(read_all(tmp_path("exact.tfrecord"), DT_COMPRESSION_NONE, 0, &count) == DT_END);
+    CHECK(read_all(test_path("exact.tfrecord"), DT_COMPRESSION_NONE, 0, &count) == DT_END);
     CHECK(count == 3);
-    CHECK(read_all(tmp_path("exact.tfrecord"), DT_COMPRESSION_AUTO, 0, &count) == DT_END);
+    CHECK(read_all(test_path("exact.tfrecord"), DT_COMPRESSION_AUTO, 0, &count) == DT_END);
     CHECK(count == 3);
     free(b.p);
 }
@@ -283,9 +264,9 @@ TEST(tfrecord_length_crc_mismatch_names_file_and_offset)
     size_t second = b.n;
     put_record(&b, "abc", 3);
     b.p[second] ^= 0x01; /* the length becomes 2: its CRC no longer matches */
-    write_file(tmp_path("lencrc.tfrecord"), b.p, b.n);
+    test_write_file(test_path("lencrc.tfrecord"), b.p, b.n);
     int count;
-    dt_status st = read_all(tmp_path("lencrc.tfrecord"), DT_COMPRESSION_NONE, 0, &count);
+    dt_status st = read_all(test_path("lencrc.tfrecord"), DT_COMPRESSION_NONE, 0, &count);
     CHECK(count == 1);
     CHECK(st == DT_ERR_FORMAT);
     CHECK_MSG(strstr(dt_last_error(), "lencrc.tfrecord: offset 21: corrupt record header: length "
@@ -304,12 +285,12 @@ TEST(tfrecord_data_crc_mismatch_gives_both_values_and_reading_goes_on)
     uint32_t stored = dt_crc32c_mask(dt_crc32c("abc", 3));
     b.p[second + 12] = 'x'; /* "xbc" */
     uint32_t computed = dt_crc32c_mask(dt_crc32c("xbc", 3));
-    write_file(tmp_path("datacrc.tfrecord"), b.p, b.n);
+    test_write_file(test_path("datacrc.tfrecord"), b.p, b.n);
     char want[256];
     snprintf(want, sizeof want, "datacrc.tfrecord: offset 21: corrupt record: data CRC mismatch "
              "over 3 bytes (stored 0x%08x, computed 0x%08x)", stored, computed);
     dt_tfrecord_reader *r;
-    CHECK_OK(dt_tfrecord_open(tmp_path("datacrc.tfrecord"), DT_COMPRESSION_NONE, 0, &r));
+    CHECK_OK(dt_tfrecord_open(test_path("datacrc.tfrecord"), DT_COMPRESSION_NONE, 0, &r));
     const uint8_t *d;
     size_t n;
     uint64_t off;
@@ -333,26 +314,26 @@ TEST(tfrecord_truncated_header_data_and_footer)
     put_record(&b, data, sizeof data); /* 21 .. 137 */
     int count;
     /* In the header: 7 of its 12 bytes. */
-    write_file(tmp_path("cut_head.tfrecord"), b.p, 21 + 7);
-    CHECK_ERR(read_all(tmp_path("cut_head.tfrecord"), DT_COMPRESSION_NONE, 0, &count),
+    test_write_file(test_path("cut_head.tfrecord"), b.p, 21 + 7);
+    CHECK_ERR(read_all(test_path("cut_head.tfrecord"), DT_COMPRESSION_NONE, 0, &count),
               DT_ERR_FORMAT, "cut_head.tfrecord: offset 21: truncated record: the file ends 7 "
               "bytes into the 12-byte record header (at offset 28)");
     CHECK(count == 1);
     /* In the data: 40 of 100 bytes. */
-    write_file(tmp_path("cut_data.tfrecord"), b.p, 21 + 12 + 40);
-    CHECK_ERR(read_all(tmp_path("cut_data.tfrecord"), DT_COMPRESSION_NONE, 0, &count),
+    test_write_file(test_path("cut_data.tfrecord"), b.p, 21 + 12 + 40);
+    CHECK_ERR(read_all(test_path("cut_data.tfrecord"), DT_COMPRESSION_NONE, 0, &count),
               DT_ERR_FORMAT, "cut_data.tfrecord: offset 21: truncated record: the header gives "
               "100 data bytes, the file ends after 40 of them (at offset 73)");
     /* In the footer: 2 of the 4 CRC bytes. */
-    write_file(tmp_path("cut_foot.tfrecord"), b.p, 21 + 12 + 100 + 2);
-    CHECK_ERR(read_all(tmp_path("cut_foot.tfrecord"), DT_COMPRESSION_NONE, 0, &count),
+    test_write_file(test_path("cut_foot.tfrecord"), b.p, 21 + 12 + 100 + 2);
+    CHECK_ERR(read_all(test_path("cut_foot.tfrecord"), DT_COMPRESSION_NONE, 0, &count),
               DT_ERR_FORMAT, "cut_foot.tfrecord: offset 21: truncated record: the file ends 2 "
               "bytes into the 4-byte data CRC that follows 100 data bytes (at offset 135)");
     /* Gzip'd files report the same offsets, in the decompressed stream. */
-    gzFile g = gzopen(tmp_path("cut_data.tfrecord.gz"), "wb");
+    gzFile g = gzopen(test_path("cut_data.tfrecord.gz"), "wb");
     gzwrite(g, b.p, 21 + 12 + 40);
     gzclose(g);
-    CHECK_ERR(read_all(tmp_path("cut_data.tfrecord.gz"), DT_COMPRESSION_AUTO, 0, &count),
+    CHECK_ERR(read_all(test_path("cut_data.tfrecord.gz"), DT_COMPRESSION_AUTO, 0, &count),
               DT_ERR_FORMAT, "cut_data.tfrecord.gz: offset 21: truncated record: the header "
               "gives 100 data bytes, the file ends after 40 of them (at offset 73)");
     free(b.p);
@@ -362,9 +343,9 @@ TEST(tfrecord_errors_are_final)
 {
     bytes b = {0};
     put_record(&b, "hello", 5);
-    write_file(tmp_path("final.tfrecord"), b.p, 10);
+    test_write_file(test_path("final.tfrecord"), b.p, 10);
     dt_tfrecord_reader *r;
-    CHECK_OK(dt_tfrecord_open(tmp_path("final.tfrecord"), DT_COMPRESSION_NONE, 0, &r));
+    CHECK_OK(dt_tfrecord_open(test_path("final.tfrecord"), DT_COMPRESSION_NONE, 0, &r));
     const uint8_t *d;
     size_t n;
     CHECK_ERR(dt_tfrecord_next(r, &d, &n, NULL), DT_ERR_FORMAT, "offset 0: truncated record");
@@ -391,21 +372,21 @@ TEST(tfrecord_length_bound_stops_corrupt_headers)
     put_record(&b, "hello", 5);
     put_header(&b, (uint64_t)1 << 60);
     put(&b, "some bytes", 10);
-    write_file(tmp_path("huge.tfrecord"), b.p, b.n);
+    test_write_file(test_path("huge.tfrecord"), b.p, b.n);
     int count;
-    CHECK_ERR(read_all(tmp_path("huge.tfrecord"), DT_COMPRESSION_NONE, 0, &count), DT_ERR_FORMAT,
+    CHECK_ERR(read_all(test_path("huge.tfrecord"), DT_COMPRESSION_NONE, 0, &count), DT_ERR_FORMAT,
               "huge.tfrecord: offset 21: record length 1152921504606846976 is above the limit of "
               "268435456 bytes (corrupt header?)");
     CHECK(count == 1);
-    CHECK_ERR(read_all(tmp_path("huge.tfrecord"), DT_COMPRESSION_NONE, 1000, &count),
+    CHECK_ERR(read_all(test_path("huge.tfrecord"), DT_COMPRESSION_NONE, 1000, &count),
               DT_ERR_FORMAT, "is above the limit of 1000 bytes (corrupt header?)");
     /* A length within the bound but far beyond the file: a truncation, and the reader's buffer
      * only ever held what the file had (it never sizes itself from the header). */
     bytes c = {0};
     put_header(&c, (uint64_t)200 << 20);
     put(&c, "short", 5);
-    write_file(tmp_path("long.tfrecord"), c.p, c.n);
-    CHECK_ERR(read_all(tmp_path("long.tfrecord"), DT_COMPRESSION_NONE, 0, &count), DT_ERR_FORMAT,
+    test_write_file(test_path("long.tfrecord"), c.p, c.n);
+    CHECK_ERR(read_all(test_path("long.tfrecord"), DT_COMPRESSION_NONE, 0, &count), DT_ERR_FORMAT,
               "long.tfrecord: offset 0: truncated record: the header gives 209715200 data bytes, "
               "the file ends after 5 of them (at offset 17)");
     free(b.p);
@@ -415,12 +396,12 @@ TEST(tfrecord_length_bound_stops_corrupt_headers)
 TEST(tfrecord_io_errors_name_the_file)
 {
     dt_tfrecord_reader *r;
-    CHECK_ERR(dt_tfrecord_open(tmp_path("nope.tfrecord"), DT_COMPRESSION_NONE, 0, &r), DT_ERR_IO,
+    CHECK_ERR(dt_tfrecord_open(test_path("nope.tfrecord"), DT_COMPRESSION_NONE, 0, &r), DT_ERR_IO,
               "nope.tfrecord: No such file");
     CHECK_ERR(dt_tfrecord_open(test_tmpdir(), DT_COMPRESSION_NONE, 0, &r), DT_ERR_IO,
               "is a directory");
     /* read() failing: a descriptor open for writing only. */
-    int fd = open(tmp_path("wronly"), O_WRONLY | O_CREAT, 0600);
+    int fd = open(test_path("wronly"), O_WRONLY | O_CREAT, 0600);
     CHECK(fd >= 0);
     CHECK_OK(dt_tfrecord_open_fd(fd, "wronly-file", DT_COMPRESSION_NONE, 0, &r));
     const uint8_t *d;
@@ -431,7 +412,7 @@ TEST(tfrecord_io_errors_name_the_file)
     close(fd);
     /* Writers: a missing directory at open, a full disk at close (the output is buffered). */
     dt_tfrecord_writer *w;
-    CHECK_ERR(dt_tfrecord_writer_open(tmp_path("no/dir.tfrecord"), DT_COMPRESSION_NONE, &w),
+    CHECK_ERR(dt_tfrecord_writer_open(test_path("no/dir.tfrecord"), DT_COMPRESSION_NONE, &w),
               DT_ERR_IO, "no/dir.tfrecord: cannot create: No such file");
     if (access("/dev/full", W_OK) == 0) {
         CHECK_OK(dt_tfrecord_writer_open("/dev/full", DT_COMPRESSION_GZIP, &w));
@@ -456,37 +437,37 @@ static size_t slurp(const char *path, uint8_t **out)
 
 TEST(tfrecord_corrupt_compressed_streams)
 {
-    write_round_trip(tmp_path("c.gz"), DT_COMPRESSION_GZIP);
-    write_round_trip(tmp_path("c.zz"), DT_COMPRESSION_ZLIB);
+    write_round_trip(test_path("c.gz"), DT_COMPRESSION_GZIP);
+    write_round_trip(test_path("c.zz"), DT_COMPRESSION_ZLIB);
     uint8_t *gz, *zz;
-    size_t gn = slurp(tmp_path("c.gz"), &gz), zn = slurp(tmp_path("c.zz"), &zz);
+    size_t gn = slurp(test_path("c.gz"), &gz), zn = slurp(test_path("c.zz"), &zz);
     int count;
     /* Cut short: the stream ends inside a compressed block. */
-    write_file(tmp_path("cut.gz"), gz, gn - 10);
-    CHECK_ERR(read_all(tmp_path("cut.gz"), DT_COMPRESSION_GZIP, 0, &count), DT_ERR_FORMAT,
+    test_write_file(test_path("cut.gz"), gz, gn - 10);
+    CHECK_ERR(read_all(test_path("cut.gz"), DT_COMPRESSION_GZIP, 0, &count), DT_ERR_FORMAT,
               "cut.gz: offset ");
     CHECK(strstr(dt_last_error(), "truncated gzip stream") != NULL);
-    write_file(tmp_path("cut.zz"), zz, zn / 2);
-    CHECK_ERR(read_all(tmp_path("cut.zz"), DT_COMPRESSION_ZLIB, 0, &count), DT_ERR_FORMAT,
+    test_write_file(test_path("cut.zz"), zz, zn / 2);
+    CHECK_ERR(read_all(test_path("cut.zz"), DT_COMPRESSION_ZLIB, 0, &count), DT_ERR_FORMAT,
               "truncated zlib stream");
     /* Damaged: a flipped byte in the middle of the deflate data. */
     gz[gn / 2] ^= 0x55;
-    write_file(tmp_path("bad.gz"), gz, gn);
-    dt_status st = read_all(tmp_path("bad.gz"), DT_COMPRESSION_AUTO, 0, &count);
+    test_write_file(test_path("bad.gz"), gz, gn);
+    dt_status st = read_all(test_path("bad.gz"), DT_COMPRESSION_AUTO, 0, &count);
     CHECK(st == DT_ERR_FORMAT);
     /* Depending on where the damage leads inflate: a bad code, a stream that seems to go on past
      * the file's end, or garbage framing caught by the record CRCs. */
     CHECK_MSG(strstr(dt_last_error(), "bad.gz: offset ") && (strstr(dt_last_error(), "gzip stream")
               || strstr(dt_last_error(), "CRC mismatch")), "message: %s", dt_last_error());
     /* A zlib file read as gzip: the header is wrong from byte 0. */
-    CHECK_ERR(read_all(tmp_path("c.zz"), DT_COMPRESSION_GZIP, 0, &count), DT_ERR_FORMAT,
+    CHECK_ERR(read_all(test_path("c.zz"), DT_COMPRESSION_GZIP, 0, &count), DT_ERR_FORMAT,
               "c.zz: offset 0: corrupt gzip stream");
     CHECK(strstr(dt_last_error(), "incorrect header check") != NULL);
     /* A plain file read as zlib. */
     bytes b = {0};
     put_record(&b, "hello", 5);
-    write_file(tmp_path("plain"), b.p, b.n);
-    CHECK_ERR(read_all(tmp_path("plain"), DT_COMPRESSION_ZLIB, 0, &count), DT_ERR_FORMAT,
+    test_write_file(test_path("plain"), b.p, b.n);
+    CHECK_ERR(read_all(test_path("plain"), DT_COMPRESSION_ZLIB, 0, &count), DT_ERR_FORMAT,
               "plain: offset 0: corrupt zlib stream");
     free(b.p);
     free(gz);

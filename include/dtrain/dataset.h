@@ -45,6 +45,12 @@ struct dt_dataset {
     uint64_t iteration; /* iterations begun before the current one */
 };
 
+/* Wraps a new dataset around ops and state (taken: ops->destroy frees it) over input (taken, may
+ * be NULL for a source): how sources and transformations, dtrain's and a user's, are made. On
+ * failure the state and the input are freed. */
+dt_status dt_dataset_create(const dt_dataset_ops *ops, dt_dataset *input, void *state,
+                            dt_dataset **out);
+
 dt_status dt_dataset_next(dt_dataset *ds, dt_elem **out);
 dt_status dt_dataset_reset(dt_dataset *ds);
 void dt_dataset_destroy(dt_dataset *ds);

@@ -39,9 +39,8 @@ void dt_dataset_destroy(dt_dataset *ds)
     free(ds);
 }
 
-/* Wraps state into a dataset; on failure frees state (with free_state) and input. */
-static dt_status make_dataset(const dt_dataset_ops *ops, dt_dataset *input, void *state,
-                              dt_dataset **out)
+dt_status dt_dataset_create(const dt_dataset_ops *ops, dt_dataset *input, void *state,
+                            dt_dataset **out)
 {
     *out = NULL;
     dt_dataset *ds = calloc(1, sizeof *ds);
@@ -140,7 +139,7 @@ dt_status dt_dataset_range(int64_t start, int64_t stop, int64_t step, dt_dataset
     if (!s)
         return st;
     s->start = s->cur = start, s->stop = stop, s->step = step;
-    return make_dataset(&range_ops, NULL, s, out);
+    return dt_dataset_create(&range_ops, NULL, s, out);
 }
 
 /* ---- from_elems ---- */
@@ -178,7 +177,7 @@ dt_status dt_dataset_from_elems(dt_elem *const *elems, int64_t n, dt_dataset **o
     if (!s)
         return st;
     s->elems = elems, s->n = n;
-    return make_dataset(&slices_ops, NULL, s, out);
+    return dt_dataset_create(&slices_ops, NULL, s, out);
 }
 
 /* ---- shard ---- */
@@ -224,7 +223,7 @@ dt_status dt_dataset_shard(dt_dataset *input, int64_t num_shards, int64_t index,
     if (!s)
         return st;
     s->n = num_shards, s->index = index;
-    return make_dataset(&shard_ops, input, s, out);
+    return dt_dataset_create(&shard_ops, input, s, out);
 }
 
 /* ---- shuffle ---- */
@@ -346,7 +345,7 @@ dt_status dt_dataset_shuffle(dt_dataset *input, int64_t buffer_size, uint64_t se
     s->cap = buffer_size;
     s->seed = seed;
     s->reshuffle = reshuffle_each_iteration;
-    if ((st = make_dataset(&shuffle_ops, input, s, out)))
+    if ((st = dt_dataset_create(&shuffle_ops, input, s, out)))
         return st;
     shuffle_seed(*out);
     return DT_OK;
@@ -431,7 +430,7 @@ dt_status dt_dataset_batch(dt_dataset *input, int64_t batch_size, bool drop_rema
     if (!s)
         return st;
     s->size = batch_size, s->drop = drop_remainder;
-    return make_dataset(&batch_ops, input, s, out);
+    return dt_dataset_create(&batch_ops, input, s, out);
 }
 
 /* ---- map ---- */
@@ -539,7 +538,7 @@ dt_status dt_dataset_map(dt_dataset *input, dt_map_fn fn, void *ctx, int num_par
         dt_dataset_destroy(input);
         return st;
     }
-    return make_dataset(&map_ops, input, s, out);
+    return dt_dataset_create(&map_ops, input, s, out);
 }
 
 /* ---- cache ---- */
@@ -825,7 +824,7 @@ dt_status dt_dataset_cache(dt_dataset *input, const char *path, dt_dataset **out
                 goto fail;
         }
     }
-    return make_dataset(&cache_ops, input, s, out);
+    return dt_dataset_create(&cache_ops, input, s, out);
 fail: {
     dt_dataset tmp = {&cache_ops, NULL, s, 0};
     cache_destroy(&tmp);
@@ -883,7 +882,7 @@ dt_status dt_dataset_repeat(dt_dataset *input, int64_t count, dt_dataset **out)
     if (!s)
         return st;
     s->count = count < 0 ? -1 : count;
-    return make_dataset(&repeat_ops, input, s, out);
+    return dt_dataset_create(&repeat_ops, input, s, out);
 }
 
 /* ---- take and skip ---- */
@@ -935,7 +934,7 @@ static dt_status make_count(const dt_dataset_ops *ops, dt_dataset *input, int64_
         return st;
     /* TensorFlow: take(-1) takes everything; skip(-1) skips everything. */
     s->limit = count < 0 ? INT64_MAX : count;
-    return make_dataset(ops, input, s, out);
+    return dt_dataset_create(ops, input, s, out);
 }
 
 dt_status dt_dataset_take(dt_dataset *input, int64_t count, dt_dataset **out)
@@ -1085,7 +1084,7 @@ dt_status dt_dataset_prefetch(dt_dataset *input, int buffer_size, dt_dataset **o
         dt_dataset_destroy(input);
         return dt_error(DT_ERR_NOMEM, "no memory for a prefetch dataset");
     }
-    if ((st = make_dataset(&prefetch_ops, input, s, out)))
+    if ((st = dt_dataset_create(&prefetch_ops, input, s, out)))
         return st;
     s->ds = *out;
     if ((st = prefetch_start(s))) {

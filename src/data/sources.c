@@ -270,20 +270,6 @@ static void tfr_destroy(dt_dataset *ds)
 
 static const dt_dataset_ops tfr_ops = {"tfrecord", tfr_next, tfr_reset, tfr_destroy};
 
-static dt_status wrap(const dt_dataset_ops *ops, void *state, dt_dataset **out)
-{
-    dt_dataset *ds = calloc(1, sizeof *ds);
-    if (!ds) {
-        dt_dataset tmp = {ops, NULL, state, 0};
-        ops->destroy(&tmp);
-        return dt_error(DT_ERR_NOMEM, "no memory for a %s dataset", ops->name);
-    }
-    ds->ops = ops;
-    ds->state = state;
-    *out = ds;
-    return DT_OK;
-}
-
 dt_status dt_dataset_tfrecord(const dt_file_list *files, const dt_source_options *o,
                               dt_dataset **out)
 {
@@ -303,7 +289,7 @@ dt_status dt_dataset_tfrecord(const dt_file_list *files, const dt_source_options
         free(s);
         return dt_error(DT_ERR_NOMEM, "no memory for a tfrecord dataset");
     }
-    return wrap(&tfr_ops, s, out);
+    return dt_dataset_create(&tfr_ops, NULL, s, out);
 }
 
 /* ---- Example parsing ---- */
@@ -664,7 +650,7 @@ dt_status dt_dataset_libsvm(const dt_file_list *files, const dt_libsvm_options *
         return st;
     s->lo = *lo;
     s->parse = libsvm_parse;
-    return wrap(&libsvm_ops, s, out);
+    return dt_dataset_create(&libsvm_ops, NULL, s, out);
 }
 
 /* CSV: one line at a time through the CSV parser (numbers only; no quoted newlines). */
@@ -739,5 +725,5 @@ dt_status dt_dataset_csv(const dt_file_list *files, const dt_csv_options *co,
     s->co = *co;
     s->label_name = label_name;
     s->parse = csv_parse;
-    return wrap(&csv_ops, s, out);
+    return dt_dataset_create(&csv_ops, NULL, s, out);
 }
