@@ -522,11 +522,15 @@ static dt_status text_next(dt_dataset *ds, dt_elem **out)
             dt_elem *e = dt_elem_alloc(1, s->rows.n_dense, nnz, 0);
             if (!e)
                 return dt_error(DT_ERR_NOMEM, "no memory for a row");
-            memcpy(e->dense, s->rows.dense + (size_t)r * s->rows.n_dense,
-                   (size_t)s->rows.n_dense * sizeof(float));
+            /* Dense-only rows have no sparse arrays and sparse-only rows no dense ones. */
+            if (s->rows.n_dense)
+                memcpy(e->dense, s->rows.dense + (size_t)r * s->rows.n_dense,
+                       (size_t)s->rows.n_dense * sizeof(float));
             e->labels[0] = s->rows.labels[r];
-            memcpy(e->sp_ids, s->rows.sp_ids + s->rows.sp_row[r], nnz * sizeof(int64_t));
-            memcpy(e->sp_vals, s->rows.sp_vals + s->rows.sp_row[r], nnz * sizeof(float));
+            if (nnz) {
+                memcpy(e->sp_ids, s->rows.sp_ids + s->rows.sp_row[r], nnz * sizeof(int64_t));
+                memcpy(e->sp_vals, s->rows.sp_vals + s->rows.sp_row[r], nnz * sizeof(float));
+            }
             e->sp_row[1] = (int64_t)nnz;
             /* Text rows are named by their index (the row number); pos stays 0. */
             e->file = s->rows.file;
