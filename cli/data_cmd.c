@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "commands.h"
 #include "dtrain/example.h"
@@ -133,8 +135,16 @@ int cmd_convert(int argc, char **argv)
         return cli_fail(2, "--compression: expected none, gzip or zlib");
     if (num_features < 0 || num_features > (1 << 24))
         return cli_fail(2, "--num-features: must be in 0..16777216");
+    /* A regular file (or a new one) is written beside OUT and renamed over it when complete, so
+     * a bad input never destroys an existing OUT nor leaves half of one; anything else (stdout,
+     * a pipe) is written in place and never removed. */
+    struct stat sb;
+    bool in_place = stat(out, &sb) == 0 && !S_ISREG(sb.st_mode);
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out, (long)getpid());
+    const char *target = in_place ? out : tmp;
     dt_tfrecord_writer *w;
-    dt_status st = dt_tfrecord_writer_open(out, c, &w);
+    dt_status st = dt_tfrecord_writer_open(target, c, &w);
     if (st)
         return cli_fail(1, dt_last_error());
     int64_t count = 0;
@@ -143,10 +153,13 @@ int cmd_convert(int argc, char **argv)
     dt_status close_st = dt_tfrecord_writer_close(w);
     if (st == DT_OK)
         st = close_st;
+    if (st == DT_OK && !in_place && rename(tmp, out) != 0)
+        st = dt_error(DT_ERR_IO, "%s: %s", out, strerror(errno));
     if (st) {
         char msg[1200];
         snprintf(msg, sizeof msg, "%s", dt_last_error());
-        remove(out); /* no half-written output left behind */
+        if (!in_place)
+            remove(tmp);
         return cli_fail(1, msg);
     }
     printf("Wrote %lld records to %s\n", (long long)count, out);
@@ -247,17 +260,26 @@ int cmd_data(int argc, char **argv)
         {"help", FLAG_BOOL, "false", "this text", &help, false},
     };
     int n_flags = (int)(sizeof flags / sizeof flags[0]);
-    /* FILE first, then flags; -n is accepted for --n. */
+    /* FILE anywhere among the flags; -n is accepted for --n. A word is a flag's value when it
+     * follows a flag that takes one and has no '=' (only --help takes none). */
     char *args[64];
     int n_args = 0;
     const char *file = NULL;
+    bool value_next = false;
     for (int i = 1; i < argc && n_args < 63; i++) {
-        if (strcmp(argv[i], "-n") == 0)
-            args[n_args++] = "--n";
-        else if (strncmp(argv[i], "--", 2) != 0 && !file && (i == 1 || strncmp(argv[i - 1], "-", 1) != 0))
-            file = argv[i];
-        else
+        const char *a = argv[i];
+        bool is_flag = a[0] == '-' && a[1] != '\0';
+        if (is_flag) {
+            args[n_args++] = strcmp(a, "-n") == 0 ? "--n" : argv[i];
+            value_next = !strchr(a, '=') && strcmp(a, "--help") != 0;
+        } else if (value_next) {
             args[n_args++] = argv[i];
+            value_next = false;
+        } else if (!file) {
+            file = a;
+        } else {
+            args[n_args++] = argv[i]; /* a second FILE: flags_parse names it */
+        }
     }
     if (flags_parse(flags, n_flags, n_args, args))
         return cli_fail(2, dt_last_error());

@@ -492,16 +492,37 @@ static dt_status file_width(const struct train_opts *o, struct input *in, int *n
         *n_dense = o->num_features;
         return DT_OK;
     }
-    /* CSV: the first batch tells, then the pipeline starts over. */
-    dt_elem *e;
-    dt_status st = dt_dataset_next(in->train, &e);
-    if (st == DT_END)
-        return dt_error(DT_ERR_INVALID, "--data: %s holds no rows", o->data + 4);
-    if (st)
-        return st;
-    *n_dense = e->n_dense;
-    dt_elem_free(e);
-    return dt_dataset_reset(in->train);
+    /* CSV: the first file's first line tells (its header, or its first row): read apart from
+     * the pipeline, which must not read a stream twice. A stream gives no such look. */
+    char line[65536];
+    FILE *f = strcmp(in->train_files.paths[0], "-") == 0 ? NULL : fopen(in->train_files.paths[0], "r");
+    struct stat sb;
+    if (!f || fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        if (f)
+            fclose(f);
+        if (o->num_features > 0) {
+            *n_dense = o->num_features;
+            return DT_OK;
+        }
+        return dt_error(DT_ERR_INVALID, "--num-features: CSV from a stream needs the number of "
+                        "feature columns");
+    }
+    int fields = 0;
+    dt_csv_options co;
+    dt_csv_options_default(&co);
+    while (fgets(line, sizeof line, f)) {
+        size_t len = strcspn(line, "\n");
+        dt_status st = dt_csv_count_fields(line, len, &co, &fields);
+        if (st == DT_END)
+            continue;
+        fclose(f);
+        if (st)
+            return dt_error_prefix(st, "%s: line 1", in->train_files.paths[0]);
+        *n_dense = fields - (o->label_column ? 1 : 0);
+        return DT_OK;
+    }
+    fclose(f);
+    return dt_error(DT_ERR_INVALID, "--data: %s holds no rows", in->train_files.paths[0]);
 }
 
 static dt_status prepare_files(const struct train_opts *o, int64_t shuffle_buffer,

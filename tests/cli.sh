@@ -111,6 +111,7 @@ if [ -d "$fm" ]; then
         train --max-steps 2 --progress none --test-data none --metrics-out "$tmp/no/dir/m.json"
 
     # --- file data: convert, data head, training from TFRecord and LibSVM, streams ---
+    printf '{"layers": [{"type": "dense", "units": 4, "activation": "relu"}, {"type": "dense", "units": 2}]}' > "$tmp/svm-model.json"
     run "$dtrain" convert --from idx "$fm/t10k-images-idx3-ubyte.gz,$fm/t10k-labels-idx1-ubyte.gz" "$tmp/t10k.tfrecord"
     if [ "$status" -eq 0 ] && grep -q "Wrote 10000 records" "$tmp/out"; then ok convert_idx_to_tfrecord; \
     else fail convert_idx_to_tfrecord "exit $status: $(cat "$tmp/err")"; fi
@@ -142,10 +143,28 @@ if [ -d "$fm" ]; then
         --epochs 1 --skip-bad-records --progress none
     if [ "$status" -eq 0 ] && grep -q "Skipped 1 bad records" "$tmp/out"; then ok skip_bad_records; \
     else fail skip_bad_records "exit $status: $(cat "$tmp/out" "$tmp/err")"; fi
+    # convert never destroys an existing output when its input is bad.
+    echo keep > "$tmp/existing.tfrecord"
+    expect_error convert_bad_input_keeps_output 1 "nope.svm: No such file" \
+        convert --from libsvm "$tmp/nope.svm" "$tmp/existing.tfrecord"
+    if [ "$(cat "$tmp/existing.tfrecord")" = keep ] && ! ls "$tmp"/existing.tfrecord.tmp.* > /dev/null 2>&1; then
+        ok convert_output_untouched; else fail convert_output_untouched "the output changed or a temp file stayed"; fi
+    run "$dtrain" data head --format=tfrecord "$tmp/t10k.tfrecord" --n=1
+    if [ "$status" -eq 0 ] && [ "$(wc -l < "$tmp/out")" -eq 1 ]; then ok data_head_flags_before_file; \
+    else fail data_head_flags_before_file "exit $status: $(cat "$tmp/err")"; fi
+    # CSV: the width comes from the file's first line; from a stream, from --num-features.
+    printf 'x1,x2,x3,y\n0.5,1,0,1\n-0.5,0,1,0\n0.25,1,1,1\n-1,0,0,0\n' > "$tmp/d.csv"
+    run "$dtrain" train --data "csv:$tmp/d.csv" --csv-header --label-column y --model-file "$tmp/svm-model.json" \
+        --batch-size 2 --epochs 2 --progress none
+    if [ "$status" -eq 0 ] && grep -q "Trained 4 steps (8 examples)" "$tmp/out"; then ok csv_training; \
+    else fail csv_training "exit $status: $(cat "$tmp/out" "$tmp/err")"; fi
+    run bash -c "cat '$tmp/d.csv' | '$dtrain' train --data csv:- --csv-header --label-column y --num-features 3 --model-file '$tmp/svm-model.json' --batch-size 2 --progress none"
+    if [ "$status" -eq 0 ] && grep -q "Trained 2 steps" "$tmp/out"; then ok csv_from_stdin; \
+    else fail csv_from_stdin "exit $status: $(cat "$tmp/out" "$tmp/err")"; fi
+
     # LibSVM from stdin, streamed once: one epoch works, a second needs --cache.
     printf '1 1:0.5 2:1\n0 1:-0.5 3:1\n1 2:0.25 3:-1\n0 1:-1 2:0.5\n' > "$tmp/small.svm"
     for i in 1 2 3 4 5 6; do cat "$tmp/small.svm"; done > "$tmp/train.svm"
-    printf '{"layers": [{"type": "dense", "units": 4, "activation": "relu"}, {"type": "dense", "units": 2}]}' > "$tmp/svm-model.json"
     run bash -c "cat '$tmp/train.svm' | '$dtrain' train --data libsvm:- --num-features 3 --model-file '$tmp/svm-model.json' --batch-size 4 --progress none"
     if [ "$status" -eq 0 ] && grep -q "Trained 6 steps (24 examples)" "$tmp/out"; then ok libsvm_from_stdin; \
     else fail libsvm_from_stdin "exit $status: $(cat "$tmp/out" "$tmp/err")"; fi

@@ -332,3 +332,54 @@ TEST(autoshard_and_input_context)
     CHECK_ERR(dt_input_context_per_replica_batch(&c, 66, &per), DT_ERR_INVALID,
               "global batch size 66 is not divisible by the 4 replicas");
 }
+
+static dt_status drop_odd(void *ctx, dt_elem *in, dt_elem **out)
+{
+    (void)ctx;
+    if ((int64_t)in->labels[0] % 2) {
+        dt_elem_free(in); /* dropped: OK with no output */
+        return DT_OK;
+    }
+    *out = in;
+    return DT_OK;
+}
+
+TEST(dataset_review_regressions)
+{
+    dt_dataset *ds;
+    dt_elem *e;
+    float v[16];
+    /* A map may drop elements. */
+    CHECK_OK(dt_dataset_map(range(7), drop_odd, NULL, 3, &ds));
+    check_seq(v, collect(ds, v, 16, NULL), (float[]){0, 2, 4, 6}, 4, "map dropping odd elements");
+    dt_dataset_destroy(ds);
+    /* An empty first pass makes an empty cache, in memory and on file; the end stays the end. */
+    char path[512];
+    snprintf(path, sizeof path, "%s/empty.cache", test_tmpdir());
+    for (int file = 0; file < 2; file++) {
+        CHECK_OK(dt_dataset_cache(range(0), file ? path : NULL, &ds));
+        CHECK(dt_dataset_next(ds, &e) == DT_END);
+        CHECK(dt_dataset_next(ds, &e) == DT_END);
+        CHECK_OK(dt_dataset_reset(ds));
+        CHECK(dt_dataset_next(ds, &e) == DT_END);
+        dt_dataset_destroy(ds);
+    }
+    CHECK_OK(dt_dataset_cache(range(3), NULL, &ds));
+    CHECK(collect(ds, v, 16, NULL) == 3);
+    CHECK(dt_dataset_next(ds, &e) == DT_END); /* not a replay of the cache */
+    dt_dataset_destroy(ds);
+    /* A reset before anything was read changes nothing: the same order as a fresh dataset. */
+    float a[50], b[50];
+    CHECK_OK(dt_dataset_shuffle(range(50), 50, 3, true, &ds));
+    CHECK_OK(dt_dataset_reset(ds));
+    CHECK(collect(ds, a, 50, NULL) == 50);
+    dt_dataset_destroy(ds);
+    CHECK_OK(dt_dataset_shuffle(range(50), 50, 3, true, &ds));
+    CHECK(collect(ds, b, 50, NULL) == 50);
+    dt_dataset_destroy(ds);
+    CHECK(memcmp(a, b, sizeof a) == 0);
+    /* A range ending at INT64's top does not overflow. */
+    CHECK_OK(dt_dataset_range(INT64_MAX - 2, INT64_MAX, 1, &ds));
+    CHECK(collect(ds, v, 16, NULL) == 2);
+    dt_dataset_destroy(ds);
+}

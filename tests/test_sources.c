@@ -248,3 +248,58 @@ TEST(sources_read_a_stream_once)
     dt_dataset_destroy(ds);
     dt_file_list_free(&files);
 }
+
+TEST(sources_review_regressions)
+{
+    /* tf.data's interleave order: A=[0], B=[100, 101], C=[200, 201], cycle 2 -> 0 100 101 200 201. */
+    write_examples(test_path("il-a.tfrecord"), 0, 1);
+    write_examples(test_path("il-b.tfrecord"), 100, 2);
+    write_examples(test_path("il-c.tfrecord"), 200, 2);
+    char pattern[600];
+    snprintf(pattern, sizeof pattern, "%s/il-*.tfrecord", test_tmpdir());
+    dt_file_list files;
+    CHECK_OK(dt_file_list_glob(pattern, &files));
+    dt_example_spec spec;
+    CHECK_OK(dt_example_spec_parse("x:2", "y", &spec));
+    dt_source_options o;
+    dt_source_options_default(&o);
+    o.num_parallel_reads = 2;
+    dt_dataset *ds;
+    CHECK_OK(dt_dataset_tfrecord(&files, &o, &ds));
+    CHECK_OK(dt_dataset_parse_examples(ds, &spec, &files, 1, &o, &ds));
+    float got[8];
+    dt_status end;
+    CHECK(read_labels(ds, got, 8, &end) == 5 && end == DT_END);
+    float want[5] = {0, 100, 101, 200, 201};
+    for (int i = 0; i < 5; i++)
+        CHECK_MSG(got[i] == want[i], "element %d: %g, expected %g", i, got[i], want[i]);
+    dt_dataset_destroy(ds);
+    /* A batch whose records are all skipped is dropped, not passed on empty. */
+    dt_example_spec wrong;
+    CHECK_OK(dt_example_spec_parse("x:2", "missing_label", &wrong));
+    int64_t bad = 0;
+    o.skip_bad_records = true, o.bad_records = &bad, o.num_parallel_reads = 1;
+    CHECK_OK(dt_dataset_tfrecord(&files, &o, &ds));
+    CHECK_OK(dt_dataset_batch(ds, 2, false, &ds));
+    CHECK_OK(dt_dataset_parse_examples(ds, &wrong, &files, 2, &o, &ds));
+    CHECK(read_labels(ds, got, 8, &end) == 0 && end == DT_END && bad == 5);
+    dt_dataset_destroy(ds);
+    dt_file_list_free(&files);
+    /* A CSV label named wrongly is a configuration error even with skipping, and a text source
+     * stays at its end once there. */
+    const char *csv = test_path("r.csv");
+    test_write_file(csv, "a,b\n1,2\n", 8);
+    CHECK_OK(dt_file_list_glob(csv, &files));
+    dt_csv_options co;
+    dt_csv_options_default(&co);
+    co.header = true;
+    CHECK_OK(dt_dataset_csv(&files, &co, "lable", &o, &ds));
+    dt_elem *e;
+    CHECK_ERR(dt_dataset_next(ds, &e), DT_ERR_INVALID, "no column is called 'lable'");
+    dt_dataset_destroy(ds);
+    CHECK_OK(dt_dataset_csv(&files, &co, "b", &o, &ds));
+    CHECK(read_labels(ds, got, 8, &end) == 1 && end == DT_END && got[0] == 2.0f);
+    CHECK(dt_dataset_next(ds, &e) == DT_END);
+    dt_dataset_destroy(ds);
+    dt_file_list_free(&files);
+}

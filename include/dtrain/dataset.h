@@ -43,6 +43,7 @@ struct dt_dataset {
     dt_dataset *input;  /* owned; NULL for a source */
     void *state;
     uint64_t iteration; /* iterations begun before the current one */
+    bool started;       /* next() was called in this iteration: a reset before that is a no-op */
 };
 
 /* Wraps a new dataset around ops and state (taken: ops->destroy frees it) over input (taken, may
@@ -73,7 +74,8 @@ dt_status dt_dataset_shuffle(dt_dataset *input, int64_t buffer_size, uint64_t se
 dt_status dt_dataset_batch(dt_dataset *input, int64_t batch_size, bool drop_remainder,
                            dt_dataset **out);
 
-/* fn turns *in (which it may free, or return as is) into *out. It runs on pool threads when
+/* fn turns *in (which it may free, or return as is) into *out, or drops it (DT_OK with *out left
+ * NULL: tf.data's ignore_errors). It runs on pool threads when
  * num_parallel_calls > 1, so it must be thread-safe; ctx is shared. Errors propagate in order. */
 typedef dt_status (*dt_map_fn)(void *ctx, dt_elem *in, dt_elem **out);
 dt_status dt_dataset_map(dt_dataset *input, dt_map_fn fn, void *ctx, int num_parallel_calls,

@@ -21,11 +21,17 @@
 dt_status dt_dataset_next(dt_dataset *ds, dt_elem **out)
 {
     *out = NULL;
+    ds->started = true;
     return ds->ops->next(ds, out);
 }
 
 dt_status dt_dataset_reset(dt_dataset *ds)
 {
+    /* An iteration nobody has read from is already at its beginning: resetting it would only
+     * throw away read-ahead work, and a stream could not be read again. */
+    if (!ds->started)
+        return DT_OK;
+    ds->started = false;
     ds->iteration++;
     return ds->ops->reset(ds);
 }
@@ -45,7 +51,7 @@ dt_status dt_dataset_create(const dt_dataset_ops *ops, dt_dataset *input, void *
     *out = NULL;
     dt_dataset *ds = calloc(1, sizeof *ds);
     if (!ds) {
-        dt_dataset tmp = {ops, NULL, state, 0};
+        dt_dataset tmp = {.ops = ops, .state = state};
         if (state)
             ops->destroy(&tmp);
         dt_dataset_destroy(input);
@@ -104,6 +110,8 @@ static dt_status range_next(dt_dataset *ds, dt_elem **out)
     struct range_state *s = ds->state;
     if (s->step > 0 ? s->cur >= s->stop : s->cur <= s->stop)
         return DT_END;
+    if (s->cur == (s->step > 0 ? INT64_MAX : INT64_MIN) && s->pos > 0 && s->stop != s->cur)
+        return DT_END;
     dt_elem *e = dt_elem_alloc(1, 1, 1, 0);
     if (!e)
         return nomem_elem();
@@ -114,7 +122,9 @@ static dt_status range_next(dt_dataset *ds, dt_elem **out)
     e->sp_vals[0] = 1.0f;
     e->sp_row[1] = 1;
     e->index = s->pos++;
-    s->cur += s->step;
+    /* Past INT64's end the range is over: saturate rather than overflow. */
+    if (__builtin_add_overflow(s->cur, s->step, &s->cur))
+        s->cur = s->step > 0 ? INT64_MAX : INT64_MIN;
     *out = e;
     return DT_OK;
 }
@@ -292,8 +302,11 @@ static dt_status shuffle_next(dt_dataset *ds, dt_elem **out)
             return DT_OK;
         }
         if (st != DT_END) {
+            /* The error ends the iteration; the picked element goes back to be freed. */
+            dt_elem_free(*out);
+            *out = NULL;
             s->buf[j] = s->buf[--s->count];
-            return st; /* the picked element is lost with the error; the iteration is over */
+            return st;
         }
         s->input_done = true;
     }
@@ -445,6 +458,7 @@ struct map_state {
     dt_msg *msgs;
     int n, next;      /* elements in the window, the next to hand out */
     dt_status tail;   /* what the input said after the window's elements (END or an error) */
+    dt_msg tail_msg;
 };
 
 static void map_task(void *ctx, int task, int n_tasks)
@@ -461,26 +475,33 @@ static void map_task(void *ctx, int task, int n_tasks)
 static dt_status map_next(dt_dataset *ds, dt_elem **out)
 {
     struct map_state *s = ds->state;
-    if (s->next == s->n) {
-        if (s->tail != DT_OK)
-            return s->tail;
-        s->n = s->next = 0;
-        while (s->n < s->k) {
-            dt_elem *e;
-            dt_status st = dt_dataset_next(ds->input, &e);
-            if (st) {
-                s->tail = st;
-                break;
+    for (;;) {
+        if (s->next == s->n) {
+            if (s->tail != DT_OK)
+                return raise_kept(s->tail, s->tail_msg);
+            s->n = s->next = 0;
+            while (s->n < s->k) {
+                dt_elem *e;
+                dt_status st = dt_dataset_next(ds->input, &e);
+                if (st) {
+                    /* Kept now: the map calls below may set other messages on this thread. */
+                    s->tail = st;
+                    keep_message(st, s->tail_msg);
+                    break;
+                }
+                s->in[s->n++] = e;
             }
-            s->in[s->n++] = e;
+            if (s->n == 0)
+                return raise_kept(s->tail, s->tail_msg);
+            dt_pool_run(s->n > 1 ? s->pool : NULL, map_task, s, s->n);
         }
-        if (s->n == 0)
-            return s->tail;
-        dt_pool_run(s->n > 1 ? s->pool : NULL, map_task, s, s->n);
+        int i = s->next++;
+        /* A function may drop an element: DT_OK with no output. */
+        if (s->status[i] == DT_OK && !s->outs[i])
+            continue;
+        *out = s->outs[i];
+        return raise_kept(s->status[i], s->msgs[i]);
     }
-    int i = s->next++;
-    *out = s->outs[i];
-    return raise_kept(s->status[i], s->msgs[i]);
 }
 
 static void map_drop_window(struct map_state *s)
@@ -533,7 +554,7 @@ dt_status dt_dataset_map(dt_dataset *input, dt_map_fn fn, void *ctx, int num_par
     else if (s->k > 1)
         st = dt_pool_create(s->k, &s->pool);
     if (st) {
-        dt_dataset tmp = {&map_ops, NULL, s, 0};
+        dt_dataset tmp = {.ops = &map_ops, .state = s};
         map_destroy(&tmp);
         dt_dataset_destroy(input);
         return st;
@@ -635,7 +656,10 @@ static dt_status cache_read_elem(struct cache_state *s, dt_elem **out)
     struct cache_header h;
     memcpy(&h, buf, sizeof h);
     dt_elem probe = {.n = h.n, .n_dense = h.n_dense, .nnz = h.nnz, .n_bytes = h.n_bytes};
-    if (h.n < 0 || h.n_dense < 0 || elem_payload_bytes(&probe) != len) {
+    /* Bounded first, so the size arithmetic below cannot wrap. */
+    bool sane = h.n >= 0 && h.n_dense >= 0 && h.n <= (1 << 24) && h.n_dense <= (1 << 28) &&
+                h.nnz <= len && h.n_bytes <= len;
+    if (!sane || elem_payload_bytes(&probe) != len) {
         st = dt_error(DT_ERR_FORMAT, "%s: offset %llu: element sizes disagree with its length",
                       s->path, (unsigned long long)s->file_off);
         goto fail;
@@ -661,6 +685,17 @@ static dt_status cache_read_elem(struct cache_state *s, dt_elem **out)
     GET(e->raw, h.n_bytes);
 #undef GET
     e->index = h.index, e->pos = h.pos, e->file = h.file;
+    /* Offsets must rise within their arrays, or later readers would index outside them. */
+    for (size_t r = 0; r < rows; r++)
+        if (e->sp_row[r] > e->sp_row[r + 1] || e->raw_off[r] > e->raw_off[r + 1])
+            sane = false;
+    if (!sane || e->sp_row[0] != 0 || (uint64_t)e->sp_row[rows] != h.nnz || e->raw_off[0] != 0 ||
+        e->raw_off[rows] != h.n_bytes) {
+        dt_elem_free(e);
+        st = dt_error(DT_ERR_FORMAT, "%s: offset %llu: element offsets are inconsistent", s->path,
+                      (unsigned long long)s->file_off);
+        goto fail;
+    }
     s->file_off += 12 + len;
     *out = e;
 fail:
@@ -712,7 +747,7 @@ static dt_status cache_next(dt_dataset *ds, dt_elem **out)
     struct cache_state *s = ds->state;
     if (s->complete) {
         if (s->path)
-            return cache_read_elem(s, out);
+            return s->file ? cache_read_elem(s, out) : DT_END;
         if (s->pos >= s->n)
             return DT_END;
         *out = dt_elem_clone(s->elems[s->pos++]);
@@ -721,10 +756,14 @@ static dt_status cache_next(dt_dataset *ds, dt_elem **out)
     dt_elem *e;
     dt_status st = dt_dataset_next(ds->input, &e);
     if (st == DT_END) {
-        /* The iteration is whole: from now on the cache answers. */
+        /* The iteration is whole: from now on the cache answers (an empty input makes an empty
+         * cache). Until the next reset, this iteration stays at its end. */
+        if (s->path && !s->file && (st = cache_open_for_writing(s)))
+            return st;
         if (s->path && (st = cache_finish_file(s)))
             return st;
         s->complete = true;
+        s->pos = s->n;
         return DT_END;
     }
     if (st)
@@ -826,7 +865,7 @@ dt_status dt_dataset_cache(dt_dataset *input, const char *path, dt_dataset **out
     }
     return dt_dataset_create(&cache_ops, input, s, out);
 fail: {
-    dt_dataset tmp = {&cache_ops, NULL, s, 0};
+    dt_dataset tmp = {.ops = &cache_ops, .state = s};
     cache_destroy(&tmp);
     dt_dataset_destroy(input);
     return st;
@@ -1043,7 +1082,15 @@ static dt_status prefetch_reset(dt_dataset *ds)
     struct prefetch_state *s = ds->state;
     prefetch_stop(s);
     dt_status st = reset_input(ds);
-    return st ? st : prefetch_start(s);
+    if (st == DT_OK)
+        st = prefetch_start(s);
+    if (st) {
+        /* No producer runs: next() must report this, not wait for one. */
+        s->ended = true;
+        s->final = st;
+        keep_message(st, s->msg);
+    }
+    return st;
 }
 
 static void prefetch_destroy(dt_dataset *ds)
@@ -1079,7 +1126,7 @@ dt_status dt_dataset_prefetch(dt_dataset *input, int buffer_size, dt_dataset **o
     s->queue = calloc((size_t)buffer_size, sizeof *s->queue);
     s->status = calloc((size_t)buffer_size, sizeof *s->status);
     if (!s->queue || !s->status) {
-        dt_dataset tmp = {&prefetch_ops, NULL, s, 0};
+        dt_dataset tmp = {.ops = &prefetch_ops, .state = s};
         prefetch_destroy(&tmp);
         dt_dataset_destroy(input);
         return dt_error(DT_ERR_NOMEM, "no memory for a prefetch dataset");

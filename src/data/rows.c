@@ -105,7 +105,7 @@ dt_status dt_rowbuf_add_row(dt_rowbuf *b, float **dense_out)
 {
     size_t need = (size_t)b->n + 1;
     if (need > b->cap_rows) {
-        size_t cap = b->cap_rows, c1 = cap, c2 = cap, c3 = cap, c4 = cap;
+        size_t cap = b->cap_rows, c1 = cap, c2 = cap, c3 = cap, c4 = cap * (size_t)b->n_dense;
         int ok = grow((void **)&b->labels, &c1, need, sizeof(float), 64) &&
                  grow((void **)&b->sp_row, &c2, need + 1, sizeof(int64_t), 64) &&
                  grow((void **)&b->raw_off, &c3, need + 1, sizeof(size_t), 64);

@@ -220,11 +220,14 @@ static dt_status tfr_next(dt_dataset *ds, dt_elem **out)
         uint64_t offset;
         dt_status st = dt_tfrecord_next(slot->reader, &data, &n, &offset);
         if (st == DT_END) {
+            /* As tf.data's interleave: the slot takes the next file, the turn passes on. */
             tfr_close_slot(slot);
-            continue; /* the next file takes this slot's turn */
+            s->cursor = (s->cursor + 1) % s->n_slots;
+            continue;
         }
         if (st) {
-            if (!s->o.skip_bad_records)
+            /* Only bad data is skipped: I/O errors and the like still stop the run. */
+            if (!s->o.skip_bad_records || st != DT_ERR_FORMAT)
                 return st;
             count_bad(&s->o);
             /* Past a data CRC mismatch the framing holds; any other error ends the file. */
@@ -346,7 +349,7 @@ static dt_status parse_fn(void *ctx, dt_elem *in, dt_elem **out)
         if (st == DT_ERR_NOMEM)
             goto fail;
         if (st) {
-            if (c->o.skip_bad_records) {
+            if (c->o.skip_bad_records && st == DT_ERR_FORMAT) {
                 count_bad(&c->o);
                 st = DT_OK;
                 continue;
@@ -362,7 +365,8 @@ static dt_status parse_fn(void *ctx, dt_elem *in, dt_elem **out)
             goto fail;
         }
     }
-    if (!(*out = dt_rowbuf_take(b)))
+    /* Every record skipped: the element is dropped rather than passed on empty. */
+    if (b->n > 0 && !(*out = dt_rowbuf_take(b)))
         st = dt_error(DT_ERR_NOMEM, "no memory for parsed examples");
 fail:
     if (b)
@@ -439,6 +443,7 @@ struct text_state {
     int fd;
     bool own, eof, read_stream, has_stream;
     bool skipping;     /* discarding the rest of a bad line up to its newline */
+    bool ended;        /* the iteration is over until a reset */
     dt_status pending; /* an error to report once the rows parsed before it are handed out */
     char pending_msg[1024];
     char *buf;
@@ -468,8 +473,11 @@ static void text_close(struct text_state *s)
 static dt_status text_open_next(struct text_state *s, int next)
 {
     text_close(s);
-    if (next >= s->files->n)
+    s->skipping = false;
+    if (next >= s->files->n) {
+        s->ended = true;
         return DT_END;
+    }
     bool stream;
     dt_status st = open_input(s->files->paths[next], s->read_stream, &s->fd, &s->own, &stream);
     if (st)
@@ -515,6 +523,8 @@ static void text_skip_line(struct text_state *s)
 static dt_status text_next(dt_dataset *ds, dt_elem **out)
 {
     struct text_state *s = ds->state;
+    if (s->ended)
+        return DT_END;
     for (;;) {
         if (s->emitted < s->rows.n) {
             int r = s->emitted++;
@@ -579,7 +589,9 @@ static dt_status text_next(dt_dataset *ds, dt_elem **out)
         s->len -= consumed;
         s->line += lines;
         if (st && st != DT_ERR_NOMEM) {
-            if (!s->o.skip_bad_records) {
+            /* A bad line is skipped on request; a bad option (DT_ERR_INVALID: a label column
+             * that is not there) is never a bad line. */
+            if (!s->o.skip_bad_records || st != DT_ERR_FORMAT) {
                 /* The lines before the bad one were good: their rows go out first. */
                 dt_error_prefix(st, "%s", name_of(s->files, (uint32_t)s->file));
                 snprintf(s->pending_msg, sizeof s->pending_msg, "%s", dt_last_error());
@@ -603,6 +615,7 @@ static dt_status text_reset(dt_dataset *ds)
     dt_rowbuf_clear(&s->rows);
     s->emitted = 0;
     s->pending = DT_OK;
+    s->ended = s->skipping = false;
     s->read_stream = s->read_stream || s->has_stream;
     s->index = 0;
     return DT_OK;
@@ -696,10 +709,10 @@ static dt_status csv_parse(struct text_state *s, size_t *consumed, uint64_t *lin
         } else {
             if (s->csv_columns == 0) {
                 int n = 0;
-                if ((st = dt_csv_count_fields(line, len, &s->co, &n)) == DT_OK)
-                    s->csv_columns = n;
-                else if (st == DT_END)
-                    st = DT_OK;
+                st = dt_csv_count_fields(line, len, &s->co, &n);
+                if (st != DT_OK && st != DT_END)
+                    return dt_error_prefix(st, "line %llu", (unsigned long long)lineno);
+                s->csv_columns = n;
             }
             if (s->rows.n_dense == 0 && s->csv_columns > 0)
                 s->rows.n_dense = s->csv_columns - (s->co.label_column >= 0 ? 1 : 0);
