@@ -10,6 +10,7 @@
  *   input_bench overhead STEPS    step time of the tutorial CNN fed by the image pipeline with
  *                                 prefetch, against the same batches already in memory
  */
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -233,6 +234,7 @@ static int overhead(long steps)
 
 int main(int argc, char **argv)
 {
+    mallopt(M_MMAP_THRESHOLD, 16 << 20); /* as the dtrain command sets it */
     if (argc == 4 && strcmp(argv[1], "gen") == 0)
         return gen(argv[2], atol(argv[3]));
     if (argc == 4 && strcmp(argv[1], "read") == 0)
