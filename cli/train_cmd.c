@@ -405,8 +405,7 @@ static dt_status prepare_images(const struct train_opts *o, int64_t shuffle_buff
 
 /* A file source of rows (parsed), from tfrecord:, libsvm: or csv: data. */
 static dt_status file_source(const struct train_opts *o, const char *flag, const char *data,
-                             dt_file_list *files, const dt_example_spec *spec,
-                             const dt_source_options *so, dt_dataset **out)
+                             dt_file_list *files, const dt_source_options *so, dt_dataset **out)
 {
     const char *colon = strchr(data, ':');
     dt_status st = dt_file_list_glob(colon + 1, files);
@@ -435,7 +434,6 @@ static dt_status file_source(const struct train_opts *o, const char *flag, const
         if (label_name && !co.header)
             return dt_error(DT_ERR_INVALID, "--label-column: a column name needs --csv-header");
     }
-    (void)spec;
     return dt_dataset_csv(files, &co, label_name, so, out);
 }
 
@@ -454,7 +452,7 @@ static dt_status file_pipeline(const struct train_opts *o, const char *flag, con
     so.skip_bad_records = o->skip_bad_records;
     so.bad_records = &in->bad_records;
     dt_dataset *p;
-    if ((st = file_source(o, flag, data, files, &in->spec, &so, &p)))
+    if ((st = file_source(o, flag, data, files, &so, &p)))
         return st;
     if (training && o->cache)
         st = dt_dataset_cache(p, strcmp(o->cache, "memory") == 0 ? NULL : o->cache, &p);
@@ -619,9 +617,7 @@ int cmd_train(int argc, char **argv)
         goto fail;
     fcfg.validate = o.validate && in.test;
     if (in.n_train >= 0)
-        fcfg.expected_steps_per_epoch = o.keep_remainder
-                                            ? (in.n_train + o.batch_size - 1) / o.batch_size
-                                            : in.n_train / o.batch_size;
+        fcfg.expected_steps_per_epoch = dt_fit_batches_per_epoch(&fcfg, in.n_train);
     if ((st = dt_fit_check(&fcfg, in.n_train))) {
         dt_error_prefix(st, "%s", in.source);
         goto fail;

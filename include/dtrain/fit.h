@@ -70,6 +70,9 @@ dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *tr
 dt_status dt_fit(dt_model *m, dt_optim *o, dt_pool *pool, const dt_image_dataset *train,
                  const dt_image_dataset *test, const dt_fit_config *cfg, dt_fit_result *result);
 
+/* Batches in one pass over n_examples: the last partial one counts only with keep_remainder. */
+int64_t dt_fit_batches_per_epoch(const dt_fit_config *cfg, int64_t n_examples);
+
 /* Checks cfg against a training set of n_examples (-1: unknown), naming the field. */
 dt_status dt_fit_check(const dt_fit_config *cfg, int64_t n_examples);
 

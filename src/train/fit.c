@@ -204,6 +204,12 @@ static dt_status train_step(dt_model *m, dt_optim *o, dt_pool *pool, const dt_el
     return DT_OK;
 }
 
+int64_t dt_fit_batches_per_epoch(const dt_fit_config *cfg, int64_t n_examples)
+{
+    int64_t b = cfg->batch_size;
+    return cfg->keep_remainder ? (n_examples + b - 1) / b : n_examples / b;
+}
+
 dt_status dt_fit_check(const dt_fit_config *cfg, int64_t n_examples)
 {
     if (cfg->epochs < 1)
@@ -318,9 +324,7 @@ dt_status dt_fit(dt_model *m, dt_optim *o, dt_pool *pool, const dt_image_dataset
         return dt_error(DT_ERR_INVALID, "batches of %d exceed the model's maximum batch %d",
                         largest, dt_model_max_batch(m));
     dt_fit_config c = *cfg;
-    int64_t full = cfg->keep_remainder ? ((int64_t)train->n + cfg->batch_size - 1) / cfg->batch_size
-                                       : (int64_t)train->n / cfg->batch_size;
-    c.expected_steps_per_epoch = full;
+    c.expected_steps_per_epoch = dt_fit_batches_per_epoch(cfg, train->n);
     if ((st = dt_image_pipeline(train, cfg->batch_size, !cfg->keep_remainder, cfg->shuffle_buffer,
                                 cfg->seed, cfg->prefetch, &train_p)))
         return st;
