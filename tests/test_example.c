@@ -765,3 +765,156 @@ TEST(example_every_prefix_and_byte_flip_is_safe)
     dt_rowbuf_free(&rb);
     free_fixture(&fx);
 }
+
+/* ---- the fast path against the general decoder ---- */
+
+/* Parses with the fast path allowed (spec) and with the general decoder only (slow), and says
+ * whether both gave the same status and, on success, the same row bit for bit. */
+static int same_both_ways(const dt_example_spec *spec, const dt_example_spec *slow,
+                          const uint8_t *p, size_t n, dt_rowbuf *a, dt_rowbuf *b, int *ok)
+{
+    dt_rowbuf_clear(a);
+    dt_rowbuf_clear(b);
+    dt_status sa = dt_example_parse(spec, p, n, a), sb = dt_example_parse(slow, p, n, b);
+    *ok = sa == DT_OK;
+    if (sa != sb || a->n != b->n)
+        return 0;
+    if (sa)
+        return a->n == 0 && strcmp(dt_last_error(), "") != 0;
+    return memcmp(a->dense, b->dense, (size_t)spec->n_dense * sizeof(float)) == 0 &&
+           memcmp(a->labels, b->labels, sizeof(float)) == 0;
+}
+
+TEST(example_fast_path_matches_general_decoder)
+{
+    dt_rng rng;
+    dt_rng_seed(&rng, 7);
+    uint8_t *buf = NULL;
+    size_t n, cap = 0;
+    long fast_taken = 0, records = 0, mutants = 0, mismatches = 0, mutants_ok = 0;
+    dt_rowbuf a, b, c;
+    for (int iter = 0; iter < 150 && mismatches == 0; iter++) {
+        /* Fixed-length floats, bytes and int64s (some negative or past 56 bits: varints of 9 or
+         * 10 bytes), a label of either kind, an unwanted feature, a feature with a default that
+         * some records lack; in a random order. */
+        int nd = 1 + (int)(dt_rng_next(&rng) % 20), nb = 1 + (int)(dt_rng_next(&rng) % 200);
+        int ni = 1 + (int)(dt_rng_next(&rng) % 10);
+        float d[20], yf = (float)(dt_rng_next(&rng) % 10), opt[2] = {1.5f, -2.0f};
+        int64_t ids[10], yi = (int64_t)(dt_rng_next(&rng) % 300);
+        uint8_t bytes[200];
+        for (int k = 0; k < nd; k++)
+            d[k] = (float)((double)(int64_t)dt_rng_next(&rng) / 1e15);
+        for (int k = 0; k < nb; k++)
+            bytes[k] = (uint8_t)dt_rng_next(&rng);
+        int wide = iter % 5 == 4;
+        for (int k = 0; k < ni; k++)
+            ids[k] = wide ? (int64_t)dt_rng_next(&rng)
+                          : (int64_t)(dt_rng_next(&rng) >> (8 + dt_rng_next(&rng) % 56));
+        dt_feature_value f[6] = {
+            {"dense", DT_FEATURE_FLOAT, (size_t)nd, d, NULL, NULL},
+            {"img", DT_FEATURE_BYTES, (size_t)nb, NULL, NULL, bytes},
+            {"ids", DT_FEATURE_INT64, (size_t)ni, NULL, ids, NULL},
+            iter % 2 ? (dt_feature_value){"y", DT_FEATURE_FLOAT, 1, &yf, NULL, NULL}
+                     : (dt_feature_value){"y", DT_FEATURE_INT64, 1, NULL, &yi, NULL},
+            {"unwanted", DT_FEATURE_INT64, (size_t)ni, NULL, ids, NULL},
+            {"opt", DT_FEATURE_FLOAT, 2, opt, NULL, NULL},
+        };
+        for (int k = 5; k > 0; k--) {
+            int j = (int)(dt_rng_next(&rng) % (uint64_t)(k + 1));
+            dt_feature_value t = f[k];
+            f[k] = f[j];
+            f[j] = t;
+        }
+        int n_f = 6;
+        if (iter % 3 == 0) { /* every third record lacks "opt", which has a default */
+            for (int k = 0; k < 5; k++)
+                if (strcmp(f[k].key, "opt") == 0) {
+                    dt_feature_value t = f[k];
+                    f[k] = f[5];
+                    f[5] = t;
+                }
+            n_f = 5;
+        }
+        CHECK_OK(dt_example_encode(f, n_f, &buf, &n, &cap));
+        char list[128];
+        snprintf(list, sizeof list, "dense:%d:2,img:%d:1/255,ids:%d:3/7,opt:2:1:7", nd, nb, ni);
+        dt_example_spec spec, slow;
+        CHECK_OK(dt_example_spec_parse(list, "y", &spec));
+        CHECK(spec.fast);
+        slow = spec;
+        slow.fast = 0;
+        dt_rowbuf_init(&a, spec.n_dense);
+        dt_rowbuf_init(&b, spec.n_dense);
+        dt_rowbuf_init(&c, spec.n_dense);
+        /* The record as written: the fast path takes it unless it holds a long varint. */
+        int ok;
+        records++;
+        mismatches += !same_both_ways(&spec, &slow, buf, n, &a, &b, &ok);
+        CHECK(ok);
+        dt_status fst = dt_example_parse_fast(&spec, buf, n, &c);
+        CHECK(fst == DT_OK || fst == DT_END);
+        CHECK(fst == DT_END ? c.n == 0 : c.n == 1);
+        fast_taken += fst == DT_OK;
+        if (!wide)
+            CHECK_MSG(fst == DT_OK, "record %d: the fast path declined a record of TF's shape",
+                      iter);
+        /* A key given twice (the label, a feature with the same or another count of values):
+         * protobuf's last-wins, which the fast path must leave to the general decoder. */
+        float yf2 = yf + 1.0f, d2[21];
+        int64_t yi2 = yi + 1, ids2[11];
+        for (int k = 0; k < 21; k++)
+            d2[k] = -(float)k;
+        for (int k = 0; k < 11; k++)
+            ids2[k] = k;
+        dt_feature_value dup[4] = {
+            {"y", DT_FEATURE_FLOAT, 1, &yf2, NULL, NULL},
+            {"y", DT_FEATURE_INT64, 1, NULL, &yi2, NULL},
+            {"dense", DT_FEATURE_FLOAT, (size_t)nd + (size_t)(iter % 2), d2, NULL, NULL},
+            {"ids", DT_FEATURE_INT64, (size_t)ni + (size_t)(iter % 2), NULL, ids2, NULL},
+        };
+        for (int v = 0; v < 4; v++) {
+            dt_feature_value g[7];
+            int at = (int)(dt_rng_next(&rng) % (uint64_t)(n_f + 1));
+            for (int k = 0, j = 0; k <= n_f; k++)
+                g[k] = k == at ? dup[v] : f[j++];
+            uint8_t *vb = NULL;
+            size_t vn, vcap = 0;
+            CHECK_OK(dt_example_encode(g, n_f + 1, &vb, &vn, &vcap));
+            mutants++;
+            mismatches += !same_both_ways(&spec, &slow, vb, vn, &a, &b, &ok);
+            mutants_ok += ok;
+            free(vb);
+        }
+        /* Every prefix, and bytes flipped: the same status and row both ways. */
+        for (size_t cut = 0; cut < n && mismatches == 0; cut += 1 + cut / 64) {
+            mutants++;
+            mismatches += !same_both_ways(&spec, &slow, buf, cut, &a, &b, &ok);
+            mutants_ok += ok;
+        }
+        for (size_t i = 0; i < n && mismatches == 0; i++) {
+            uint8_t keep = buf[i];
+            for (int x = 1; x < 256; x += 37) {
+                buf[i] = keep ^ (uint8_t)x;
+                mutants++;
+                mismatches += !same_both_ways(&spec, &slow, buf, n, &a, &b, &ok);
+                mutants_ok += ok;
+            }
+            buf[i] = keep;
+        }
+        dt_rowbuf_free(&a);
+        dt_rowbuf_free(&b);
+        dt_rowbuf_free(&c);
+    }
+    CHECK_MSG(mismatches == 0, "%ld of %ld mutated records decode differently", mismatches,
+              mutants);
+    /* Both outcomes occur among the mutants, and the fast path took most records as written. */
+    CHECK(mutants_ok > 0 && mutants_ok < mutants);
+    CHECK(fast_taken >= records * 3 / 4);
+    /* A spec with a variable-length feature never takes the fast path. */
+    dt_example_spec sparse = spec_of("ids:0", "");
+    CHECK(!sparse.fast);
+    dt_rowbuf_init(&c, sparse.n_dense);
+    CHECK(dt_example_parse_fast(&sparse, buf, n, &c) == DT_END && c.n == 0);
+    dt_rowbuf_free(&c);
+    free(buf);
+}

@@ -60,6 +60,7 @@ typedef struct {
     int n_dense; /* sum of the fixed lengths: set by dt_example_spec_finalize */
     /* Set by dt_example_spec_finalize; private to example.c. */
     int ready;
+    int fast; /* every feature has a fixed length: parse_fast may take the record */
     int dense_off[DT_EXAMPLE_MAX_FEATURES];
     uint8_t key_len[DT_EXAMPLE_MAX_FEATURES + 1]; /* features, then the label */
     uint8_t slots[256];                           /* hash table: 0 empty, else feature index + 1 */
@@ -86,6 +87,15 @@ dt_status dt_example_spec_parse(const char *features, const char *label_key, dt_
  * another width, DT_ERR_NOMEM. */
 dt_status dt_example_parse(const dt_example_spec *spec, const uint8_t *data, size_t n_bytes,
                            dt_rowbuf *out);
+
+/* The single-pass decoder dt_example_parse tries first, for specs whose features all have a
+ * fixed length. It takes records of the shape TF's writers give (one Features message, each map
+ * entry exactly a key and a value, each Feature one list, values packed, no key twice) and decodes
+ * them into the same row dt_example_parse would; at anything else, an error included, it appends
+ * nothing and returns DT_END, and dt_example_parse goes on with its general decoder. Exposed so
+ * tests can hold the two decoders to the same results. DT_ERR_NOMEM when the row cannot grow. */
+dt_status dt_example_parse_fast(const dt_example_spec *spec, const uint8_t *data, size_t n_bytes,
+                                dt_rowbuf *out);
 
 /* The kinds of a Feature, numbered as its oneof fields are. */
 enum { DT_FEATURE_BYTES = 1, DT_FEATURE_FLOAT = 2, DT_FEATURE_INT64 = 3 };
