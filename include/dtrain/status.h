@@ -20,6 +20,9 @@ enum {
     DT_ERR_NOMEM = -4,       /* an allocation failed */
     DT_ERR_UNSUPPORTED = -5, /* valid, but not something dtrain does */
     DT_ERR_NUMERIC = -6,     /* training diverged: NaN or infinity */
+    DT_ERR_PEER = -7,        /* a peer closed its connection, died or broke the protocol */
+    DT_ERR_TIMEOUT = -8,     /* a deadline passed: a peer stopped answering */
+    DT_ERR_AUTH = -9,        /* a peer failed the handshake: wrong secret, version or cluster */
 };
 
 /* The message of the last error set on this thread ("" if none). */

@@ -53,6 +53,9 @@ const char *dt_status_name(dt_status code)
     case DT_ERR_NOMEM: return "out of memory";
     case DT_ERR_UNSUPPORTED: return "unsupported";
     case DT_ERR_NUMERIC: return "numeric error";
+    case DT_ERR_PEER: return "peer error";
+    case DT_ERR_TIMEOUT: return "timeout";
+    case DT_ERR_AUTH: return "authentication error";
     default: return "unknown error";
     }
 }

@@ -1,0 +1,63 @@
+/* The cluster: who the tasks are, from TF_CONFIG, with TensorFlow's semantics.
+ *
+ * TF_CONFIG is JSON: {"cluster": {JOB: ["host:port", ...], ...}, "task": {"type": T, "index": I},
+ * "rpc_layer": "grpc"}. Jobs are chief, worker, ps and evaluator. No TF_CONFIG, or one without a
+ * cluster, is a single local task (a worker of rank 0 in a one-task cluster). The chief is the
+ * `chief` task, or worker 0 when there is no chief job. Training ranks: chief = 0, worker i =
+ * i + number of chiefs; ps and evaluator tasks have no rank. The evaluator stands outside the
+ * training cluster: it is chief of its own one-task cluster.
+ *
+ * Every invalid config is one DT_ERR_INVALID naming the field: "TF_CONFIG: cluster.worker[1]:
+ * 'host' is not host:port". */
+#ifndef DTRAIN_CLUSTER_H
+#define DTRAIN_CLUSTER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dtrain/status.h"
+
+typedef enum { DT_JOB_CHIEF, DT_JOB_WORKER, DT_JOB_PS, DT_JOB_EVALUATOR, DT_JOB_COUNT } dt_job;
+
+#define DT_HOST_CAP 256
+
+typedef struct {
+    char host[DT_HOST_CAP]; /* a name, an IPv4 address, or an IPv6 address without brackets */
+    uint16_t port;
+} dt_addr;
+
+typedef struct {
+    bool has_cluster;         /* false: no TF_CONFIG or no cluster in it (single local task) */
+    int n_tasks[DT_JOB_COUNT];
+    dt_addr *tasks[DT_JOB_COUNT]; /* n_tasks[job] addresses each, in index order */
+    dt_job task_type;
+    int task_index;
+    bool is_chief;
+    int rank;       /* this task's training rank, -1 for ps and evaluator */
+    int n_workers;  /* training ranks: chiefs + workers (1 for a local task or the evaluator) */
+    uint64_t id;    /* a hash of the cluster's jobs and addresses: tasks of another cluster differ */
+} dt_cluster;
+
+const char *dt_job_name(dt_job job);
+/* "chief", "worker", "ps", "evaluator" -> job; DT_ERR_INVALID otherwise. */
+dt_status dt_job_parse(const char *s, dt_job *job);
+
+/* Parses TF_CONFIG's text (json may be NULL or "": a single local task). */
+dt_status dt_cluster_parse(const char *json, dt_cluster *out);
+/* From the environment variable TF_CONFIG. */
+dt_status dt_cluster_from_env(dt_cluster *out);
+/* Accepts a zeroed or half-built cluster. */
+void dt_cluster_free(dt_cluster *c);
+
+/* The task of a training rank (0 .. n_workers - 1). */
+void dt_cluster_rank_task(const dt_cluster *c, int rank, dt_job *job, int *index);
+/* The address of a task; NULL when the cluster has no such task. */
+const dt_addr *dt_cluster_addr(const dt_cluster *c, dt_job job, int index);
+/* True when every address of the cluster is a loopback one (localhost, 127.0.0.0/8, ::1). */
+bool dt_cluster_all_loopback(const dt_cluster *c);
+
+/* Parses "host:port" or "[v6addr]:port" into a; DT_ERR_INVALID "'s' is not host:port" otherwise
+ * (an empty host, a port outside 1..65535 or not a number). */
+dt_status dt_addr_parse(const char *s, dt_addr *a);
+
+#endif

@@ -1,0 +1,122 @@
+/* Communicators: the collectives synchronous training rests on, over one of three backends.
+ *
+ *   tcp    ours: one authenticated TCP connection per pair of ranks (net/transport), a segmented
+ *          pipelined ring for large tensors and recursive doubling for small ones
+ *   mpi    Open MPI (launched by mpirun or srun), loaded as a plugin so that builds and runs
+ *          without MPI never load libmpi
+ *   local  threads of one process sharing memory, for mirrored replicas and tests
+ *
+ * Every operation is collective: all ranks call it in the same order with the same counts. Every
+ * operation has a deadline (the communicator's timeout): a peer that dies or stops answering makes
+ * it fail with DT_ERR_PEER or DT_ERR_TIMEOUT and a message naming the peer (task type:index,
+ * host:port) and the operation in flight, never hang. After a failure the communicator is broken:
+ * every later operation fails at once with the first error.
+ *
+ * Counts split over ranks as MPI's do when they do not divide: dt_comm_block gives rank r the
+ * elements [off, off + n) with the first n_elems % size ranks one element more. */
+#ifndef DTRAIN_COMM_H
+#define DTRAIN_COMM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain/status.h"
+
+typedef enum { DT_REDUCE_SUM, DT_REDUCE_MEAN, DT_REDUCE_MIN, DT_REDUCE_MAX } dt_reduce_op;
+
+/* How float32 tensors travel: as they are, or rounded to bfloat16 or IEEE half (round to nearest
+ * even; reduction still adds in float32), halving the bytes on the wire. */
+typedef enum { DT_WIRE_F32, DT_WIRE_BF16, DT_WIRE_F16 } dt_wire_dtype;
+
+typedef struct dt_comm dt_comm;
+
+/* A backend. Each slot is a collective over the communicator's ranks. */
+typedef struct {
+    const char *name;
+    /* data (n_elems) on every rank becomes op over the ranks' data. MEAN divides the sum by size. */
+    dt_status (*allreduce)(dt_comm *c, float *data, size_t n_elems, dt_reduce_op op,
+                           dt_wire_dtype wire);
+    /* In place: afterwards rank r's block (dt_comm_block) of data holds op over the ranks' data;
+     * the rest of data is unspecified. */
+    dt_status (*reduce_scatter)(dt_comm *c, float *data, size_t n_elems, dt_reduce_op op,
+                                dt_wire_dtype wire);
+    /* recv (size * n_bytes) receives every rank's send (n_bytes), in rank order. */
+    dt_status (*allgather)(dt_comm *c, const void *send, size_t n_bytes, void *recv);
+    /* data (n_bytes) on every rank becomes root's. */
+    dt_status (*broadcast)(dt_comm *c, void *data, size_t n_bytes, int root);
+    /* Returns when every rank has entered it. */
+    dt_status (*barrier)(dt_comm *c);
+    /* Frees the backend's state (impl); closes connections. */
+    void (*destroy)(dt_comm *c);
+} dt_comm_ops;
+
+struct dt_comm {
+    const dt_comm_ops *ops;
+    int rank, size;
+    double timeout;   /* seconds each operation may take before it fails (default 60) */
+    double stall_warn; /* seconds a rank waits before it logs which ranks are missing (default 30) */
+    void *impl;       /* the backend's state */
+};
+
+/* Rank r's share of n_elems split over size ranks: [*off, *off + *n). */
+static inline void dt_comm_block(size_t n_elems, int size, int r, size_t *off, size_t *n)
+{
+    size_t base = n_elems / (size_t)size, extra = n_elems % (size_t)size, ur = (size_t)r;
+    *n = base + (ur < extra ? 1 : 0);
+    *off = ur * base + (ur < extra ? ur : extra);
+}
+
+static inline dt_status dt_comm_allreduce(dt_comm *c, float *data, size_t n_elems, dt_reduce_op op,
+                                          dt_wire_dtype wire)
+{
+    return c->ops->allreduce(c, data, n_elems, op, wire);
+}
+static inline dt_status dt_comm_reduce_scatter(dt_comm *c, float *data, size_t n_elems,
+                                               dt_reduce_op op, dt_wire_dtype wire)
+{
+    return c->ops->reduce_scatter(c, data, n_elems, op, wire);
+}
+static inline dt_status dt_comm_allgather(dt_comm *c, const void *send, size_t n_bytes, void *recv)
+{
+    return c->ops->allgather(c, send, n_bytes, recv);
+}
+static inline dt_status dt_comm_broadcast(dt_comm *c, void *data, size_t n_bytes, int root)
+{
+    return c->ops->broadcast(c, data, n_bytes, root);
+}
+static inline dt_status dt_comm_barrier(dt_comm *c) { return c->ops->barrier(c); }
+/* Accepts NULL. */
+void dt_comm_destroy(dt_comm *c);
+
+const char *dt_reduce_op_name(dt_reduce_op op);
+/* "sum", "mean", "min", "max" -> op; DT_ERR_INVALID otherwise. */
+dt_status dt_reduce_op_parse(const char *s, dt_reduce_op *op);
+const char *dt_wire_dtype_name(dt_wire_dtype w);
+dt_status dt_wire_dtype_parse(const char *s, dt_wire_dtype *w);
+
+/* Reduction kernels shared by the backends: dst[i] = op(dst[i], src[i]) (MEAN adds, as SUM). */
+void dt_reduce_f32(float *dst, const float *src, size_t n_elems, dt_reduce_op op);
+/* float32 <-> 16-bit wire formats, round to nearest even; NaN stays NaN. */
+void dt_f32_to_bf16(const float *src, uint16_t *dst, size_t n_elems);
+void dt_bf16_to_f32(const uint16_t *src, float *dst, size_t n_elems);
+void dt_f32_to_f16(const float *src, uint16_t *dst, size_t n_elems);
+void dt_f16_to_f32(const uint16_t *src, float *dst, size_t n_elems);
+
+/* ---- the local backend ---- */
+
+/* A group of size ranks, each to be driven by its own thread of this process. */
+typedef struct dt_local_group dt_local_group;
+dt_status dt_local_group_create(int size, double timeout, dt_local_group **out);
+/* Rank r's communicator; call once per rank; destroy each before the group. */
+dt_status dt_comm_local(dt_local_group *g, int rank, dt_comm **out);
+void dt_local_group_destroy(dt_local_group *g);
+
+/* ---- the mpi backend ---- */
+
+/* Loads the MPI plugin (libdtrain_mpi.so beside the library or the program, or $DTRAIN_MPI_PLUGIN),
+ * initializes MPI and returns a communicator over MPI_COMM_WORLD. DT_ERR_UNSUPPORTED naming the
+ * plugin path when it cannot be loaded. */
+dt_status dt_comm_mpi(double timeout, dt_comm **out);
+
+#endif
