@@ -24,7 +24,7 @@ CFLAGS := $(filter-out -O2,$(CFLAGS)) -O1 -g -fno-omit-frame-pointer \
 	-fsanitize=address,undefined -fno-sanitize-recover=undefined
 LDFLAGS += -fsanitize=address,undefined
 endif
-LDLIBS := -lopenblas -lcjson -lz -lm -pthread
+LDLIBS := -lopenblas -lcjson -lz -lcrypto -lm -pthread
 
 LIB_SRCS := $(sort $(wildcard src/*/*.c))
 CLI_SRCS := $(sort $(wildcard cli/*.c))
@@ -87,17 +87,18 @@ bench: $(BUILD)/.deps-bench all $(BUILD)/bench/conv_bench $(BUILD)/bench/input_b
 	bash bench/input.sh $(BUILD)
 
 # libFuzzer targets (fuzz/fuzz_*.c) over the readers and parsers, built by clang with ASan and
-# UBSan from the core and data sources. tests/fuzz.sh runs them; make test runs a short smoke pass.
+# UBSan from the core and data sources and the transport's wire formats. tests/fuzz.sh runs them;
+# make test runs a short smoke pass.
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_CFLAGS := -std=c11 -g -O1 -D_GNU_SOURCE -Iinclude -pthread \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-FUZZ_LIB_SRCS := $(sort $(wildcard src/core/*.c src/data/*.c))
+FUZZ_LIB_SRCS := $(sort $(wildcard src/core/*.c src/data/*.c)) src/net/wire.c
 FUZZ_BINS := $(patsubst fuzz/%.c,$(BUILD)/fuzz/%,$(sort $(wildcard fuzz/fuzz_*.c)))
 
 $(BUILD)/fuzz/%: fuzz/%.c $(FUZZ_LIB_SRCS) | $(BUILD)/.deps-build $(BUILD)/.deps-test
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $< $(FUZZ_LIB_SRCS) -lcjson -lz -lm
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $< $(FUZZ_LIB_SRCS) -lcjson -lz -lcrypto -lm
 
 fuzz-build: $(FUZZ_BINS)
 

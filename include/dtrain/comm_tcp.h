@@ -1,0 +1,35 @@
+/* The tcp communicator: collectives over the cluster transport (include/dtrain/transport.h).
+ *
+ * All-reduce of up to small_bytes (on the wire) uses recursive doubling (log2 steps, latency
+ * bound; non-power-of-two sizes fold the extra ranks in first); larger tensors use the ring:
+ * reduce-scatter then all-gather, each block cut into segments of segment_bytes so that while one
+ * segment is reduced the next is already on the wire; each rank sends and receives 2(n-1)/n of the
+ * data, the bandwidth optimum. Broadcast is a binomial tree, all-gather and reduce-scatter rings.
+ * Every rank ends with bitwise identical results: each element is reduced once, in a fixed
+ * order, and then copied.
+ *
+ * Failure: any error (a peer closed, reset, timed out or broke the protocol) breaks the
+ * communicator, and the rank tells every peer it can reach why, in an ABORT frame, so ranks not
+ * adjacent to the failure stop at once naming it instead of waiting for their own timeout. */
+#ifndef DTRAIN_COMM_TCP_H
+#define DTRAIN_COMM_TCP_H
+
+#include "dtrain/cluster.h"
+#include "dtrain/comm.h"
+#include "dtrain/transport.h"
+
+typedef struct {
+    dt_transport_options transport;
+    double timeout;       /* seconds per collective (default 60) */
+    double stall_warn;    /* seconds before a waiting rank logs whom it waits for (default 30) */
+    size_t segment_bytes; /* ring segment (default 512 KiB) */
+    size_t small_bytes;   /* all-reduce up to this many wire bytes uses recursive doubling (64 KiB) */
+} dt_tcp_options;
+
+void dt_tcp_options_default(dt_tcp_options *o);
+
+/* Connects this training task to every other (dt_transport_open) and returns its communicator:
+ * rank and size are the cluster's training rank and n_workers. cl must outlive it. */
+dt_status dt_comm_tcp(const dt_cluster *cl, const dt_tcp_options *o, dt_comm **out);
+
+#endif

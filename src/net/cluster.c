@@ -1,0 +1,490 @@
+/* The cluster spec: TF_CONFIG parsed with TensorFlow's semantics (see include/dtrain/cluster.h).
+ *
+ * This module turns the TF_CONFIG text into a dt_cluster: the addresses of every task of every
+ * job, this task's job and index, its training rank, whether it is the chief, and an id that all
+ * tasks of one cluster share. It owns the address arrays of the dt_cluster it fills (freed by
+ * dt_cluster_free) and nothing else; it never resolves names or opens sockets.
+ *
+ * TensorFlow accepts much that it later trips over, or raises generic ValueErrors; here every
+ * invalid config is one DT_ERR_INVALID whose message starts "TF_CONFIG: " and names the field.
+ * Choices beyond what TensorFlow specifies, each made so a launch mistake is caught at start-up
+ * instead of two tasks silently believing they are the same one:
+ *   - Unknown keys are errors (top level: cluster, task, rpc_layer, environment; task: type,
+ *     index), as are keys given twice. rpc_layer and environment must be strings and are ignored.
+ *   - task.index is required when there is a cluster (TensorFlow's estimator defaults it to 0,
+ *     which makes every task that forgot it worker 0), and must be a JSON integer, not "1".
+ *   - An empty cluster ({}) is a single local task, as TensorFlow's empty ClusterSpec is; a
+ *     non-empty one needs at least one chief or worker. A cluster without "task" is an error.
+ *   - The evaluator may be left out of the cluster; its index is then not checked (TensorFlow
+ *     checks it only against a listed job). Its rank is -1 and it is chief of itself.
+ *   - Two tasks may not share an address (host compared without case, IPv6 by value).
+ *   - A host is a name or IPv4 address of [A-Za-z0-9._-], or an IPv6 address in brackets
+ *     (optionally with a %zone); "::1:80" without brackets is rejected as ambiguous. */
+#include "dtrain/cluster.h"
+
+#include <arpa/inet.h>
+#include <assert.h>
+#include <cjson/cJSON.h>
+#include <limits.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define TFC "TF_CONFIG: "
+#define JOB_LIST "chief, worker, ps, evaluator"
+
+static const char *const job_names[DT_JOB_COUNT] = {"chief", "worker", "ps", "evaluator"};
+
+const char *dt_job_name(dt_job job)
+{
+    return (unsigned)job < DT_JOB_COUNT ? job_names[job] : "unknown";
+}
+
+dt_status dt_job_parse(const char *s, dt_job *job)
+{
+    for (int j = 0; j < DT_JOB_COUNT; j++)
+        if (strcmp(s, job_names[j]) == 0) {
+            *job = (dt_job)j;
+            return DT_OK;
+        }
+    return dt_error(DT_ERR_INVALID, "unknown job '%s' (jobs are " JOB_LIST ")", s);
+}
+
+/* ---- Addresses ---- */
+
+/* ASCII only: isalnum() would follow the locale, and a host must mean the same on every task. */
+static bool is_name_char(char ch)
+{
+    return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+           ch == '.' || ch == '-' || ch == '_';
+}
+
+static bool is_name(const char *s)
+{
+    if (!*s)
+        return false;
+    for (; *s; s++)
+        if (!is_name_char(*s))
+            return false;
+    return true;
+}
+
+/* An IPv6 address, optionally with a "%zone" (link-local addresses need one to be reachable). */
+static bool is_ipv6(const char *host)
+{
+    char addr[DT_HOST_CAP];
+    unsigned char bytes[16];
+    snprintf(addr, sizeof addr, "%s", host);
+    char *zone = strchr(addr, '%');
+    if (zone) {
+        *zone++ = '\0';
+        if (!is_name(zone))
+            return false;
+    }
+    return inet_pton(AF_INET6, addr, bytes) == 1;
+}
+
+/* The port after the last colon: digits only (strtol would take "+80", " 80" and "0x50"). */
+static const char *parse_port(const char *s, uint16_t *port)
+{
+    size_t n = strlen(s);
+    if (n == 0)
+        return "no port after ':'";
+    if (n > 5)
+        return "the port must be 1..65535";
+    unsigned v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return "the port must be a number";
+        v = v * 10 + (unsigned)(s[i] - '0');
+    }
+    if (v < 1 || v > 65535)
+        return "the port must be 1..65535";
+    *port = (uint16_t)v;
+    return NULL;
+}
+
+/* Splits s into a->host and a->port; returns why s is not host:port, or NULL. */
+static const char *split_addr(const char *s, dt_addr *a)
+{
+    const char *colon = strrchr(s, ':');
+    if (!colon)
+        return "no ':port'";
+    const char *host = s;
+    size_t n = (size_t)(colon - s);
+    bool bracketed = s[0] == '[';
+    if (bracketed) {
+        if (n < 2 || s[n - 1] != ']')
+            return "an IPv6 address is written [addr]:port";
+        host++;
+        n -= 2;
+    }
+    if (n == 0)
+        return "empty host";
+    if (n >= DT_HOST_CAP)
+        return "the host is too long";
+    memcpy(a->host, host, n);
+    a->host[n] = '\0';
+    if (bracketed && !is_ipv6(a->host))
+        return "not an IPv6 address in the brackets";
+    if (!bracketed && strchr(a->host, ':'))
+        return "a host has no ':'; an IPv6 address is written [addr]:port";
+    if (!bracketed && !is_name(a->host))
+        return "a host is letters, digits, '.', '-' and '_'";
+    return parse_port(colon + 1, &a->port);
+}
+
+dt_status dt_addr_parse(const char *s, dt_addr *a)
+{
+    memset(a, 0, sizeof *a);
+    const char *why = split_addr(s, a);
+    if (!why)
+        return DT_OK;
+    memset(a, 0, sizeof *a);
+    /* Cut a very long address so the reason still fits in the message. */
+    return dt_error(DT_ERR_INVALID, "'%.300s' is not host:port (%s)", s, why);
+}
+
+/* "host:port", or "[v6]:port": how users wrote it, for messages. */
+static void format_addr(const dt_addr *a, char *buf, size_t cap)
+{
+    bool v6 = strchr(a->host, ':') != NULL;
+    snprintf(buf, cap, "%s%s%s:%u", v6 ? "[" : "", a->host, v6 ? "]" : "", (unsigned)a->port);
+}
+
+/* Host names are case-insensitive, and one IPv6 address has many spellings ("::1", "0::1"). */
+static bool same_addr(const dt_addr *a, const dt_addr *b)
+{
+    unsigned char x[16], y[16];
+    if (a->port != b->port)
+        return false;
+    if (strcasecmp(a->host, b->host) == 0)
+        return true;
+    return inet_pton(AF_INET6, a->host, x) == 1 && inet_pton(AF_INET6, b->host, y) == 1 &&
+           memcmp(x, y, sizeof x) == 0;
+}
+
+static bool is_loopback(const char *host)
+{
+    struct in_addr v4;
+    struct in6_addr v6;
+    if (strcasecmp(host, "localhost") == 0)
+        return true;
+    if (inet_pton(AF_INET, host, &v4) == 1)
+        return (ntohl(v4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, host, &v6) == 1)
+        return IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
+    return false;
+}
+
+/* ---- JSON helpers ---- */
+
+/* Finds the members of obj named by keys (found[i] NULL when absent). Unknown keys are errors so
+ * that a misspelt one is reported rather than ignored, and so are repeated ones: cJSON keeps both
+ * copies where Python's json keeps the last, and silently picking one would hide the mistake.
+ * field is the object's path ("" at the top level); what names a key in messages ("key", "job"). */
+static dt_status get_members(const cJSON *obj, const char *field, const char *what,
+                             const char *const *keys, int n_keys, const char *key_list,
+                             const cJSON **found)
+{
+    const char *sep = field[0] ? ": " : "";
+    const char *dot = field[0] ? "." : "";
+    for (int k = 0; k < n_keys; k++)
+        found[k] = NULL;
+    for (const cJSON *m = obj->child; m; m = m->next) {
+        int k = 0;
+        while (k < n_keys && strcmp(m->string, keys[k]) != 0)
+            k++;
+        if (k == n_keys)
+            return dt_error(DT_ERR_INVALID, TFC "%s%sunknown %s '%s' (%ss are %s)", field, sep,
+                            what, m->string, what, key_list);
+        if (found[k])
+            return dt_error(DT_ERR_INVALID, TFC "%s%s%s: given twice", field, dot, keys[k]);
+        found[k] = m;
+    }
+    return DT_OK;
+}
+
+/* A JSON integer in 0..INT_MAX; TensorFlow's int() would also take "1" and 1.9. */
+static bool get_index(const cJSON *item, int *out)
+{
+    if (!cJSON_IsNumber(item))
+        return false;
+    double v = item->valuedouble;
+    if (!(v >= 0 && v <= INT_MAX) || v != floor(v))
+        return false;
+    *out = (int)v;
+    return true;
+}
+
+/* ---- The cluster ---- */
+
+static dt_status parse_job(const cJSON *list, dt_job job, dt_cluster *out)
+{
+    const char *name = job_names[job];
+    if (!cJSON_IsArray(list))
+        return dt_error(DT_ERR_INVALID, TFC "cluster.%s: not a list of \"host:port\" strings", name);
+    int n = cJSON_GetArraySize(list);
+    if ((job == DT_JOB_CHIEF || job == DT_JOB_EVALUATOR) && n > 1)
+        return dt_error(DT_ERR_INVALID, TFC "cluster.%s: %d tasks, at most one %s", name, n, name);
+    if (n == 0)
+        return DT_OK;
+    out->tasks[job] = calloc((size_t)n, sizeof(dt_addr));
+    if (!out->tasks[job])
+        return dt_error(DT_ERR_NOMEM, TFC "cluster.%s: no memory for %d addresses", name, n);
+    out->n_tasks[job] = n;
+    int i = 0;
+    for (const cJSON *e = list->child; e; e = e->next, i++) {
+        if (!cJSON_IsString(e))
+            return dt_error(DT_ERR_INVALID, TFC "cluster.%s[%d]: not a \"host:port\" string", name, i);
+        dt_status st = dt_addr_parse(e->valuestring, &out->tasks[job][i]);
+        if (st)
+            return dt_error_prefix(st, TFC "cluster.%s[%d]", name, i);
+    }
+    return DT_OK;
+}
+
+/* Two tasks on one address would both bind it, or one would talk to itself thinking it talks to a
+ * peer. Names the later task and the earlier one it repeats, jobs in dt_job order. */
+static dt_status check_unique_addrs(const dt_cluster *c)
+{
+    for (int j = 0; j < DT_JOB_COUNT; j++)
+        for (int i = 0; i < c->n_tasks[j]; i++)
+            for (int pj = 0; pj <= j; pj++)
+                for (int pi = 0; pi < (pj == j ? i : c->n_tasks[pj]); pi++) {
+                    if (!same_addr(&c->tasks[j][i], &c->tasks[pj][pi]))
+                        continue;
+                    char text[DT_HOST_CAP + 16];
+                    format_addr(&c->tasks[j][i], text, sizeof text);
+                    return dt_error(DT_ERR_INVALID, TFC "cluster.%s[%d]: '%s' is also cluster.%s[%d]",
+                                    job_names[j], i, text, job_names[pj], pi);
+                }
+    return DT_OK;
+}
+
+static dt_status parse_cluster(const cJSON *cluster, dt_cluster *out)
+{
+    const cJSON *jobs[DT_JOB_COUNT];
+    dt_status st = get_members(cluster, "cluster", "job", job_names, DT_JOB_COUNT, JOB_LIST, jobs);
+    for (int j = 0; j < DT_JOB_COUNT && !st; j++)
+        if (jobs[j])
+            st = parse_job(jobs[j], (dt_job)j, out);
+    if (st)
+        return st;
+    if (out->n_tasks[DT_JOB_CHIEF] + out->n_tasks[DT_JOB_WORKER] == 0)
+        return dt_error(DT_ERR_INVALID,
+                        TFC "cluster: no chief and no worker (training needs at least one)");
+    return check_unique_addrs(out);
+}
+
+static dt_status parse_task(const cJSON *task, dt_cluster *out)
+{
+    static const char *const keys[] = {"type", "index"};
+    const cJSON *m[2];
+    if (!task)
+        return dt_error(DT_ERR_INVALID, TFC "task: missing (a cluster needs this task's type and index)");
+    if (!cJSON_IsObject(task))
+        return dt_error(DT_ERR_INVALID, TFC "task: not an object");
+    dt_status st = get_members(task, "task", "key", keys, 2, "type, index", m);
+    if (st)
+        return st;
+    if (!m[0])
+        return dt_error(DT_ERR_INVALID, TFC "task.type: missing");
+    if (!cJSON_IsString(m[0]))
+        return dt_error(DT_ERR_INVALID, TFC "task.type: not a string");
+    if (dt_job_parse(m[0]->valuestring, &out->task_type))
+        return dt_error_prefix(DT_ERR_INVALID, TFC "task.type");
+    int n = out->n_tasks[out->task_type];
+    const char *name = job_names[out->task_type];
+    /* The evaluator alone may stand outside the cluster it evaluates. */
+    if (n == 0 && out->task_type != DT_JOB_EVALUATOR)
+        return dt_error(DT_ERR_INVALID, TFC "task.type: job '%s' is not in the cluster", name);
+    if (!m[1])
+        return dt_error(DT_ERR_INVALID, TFC "task.index: missing");
+    if (!get_index(m[1], &out->task_index))
+        return dt_error(DT_ERR_INVALID, TFC "task.index: not a non-negative integer");
+    if (n > 0 && out->task_index >= n)
+        return dt_error(DT_ERR_INVALID, TFC "task.index: %d is out of range: job '%s' has %d task%s",
+                        out->task_index, name, n, n == 1 ? "" : "s");
+    return DT_OK;
+}
+
+/* Ranks and the chief, as TensorFlow's multi_worker_util computes them. */
+static void assign_roles(dt_cluster *c)
+{
+    int chiefs = c->n_tasks[DT_JOB_CHIEF];
+    c->n_workers = chiefs + c->n_tasks[DT_JOB_WORKER];
+    switch (c->task_type) {
+    case DT_JOB_CHIEF:
+        c->rank = 0;
+        c->is_chief = true;
+        break;
+    case DT_JOB_WORKER:
+        c->rank = c->task_index + chiefs;
+        c->is_chief = chiefs == 0 && c->task_index == 0;
+        break;
+    case DT_JOB_PS:
+        c->rank = -1;
+        c->is_chief = false;
+        break;
+    case DT_JOB_EVALUATOR:
+        c->rank = -1;
+        c->is_chief = true;
+        c->n_workers = 1;
+        break;
+    case DT_JOB_COUNT:
+        assert(!"DT_JOB_COUNT is not a job");
+        break;
+    }
+}
+
+static uint64_t fnv1a(uint64_t h, const char *s)
+{
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+/* FNV-1a of a canonical text: per job in dt_job order "name=count\n", then per task
+ * "host port\n" with the host in lower case. Hosts hold no spaces or newlines, so two different
+ * clusters never share a text; task and rpc_layer are left out so every task gets the same id. */
+static uint64_t cluster_id(const dt_cluster *c)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    char line[DT_HOST_CAP + 32];
+    for (int j = 0; j < DT_JOB_COUNT; j++) {
+        snprintf(line, sizeof line, "%s=%d\n", job_names[j], c->n_tasks[j]);
+        h = fnv1a(h, line);
+        for (int i = 0; i < c->n_tasks[j]; i++) {
+            const dt_addr *a = &c->tasks[j][i];
+            int n = snprintf(line, sizeof line, "%s %u\n", a->host, (unsigned)a->port);
+            for (int k = 0; k < n && line[k] != ' '; k++)
+                if (line[k] >= 'A' && line[k] <= 'Z')
+                    line[k] = (char)(line[k] - 'A' + 'a');
+            h = fnv1a(h, line);
+        }
+    }
+    return h;
+}
+
+static void set_local(dt_cluster *c)
+{
+    memset(c, 0, sizeof *c);
+    c->task_type = DT_JOB_WORKER;
+    c->is_chief = true;
+    c->n_workers = 1;
+    c->id = cluster_id(c);
+}
+
+/* The top level: which keys are there and whether they make a cluster. Leaves *cluster NULL
+ * for a single local task. */
+static dt_status parse_top(const cJSON *root, const cJSON **cluster, const cJSON **task)
+{
+    static const char *const keys[] = {"cluster", "task", "rpc_layer", "environment"};
+    const cJSON *m[4];
+    if (!cJSON_IsObject(root))
+        return dt_error(DT_ERR_INVALID, TFC "not a JSON object");
+    dt_status st = get_members(root, "", "key", keys, 4, "cluster, task, rpc_layer, environment", m);
+    if (st)
+        return st;
+    for (int k = 2; k < 4; k++)
+        if (m[k] && !cJSON_IsString(m[k]))
+            return dt_error(DT_ERR_INVALID, TFC "%s: not a string", keys[k]);
+    if (m[0] && !cJSON_IsObject(m[0]))
+        return dt_error(DT_ERR_INVALID, TFC "cluster: not an object of job: [\"host:port\", ...]");
+    /* An empty cluster is TensorFlow's empty ClusterSpec: a local task. */
+    *cluster = m[0] && m[0]->child ? m[0] : NULL;
+    *task = m[1];
+    return DT_OK;
+}
+
+/* A cluster was given: its jobs, this task, and what follows from them. */
+static dt_status build_cluster(const cJSON *cluster, const cJSON *task, dt_cluster *out)
+{
+    out->has_cluster = true;
+    dt_status st = parse_cluster(cluster, out);
+    if (st)
+        return st;
+    st = parse_task(task, out);
+    if (st)
+        return st;
+    assign_roles(out);
+    out->id = cluster_id(out);
+    return DT_OK;
+}
+
+dt_status dt_cluster_parse(const char *json, dt_cluster *out)
+{
+    cJSON *root = NULL;
+    const cJSON *cluster = NULL, *task = NULL;
+    dt_status st = DT_OK;
+    set_local(out);
+    if (!json || !json[0])
+        return DT_OK;
+    const char *end = NULL;
+    root = cJSON_ParseWithOpts(json, &end, 1);
+    if (!root) {
+        /* cJSON sets end on failure too; its global error pointer is not thread-safe. */
+        st = dt_error(DT_ERR_INVALID, TFC "not valid JSON near byte %zu",
+                      end ? (size_t)(end - json) : (size_t)0);
+        goto fail;
+    }
+    st = parse_top(root, &cluster, &task);
+    if (st)
+        goto fail;
+    if (cluster) {
+        st = build_cluster(cluster, task, out);
+        if (st)
+            goto fail;
+    }
+    cJSON_Delete(root);
+    return DT_OK;
+fail:
+    cJSON_Delete(root);
+    dt_cluster_free(out);
+    return st;
+}
+
+dt_status dt_cluster_from_env(dt_cluster *out) { return dt_cluster_parse(getenv("TF_CONFIG"), out); }
+
+void dt_cluster_free(dt_cluster *c)
+{
+    for (int j = 0; j < DT_JOB_COUNT; j++)
+        free(c->tasks[j]);
+    memset(c, 0, sizeof *c);
+}
+
+void dt_cluster_rank_task(const dt_cluster *c, int rank, dt_job *job, int *index)
+{
+    assert(rank >= 0 && rank < c->n_workers);
+    /* The evaluator's one-task cluster is itself. */
+    if (c->task_type == DT_JOB_EVALUATOR) {
+        *job = DT_JOB_EVALUATOR;
+        *index = c->task_index;
+        return;
+    }
+    int chiefs = c->n_tasks[DT_JOB_CHIEF];
+    *job = rank < chiefs ? DT_JOB_CHIEF : DT_JOB_WORKER;
+    *index = rank < chiefs ? rank : rank - chiefs;
+}
+
+const dt_addr *dt_cluster_addr(const dt_cluster *c, dt_job job, int index)
+{
+    if ((unsigned)job >= DT_JOB_COUNT || index < 0 || index >= c->n_tasks[job])
+        return NULL;
+    return &c->tasks[job][index];
+}
+
+bool dt_cluster_all_loopback(const dt_cluster *c)
+{
+    for (int j = 0; j < DT_JOB_COUNT; j++)
+        for (int i = 0; i < c->n_tasks[j]; i++)
+            if (!is_loopback(c->tasks[j][i].host))
+                return false;
+    return true;
+}

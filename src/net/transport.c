@@ -1,0 +1,593 @@
+/* The cluster transport (see include/dtrain/transport.h): connection set-up with the handshake,
+ * and the framed full-duplex exchange the collectives are built from. */
+#include "dtrain/transport.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "dtrain/clock.h"
+#include "dtrain/sock.h"
+#include "dtrain/wire.h"
+
+#define ABORT_MSG_CAP 2048
+
+void dt_transport_options_default(dt_transport_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->connect_timeout = 300.0;
+    o->handshake_timeout = 10.0;
+    o->max_frame_bytes = (uint64_t)64 << 20;
+}
+
+dt_status dt_transport_load_secret(const char *secret_file, uint8_t **secret, size_t *secret_len)
+{
+    *secret = NULL;
+    *secret_len = 0;
+    if (secret_file) {
+        FILE *f = fopen(secret_file, "rb");
+        if (!f)
+            return dt_error(DT_ERR_IO, "%s: %s", secret_file, strerror(errno));
+        uint8_t buf[4097];
+        size_t n = fread(buf, 1, sizeof buf, f);
+        int err = ferror(f);
+        fclose(f);
+        if (err)
+            return dt_error(DT_ERR_IO, "%s: cannot read it", secret_file);
+        if (n == sizeof buf)
+            return dt_error(DT_ERR_INVALID, "%s: a secret of more than 4096 bytes", secret_file);
+        while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+            n--;
+        if (n < 16)
+            return dt_error(DT_ERR_INVALID, "%s: a secret of %zu bytes is too short (16 at least)",
+                            secret_file, n);
+        if (!(*secret = malloc(n)))
+            return dt_error(DT_ERR_NOMEM, "no memory for the secret");
+        memcpy(*secret, buf, n);
+        *secret_len = n;
+        return DT_OK;
+    }
+    const char *env = getenv("DTRAIN_CLUSTER_SECRET");
+    if (!env || !*env)
+        return DT_OK;
+    size_t n = strlen(env);
+    if (n < 16)
+        return dt_error(DT_ERR_INVALID, "DTRAIN_CLUSTER_SECRET: a secret of %zu bytes is too short "
+                        "(16 at least)", n);
+    if (!(*secret = malloc(n)))
+        return dt_error(DT_ERR_NOMEM, "no memory for the secret");
+    memcpy(*secret, env, n);
+    *secret_len = n;
+    return DT_OK;
+}
+
+/* ---- set-up ---- */
+
+typedef struct {
+    const dt_cluster *cl;
+    const dt_transport_options *o;
+    dt_transport *t;
+    int listen_fd;
+    double deadline;
+    pthread_mutex_t mu;
+    int missing; /* higher ranks not yet connected */
+    bool stop;
+    dt_status failed; /* an error of the accepting thread itself (not of a refused peer) */
+    char failed_msg[512];
+} setup;
+
+static int rank_of(const dt_cluster *cl, dt_job job, uint32_t index)
+{
+    int chiefs = cl->n_tasks[DT_JOB_CHIEF];
+    if (job == DT_JOB_CHIEF && (int)index < chiefs)
+        return 0;
+    if (job == DT_JOB_WORKER && index < (uint32_t)cl->n_tasks[DT_JOB_WORKER])
+        return (int)index + chiefs;
+    return -1;
+}
+
+static void name_peer(const dt_cluster *cl, int rank, char *out, size_t cap)
+{
+    dt_job job;
+    int index;
+    dt_cluster_rank_task(cl, rank, &job, &index);
+    const dt_addr *a = dt_cluster_addr(cl, job, index);
+    snprintf(out, cap, "%s:%d (%s:%u)", dt_job_name(job), index, a ? a->host : "?",
+             a ? (unsigned)a->port : 0u);
+}
+
+static void my_hello(const setup *s, dt_hello *h)
+{
+    memset(h, 0, sizeof *h);
+    h->version = DT_WIRE_VERSION;
+    h->cluster_id = s->cl->id;
+    h->task_type = (uint8_t)s->cl->task_type;
+    h->task_index = (uint32_t)s->cl->task_index;
+}
+
+/* Tells a peer that failed the handshake why, in an ABORT frame, best effort. */
+static void refuse(int fd, const char *why)
+{
+    uint8_t hdr[DT_FRAME_HDR_BYTES];
+    size_t n = strlen(why);
+    dt_frame_hdr h = {DT_FRAME_ABORT, 0, 0, n};
+    dt_frame_encode(&h, hdr);
+    double d = dt_clock_now() + 0.5;
+    if (dt_sock_send_all(fd, hdr, sizeof hdr, d, "peer") == DT_OK)
+        dt_sock_send_all(fd, why, n, d, "peer");
+}
+
+/* The server's half of the handshake on an accepted connection; the client's rank on success. */
+static dt_status serve_handshake(setup *s, int fd, const char *from, int *client_rank)
+{
+    uint8_t hc[DT_HELLO_BYTES], hs[DT_HELLO_BYTES], mac[DT_MAC_BYTES], want[DT_MAC_BYTES];
+    double d = dt_clock_now() + s->o->handshake_timeout;
+    if (d > s->deadline)
+        d = s->deadline;
+    dt_hello peer, me;
+    dt_status st = dt_sock_recv_all(fd, hc, sizeof hc, d, from);
+    if (st)
+        return st;
+    if ((st = dt_hello_decode(hc, &peer))) {
+        refuse(fd, dt_last_error());
+        return st;
+    }
+    if (peer.cluster_id != s->cl->id) {
+        refuse(fd, "it belongs to another cluster (its TF_CONFIG differs)");
+        return dt_error(DT_ERR_AUTH, "%s:%u belongs to another cluster (its TF_CONFIG differs)",
+                        dt_job_name((dt_job)peer.task_type), peer.task_index);
+    }
+    int r = rank_of(s->cl, (dt_job)peer.task_type, peer.task_index);
+    if (r <= s->t->rank) {
+        refuse(fd, "it is not a task that connects to this one");
+        return dt_error(DT_ERR_AUTH, "%s:%u is not a task that connects to this one",
+                        dt_job_name((dt_job)peer.task_type), peer.task_index);
+    }
+    my_hello(s, &me);
+    if ((st = dt_random_bytes(me.nonce, sizeof me.nonce)))
+        return st;
+    dt_hello_encode(&me, hs);
+    dt_hello_mac(s->o->secret, s->o->secret_len, 'S', hc, hs, mac);
+    if ((st = dt_sock_send_all(fd, hs, sizeof hs, d, from)) ||
+        (st = dt_sock_send_all(fd, mac, sizeof mac, d, from)) ||
+        (st = dt_sock_recv_all(fd, mac, sizeof mac, d, from)))
+        return st;
+    dt_hello_mac(s->o->secret, s->o->secret_len, 'C', hc, hs, want);
+    if (!dt_mac_equal(mac, want)) {
+        refuse(fd, "wrong cluster secret");
+        return dt_error(DT_ERR_AUTH, "%s:%u does not know the cluster secret",
+                        dt_job_name((dt_job)peer.task_type), peer.task_index);
+    }
+    pthread_mutex_lock(&s->mu);
+    bool taken = s->t->peers[r].fd >= 0;
+    pthread_mutex_unlock(&s->mu);
+    if (taken) {
+        refuse(fd, "its rank is connected already");
+        return dt_error(DT_ERR_AUTH, "%s:%u is connected already",
+                        dt_job_name((dt_job)peer.task_type), peer.task_index);
+    }
+    uint8_t ack[DT_FRAME_HDR_BYTES];
+    dt_frame_hdr h = {DT_FRAME_ACK, 0, 0, 0};
+    dt_frame_encode(&h, ack);
+    if ((st = dt_sock_send_all(fd, ack, sizeof ack, d, from)))
+        return st;
+    *client_rank = r;
+    return DT_OK;
+}
+
+static void *accept_loop(void *arg)
+{
+    setup *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        bool done = s->missing == 0 || s->stop;
+        pthread_mutex_unlock(&s->mu);
+        if (done)
+            return NULL;
+        /* Short waits, so a stop request is seen soon. */
+        double d = dt_clock_now() + 0.2;
+        if (d > s->deadline)
+            d = s->deadline;
+        int fd;
+        char from[128];
+        dt_status st = dt_sock_accept(s->listen_fd, d, &fd, from, sizeof from);
+        if (st == DT_END) {
+            if (dt_clock_now() >= s->deadline)
+                return NULL;
+            continue;
+        }
+        if (st) {
+            pthread_mutex_lock(&s->mu);
+            s->failed = st;
+            snprintf(s->failed_msg, sizeof s->failed_msg, "%s", dt_last_error());
+            pthread_mutex_unlock(&s->mu);
+            return NULL;
+        }
+        int r = -1;
+        st = serve_handshake(s, fd, from, &r);
+        if (st) {
+            fprintf(s->t->log, "dtrain: warning: refused the connection from %s: %s\n", from,
+                    dt_last_error());
+            fflush(s->t->log);
+            dt_sock_close(fd);
+            continue;
+        }
+        pthread_mutex_lock(&s->mu);
+        s->t->peers[r].fd = fd;
+        s->missing--;
+        pthread_mutex_unlock(&s->mu);
+    }
+}
+
+/* Reads the reason in an ABORT frame a peer sent instead of the expected bytes. */
+static void read_abort_reason(int fd, uint64_t n, char *out, size_t cap, const char *who)
+{
+    size_t take = n < cap - 1 ? (size_t)n : cap - 1;
+    out[0] = '\0';
+    if (dt_sock_recv_all(fd, out, take, dt_clock_now() + 1.0, who) == DT_OK)
+        out[take] = '\0';
+    for (size_t i = 0; out[i]; i++) /* one line, printable */
+        if ((unsigned char)out[i] < 0x20)
+            out[i] = ' ';
+}
+
+/* The client's half of the handshake on a connection to rank r. DT_ERR_PEER means the
+ * connection broke (worth another attempt); DT_ERR_AUTH that r refused or failed it. */
+static dt_status client_handshake(setup *s, int fd, int r, double d)
+{
+    const char *who = s->t->peers[r].name;
+    uint8_t hc[DT_HELLO_BYTES], hs[DT_HELLO_BYTES], mac[DT_MAC_BYTES], want[DT_MAC_BYTES];
+    dt_hello me, peer;
+    my_hello(s, &me);
+    dt_status st = dt_random_bytes(me.nonce, sizeof me.nonce);
+    if (st)
+        return st;
+    dt_hello_encode(&me, hc);
+    if ((st = dt_sock_send_all(fd, hc, sizeof hc, d, who)) ||
+        (st = dt_sock_recv_all(fd, hs, DT_FRAME_HDR_BYTES, d, who)))
+        return st;
+    dt_frame_hdr fh;
+    if (dt_frame_decode(hs, ABORT_MSG_CAP, &fh) == DT_OK && fh.type == DT_FRAME_ABORT) {
+        char why[ABORT_MSG_CAP];
+        read_abort_reason(fd, fh.n_bytes, why, sizeof why, who);
+        return dt_error(DT_ERR_AUTH, "%s refused this task: %s", who, why);
+    }
+    if ((st = dt_sock_recv_all(fd, hs + DT_FRAME_HDR_BYTES, sizeof hs - DT_FRAME_HDR_BYTES, d,
+                               who)) ||
+        (st = dt_sock_recv_all(fd, mac, sizeof mac, d, who)))
+        return st;
+    if ((st = dt_hello_decode(hs, &peer)))
+        return dt_error_prefix(st, "%s", who);
+    dt_hello_mac(s->o->secret, s->o->secret_len, 'S', hc, hs, want);
+    if (peer.cluster_id != s->cl->id || rank_of(s->cl, (dt_job)peer.task_type,
+                                                peer.task_index) != r)
+        return dt_error(DT_ERR_AUTH, "%s answered as %s:%u of another cluster", who,
+                        dt_job_name((dt_job)peer.task_type), peer.task_index);
+    if (!dt_mac_equal(mac, want))
+        return dt_error(DT_ERR_AUTH, "%s does not know the cluster secret (the secrets differ)",
+                        who);
+    dt_hello_mac(s->o->secret, s->o->secret_len, 'C', hc, hs, mac);
+    uint8_t ack[DT_FRAME_HDR_BYTES];
+    if ((st = dt_sock_send_all(fd, mac, sizeof mac, d, who)) ||
+        (st = dt_sock_recv_all(fd, ack, sizeof ack, d, who)))
+        return st;
+    if ((st = dt_frame_decode(ack, ABORT_MSG_CAP, &fh)))
+        return dt_error_prefix(DT_ERR_AUTH, "%s", who);
+    if (fh.type == DT_FRAME_ABORT) {
+        char why[ABORT_MSG_CAP];
+        read_abort_reason(fd, fh.n_bytes, why, sizeof why, who);
+        return dt_error(DT_ERR_AUTH, "%s refused this task: %s", who, why);
+    }
+    if (fh.type != DT_FRAME_ACK || fh.n_bytes != 0)
+        return dt_error(DT_ERR_AUTH, "%s did not accept the handshake", who);
+    return DT_OK;
+}
+
+/* Connects to rank r, retrying with backoff while it is not listening yet. */
+static dt_status connect_rank(setup *s, int r)
+{
+    const char *who = s->t->peers[r].name;
+    dt_job job;
+    int index;
+    dt_cluster_rank_task(s->cl, r, &job, &index);
+    const dt_addr *a = dt_cluster_addr(s->cl, job, index);
+    double backoff = 0.05;
+    for (;;) {
+        double now = dt_clock_now();
+        if (now >= s->deadline)
+            return dt_error(DT_ERR_TIMEOUT, "could not connect to %s within %.0f s",
+                            who, s->o->connect_timeout);
+        double d = now + s->o->handshake_timeout;
+        if (d > s->deadline)
+            d = s->deadline;
+        int fd;
+        dt_status st = dt_sock_connect(a->host, a->port, d, &fd);
+        if (st == DT_OK) {
+            st = client_handshake(s, fd, r, d);
+            if (st == DT_OK) {
+                s->t->peers[r].fd = fd;
+                return DT_OK;
+            }
+            dt_sock_close(fd);
+        }
+        if (st != DT_ERR_PEER && st != DT_ERR_TIMEOUT)
+            return st;
+        /* Not listening yet, or the connection broke: try again a little later. */
+        double wait = backoff;
+        if (dt_clock_now() + wait > s->deadline)
+            wait = s->deadline - dt_clock_now();
+        if (wait > 0)
+            usleep((useconds_t)(wait * 1e6));
+        backoff = backoff * 2 < 1.0 ? backoff * 2 : 1.0;
+    }
+}
+
+static dt_status check_security(const dt_cluster *cl, const dt_transport_options *o, FILE *log)
+{
+    if (o->secret && o->secret_len > 0)
+        return DT_OK;
+    if (!dt_cluster_all_loopback(cl) && !o->insecure)
+        return dt_error(DT_ERR_AUTH, "this cluster has non-loopback addresses and no secret: set "
+                        "DTRAIN_CLUSTER_SECRET or give --secret-file (or --insecure to run "
+                        "unauthenticated)");
+    if (cl->n_workers > 1) {
+        fprintf(log, "dtrain: warning: no cluster secret: traffic between the tasks is "
+                     "unauthenticated\n");
+        fflush(log);
+    }
+    return DT_OK;
+}
+
+/* Lists the ranks still missing after the deadline, for the error message. */
+static dt_status missing_error(const dt_transport *t, double timeout)
+{
+    char list[1024] = "";
+    size_t n = 0;
+    for (int r = 0; r < t->size && n < sizeof list - 1; r++)
+        if (r != t->rank && t->peers[r].fd < 0)
+            n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", n ? ", " : "",
+                                  t->peers[r].name);
+    return dt_error(DT_ERR_TIMEOUT, "within %.0f s these tasks never connected: %s", timeout, list);
+}
+
+dt_status dt_transport_open(const dt_cluster *cl, const dt_transport_options *o,
+                            dt_transport **out)
+{
+    *out = NULL;
+    FILE *log = o->log ? o->log : stderr;
+    if (cl->rank < 0)
+        return dt_error(DT_ERR_INVALID, "%s:%d is not a training task: it has no rank",
+                        dt_job_name(cl->task_type), cl->task_index);
+    dt_status st = check_security(cl, o, log);
+    if (st)
+        return st;
+    setup s;
+    memset(&s, 0, sizeof s);
+    s.listen_fd = -1;
+    pthread_mutex_init(&s.mu, NULL);
+    pthread_t acceptor;
+    bool accepting = false;
+    dt_transport *t = calloc(1, sizeof *t);
+    if (!t || !(t->peers = calloc((size_t)cl->n_workers, sizeof *t->peers))) {
+        st = dt_error(DT_ERR_NOMEM, "no memory for the transport");
+        goto fail;
+    }
+    t->rank = cl->rank, t->size = cl->n_workers, t->log = log;
+    t->max_frame_bytes = o->max_frame_bytes;
+    for (int r = 0; r < t->size; r++) {
+        t->peers[r].fd = -1;
+        name_peer(cl, r, t->peers[r].name, sizeof t->peers[r].name);
+    }
+    s.cl = cl, s.o = o, s.t = t;
+    s.deadline = dt_clock_now() + o->connect_timeout;
+    s.missing = t->size - 1 - t->rank;
+    if (s.missing > 0) {
+        const dt_addr *me = dt_cluster_addr(cl, cl->task_type, cl->task_index);
+        if ((st = dt_sock_listen(me->host, me->port, &s.listen_fd, NULL)))
+            goto fail;
+        if (pthread_create(&acceptor, NULL, accept_loop, &s) != 0) {
+            st = dt_error(DT_ERR_IO, "cannot start the thread that accepts peers");
+            goto fail;
+        }
+        accepting = true;
+    }
+    /* Lower ranks, nearest first: the ring's neighbour is ready soonest. */
+    for (int r = t->rank - 1; r >= 0; r--)
+        if ((st = connect_rank(&s, r)))
+            goto fail;
+    if (accepting) {
+        pthread_join(acceptor, NULL);
+        accepting = false;
+        if (s.failed) {
+            st = dt_error(s.failed, "%s", s.failed_msg);
+            goto fail;
+        }
+        if (s.missing > 0) {
+            st = missing_error(t, o->connect_timeout);
+            goto fail;
+        }
+    }
+    dt_sock_close(s.listen_fd);
+    pthread_mutex_destroy(&s.mu);
+    *out = t;
+    return DT_OK;
+fail:
+    if (accepting) {
+        pthread_mutex_lock(&s.mu);
+        s.stop = true;
+        pthread_mutex_unlock(&s.mu);
+        pthread_join(acceptor, NULL);
+    }
+    dt_sock_close(s.listen_fd);
+    pthread_mutex_destroy(&s.mu);
+    dt_transport_close(t);
+    return st;
+}
+
+void dt_transport_close(dt_transport *t)
+{
+    if (!t)
+        return;
+    if (t->peers)
+        for (int r = 0; r < t->size; r++)
+            dt_sock_close(t->peers[r].fd);
+    free(t->peers);
+    free(t);
+}
+
+/* ---- exchange ---- */
+
+/* Checks a received header against what the collective expects. */
+static dt_status check_header(dt_transport *t, dt_xfer *x, int from, const uint8_t *raw,
+                              size_t rn)
+{
+    const char *who = t->peers[from].name;
+    dt_frame_hdr h;
+    dt_status st = dt_frame_decode(raw, t->max_frame_bytes, &h);
+    if (st)
+        return dt_error_prefix(st, "%s #%u: %s", x->name, x->seq, who);
+    if (h.type == DT_FRAME_ABORT) {
+        char why[ABORT_MSG_CAP];
+        read_abort_reason(t->peers[from].fd, h.n_bytes, why, sizeof why, who);
+        return dt_error(DT_ERR_PEER, "%s #%u: %s stopped: %s", x->name, x->seq, who, why);
+    }
+    if (h.type != DT_FRAME_DATA || h.op != x->op || h.seq != x->seq || h.n_bytes != rn)
+        return dt_error(DT_ERR_PEER, "%s #%u: %s is out of step: it sent frame type %u of "
+                        "collective %u #%u with %llu bytes where %zu were expected",
+                        x->name, x->seq, who, h.type, h.op, h.seq,
+                        (unsigned long long)h.n_bytes, rn);
+    return DT_OK;
+}
+
+static dt_status io_error(dt_transport *t, dt_xfer *x, int peer, int err, bool sending)
+{
+    const char *who = t->peers[peer].name;
+    if (err == EPIPE || err == ECONNRESET || err == 0)
+        return dt_error(DT_ERR_PEER, "%s #%u: %s closed the connection", x->name, x->seq, who);
+    return dt_error(DT_ERR_IO, "%s #%u: %s %s: %s", x->name, x->seq,
+                    sending ? "sending to" : "receiving from", who, strerror(err));
+}
+
+/* Logs, once per collective, whom a long wait is for. */
+static void maybe_warn_stall(dt_transport *t, dt_xfer *x, int to, bool send_left, int from,
+                             bool recv_left)
+{
+    if (x->stall_warn <= 0 || x->stall_logged || dt_clock_now() - x->start < x->stall_warn)
+        return;
+    x->stall_logged = true;
+    fprintf(t->log, "dtrain: warning: %s #%u has waited %.0f s for %s%s%s\n", x->name, x->seq,
+            dt_clock_now() - x->start, recv_left ? t->peers[from].name : "",
+            recv_left && send_left ? " and " : "", send_left ? t->peers[to].name : "");
+    fflush(t->log);
+}
+
+dt_status dt_transport_exchange(dt_transport *t, dt_xfer *x, int to, const void *sbuf,
+                                size_t sn, int from, void *rbuf, size_t rn)
+{
+    uint8_t shdr[DT_FRAME_HDR_BYTES], rhdr[DT_FRAME_HDR_BYTES];
+    size_t s_total = DT_FRAME_HDR_BYTES + sn, r_total = DT_FRAME_HDR_BYTES + rn;
+    size_t s_done = to >= 0 ? 0 : s_total, r_done = from >= 0 ? 0 : r_total;
+    if (to >= 0) {
+        dt_frame_hdr h = {DT_FRAME_DATA, x->op, x->seq, sn};
+        dt_frame_encode(&h, shdr);
+        t->peers[to].mid_frame = true;
+    }
+    int sfd = to >= 0 ? t->peers[to].fd : -1, rfd = from >= 0 ? t->peers[from].fd : -1;
+    while (s_done < s_total || r_done < r_total) {
+        bool progressed = false;
+        if (s_done < s_total) {
+            struct iovec iov[2];
+            int n_iov = 0;
+            if (s_done < DT_FRAME_HDR_BYTES)
+                iov[n_iov++] = (struct iovec){shdr + s_done, DT_FRAME_HDR_BYTES - s_done};
+            size_t body = s_done > DT_FRAME_HDR_BYTES ? s_done - DT_FRAME_HDR_BYTES : 0;
+            if (sn > body)
+                iov[n_iov++] = (struct iovec){(uint8_t *)sbuf + body, sn - body};
+            struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n_iov};
+            ssize_t k = sendmsg(sfd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (k > 0) {
+                s_done += (size_t)k;
+                progressed = true;
+                if (s_done == s_total)
+                    t->peers[to].mid_frame = false;
+            } else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                return io_error(t, x, to, errno, true);
+            }
+        }
+        if (r_done < r_total) {
+            ssize_t k;
+            if (r_done < DT_FRAME_HDR_BYTES)
+                k = recv(rfd, rhdr + r_done, DT_FRAME_HDR_BYTES - r_done, MSG_DONTWAIT);
+            else
+                k = recv(rfd, (uint8_t *)rbuf + (r_done - DT_FRAME_HDR_BYTES), r_total - r_done,
+                         MSG_DONTWAIT);
+            if (k > 0) {
+                size_t before = r_done;
+                r_done += (size_t)k;
+                progressed = true;
+                if (before < DT_FRAME_HDR_BYTES && r_done >= DT_FRAME_HDR_BYTES) {
+                    dt_status st = check_header(t, x, from, rhdr, rn);
+                    if (st)
+                        return st;
+                }
+            } else if (k == 0) {
+                return io_error(t, x, from, 0, false);
+            } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                return io_error(t, x, from, errno, false);
+            }
+        }
+        if (progressed)
+            continue;
+        /* Neither side can move: wait for either, until the deadline. */
+        double now = dt_clock_now();
+        if (now >= x->deadline) {
+            int peer = r_done < r_total ? from : to;
+            return dt_error(DT_ERR_TIMEOUT, "%s #%u: timed out after %.0f s waiting for %s",
+                            x->name, x->seq, now - x->start, t->peers[peer].name);
+        }
+        maybe_warn_stall(t, x, to, s_done < s_total, from, r_done < r_total);
+        struct pollfd p[2];
+        int n = 0;
+        if (s_done < s_total)
+            p[n++] = (struct pollfd){sfd, POLLOUT, 0};
+        if (r_done < r_total) {
+            if (n == 1 && sfd == rfd)
+                p[0].events |= POLLIN;
+            else
+                p[n++] = (struct pollfd){rfd, POLLIN, 0};
+        }
+        double wait = x->deadline - now;
+        if (x->stall_warn > 0 && !x->stall_logged && x->start + x->stall_warn - now < wait)
+            wait = x->start + x->stall_warn - now;
+        int ms = (int)(wait * 1000.0) + 1;
+        if (poll(p, (nfds_t)n, ms) < 0 && errno != EINTR)
+            return dt_error(DT_ERR_IO, "%s: poll: %s", x->name, strerror(errno));
+    }
+    return DT_OK;
+}
+
+void dt_transport_abort(dt_transport *t, const char *message)
+{
+    if (!t)
+        return;
+    size_t n = strlen(message);
+    if (n > ABORT_MSG_CAP - 1)
+        n = ABORT_MSG_CAP - 1;
+    uint8_t hdr[DT_FRAME_HDR_BYTES];
+    dt_frame_hdr h = {DT_FRAME_ABORT, 0, 0, n};
+    dt_frame_encode(&h, hdr);
+    double d = dt_clock_now() + 0.5;
+    for (int r = 0; r < t->size; r++) {
+        dt_peer *p = &t->peers[r];
+        /* Inside a half-sent frame an ABORT would be read as data: closing says enough. */
+        if (p->fd < 0 || p->mid_frame)
+            continue;
+        if (dt_sock_send_all(p->fd, hdr, sizeof hdr, d, p->name) == DT_OK)
+            dt_sock_send_all(p->fd, message, n, d, p->name);
+    }
+}

@@ -1,0 +1,485 @@
+/* The cluster spec: TF_CONFIG parsing with TensorFlow's semantics, ranks and the chief, cluster
+ * ids, loopback detection, host:port parsing, and one error naming the field per invalid config.
+ * JSON is written with single quotes here for legibility; J() turns them into double quotes. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain/cluster.h"
+#include "test.h"
+
+/* The text with every ' replaced by ", in one of eight rotating buffers. */
+static const char *J(const char *s)
+{
+    static char buf[8][2048];
+    static int next;
+    char *p = buf[next++ % 8];
+    size_t n = strlen(s);
+    CHECK(n < sizeof buf[0]);
+    for (size_t i = 0; i <= n && i < sizeof buf[0]; i++)
+        p[i] = s[i] == '\'' ? '"' : s[i];
+    p[sizeof buf[0] - 1] = '\0';
+    return p;
+}
+
+static bool is_zeroed(const dt_cluster *c)
+{
+    static const dt_cluster zero;
+    return memcmp(c, &zero, sizeof zero) == 0;
+}
+
+static void check_local(const dt_cluster *c, const char *what)
+{
+    CHECK_MSG(!c->has_cluster, "%s: has_cluster", what);
+    CHECK_MSG(c->task_type == DT_JOB_WORKER && c->task_index == 0, "%s: task %d/%d", what,
+              c->task_type, c->task_index);
+    CHECK_MSG(c->rank == 0 && c->n_workers == 1 && c->is_chief, "%s: rank %d of %d, chief %d", what,
+              c->rank, c->n_workers, c->is_chief);
+    for (int j = 0; j < DT_JOB_COUNT; j++)
+        CHECK_MSG(c->n_tasks[j] == 0 && c->tasks[j] == NULL, "%s: job %d has tasks", what, j);
+    CHECK(dt_cluster_addr(c, DT_JOB_WORKER, 0) == NULL);
+    CHECK(dt_cluster_all_loopback(c));
+    dt_job job = DT_JOB_PS;
+    int index = -1;
+    dt_cluster_rank_task(c, 0, &job, &index);
+    CHECK(job == DT_JOB_WORKER && index == 0);
+}
+
+TEST(cluster_job_names)
+{
+    for (int j = 0; j < DT_JOB_COUNT; j++) {
+        dt_job job = DT_JOB_COUNT;
+        CHECK_OK(dt_job_parse(dt_job_name((dt_job)j), &job));
+        CHECK(job == (dt_job)j);
+    }
+    CHECK(strcmp(dt_job_name(DT_JOB_CHIEF), "chief") == 0);
+    CHECK(strcmp(dt_job_name(DT_JOB_EVALUATOR), "evaluator") == 0);
+    dt_job job;
+    CHECK_ERR(dt_job_parse("master", &job), DT_ERR_INVALID, "unknown job 'master'");
+    CHECK_ERR(dt_job_parse("Worker", &job), DT_ERR_INVALID, "jobs are chief, worker, ps, evaluator");
+    CHECK_ERR(dt_job_parse("", &job), DT_ERR_INVALID, "unknown job ''");
+}
+
+TEST(cluster_local_without_tf_config)
+{
+    static const char *const texts[] = {
+        "{}",
+        "{'rpc_layer': 'grpc'}",
+        "{'cluster': {}}",
+        "{'cluster': {}, 'task': {'type': 'worker', 'index': 0}}",
+        "{'task': {'type': 'worker', 'index': 1}, 'environment': 'cloud'}",
+    };
+    dt_cluster c;
+    CHECK_OK(dt_cluster_parse(NULL, &c));
+    check_local(&c, "NULL");
+    uint64_t local_id = c.id;
+    dt_cluster_free(&c);
+    CHECK_OK(dt_cluster_parse("", &c));
+    check_local(&c, "empty string");
+    dt_cluster_free(&c);
+    for (size_t k = 0; k < sizeof texts / sizeof texts[0]; k++) {
+        CHECK_OK(dt_cluster_parse(J(texts[k]), &c));
+        check_local(&c, texts[k]);
+        CHECK_MSG(c.id == local_id, "%s: id differs from a local task's", texts[k]);
+        dt_cluster_free(&c);
+    }
+}
+
+/* TensorFlow's documented example: one chief, three workers, two ps. */
+#define TF_EXAMPLE_CLUSTER                                                                         \
+    "'cluster': {'chief': ['host0:2222'], 'worker': ['host1:2222', 'host2:2222', 'host3:2222'], "  \
+    "'ps': ['host4:2222', 'host5:2222']}"
+
+TEST(cluster_tf_example_chief_workers_ps)
+{
+    dt_cluster c;
+    CHECK_OK(dt_cluster_parse(
+        J("{" TF_EXAMPLE_CLUSTER ", 'task': {'type': 'worker', 'index': 1}, 'rpc_layer': 'grpc'}"),
+        &c));
+    CHECK(c.has_cluster);
+    CHECK(c.n_tasks[DT_JOB_CHIEF] == 1 && c.n_tasks[DT_JOB_WORKER] == 3);
+    CHECK(c.n_tasks[DT_JOB_PS] == 2 && c.n_tasks[DT_JOB_EVALUATOR] == 0);
+    CHECK(c.task_type == DT_JOB_WORKER && c.task_index == 1);
+    CHECK(c.rank == 2 && !c.is_chief && c.n_workers == 4);
+    const dt_addr *a = dt_cluster_addr(&c, DT_JOB_WORKER, 2);
+    CHECK(a && strcmp(a->host, "host3") == 0 && a->port == 2222);
+    a = dt_cluster_addr(&c, DT_JOB_PS, 1);
+    CHECK(a && strcmp(a->host, "host5") == 0 && a->port == 2222);
+    CHECK(dt_cluster_addr(&c, DT_JOB_PS, 2) == NULL);
+    CHECK(dt_cluster_addr(&c, DT_JOB_CHIEF, -1) == NULL);
+    CHECK(dt_cluster_addr(&c, DT_JOB_EVALUATOR, 0) == NULL);
+    CHECK(dt_cluster_addr(&c, DT_JOB_COUNT, 0) == NULL);
+    CHECK(!dt_cluster_all_loopback(&c));
+
+    /* Ranks cover chief then workers, in order. */
+    static const dt_job want_job[] = {DT_JOB_CHIEF, DT_JOB_WORKER, DT_JOB_WORKER, DT_JOB_WORKER};
+    static const int want_index[] = {0, 0, 1, 2};
+    for (int r = 0; r < c.n_workers; r++) {
+        dt_job job;
+        int index;
+        dt_cluster_rank_task(&c, r, &job, &index);
+        CHECK_MSG(job == want_job[r] && index == want_index[r], "rank %d is %s %d", r,
+                  dt_job_name(job), index);
+    }
+    dt_cluster_free(&c);
+    CHECK(is_zeroed(&c));
+    dt_cluster_free(&c); /* twice is harmless */
+}
+
+TEST(cluster_ranks_and_chief_of_every_task)
+{
+    static const struct {
+        const char *task;
+        int rank;
+        bool chief;
+    } cases[] = {
+        {"{'type': 'chief', 'index': 0}", 0, true},    {"{'type': 'worker', 'index': 0}", 1, false},
+        {"{'type': 'worker', 'index': 1}", 2, false},  {"{'type': 'worker', 'index': 2}", 3, false},
+        {"{'type': 'ps', 'index': 0}", -1, false},     {"{'type': 'ps', 'index': 1}", -1, false},
+    };
+    uint64_t id = 0;
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char text[1024];
+        snprintf(text, sizeof text, "{" TF_EXAMPLE_CLUSTER ", 'task': %s}", cases[k].task);
+        dt_cluster c;
+        CHECK_OK(dt_cluster_parse(J(text), &c));
+        CHECK_MSG(c.rank == cases[k].rank, "%s: rank %d, expected %d", cases[k].task, c.rank,
+                  cases[k].rank);
+        CHECK_MSG(c.is_chief == cases[k].chief, "%s: is_chief %d", cases[k].task, c.is_chief);
+        CHECK_MSG(c.n_workers == 4, "%s: n_workers %d", cases[k].task, c.n_workers);
+        if (k == 0)
+            id = c.id;
+        CHECK_MSG(c.id == id, "%s: id differs from the chief's", cases[k].task);
+        dt_cluster_free(&c);
+    }
+}
+
+/* TensorFlow's multi-worker tutorial: two workers on localhost, worker 0 is the chief. */
+TEST(cluster_workers_only)
+{
+    dt_cluster c;
+    CHECK_OK(dt_cluster_parse(J("{'cluster': {'worker': ['localhost:12345', 'localhost:23456']}, "
+                                "'task': {'type': 'worker', 'index': 0}}"),
+                              &c));
+    CHECK(c.has_cluster && c.rank == 0 && c.is_chief && c.n_workers == 2);
+    CHECK(dt_cluster_all_loopback(&c));
+    dt_job job;
+    int index;
+    dt_cluster_rank_task(&c, 1, &job, &index);
+    CHECK(job == DT_JOB_WORKER && index == 1);
+    uint64_t id = c.id;
+    dt_cluster_free(&c);
+
+    CHECK_OK(dt_cluster_parse(J("{'cluster': {'worker': ['localhost:12345', 'localhost:23456']}, "
+                                "'task': {'type': 'worker', 'index': 1}}"),
+                              &c));
+    CHECK(c.rank == 1 && !c.is_chief && c.n_workers == 2 && c.id == id);
+    dt_cluster_free(&c);
+
+    /* Parameter-server style: workers and ps, no chief; ps tasks have no rank. */
+    CHECK_OK(dt_cluster_parse(J("{'cluster': {'worker': ['w0:1', 'w1:1'], 'ps': ['p0:1']}, "
+                                "'task': {'type': 'ps', 'index': 0}}"),
+                              &c));
+    CHECK(c.task_type == DT_JOB_PS && c.rank == -1 && !c.is_chief && c.n_workers == 2);
+    dt_cluster_free(&c);
+}
+
+TEST(cluster_evaluator_outside_the_cluster)
+{
+    dt_cluster c;
+    /* Not listed: it stands outside the training cluster and is chief of its own. */
+    CHECK_OK(dt_cluster_parse(J("{'cluster': {'chief': ['c:1'], 'worker': ['w:1', 'w:2']}, "
+                                "'task': {'type': 'evaluator', 'index': 0}}"),
+                              &c));
+    CHECK(c.has_cluster && c.task_type == DT_JOB_EVALUATOR && c.task_index == 0);
+    CHECK(c.is_chief && c.rank == -1 && c.n_workers == 1);
+    CHECK(c.n_tasks[DT_JOB_CHIEF] == 1 && c.n_tasks[DT_JOB_WORKER] == 2);
+    dt_job job = DT_JOB_CHIEF;
+    int index = -1;
+    dt_cluster_rank_task(&c, 0, &job, &index);
+    CHECK(job == DT_JOB_EVALUATOR && index == 0);
+    uint64_t id_outside = c.id;
+    dt_cluster_free(&c);
+
+    /* Listed: the same, and its address is known. */
+    CHECK_OK(dt_cluster_parse(J("{'cluster': {'chief': ['c:1'], 'worker': ['w:1', 'w:2'], "
+                                "'evaluator': ['e:1']}, 'task': {'type': 'evaluator', 'index': 0}}"),
+                              &c));
+    CHECK(c.is_chief && c.rank == -1 && c.n_workers == 1);
+    const dt_addr *a = dt_cluster_addr(&c, DT_JOB_EVALUATOR, 0);
+    CHECK(a && strcmp(a->host, "e") == 0 && a->port == 1);
+    CHECK(c.id != id_outside);
+    dt_cluster_free(&c);
+
+    /* The training tasks of that cluster do not count the evaluator. */
+    CHECK_OK(dt_cluster_parse(J("{'cluster': {'chief': ['c:1'], 'worker': ['w:1', 'w:2'], "
+                                "'evaluator': ['e:1']}, 'task': {'type': 'worker', 'index': 1}}"),
+                              &c));
+    CHECK(c.rank == 2 && c.n_workers == 3 && !c.is_chief);
+    dt_cluster_free(&c);
+}
+
+static uint64_t id_of(const char *text)
+{
+    dt_cluster c;
+    dt_status st = dt_cluster_parse(J(text), &c);
+    CHECK_MSG(st == DT_OK, "%s: %s", text, dt_last_error());
+    uint64_t id = c.id;
+    dt_cluster_free(&c);
+    return id;
+}
+
+TEST(cluster_id_same_for_one_cluster_and_different_otherwise)
+{
+    const char *base = "{'cluster': {'chief': ['a:1'], 'worker': ['b:1', 'c:1'], 'ps': ['d:1']}, "
+                       "'task': {'type': 'chief', 'index': 0}}";
+    uint64_t id = id_of(base);
+    /* The same cluster seen by another task, with jobs in another order and other extras. */
+    static const char *const same[] = {
+        "{'task': {'type': 'ps', 'index': 0}, 'cluster': {'ps': ['d:1'], 'worker': ['b:1', 'c:1'], "
+        "'chief': ['a:1']}, 'rpc_layer': 'grpc'}",
+        "{'cluster': {'chief': ['A:1'], 'worker': ['B:1', 'c:1'], 'ps': ['d:1']}, "
+        "'task': {'type': 'worker', 'index': 1}}",
+        "{'cluster': {'chief': ['a:1'], 'worker': ['b:1', 'c:1'], 'ps': ['d:1'], 'evaluator': []}, "
+        "'task': {'type': 'worker', 'index': 0}}",
+        "{'cluster': {'chief': ['a:1'], 'worker': ['b:1', 'c:1'], 'ps': ['d:1']}, "
+        "'task': {'type': 'evaluator', 'index': 0}}",
+    };
+    static const char *const other[] = {
+        "{'cluster': {'chief': ['a:1'], 'worker': ['b:1', 'c:2'], 'ps': ['d:1']}, "
+        "'task': {'type': 'chief', 'index': 0}}",
+        "{'cluster': {'chief': ['a:1'], 'worker': ['c:1', 'b:1'], 'ps': ['d:1']}, "
+        "'task': {'type': 'chief', 'index': 0}}",
+        "{'cluster': {'chief': ['a:1'], 'worker': ['b:1'], 'ps': ['d:1', 'c:1']}, "
+        "'task': {'type': 'chief', 'index': 0}}",
+        "{'cluster': {'worker': ['a:1', 'b:1', 'c:1'], 'ps': ['d:1']}, "
+        "'task': {'type': 'worker', 'index': 0}}",
+        "{'cluster': {'chief': ['a:1'], 'worker': ['b:1', 'c:1'], 'ps': ['d:1'], 'evaluator': ['e:1']}, "
+        "'task': {'type': 'chief', 'index': 0}}",
+        "{'cluster': {'chief': ['a:1'], 'worker': ['b:1', 'c:1', 'x:1'], 'ps': ['d:1']}, "
+        "'task': {'type': 'chief', 'index': 0}}",
+        "{'cluster': {'chief': ['a:1'], 'worker': ['b:1', 'c:1']}, "
+        "'task': {'type': 'chief', 'index': 0}}",
+        "{'cluster': {'chief': ['a:1'], 'worker': ['b:1', 'c:1'], 'ps': ['d.x:1']}, "
+        "'task': {'type': 'chief', 'index': 0}}",
+    };
+    for (size_t k = 0; k < sizeof same / sizeof same[0]; k++)
+        CHECK_MSG(id_of(same[k]) == id, "%s: id differs", same[k]);
+    for (size_t k = 0; k < sizeof other / sizeof other[0]; k++) {
+        CHECK_MSG(id_of(other[k]) != id, "%s: id equals the base cluster's", other[k]);
+        for (size_t l = 0; l < k; l++)
+            CHECK_MSG(id_of(other[k]) != id_of(other[l]), "%zu and %zu share an id", k, l);
+    }
+    CHECK(id_of("{}") != id);
+}
+
+static bool loopback(const char *address)
+{
+    char text[512];
+    snprintf(text, sizeof text, "{'cluster': {'worker': ['localhost:1', '%s']}, "
+                                "'task': {'type': 'worker', 'index': 0}}", address);
+    dt_cluster c;
+    dt_status st = dt_cluster_parse(J(text), &c);
+    CHECK_MSG(st == DT_OK, "%s: %s", address, dt_last_error());
+    bool all = dt_cluster_all_loopback(&c);
+    dt_cluster_free(&c);
+    return all;
+}
+
+TEST(cluster_loopback_detection)
+{
+    static const char *const yes[] = {"localhost:2", "LocalHost:2", "127.0.0.1:2", "127.255.3.4:2",
+                                      "[::1]:2", "[0:0:0:0:0:0:0:1]:2", "[::ffff:127.0.0.1]:2"};
+    static const char *const no[] = {"128.0.0.1:2",   "10.0.0.1:2",     "0.0.0.0:2",
+                                     "[::]:2",        "[::2]:2",        "host:2",
+                                     "localhost.example.com:2", "[fe80::1%eth0]:2",
+                                     "[::ffff:10.0.0.1]:2", "126.0.0.1:2"};
+    for (size_t k = 0; k < sizeof yes / sizeof yes[0]; k++)
+        CHECK_MSG(loopback(yes[k]), "%s is loopback", yes[k]);
+    for (size_t k = 0; k < sizeof no / sizeof no[0]; k++)
+        CHECK_MSG(!loopback(no[k]), "%s is not loopback", no[k]);
+}
+
+TEST(cluster_addr_parse)
+{
+    static const struct {
+        const char *text, *host;
+        unsigned port;
+    } good[] = {
+        {"localhost:2222", "localhost", 2222},     {"10.1.2.3:1", "10.1.2.3", 1},
+        {"h:65535", "h", 65535},                   {"[::1]:8080", "::1", 8080},
+        {"[fe80::1%eth0]:9", "fe80::1%eth0", 9},   {"my-host_2.example.com:80", "my-host_2.example.com", 80},
+        {"h:00080", "h", 80},
+    };
+    for (size_t k = 0; k < sizeof good / sizeof good[0]; k++) {
+        dt_addr a;
+        dt_status st = dt_addr_parse(good[k].text, &a);
+        CHECK_MSG(st == DT_OK, "%s: %s", good[k].text, dt_last_error());
+        CHECK_MSG(strcmp(a.host, good[k].host) == 0 && a.port == good[k].port, "%s: '%s' port %u",
+                  good[k].text, a.host, (unsigned)a.port);
+    }
+    static const char *const bad[] = {
+        "localhost", "localhost:", ":80", "h:0", "h:65536", "h:99999999999", "h:-1", "h:+80",
+        "h: 80", "h:80 ", "h:8o", "h:0x50", "::1:80", "[::1]", "[::1]:", "[]:80", "[host]:80",
+        "[::1:80", "::1]:80", "h o:1", "h/x:1", "", ":", "h:1:2", "[::1]x:80",
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        dt_addr a;
+        char needle[128];
+        snprintf(needle, sizeof needle, "'%s' is not host:port", bad[k]);
+        CHECK_ERR(dt_addr_parse(bad[k], &a), DT_ERR_INVALID, needle);
+        CHECK_MSG(a.host[0] == '\0' && a.port == 0, "%s: left host '%s'", bad[k], a.host);
+    }
+    /* DT_HOST_CAP - 1 characters fit; DT_HOST_CAP do not. */
+    char text[DT_HOST_CAP + 16];
+    memset(text, 'a', DT_HOST_CAP - 1);
+    strcpy(text + DT_HOST_CAP - 1, ":5");
+    dt_addr a;
+    CHECK_OK(dt_addr_parse(text, &a));
+    CHECK(strlen(a.host) == DT_HOST_CAP - 1 && a.port == 5);
+    memset(text, 'a', DT_HOST_CAP);
+    strcpy(text + DT_HOST_CAP, ":5");
+    CHECK_ERR(dt_addr_parse(text, &a), DT_ERR_INVALID, "is not host:port (the host is too long)");
+}
+
+TEST(cluster_from_env)
+{
+    const char *old = getenv("TF_CONFIG");
+    char *saved = old ? strdup(old) : NULL;
+    dt_cluster c;
+
+    unsetenv("TF_CONFIG");
+    CHECK_OK(dt_cluster_from_env(&c));
+    check_local(&c, "no TF_CONFIG");
+    dt_cluster_free(&c);
+
+    setenv("TF_CONFIG", J("{'cluster': {'worker': ['localhost:1', 'localhost:2']}, "
+                          "'task': {'type': 'worker', 'index': 1}}"), 1);
+    CHECK_OK(dt_cluster_from_env(&c));
+    CHECK(c.has_cluster && c.rank == 1 && c.n_workers == 2);
+    dt_cluster_free(&c);
+
+    setenv("TF_CONFIG", J("{'cluster': {'worker': ['localhost:1']}}"), 1);
+    CHECK_ERR(dt_cluster_from_env(&c), DT_ERR_INVALID, "TF_CONFIG: task: missing");
+    CHECK(is_zeroed(&c));
+
+    if (saved)
+        setenv("TF_CONFIG", saved, 1);
+    else
+        unsetenv("TF_CONFIG");
+    free(saved);
+}
+
+TEST(cluster_free_accepts_zeroed)
+{
+    dt_cluster c;
+    memset(&c, 0, sizeof c);
+    dt_cluster_free(&c);
+    CHECK(is_zeroed(&c));
+}
+
+#define W2 "'cluster': {'worker': ['h:1', 'h:2']}"
+#define TASK_W0 "'task': {'type': 'worker', 'index': 0}"
+
+TEST(cluster_parse_errors)
+{
+    static const struct {
+        const char *json, *needle; /* needle: the start of the message */
+    } cases[] = {
+        /* Not JSON, or not an object. */
+        {"{'cluster': {'worker': ['h:1',]}}", "TF_CONFIG: not valid JSON near byte 30"},
+        {"{} x", "TF_CONFIG: not valid JSON near byte 3"},
+        {" ", "TF_CONFIG: not valid JSON near byte 1"},
+        {"{'cluster'", "TF_CONFIG: not valid JSON near byte"},
+        {"['h:1']", "TF_CONFIG: not a JSON object"},
+        {"null", "TF_CONFIG: not a JSON object"},
+        /* The top level. */
+        {"{'clutser': {'worker': ['h:1']}, " TASK_W0 "}",
+         "TF_CONFIG: unknown key 'clutser' (keys are cluster, task, rpc_layer, environment)"},
+        {"{" W2 ", " TASK_W0 ", " TASK_W0 "}", "TF_CONFIG: task: given twice"},
+        {"{" W2 ", " TASK_W0 ", 'rpc_layer': 5}", "TF_CONFIG: rpc_layer: not a string"},
+        {"{" W2 ", " TASK_W0 ", 'environment': null}", "TF_CONFIG: environment: not a string"},
+        /* The cluster. */
+        {"{'cluster': ['h:1'], " TASK_W0 "}", "TF_CONFIG: cluster: not an object"},
+        {"{'cluster': null, " TASK_W0 "}", "TF_CONFIG: cluster: not an object"},
+        {"{'cluster': {'wrker': ['h:1']}, " TASK_W0 "}",
+         "TF_CONFIG: cluster: unknown job 'wrker' (jobs are chief, worker, ps, evaluator)"},
+        {"{'cluster': {'master': ['h:1']}, " TASK_W0 "}", "TF_CONFIG: cluster: unknown job 'master'"},
+        {"{'cluster': {'worker': ['h:1'], 'worker': ['h:2']}, " TASK_W0 "}",
+         "TF_CONFIG: cluster.worker: given twice"},
+        {"{'cluster': {'worker': 'h:1'}, " TASK_W0 "}", "TF_CONFIG: cluster.worker: not a list"},
+        {"{'cluster': {'worker': {'0': 'h:1'}}, " TASK_W0 "}", "TF_CONFIG: cluster.worker: not a list"},
+        {"{'cluster': {'worker': ['h:1', 2]}, " TASK_W0 "}",
+         "TF_CONFIG: cluster.worker[1]: not a \"host:port\" string"},
+        {"{'cluster': {'worker': ['h:1', 'localhost']}, " TASK_W0 "}",
+         "TF_CONFIG: cluster.worker[1]: 'localhost' is not host:port"},
+        {"{'cluster': {'worker': ['h:0']}, " TASK_W0 "}",
+         "TF_CONFIG: cluster.worker[0]: 'h:0' is not host:port"},
+        {"{'cluster': {'worker': ['h:1'], 'ps': ['h:70000']}, " TASK_W0 "}",
+         "TF_CONFIG: cluster.ps[0]: 'h:70000' is not host:port"},
+        {"{'cluster': {'chief': [':80'], 'worker': ['h:1']}, " TASK_W0 "}",
+         "TF_CONFIG: cluster.chief[0]: ':80' is not host:port"},
+        {"{'cluster': {'worker': ['::1:80']}, " TASK_W0 "}",
+         "TF_CONFIG: cluster.worker[0]: '::1:80' is not host:port"},
+        {"{'cluster': {'chief': ['a:1', 'b:1'], 'worker': ['h:1']}, " TASK_W0 "}",
+         "TF_CONFIG: cluster.chief: 2 tasks, at most one chief"},
+        {"{'cluster': {'worker': ['h:1'], 'evaluator': ['e:1', 'e:2']}, " TASK_W0 "}",
+         "TF_CONFIG: cluster.evaluator: 2 tasks, at most one evaluator"},
+        {"{'cluster': {'chief': ['h:1'], 'worker': ['h:2', 'h:1']}, " TASK_W0 "}",
+         "TF_CONFIG: cluster.worker[1]: 'h:1' is also cluster.chief[0]"},
+        {"{'cluster': {'worker': ['h:1', 'H:1']}, " TASK_W0 "}",
+         "TF_CONFIG: cluster.worker[1]: 'H:1' is also cluster.worker[0]"},
+        {"{'cluster': {'worker': ['[::1]:5'], 'ps': ['[0::1]:5']}, " TASK_W0 "}",
+         "TF_CONFIG: cluster.ps[0]: '[0::1]:5' is also cluster.worker[0]"},
+        {"{'cluster': {'ps': ['p:1']}, 'task': {'type': 'ps', 'index': 0}}",
+         "TF_CONFIG: cluster: no chief and no worker"},
+        {"{'cluster': {'worker': [], 'evaluator': ['e:1']}, "
+         "'task': {'type': 'evaluator', 'index': 0}}",
+         "TF_CONFIG: cluster: no chief and no worker"},
+        /* The task. */
+        {"{" W2 "}", "TF_CONFIG: task: missing"},
+        {"{" W2 ", 'task': ['worker', 0]}", "TF_CONFIG: task: not an object"},
+        {"{" W2 ", 'task': {'index': 0}}", "TF_CONFIG: task.type: missing"},
+        {"{" W2 ", 'task': {'type': 1, 'index': 0}}", "TF_CONFIG: task.type: not a string"},
+        {"{" W2 ", 'task': {'type': 'master', 'index': 0}}",
+         "TF_CONFIG: task.type: unknown job 'master' (jobs are chief, worker, ps, evaluator)"},
+        {"{" W2 ", 'task': {'type': 'Worker', 'index': 0}}",
+         "TF_CONFIG: task.type: unknown job 'Worker'"},
+        {"{" W2 ", 'task': {'type': 'ps', 'index': 0}}",
+         "TF_CONFIG: task.type: job 'ps' is not in the cluster"},
+        {"{'cluster': {'chief': ['c:1'], 'worker': []}, 'task': {'type': 'worker', 'index': 0}}",
+         "TF_CONFIG: task.type: job 'worker' is not in the cluster"},
+        {"{" W2 ", 'task': {'type': 'worker', 'idx': 0}}",
+         "TF_CONFIG: task: unknown key 'idx' (keys are type, index)"},
+        {"{" W2 ", 'task': {'type': 'worker', 'type': 'ps', 'index': 0}}",
+         "TF_CONFIG: task.type: given twice"},
+        {"{" W2 ", 'task': {'type': 'worker'}}", "TF_CONFIG: task.index: missing"},
+        {"{" W2 ", 'task': {'type': 'worker', 'index': '1'}}",
+         "TF_CONFIG: task.index: not a non-negative integer"},
+        {"{" W2 ", 'task': {'type': 'worker', 'index': -1}}",
+         "TF_CONFIG: task.index: not a non-negative integer"},
+        {"{" W2 ", 'task': {'type': 'worker', 'index': 1.5}}",
+         "TF_CONFIG: task.index: not a non-negative integer"},
+        {"{" W2 ", 'task': {'type': 'worker', 'index': true}}",
+         "TF_CONFIG: task.index: not a non-negative integer"},
+        {"{" W2 ", 'task': {'type': 'worker', 'index': 1e30}}",
+         "TF_CONFIG: task.index: not a non-negative integer"},
+        {"{" W2 ", 'task': {'type': 'worker', 'index': 3}}",
+         "TF_CONFIG: task.index: 3 is out of range: job 'worker' has 2 tasks"},
+        {"{" W2 ", 'task': {'type': 'worker', 'index': 2}}",
+         "TF_CONFIG: task.index: 2 is out of range: job 'worker' has 2 tasks"},
+        {"{'cluster': {'chief': ['c:1'], 'worker': ['h:1']}, 'task': {'type': 'chief', 'index': 1}}",
+         "TF_CONFIG: task.index: 1 is out of range: job 'chief' has 1 task"},
+        {"{'cluster': {'worker': ['h:1'], 'evaluator': ['e:1']}, "
+         "'task': {'type': 'evaluator', 'index': 1}}",
+         "TF_CONFIG: task.index: 1 is out of range: job 'evaluator' has 1 task"},
+    };
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        dt_cluster c;
+        memset(&c, 0xAB, sizeof c); /* parse must not read what was there */
+        CHECK_ERR(dt_cluster_parse(J(cases[k].json), &c), DT_ERR_INVALID, cases[k].needle);
+        CHECK_MSG(strncmp(dt_last_error(), cases[k].needle, strlen(cases[k].needle)) == 0,
+                  "case %zu %s: message '%s' does not start with '%s'", k, cases[k].json,
+                  dt_last_error(), cases[k].needle);
+        CHECK_MSG(is_zeroed(&c), "case %zu %s: cluster not zeroed after the error", k, cases[k].json);
+    }
+}
