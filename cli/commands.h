@@ -6,6 +6,8 @@
 int cmd_train(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_data(int argc, char **argv);
+int cmd_launch(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 /* Prints "dtrain: error: <message>" on stderr and returns status. */
 int cli_fail(int status, const char *message);

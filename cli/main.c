@@ -18,6 +18,8 @@ static void print_usage(FILE *out)
           "  train      train a model (dtrain train --help for its flags)\n"
           "  convert    convert --from idx|libsvm --to tfrecord IN OUT\n"
           "  data head  data head FILE --format idx|tfrecord|libsvm [-n N]: records as JSON lines\n"
+          "  bench      bench allreduce [--sizes 4K..64M] [--comm tcp|mpi] [--check]\n"
+          "  launch     launch -n N [--ps M] [--chief] [--evaluator] -- COMMAND: a local cluster\n"
           "\n"
           "  --help     this text\n"
           "  --version  the version\n",
@@ -57,6 +59,10 @@ int main(int argc, char **argv)
         return cmd_convert(argc - 2, argv + 2);
     if (strcmp(cmd, "data") == 0)
         return cmd_data(argc - 2, argv + 2);
+    if (strcmp(cmd, "launch") == 0)
+        return cmd_launch(argc - 2, argv + 2);
+    if (strcmp(cmd, "bench") == 0)
+        return cmd_bench(argc - 2, argv + 2);
     char msg[256];
     snprintf(msg, sizeof msg, "unknown command '%s' (see dtrain --help)", cmd);
     return cli_fail(2, msg);

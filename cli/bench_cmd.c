@@ -1,0 +1,215 @@
+/* dtrain bench allreduce: all-reduce time, algorithm bandwidth and bus bandwidth per size, as
+ * nccl-tests print them (algbw = bytes / time; busbw = algbw * 2(n-1)/n, what each rank's links
+ * carry), with an optional check of the result. Every rank runs it (under dtrain launch, mpirun,
+ * or by hand with TF_CONFIG); rank 0 prints. */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "commands.h"
+#include "comm_open.h"
+#include "dtrain/clock.h"
+#include "flags.h"
+
+/* "4K", "64M", "1G", "100" -> bytes. */
+static int parse_bytes(const char *s, const char *end, size_t *out)
+{
+    char *e;
+    unsigned long long v = strtoull(s, &e, 10);
+    if (e == s)
+        return 0;
+    int shift = 0;
+    if (e < end && (toupper((unsigned char)*e) == 'K' || toupper((unsigned char)*e) == 'M' ||
+                    toupper((unsigned char)*e) == 'G')) {
+        shift = toupper((unsigned char)*e) == 'K' ? 10 : toupper((unsigned char)*e) == 'M' ? 20 : 30;
+        e++;
+    }
+    if (e != end || v > (1ull << 40) >> shift)
+        return 0;
+    *out = (size_t)(v << shift);
+    return 1;
+}
+
+/* "A..B" or "A" -> the range of bytes. */
+static dt_status parse_sizes(const char *s, size_t *lo, size_t *hi)
+{
+    const char *dots = strstr(s, "..");
+    const char *end = s + strlen(s);
+    if (dots ? !parse_bytes(s, dots, lo) || !parse_bytes(dots + 2, end, hi)
+             : !parse_bytes(s, end, lo))
+        return dt_error(DT_ERR_INVALID, "--sizes: '%s' is not SIZE or MIN..MAX (e.g. 4K..64M)", s);
+    if (!dots)
+        *hi = *lo;
+    if (*lo > *hi)
+        return dt_error(DT_ERR_INVALID, "--sizes: %s starts above where it ends", s);
+    return DT_OK;
+}
+
+/* Exact in float32 in any order of addition, so the check compares bits. */
+static float input(int rank, size_t i)
+{
+    return (float)((rank * 7919 + (long)(i % 100003) * 104729) % 1000) / 8.0f;
+}
+
+static long check_result(const float *v, size_t n, int size, dt_reduce_op op)
+{
+    long wrong = 0;
+    for (size_t i = 0; i < n; i++) {
+        float acc = input(0, i);
+        for (int r = 1; r < size; r++) {
+            float x = input(r, i);
+            acc = op == DT_REDUCE_MIN ? (x < acc ? x : acc)
+                  : op == DT_REDUCE_MAX ? (x > acc ? x : acc) : acc + x;
+        }
+        if (op == DT_REDUCE_MEAN)
+            acc /= (float)size;
+        wrong += v[i] != acc;
+    }
+    return wrong;
+}
+
+typedef struct {
+    size_t lo, hi;
+    int factor, iters, warmup;
+    dt_reduce_op op;
+    dt_wire_dtype wire;
+    bool check;
+} bench_cfg;
+
+/* Times one size; *seconds is the slowest rank's mean time per all-reduce. */
+static dt_status time_size(dt_comm *c, const bench_cfg *b, float *buf, size_t n, double *seconds,
+                           long *wrong)
+{
+    dt_status st;
+    *wrong = 0;
+    if (b->check) {
+        for (size_t i = 0; i < n; i++)
+            buf[i] = input(c->rank, i);
+        if ((st = dt_comm_allreduce(c, buf, n, b->op, DT_WIRE_F32)))
+            return st;
+        float w = (float)check_result(buf, n, c->size, b->op);
+        if ((st = dt_comm_allreduce(c, &w, 1, DT_REDUCE_SUM, DT_WIRE_F32)))
+            return st;
+        *wrong = (long)w;
+    }
+    memset(buf, 0, n * sizeof *buf); /* zeros stay finite however often they are summed */
+    size_t bytes = n * sizeof *buf;
+    int iters = b->iters;
+    if (bytes > 0 && (size_t)iters * bytes < ((size_t)256 << 20))
+        iters = (int)(((size_t)256 << 20) / bytes) < 1000 ? (int)(((size_t)256 << 20) / bytes) : 1000;
+    for (int i = 0; i < b->warmup; i++)
+        if ((st = dt_comm_allreduce(c, buf, n, b->op, b->wire)))
+            return st;
+    if ((st = dt_comm_barrier(c)))
+        return st;
+    double t0 = dt_clock_now();
+    for (int i = 0; i < iters; i++)
+        if ((st = dt_comm_allreduce(c, buf, n, b->op, b->wire)))
+            return st;
+    float t = (float)((dt_clock_now() - t0) / iters);
+    if ((st = dt_comm_allreduce(c, &t, 1, DT_REDUCE_MAX, DT_WIRE_F32)))
+        return st;
+    *seconds = t;
+    return DT_OK;
+}
+
+static dt_status run(dt_comm *c, const bench_cfg *b, long *total_wrong)
+{
+    float *buf = malloc(b->hi > 4 ? b->hi : 4);
+    if (!buf)
+        return dt_error(DT_ERR_NOMEM, "no memory for %zu bytes", b->hi);
+    if (c->rank == 0) {
+        printf("dtrain bench allreduce: %d ranks (%s), float32, op %s, wire %s\n", c->size,
+               c->ops->name, dt_reduce_op_name(b->op), dt_wire_dtype_name(b->wire));
+        printf("%12s %12s %12s %12s %12s %8s\n", "size(B)", "count", "time(us)", "algbw(GB/s)",
+               "busbw(GB/s)", b->check ? "check" : "");
+        fflush(stdout); /* the header says every rank is connected: scripts wait for it */
+    }
+    dt_status st = DT_OK;
+    *total_wrong = 0;
+    for (size_t bytes = b->lo;; bytes = bytes ? bytes * (size_t)b->factor : 4) {
+        size_t n = bytes / sizeof(float);
+        double t;
+        long wrong;
+        if ((st = time_size(c, b, buf, n, &t, &wrong)))
+            break;
+        *total_wrong += wrong;
+        double algbw = t > 0 ? (double)(n * sizeof(float)) / t / 1e9 : 0.0;
+        double busbw = algbw * 2.0 * (c->size - 1) / c->size;
+        if (c->rank == 0) {
+            printf("%12zu %12zu %12.2f %12.3f %12.3f %8s\n", n * sizeof(float), n, t * 1e6,
+                   algbw, busbw, !b->check ? "" : wrong ? "WRONG" : "ok");
+            fflush(stdout);
+        }
+        if (bytes >= b->hi || bytes * (size_t)b->factor > b->hi)
+            break;
+    }
+    free(buf);
+    return st;
+}
+
+static void usage(FILE *out, const flag_def *flags, int n)
+{
+    fprintf(out, "usage: dtrain bench allreduce [flags]\n\nAll-reduce speed across the ranks "
+                 "of the cluster (TF_CONFIG, or mpirun with --comm mpi).\n\n");
+    flags_print_help(flags, n, out);
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    if (argc < 1 || strcmp(argv[0], "allreduce") != 0)
+        return cli_fail(2, "bench: the benchmark is 'allreduce' (dtrain bench allreduce --help)");
+    const char *sizes, *op_name, *wire_name, *segment;
+    int factor, iters, warmup;
+    bool check, help;
+    cli_comm_flags cf;
+    flag_def flags[] = {
+        {"sizes", FLAG_STRING, "4K..64M", "message sizes in bytes, MIN..MAX (K, M, G suffixes)",
+         &sizes, false},
+        {"factor", FLAG_INT, "4", "each size is the previous one times this", &factor, false},
+        {"iters", FLAG_INT, "20", "timed all-reduces per size (more for small sizes)", &iters,
+         false},
+        {"warmup", FLAG_INT, "3", "untimed all-reduces per size first", &warmup, false},
+        {"op", FLAG_STRING, "sum", "sum, mean, min or max", &op_name, false},
+        {"wire", FLAG_STRING, "f32", "f32, bf16 or fp16 on the wire", &wire_name, false},
+        {"check", FLAG_BOOL, "false", "check each size's result exactly", &check, false},
+        {"segment", FLAG_STRING, "512K", "tcp: bytes per ring segment", &segment, false},
+        CLI_COMM_FLAGS(cf),
+        {"help", FLAG_BOOL, "false", "this text", &help, false},
+    };
+    int n_flags = (int)(sizeof flags / sizeof flags[0]);
+    if (flags_parse(flags, n_flags, argc - 1, argv + 1))
+        return cli_fail(2, dt_last_error());
+    if (help) {
+        usage(stdout, flags, n_flags);
+        return 0;
+    }
+    bench_cfg b = {0};
+    b.factor = factor, b.iters = iters, b.warmup = warmup, b.check = check;
+    if (parse_sizes(sizes, &b.lo, &b.hi) || dt_reduce_op_parse(op_name, &b.op) ||
+        dt_wire_dtype_parse(wire_name, &b.wire))
+        return cli_fail(2, dt_last_error());
+    if (!parse_bytes(segment, segment + strlen(segment), &cf.segment_bytes) ||
+        cf.segment_bytes < 4096)
+        return cli_fail(2, "--segment: give bytes of at least 4K (e.g. 512K)");
+    if (factor < 2 || iters < 1 || warmup < 0)
+        return cli_fail(2, "--factor must be >= 2, --iters >= 1, --warmup >= 0");
+    dt_cluster cl;
+    dt_comm *c;
+    if (cli_comm_open(&cf, &cl, &c))
+        return cli_fail(1, dt_last_error());
+    long wrong = 0;
+    dt_status st = run(c, &b, &wrong);
+    if (st)
+        cli_fail(1, dt_last_error());
+    dt_comm_destroy(c);
+    dt_cluster_free(&cl);
+    if (st)
+        return 1;
+    if (wrong) {
+        fprintf(stderr, "dtrain: error: %ld values of the all-reduce were wrong\n", wrong);
+        return 1;
+    }
+    return 0;
+}

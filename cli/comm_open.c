@@ -1,0 +1,41 @@
+/* Opening a command's communicator (see comm_open.h). */
+#include "comm_open.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain/comm_tcp.h"
+
+dt_status cli_comm_open(const cli_comm_flags *f, dt_cluster *cl, dt_comm **out)
+{
+    *out = NULL;
+    memset(cl, 0, sizeof *cl);
+    if (f->timeout <= 0 || f->connect_timeout <= 0)
+        return dt_error(DT_ERR_INVALID, "--timeout and --connect-timeout must be positive");
+    if (strcmp(f->comm, "mpi") == 0)
+        return dt_comm_mpi(f->timeout, out);
+    if (strcmp(f->comm, "tcp") != 0)
+        return dt_error(DT_ERR_INVALID, "--comm: '%s' is not tcp or mpi", f->comm);
+    dt_status st = dt_cluster_from_env(cl);
+    if (st)
+        return st;
+    uint8_t *secret = NULL;
+    size_t secret_len = 0;
+    if ((st = dt_transport_load_secret(f->secret_file, &secret, &secret_len)))
+        return st;
+    dt_tcp_options o;
+    dt_tcp_options_default(&o);
+    o.timeout = f->timeout;
+    o.stall_warn = f->timeout / 2;
+    if (f->segment_bytes)
+        o.segment_bytes = f->segment_bytes;
+    o.transport.secret = secret;
+    o.transport.secret_len = secret_len;
+    o.transport.insecure = f->insecure;
+    o.transport.connect_timeout = f->connect_timeout;
+    st = dt_comm_tcp(cl, &o, out);
+    free(secret);
+    if (st)
+        dt_cluster_free(cl);
+    return st;
+}

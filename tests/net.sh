@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# Multi-process tests of the cluster transport and the tcp communicator: real dtrain processes on
+# loopback, started here with their own TF_CONFIG. Every collective's result is checked on 2 to 5
+# ranks; strangers are refused while the cluster completes; a rank killed with SIGKILL in the
+# middle of an all-reduce makes the others fail within the bound, naming it (20 times); a stopped
+# rank makes the others time out naming it. usage: tests/net.sh BUILD_DIR COUNTS_FILE
+set -u
+build=$1
+counts=$2
+dtrain="$(cd "$build" && pwd)/dtrain"
+tmp=$(mktemp -d /tmp/dtrain-net-XXXXXX)
+pids=()
+cleanup() {
+    for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+passed=0
+failed=0
+ok() { echo "ok   $1"; passed=$((passed + 1)); }
+fail() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
+export DTRAIN_CLUSTER_SECRET=net-test-secret-0123456789
+
+# free_base N: a base port with N free ports after it (the kernel's ephemeral range stays clear).
+free_base() {
+    python3 - "$1" <<'PY'
+import random, socket, sys
+n = int(sys.argv[1])
+while True:
+    base = random.randrange(20000, 30000)
+    socks = []
+    try:
+        for i in range(n):
+            s = socket.socket(); s.bind(("127.0.0.1", base + i)); socks.append(s)
+        print(base); break
+    except OSError:
+        pass
+    finally:
+        for s in socks: s.close()
+PY
+}
+
+# start_rank N BASE I ARGS...: starts rank I of an N-worker cluster in the background; its pid
+# goes to pids[I], its output to $tmp/rI.out and $tmp/rI.err.
+start_rank() {
+    local n=$1 base=$2 i=$3
+    shift 3
+    local workers="" k
+    for ((k = 0; k < n; k++)); do workers="$workers${workers:+,}\"127.0.0.1:$((base + k))\""; done
+    TF_CONFIG="{\"cluster\":{\"worker\":[$workers]},\"task\":{\"type\":\"worker\",\"index\":$i}}" \
+        "$dtrain" "$@" > "$tmp/r$i.out" 2> "$tmp/r$i.err" &
+    pids[$i]=$!
+}
+
+# wait_pid PID SECONDS: waits for PID up to SECONDS; sets status (124 when it had to be killed).
+wait_pid() {
+    local pid=$1 limit=$2 waited=0
+    while kill -0 "$pid" 2>/dev/null; do
+        if [ "$(echo "$waited >= $limit" | bc)" = 1 ]; then
+            kill -9 "$pid" 2>/dev/null
+            wait "$pid" 2>/dev/null
+            status=124
+            return
+        fi
+        sleep 0.05
+        waited=$(echo "$waited + 0.05" | bc)
+    done
+    wait "$pid"
+    status=$?
+}
+
+# ---- every collective checked, 2 to 5 ranks ----
+for n in 2 3 4 5; do
+    base=$(free_base "$n")
+    for ((i = 0; i < n; i++)); do
+        start_rank "$n" "$base" "$i" bench allreduce --check --sizes 4..4M --factor 8 --iters 2 \
+            --warmup 1 --connect-timeout 20 --timeout 20
+    done
+    bad=""
+    for ((i = 0; i < n; i++)); do
+        wait_pid "${pids[$i]}" 60
+        [ "$status" -eq 0 ] || bad="$bad rank $i exit $status: $(head -c 300 "$tmp/r$i.err");"
+    done
+    lines=$(grep -c ' ok$' "$tmp/r0.out")
+    if [ -n "$bad" ]; then
+        fail "allreduce_checked_$n""_processes" "$bad"
+    elif [ "$lines" -ne 7 ] || grep -q WRONG "$tmp/r0.out"; then
+        fail "allreduce_checked_$n""_processes" "$(cat "$tmp/r0.out")"
+    else
+        ok "allreduce_checked_$n""_processes"
+    fi
+done
+
+# ---- strangers knock while the cluster forms ----
+base=$(free_base 2)
+start_rank 2 "$base" 0 bench allreduce --check --sizes 4K..64K --iters 2 --connect-timeout 20
+python3 - "$base" <<'PY'
+import socket, sys, time
+port = int(sys.argv[1])
+def knock(payload):
+    for _ in range(200):
+        try:
+            s = socket.create_connection(("127.0.0.1", port), timeout=2); break
+        except OSError:
+            time.sleep(0.02)
+    if payload is not None:
+        s.sendall(payload)
+        s.settimeout(2)
+        try:
+            while s.recv(4096): pass
+        except OSError:
+            pass
+    s.close()
+knock(None)                       # a port scan
+knock(b"GET / HTTP/1.0\r\n\r\n" + b"x" * 64)  # garbage
+knock(b"dtrainHS" + b"\x09\x00" + b"\x00" * 54)  # another protocol version
+PY
+start_rank 2 "$base" 1 bench allreduce --check --sizes 4K..64K --iters 2 --connect-timeout 20
+wait_pid "${pids[0]}" 30; s0=$status
+wait_pid "${pids[1]}" 30; s1=$status
+refusals=$(grep -c "refused the connection from 127.0.0.1" "$tmp/r0.err")
+if [ "$s0" -ne 0 ] || [ "$s1" -ne 0 ]; then
+    fail strangers_are_refused_and_the_cluster_runs "exit $s0/$s1: $(cat "$tmp/r0.err" "$tmp/r1.err")"
+elif [ "$refusals" -ne 3 ] || ! grep -q "protocol version 9" "$tmp/r0.err" ||
+     ! grep -q "not a dtrain peer" "$tmp/r0.err"; then
+    fail strangers_are_refused_and_the_cluster_runs "$refusals refusals: $(cat "$tmp/r0.err")"
+else
+    ok strangers_are_refused_and_the_cluster_runs
+fi
+
+# ---- a task with another secret is refused, and named ----
+base=$(free_base 2)
+start_rank 2 "$base" 0 bench allreduce --sizes 4K --connect-timeout 3
+DTRAIN_CLUSTER_SECRET=another-secret-0123456789 start_rank 2 "$base" 1 bench allreduce --sizes 4K \
+    --connect-timeout 3
+wait_pid "${pids[0]}" 20; s0=$status
+wait_pid "${pids[1]}" 20; s1=$status
+if [ "$s0" -ne 1 ] || [ "$s1" -ne 1 ] || ! grep -q "worker:1 (127.0.0.1:" "$tmp/r0.err" ||
+   ! grep -q "cluster secret" "$tmp/r1.err"; then
+    fail wrong_secret_refused_and_named "exit $s0/$s1: $(cat "$tmp/r0.err" "$tmp/r1.err")"
+else
+    ok wrong_secret_refused_and_named
+fi
+
+# ---- kill -9 of one rank in the middle of an all-reduce, 20 times ----
+bound=15 # the 10 s collective timeout, and slack for a loaded machine
+worst=0
+kill_failures=""
+for rep in $(seq 1 20); do
+    base=$(free_base 3)
+    for i in 0 1 2; do
+        start_rank 3 "$base" "$i" bench allreduce --sizes 16M --iters 1000000 --timeout 10 \
+            --connect-timeout 20
+    done
+    victim=$((rep % 3))
+    # Running once rank 0 has printed its header (every rank is connected), then a moment more.
+    for _ in $(seq 1 200); do grep -q "^ *size" "$tmp/r0.out" 2>/dev/null && break; sleep 0.02; done
+    sleep 0.$((RANDOM % 5 + 1))
+    kill -9 "${pids[$victim]}"
+    wait "${pids[$victim]}" 2>/dev/null
+    t0=$(date +%s.%N)
+    for i in 0 1 2; do
+        [ "$i" -eq "$victim" ] && continue
+        wait_pid "${pids[$i]}" "$bound"
+        if [ "$status" -eq 124 ]; then
+            kill_failures="$kill_failures rep $rep: rank $i still running after ${bound}s;"
+        elif [ "$status" -eq 0 ]; then
+            kill_failures="$kill_failures rep $rep: rank $i exited 0;"
+        elif ! grep -q "worker:$victim (127.0.0.1:" "$tmp/r$i.err"; then
+            kill_failures="$kill_failures rep $rep: rank $i did not name worker:$victim: $(cat "$tmp/r$i.err");"
+        fi
+    done
+    t=$(echo "$(date +%s.%N) - $t0" | bc)
+    worst=$(echo "if ($t > $worst) $t else $worst" | bc)
+done
+if [ -n "$kill_failures" ]; then
+    fail kill_9_mid_allreduce_20_times "$kill_failures"
+else
+    ok "kill_9_mid_allreduce_20_times (slowest exit of the survivors: ${worst}s)"
+fi
+
+# ---- a stopped rank: the others time out naming it ----
+base=$(free_base 2)
+for i in 0 1; do
+    start_rank 2 "$base" "$i" bench allreduce --sizes 1M --iters 1000000 --timeout 2 --connect-timeout 20
+done
+for _ in $(seq 1 200); do grep -q "^ *size" "$tmp/r0.out" 2>/dev/null && break; sleep 0.02; done
+kill -STOP "${pids[1]}"
+wait_pid "${pids[0]}" 10
+kill -9 "${pids[1]}"; wait "${pids[1]}" 2>/dev/null
+if [ "$status" -ne 1 ] || ! grep -q "timed out after 2 s waiting for worker:1 (127.0.0.1:" "$tmp/r0.err"; then
+    fail stopped_rank_times_out_named "exit $status: $(cat "$tmp/r0.err")"
+else
+    ok stopped_rank_times_out_named
+fi
+
+echo "net: $passed passed, $failed failed"
+echo "$passed $failed" > "$counts"
