@@ -91,6 +91,16 @@ for n in 2 3 4 5; do
     fi
 done
 
+# ---- the same under dtrain launch (its own ports and a fresh secret) ----
+env -u DTRAIN_CLUSTER_SECRET "$dtrain" launch -n 3 -- dtrain bench allreduce --check \
+    --sizes 4K..1M --iters 2 > "$tmp/launch.out" 2> "$tmp/launch.err"
+status=$?
+if [ "$status" -ne 0 ] || [ "$(grep -c '^\[worker:0\] .* ok$' "$tmp/launch.out")" -ne 5 ]; then
+    fail allreduce_checked_under_launch "exit $status: $(head -c 600 "$tmp/launch.out" "$tmp/launch.err")"
+else
+    ok allreduce_checked_under_launch
+fi
+
 # ---- strangers knock while the cluster forms ----
 base=$(free_base 2)
 start_rank 2 "$base" 0 bench allreduce --check --sizes 4K..64K --iters 2 --connect-timeout 20
