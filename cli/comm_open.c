@@ -17,8 +17,12 @@ dt_status cli_comm_open(const cli_comm_flags *f, dt_cluster *cl, dt_comm **out)
     if (strcmp(f->comm, "tcp") != 0)
         return dt_error(DT_ERR_INVALID, "--comm: '%s' is not tcp or mpi", f->comm);
     dt_status st = dt_cluster_from_env(cl);
-    if (st)
+    if (st == DT_OK && f->task)
+        st = dt_cluster_set_task(cl, f->task);
+    if (st) {
+        dt_cluster_free(cl);
         return st;
+    }
     uint8_t *secret = NULL;
     size_t secret_len = 0;
     if ((st = dt_transport_load_secret(f->secret_file, &secret, &secret_len)))

@@ -483,3 +483,25 @@ TEST(cluster_parse_errors)
         CHECK_MSG(is_zeroed(&c), "case %zu %s: cluster not zeroed after the error", k, cases[k].json);
     }
 }
+
+TEST(cluster_task_flag_overrides_tf_config)
+{
+    dt_cluster c;
+    CHECK_OK(dt_cluster_parse("{\"cluster\": {\"chief\": [\"h:1\"], \"worker\": [\"h:2\", \"h:3\"]},"
+                              " \"task\": {\"type\": \"chief\", \"index\": 0}}", &c));
+    CHECK(c.rank == 0 && c.is_chief);
+    CHECK_OK(dt_cluster_set_task(&c, "worker:1"));
+    CHECK(c.task_type == DT_JOB_WORKER && c.task_index == 1 && c.rank == 2 && !c.is_chief);
+    CHECK_ERR(dt_cluster_set_task(&c, "worker:2"), DT_ERR_INVALID,
+              "--task worker:2: job 'worker' has 2 tasks in the cluster");
+    CHECK_ERR(dt_cluster_set_task(&c, "wrker:0"), DT_ERR_INVALID, "--task wrker:0");
+    CHECK_ERR(dt_cluster_set_task(&c, "worker"), DT_ERR_INVALID, "is not TYPE:INDEX");
+    CHECK_ERR(dt_cluster_set_task(&c, "worker:-1"), DT_ERR_INVALID, "is not TYPE:INDEX");
+    CHECK_ERR(dt_cluster_set_task(&c, "ps:0"), DT_ERR_INVALID, "job 'ps' has 0 tasks");
+    CHECK(c.rank == 2); /* a refused override changes nothing */
+    dt_cluster_free(&c);
+    dt_cluster local;
+    CHECK_OK(dt_cluster_parse(NULL, &local));
+    CHECK_ERR(dt_cluster_set_task(&local, "worker:0"), DT_ERR_INVALID, "there is no cluster");
+    dt_cluster_free(&local);
+}

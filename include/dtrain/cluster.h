@@ -49,6 +49,11 @@ dt_status dt_cluster_from_env(dt_cluster *out);
 /* Accepts a zeroed or half-built cluster. */
 void dt_cluster_free(dt_cluster *c);
 
+/* Makes this process the task "TYPE:INDEX" of the parsed cluster (a --task flag overriding
+ * TF_CONFIG's task), recomputing rank and chief. DT_ERR_INVALID naming the flag: no cluster, a
+ * malformed task, an unknown job, an index out of range. */
+dt_status dt_cluster_set_task(dt_cluster *c, const char *task);
+
 /* The task of a training rank (0 .. n_workers - 1). */
 void dt_cluster_rank_task(const dt_cluster *c, int rank, dt_job *job, int *index);
 /* The address of a task; NULL when the cluster has no such task. */

@@ -488,3 +488,30 @@ bool dt_cluster_all_loopback(const dt_cluster *c)
                 return false;
     return true;
 }
+
+dt_status dt_cluster_set_task(dt_cluster *c, const char *task)
+{
+    if (!c->has_cluster)
+        return dt_error(DT_ERR_INVALID, "--task %s: there is no cluster (TF_CONFIG) to be a task of",
+                        task);
+    const char *colon = strrchr(task, ':');
+    char job_text[32];
+    if (!colon || colon == task || (size_t)(colon - task) >= sizeof job_text)
+        return dt_error(DT_ERR_INVALID, "--task: '%s' is not TYPE:INDEX (e.g. worker:1)", task);
+    snprintf(job_text, sizeof job_text, "%.*s", (int)(colon - task), task);
+    dt_job job;
+    if (dt_job_parse(job_text, &job))
+        return dt_error_prefix(DT_ERR_INVALID, "--task %s", task);
+    char *end;
+    long index = strtol(colon + 1, &end, 10);
+    if (end == colon + 1 || *end != '\0' || index < 0)
+        return dt_error(DT_ERR_INVALID, "--task: '%s' is not TYPE:INDEX (e.g. worker:1)", task);
+    int n = c->n_tasks[job];
+    if (job != DT_JOB_EVALUATOR && index >= n)
+        return dt_error(DT_ERR_INVALID, "--task %s: job '%s' has %d task%s in the cluster", task,
+                        job_names[job], n, n == 1 ? "" : "s");
+    c->task_type = job;
+    c->task_index = (int)index;
+    assign_roles(c);
+    return DT_OK;
+}
