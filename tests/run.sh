@@ -25,6 +25,10 @@ run_suite() { # name, counts file, command...
 }
 run_suite unit "$work/unit" "$build/tests/unit" --counts "$work/unit"
 run_suite cli "$work/cli" bash tests/cli.sh "$build" "$work/cli"
+# The mpi communicator under mpirun (and coll_check over the local backend).
+run_suite mpi "$work/mpi" bash tests/mpi.sh "$build" "$work/mpi"
+run_suite launch "$work/launch" bash tests/launch.sh "$build" "$work/launch"
+run_suite net "$work/net" bash tests/net.sh "$build" "$work/net"
 # A short pass of every fuzz target: make fuzz runs them for longer.
 run_suite fuzz "$work/fuzz" bash tests/fuzz.sh "$build" "${DTRAIN_FUZZ_SMOKE_SECONDS:-5}" "$work/fuzz"
 echo "$passed passed, $failed failed"

@@ -9,8 +9,10 @@
  *
  * Each fast conversion has a naive reference (_ref) beside it that works in double precision from
  * the definition of the format, with the C library rounding to nearest even (nearbyint in the
- * default rounding mode); tests/test_comm.c holds the fast ones to the references. This file is
- * also compiled into the MPI plugin (mpi/dt_mpi_plugin.c), which has no libdtrain to call. */
+ * default rounding mode); the fast narrowing conversions matched them on all 2^32 float32 inputs
+ * when written (a one-off exhaustive run), and tests/test_comm.c holds them to the references on
+ * the rounding boundaries of every exponent and on every 16-bit value. This file is also compiled
+ * into the MPI plugin (mpi/dt_mpi_plugin.c), which has no libdtrain to call. */
 #include "dtrain/comm.h"
 
 #include <assert.h>
@@ -80,11 +82,51 @@ dt_status dt_wire_dtype_parse(const char *s, dt_wire_dtype *w)
 
 /* ---- reduction ---- */
 
-/* MIN and MAX propagate NaN: a NaN in either operand makes the result NaN (src's NaN when both
- * are), so that a diverged rank cannot hide behind a reduction; SUM does so by itself. Otherwise
- * the first operand wins ties, so min(+0, -0) keeps dst's zero. */
-static inline float min_nan(float a, float b) { return (b < a) | (b != b) ? b : a; }
-static inline float max_nan(float a, float b) { return (b > a) | (b != b) ? b : a; }
+static inline uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* All-ones when cond holds, else zero: selects written with it stay branch-free, which GCC needs
+ * to vectorize these loops. */
+static inline uint32_t mask_if(int cond) { return 0u - (uint32_t)(cond != 0); }
+
+/* MIN and MAX are IEEE 754-2019's minimum and maximum, and commutative to the bit, so that every
+ * rank gets the same bits whatever order a backend combines them in (MPI's builtin MPI_MIN does
+ * not: it keeps its second operand on ties, and drops a NaN or not depending on the order):
+ *   - a NaN operand makes the result NaN (a diverged rank cannot hide behind a reduction; SUM
+ *     does this by itself); of two NaNs, the one with the larger bit pattern;
+ *   - -0 is below +0.
+ * Otherwise they compare an integer key of the bits that orders floats as numbers, -0 below +0:
+ * the magnitude bits of negative numbers are flipped, and the sign bit is flipped for an
+ * unsigned comparison. */
+static inline uint32_t order_key(uint32_t u) { return u ^ ((0u - (u >> 31)) >> 1) ^ 0x80000000u; }
+
+static inline float min_max(float a, float b, int want_max)
+{
+    uint32_t ua = f32_bits(a), ub = f32_bits(b);
+    uint32_t na = mask_if((ua & 0x7FFFFFFFu) > 0x7F800000u);
+    uint32_t nb = mask_if((ub & 0x7FFFFFFFu) > 0x7F800000u);
+    uint32_t ka = order_key(ua), kb = order_key(ub);
+    uint32_t take_b = mask_if(want_max ? kb > ka : kb < ka);
+    uint32_t num = (ub & take_b) | (ua & ~take_b);
+    uint32_t nan_b = nb & (~na | mask_if(ub > ua)); /* b is NaN and a is not, or b's bits win */
+    uint32_t nan = (ub & nan_b) | (ua & ~nan_b);
+    uint32_t any_nan = na | nb;
+    return bits_f32((nan & any_nan) | (num & ~any_nan));
+}
+
+static inline float min_nan(float a, float b) { return min_max(a, b, 0); }
+static inline float max_nan(float a, float b) { return min_max(a, b, 1); }
 
 /* dst (n_elems) op= src (n_elems); the arrays do not overlap. */
 static void reduce_add(float *restrict dst, const float *restrict src, size_t n_elems)
@@ -132,20 +174,6 @@ void dt_reduce_f32(float *dst, const float *src, size_t n_elems, dt_reduce_op op
 /* ---- float32 <-> bfloat16 ----
  * bfloat16 is the upper half of a float32: same sign and 8-bit exponent, 7 mantissa bits. */
 
-static inline uint32_t f32_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static inline float bits_f32(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
 /* Adding 0x7FFF plus the lowest kept bit rounds the upper half to nearest even, carrying into the
  * exponent where the mantissa overflows (so the largest finite values round up to infinity, and
  * subnormals round like any other value). NaN is kept apart: the carry could turn it into
@@ -189,10 +217,6 @@ void dt_bf16_to_f32(const uint16_t *src, float *dst, size_t n_elems)
 /* ---- float32 <-> IEEE half ----
  * Half: sign, 5-bit exponent (bias 15), 10 mantissa bits; the largest finite value is 65504,
  * the smallest normal 2^-14, the smallest subnormal 2^-24. */
-
-/* All-ones when cond holds, else zero: selects written with it stay branch-free, which GCC needs
- * to vectorize these loops. */
-static inline uint32_t mask_if(int cond) { return 0u - (uint32_t)(cond != 0); }
 
 /* Marat Dukhan's method (the FP16 library, as in PyTorch): scaling |f| by 2^112 then 2^-110
  * makes values beyond the half range overflow to infinity; adding a power of two chosen from f's
@@ -271,7 +295,8 @@ static uint16_t ref_encode(float f, int mant_bits, int bias, int max_e, uint16_t
     }
     int e;
     double fr = frexp(a, &e); /* a = fr * 2^e, fr in [0.5, 1) */
-    double m = nearbyint(ldexp(fr, mant_bits + 1)); /* the significand, 2^mant_bits .. 2^(mant_bits+1) */
+    /* The significand, 2^mant_bits .. 2^(mant_bits + 1). */
+    double m = nearbyint(ldexp(fr, mant_bits + 1));
     if (m == ldexp(1.0, mant_bits + 1)) {
         m = ldexp(1.0, mant_bits);
         e++;
