@@ -174,7 +174,7 @@ int cmd_bench(int argc, char **argv)
         {"op", FLAG_STRING, "sum", "sum, mean, min or max", &op_name, false},
         {"wire", FLAG_STRING, "f32", "f32, bf16 or fp16 on the wire", &wire_name, false},
         {"check", FLAG_BOOL, "false", "check each size's result exactly", &check, false},
-        {"segment", FLAG_STRING, "512K", "tcp: bytes per ring segment", &segment, false},
+        {"segment", FLAG_STRING, "256K", "tcp: bytes per ring segment", &segment, false},
         CLI_COMM_FLAGS(cf),
         {"help", FLAG_BOOL, "false", "this text", &help, false},
     };

@@ -28,7 +28,7 @@ void dt_tcp_options_default(dt_tcp_options *o)
     dt_transport_options_default(&o->transport);
     o->timeout = 60.0;
     o->stall_warn = 30.0;
-    o->segment_bytes = 512 << 10;
+    o->segment_bytes = 256 << 10;
     o->small_bytes = 64 << 10;
 }
 
@@ -200,6 +200,34 @@ static dt_status ring_allgather_blocks(dt_comm *c, dt_xfer *x, float *data, size
     return ring_pass(c, x, data, n, DT_REDUCE_SUM, w, 0, false);
 }
 
+/* The ring all-reduce, slice by slice: each slice of 2 x size segments goes through its
+ * reduce-scatter and all-gather before the next starts, so a segment is sent on while it is still
+ * in cache from its reduction, instead of the whole tensor streaming through memory twice; the
+ * time a slice's steps wait on each other is the price, small against a segment's transfer. */
+static dt_status ring_allreduce(dt_comm *c, dt_xfer *x, float *data, size_t n, dt_reduce_op op,
+                                dt_wire_dtype w)
+{
+    tcp_state *s = state_of(c);
+    size_t seg = s->o.segment_bytes / wire_bytes(w);
+    /* Two segments per rank's block: one can be on the wire while the other is reduced. */
+    size_t slice = 2 * (size_t)c->size * (seg ? seg : 1);
+    for (size_t off = 0; off < n; off += slice) {
+        size_t len = n - off < slice ? n - off : slice;
+        dt_status st = ring_reduce_scatter(c, x, data + off, len, op, w);
+        if (st)
+            return st;
+        if (w != DT_WIRE_F32) {
+            /* The owner rounds its block as the others will receive it. */
+            size_t b_off, k;
+            dt_comm_block(len, c->size, c->rank, &b_off, &k);
+            round_to_wire(s, w, data + off + b_off, k);
+        }
+        if ((st = ring_allgather_blocks(c, x, data + off, len, w)))
+            return st;
+    }
+    return DT_OK;
+}
+
 /* Real rank of a virtual rank in recursive doubling after folding rem pairs. */
 static int real_rank(int vr, int rem) { return vr < rem ? 2 * vr + 1 : vr + rem; }
 
@@ -258,15 +286,7 @@ static dt_status tcp_allreduce(dt_comm *c, float *data, size_t n, dt_reduce_op o
     if (n * wire_bytes(w) <= s->o.small_bytes) {
         st = rd_allreduce(c, &x, data, n, op, w);
     } else {
-        st = ring_reduce_scatter(c, &x, data, n, op, w);
-        if (st == DT_OK && w != DT_WIRE_F32) {
-            /* The owner rounds its block as the others will receive it. */
-            size_t off, k;
-            dt_comm_block(n, c->size, c->rank, &off, &k);
-            round_to_wire(s, w, data + off, k);
-        }
-        if (st == DT_OK)
-            st = ring_allgather_blocks(c, &x, data, n, w);
+        st = ring_allreduce(c, &x, data, n, op, w);
     }
     if (st)
         return fail(c, st);
