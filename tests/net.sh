@@ -101,6 +101,18 @@ else
     ok allreduce_checked_under_launch
 fi
 
+# ---- coll_check (every collective, signed zeros, infinities, NaN, bitwise agreement) ----
+for n in 2 3 4 5; do
+    "$dtrain" launch -n "$n" -- "$(dirname "$dtrain")/tests/coll_check" --comm tcp \
+        --counts 0,1,2,7,13,97,100003 > "$tmp/cc.out" 2> "$tmp/cc.err"
+    status=$?
+    if [ "$status" -ne 0 ] || ! grep -q "tcp: rank 0: [0-9]* checks, 0 failed" "$tmp/cc.out"; then
+        fail "coll_check_tcp_$n""_processes" "exit $status: $(grep -v '^\[worker:0\] ok' "$tmp/cc.out" | head -c 600) $(head -c 300 "$tmp/cc.err")"
+    else
+        ok "coll_check_tcp_$n""_processes"
+    fi
+done
+
 # ---- strangers knock while the cluster forms ----
 base=$(free_base 2)
 start_rank 2 "$base" 0 bench allreduce --check --sizes 4K..64K --iters 2 --connect-timeout 20

@@ -2,7 +2,8 @@
  *
  *   coll_check --comm local [--ranks N]   N threads of this process (default 4)
  *   coll_check --comm mpi                 one rank per process, under mpirun
- *   coll_check --comm tcp                 (to be added with the tcp backend)
+ *   coll_check --comm tcp                 one rank per process, the cluster from TF_CONFIG
+ *                                         (under dtrain launch; DTRAIN_CLUSTER_SECRET)
  *   options: --counts A,B,...  (default 0,1,2,7,13,97,1000003)  --timeout SECONDS (default 60)
  *
  * Each rank fills its input from (rank, index) alone, so every rank can compute the expected
@@ -26,6 +27,7 @@
 #include <time.h>
 
 #include "dtrain/comm.h"
+#include "dtrain/comm_tcp.h"
 
 #define MAX_COUNTS 32
 
@@ -512,14 +514,27 @@ int main(int argc, char **argv)
             return 1;
         }
     } else if (strcmp(comm, "tcp") == 0) {
-        /* ---- tcp: the tcp backend's engineer wires its constructor in here: create this
-         * task's communicator (from TF_CONFIG) into c, as the mpi branch does. ---- */
-        printf("FAIL --comm tcp: not wired into coll_check yet\n");
-        return 1;
+        static dt_cluster cl;
+        dt_tcp_options o;
+        dt_tcp_options_default(&o);
+        o.timeout = timeout;
+        uint8_t *secret = NULL;
+        if (dt_cluster_from_env(&cl) != DT_OK ||
+            dt_transport_load_secret(NULL, &secret, &o.transport.secret_len) != DT_OK) {
+            printf("FAIL the tcp cluster: %s\n", dt_last_error());
+            return 1;
+        }
+        o.transport.secret = secret;
+        dt_status st = dt_comm_tcp(&cl, &o, &c);
+        free(secret);
+        if (st != DT_OK) {
+            printf("FAIL creating the tcp communicator: %s\n", dt_last_error());
+            return 1;
+        }
     } else {
         return usage();
     }
     int failures = check_rank(c);
     dt_comm_destroy(c);
-    return failures ? 1 : 0;
+    return failures ? 1 : 0; /* the tcp cluster, if any, is static: the process ends here */
 }
