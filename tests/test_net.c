@@ -559,3 +559,20 @@ TEST(net_non_loopback_cluster_needs_a_secret)
     CHECK_ERR(dt_comm_tcp(&cl, &o, &c), DT_ERR_AUTH, "non-loopback addresses and no secret");
     dt_cluster_free(&cl);
 }
+
+/* Without a secret a loopback cluster runs, and says its traffic is unauthenticated. */
+TEST(net_loopback_cluster_without_secret_runs_and_warns)
+{
+    rank_ctx proto = {0}, ctx[2];
+    proto.log = tmpfile();
+    proto.run = one_allreduce;
+    run_cluster(2, &proto, ctx);
+    for (int i = 0; i < 2; i++)
+        CHECK_MSG(ctx[i].st == DT_OK && ctx[i].mismatches == 0, "rank %d: %s", i, ctx[i].msg);
+    char text[4096] = "";
+    rewind(proto.log);
+    text[fread(text, 1, sizeof text - 1, proto.log)] = '\0';
+    CHECK_MSG(strstr(text, "no cluster secret: traffic between the tasks is unauthenticated"), "%s",
+              text);
+    fclose(proto.log);
+}
