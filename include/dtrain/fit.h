@@ -42,6 +42,14 @@ typedef struct {
     FILE *progress;          /* NULL: silent */
     bool progress_bar;
     int64_t expected_steps_per_epoch; /* for the progress bar when the dataset's size is known */
+    /* Synchronous data parallelism (multi_worker_mirrored): NULL or a communicator of one rank
+     * trains alone. With several ranks, each rank's dataset holds its share of every global
+     * batch (batch_size is the global batch); rank 0's parameters are broadcast first; each step
+     * the ranks agree on the batch's size and on the end of the epoch, sum their gradients
+     * (scaled by 1 / the global batch) with one all-reduce, and apply the same update, so their
+     * parameters stay identical. Losses and accuracies are the global batch's. */
+    struct dt_comm *comm;
+    int wire;                /* a dt_wire_dtype for the gradients (0: float32) */
 } dt_fit_config;
 
 typedef struct {
@@ -80,6 +88,16 @@ dt_status dt_fit_check(const dt_fit_config *cfg, int64_t n_examples);
  * buffer of 0 or 1 keeps file order; prefetch 0 adds no background thread. */
 dt_status dt_image_pipeline(const dt_image_dataset *ds, int batch_size, bool drop_remainder,
                             int64_t shuffle_buffer, uint64_t seed, int prefetch, dt_dataset **out);
+
+/* The same pipeline for one of n_workers workers: every worker shuffles and batches the same way
+ * (the same seed), with global batches of batch_size, and gathers only its own block of each
+ * batch's rows (dt_comm_block's split: equal blocks, the first ones a row larger). So the workers'
+ * batches together are exactly the single-worker batch of the same step, which is what makes
+ * k workers equal one worker at the same global batch. A short last batch can leave a worker an
+ * empty block; it still takes the step. */
+dt_status dt_image_pipeline_sharded(const dt_image_dataset *ds, int batch_size,
+                                    bool drop_remainder, int64_t shuffle_buffer, uint64_t seed,
+                                    int prefetch, int n_workers, int worker, dt_dataset **out);
 
 /* Mean loss and accuracy over one iteration of a dataset of batches. */
 dt_status dt_evaluate_dataset(dt_model *m, dt_dataset *batches, double *loss, double *accuracy);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "dtrain/clock.h"
+#include "dtrain/comm.h"
 #include "dtrain/progress.h"
 #include "dtrain/rng.h"
 
@@ -61,36 +62,67 @@ void dt_gather_batch(const dt_image_dataset *ds, const uint32_t *idx, int B, flo
 
 /* ---- The image pipeline: indices, shuffled and batched, then gathered into pixels ---- */
 
-/* in: a batch of index rows (range's exact ids); out: their images scaled to [0, 1] and their
- * class labels. */
+/* Which rows of each batch of indices this pipeline gathers: all of them, or one worker's block
+ * of the global batch (dt_comm_block's split) in multi-worker training. */
+typedef struct {
+    const dt_image_dataset *ds;
+    int n_slices, slice;
+} gather_ctx;
+
+/* in: a batch of index rows (range's exact ids); out: the images of its rows in this pipeline's
+ * slice, scaled to [0, 1], and their class labels. A slice may be empty (a short last batch over
+ * many workers): the element then has no rows, and the step still happens on every worker. */
 static dt_status gather_images(void *ctx, dt_elem *in, dt_elem **out)
 {
-    const dt_image_dataset *ds = ctx;
+    const gather_ctx *g = ctx;
+    const dt_image_dataset *ds = g->ds;
+    size_t first, rows;
+    dt_comm_block((size_t)in->n, g->n_slices, g->slice, &first, &rows);
     int item = ds->h * ds->w * ds->c;
-    dt_elem *e = dt_elem_alloc(in->n, item, 0, 0);
+    dt_elem *e = dt_elem_alloc((int)rows, item, 0, 0);
     if (!e) {
         dt_elem_free(in);
-        return dt_error(DT_ERR_NOMEM, "no memory for a batch of %d images", in->n);
+        return dt_error(DT_ERR_NOMEM, "no memory for a batch of %zu images", rows);
     }
     uint32_t idx[256];
     int32_t labels[256];
-    for (int done = 0; done < in->n; done += 256) {
-        int chunk = in->n - done < 256 ? in->n - done : 256;
+    for (int done = 0; done < (int)rows; done += 256) {
+        int chunk = (int)rows - done < 256 ? (int)rows - done : 256;
         for (int r = 0; r < chunk; r++)
-            idx[r] = (uint32_t)in->sp_ids[in->sp_row[done + r]];
+            idx[r] = (uint32_t)in->sp_ids[in->sp_row[(int)first + done + r]];
         dt_gather_batch(ds, idx, chunk, e->dense + (size_t)done * item, labels);
         for (int r = 0; r < chunk; r++)
             e->labels[done + r] = (float)labels[r];
     }
-    e->index = in->index;
+    e->index = in->index + first;
     dt_elem_free(in);
     *out = e;
     return DT_OK;
 }
 
-dt_status dt_image_pipeline(const dt_image_dataset *ds, int batch_size, bool drop_remainder,
-                            int64_t shuffle_buffer, uint64_t seed, int prefetch, dt_dataset **out)
+/* The gather's context lives as long as the pipeline: a pass-through dataset on top owns it. */
+static dt_status ctx_owner_next(dt_dataset *ds, dt_elem **out) { return dt_dataset_next(ds->input, out); }
+static dt_status ctx_owner_reset(dt_dataset *ds) { return dt_dataset_reset(ds->input); }
+static void ctx_owner_destroy(dt_dataset *ds)
 {
+    dt_dataset_destroy(ds->input); /* the map stops using the context first */
+    ds->input = NULL;
+    free(ds->state);
+}
+static const dt_dataset_ops ctx_owner_ops = {"image_pipeline", ctx_owner_next, ctx_owner_reset,
+                                             ctx_owner_destroy};
+
+dt_status dt_image_pipeline_sharded(const dt_image_dataset *ds, int batch_size,
+                                    bool drop_remainder, int64_t shuffle_buffer, uint64_t seed,
+                                    int prefetch, int n_workers, int worker, dt_dataset **out)
+{
+    *out = NULL;
+    if (n_workers < 1 || worker < 0 || worker >= n_workers)
+        return dt_error(DT_ERR_INVALID, "worker %d of %d", worker, n_workers);
+    gather_ctx *g = malloc(sizeof *g);
+    if (!g)
+        return dt_error(DT_ERR_NOMEM, "no memory for an image pipeline");
+    *g = (gather_ctx){ds, n_workers, worker};
     dt_dataset *p;
     dt_status st = dt_dataset_range(0, ds->n, 1, &p);
     if (st == DT_OK && shuffle_buffer > 1)
@@ -98,11 +130,21 @@ dt_status dt_image_pipeline(const dt_image_dataset *ds, int batch_size, bool dro
     if (st == DT_OK)
         st = dt_dataset_batch(p, batch_size, drop_remainder, &p);
     if (st == DT_OK)
-        st = dt_dataset_map(p, gather_images, (void *)ds, 1, &p);
+        st = dt_dataset_map(p, gather_images, g, 1, &p);
     if (st == DT_OK && prefetch > 0)
         st = dt_dataset_prefetch(p, prefetch, &p);
-    *out = st == DT_OK ? p : NULL;
-    return st;
+    if (st) {
+        free(g);
+        return st;
+    }
+    return dt_dataset_create(&ctx_owner_ops, p, g, out); /* on failure it frees p and g */
+}
+
+dt_status dt_image_pipeline(const dt_image_dataset *ds, int batch_size, bool drop_remainder,
+                            int64_t shuffle_buffer, uint64_t seed, int prefetch, dt_dataset **out)
+{
+    return dt_image_pipeline_sharded(ds, batch_size, drop_remainder, shuffle_buffer, seed,
+                                     prefetch, 1, 0, out);
 }
 
 /* ---- Evaluation ---- */
@@ -186,21 +228,62 @@ dt_status dt_evaluate(dt_model *m, const dt_image_dataset *ds, double *loss, dou
 
 /* ---- Training ---- */
 
-/* One synchronous step on the batch e; returns the batch's summed loss via *loss_sum. */
-static dt_status train_step(dt_model *m, dt_optim *o, dt_pool *pool, const dt_elem *e,
-                            const int32_t *labels, float grad_scale, int64_t step,
-                            double *loss_sum, int *n_correct)
+static bool distributed(const dt_fit_config *cfg) { return cfg->comm && cfg->comm->size > 1; }
+
+/* One synchronous step on the batch e (which may have no rows on a worker whose share of a short
+ * last batch is empty). grad_scale is 1 / the examples the gradient averages over (this batch's,
+ * or the global batch's across workers). *loss_sum and *n_correct receive the batch's summed loss
+ * and its correct predictions, summed over the workers when there are several. */
+static dt_status train_step(dt_model *m, dt_optim *o, dt_pool *pool, const dt_fit_config *cfg,
+                            const dt_elem *e, const int32_t *labels, float grad_scale,
+                            int64_t step, double *loss_sum, int64_t *n_correct)
 {
-    dt_model_forward(m, e->n, e->dense, true);
-    double loss = dt_model_loss(m, e->n, labels, grad_scale, true, n_correct);
+    double loss = 0.0;
+    int correct = 0;
+    dt_arena *params = dt_model_params(m), *grads = dt_model_grads(m);
+    dt_model_zero_grads(m);
+    if (e->n > 0) {
+        dt_model_forward(m, e->n, e->dense, true);
+        loss = dt_model_loss(m, e->n, labels, grad_scale, true, &correct);
+        if (isfinite(loss))
+            dt_model_backward(m, e->n);
+    }
+    if (distributed(cfg)) {
+        /* The gradients are already scaled by 1 / the global batch: their sum is its mean. A
+         * diverged worker's NaN travels in the loss sum, so every worker stops at the same step. */
+        float stats[2] = {(float)loss, (float)correct};
+        dt_status st = dt_comm_allreduce(cfg->comm, grads->data, grads->n_elems, DT_REDUCE_SUM,
+                                         (dt_wire_dtype)cfg->wire);
+        if (st || (st = dt_comm_allreduce(cfg->comm, stats, 2, DT_REDUCE_SUM, DT_WIRE_F32)))
+            return dt_error_prefix(st, "step %lld", (long long)step);
+        loss = stats[0];
+        correct = (int)stats[1];
+    }
     if (!isfinite(loss))
         return dt_error(DT_ERR_NUMERIC, "step %lld: the loss is %g: training diverged (try a "
                         "lower --lr)", (long long)step, loss);
-    dt_model_zero_grads(m);
-    dt_model_backward(m, e->n);
-    dt_arena *params = dt_model_params(m);
-    dt_optim_step(o, pool, params->data, dt_model_grads(m)->data, params->n_elems);
+    dt_optim_step(o, pool, params->data, grads->data, params->n_elems);
     *loss_sum = loss;
+    *n_correct = correct;
+    return DT_OK;
+}
+
+/* Before each step the workers agree on the global batch (the sum of their rows) and on whether
+ * the epoch goes on: it ends for all as soon as one worker's data does, so shards that differ by
+ * a batch never leave a worker waiting. */
+static dt_status agree_on_step(const dt_fit_config *cfg, const dt_elem *e, int64_t *global_rows,
+                               bool *go_on)
+{
+    *global_rows = e ? e->n : 0;
+    *go_on = e != NULL;
+    if (!distributed(cfg))
+        return DT_OK;
+    float v[2] = {e ? (float)e->n : 0.0f, e ? 0.0f : 1.0f};
+    dt_status st = dt_comm_allreduce(cfg->comm, v, 2, DT_REDUCE_SUM, DT_WIRE_F32);
+    if (st)
+        return st;
+    *global_rows = (int64_t)v[0];
+    *go_on = v[1] == 0.0f && v[0] > 0.0f;
     return DT_OK;
 }
 
@@ -238,6 +321,14 @@ dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *tr
     if (!labels)
         return dt_error(DT_ERR_NOMEM, "no memory for training");
     dt_model_set_dropout_seed(m, cfg->seed);
+    if (distributed(cfg)) {
+        /* Every worker starts from the chief's parameters, as TF's strategies and DDP do. */
+        dt_arena *params = dt_model_params(m);
+        if ((st = dt_comm_broadcast(cfg->comm, params->data, params->n_elems * sizeof(float), 0))) {
+            free(labels);
+            return dt_error_prefix(st, "broadcasting the initial parameters");
+        }
+    }
     dt_progress prog;
     if (cfg->progress)
         dt_progress_init(&prog, cfg->progress, cfg->progress_bar);
@@ -257,24 +348,34 @@ dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *tr
         double epoch_loss = 0.0, t0 = dt_clock_now();
         int64_t epoch_correct = 0, epoch_samples = 0, i = 0;
         for (; total == 0 || i < total; i++) {
-            dt_elem *e;
+            dt_elem *e = NULL;
             st = dt_dataset_next(train, &e);
-            if (st == DT_END)
-                break;
-            if (st)
+            if (st != DT_OK && st != DT_END)
                 goto fail;
+            if (st == DT_END)
+                e = NULL;
+            int64_t rows;
+            bool go_on;
+            if ((st = agree_on_step(cfg, e, &rows, &go_on))) {
+                dt_elem_free(e);
+                goto fail;
+            }
+            if (!go_on) {
+                dt_elem_free(e); /* another worker's data ended: this batch is not trained on */
+                break;
+            }
             double loss_sum = 0.0;
-            int correct = 0;
-            float scale = 1.0f / (float)(cfg->reduction == DT_REDUCTION_MEAN ? e->n : cfg->batch_size);
+            int64_t correct = 0;
+            float scale = 1.0f / (float)(cfg->reduction == DT_REDUCTION_MEAN ? rows : cfg->batch_size);
             if ((st = check_batch(m, e)) || (st = batch_labels(m, e, labels)) ||
-                (st = train_step(m, o, pool, e, labels, scale, step, &loss_sum, &correct))) {
+                (st = train_step(m, o, pool, cfg, e, labels, scale, step, &loss_sum, &correct))) {
                 dt_elem_free(e);
                 goto fail;
             }
             step++;
             epoch_loss += loss_sum;
             epoch_correct += correct;
-            epoch_samples += e->n;
+            epoch_samples += rows;
             dt_elem_free(e);
             if (cfg->progress)
                 dt_progress_step(&prog, i + 1, epoch_loss / epoch_samples,
