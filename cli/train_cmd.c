@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "comm_open.h"
 #include "dtrain/clock.h"
 #include "dtrain/fit.h"
 #include "dtrain/idx.h"
@@ -30,6 +31,9 @@ struct train_opts {
     int64_t steps_per_epoch, max_steps, lr_decay_steps, seed;
     double lr, momentum, beta1, beta2, epsilon, lr_decay_rate, lr_alpha;
     bool nesterov, keep_remainder, validate, summary, no_fuse, help;
+    cli_comm_flags comm;
+    /* Set from the strategy and the cluster: this process's worker rank of n_workers. */
+    int n_workers, rank;
 };
 
 static int define_flags(flag_def *f, struct train_opts *o)
@@ -104,7 +108,9 @@ static int define_flags(flag_def *f, struct train_opts *o)
     FLAG("threads", FLAG_INT, NULL, "threads for intra-op parallelism (default: all cores)",
          &o->threads);
     FLAG("seed", FLAG_INT64, "1", "seed of initial weights, shuffling and dropout", &o->seed);
-    FLAG("strategy", FLAG_STRING, "one_device", "distribution strategy: one_device", &o->strategy);
+    FLAG("strategy", FLAG_STRING, "one_device",
+         "distribution strategy: one_device, or multi_worker_mirrored (the default when "
+         "TF_CONFIG names a cluster of several workers)", &o->strategy);
     FLAG("validate", FLAG_BOOL, "false", "evaluate on the test data at each epoch end",
          &o->validate);
     FLAG("progress", FLAG_STRING, "auto",
@@ -115,6 +121,9 @@ static int define_flags(flag_def *f, struct train_opts *o)
          &o->metrics_out);
     FLAG("no-fuse", FLAG_BOOL, "false", "use the generic kernels only (no fused conv+pool)",
          &o->no_fuse);
+    flag_def comm_rows[] = {CLI_COMM_FLAGS(o->comm)};
+    for (size_t i = 0; i < sizeof comm_rows / sizeof comm_rows[0]; i++)
+        f[n++] = comm_rows[i];
     FLAG("help", FLAG_BOOL, "false", "this text", &o->help);
 #undef FLAG
     return n;
@@ -184,15 +193,14 @@ static dt_status check_ranges(const struct train_opts *o, const flag_def *flags,
         return dt_error(DT_ERR_INVALID, "--lr: must be positive, got %g", o->lr);
     if (o->model_file && flags_find(flags, n_flags, "model")->set)
         return dt_error(DT_ERR_INVALID, "--model and --model-file: give one, not both");
-    if (strcmp(o->strategy, "one_device") != 0) {
-        static const char *const later[] = {"mirrored", "central_storage", "multi_worker_mirrored",
-                                            "parameter_server"};
-        for (int i = 0; i < 4; i++)
+    if (strcmp(o->strategy, "one_device") != 0 && strcmp(o->strategy, "multi_worker_mirrored") != 0) {
+        static const char *const later[] = {"mirrored", "central_storage", "parameter_server"};
+        for (int i = 0; i < 3; i++)
             if (strcmp(o->strategy, later[i]) == 0)
                 return dt_error(DT_ERR_UNSUPPORTED, "--strategy: %s is not available in this "
-                                "build (one_device)", o->strategy);
-        return dt_error(DT_ERR_INVALID, "--strategy: unknown strategy '%s' (one_device)",
-                        o->strategy);
+                                "build (one_device, multi_worker_mirrored)", o->strategy);
+        return dt_error(DT_ERR_INVALID, "--strategy: unknown strategy '%s' (one_device, "
+                        "multi_worker_mirrored)", o->strategy);
     }
     if (strcmp(o->loss_reduction, "mean") != 0 && strcmp(o->loss_reduction, "sum_over_global_batch") != 0)
         return dt_error(DT_ERR_INVALID, "--loss-reduction: expected mean or sum_over_global_batch, "
@@ -336,6 +344,7 @@ static dt_status write_metrics(const char *path, const struct train_opts *o, int
     cJSON_AddNumberToObject(j, "batch_size", o->batch_size);
     cJSON_AddStringToObject(j, "model", dt_model_spec_of(m)->name);
     cJSON_AddStringToObject(j, "strategy", o->strategy);
+    cJSON_AddNumberToObject(j, "workers", o->n_workers);
     cJSON_AddNumberToObject(j, "param_count", (double)dt_arena_payload_elems(dt_model_params(m)));
     char crc[16];
     snprintf(crc, sizeof crc, "%08x", dt_arena_checksum(dt_model_params(m)));
@@ -394,8 +403,9 @@ static dt_status prepare_images(const struct train_opts *o, int64_t shuffle_buff
     in->n_train = t->n;
     in->eval_batch = o->batch_size < t->n ? o->batch_size : t->n;
     snprintf(in->source, sizeof in->source, "%s", t->images_path);
-    if ((st = dt_image_pipeline(t, o->batch_size, !o->keep_remainder, shuffle_buffer,
-                                (uint64_t)o->seed, o->prefetch, &in->train)))
+    if ((st = dt_image_pipeline_sharded(t, o->batch_size, !o->keep_remainder, shuffle_buffer,
+                                        (uint64_t)o->seed, o->prefetch, o->n_workers, o->rank,
+                                        &in->train)))
         return st;
     if (have_test && (st = dt_image_pipeline(&in->test_images, in->eval_batch, false, 0, 0, 0,
                                              &in->test)))
@@ -454,6 +464,13 @@ static dt_status file_pipeline(const struct train_opts *o, const char *flag, con
     dt_dataset *p;
     if ((st = file_source(o, flag, data, files, &so, &p)))
         return st;
+    /* Several workers: each keeps every n-th example (tf.data's DATA auto-shard) and batches its
+     * share of the global batch. */
+    if (training && o->n_workers > 1) {
+        if ((st = dt_dataset_shard(p, o->n_workers, o->rank, &p)))
+            return st;
+        batch = o->batch_size / o->n_workers;
+    }
     if (training && o->cache)
         st = dt_dataset_cache(p, strcmp(o->cache, "memory") == 0 ? NULL : o->cache, &p);
     if (st == DT_OK && training && shuffle_buffer > 1)
@@ -594,6 +611,32 @@ int cmd_train(int argc, char **argv)
         build_optim_config(&o, flags, n_flags, &ocfg))
         return usage_error();
     int threads = flags_find(flags, n_flags, "threads")->set ? o.threads : dt_cpu_count();
+    dt_cluster cluster;
+    memset(&cluster, 0, sizeof cluster);
+    dt_comm *comm = NULL;
+    dt_status st = DT_OK;
+    o.n_workers = 1, o.rank = 0;
+    if (!flags_find(flags, n_flags, "strategy")->set) {
+        /* As TF: a TF_CONFIG cluster of several workers (or MPI) means multi_worker_mirrored. */
+        dt_cluster probe;
+        memset(&probe, 0, sizeof probe);
+        if (strcmp(o.comm.comm, "mpi") == 0 ||
+            (dt_cluster_from_env(&probe) == DT_OK && probe.has_cluster && probe.n_workers > 1))
+            o.strategy = "multi_worker_mirrored";
+        dt_cluster_free(&probe);
+    }
+    if (strcmp(o.strategy, "multi_worker_mirrored") == 0) {
+        if ((st = cli_comm_open(&o.comm, &cluster, &comm)))
+            goto fail;
+        o.n_workers = comm->size, o.rank = comm->rank;
+        if (o.batch_size % o.n_workers != 0) {
+            st = dt_error(DT_ERR_INVALID, "--batch-size: the global batch %d is not divisible by "
+                          "the %d workers", o.batch_size, o.n_workers);
+            goto fail;
+        }
+    }
+    /* Only the chief reports: progress, evaluation, the summary and the metrics. */
+    bool chief = o.rank == 0;
 
     dt_fit_config fcfg;
     dt_fit_config_default(&fcfg);
@@ -606,16 +649,17 @@ int cmd_train(int argc, char **argv)
     fcfg.prefetch = o.prefetch;
     fcfg.keep_remainder = o.keep_remainder;
     fcfg.reduction = strcmp(o.loss_reduction, "mean") == 0 ? DT_REDUCTION_MEAN : DT_REDUCTION_SUM_OVER_GLOBAL;
-    fcfg.progress = strcmp(o.progress, "none") == 0 ? NULL : stdout;
+    fcfg.progress = strcmp(o.progress, "none") == 0 || !chief ? NULL : stdout;
+    fcfg.comm = comm;
     fcfg.progress_bar = strcmp(o.progress, "bar") == 0 ||
                         (strcmp(o.progress, "auto") == 0 && dt_progress_bar_wanted(stdout));
 
     dt_model_spec spec;
-    dt_status st = is_file_data(o.data) ? prepare_files(&o, shuffle_buffer, &in)
-                                        : prepare_images(&o, shuffle_buffer, &in);
+    st = is_file_data(o.data) ? prepare_files(&o, shuffle_buffer, &in)
+                              : prepare_images(&o, shuffle_buffer, &in);
     if (st || (st = load_model_spec(&o, in.shape, in.source, &spec)))
         goto fail;
-    fcfg.validate = o.validate && in.test;
+    fcfg.validate = o.validate && in.test && chief;
     if (in.n_train >= 0)
         fcfg.expected_steps_per_epoch = dt_fit_batches_per_epoch(&fcfg, in.n_train);
     if ((st = dt_fit_check(&fcfg, in.n_train))) {
@@ -636,12 +680,19 @@ int cmd_train(int argc, char **argv)
     dt_model_init_params(model, (uint64_t)o.seed);
     if ((st = dt_optim_setup(&opt, &ocfg, dt_model_params(model))))
         goto fail;
-    if (o.summary)
+    if (o.summary && chief)
         dt_model_summary(model, stdout);
+    if (comm && chief)
+        printf("multi_worker_mirrored: %d workers (%s), %d examples per worker per step\n",
+               comm->size, comm->ops->name, o.batch_size / comm->size);
 
     dt_fit_result res;
     if ((st = dt_fit_dataset(model, &opt, pool, in.train, in.test, &fcfg, &res)))
         goto fail;
+    if (!chief) {
+        rc = 0; /* the chief evaluates and reports for the cluster */
+        goto fail;
+    }
     double test_loss = res.val_loss, test_acc = res.val_accuracy;
     if (in.test && !res.validated &&
         ((st = dt_dataset_reset(in.test)) ||
@@ -672,5 +723,7 @@ fail:
     dt_model_destroy(model);
     dt_pool_destroy(pool);
     input_free(&in);
+    dt_comm_destroy(comm);
+    dt_cluster_free(&cluster);
     return rc;
 }

@@ -113,6 +113,32 @@ for n in 2 3 4 5; do
     fi
 done
 
+# ---- multi_worker_mirrored: k processes at global batch 64 train as one process does ----
+train_args=(train --max-steps 50 --threads 1 --optimizer adam --lr 0.001 --progress none)
+for k in 2 3 4; do
+    batch=$((k == 3 ? 63 : 64))
+    "$dtrain" "${train_args[@]}" --batch-size "$batch" --metrics-out "$tmp/single$k.json" \
+        > /dev/null 2>&1
+    "$dtrain" launch -n "$k" -- dtrain "${train_args[@]}" --batch-size "$batch" \
+        --metrics-out "$tmp/multi$k.json" > "$tmp/multi.out" 2>&1
+    status=$?
+    verdict=$(python3 - "$tmp/single$k.json" "$tmp/multi$k.json" "$k" <<'PY' 2>&1
+import json, sys
+a, b, k = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), int(sys.argv[3])
+rel = abs(a["final_loss"] - b["final_loss"]) / abs(a["final_loss"])
+ok = rel <= 1e-5 and b["workers"] == k and b["steps"] == a["steps"] == 50 and \
+     b["samples"] == a["samples"] and b["strategy"] == "multi_worker_mirrored"
+print("ok" if ok else "differ", "final loss %.9g vs %.9g (relative %.2g), %s workers" %
+      (b["final_loss"], a["final_loss"], rel, b["workers"]))
+PY
+)
+    if [ "$status" -ne 0 ] || [ "${verdict%% *}" != ok ]; then
+        fail "multi_worker_$k""_processes_equal_one" "exit $status: $verdict $(tail -3 "$tmp/multi.out")"
+    else
+        ok "multi_worker_$k""_processes_equal_one ($verdict)"
+    fi
+done
+
 # ---- strangers knock while the cluster forms ----
 base=$(free_base 2)
 start_rank 2 "$base" 0 bench allreduce --check --sizes 4K..64K --iters 2 --connect-timeout 20
