@@ -1,6 +1,6 @@
 # dtrain: one Makefile for the library, the CLI, the tests and the benchmarks.
 #   make            build build/libdtrain.a, build/libdtrain.so and build/dtrain
-#   make demo       train the tutorial CNN on Fashion-MNIST
+#   make demo       train the tutorial CNN on Fashion-MNIST with two workers
 #   make test       every test; the last line reads "N passed, N failed"
 #   make asan       the tests under AddressSanitizer + UndefinedBehaviorSanitizer
 #   make leakcheck  a short training run under valgrind
@@ -91,9 +91,11 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libdtrain.a
 
 unit-tests: all $(BUILD)/tests/unit $(BUILD)/tests/coll_check
 
+# TensorFlow's multi-worker tutorial on dtrain: two workers on this machine train the tutorial
+# CNN with multi_worker_mirrored (global batch 64, 32 per worker), the chief reporting.
 demo: $(BUILD)/.deps-demo all
-	$(BUILD)/dtrain train --model mnist_cnn --data fashion-mnist --epochs 1 --batch-size 64 \
-		--optimizer adam --lr 0.001 --seed 1
+	$(BUILD)/dtrain launch -n 2 -- $(BUILD)/dtrain train --model mnist_cnn --data fashion-mnist \
+		--epochs 2 --batch-size 64 --optimizer adam --lr 0.001 --seed 1 --threads 1
 
 test: $(BUILD)/.deps-test unit-tests fuzz-build
 	bash tests/run.sh $(BUILD)

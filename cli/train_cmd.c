@@ -330,6 +330,7 @@ static dt_status write_metrics(const char *path, const struct train_opts *o, int
     cJSON_AddNumberToObject(j, "steps", (double)r->steps);
     cJSON_AddNumberToObject(j, "samples", (double)r->samples);
     cJSON_AddNumberToObject(j, "train_seconds", r->train_seconds);
+    cJSON_AddNumberToObject(j, "comm_seconds", r->comm_seconds);
     cJSON_AddNumberToObject(j, "final_loss", r->final_loss);
     cJSON_AddNumberToObject(j, "final_accuracy", r->final_accuracy);
     if (have_test) {

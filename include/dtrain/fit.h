@@ -57,6 +57,7 @@ typedef struct {
     int epochs;              /* epochs begun */
     int64_t samples;
     double train_seconds;    /* the steps alone: no evaluation, no printing */
+    double comm_seconds;     /* of which in collectives (waiting for the other workers included) */
     double final_loss;       /* mean training loss over the last epoch */
     double final_accuracy;
     bool validated;          /* val_* hold the test set's figures after the last epoch */

@@ -236,7 +236,8 @@ static bool distributed(const dt_fit_config *cfg) { return cfg->comm && cfg->com
  * and its correct predictions, summed over the workers when there are several. */
 static dt_status train_step(dt_model *m, dt_optim *o, dt_pool *pool, const dt_fit_config *cfg,
                             const dt_elem *e, const int32_t *labels, float grad_scale,
-                            int64_t step, double *loss_sum, int64_t *n_correct)
+                            int64_t step, double *loss_sum, int64_t *n_correct,
+                            double *comm_seconds)
 {
     double loss = 0.0;
     int correct = 0;
@@ -252,10 +253,12 @@ static dt_status train_step(dt_model *m, dt_optim *o, dt_pool *pool, const dt_fi
         /* The gradients are already scaled by 1 / the global batch: their sum is its mean. A
          * diverged worker's NaN travels in the loss sum, so every worker stops at the same step. */
         float stats[2] = {(float)loss, (float)correct};
+        double t0 = dt_clock_now();
         dt_status st = dt_comm_allreduce(cfg->comm, grads->data, grads->n_elems, DT_REDUCE_SUM,
                                          (dt_wire_dtype)cfg->wire);
         if (st || (st = dt_comm_allreduce(cfg->comm, stats, 2, DT_REDUCE_SUM, DT_WIRE_F32)))
             return dt_error_prefix(st, "step %lld", (long long)step);
+        *comm_seconds += dt_clock_now() - t0;
         loss = stats[0];
         correct = (int)stats[1];
     }
@@ -272,16 +275,18 @@ static dt_status train_step(dt_model *m, dt_optim *o, dt_pool *pool, const dt_fi
  * the epoch goes on: it ends for all as soon as one worker's data does, so shards that differ by
  * a batch never leave a worker waiting. */
 static dt_status agree_on_step(const dt_fit_config *cfg, const dt_elem *e, int64_t *global_rows,
-                               bool *go_on)
+                               bool *go_on, double *comm_seconds)
 {
     *global_rows = e ? e->n : 0;
     *go_on = e != NULL;
     if (!distributed(cfg))
         return DT_OK;
     float v[2] = {e ? (float)e->n : 0.0f, e ? 0.0f : 1.0f};
+    double t0 = dt_clock_now();
     dt_status st = dt_comm_allreduce(cfg->comm, v, 2, DT_REDUCE_SUM, DT_WIRE_F32);
     if (st)
         return st;
+    *comm_seconds += dt_clock_now() - t0;
     *global_rows = (int64_t)v[0];
     *go_on = v[1] == 0.0f && v[0] > 0.0f;
     return DT_OK;
@@ -356,7 +361,7 @@ dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *tr
                 e = NULL;
             int64_t rows;
             bool go_on;
-            if ((st = agree_on_step(cfg, e, &rows, &go_on))) {
+            if ((st = agree_on_step(cfg, e, &rows, &go_on, &result->comm_seconds))) {
                 dt_elem_free(e);
                 goto fail;
             }
@@ -368,7 +373,8 @@ dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *tr
             int64_t correct = 0;
             float scale = 1.0f / (float)(cfg->reduction == DT_REDUCTION_MEAN ? rows : cfg->batch_size);
             if ((st = check_batch(m, e)) || (st = batch_labels(m, e, labels)) ||
-                (st = train_step(m, o, pool, cfg, e, labels, scale, step, &loss_sum, &correct))) {
+                (st = train_step(m, o, pool, cfg, e, labels, scale, step, &loss_sum, &correct,
+                                 &result->comm_seconds))) {
                 dt_elem_free(e);
                 goto fail;
             }

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Multi-worker training speed, in one run: the tutorial CNN on Fashion-MNIST with Adam 1e-3,
+# per-worker batch 64, 1 thread per process, STEPS steps:
+#   - dtrain, one process (batch 64);
+#   - dtrain multi_worker_mirrored, 2 processes under dtrain launch (global batch 128, tcp);
+#   - PyTorch DistributedDataParallel over Gloo, 2 processes (shared/peers/torch_cnn.py).
+# Each runs REPEAT times, interleaved; the median is reported, with the two ratios the goals are
+# stated in (2 workers against DDP, and against twice one process) and the share of the 2-worker
+# step time spent in collectives (waiting for the other worker included).
+# usage: bench/multiworker.sh BUILD_DIR    env: REPEAT (3), STEPS (600), PEERS_DIR, PYTHON
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+build=$(cd "${1:?usage: bench/multiworker.sh BUILD_DIR}" && pwd)
+repeat=${REPEAT:-3}
+steps=${STEPS:-600}
+peers=${PEERS_DIR:-$root/../shared/peers}
+python=${PYTHON:-/usr/bin/python3}
+die() { echo "bench/multiworker.sh: error: $*" >&2; exit 1; }
+[ -x "$build/dtrain" ] || die "$build/dtrain is missing (make)"
+[ -f "$peers/torch_cnn.py" ] || die "$peers/torch_cnn.py is missing (set PEERS_DIR)"
+"$python" -c "import torch.distributed" 2> /dev/null || die "$python cannot import torch.distributed"
+work=$(mktemp -d /tmp/dtrain-multiworker-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+common=(train --model mnist_cnn --data fashion-mnist --optimizer adam --lr 0.001 --threads 1
+        --max-steps "$steps" --progress none --seed 1)
+json() { "$python" -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$@"; }
+
+for rep in $(seq 1 "$repeat"); do
+    echo "run $rep of $repeat" >&2
+    "$build/dtrain" "${common[@]}" --batch-size 64 --metrics-out "$work/one.json" > /dev/null
+    json "$work/one.json" samples_per_sec >> "$work/one"
+    "$build/dtrain" launch -n 2 -- "$build/dtrain" "${common[@]}" --batch-size 128 \
+        --metrics-out "$work/two.json" > /dev/null
+    json "$work/two.json" samples_per_sec >> "$work/two"
+    echo "$(json "$work/two.json" comm_seconds) $(json "$work/two.json" train_seconds)" |
+        awk '{ print $1 / $2 }' >> "$work/share"
+    port=$("$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    for r in 0 1; do
+        "$python" "$peers/torch_cnn.py" --threads 1 --opt adam --lr 0.001 --steps "$steps" \
+            --ddp-rank "$r" --ddp-world 2 --port "$port" > "$work/ddp$r.out" 2>&1 &
+        eval "pid$r=\$!"
+    done
+    wait "$pid0" "$pid1" || die "DDP failed: $(tail -3 "$work/ddp0.out")"
+    # Each DDP rank prints its own samples/s at batch 64: the cluster's is the sum.
+    cat "$work/ddp0.out" "$work/ddp1.out" | sed -n 's/.*samples_per_s=\([0-9.]*\).*/\1/p' |
+        awk '{ s += $1 } END { print s }' >> "$work/ddp"
+done
+median() { sort -g "$1" | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+one=$(median "$work/one"); two=$(median "$work/two"); ddp=$(median "$work/ddp"); share=$(median "$work/share")
+echo "tutorial CNN, Adam, per-worker batch 64, 1 thread per process, $steps steps, median of $repeat"
+printf '  dtrain, 1 process:                  %8.0f samples/s\n' "$one"
+printf '  dtrain, 2 workers (tcp):            %8.0f samples/s   (%.1f%% of the step time in collectives)\n' "$two" "$(echo "$share * 100" | bc -l)"
+printf '  PyTorch DDP over Gloo, 2 processes: %8.0f samples/s\n' "$ddp"
+printf '  2 workers: x%.2f DDP (goal 4), %.1f%% of twice one process (goal 80%%)\n' \
+    "$(echo "$two / $ddp" | bc -l)" "$(echo "$two / (2 * $one) * 100" | bc -l)"
