@@ -1,6 +1,7 @@
 /* dtrain train: parse flags, load the data and the model, fit, evaluate, report. */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +26,7 @@ struct train_opts {
     const char *model, *model_file, *data, *test_data, *optimizer, *lr_schedule, *strategy;
     const char *metrics_out, *shuffle_buffer, *progress, *loss_reduction;
     const char *features, *label_key, *input_shape, *compression, *cache, *label_column;
-    int prefetch, num_parallel_reads, num_parallel_calls, num_features, index_base;
+    int prefetch, num_parallel_reads, num_parallel_calls, num_features, index_base, replicas;
     bool skip_bad_records, csv_header;
     int epochs, batch_size, threads;
     int64_t steps_per_epoch, max_steps, lr_decay_steps, seed;
@@ -109,8 +110,11 @@ static int define_flags(flag_def *f, struct train_opts *o)
          &o->threads);
     FLAG("seed", FLAG_INT64, "1", "seed of initial weights, shuffling and dropout", &o->seed);
     FLAG("strategy", FLAG_STRING, "one_device",
-         "distribution strategy: one_device, or multi_worker_mirrored (the default when "
-         "TF_CONFIG names a cluster of several workers)", &o->strategy);
+         "distribution strategy: one_device; mirrored (--replicas copies of the model on threads "
+         "of this process); multi_worker_mirrored (the default when TF_CONFIG names a cluster of "
+         "several workers)", &o->strategy);
+    FLAG("replicas", FLAG_INT, NULL, "mirrored: model copies, each on its own threads (default: "
+         "one per core)", &o->replicas);
     FLAG("validate", FLAG_BOOL, "false", "evaluate on the test data at each epoch end",
          &o->validate);
     FLAG("progress", FLAG_STRING, "auto",
@@ -193,15 +197,19 @@ static dt_status check_ranges(const struct train_opts *o, const flag_def *flags,
         return dt_error(DT_ERR_INVALID, "--lr: must be positive, got %g", o->lr);
     if (o->model_file && flags_find(flags, n_flags, "model")->set)
         return dt_error(DT_ERR_INVALID, "--model and --model-file: give one, not both");
-    if (strcmp(o->strategy, "one_device") != 0 && strcmp(o->strategy, "multi_worker_mirrored") != 0) {
-        static const char *const later[] = {"mirrored", "central_storage", "parameter_server"};
-        for (int i = 0; i < 3; i++)
+    if (strcmp(o->strategy, "one_device") != 0 && strcmp(o->strategy, "mirrored") != 0 &&
+        strcmp(o->strategy, "multi_worker_mirrored") != 0) {
+        static const char *const later[] = {"central_storage", "parameter_server"};
+        for (int i = 0; i < 2; i++)
             if (strcmp(o->strategy, later[i]) == 0)
                 return dt_error(DT_ERR_UNSUPPORTED, "--strategy: %s is not available in this "
-                                "build (one_device, multi_worker_mirrored)", o->strategy);
-        return dt_error(DT_ERR_INVALID, "--strategy: unknown strategy '%s' (one_device, "
+                                "build (one_device, mirrored, multi_worker_mirrored)", o->strategy);
+        return dt_error(DT_ERR_INVALID, "--strategy: unknown strategy '%s' (one_device, mirrored, "
                         "multi_worker_mirrored)", o->strategy);
     }
+    if (flags_find(flags, n_flags, "replicas")->set &&
+        (o->replicas < 1 || o->replicas > 256 || strcmp(o->strategy, "mirrored") != 0))
+        return dt_error(DT_ERR_INVALID, "--replicas: 1..256 model copies, with --strategy mirrored");
     if (strcmp(o->loss_reduction, "mean") != 0 && strcmp(o->loss_reduction, "sum_over_global_batch") != 0)
         return dt_error(DT_ERR_INVALID, "--loss-reduction: expected mean or sum_over_global_batch, "
                         "got '%s'", o->loss_reduction);
@@ -586,6 +594,64 @@ static dt_status prepare_files(const struct train_opts *o, int64_t shuffle_buffe
     return DT_OK;
 }
 
+/* ---- mirrored: replicas on threads of this process ---- */
+
+/* A mirrored replica other than the chief: its own copy of the model and the optimizer state,
+ * its own block of every global batch, in lock-step with the others through the local
+ * communicator (the chief, replica 0, runs on the calling thread and reports). */
+typedef struct {
+    struct train_opts o; /* with this replica's rank */
+    const dt_model_spec *spec;
+    const dt_optim_config *ocfg;
+    dt_fit_config fcfg;
+    const struct input *chief_in; /* its images are shared, read-only */
+    int max_batch, threads;
+    int64_t shuffle_buffer;
+    pthread_t thread;
+    dt_status st;
+    char msg[1024];
+} replica;
+
+static void *replica_main(void *arg)
+{
+    replica *r = arg;
+    const struct train_opts *o = &r->o;
+    struct input in;
+    memset(&in, 0, sizeof in);
+    in.spec = r->chief_in->spec;
+    dt_pool *pool = NULL;
+    dt_model *model = NULL;
+    dt_optim opt;
+    dt_optim_init(&opt);
+    dt_status st;
+    if (r->chief_in->train_images.n > 0)
+        st = dt_image_pipeline_sharded(&r->chief_in->train_images, o->batch_size,
+                                       !o->keep_remainder, r->shuffle_buffer, (uint64_t)o->seed,
+                                       o->prefetch, o->n_workers, o->rank, &in.train);
+    else
+        st = file_pipeline(o, "data", o->data, true, r->shuffle_buffer, o->batch_size,
+                           &in.train_files, &in, &in.train);
+    dt_model_options mopts = {.no_fuse = o->no_fuse};
+    dt_fit_result res;
+    if (st || (st = dt_pool_create(r->threads, &pool)) ||
+        (st = dt_model_create(r->spec, r->max_batch, pool, &mopts, &model)))
+        goto done;
+    dt_model_init_params(model, (uint64_t)o->seed); /* replaced by the chief's broadcast */
+    if ((st = dt_optim_setup(&opt, r->ocfg, dt_model_params(model))))
+        goto done;
+    st = dt_fit_dataset(model, &opt, pool, in.train, NULL, &r->fcfg, &res);
+done:
+    r->st = st;
+    if (st)
+        snprintf(r->msg, sizeof r->msg, "replica %d: %s", o->rank, dt_last_error());
+    dt_optim_free(&opt);
+    dt_model_destroy(model);
+    dt_pool_destroy(pool);
+    input_free(&in);
+    dt_comm_destroy(r->fcfg.comm);
+    return NULL;
+}
+
 int cmd_train(int argc, char **argv)
 {
     struct train_opts o;
@@ -615,6 +681,9 @@ int cmd_train(int argc, char **argv)
     dt_cluster cluster;
     memset(&cluster, 0, sizeof cluster);
     dt_comm *comm = NULL;
+    dt_local_group *group = NULL;
+    replica *replicas = NULL;
+    int n_started = 0;
     dt_status st = DT_OK;
     o.n_workers = 1, o.rank = 0;
     if (!flags_find(flags, n_flags, "strategy")->set) {
@@ -633,6 +702,19 @@ int cmd_train(int argc, char **argv)
         if (o.batch_size % o.n_workers != 0) {
             st = dt_error(DT_ERR_INVALID, "--batch-size: the global batch %d is not divisible by "
                           "the %d workers", o.batch_size, o.n_workers);
+            goto fail;
+        }
+    }
+    if (strcmp(o.strategy, "mirrored") == 0) {
+        o.n_workers = flags_find(flags, n_flags, "replicas")->set ? o.replicas : dt_cpu_count();
+        /* The cores are shared out: each replica's kernels run on its own threads. */
+        threads = threads / o.n_workers > 0 ? threads / o.n_workers : 1;
+        if ((st = dt_local_group_create(o.n_workers, o.comm.timeout, &group)) ||
+            (st = dt_comm_local(group, 0, &comm)))
+            goto fail;
+        if (o.batch_size % o.n_workers != 0) {
+            st = dt_error(DT_ERR_INVALID, "--batch-size: the global batch %d is not divisible by "
+                          "the %d replicas", o.batch_size, o.n_workers);
             goto fail;
         }
     }
@@ -684,11 +766,45 @@ int cmd_train(int argc, char **argv)
     if (o.summary && chief)
         dt_model_summary(model, stdout);
     if (comm && chief)
-        printf("multi_worker_mirrored: %d workers (%s), %d examples per worker per step\n",
-               comm->size, comm->ops->name, o.batch_size / comm->size);
+        printf("%s: %d %s (%s), %d examples per %s per step\n", o.strategy, comm->size,
+               group ? "replicas" : "workers", comm->ops->name, o.batch_size / comm->size,
+               group ? "replica" : "worker");
+    if (group) {
+        if (!(replicas = calloc((size_t)o.n_workers, sizeof *replicas))) {
+            st = dt_error(DT_ERR_NOMEM, "no memory for the replicas");
+            goto fail;
+        }
+        for (int r = 1; r < o.n_workers; r++) {
+            replica *rp = &replicas[r];
+            rp->o = o;
+            rp->o.rank = r;
+            rp->spec = &spec, rp->ocfg = &ocfg, rp->chief_in = &in;
+            rp->fcfg = fcfg;
+            rp->fcfg.progress = NULL;
+            rp->fcfg.validate = false;
+            rp->max_batch = in.eval_batch, rp->threads = threads;
+            rp->shuffle_buffer = shuffle_buffer;
+            if ((st = dt_comm_local(group, r, &rp->fcfg.comm)))
+                goto fail;
+            if (pthread_create(&rp->thread, NULL, replica_main, rp) != 0) {
+                dt_comm_destroy(rp->fcfg.comm);
+                st = dt_error(DT_ERR_IO, "cannot start the thread of replica %d", r);
+                goto fail;
+            }
+            n_started++;
+        }
+    }
 
     dt_fit_result res;
-    if ((st = dt_fit_dataset(model, &opt, pool, in.train, in.test, &fcfg, &res)))
+    st = dt_fit_dataset(model, &opt, pool, in.train, in.test, &fcfg, &res);
+    /* The replicas end with the chief: each either finishes the same steps or fails with it. */
+    for (int r = 1; r <= n_started; r++) {
+        pthread_join(replicas[r].thread, NULL);
+        if (st == DT_OK && replicas[r].st)
+            st = dt_error(replicas[r].st, "%s", replicas[r].msg);
+    }
+    n_started = 0;
+    if (st)
         goto fail;
     if (!chief) {
         rc = 0; /* the chief evaluates and reports for the cluster */
@@ -724,7 +840,11 @@ fail:
     dt_model_destroy(model);
     dt_pool_destroy(pool);
     input_free(&in);
+    for (int r = 1; r <= n_started; r++) /* started, then the chief failed before its fit */
+        pthread_join(replicas[r].thread, NULL);
+    free(replicas);
     dt_comm_destroy(comm);
+    dt_local_group_destroy(group);
     dt_cluster_free(&cluster);
     return rc;
 }

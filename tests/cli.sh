@@ -79,7 +79,11 @@ expect_error flag_given_twice 2 "--seed: given twice" train --seed 1 --seed 2
 expect_error positional_argument 2 "unexpected argument 'extra'" train extra
 expect_error tfrecord_needs_features 1 "--features: tfrecord data needs the features" train --data "tfrecord:$0"
 expect_error bad_prefetch 2 "--prefetch: must be in 0..4096" train --prefetch -1
-expect_error later_strategy 2 "--strategy: mirrored is not available" train --strategy mirrored
+expect_error replicas_need_mirrored 2 "--replicas: 1..256 model copies, with --strategy mirrored" \
+    train --replicas 2
+expect_error replicas_divide_the_batch 1 "the global batch 64 is not divisible by the 3 replicas" \
+    train --strategy mirrored --replicas 3 --max-steps 1
+expect_error later_strategy 2 "--strategy: central_storage is not available" train --strategy central_storage
 expect_error unknown_strategy 2 "--strategy: unknown strategy 'horovod'" train --strategy horovod
 expect_error model_and_model_file 2 "give one, not both" train --model mlp --model-file x.json
 
@@ -208,6 +212,24 @@ if [ -d "$fm" ]; then
     else
         fail plain_lines_when_not_a_terminal "$(head -5 "$tmp/out")"
     fi
+
+    # --- mirrored: 2 and 4 replicas on threads train as one device does at the same batch ---
+    "$dtrain" train --max-steps 60 --batch-size 64 --optimizer adam --threads 2 --progress none \
+        --test-data none --metrics-out "$tmp/m1.json" > /dev/null 2>&1
+    for r in 2 4; do
+        "$dtrain" train --strategy mirrored --replicas $r --max-steps 60 --batch-size 64 \
+            --optimizer adam --threads 2 --progress none --test-data none \
+            --metrics-out "$tmp/m$r.json" > "$tmp/mout" 2>&1
+        a=$(json_field "$tmp/m1.json" final_loss)
+        b=$(json_field "$tmp/m$r.json" final_loss)
+        if [ -n "$a" ] && [ -n "$b" ] && grep -q "^mirrored: $r replicas (local)" "$tmp/mout" &&
+            [ "$(json_field "$tmp/m$r.json" workers)" = $r ] &&
+            awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * a) }'; then
+            ok "mirrored_${r}_replicas_equal_one_device"
+        else
+            fail "mirrored_${r}_replicas_equal_one_device" "final loss $b vs $a: $(tail -2 "$tmp/mout")"
+        fi
+    done
 
     # --- determinism: same flags and seed give the same parameters, per thread count ---
     for threads in 1 2; do
