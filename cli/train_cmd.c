@@ -30,7 +30,7 @@ struct train_opts {
     bool skip_bad_records, csv_header;
     int epochs, batch_size, threads;
     int64_t steps_per_epoch, max_steps, lr_decay_steps, seed;
-    double lr, momentum, beta1, beta2, epsilon, lr_decay_rate, lr_alpha;
+    double lr, momentum, beta1, beta2, epsilon, lr_decay_rate, lr_alpha, bucket_mb;
     bool nesterov, keep_remainder, validate, summary, no_fuse, help;
     cli_comm_flags comm;
     /* Set from the strategy and the cluster: this process's worker rank of n_workers. */
@@ -113,6 +113,10 @@ static int define_flags(flag_def *f, struct train_opts *o)
          "distribution strategy: one_device; mirrored (--replicas copies of the model on threads "
          "of this process); multi_worker_mirrored (the default when TF_CONFIG names a cluster of "
          "several workers)", &o->strategy);
+    FLAG("bucket-mb", FLAG_FLOAT, "0", "multi-worker: MiB of gradients per all-reduce, issued on "
+         "a communication thread during backward as each bucket completes (the first at most "
+         "1 MiB), which pays when the network rather than the CPU is the bottleneck; 0: one "
+         "all-reduce after backward", &o->bucket_mb);
     FLAG("replicas", FLAG_INT, NULL, "mirrored: model copies, each on its own threads (default: "
          "one per core)", &o->replicas);
     FLAG("validate", FLAG_BOOL, "false", "evaluate on the test data at each epoch end",
@@ -207,6 +211,8 @@ static dt_status check_ranges(const struct train_opts *o, const flag_def *flags,
         return dt_error(DT_ERR_INVALID, "--strategy: unknown strategy '%s' (one_device, mirrored, "
                         "multi_worker_mirrored)", o->strategy);
     }
+    if (!(o->bucket_mb >= 0.0 && o->bucket_mb <= 4096.0))
+        return dt_error(DT_ERR_INVALID, "--bucket-mb: must be in 0..4096, got %g", o->bucket_mb);
     if (flags_find(flags, n_flags, "replicas")->set &&
         (o->replicas < 1 || o->replicas > 256 || strcmp(o->strategy, "mirrored") != 0))
         return dt_error(DT_ERR_INVALID, "--replicas: 1..256 model copies, with --strategy mirrored");
@@ -734,6 +740,7 @@ int cmd_train(int argc, char **argv)
     fcfg.reduction = strcmp(o.loss_reduction, "mean") == 0 ? DT_REDUCTION_MEAN : DT_REDUCTION_SUM_OVER_GLOBAL;
     fcfg.progress = strcmp(o.progress, "none") == 0 || !chief ? NULL : stdout;
     fcfg.comm = comm;
+    fcfg.bucket_bytes = (size_t)(o.bucket_mb * 1048576.0);
     fcfg.progress_bar = strcmp(o.progress, "bar") == 0 ||
                         (strcmp(o.progress, "auto") == 0 && dt_progress_bar_wanted(stdout));
 

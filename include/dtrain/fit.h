@@ -50,6 +50,8 @@ typedef struct {
      * parameters stay identical. Losses and accuracies are the global batch's. */
     struct dt_comm *comm;
     int wire;                /* a dt_wire_dtype for the gradients (0: float32) */
+    size_t bucket_bytes;     /* gradient buckets all-reduced during backward (the first at most
+                                1 MiB); 0: one all-reduce after backward */
 } dt_fit_config;
 
 typedef struct {
@@ -57,7 +59,8 @@ typedef struct {
     int epochs;              /* epochs begun */
     int64_t samples;
     double train_seconds;    /* the steps alone: no evaluation, no printing */
-    double comm_seconds;     /* of which in collectives (waiting for the other workers included) */
+    double comm_seconds;     /* of which waiting on collectives: the other workers, and the
+                                gradient all-reduce backward did not hide */
     double final_loss;       /* mean training loss over the last epoch */
     double final_accuracy;
     bool validated;          /* val_* hold the test set's figures after the last epoch */

@@ -54,6 +54,14 @@ double dt_model_loss(dt_model *m, int B, const int32_t *labels, float grad_scale
 /* Adds the gradients of the last loss into the gradient arena (zero it first for a fresh step). */
 void dt_model_backward(dt_model *m, int B);
 
+/* Called during dt_model_backward each time a layer's parameter gradients are complete, with the
+ * arena offset from which every gradient is final: layers run last first and their views lie in
+ * layer order, so the final range [ready_from, n_elems) only grows, toward offset 0. This is
+ * what lets gradient all-reduce start on the last layers while backward runs on the first. */
+typedef void (*dt_grad_ready_fn)(void *ctx, size_t ready_from);
+/* fn may be NULL (no calls). */
+void dt_model_set_grad_hook(dt_model *m, dt_grad_ready_fn fn, void *ctx);
+
 void dt_model_zero_grads(dt_model *m);
 
 /* Sets the seed of dropout masks and restarts their sequence: the next training forward draws

@@ -48,6 +48,8 @@ struct dt_model {
     uint64_t dropout_seed;
     uint64_t training_forwards;
     int first_trainable; /* below it no layer has parameters: backward stops there */
+    dt_grad_ready_fn grad_hook;
+    void *grad_hook_ctx;
 };
 
 static void *alloc_floats(size_t n)
@@ -576,10 +578,23 @@ void dt_model_backward(dt_model *m, int B)
             continue;
         float *other = dy == m->gbuf[0] ? m->gbuf[1] : m->gbuf[0];
         float *next = backward_layer(m, i, B, dy, i > m->first_trainable ? other : NULL);
+        const struct layer_rt *L = &m->layers[i];
+        if (m->grad_hook && (L->w_view >= 0 || L->b_view >= 0)) {
+            int v = L->w_view >= 0 ? L->w_view : L->b_view;
+            if (L->b_view >= 0 && m->grads.views[L->b_view].offset < m->grads.views[v].offset)
+                v = L->b_view;
+            m->grad_hook(m->grad_hook_ctx, m->grads.views[v].offset);
+        }
         if (!next)
             break;
         dy = next;
     }
+}
+
+void dt_model_set_grad_hook(dt_model *m, dt_grad_ready_fn fn, void *ctx)
+{
+    m->grad_hook = fn;
+    m->grad_hook_ctx = ctx;
 }
 
 /* ---- Summary ---- */

@@ -7,6 +7,7 @@
 
 #include "dtrain/clock.h"
 #include "dtrain/comm.h"
+#include "dtrain/gradsync.h"
 #include "dtrain/progress.h"
 #include "dtrain/rng.h"
 
@@ -235,14 +236,16 @@ static bool distributed(const dt_fit_config *cfg) { return cfg->comm && cfg->com
  * or the global batch's across workers). *loss_sum and *n_correct receive the batch's summed loss
  * and its correct predictions, summed over the workers when there are several. */
 static dt_status train_step(dt_model *m, dt_optim *o, dt_pool *pool, const dt_fit_config *cfg,
-                            const dt_elem *e, const int32_t *labels, float grad_scale,
-                            int64_t step, double *loss_sum, int64_t *n_correct,
+                            dt_gradsync *gs, const dt_elem *e, const int32_t *labels,
+                            float grad_scale, int64_t step, double *loss_sum, int64_t *n_correct,
                             double *comm_seconds)
 {
     double loss = 0.0;
     int correct = 0;
     dt_arena *params = dt_model_params(m), *grads = dt_model_grads(m);
     dt_model_zero_grads(m);
+    if (gs)
+        dt_gradsync_begin(gs);
     if (e->n > 0) {
         dt_model_forward(m, e->n, e->dense, true);
         loss = dt_model_loss(m, e->n, labels, grad_scale, true, &correct);
@@ -254,8 +257,9 @@ static dt_status train_step(dt_model *m, dt_optim *o, dt_pool *pool, const dt_fi
          * diverged worker's NaN travels in the loss sum, so every worker stops at the same step. */
         float stats[2] = {(float)loss, (float)correct};
         double t0 = dt_clock_now();
-        dt_status st = dt_comm_allreduce(cfg->comm, grads->data, grads->n_elems, DT_REDUCE_SUM,
-                                         (dt_wire_dtype)cfg->wire);
+        dt_status st = gs ? dt_gradsync_finish(gs)
+                          : dt_comm_allreduce(cfg->comm, grads->data, grads->n_elems,
+                                              DT_REDUCE_SUM, (dt_wire_dtype)cfg->wire);
         if (st || (st = dt_comm_allreduce(cfg->comm, stats, 2, DT_REDUCE_SUM, DT_WIRE_F32)))
             return dt_error_prefix(st, "step %lld", (long long)step);
         *comm_seconds += dt_clock_now() - t0;
@@ -326,12 +330,22 @@ dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *tr
     if (!labels)
         return dt_error(DT_ERR_NOMEM, "no memory for training");
     dt_model_set_dropout_seed(m, cfg->seed);
+    dt_gradsync *gs = NULL;
     if (distributed(cfg)) {
         /* Every worker starts from the chief's parameters, as TF's strategies and DDP do. */
-        dt_arena *params = dt_model_params(m);
+        dt_arena *params = dt_model_params(m), *grads = dt_model_grads(m);
         if ((st = dt_comm_broadcast(cfg->comm, params->data, params->n_elems * sizeof(float), 0))) {
             free(labels);
             return dt_error_prefix(st, "broadcasting the initial parameters");
+        }
+        if (cfg->bucket_bytes > 0) {
+            size_t first = cfg->bucket_bytes < ((size_t)1 << 20) ? cfg->bucket_bytes : (size_t)1 << 20;
+            if ((st = dt_gradsync_create(cfg->comm, grads->data, grads->n_elems, first,
+                                         cfg->bucket_bytes, (dt_wire_dtype)cfg->wire, &gs))) {
+                free(labels);
+                return st;
+            }
+            dt_model_set_grad_hook(m, dt_gradsync_ready, gs);
         }
     }
     dt_progress prog;
@@ -373,7 +387,7 @@ dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *tr
             int64_t correct = 0;
             float scale = 1.0f / (float)(cfg->reduction == DT_REDUCTION_MEAN ? rows : cfg->batch_size);
             if ((st = check_batch(m, e)) || (st = batch_labels(m, e, labels)) ||
-                (st = train_step(m, o, pool, cfg, e, labels, scale, step, &loss_sum, &correct,
+                (st = train_step(m, o, pool, cfg, gs, e, labels, scale, step, &loss_sum, &correct,
                                  &result->comm_seconds))) {
                 dt_elem_free(e);
                 goto fail;
@@ -410,6 +424,10 @@ dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *tr
             dt_progress_epoch_end(&prog, i, result->final_loss, result->final_accuracy, extra);
     }
 fail:
+    if (gs) {
+        dt_model_set_grad_hook(m, NULL, NULL);
+        dt_gradsync_destroy(gs);
+    }
     free(labels);
     return st;
 }
