@@ -133,32 +133,16 @@ static dt_status check_broken(plugin *p)
 
 /* ---- the 16-bit reductions (MPI_User_function) ---- */
 
-static void to_f32(dt_wire_dtype w, const uint16_t *h, float *x, size_t n)
-{
-    if (w == DT_WIRE_BF16)
-        dt_bf16_to_f32(h, x, n);
-    else
-        dt_f16_to_f32(h, x, n);
-}
-
-static void to_16(dt_wire_dtype w, const float *x, uint16_t *h, size_t n)
-{
-    if (w == DT_WIRE_BF16)
-        dt_f32_to_bf16(x, h, n);
-    else
-        dt_f32_to_f16(x, h, n);
-}
-
 /* inout[i] = in[i] op inout[i], in float32, rounded back to the wire format. */
 static void reduce16(dt_wire_dtype w, dt_reduce_op op, const uint16_t *in, uint16_t *inout, int len)
 {
     float a[CHUNK], b[CHUNK];
     for (size_t at = 0, n = len > 0 ? (size_t)len : 0; at < n; at += CHUNK) {
         size_t k = n - at < CHUNK ? n - at : CHUNK;
-        to_f32(w, in + at, a, k);
-        to_f32(w, inout + at, b, k);
+        dt_wire_decode(w, in + at, a, k);
+        dt_wire_decode(w, inout + at, b, k);
         dt_reduce_f32(a, b, k, op);
-        to_16(w, a, inout + at, k);
+        dt_wire_encode(w, a, inout + at, k);
     }
 }
 
@@ -228,7 +212,7 @@ static dt_status plugin_allreduce(dt_comm *c, float *data, size_t n_elems, dt_re
     } else {
         if ((st = grow_scratch(p, what, n_elems)) != DT_OK)
             return st;
-        to_16(wire, data, p->scratch, n_elems);
+        dt_wire_encode(wire, data, p->scratch, n_elems);
         MPI_Op mop = p->op16[wire == DT_WIRE_F16][red_index(op)];
         for (size_t at = 0; at < n_elems; at += PIECE) {
             size_t k = n_elems - at < PIECE ? n_elems - at : PIECE;
@@ -237,7 +221,7 @@ static dt_status plugin_allreduce(dt_comm *c, float *data, size_t n_elems, dt_re
             if (rc != MPI_SUCCESS)
                 return mpi_fail(p, what, "MPI_Allreduce", rc);
         }
-        to_f32(wire, p->scratch, data, n_elems);
+        dt_wire_decode(wire, p->scratch, data, n_elems);
     }
     if (op == DT_REDUCE_MEAN)
         divide(data, n_elems, c->size);
@@ -272,11 +256,11 @@ static dt_status plugin_reduce_scatter(dt_comm *c, float *data, size_t n_elems, 
         if (rc == MPI_SUCCESS && off)
             memmove(data + off, data, n * sizeof *data);
     } else if ((st = grow_scratch(p, what, n_elems)) == DT_OK) {
-        to_16(wire, data, p->scratch, n_elems);
+        dt_wire_encode(wire, data, p->scratch, n_elems);
         rc = MPI_Reduce_scatter(MPI_IN_PLACE, p->scratch, counts, MPI_UINT16_T,
                                 p->op16[wire == DT_WIRE_F16][red_index(op)], p->comm);
         if (rc == MPI_SUCCESS)
-            to_f32(wire, p->scratch, data + off, n);
+            dt_wire_decode(wire, p->scratch, data + off, n);
     }
     free(counts);
     if (st != DT_OK)

@@ -102,6 +102,9 @@ void dt_f32_to_bf16(const float *src, uint16_t *dst, size_t n_elems);
 void dt_bf16_to_f32(const uint16_t *src, float *dst, size_t n_elems);
 void dt_f32_to_f16(const float *src, uint16_t *dst, size_t n_elems);
 void dt_f16_to_f32(const uint16_t *src, float *dst, size_t n_elems);
+/* The conversion for a 16-bit wire (DT_WIRE_BF16 or DT_WIRE_F16). */
+void dt_wire_encode(dt_wire_dtype w, const float *src, uint16_t *dst, size_t n_elems);
+void dt_wire_decode(dt_wire_dtype w, const uint16_t *src, float *dst, size_t n_elems);
 
 /* ---- the local backend ---- */
 

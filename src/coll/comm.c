@@ -364,3 +364,19 @@ void dt_f16_to_f32_ref(const uint16_t *src, float *dst, size_t n_elems)
                      : ref_decode(src[i], 10, 15, 31);
     }
 }
+
+void dt_wire_encode(dt_wire_dtype w, const float *src, uint16_t *dst, size_t n_elems)
+{
+    if (w == DT_WIRE_BF16)
+        dt_f32_to_bf16(src, dst, n_elems);
+    else
+        dt_f32_to_f16(src, dst, n_elems);
+}
+
+void dt_wire_decode(dt_wire_dtype w, const uint16_t *src, float *dst, size_t n_elems)
+{
+    if (w == DT_WIRE_BF16)
+        dt_bf16_to_f32(src, dst, n_elems);
+    else
+        dt_f16_to_f32(src, dst, n_elems);
+}

@@ -284,13 +284,8 @@ static void phase_barrier(dt_comm *c)
 /* Rounds x (n_elems) to the wire format and back to float32 into out; h is scratch. */
 static void round_wire(const float *x, float *out, uint16_t *h, size_t n_elems, dt_wire_dtype w)
 {
-    if (w == DT_WIRE_BF16) {
-        dt_f32_to_bf16(x, h, n_elems);
-        dt_bf16_to_f32(h, out, n_elems);
-    } else {
-        dt_f32_to_f16(x, h, n_elems);
-        dt_f16_to_f32(h, out, n_elems);
-    }
+    dt_wire_encode(w, x, h, n_elems);
+    dt_wire_decode(w, h, out, n_elems);
 }
 
 /* Reduces this rank's block of every rank's data into this rank's data, in rank order, chunk by

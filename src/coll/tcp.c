@@ -98,29 +98,13 @@ static void reduce_ordered(float *dst, float *src, size_t n, dt_reduce_op op, bo
     memcpy(dst, src, n * sizeof *dst);
 }
 
-static void encode(dt_wire_dtype w, const float *src, uint16_t *dst, size_t n)
-{
-    if (w == DT_WIRE_BF16)
-        dt_f32_to_bf16(src, dst, n);
-    else
-        dt_f32_to_f16(src, dst, n);
-}
-
-static void decode(dt_wire_dtype w, const uint16_t *src, float *dst, size_t n)
-{
-    if (w == DT_WIRE_BF16)
-        dt_bf16_to_f32(src, dst, n);
-    else
-        dt_f16_to_f32(src, dst, n);
-}
-
 /* Rounds data to the wire's precision in place (f32 -> 16 bits -> f32), in chunks. */
 static void round_to_wire(tcp_state *s, dt_wire_dtype w, float *data, size_t n)
 {
     for (size_t i = 0; i < n; i += s->tmp_elems) {
         size_t k = n - i < s->tmp_elems ? n - i : s->tmp_elems;
-        encode(w, data + i, s->wire_out, k);
-        decode(w, s->wire_out, data + i, k);
+        dt_wire_encode(w, data + i, s->wire_out, k);
+        dt_wire_decode(w, s->wire_out, data + i, k);
     }
 }
 
@@ -133,11 +117,11 @@ static dt_status xfer_floats(dt_comm *c, dt_xfer *x, dt_wire_dtype w, int to, co
     if (w == DT_WIRE_F32)
         return dt_transport_exchange(s->t, x, to, send, sn * 4, from, recv, rn * 4);
     if (to >= 0)
-        encode(w, send, s->wire_out, sn);
+        dt_wire_encode(w, send, s->wire_out, sn);
     dt_status st = dt_transport_exchange(s->t, x, to, s->wire_out, sn * 2, from, s->wire_in,
                                          rn * 2);
     if (st == DT_OK && from >= 0)
-        decode(w, s->wire_in, recv, rn);
+        dt_wire_decode(w, s->wire_in, recv, rn);
     return st;
 }
 
