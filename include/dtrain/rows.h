@@ -37,10 +37,6 @@ void dt_elem_free(dt_elem *e);
 /* A copy of e in a new allocation; NULL when out of memory. */
 dt_elem *dt_elem_clone(const dt_elem *e);
 
-/* Joins the rows of parts (each with the same n_dense), in order, into one new element with one
- * copy: row 0's index, file and position are parts[0]'s. The parts stay the caller's. */
-dt_status dt_elem_concat(dt_elem *const *parts, int n_parts, dt_elem **out);
-
 /* Growable rows. Append a row with dt_rowbuf_add_row (it returns the row's dense slots, zeroed,
  * and the label defaults to 0), then its sparse entries with dt_rowbuf_add_sparse, or its bytes
  * with dt_rowbuf_add_raw. */

@@ -369,18 +369,11 @@ dt_status dt_dataset_shuffle(dt_dataset *input, int64_t buffer_size, uint64_t se
 struct batch_state {
     int64_t size;
     bool drop;
-    dt_elem **parts; /* the elements of the batch being gathered */
-    int64_t cap;
+    dt_rowbuf rows;
+    bool rows_ready; /* rows initialised with the first element's n_dense */
     bool done;
 };
 
-static void free_parts(dt_elem **parts, int64_t n)
-{
-    for (int64_t i = 0; i < n; i++)
-        dt_elem_free(parts[i]);
-}
-
-/* Gathers up to size elements, then joins them with one copy. */
 static dt_status batch_next(dt_dataset *ds, dt_elem **out)
 {
     struct batch_state *s = ds->state;
@@ -389,41 +382,40 @@ static dt_status batch_next(dt_dataset *ds, dt_elem **out)
     int64_t got = 0;
     dt_status st = DT_OK;
     while (got < s->size) {
-        if (got == s->cap) {
-            int64_t cap = s->cap ? s->cap * 2 : 64;
-            cap = cap < s->size ? cap : s->size;
-            dt_elem **grown = realloc(s->parts, (size_t)cap * sizeof *grown);
-            if (!grown) {
-                st = nomem_elem();
-                break;
-            }
-            s->parts = grown, s->cap = cap;
-        }
-        if ((st = dt_dataset_next(ds->input, &s->parts[got])))
+        dt_elem *e;
+        st = dt_dataset_next(ds->input, &e);
+        if (st)
             break;
+        if (!s->rows_ready) {
+            dt_rowbuf_init(&s->rows, e->n_dense);
+            s->rows_ready = true;
+        }
+        st = dt_rowbuf_append_elem(&s->rows, e);
+        dt_elem_free(e);
+        if (st)
+            return st;
         got++;
     }
+    if (st && st != DT_END)
+        return st;
     if (st == DT_END) {
         s->done = true;
-        if (s->drop) {
-            free_parts(s->parts, got);
+        if (got == 0 || s->drop) {
+            if (s->rows_ready)
+                dt_rowbuf_clear(&s->rows);
             return DT_END;
         }
-        if (got == 0)
-            return DT_END;
-    } else if (st) {
-        free_parts(s->parts, got);
-        return st;
     }
-    st = dt_elem_concat(s->parts, (int)got, out);
-    free_parts(s->parts, got);
-    return st;
+    *out = dt_rowbuf_take(&s->rows);
+    return *out ? DT_OK : nomem_elem();
 }
 
 static dt_status batch_reset(dt_dataset *ds)
 {
     struct batch_state *s = ds->state;
     s->done = false;
+    if (s->rows_ready)
+        dt_rowbuf_clear(&s->rows);
     return reset_input(ds);
 }
 
@@ -432,7 +424,7 @@ static void batch_destroy(dt_dataset *ds)
     struct batch_state *s = ds->state;
     if (!s)
         return;
-    free(s->parts);
+    dt_rowbuf_free(&s->rows);
     free(s);
 }
 

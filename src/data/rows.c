@@ -195,46 +195,6 @@ dt_elem *dt_rowbuf_take(dt_rowbuf *b)
     return e;
 }
 
-dt_status dt_elem_concat(dt_elem *const *parts, int n_parts, dt_elem **out)
-{
-    *out = NULL;
-    if (n_parts < 1)
-        return dt_error(DT_ERR_INVALID, "no elements to join");
-    int n_dense = parts[0]->n_dense;
-    size_t rows = 0, nnz = 0, n_bytes = 0;
-    for (int i = 0; i < n_parts; i++) {
-        const dt_elem *e = parts[i];
-        if (e->n_dense != n_dense)
-            return dt_error(DT_ERR_INVALID, "rows of %d dense values cannot join a batch of %d",
-                            e->n_dense, n_dense);
-        rows += (size_t)e->n, nnz += e->nnz, n_bytes += e->n_bytes;
-    }
-    if (rows > INT32_MAX / 2)
-        return dt_error(DT_ERR_INVALID, "a batch of %zu rows is too many", rows);
-    dt_elem *c = dt_elem_alloc((int)rows, n_dense, nnz, n_bytes);
-    if (!c)
-        return dt_error(DT_ERR_NOMEM, "no memory for a batch of %zu rows (%zu bytes)", rows,
-                        n_bytes);
-    c->index = parts[0]->index, c->file = parts[0]->file, c->pos = parts[0]->pos;
-    size_t r0 = 0, k0 = 0, b0 = 0;
-    for (int i = 0; i < n_parts; i++) {
-        const dt_elem *e = parts[i];
-        size_t n = (size_t)e->n;
-        memcpy(c->dense + r0 * (size_t)n_dense, e->dense, n * (size_t)n_dense * sizeof(float));
-        memcpy(c->labels + r0, e->labels, n * sizeof(float));
-        memcpy(c->sp_ids + k0, e->sp_ids, e->nnz * sizeof(int64_t));
-        memcpy(c->sp_vals + k0, e->sp_vals, e->nnz * sizeof(float));
-        memcpy(c->raw + b0, e->raw, e->n_bytes);
-        for (size_t r = 1; r <= n; r++) {
-            c->sp_row[r0 + r] = (int64_t)k0 + e->sp_row[r];
-            c->raw_off[r0 + r] = b0 + e->raw_off[r];
-        }
-        r0 += n, k0 += e->nnz, b0 += e->n_bytes;
-    }
-    *out = c;
-    return DT_OK;
-}
-
 dt_status dt_rowbuf_append_elem(dt_rowbuf *b, const dt_elem *e)
 {
     if (e->n_dense != b->n_dense)
