@@ -27,6 +27,8 @@ struct train_opts {
     const char *metrics_out, *shuffle_buffer, *progress, *loss_reduction;
     const char *features, *label_key, *input_shape, *compression, *cache, *label_column;
     int prefetch, num_parallel_reads, num_parallel_calls, num_features, index_base, replicas;
+    int early_stopping_patience;
+    double early_stopping_min_delta;
     bool skip_bad_records, csv_header;
     int epochs, batch_size, threads;
     int64_t steps_per_epoch, max_steps, lr_decay_steps, seed;
@@ -121,6 +123,10 @@ static int define_flags(flag_def *f, struct train_opts *o)
          "one per core)", &o->replicas);
     FLAG("validate", FLAG_BOOL, "false", "evaluate on the test data at each epoch end",
          &o->validate);
+    FLAG("early-stopping-patience", FLAG_INT, "0", "stop when the loss (val_loss with --validate) "
+         "has not improved for this many epochs; 0: never", &o->early_stopping_patience);
+    FLAG("early-stopping-min-delta", FLAG_FLOAT, "0", "the least fall of the loss that counts as "
+         "an improvement", &o->early_stopping_min_delta);
     FLAG("progress", FLAG_STRING, "auto",
          "auto (a bar on a terminal, a line per epoch otherwise), bar, lines, none", &o->progress);
     FLAG("summary", FLAG_BOOL, "false", "print the model's layers and parameter counts",
@@ -211,6 +217,9 @@ static dt_status check_ranges(const struct train_opts *o, const flag_def *flags,
         return dt_error(DT_ERR_INVALID, "--strategy: unknown strategy '%s' (one_device, mirrored, "
                         "multi_worker_mirrored)", o->strategy);
     }
+    if (o->early_stopping_patience < 0 || !(o->early_stopping_min_delta >= 0.0))
+        return dt_error(DT_ERR_INVALID, "--early-stopping-patience and --early-stopping-min-delta "
+                        "must not be negative");
     if (!(o->bucket_mb >= 0.0 && o->bucket_mb <= 4096.0))
         return dt_error(DT_ERR_INVALID, "--bucket-mb: must be in 0..4096, got %g", o->bucket_mb);
     if (flags_find(flags, n_flags, "replicas")->set &&
@@ -360,6 +369,7 @@ static dt_status write_metrics(const char *path, const struct train_opts *o, int
     cJSON_AddStringToObject(j, "model", dt_model_spec_of(m)->name);
     cJSON_AddStringToObject(j, "strategy", o->strategy);
     cJSON_AddNumberToObject(j, "workers", o->n_workers);
+    cJSON_AddBoolToObject(j, "stopped_early", r->stopped_early);
     cJSON_AddNumberToObject(j, "param_count", (double)dt_arena_payload_elems(dt_model_params(m)));
     char crc[16];
     snprintf(crc, sizeof crc, "%08x", dt_arena_checksum(dt_model_params(m)));
@@ -741,6 +751,8 @@ int cmd_train(int argc, char **argv)
     fcfg.progress = strcmp(o.progress, "none") == 0 || !chief ? NULL : stdout;
     fcfg.comm = comm;
     fcfg.bucket_bytes = (size_t)(o.bucket_mb * 1048576.0);
+    fcfg.early_stopping_patience = o.early_stopping_patience;
+    fcfg.early_stopping_min_delta = o.early_stopping_min_delta;
     fcfg.progress_bar = strcmp(o.progress, "bar") == 0 ||
                         (strcmp(o.progress, "auto") == 0 && dt_progress_bar_wanted(stdout));
 

@@ -3,6 +3,7 @@
  * identical, and uneven or short batches never leave a worker waiting. Workers are threads with
  * the local communicator here; tests/net.sh runs the same across processes over tcp. */
 #include <math.h>
+#include <stdbool.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,11 +46,14 @@ typedef struct {
     dt_comm *comm; /* NULL: alone */
     int n_workers, rank;
     size_t bucket_bytes;
+    int patience; /* early stopping, with a min_delta no epoch can meet */
     float *params; /* out: the final parameters */
     size_t n_params;
     dt_status st;
     char msg[512];
     double final_loss;
+    int epochs;
+    bool stopped_early;
 } worker;
 
 static void *train_worker(void *arg)
@@ -73,6 +77,12 @@ static void *train_worker(void *arg)
     fc.seed = 7;
     fc.comm = w->comm;
     fc.bucket_bytes = w->bucket_bytes;
+    if (w->patience) {
+        fc.max_steps = 0;
+        fc.steps_per_epoch = 3;
+        fc.early_stopping_patience = w->patience;
+        fc.early_stopping_min_delta = 100.0;
+    }
     int per_worker = (BATCH + w->n_workers - 1) / w->n_workers;
     if ((w->st = dt_model_spec_from_json(cnn, "cnn", &spec)) ||
         (w->st = dt_pool_create(1, &pool)) ||
@@ -88,6 +98,8 @@ static void *train_worker(void *arg)
     if ((w->st = dt_fit_dataset(m, &o, pool, ds, NULL, &fc, &r)))
         goto done;
     w->final_loss = r.final_loss;
+    w->epochs = r.epochs;
+    w->stopped_early = r.stopped_early;
     dt_arena *p = dt_model_params(m);
     w->n_params = p->n_elems;
     w->params = malloc(p->n_elems * sizeof(float));
@@ -106,7 +118,7 @@ TEST(multi_worker_equals_one_worker_at_the_same_global_batch)
 {
     dt_image_dataset data;
     make_data(&data, 500, 3);
-    worker alone = {&data, NULL, 1, 0, 0, NULL, 0, 0, "", 0};
+    worker alone = {&data, NULL, 1, 0, 0, 0, NULL, 0, 0, "", 0, 0, false};
     train_worker(&alone);
     CHECK_MSG(alone.st == DT_OK, "%s", alone.msg);
     /* Gradients summed after backward, and in buckets during it (256 bytes: one per layer). */
@@ -118,7 +130,7 @@ TEST(multi_worker_equals_one_worker_at_the_same_global_batch)
         worker w[4];
         pthread_t th[4];
         for (int r = 0; r < k; r++) {
-            w[r] = (worker){&data, NULL, k, r, bucket, NULL, 0, 0, "", 0};
+            w[r] = (worker){&data, NULL, k, r, bucket, 0, NULL, 0, 0, "", 0, 0, false};
             CHECK_OK(dt_comm_local(g, r, &w[r].comm));
             pthread_create(&th[r], NULL, train_worker, &w[r]);
         }
@@ -156,5 +168,32 @@ TEST(multi_worker_equals_one_worker_at_the_same_global_batch)
         dt_local_group_destroy(g);
     }
     free(alone.params);
+    dt_image_dataset_free(&data);
+}
+
+/* Early stopping across workers: all stop after the same epoch, the first one plus patience. */
+TEST(multi_worker_early_stopping_stops_every_worker_together)
+{
+    dt_image_dataset data;
+    make_data(&data, 500, 3);
+    dt_local_group *g;
+    CHECK_OK(dt_local_group_create(3, 30.0, &g));
+    worker w[3];
+    pthread_t th[3];
+    for (int r = 0; r < 3; r++) {
+        w[r] = (worker){&data, NULL, 3, r, 0, 2, NULL, 0, 0, "", 0, 0, false};
+        CHECK_OK(dt_comm_local(g, r, &w[r].comm));
+        pthread_create(&th[r], NULL, train_worker, &w[r]);
+    }
+    for (int r = 0; r < 3; r++)
+        pthread_join(th[r], NULL);
+    for (int r = 0; r < 3; r++) {
+        CHECK_MSG(w[r].st == DT_OK, "rank %d: %s", r, w[r].msg);
+        CHECK_MSG(w[r].epochs == 3 && w[r].stopped_early, "rank %d: %d epochs, stopped early %d",
+                  r, w[r].epochs, w[r].stopped_early);
+        dt_comm_destroy(w[r].comm);
+        free(w[r].params);
+    }
+    dt_local_group_destroy(g);
     dt_image_dataset_free(&data);
 }

@@ -52,6 +52,11 @@ typedef struct {
     int wire;                /* a dt_wire_dtype for the gradients (0: float32) */
     size_t bucket_bytes;     /* gradient buckets all-reduced during backward (the first at most
                                 1 MiB); 0: one all-reduce after backward */
+    /* Keras's EarlyStopping: stop when the monitored loss (val_loss when validating, else the
+     * epoch's training loss) has not fallen by more than min_delta for `patience` epochs in a
+     * row; 0: never. Across workers the chief decides and tells the others. */
+    int early_stopping_patience;
+    double early_stopping_min_delta;
 } dt_fit_config;
 
 typedef struct {
@@ -64,6 +69,7 @@ typedef struct {
     double final_loss;       /* mean training loss over the last epoch */
     double final_accuracy;
     bool validated;          /* val_* hold the test set's figures after the last epoch */
+    bool stopped_early;      /* early stopping ended the run before its epochs */
     double val_loss, val_accuracy;
 } dt_fit_result;
 

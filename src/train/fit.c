@@ -296,6 +296,28 @@ static dt_status agree_on_step(const dt_fit_config *cfg, const dt_elem *e, int64
     return DT_OK;
 }
 
+/* Keras's EarlyStopping (mode min) at an epoch's end. Only the chief may have validated, so
+ * across workers its decision is broadcast: every worker stops after the same epoch. */
+static dt_status early_stop(const dt_fit_config *cfg, const dt_fit_result *r, double *best,
+                            int *waited, bool *stop)
+{
+    double current = r->validated ? r->val_loss : r->final_loss;
+    if (current < *best - cfg->early_stopping_min_delta) {
+        *best = current;
+        *waited = 0;
+    } else {
+        ++*waited;
+    }
+    float decision = *waited >= cfg->early_stopping_patience ? 1.0f : 0.0f;
+    if (distributed(cfg)) {
+        dt_status st = dt_comm_broadcast(cfg->comm, &decision, sizeof decision, 0);
+        if (st)
+            return dt_error_prefix(st, "early stopping");
+    }
+    *stop = decision != 0.0f;
+    return DT_OK;
+}
+
 int64_t dt_fit_batches_per_epoch(const dt_fit_config *cfg, int64_t n_examples)
 {
     int64_t b = cfg->batch_size;
@@ -352,6 +374,8 @@ dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *tr
     if (cfg->progress)
         dt_progress_init(&prog, cfg->progress, cfg->progress_bar);
     int64_t step = 0;
+    double best = INFINITY;
+    int waited = 0;
     for (int epoch = 0; epoch < cfg->epochs; epoch++) {
         if (cfg->max_steps > 0 && step >= cfg->max_steps)
             break;
@@ -422,6 +446,17 @@ dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *tr
         }
         if (cfg->progress)
             dt_progress_epoch_end(&prog, i, result->final_loss, result->final_accuracy, extra);
+        if (cfg->early_stopping_patience > 0) {
+            bool stop = false;
+            if ((st = early_stop(cfg, result, &best, &waited, &stop)))
+                goto fail;
+            if (stop) {
+                result->stopped_early = true;
+                if (cfg->progress)
+                    fprintf(cfg->progress, "Epoch %d: early stopping\n", epoch + 1);
+                break;
+            }
+        }
     }
 fail:
     if (gs) {
