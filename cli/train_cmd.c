@@ -31,7 +31,7 @@ struct train_opts {
     double early_stopping_min_delta;
     bool skip_bad_records, csv_header;
     int epochs, batch_size, threads;
-    int64_t steps_per_epoch, max_steps, lr_decay_steps, seed;
+    int64_t steps_per_epoch, max_steps, lr_decay_steps, seed, log_step_count_steps;
     double lr, momentum, beta1, beta2, epsilon, lr_decay_rate, lr_alpha, bucket_mb;
     bool nesterov, keep_remainder, validate, summary, no_fuse, help;
     cli_comm_flags comm;
@@ -128,7 +128,10 @@ static int define_flags(flag_def *f, struct train_opts *o)
     FLAG("early-stopping-min-delta", FLAG_FLOAT, "0", "the least fall of the loss that counts as "
          "an improvement", &o->early_stopping_min_delta);
     FLAG("progress", FLAG_STRING, "auto",
-         "auto (a bar on a terminal, a line per epoch otherwise), bar, lines, none", &o->progress);
+         "auto (a bar on a terminal, a line per epoch otherwise), bar, lines, none, or estimator "
+         "(Estimator's `loss = ..., step = N (T sec)` and `global_step/sec` lines)", &o->progress);
+    FLAG("log-step-count-steps", FLAG_INT64, "100", "--progress estimator: steps between log lines",
+         &o->log_step_count_steps);
     FLAG("summary", FLAG_BOOL, "false", "print the model's layers and parameter counts",
          &o->summary);
     FLAG("metrics-out", FLAG_STRING, NULL, "write the run's figures to this file as one JSON object",
@@ -241,13 +244,15 @@ static dt_status check_ranges(const struct train_opts *o, const flag_def *flags,
                         o->num_features);
     if (o->index_base != 0 && o->index_base != 1)
         return dt_error(DT_ERR_INVALID, "--index-base: must be 0 or 1, got %d", o->index_base);
-    static const char *const progress[] = {"auto", "bar", "lines", "none"};
+    static const char *const progress[] = {"auto", "bar", "lines", "none", "estimator"};
     bool ok = false;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         ok |= strcmp(o->progress, progress[i]) == 0;
     if (!ok)
-        return dt_error(DT_ERR_INVALID, "--progress: expected auto, bar, lines or none, got '%s'",
-                        o->progress);
+        return dt_error(DT_ERR_INVALID, "--progress: expected auto, bar, lines, estimator or none, "
+                        "got '%s'", o->progress);
+    if (o->log_step_count_steps < 1)
+        return dt_error(DT_ERR_INVALID, "--log-step-count-steps: must be at least 1");
     return DT_OK;
 }
 
@@ -752,6 +757,8 @@ int cmd_train(int argc, char **argv)
     fcfg.comm = comm;
     fcfg.bucket_bytes = (size_t)(o.bucket_mb * 1048576.0);
     fcfg.early_stopping_patience = o.early_stopping_patience;
+    if (strcmp(o.progress, "estimator") == 0)
+        fcfg.log_step_count_steps = o.log_step_count_steps;
     fcfg.early_stopping_min_delta = o.early_stopping_min_delta;
     fcfg.progress_bar = strcmp(o.progress, "bar") == 0 ||
                         (strcmp(o.progress, "auto") == 0 && dt_progress_bar_wanted(stdout));

@@ -213,6 +213,18 @@ if [ -d "$fm" ]; then
         fail plain_lines_when_not_a_terminal "$(head -5 "$tmp/out")"
     fi
 
+    # --- Estimator's log lines ---
+    "$dtrain" train --max-steps 250 --progress estimator --log-step-count-steps 100 \
+        --test-data none > "$tmp/est" 2>&1
+    if grep -Eq '^loss = [0-9.]+, step = 0$' "$tmp/est" &&
+        grep -Eq '^loss = [0-9.]+, step = 100 \([0-9.]+ sec\)$' "$tmp/est" &&
+        grep -Eq '^loss = [0-9.]+, step = 200 \([0-9.]+ sec\)$' "$tmp/est" &&
+        [ "$(grep -c '^global_step/sec: [0-9.]*$' "$tmp/est")" = 2 ] && ! grep -q '^Epoch' "$tmp/est"; then
+        ok estimator_log_lines
+    else
+        fail estimator_log_lines "$(head -8 "$tmp/est")"
+    fi
+
     # --- mirrored: 2 and 4 replicas on threads train as one device does at the same batch ---
     "$dtrain" train --max-steps 60 --batch-size 64 --optimizer adam --threads 2 --progress none \
         --test-data none --metrics-out "$tmp/m1.json" > /dev/null 2>&1

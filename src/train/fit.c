@@ -318,6 +318,22 @@ static dt_status early_stop(const dt_fit_config *cfg, const dt_fit_result *r, do
     return DT_OK;
 }
 
+/* Estimator's training log at global step `step` (counted from 0, as its hooks do): the loss,
+ * and from the second line on the rate and time since the last. */
+static void log_like_estimator(FILE *out, int64_t step, double loss, const dt_fit_config *cfg,
+                               double *t0)
+{
+    double now = dt_clock_now(), dt = now - *t0;
+    if (step == 0) {
+        fprintf(out, "loss = %.6g, step = 0\n", loss);
+    } else {
+        fprintf(out, "global_step/sec: %.6g\n", (double)cfg->log_step_count_steps / dt);
+        fprintf(out, "loss = %.6g, step = %lld (%.3f sec)\n", loss, (long long)step, dt);
+    }
+    fflush(out);
+    *t0 = now;
+}
+
 int64_t dt_fit_batches_per_epoch(const dt_fit_config *cfg, int64_t n_examples)
 {
     int64_t b = cfg->batch_size;
@@ -371,8 +387,11 @@ dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *tr
         }
     }
     dt_progress prog;
-    if (cfg->progress)
-        dt_progress_init(&prog, cfg->progress, cfg->progress_bar);
+    FILE *keras = cfg->log_step_count_steps > 0 ? NULL : cfg->progress; /* one style or other */
+    FILE *estimator = cfg->log_step_count_steps > 0 ? cfg->progress : NULL;
+    double log_t0 = dt_clock_now();
+    if (keras)
+        dt_progress_init(&prog, keras, cfg->progress_bar);
     int64_t step = 0;
     double best = INFINITY;
     int waited = 0;
@@ -384,7 +403,7 @@ dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *tr
         int64_t total = cfg->steps_per_epoch;
         if (cfg->max_steps > 0 && (total == 0 || cfg->max_steps - step < total))
             total = cfg->max_steps - step;
-        if (cfg->progress)
+        if (keras)
             dt_progress_epoch_begin(&prog, epoch + 1, cfg->epochs,
                                     total > 0 ? total : cfg->expected_steps_per_epoch);
         result->epochs = epoch + 1;
@@ -421,7 +440,9 @@ dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *tr
             epoch_correct += correct;
             epoch_samples += rows;
             dt_elem_free(e);
-            if (cfg->progress)
+            if (estimator && (step == 1 || (step - 1) % cfg->log_step_count_steps == 0))
+                log_like_estimator(estimator, step - 1, loss_sum / (double)rows, cfg, &log_t0);
+            if (keras)
                 dt_progress_step(&prog, i + 1, epoch_loss / epoch_samples,
                                  (double)epoch_correct / epoch_samples);
         }
@@ -444,7 +465,7 @@ dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *tr
             snprintf(extra, sizeof extra, " - val_loss: %.4f - val_accuracy: %.4f",
                      result->val_loss, result->val_accuracy);
         }
-        if (cfg->progress)
+        if (keras)
             dt_progress_epoch_end(&prog, i, result->final_loss, result->final_accuracy, extra);
         if (cfg->early_stopping_patience > 0) {
             bool stop = false;
