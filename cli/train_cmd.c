@@ -24,7 +24,7 @@
 
 struct train_opts {
     const char *model, *model_file, *data, *test_data, *optimizer, *lr_schedule, *strategy;
-    const char *metrics_out, *shuffle_buffer, *progress, *loss_reduction;
+    const char *metrics_out, *shuffle_buffer, *progress, *loss_reduction, *gradient_wire;
     const char *features, *label_key, *input_shape, *compression, *cache, *label_column;
     int prefetch, num_parallel_reads, num_parallel_calls, num_features, index_base, replicas;
     int early_stopping_patience;
@@ -115,6 +115,9 @@ static int define_flags(flag_def *f, struct train_opts *o)
          "distribution strategy: one_device; mirrored (--replicas copies of the model on threads "
          "of this process); multi_worker_mirrored (the default when TF_CONFIG names a cluster of "
          "several workers)", &o->strategy);
+    FLAG("gradient-wire", FLAG_STRING, "f32", "multi-worker: gradients on the wire as f32, or "
+         "compressed to bf16 or fp16 (as DDP's compression hooks; summed in float32)",
+         &o->gradient_wire);
     FLAG("bucket-mb", FLAG_FLOAT, "0", "multi-worker: MiB of gradients per all-reduce, issued on "
          "a communication thread during backward as each bucket completes (the first at most "
          "1 MiB), which pays when the network rather than the CPU is the bottleneck; 0: one "
@@ -223,6 +226,9 @@ static dt_status check_ranges(const struct train_opts *o, const flag_def *flags,
     if (o->early_stopping_patience < 0 || !(o->early_stopping_min_delta >= 0.0))
         return dt_error(DT_ERR_INVALID, "--early-stopping-patience and --early-stopping-min-delta "
                         "must not be negative");
+    dt_wire_dtype wire;
+    if (dt_wire_dtype_parse(o->gradient_wire, &wire))
+        return dt_error_prefix(DT_ERR_INVALID, "--gradient-wire");
     if (!(o->bucket_mb >= 0.0 && o->bucket_mb <= 4096.0))
         return dt_error(DT_ERR_INVALID, "--bucket-mb: must be in 0..4096, got %g", o->bucket_mb);
     if (flags_find(flags, n_flags, "replicas")->set &&
@@ -756,6 +762,9 @@ int cmd_train(int argc, char **argv)
     fcfg.progress = strcmp(o.progress, "none") == 0 || !chief ? NULL : stdout;
     fcfg.comm = comm;
     fcfg.bucket_bytes = (size_t)(o.bucket_mb * 1048576.0);
+    dt_wire_dtype wire = DT_WIRE_F32;
+    dt_wire_dtype_parse(o.gradient_wire, &wire); /* checked with the other flags */
+    fcfg.wire = (int)wire;
     fcfg.early_stopping_patience = o.early_stopping_patience;
     if (strcmp(o.progress, "estimator") == 0)
         fcfg.log_step_count_steps = o.log_step_count_steps;

@@ -79,6 +79,7 @@ expect_error flag_given_twice 2 "--seed: given twice" train --seed 1 --seed 2
 expect_error positional_argument 2 "unexpected argument 'extra'" train extra
 expect_error tfrecord_needs_features 1 "--features: tfrecord data needs the features" train --data "tfrecord:$0"
 expect_error bad_prefetch 2 "--prefetch: must be in 0..4096" train --prefetch -1
+expect_error bad_gradient_wire 2 "--gradient-wire" train --gradient-wire fp8
 expect_error replicas_need_mirrored 2 "--replicas: 1..256 model copies, with --strategy mirrored" \
     train --replicas 2
 expect_error replicas_divide_the_batch 1 "the global batch 64 is not divisible by the 3 replicas" \
