@@ -61,6 +61,24 @@ else
         # Open MPI's tcp transport instead of shared memory.
         run_check coll_check_mpi_3_ranks_btl_tcp "${mpirun[@]}" --mca btl tcp,self -np 3 \
             "$check" --comm mpi
+        # Training under mpirun: 2 ranks at global batch 64 end where one process does.
+        args=(train --max-steps 40 --threads 1 --optimizer adam --progress none --test-data none)
+        "$build/dtrain" "${args[@]}" --metrics-out "$tmp/one.json" > /dev/null 2>&1
+        timeout 120 "${mpirun[@]}" -np 2 "$build/dtrain" "${args[@]}" --comm mpi \
+            --metrics-out "$tmp/two.json" > "$tmp/out" 2>&1
+        status=$?
+        verdict=$(python3 -c '
+import json, sys
+a, b = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+rel = abs(a["final_loss"] - b["final_loss"]) / abs(a["final_loss"])
+print("ok" if rel <= 1e-5 and b["workers"] == 2 else "differ", "relative %.2g" % rel)
+' "$tmp/one.json" "$tmp/two.json" 2>&1)
+        if [ "$status" -eq 0 ] && [ "${verdict%% *}" = ok ] &&
+            grep -q "^multi_worker_mirrored: 2 workers (mpi)" "$tmp/out"; then
+            ok "train_under_mpirun_2_ranks_equals_one ($verdict)"
+        else
+            fail train_under_mpirun_2_ranks_equals_one "exit $status: $verdict $(tail -3 "$tmp/out")"
+        fi
     fi
 
     # Without the plugin the mpi communicator fails with one clear error naming where it looked.
