@@ -1,7 +1,6 @@
 /* dtrain train: parse flags, load the data and the model, fit, evaluate, report. */
 #include <cjson/cJSON.h>
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +17,7 @@
 #include "dtrain/pool.h"
 #include "dtrain/progress.h"
 #include "dtrain/sources.h"
+#include "dtrain/strategy.h"
 #include "flags.h"
 
 #define FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
@@ -623,60 +623,65 @@ static dt_status prepare_files(const struct train_opts *o, int64_t shuffle_buffe
 
 /* ---- mirrored: replicas on threads of this process ---- */
 
-/* A mirrored replica other than the chief: its own copy of the model and the optimizer state,
- * its own block of every global batch, in lock-step with the others through the local
- * communicator (the chief, replica 0, runs on the calling thread and reports). */
-typedef struct {
-    struct train_opts o; /* with this replica's rank */
+/* mirrored: one replica's training, run by dt_strategy_run on every replica. Replica 0 is the
+ * chief, with the model, data and optimizer cmd_train prepared, and it reports; the others build
+ * their own copy of the model and optimizer state and their own block of every global batch
+ * (the chief's images are shared, read-only), and train in lock-step through comm. */
+struct mirrored_run {
+    struct train_opts o;
     const dt_model_spec *spec;
     const dt_optim_config *ocfg;
     dt_fit_config fcfg;
-    const struct input *chief_in; /* its images are shared, read-only */
-    int max_batch, threads;
+    struct input *chief_in;
+    dt_model *chief_model;
+    dt_optim *chief_opt;
+    dt_pool *chief_pool;
+    int threads;
     int64_t shuffle_buffer;
-    pthread_t thread;
-    dt_status st;
-    char msg[1024];
-} replica;
+    dt_fit_result chief_res;
+};
 
-static void *replica_main(void *arg)
+static dt_status mirrored_replica(void *ctx, int id, dt_comm *comm)
 {
-    replica *r = arg;
-    const struct train_opts *o = &r->o;
+    struct mirrored_run *m = ctx;
+    dt_fit_config fcfg = m->fcfg;
+    fcfg.comm = comm;
+    if (id == 0)
+        return dt_fit_dataset(m->chief_model, m->chief_opt, m->chief_pool, m->chief_in->train,
+                              m->chief_in->test, &fcfg, &m->chief_res);
+    fcfg.progress = NULL;
+    fcfg.validate = false;
+    struct train_opts o = m->o;
+    o.rank = id;
     struct input in;
     memset(&in, 0, sizeof in);
-    in.spec = r->chief_in->spec;
+    in.spec = m->chief_in->spec;
     dt_pool *pool = NULL;
     dt_model *model = NULL;
     dt_optim opt;
     dt_optim_init(&opt);
     dt_status st;
-    if (r->chief_in->train_images.n > 0)
-        st = dt_image_pipeline_sharded(&r->chief_in->train_images, o->batch_size,
-                                       !o->keep_remainder, r->shuffle_buffer, (uint64_t)o->seed,
-                                       o->prefetch, o->n_workers, o->rank, &in.train);
+    if (m->chief_in->train_images.n > 0)
+        st = dt_image_pipeline_sharded(&m->chief_in->train_images, o.batch_size,
+                                       !o.keep_remainder, m->shuffle_buffer, (uint64_t)o.seed,
+                                       o.prefetch, o.n_workers, id, &in.train);
     else
-        st = file_pipeline(o, "data", o->data, true, r->shuffle_buffer, o->batch_size,
+        st = file_pipeline(&o, "data", o.data, true, m->shuffle_buffer, o.batch_size,
                            &in.train_files, &in, &in.train);
-    dt_model_options mopts = {.no_fuse = o->no_fuse};
+    dt_model_options mopts = {.no_fuse = o.no_fuse};
     dt_fit_result res;
-    if (st || (st = dt_pool_create(r->threads, &pool)) ||
-        (st = dt_model_create(r->spec, r->max_batch, pool, &mopts, &model)))
+    if (st || (st = dt_pool_create(m->threads, &pool)) ||
+        (st = dt_model_create(m->spec, m->chief_in->eval_batch, pool, &mopts, &model)))
         goto done;
-    dt_model_init_params(model, (uint64_t)o->seed); /* replaced by the chief's broadcast */
-    if ((st = dt_optim_setup(&opt, r->ocfg, dt_model_params(model))))
-        goto done;
-    st = dt_fit_dataset(model, &opt, pool, in.train, NULL, &r->fcfg, &res);
+    dt_model_init_params(model, (uint64_t)o.seed); /* replaced by the chief's broadcast */
+    if ((st = dt_optim_setup(&opt, m->ocfg, dt_model_params(model))) == DT_OK)
+        st = dt_fit_dataset(model, &opt, pool, in.train, NULL, &fcfg, &res);
 done:
-    r->st = st;
-    if (st)
-        snprintf(r->msg, sizeof r->msg, "replica %d: %s", o->rank, dt_last_error());
     dt_optim_free(&opt);
     dt_model_destroy(model);
     dt_pool_destroy(pool);
     input_free(&in);
-    dt_comm_destroy(r->fcfg.comm);
-    return NULL;
+    return st;
 }
 
 int cmd_train(int argc, char **argv)
@@ -708,9 +713,6 @@ int cmd_train(int argc, char **argv)
     dt_cluster cluster;
     memset(&cluster, 0, sizeof cluster);
     dt_comm *comm = NULL;
-    dt_local_group *group = NULL;
-    replica *replicas = NULL;
-    int n_started = 0;
     dt_status st = DT_OK;
     o.n_workers = 1, o.rank = 0;
     if (!flags_find(flags, n_flags, "strategy")->set) {
@@ -736,9 +738,6 @@ int cmd_train(int argc, char **argv)
         o.n_workers = flags_find(flags, n_flags, "replicas")->set ? o.replicas : dt_cpu_count();
         /* The cores are shared out: each replica's kernels run on its own threads. */
         threads = threads / o.n_workers > 0 ? threads / o.n_workers : 1;
-        if ((st = dt_local_group_create(o.n_workers, o.comm.timeout, &group)) ||
-            (st = dt_comm_local(group, 0, &comm)))
-            goto fail;
         if (o.batch_size % o.n_workers != 0) {
             st = dt_error(DT_ERR_INVALID, "--batch-size: the global batch %d is not divisible by "
                           "the %d replicas", o.batch_size, o.n_workers);
@@ -800,45 +799,28 @@ int cmd_train(int argc, char **argv)
         goto fail;
     if (o.summary && chief)
         dt_model_summary(model, stdout);
-    if (comm && chief)
-        printf("%s: %d %s (%s), %d examples per %s per step\n", o.strategy, comm->size,
-               group ? "replicas" : "workers", comm->ops->name, o.batch_size / comm->size,
-               group ? "replica" : "worker");
-    if (group) {
-        if (!(replicas = calloc((size_t)o.n_workers, sizeof *replicas))) {
-            st = dt_error(DT_ERR_NOMEM, "no memory for the replicas");
-            goto fail;
-        }
-        for (int r = 1; r < o.n_workers; r++) {
-            replica *rp = &replicas[r];
-            rp->o = o;
-            rp->o.rank = r;
-            rp->spec = &spec, rp->ocfg = &ocfg, rp->chief_in = &in;
-            rp->fcfg = fcfg;
-            rp->fcfg.progress = NULL;
-            rp->fcfg.validate = false;
-            rp->max_batch = in.eval_batch, rp->threads = threads;
-            rp->shuffle_buffer = shuffle_buffer;
-            if ((st = dt_comm_local(group, r, &rp->fcfg.comm)))
-                goto fail;
-            if (pthread_create(&rp->thread, NULL, replica_main, rp) != 0) {
-                dt_comm_destroy(rp->fcfg.comm);
-                st = dt_error(DT_ERR_IO, "cannot start the thread of replica %d", r);
-                goto fail;
-            }
-            n_started++;
-        }
-    }
+    bool mirrored = strcmp(o.strategy, "mirrored") == 0;
+    if (o.n_workers > 1 && chief)
+        printf("%s: %d %s (%s), %d examples per %s per step\n", o.strategy, o.n_workers,
+               mirrored ? "replicas" : "workers", mirrored ? "local" : comm->ops->name,
+               o.batch_size / o.n_workers, mirrored ? "replica" : "worker");
 
     dt_fit_result res;
-    st = dt_fit_dataset(model, &opt, pool, in.train, in.test, &fcfg, &res);
-    /* The replicas end with the chief: each either finishes the same steps or fails with it. */
-    for (int r = 1; r <= n_started; r++) {
-        pthread_join(replicas[r].thread, NULL);
-        if (st == DT_OK && replicas[r].st)
-            st = dt_error(replicas[r].st, "%s", replicas[r].msg);
+    if (mirrored) {
+        struct mirrored_run mr = {.o = o, .spec = &spec, .ocfg = &ocfg, .fcfg = fcfg,
+                                  .chief_in = &in, .chief_model = model, .chief_opt = &opt,
+                                  .chief_pool = pool, .threads = threads,
+                                  .shuffle_buffer = shuffle_buffer};
+        dt_strategy *strategy;
+        if ((st = dt_strategy_create(DT_STRATEGY_MIRRORED, o.n_workers, NULL, o.comm.timeout,
+                                     &strategy)))
+            goto fail;
+        st = dt_strategy_run(strategy, mirrored_replica, &mr);
+        dt_strategy_destroy(strategy);
+        res = mr.chief_res;
+    } else {
+        st = dt_fit_dataset(model, &opt, pool, in.train, in.test, &fcfg, &res);
     }
-    n_started = 0;
     if (st)
         goto fail;
     if (!chief) {
@@ -875,11 +857,7 @@ fail:
     dt_model_destroy(model);
     dt_pool_destroy(pool);
     input_free(&in);
-    for (int r = 1; r <= n_started; r++) /* started, then the chief failed before its fit */
-        pthread_join(replicas[r].thread, NULL);
-    free(replicas);
     dt_comm_destroy(comm);
-    dt_local_group_destroy(group);
     dt_cluster_free(&cluster);
     return rc;
 }
