@@ -2,6 +2,8 @@
  * run on every replica with values reduced across them, and failures named by replica. */
 #include <string.h>
 
+#include "dtrain/model.h"
+#include "dtrain/model_spec.h"
 #include "dtrain/strategy.h"
 #include "test.h"
 
@@ -82,4 +84,28 @@ TEST(strategy_names_the_replica_that_failed)
     CHECK_OK(dt_strategy_create(DT_STRATEGY_MIRRORED, 3, NULL, 0.3, &s));
     CHECK_ERR(dt_strategy_run(s, step, &c), DT_ERR_NUMERIC, "replica 2: step 7: the loss is nan");
     dt_strategy_destroy(s);
+}
+
+TEST(central_storage_shares_one_copy_of_the_variables)
+{
+    dt_strategy_kind k;
+    CHECK_OK(dt_strategy_parse("central_storage", &k));
+    CHECK(k == DT_STRATEGY_CENTRAL_STORAGE);
+    dt_model_spec a, b;
+    CHECK_OK(dt_model_spec_builtin("mlp", &a));
+    b = a;
+    a.input_shape[0] = 4, a.input_shape[1] = 4, a.input_shape[2] = 1;
+    b.input_shape[0] = 5, b.input_shape[1] = 5, b.input_shape[2] = 1;
+    dt_model *owner, *same, *other;
+    CHECK_OK(dt_model_create(&a, 4, NULL, NULL, &owner));
+    CHECK_OK(dt_model_create(&a, 4, NULL, NULL, &same));
+    CHECK_OK(dt_model_create(&b, 4, NULL, NULL, &other));
+    dt_model_init_params(owner, 1);
+    CHECK_OK(dt_model_share_params(same, owner));
+    CHECK(dt_model_params(same)->data == dt_model_params(owner)->data);
+    CHECK_ERR(dt_model_share_params(other, owner), DT_ERR_INVALID, "layouts differ");
+    /* Each frees its own storage only (ASan checks). */
+    dt_model_destroy(same);
+    dt_model_destroy(other);
+    dt_model_destroy(owner);
 }
