@@ -113,7 +113,8 @@ static int define_flags(flag_def *f, struct train_opts *o)
     FLAG("seed", FLAG_INT64, "1", "seed of initial weights, shuffling and dropout", &o->seed);
     FLAG("strategy", FLAG_STRING, "one_device",
          "distribution strategy: one_device; mirrored (--replicas copies of the model on threads "
-         "of this process); multi_worker_mirrored (the default when TF_CONFIG names a cluster of "
+         "of this process); central_storage (replicas on threads sharing one copy of the "
+         "variables); multi_worker_mirrored (the default when TF_CONFIG names a cluster of "
          "several workers)", &o->strategy);
     FLAG("gradient-wire", FLAG_STRING, "f32", "multi-worker: gradients on the wire as f32, or "
          "compressed to bf16 or fp16 (as DDP's compression hooks; summed in float32)",
@@ -122,8 +123,8 @@ static int define_flags(flag_def *f, struct train_opts *o)
          "a communication thread during backward as each bucket completes (the first at most "
          "1 MiB), which pays when the network rather than the CPU is the bottleneck; 0: one "
          "all-reduce after backward", &o->bucket_mb);
-    FLAG("replicas", FLAG_INT, NULL, "mirrored: model copies, each on its own threads (default: "
-         "one per core)", &o->replicas);
+    FLAG("replicas", FLAG_INT, NULL, "mirrored, central_storage: replicas, each on its own "
+         "threads (default: one per core)", &o->replicas);
     FLAG("validate", FLAG_BOOL, "false", "evaluate on the test data at each epoch end",
          &o->validate);
     FLAG("early-stopping-patience", FLAG_INT, "0", "stop when the loss (val_loss with --validate) "
@@ -213,16 +214,14 @@ static dt_status check_ranges(const struct train_opts *o, const flag_def *flags,
         return dt_error(DT_ERR_INVALID, "--lr: must be positive, got %g", o->lr);
     if (o->model_file && flags_find(flags, n_flags, "model")->set)
         return dt_error(DT_ERR_INVALID, "--model and --model-file: give one, not both");
-    if (strcmp(o->strategy, "one_device") != 0 && strcmp(o->strategy, "mirrored") != 0 &&
-        strcmp(o->strategy, "multi_worker_mirrored") != 0) {
-        static const char *const later[] = {"central_storage", "parameter_server"};
-        for (int i = 0; i < 2; i++)
-            if (strcmp(o->strategy, later[i]) == 0)
-                return dt_error(DT_ERR_UNSUPPORTED, "--strategy: %s is not available in this "
-                                "build (one_device, mirrored, multi_worker_mirrored)", o->strategy);
-        return dt_error(DT_ERR_INVALID, "--strategy: unknown strategy '%s' (one_device, mirrored, "
-                        "multi_worker_mirrored)", o->strategy);
-    }
+    if (strcmp(o->strategy, "parameter_server") == 0)
+        return dt_error(DT_ERR_UNSUPPORTED, "--strategy: parameter_server is not available in "
+                        "this build (one_device, mirrored, central_storage, "
+                        "multi_worker_mirrored)");
+    dt_strategy_kind kind;
+    if (dt_strategy_parse(o->strategy, &kind))
+        return dt_error_prefix(DT_ERR_INVALID, "--strategy");
+    bool on_threads = kind == DT_STRATEGY_MIRRORED || kind == DT_STRATEGY_CENTRAL_STORAGE;
     if (o->early_stopping_patience < 0 || !(o->early_stopping_min_delta >= 0.0))
         return dt_error(DT_ERR_INVALID, "--early-stopping-patience and --early-stopping-min-delta "
                         "must not be negative");
@@ -232,8 +231,9 @@ static dt_status check_ranges(const struct train_opts *o, const flag_def *flags,
     if (!(o->bucket_mb >= 0.0 && o->bucket_mb <= 4096.0))
         return dt_error(DT_ERR_INVALID, "--bucket-mb: must be in 0..4096, got %g", o->bucket_mb);
     if (flags_find(flags, n_flags, "replicas")->set &&
-        (o->replicas < 1 || o->replicas > 256 || strcmp(o->strategy, "mirrored") != 0))
-        return dt_error(DT_ERR_INVALID, "--replicas: 1..256 model copies, with --strategy mirrored");
+        (o->replicas < 1 || o->replicas > 256 || !on_threads))
+        return dt_error(DT_ERR_INVALID, "--replicas: 1..256 model copies, with --strategy mirrored "
+                        "or central_storage");
     if (strcmp(o->loss_reduction, "mean") != 0 && strcmp(o->loss_reduction, "sum_over_global_batch") != 0)
         return dt_error(DT_ERR_INVALID, "--loss-reduction: expected mean or sum_over_global_batch, "
                         "got '%s'", o->loss_reduction);
@@ -623,7 +623,7 @@ static dt_status prepare_files(const struct train_opts *o, int64_t shuffle_buffe
 
 /* ---- mirrored: replicas on threads of this process ---- */
 
-/* mirrored: one replica's training, run by dt_strategy_run on every replica. Replica 0 is the
+/* mirrored and central_storage: one replica's training, run by dt_strategy_run on every replica. Replica 0 is the
  * chief, with the model, data and optimizer cmd_train prepared, and it reports; the others build
  * their own copy of the model and optimizer state and their own block of every global batch
  * (the chief's images are shared, read-only), and train in lock-step through comm. */
@@ -673,9 +673,16 @@ static dt_status mirrored_replica(void *ctx, int id, dt_comm *comm)
     if (st || (st = dt_pool_create(m->threads, &pool)) ||
         (st = dt_model_create(m->spec, m->chief_in->eval_batch, pool, &mopts, &model)))
         goto done;
-    dt_model_init_params(model, (uint64_t)o.seed); /* replaced by the chief's broadcast */
-    if ((st = dt_optim_setup(&opt, m->ocfg, dt_model_params(model))) == DT_OK)
-        st = dt_fit_dataset(model, &opt, pool, in.train, NULL, &fcfg, &res);
+    if (fcfg.central_storage) {
+        /* One copy of the variables, the chief's; only the chief keeps optimizer state. */
+        if ((st = dt_model_share_params(model, m->chief_model)))
+            goto done;
+    } else {
+        dt_model_init_params(model, (uint64_t)o.seed); /* replaced by the chief's broadcast */
+        if ((st = dt_optim_setup(&opt, m->ocfg, dt_model_params(model))))
+            goto done;
+    }
+    st = dt_fit_dataset(model, &opt, pool, in.train, NULL, &fcfg, &res);
 done:
     dt_optim_free(&opt);
     dt_model_destroy(model);
@@ -734,7 +741,9 @@ int cmd_train(int argc, char **argv)
             goto fail;
         }
     }
-    if (strcmp(o.strategy, "mirrored") == 0) {
+    bool on_threads = strcmp(o.strategy, "mirrored") == 0 ||
+                      strcmp(o.strategy, "central_storage") == 0;
+    if (on_threads) {
         o.n_workers = flags_find(flags, n_flags, "replicas")->set ? o.replicas : dt_cpu_count();
         /* The cores are shared out: each replica's kernels run on its own threads. */
         threads = threads / o.n_workers > 0 ? threads / o.n_workers : 1;
@@ -799,21 +808,22 @@ int cmd_train(int argc, char **argv)
         goto fail;
     if (o.summary && chief)
         dt_model_summary(model, stdout);
-    bool mirrored = strcmp(o.strategy, "mirrored") == 0;
     if (o.n_workers > 1 && chief)
         printf("%s: %d %s (%s), %d examples per %s per step\n", o.strategy, o.n_workers,
-               mirrored ? "replicas" : "workers", mirrored ? "local" : comm->ops->name,
-               o.batch_size / o.n_workers, mirrored ? "replica" : "worker");
+               on_threads ? "replicas" : "workers", on_threads ? "local" : comm->ops->name,
+               o.batch_size / o.n_workers, on_threads ? "replica" : "worker");
 
     dt_fit_result res;
-    if (mirrored) {
+    if (on_threads) {
+        fcfg.central_storage = strcmp(o.strategy, "central_storage") == 0;
         struct mirrored_run mr = {.o = o, .spec = &spec, .ocfg = &ocfg, .fcfg = fcfg,
                                   .chief_in = &in, .chief_model = model, .chief_opt = &opt,
                                   .chief_pool = pool, .threads = threads,
                                   .shuffle_buffer = shuffle_buffer};
         dt_strategy *strategy;
-        if ((st = dt_strategy_create(DT_STRATEGY_MIRRORED, o.n_workers, NULL, o.comm.timeout,
-                                     &strategy)))
+        dt_strategy_kind kind = DT_STRATEGY_MIRRORED;
+        dt_strategy_parse(o.strategy, &kind);
+        if ((st = dt_strategy_create(kind, o.n_workers, NULL, o.comm.timeout, &strategy)))
             goto fail;
         st = dt_strategy_run(strategy, mirrored_replica, &mr);
         dt_strategy_destroy(strategy);

@@ -80,11 +80,11 @@ expect_error positional_argument 2 "unexpected argument 'extra'" train extra
 expect_error tfrecord_needs_features 1 "--features: tfrecord data needs the features" train --data "tfrecord:$0"
 expect_error bad_prefetch 2 "--prefetch: must be in 0..4096" train --prefetch -1
 expect_error bad_gradient_wire 2 "--gradient-wire" train --gradient-wire fp8
-expect_error replicas_need_mirrored 2 "--replicas: 1..256 model copies, with --strategy mirrored" \
+expect_error replicas_need_mirrored 2 "--replicas: 1..256 model copies, with --strategy mirrored or central_storage" \
     train --replicas 2
 expect_error replicas_divide_the_batch 1 "the global batch 64 is not divisible by the 3 replicas" \
     train --strategy mirrored --replicas 3 --max-steps 1
-expect_error later_strategy 2 "--strategy: central_storage is not available" train --strategy central_storage
+expect_error later_strategy 2 "--strategy: parameter_server is not available" train --strategy parameter_server
 expect_error unknown_strategy 2 "--strategy: unknown strategy 'horovod'" train --strategy horovod
 expect_error model_and_model_file 2 "give one, not both" train --model mlp --model-file x.json
 
@@ -226,22 +226,24 @@ if [ -d "$fm" ]; then
         fail estimator_log_lines "$(head -8 "$tmp/est")"
     fi
 
-    # --- mirrored: 2 and 4 replicas on threads train as one device does at the same batch ---
+    # --- mirrored and central_storage: 2 and 4 replicas on threads train as one device does ---
     "$dtrain" train --max-steps 60 --batch-size 64 --optimizer adam --threads 2 --progress none \
         --test-data none --metrics-out "$tmp/m1.json" > /dev/null 2>&1
-    for r in 2 4; do
-        "$dtrain" train --strategy mirrored --replicas $r --max-steps 60 --batch-size 64 \
-            --optimizer adam --threads 2 --progress none --test-data none \
-            --metrics-out "$tmp/m$r.json" > "$tmp/mout" 2>&1
-        a=$(json_field "$tmp/m1.json" final_loss)
-        b=$(json_field "$tmp/m$r.json" final_loss)
-        if [ -n "$a" ] && [ -n "$b" ] && grep -q "^mirrored: $r replicas (local)" "$tmp/mout" &&
-            [ "$(json_field "$tmp/m$r.json" workers)" = $r ] &&
-            awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * a) }'; then
-            ok "mirrored_${r}_replicas_equal_one_device"
-        else
-            fail "mirrored_${r}_replicas_equal_one_device" "final loss $b vs $a: $(tail -2 "$tmp/mout")"
-        fi
+    for strategy in mirrored central_storage; do
+        for r in 2 4; do
+            "$dtrain" train --strategy $strategy --replicas $r --max-steps 60 --batch-size 64 \
+                --optimizer adam --threads 2 --progress none --test-data none \
+                --metrics-out "$tmp/m$r.json" > "$tmp/mout" 2>&1
+            a=$(json_field "$tmp/m1.json" final_loss)
+            b=$(json_field "$tmp/m$r.json" final_loss)
+            if [ -n "$a" ] && [ -n "$b" ] && grep -q "^$strategy: $r replicas (local)" "$tmp/mout" &&
+                [ "$(json_field "$tmp/m$r.json" workers)" = $r ] &&
+                awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 1e-5 * a) }'; then
+                ok "${strategy}_${r}_replicas_equal_one_device"
+            else
+                fail "${strategy}_${r}_replicas_equal_one_device" "final loss $b vs $a: $(tail -2 "$tmp/mout")"
+            fi
+        done
     done
 
     # --- determinism: same flags and seed give the same parameters, per thread count ---

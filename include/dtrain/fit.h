@@ -50,6 +50,9 @@ typedef struct {
      * parameters stay identical. Losses and accuracies are the global batch's. */
     struct dt_comm *comm;
     int wire;                /* a dt_wire_dtype for the gradients (0: float32) */
+    bool central_storage;    /* the ranks' models share one copy of the parameters
+                                (dt_model_share_params): no initial broadcast, rank 0 alone
+                                applies each update, the others wait for it */
     size_t bucket_bytes;     /* gradient buckets all-reduced during backward (the first at most
                                 1 MiB); 0: one all-reduce after backward */
     /* Keras's EarlyStopping: stop when the monitored loss (val_loss when validating, else the

@@ -54,6 +54,11 @@ double dt_model_loss(dt_model *m, int B, const int32_t *labels, float grad_scale
 /* Adds the gradients of the last loss into the gradient arena (zero it first for a fresh step). */
 void dt_model_backward(dt_model *m, int B);
 
+/* Makes m compute with owner's parameters (the same layout: the same spec) instead of its own:
+ * central_storage's one copy of the variables. owner must outlive m's use of them; m's own
+ * storage is kept and freed with m. DT_ERR_INVALID when the layouts differ. */
+dt_status dt_model_share_params(dt_model *m, const dt_model *owner);
+
 /* Called during dt_model_backward each time a layer's parameter gradients are complete, with the
  * arena offset from which every gradient is final: layers run last first and their views lie in
  * layer order, so the final range [ready_from, n_elems) only grows, toward offset 0. This is

@@ -5,6 +5,8 @@
  *   one_device             one replica, on the calling thread
  *   mirrored               n replicas on threads of this process, each with its own copy of the
  *                          model, in lock-step through the local communicator
+ *   central_storage        n replicas on threads of this process sharing one copy of the
+ *                          variables (dt_model_share_params); replica 0 applies the updates
  *   multi_worker_mirrored  one replica per process of a cluster, through the communicator given
  *                          (tcp or mpi); every process calls dt_strategy_run itself
  *
@@ -25,11 +27,12 @@ typedef enum {
     DT_STRATEGY_ONE_DEVICE,
     DT_STRATEGY_MIRRORED,
     DT_STRATEGY_MULTI_WORKER_MIRRORED,
+    DT_STRATEGY_CENTRAL_STORAGE,
 } dt_strategy_kind;
 
 typedef struct dt_strategy dt_strategy;
 
-/* replicas: mirrored's local replicas (>= 1; ignored otherwise). comm: multi_worker_mirrored's
+/* replicas: mirrored's and central_storage's local replicas (>= 1; ignored otherwise). comm: multi_worker_mirrored's
  * communicator (borrowed; required), NULL otherwise. timeout: seconds a mirrored replica waits
  * for the others in a collective. */
 dt_status dt_strategy_create(dt_strategy_kind kind, int replicas, dt_comm *comm, double timeout,
@@ -38,7 +41,8 @@ dt_status dt_strategy_create(dt_strategy_kind kind, int replicas, dt_comm *comm,
 void dt_strategy_destroy(dt_strategy *s);
 
 const char *dt_strategy_name(dt_strategy_kind kind);
-/* "one_device", "mirrored", "multi_worker_mirrored" -> kind; DT_ERR_INVALID otherwise. */
+/* "one_device", "mirrored", "multi_worker_mirrored", "central_storage" -> kind;
+ * DT_ERR_INVALID otherwise. */
 dt_status dt_strategy_parse(const char *name, dt_strategy_kind *kind);
 
 /* Replicas training in sync, over every process of the cluster. */

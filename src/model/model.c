@@ -50,6 +50,7 @@ struct dt_model {
     int first_trainable; /* below it no layer has parameters: backward stops there */
     dt_grad_ready_fn grad_hook;
     void *grad_hook_ctx;
+    float *own_params; /* the model's own parameter storage while it uses another model's */
 };
 
 static void *alloc_floats(size_t n)
@@ -329,6 +330,8 @@ void dt_model_destroy(dt_model *m)
     free(m->prob);
     free(m->losses);
     free(m->targets);
+    if (m->own_params) /* free its own storage, not the one it borrowed */
+        m->params.data = m->own_params;
     dt_arena_free(&m->params);
     dt_arena_free(&m->grads);
     free(m);
@@ -589,6 +592,21 @@ void dt_model_backward(dt_model *m, int B)
             break;
         dy = next;
     }
+}
+
+dt_status dt_model_share_params(dt_model *m, const dt_model *owner)
+{
+    const dt_arena *a = &m->params, *b = &owner->params;
+    bool same = a->n_elems == b->n_elems && a->n_views == b->n_views;
+    for (int i = 0; same && i < a->n_views; i++)
+        same = a->views[i].offset == b->views[i].offset && a->views[i].n_elems == b->views[i].n_elems;
+    if (!same)
+        return dt_error(DT_ERR_INVALID, "model %s cannot share the parameters of model %s: their "
+                        "layouts differ", m->spec.name, owner->spec.name);
+    if (!m->own_params)
+        m->own_params = m->params.data;
+    m->params.data = owner->params.data;
+    return DT_OK;
 }
 
 void dt_model_set_grad_hook(dt_model *m, dt_grad_ready_fn fn, void *ctx)

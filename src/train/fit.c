@@ -269,7 +269,17 @@ static dt_status train_step(dt_model *m, dt_optim *o, dt_pool *pool, const dt_fi
     if (!isfinite(loss))
         return dt_error(DT_ERR_NUMERIC, "step %lld: the loss is %g: training diverged (try a "
                         "lower --lr)", (long long)step, loss);
-    dt_optim_step(o, pool, params->data, grads->data, params->n_elems);
+    if (!distributed(cfg) || !cfg->central_storage) {
+        dt_optim_step(o, pool, params->data, grads->data, params->n_elems);
+    } else {
+        /* One copy of the variables: rank 0 updates it, and no replica computes the next step
+         * before the update is done. */
+        if (cfg->comm->rank == 0)
+            dt_optim_step(o, pool, params->data, grads->data, params->n_elems);
+        dt_status st = dt_comm_barrier(cfg->comm);
+        if (st)
+            return dt_error_prefix(st, "step %lld", (long long)step);
+    }
     *loss_sum = loss;
     *n_correct = correct;
     return DT_OK;
@@ -372,7 +382,8 @@ dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *tr
     if (distributed(cfg)) {
         /* Every worker starts from the chief's parameters, as TF's strategies and DDP do. */
         dt_arena *params = dt_model_params(m), *grads = dt_model_grads(m);
-        if ((st = dt_comm_broadcast(cfg->comm, params->data, params->n_elems * sizeof(float), 0))) {
+        if (!cfg->central_storage &&
+            (st = dt_comm_broadcast(cfg->comm, params->data, params->n_elems * sizeof(float), 0))) {
             free(labels);
             return dt_error_prefix(st, "broadcasting the initial parameters");
         }

@@ -2,6 +2,7 @@
 #include "dtrain/strategy.h"
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,39 +14,48 @@ struct dt_strategy {
     double timeout;
 };
 
-static const char *const names[] = {"one_device", "mirrored", "multi_worker_mirrored"};
+static const char *const names[] = {"one_device", "mirrored", "multi_worker_mirrored",
+                                    "central_storage"};
+#define N_KINDS 4
+
+/* Replicas on threads of this process. */
+static bool local_replicas(dt_strategy_kind k)
+{
+    return k == DT_STRATEGY_MIRRORED || k == DT_STRATEGY_CENTRAL_STORAGE;
+}
 
 const char *dt_strategy_name(dt_strategy_kind kind)
 {
-    return (unsigned)kind < 3 ? names[kind] : "?";
+    return (unsigned)kind < N_KINDS ? names[kind] : "?";
 }
 
 dt_status dt_strategy_parse(const char *name, dt_strategy_kind *kind)
 {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < N_KINDS; i++)
         if (strcmp(name, names[i]) == 0) {
             *kind = (dt_strategy_kind)i;
             return DT_OK;
         }
     return dt_error(DT_ERR_INVALID, "unknown strategy '%s' (one_device, mirrored, "
-                    "multi_worker_mirrored)", name);
+                    "multi_worker_mirrored, central_storage)", name);
 }
 
 dt_status dt_strategy_create(dt_strategy_kind kind, int replicas, dt_comm *comm, double timeout,
                              dt_strategy **out)
 {
     *out = NULL;
-    if (kind == DT_STRATEGY_MIRRORED && (replicas < 1 || replicas > 256))
-        return dt_error(DT_ERR_INVALID, "mirrored: %d replicas (1..256)", replicas);
+    if (local_replicas(kind) && (replicas < 1 || replicas > 256))
+        return dt_error(DT_ERR_INVALID, "%s: %d replicas (1..256)", dt_strategy_name(kind),
+                        replicas);
     if (kind == DT_STRATEGY_MULTI_WORKER_MIRRORED && !comm)
         return dt_error(DT_ERR_INVALID, "multi_worker_mirrored needs a communicator");
-    if ((unsigned)kind > DT_STRATEGY_MULTI_WORKER_MIRRORED)
+    if ((unsigned)kind >= N_KINDS)
         return dt_error(DT_ERR_INVALID, "strategy kind %d", (int)kind);
     dt_strategy *s = calloc(1, sizeof *s);
     if (!s)
         return dt_error(DT_ERR_NOMEM, "no memory for a strategy");
     s->kind = kind;
-    s->replicas = kind == DT_STRATEGY_MIRRORED ? replicas : 1;
+    s->replicas = local_replicas(kind) ? replicas : 1;
     s->comm = kind == DT_STRATEGY_MULTI_WORKER_MIRRORED ? comm : NULL;
     s->timeout = timeout > 0 ? timeout : 60.0;
     *out = s;
@@ -135,6 +145,7 @@ dt_status dt_strategy_run(dt_strategy *s, dt_replica_fn fn, void *ctx)
 {
     switch (s->kind) {
     case DT_STRATEGY_MIRRORED:
+    case DT_STRATEGY_CENTRAL_STORAGE:
         return run_mirrored(s, fn, ctx);
     case DT_STRATEGY_MULTI_WORKER_MIRRORED:
         return fn(ctx, s->comm->rank, s->comm);
