@@ -11,33 +11,7 @@ fm=/usr/share/datasets/fashion-mnist
 passed=0
 failed=0
 
-ok() { echo "ok   $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
-
-# run NAME: runs the rest of the line, keeping stdout, stderr and the status.
-run() {
-    "$@" > "$tmp/out" 2> "$tmp/err"
-    status=$?
-}
-
-# expect_error NAME STATUS NEEDLE ARGS...: dtrain exits with STATUS and prints exactly one
-# stderr line that contains NEEDLE.
-expect_error() {
-    local name=$1 want=$2 needle=$3
-    shift 3
-    run "$dtrain" "$@"
-    local lines
-    lines=$(wc -l < "$tmp/err")
-    if [ "$status" -ne "$want" ]; then
-        fail "$name" "exit $status, expected $want; stderr: $(head -c 300 "$tmp/err")"
-    elif [ "$lines" -ne 1 ]; then
-        fail "$name" "expected one line on stderr, got $lines: $(head -c 300 "$tmp/err")"
-    elif ! grep -qF -- "$needle" "$tmp/err"; then
-        fail "$name" "stderr lacks '$needle': $(cat "$tmp/err")"
-    else
-        ok "$name"
-    fi
-}
+. "$(dirname "$0")/lib.sh"
 
 # json_field FILE KEY: the value of a top-level scalar in a one-line JSON object.
 json_field() {

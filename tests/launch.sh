@@ -12,42 +12,13 @@ trap 'rm -rf "$tmp"' EXIT
 passed=0
 failed=0
 
-ok() { echo "ok   $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
+. "$(dirname "$0")/lib.sh"
 
 if [ ! -x "$dtrain" ]; then
     fail dtrain_built "$dtrain is missing: build it first (make BUILD=$build)"
     echo "$passed $failed" > "$counts"
     exit 1
 fi
-
-# run COMMAND...: runs it, keeping stdout, stderr, the status and the time taken in ms.
-run() {
-    local t0
-    t0=$(date +%s%N)
-    "$@" > "$tmp/out" 2> "$tmp/err"
-    status=$?
-    ms=$((($(date +%s%N) - t0) / 1000000))
-}
-
-# expect_error NAME STATUS NEEDLE ARGS...: dtrain exits with STATUS and prints exactly one
-# stderr line that contains NEEDLE.
-expect_error() {
-    local name=$1 want=$2 needle=$3
-    shift 3
-    run "$dtrain" "$@"
-    local lines
-    lines=$(wc -l < "$tmp/err")
-    if [ "$status" -ne "$want" ]; then
-        fail "$name" "exit $status, expected $want; stderr: $(head -c 300 "$tmp/err")"
-    elif [ "$lines" -ne 1 ]; then
-        fail "$name" "expected one line on stderr, got $lines: $(head -c 300 "$tmp/err")"
-    elif ! grep -qF -- "$needle" "$tmp/err"; then
-        fail "$name" "stderr lacks '$needle': $(cat "$tmp/err")"
-    else
-        ok "$name"
-    fi
-}
 
 # alive PID: the process exists and is not a zombie (PID 1 of a container may never reap).
 alive() {

@@ -11,8 +11,7 @@ trap 'rm -rf "$tmp"' EXIT
 passed=0
 failed=0
 
-ok() { echo "ok   $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
+. "$(dirname "$0")/lib.sh"
 
 check="$build/tests/coll_check"
 plugin="$build/libdtrain_mpi.so"

@@ -17,8 +17,7 @@ cleanup() {
 trap cleanup EXIT
 passed=0
 failed=0
-ok() { echo "ok   $1"; passed=$((passed + 1)); }
-fail() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
+. "$(dirname "$0")/lib.sh"
 export DTRAIN_CLUSTER_SECRET=net-test-secret-0123456789
 
 # free_base N: a base port with N free ports after it (the kernel's ephemeral range stays clear).
