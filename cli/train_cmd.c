@@ -32,6 +32,8 @@ struct train_opts {
     bool skip_bad_records, csv_header;
     int epochs, batch_size, threads;
     int64_t steps_per_epoch, max_steps, lr_decay_steps, seed, log_step_count_steps;
+    int64_t eval_every_steps, eval_steps;
+    double eval_throttle_secs, eval_start_delay_secs;
     double lr, momentum, beta1, beta2, epsilon, lr_decay_rate, lr_alpha, bucket_mb;
     bool nesterov, keep_remainder, validate, summary, no_fuse, help;
     cli_comm_flags comm;
@@ -76,7 +78,8 @@ static int define_flags(flag_def *f, struct train_opts *o)
          &o->prefetch);
     FLAG("skip-bad-records", FLAG_BOOL, "false",
          "skip and count corrupt records or lines instead of stopping", &o->skip_bad_records);
-    FLAG("epochs", FLAG_INT, "1", "passes over the training data", &o->epochs);
+    FLAG("epochs", FLAG_INT, "1", "passes over the training data (with --max-steps and no "
+         "--epochs: as many as the steps take)", &o->epochs);
     FLAG("steps-per-epoch", FLAG_INT64, "0", "steps per epoch, 0 for the whole dataset",
          &o->steps_per_epoch);
     FLAG("max-steps", FLAG_INT64, "0", "stop after this many steps in all, 0 for no limit",
@@ -136,6 +139,16 @@ static int define_flags(flag_def *f, struct train_opts *o)
          "(Estimator's `loss = ..., step = N (T sec)` and `global_step/sec` lines)", &o->progress);
     FLAG("log-step-count-steps", FLAG_INT64, "100", "--progress estimator: steps between log lines",
          &o->log_step_count_steps);
+    FLAG("eval-every-steps", FLAG_INT64, "0", "train_and_evaluate: evaluate on the test data "
+         "every this many steps and after the last, printing Estimator's `Saving dict for global "
+         "step N: ...` line; 0: not by steps", &o->eval_every_steps);
+    FLAG("eval-throttle-secs", FLAG_FLOAT, "0", "train_and_evaluate: evaluate when this many "
+         "seconds have passed since the last evaluation (Estimator's throttle_secs), and after "
+         "the last step; 0: not by time", &o->eval_throttle_secs);
+    FLAG("eval-start-delay-secs", FLAG_FLOAT, "0", "train_and_evaluate: no evaluation before "
+         "this many seconds of training", &o->eval_start_delay_secs);
+    FLAG("eval-steps", FLAG_INT64, "0", "train_and_evaluate: batches per evaluation (0: the "
+         "whole test data)", &o->eval_steps);
     FLAG("summary", FLAG_BOOL, "false", "print the model's layers and parameter counts",
          &o->summary);
     FLAG("metrics-out", FLAG_STRING, NULL, "write the run's figures to this file as one JSON object",
@@ -259,6 +272,12 @@ static dt_status check_ranges(const struct train_opts *o, const flag_def *flags,
                         "got '%s'", o->progress);
     if (o->log_step_count_steps < 1)
         return dt_error(DT_ERR_INVALID, "--log-step-count-steps: must be at least 1");
+    if (o->eval_every_steps < 0 || o->eval_steps < 0)
+        return dt_error(DT_ERR_INVALID, "--eval-every-steps and --eval-steps must not be negative");
+    if (!(o->eval_throttle_secs >= 0.0 && o->eval_throttle_secs <= 1e9) ||
+        !(o->eval_start_delay_secs >= 0.0 && o->eval_start_delay_secs <= 1e9))
+        return dt_error(DT_ERR_INVALID, "--eval-throttle-secs and --eval-start-delay-secs: "
+                        "seconds in 0..1e9");
     return DT_OK;
 }
 
@@ -759,6 +778,10 @@ int cmd_train(int argc, char **argv)
     dt_fit_config fcfg;
     dt_fit_config_default(&fcfg);
     fcfg.epochs = o.epochs;
+    /* --max-steps alone trains for that many steps, as Estimator's max_steps, over as many
+     * passes of the data as it takes. */
+    if (o.max_steps > 0 && !flags_find(flags, n_flags, "epochs")->set)
+        fcfg.epochs = INT32_MAX;
     fcfg.steps_per_epoch = o.steps_per_epoch;
     fcfg.max_steps = o.max_steps;
     fcfg.batch_size = o.batch_size;
@@ -777,6 +800,10 @@ int cmd_train(int argc, char **argv)
     if (strcmp(o.progress, "estimator") == 0)
         fcfg.log_step_count_steps = o.log_step_count_steps;
     fcfg.early_stopping_min_delta = o.early_stopping_min_delta;
+    fcfg.eval_every_steps = o.eval_every_steps;
+    fcfg.eval_throttle_secs = o.eval_throttle_secs;
+    fcfg.eval_start_delay_secs = o.eval_start_delay_secs;
+    fcfg.eval_steps = o.eval_steps;
     fcfg.progress_bar = strcmp(o.progress, "bar") == 0 ||
                         (strcmp(o.progress, "auto") == 0 && dt_progress_bar_wanted(stdout));
 
@@ -786,6 +813,12 @@ int cmd_train(int argc, char **argv)
     if (st || (st = load_model_spec(&o, in.shape, in.source, &spec)))
         goto fail;
     fcfg.validate = o.validate && in.test && chief;
+    bool periodic_eval = o.eval_every_steps > 0 || o.eval_throttle_secs > 0.0;
+    if (periodic_eval && !in.test) {
+        st = dt_error(DT_ERR_INVALID, "--eval-every-steps, --eval-throttle-secs: there is no test "
+                      "data to evaluate on (--test-data)");
+        goto fail;
+    }
     if (in.n_train >= 0)
         fcfg.expected_steps_per_epoch = dt_fit_batches_per_epoch(&fcfg, in.n_train);
     if ((st = dt_fit_check(&fcfg, in.n_train))) {
@@ -829,7 +862,8 @@ int cmd_train(int argc, char **argv)
         dt_strategy_destroy(strategy);
         res = mr.chief_res;
     } else {
-        st = dt_fit_dataset(model, &opt, pool, in.train, in.test, &fcfg, &res);
+        /* Only the chief evaluates: the other workers' fit has no test data. */
+        st = dt_fit_dataset(model, &opt, pool, in.train, chief ? in.test : NULL, &fcfg, &res);
     }
     if (st)
         goto fail;
@@ -838,7 +872,8 @@ int cmd_train(int argc, char **argv)
         goto fail;
     }
     double test_loss = res.val_loss, test_acc = res.val_accuracy;
-    if (in.test && !res.validated &&
+    /* The report's test figures cover the whole test set, which --eval-steps may not have. */
+    if (in.test && (!res.validated || o.eval_steps > 0) &&
         ((st = dt_dataset_reset(in.test)) ||
          (st = dt_evaluate_dataset(model, in.test, &test_loss, &test_acc))))
         goto fail;

@@ -200,6 +200,24 @@ if [ -d "$fm" ]; then
         fail estimator_log_lines "$(head -8 "$tmp/est")"
     fi
 
+    # --- train_and_evaluate: --max-steps past an epoch, evaluation every N steps and at the end ---
+    "$dtrain" train --model mlp --max-steps 1000 --progress estimator --eval-every-steps 400 \
+        --eval-steps 5 --metrics-out "$tmp/tae.json" > "$tmp/tae" 2>&1
+    if [ "$(grep -c '^Saving dict for global step' "$tmp/tae")" = 3 ] &&
+        grep -Eq '^Saving dict for global step 400: global_step = 400, loss = [0-9.]+, accuracy = 0\.[0-9]+$' "$tmp/tae" &&
+        grep -q '^Saving dict for global step 800: ' "$tmp/tae" &&
+        grep -q '^Saving dict for global step 1000: ' "$tmp/tae" &&
+        [ "$(json_field "$tmp/tae.json" steps)" = 1000 ] && [ "$(json_field "$tmp/tae.json" epochs)" = 2 ] &&
+        grep -q '^Test loss: ' "$tmp/tae"; then
+        ok train_and_evaluate_every_n_steps
+    else
+        fail train_and_evaluate_every_n_steps "$(grep -v '^loss\|^global' "$tmp/tae" | head -8)"
+    fi
+    expect_error eval_needs_test_data 1 "no test data to evaluate" train --model mlp --max-steps 2 --test-data none \
+        --eval-every-steps 1
+    expect_error eval_throttle_checked 2 "--eval-throttle-secs" train --model mlp --max-steps 2 \
+        --eval-throttle-secs -1
+
     # --- mirrored and central_storage: 2 and 4 replicas on threads train as one device does ---
     "$dtrain" train --max-steps 60 --batch-size 64 --optimizer adam --threads 2 --progress none \
         --test-data none --metrics-out "$tmp/m1.json" > /dev/null 2>&1

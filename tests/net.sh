@@ -140,6 +140,19 @@ PY
     fi
 done
 
+# ---- train_and_evaluate across 2 workers: the chief alone evaluates and logs ----
+"$dtrain" launch -n 2 -- dtrain train --model mlp --max-steps 120 --threads 1 --batch-size 64 \
+    --progress estimator --log-step-count-steps 50 --eval-every-steps 50 --eval-steps 4 \
+    > "$tmp/tae.out" 2>&1
+status=$?
+if [ "$status" -eq 0 ] && [ "$(grep -c '^\[worker:0\] Saving dict for global step' "$tmp/tae.out")" = 3 ] &&
+   grep -q '^\[worker:0\] Saving dict for global step 120: ' "$tmp/tae.out" &&
+   ! grep -q '^\[worker:1\] \(Saving\|loss\)' "$tmp/tae.out"; then
+    ok train_and_evaluate_on_two_workers
+else
+    fail train_and_evaluate_on_two_workers "exit $status: $(grep -v 'loss =\|global_step/sec' "$tmp/tae.out" | head -8)"
+fi
+
 # ---- strangers knock while the cluster forms ----
 base=$(free_base 2)
 start_rank 2 "$base" 0 bench allreduce --check --sizes 4K..64K --iters 2 --connect-timeout 20

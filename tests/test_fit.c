@@ -203,3 +203,115 @@ TEST(fit_configuration_is_checked)
     c.keep_remainder = true;
     CHECK_OK(dt_fit_check(&c, 100));
 }
+
+/* train_and_evaluate on the quadrant data: max_steps 40 over 16-step epochs; returns the
+ * parameters' checksum, with the progress text in log (may be NULL). */
+static uint32_t train_and_evaluate_quadrants(const dt_fit_config *extra, dt_fit_result *r,
+                                             char **log, double *check_loss)
+{
+    dt_image_dataset train, test;
+    make_quadrants(&train, 512, 100);
+    make_quadrants(&test, 256, 200);
+    dt_model_spec spec;
+    dt_model *m = NULL;
+    dt_optim o;
+    dt_optim_init(&o);
+    dt_dataset *train_p = NULL, *test_p = NULL;
+    size_t log_len = 0;
+    FILE *out = log ? open_memstream(log, &log_len) : NULL;
+    uint32_t crc = 0;
+    CHECK_OK(dt_model_spec_from_json(small_cnn, "small_cnn", &spec));
+    CHECK_OK(dt_model_create(&spec, 32, NULL, NULL, &m));
+    CHECK_OK(dt_image_pipeline(&train, 32, true, INT64_MAX, 3, 2, &train_p));
+    CHECK_OK(dt_image_pipeline(&test, 32, false, 0, 0, 0, &test_p));
+    if (!m || !train_p || !test_p)
+        goto done;
+    dt_model_init_params(m, 3);
+    dt_optim_config oc;
+    dt_optim_config_default(&oc, DT_OPT_ADAM);
+    CHECK_OK(dt_optim_setup(&o, &oc, dt_model_params(m)));
+    dt_fit_config fc = *extra;
+    fc.batch_size = 32;
+    fc.seed = 3;
+    fc.max_steps = 40;
+    fc.progress = out;
+    dt_status st = dt_train_and_evaluate(m, &o, NULL, train_p, log ? test_p : NULL, &fc, r);
+    CHECK_OK(st);
+    if (st == DT_OK) {
+        crc = dt_arena_checksum(dt_model_params(m));
+        double acc;
+        CHECK_OK(dt_dataset_reset(test_p));
+        CHECK_OK(dt_evaluate_batches(m, test_p, fc.eval_steps, check_loss, &acc));
+    }
+done:
+    if (out)
+        fclose(out);
+    dt_dataset_destroy(train_p);
+    dt_dataset_destroy(test_p);
+    dt_optim_free(&o);
+    dt_model_destroy(m);
+    dt_image_dataset_free(&train);
+    dt_image_dataset_free(&test);
+    return crc;
+}
+
+static int count_lines_starting(const char *text, const char *prefix)
+{
+    int n = 0;
+    for (const char *p = text; p && *p; p = strchr(p, '\n') ? strchr(p, '\n') + 1 : NULL)
+        n += strncmp(p, prefix, strlen(prefix)) == 0;
+    return n;
+}
+
+TEST(train_and_evaluate_evaluates_every_n_steps_and_at_the_end)
+{
+    dt_fit_config c;
+    dt_fit_config_default(&c);
+    c.eval_every_steps = 15;
+    c.eval_steps = 2;
+    c.log_step_count_steps = 10;
+    dt_fit_result r;
+    char *log = NULL;
+    double loss_after = 0.0;
+    uint32_t with_eval = train_and_evaluate_quadrants(&c, &r, &log, &loss_after);
+    CHECK(r.steps == 40 && r.epochs == 3 && r.evaluations == 3 && r.eval_step == 40);
+    CHECK_MSG(log && strstr(log, "Saving dict for global step 15: global_step = 15, loss = ") &&
+              strstr(log, "Saving dict for global step 30: global_step = 30, loss = ") &&
+              strstr(log, "Saving dict for global step 40: global_step = 40, loss = ") &&
+              count_lines_starting(log, "Saving dict") == 3, "log:\n%s", log ? log : "");
+    CHECK(log && count_lines_starting(log, "loss = ") == 4 && strstr(log, "step = 30 ("));
+    /* The last evaluation is of the final parameters, over eval_steps batches. */
+    CHECK_MSG(r.val_loss == loss_after, "%.9g vs %.9g", r.val_loss, loss_after);
+    free(log);
+    /* Evaluating does not change what is trained. */
+    dt_fit_config none;
+    dt_fit_config_default(&none);
+    dt_fit_result r2;
+    uint32_t without = train_and_evaluate_quadrants(&none, &r2, NULL, &loss_after);
+    CHECK(with_eval == without && with_eval != 0 && r2.evaluations == 0 && r2.steps == 40);
+}
+
+TEST(train_and_evaluate_throttles_by_seconds_after_a_start_delay)
+{
+    dt_fit_config c;
+    dt_fit_config_default(&c);
+    c.eval_throttle_secs = 1e-9; /* due after every step */
+    c.eval_steps = 1;
+    dt_fit_result r;
+    char *log = NULL;
+    double loss;
+    train_and_evaluate_quadrants(&c, &r, &log, &loss);
+    CHECK_MSG(r.evaluations == 40 && log && count_lines_starting(log, "Saving dict") == 40,
+              "%lld evaluations", (long long)r.evaluations);
+    free(log);
+    c.eval_start_delay_secs = 1e6; /* never due: only the final evaluation */
+    log = NULL;
+    train_and_evaluate_quadrants(&c, &r, &log, &loss);
+    CHECK(r.evaluations == 1 && r.eval_step == 40 && log &&
+          count_lines_starting(log, "Saving dict for global step 40:") == 1);
+    free(log);
+    dt_fit_config bad;
+    dt_fit_config_default(&bad);
+    bad.eval_throttle_secs = -1.0;
+    CHECK_ERR(dt_fit_check(&bad, 100), DT_ERR_INVALID, "eval_throttle_secs");
+}

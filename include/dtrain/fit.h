@@ -63,6 +63,18 @@ typedef struct {
      * and `global_step/sec: 173.275` every this many steps (and the loss at step 0); 0: off. */
     int64_t log_step_count_steps;
     double early_stopping_min_delta;
+    /* Estimator's train_and_evaluate: evaluate on the test dataset every eval_every_steps steps
+     * and/or whenever eval_throttle_secs have passed since the last evaluation (checked after
+     * each step, not before eval_start_delay_secs into training), and once more after the last
+     * step; eval_steps batches each time from the start of the test dataset (0: all of it). Each
+     * prints `Saving dict for global step N: global_step = N, loss = L, accuracy = A` on
+     * progress. Across workers only the rank given a test dataset evaluates (the chief), and
+     * the others wait for it in the next step's collectives: the time counts against their
+     * timeout. 0 and 0: no periodic evaluation. */
+    int64_t eval_every_steps;
+    double eval_throttle_secs;
+    double eval_start_delay_secs;
+    int64_t eval_steps;
 } dt_fit_config;
 
 typedef struct {
@@ -77,6 +89,9 @@ typedef struct {
     bool validated;          /* val_* hold the test set's figures after the last epoch */
     bool stopped_early;      /* early stopping ended the run before its epochs */
     double val_loss, val_accuracy;
+    int64_t evaluations;     /* periodic evaluations done (train_and_evaluate) */
+    int64_t eval_step;       /* the global step of the last of them */
+    double eval_seconds;     /* their time, which train_seconds leaves out */
 } dt_fit_result;
 
 void dt_fit_config_default(dt_fit_config *cfg);
@@ -88,6 +103,13 @@ void dt_fit_config_default(dt_fit_config *cfg);
  * a class of the model), or with the dataset's own error. */
 dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *train,
                          dt_dataset *test, const dt_fit_config *cfg, dt_fit_result *result);
+
+/* Estimator's train_and_evaluate on datasets: cfg with its epochs unbounded, so training runs to
+ * cfg->max_steps (which must be set) over as many passes of train as it takes, logging as
+ * Estimator does every cfg->log_step_count_steps (100 when 0), and evaluating on eval (may be
+ * NULL on the workers that do not evaluate) as cfg's eval_* fields say. */
+dt_status dt_train_and_evaluate(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *train,
+                                dt_dataset *eval, const dt_fit_config *cfg, dt_fit_result *result);
 
 /* dt_fit_dataset over dt_image_pipeline(train ...). Batches hold min(batch_size, examples) at
  * most: the model's maximum batch must cover that. */
@@ -117,6 +139,10 @@ dt_status dt_image_pipeline_sharded(const dt_image_dataset *ds, int batch_size,
 
 /* Mean loss and accuracy over one iteration of a dataset of batches. */
 dt_status dt_evaluate_dataset(dt_model *m, dt_dataset *batches, double *loss, double *accuracy);
+
+/* The same over its first max_batches batches at most (0: all of them). */
+dt_status dt_evaluate_batches(dt_model *m, dt_dataset *batches, int64_t max_batches, double *loss,
+                              double *accuracy);
 
 /* Mean loss and accuracy over the whole dataset, in batches of the model's maximum batch. */
 dt_status dt_evaluate(dt_model *m, const dt_image_dataset *ds, double *loss, double *accuracy);

@@ -178,13 +178,19 @@ static dt_status check_batch(const dt_model *m, const dt_elem *e)
 
 dt_status dt_evaluate_dataset(dt_model *m, dt_dataset *batches, double *loss, double *accuracy)
 {
+    return dt_evaluate_batches(m, batches, 0, loss, accuracy);
+}
+
+dt_status dt_evaluate_batches(dt_model *m, dt_dataset *batches, int64_t max_batches, double *loss,
+                              double *accuracy)
+{
     int32_t *labels = malloc((size_t)dt_model_max_batch(m) * sizeof *labels);
     if (!labels)
         return dt_error(DT_ERR_NOMEM, "no memory for evaluation");
     double loss_sum = 0.0;
     int64_t correct = 0, seen = 0;
-    dt_status st;
-    for (;;) {
+    dt_status st = DT_OK;
+    for (int64_t b = 0; max_batches <= 0 || b < max_batches; b++) {
         dt_elem *e;
         st = dt_dataset_next(batches, &e);
         if (st == DT_END) {
@@ -344,6 +350,45 @@ static void log_like_estimator(FILE *out, int64_t step, double loss, const dt_fi
     *t0 = now;
 }
 
+static bool evaluates_periodically(const dt_fit_config *cfg, const dt_dataset *test)
+{
+    return test && (cfg->eval_every_steps > 0 || cfg->eval_throttle_secs > 0.0);
+}
+
+/* Whether an evaluation is due after global step `step` (counted from 1), `elapsed` seconds of
+ * training in and `since_last` seconds after the previous evaluation (or the start). */
+static bool evaluation_due(const dt_fit_config *cfg, int64_t step, double elapsed,
+                           double since_last)
+{
+    if (elapsed < cfg->eval_start_delay_secs)
+        return false;
+    if (cfg->eval_every_steps > 0 && step % cfg->eval_every_steps == 0)
+        return true;
+    return cfg->eval_throttle_secs > 0.0 && since_last >= cfg->eval_throttle_secs;
+}
+
+/* One evaluation of train_and_evaluate, reported as Estimator reports it. */
+static dt_status periodic_evaluation(dt_model *m, dt_dataset *test, const dt_fit_config *cfg,
+                                     int64_t step, dt_fit_result *r)
+{
+    double t0 = dt_clock_now();
+    dt_status st = dt_dataset_reset(test);
+    if (st || (st = dt_evaluate_batches(m, test, cfg->eval_steps, &r->val_loss,
+                                        &r->val_accuracy)))
+        return dt_error_prefix(st, "evaluation at global step %lld", (long long)step);
+    r->validated = true;
+    r->evaluations++;
+    r->eval_step = step;
+    r->eval_seconds += dt_clock_now() - t0;
+    if (cfg->progress) {
+        fprintf(cfg->progress, "Saving dict for global step %lld: global_step = %lld, "
+                "loss = %.7g, accuracy = %.7g\n", (long long)step, (long long)step, r->val_loss,
+                r->val_accuracy);
+        fflush(cfg->progress);
+    }
+    return DT_OK;
+}
+
 int64_t dt_fit_batches_per_epoch(const dt_fit_config *cfg, int64_t n_examples)
 {
     int64_t b = cfg->batch_size;
@@ -360,6 +405,10 @@ dt_status dt_fit_check(const dt_fit_config *cfg, int64_t n_examples)
         cfg->prefetch < 0)
         return dt_error(DT_ERR_INVALID, "steps_per_epoch, max_steps, shuffle_buffer and prefetch "
                         "must not be negative");
+    if (cfg->eval_every_steps < 0 || cfg->eval_steps < 0 || !(cfg->eval_throttle_secs >= 0.0) ||
+        !(cfg->eval_start_delay_secs >= 0.0))
+        return dt_error(DT_ERR_INVALID, "eval_every_steps, eval_steps, eval_throttle_secs and "
+                        "eval_start_delay_secs must not be negative");
     if (n_examples >= 0 && !cfg->keep_remainder && n_examples < cfg->batch_size)
         return dt_error(DT_ERR_INVALID, "%lld examples make no full batch of %d (keep the "
                         "remainder or lower the batch size)", (long long)n_examples,
@@ -406,6 +455,8 @@ dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *tr
     int64_t step = 0;
     double best = INFINITY;
     int waited = 0;
+    bool periodic = evaluates_periodically(cfg, test);
+    double train_t0 = dt_clock_now(), last_eval_t = train_t0;
     for (int epoch = 0; epoch < cfg->epochs; epoch++) {
         if (cfg->max_steps > 0 && step >= cfg->max_steps)
             break;
@@ -456,6 +507,15 @@ dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *tr
             if (keras)
                 dt_progress_step(&prog, i + 1, epoch_loss / epoch_samples,
                                  (double)epoch_correct / epoch_samples);
+            double now = dt_clock_now();
+            if (periodic && evaluation_due(cfg, step, now - train_t0 - result->eval_seconds,
+                                           now - last_eval_t)) {
+                double before = result->eval_seconds;
+                if ((st = periodic_evaluation(m, test, cfg, step, result)))
+                    goto fail;
+                t0 += result->eval_seconds - before; /* evaluation is not training time */
+                last_eval_t = dt_clock_now();
+            }
         }
         st = DT_OK;
         result->train_seconds += dt_clock_now() - t0;
@@ -490,6 +550,9 @@ dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *tr
             }
         }
     }
+    /* As Estimator, the last step is always evaluated. */
+    if (periodic && result->eval_step != step)
+        st = periodic_evaluation(m, test, cfg, step, result);
 fail:
     if (gs) {
         dt_model_set_grad_hook(m, NULL, NULL);
@@ -497,6 +560,21 @@ fail:
     }
     free(labels);
     return st;
+}
+
+dt_status dt_train_and_evaluate(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *train,
+                                dt_dataset *eval, const dt_fit_config *cfg, dt_fit_result *result)
+{
+    memset(result, 0, sizeof *result);
+    if (cfg->max_steps <= 0)
+        return dt_error(DT_ERR_INVALID, "train_and_evaluate: max_steps must be set (> 0)");
+    dt_fit_config c = *cfg;
+    c.epochs = INT32_MAX; /* Estimator's input repeats: training ends at max_steps */
+    c.validate = false;
+    c.early_stopping_patience = 0;
+    if (c.log_step_count_steps <= 0)
+        c.log_step_count_steps = 100;
+    return dt_fit_dataset(m, o, pool, train, eval, &c, result);
 }
 
 dt_status dt_fit(dt_model *m, dt_optim *o, dt_pool *pool, const dt_image_dataset *train,

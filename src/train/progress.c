@@ -26,7 +26,10 @@ void dt_progress_epoch_begin(dt_progress *p, int epoch, int epochs, int64_t tota
     p->total = total_steps;
     p->t_begin = dt_clock_now();
     p->t_drawn = 0.0;
-    fprintf(p->out, "Epoch %d/%d\n", epoch, epochs);
+    if (epochs == INT32_MAX) /* training runs to a step count over as many passes as it takes */
+        fprintf(p->out, "Epoch %d\n", epoch);
+    else
+        fprintf(p->out, "Epoch %d/%d\n", epoch, epochs);
     fflush(p->out);
 }
 
