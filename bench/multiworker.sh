@@ -6,7 +6,9 @@
 #   - PyTorch DistributedDataParallel over Gloo, 2 processes (shared/peers/torch_cnn.py).
 # Each runs REPEAT times, interleaved; the median is reported, with the two ratios the goals are
 # stated in (2 workers against DDP, and against twice one process) and the share of the 2-worker
-# step time spent in collectives (waiting for the other worker included).
+# step time spent in collectives (waiting for the other worker included). A fourth figure bounds
+# what two workers can reach on this machine: two independent single processes run at the same
+# time (no communication, no lock-step), summed.
 # usage: bench/multiworker.sh BUILD_DIR    env: REPEAT (3), STEPS (600), PEERS_DIR, PYTHON
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -30,6 +32,12 @@ for rep in $(seq 1 "$repeat"); do
     echo "run $rep of $repeat" >&2
     "$build/dtrain" "${common[@]}" --batch-size 64 --metrics-out "$work/one.json" > /dev/null
     json "$work/one.json" samples_per_sec >> "$work/one"
+    "$build/dtrain" "${common[@]}" --batch-size 64 --metrics-out "$work/pair0.json" > /dev/null &
+    pair=$!
+    "$build/dtrain" "${common[@]}" --batch-size 64 --metrics-out "$work/pair1.json" > /dev/null
+    wait "$pair" || die "the concurrent single process failed"
+    echo "$(json "$work/pair0.json" samples_per_sec) $(json "$work/pair1.json" samples_per_sec)" |
+        awk '{ print $1 + $2 }' >> "$work/pair"
     "$build/dtrain" launch -n 2 -- "$build/dtrain" "${common[@]}" --batch-size 128 \
         --metrics-out "$work/two.json" > /dev/null
     json "$work/two.json" samples_per_sec >> "$work/two"
@@ -48,9 +56,12 @@ for rep in $(seq 1 "$repeat"); do
 done
 median() { sort -g "$1" | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 one=$(median "$work/one"); two=$(median "$work/two"); ddp=$(median "$work/ddp"); share=$(median "$work/share")
+pair=$(median "$work/pair")
 echo "tutorial CNN, Adam, per-worker batch 64, 1 thread per process, $steps steps, median of $repeat"
 printf '  dtrain, 1 process:                  %8.0f samples/s\n' "$one"
 printf '  dtrain, 2 workers (tcp):            %8.0f samples/s   (%.1f%% of the step time in collectives)\n' "$two" "$(echo "$share * 100" | bc -l)"
 printf '  PyTorch DDP over Gloo, 2 processes: %8.0f samples/s\n' "$ddp"
+printf '  2 independent processes at once:    %8.0f samples/s   (%.1f%% of twice one process: the ceiling)\n' \
+    "$pair" "$(echo "$pair / (2 * $one) * 100" | bc -l)"
 printf '  2 workers: x%.2f DDP (goal 4), %.1f%% of twice one process (goal 80%%)\n' \
     "$(echo "$two / $ddp" | bc -l)" "$(echo "$two / (2 * $one) * 100" | bc -l)"
