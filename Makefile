@@ -109,6 +109,7 @@ leakcheck: $(BUILD)/.deps-leakcheck all
 bench: $(BUILD)/.deps-bench all $(BUILD)/bench/conv_bench $(BUILD)/bench/input_bench
 	bash bench/run.sh $(BUILD)
 	bash bench/input.sh $(BUILD)
+	bash bench/checkpoint.sh $(BUILD)
 
 # libFuzzer targets (fuzz/fuzz_*.c) over the readers and parsers, built by clang with ASan and
 # UBSan from the core and data sources and the transport's wire formats. tests/fuzz.sh runs them;

@@ -3,11 +3,21 @@
 #ifndef DTRAIN_CLI_COMMANDS_H
 #define DTRAIN_CLI_COMMANDS_H
 
+#include <stdbool.h>
+
 int cmd_train(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_data(int argc, char **argv);
 int cmd_launch(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_evaluate(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+
+/* The sidecar evaluator of dtrain evaluate, also run by dtrain train in an evaluator task:
+ * evaluates checkpoint (a file), or model_dir's latest, or with watch every newer one of
+ * model_dir until the final; returns the exit status. */
+int cli_sidecar_evaluate(const char *model_dir, const char *test_spec, const char *checkpoint,
+                         bool watch, int batch, double poll_secs, double idle_timeout);
 
 /* Prints "dtrain: error: <message>" on stderr and returns status. */
 int cli_fail(int status, const char *message);

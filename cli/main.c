@@ -18,6 +18,9 @@ static void print_usage(FILE *out)
           "  train      train a model (dtrain train --help for its flags)\n"
           "  convert    convert --from idx|libsvm --to tfrecord IN OUT\n"
           "  data head  data head FILE --format idx|tfrecord|libsvm [-n N]: records as JSON lines\n"
+          "  evaluate   evaluate --model-dir DIR [--checkpoint FILE] [--watch]: test accuracy of\n"
+          "             checkpoints; --watch is a sidecar evaluator\n"
+          "  inspect    inspect CHECKPOINT|DIR: tensors, shapes, checksums and metadata\n"
           "  bench      bench allreduce [--sizes 4K..64M] [--comm tcp|mpi] [--check]\n"
           "  launch     launch -n N [--ps M] [--chief] [--evaluator] -- COMMAND: a local cluster\n"
           "\n"
@@ -63,6 +66,10 @@ int main(int argc, char **argv)
         return cmd_launch(argc - 2, argv + 2);
     if (strcmp(cmd, "bench") == 0)
         return cmd_bench(argc - 2, argv + 2);
+    if (strcmp(cmd, "evaluate") == 0)
+        return cmd_evaluate(argc - 2, argv + 2);
+    if (strcmp(cmd, "inspect") == 0)
+        return cmd_inspect(argc - 2, argv + 2);
     char msg[256];
     snprintf(msg, sizeof msg, "unknown command '%s' (see dtrain --help)", cmd);
     return cli_fail(2, msg);

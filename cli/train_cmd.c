@@ -32,7 +32,10 @@ struct train_opts {
     bool skip_bad_records, csv_header;
     int epochs, batch_size, threads;
     int64_t steps_per_epoch, max_steps, lr_decay_steps, seed, log_step_count_steps;
-    int64_t eval_every_steps, eval_steps;
+    int64_t eval_every_steps, eval_steps, save_checkpoints_steps, save_summary_steps;
+    const char *model_dir, *backup_dir, *backup_freq;
+    double save_checkpoints_secs, keep_checkpoint_every_n_hours;
+    int keep_checkpoint_max;
     double eval_throttle_secs, eval_start_delay_secs;
     double lr, momentum, beta1, beta2, epsilon, lr_decay_rate, lr_alpha, bucket_mb;
     bool nesterov, keep_remainder, validate, summary, no_fuse, help;
@@ -149,6 +152,23 @@ static int define_flags(flag_def *f, struct train_opts *o)
          "this many seconds of training", &o->eval_start_delay_secs);
     FLAG("eval-steps", FLAG_INT64, "0", "train_and_evaluate: batches per evaluation (0: the "
          "whole test data)", &o->eval_steps);
+    FLAG("model-dir", FLAG_STRING, NULL, "checkpoints (ckpt-N.safetensors) and TensorBoard "
+         "summaries go here, and training resumes from its latest checkpoint", &o->model_dir);
+    FLAG("save-checkpoints-steps", FLAG_INT64, "0", "--model-dir: a checkpoint every this many "
+         "steps (0: by --save-checkpoints-secs)", &o->save_checkpoints_steps);
+    FLAG("save-checkpoints-secs", FLAG_FLOAT, "600", "--model-dir: a checkpoint every this many "
+         "seconds, and one after the last step", &o->save_checkpoints_secs);
+    FLAG("keep-checkpoint-max", FLAG_INT, "5", "--model-dir: checkpoints kept (0: all)",
+         &o->keep_checkpoint_max);
+    FLAG("keep-checkpoint-every-n-hours", FLAG_FLOAT, "0", "--model-dir: besides those, keep one "
+         "checkpoint for good per this many hours (0: none)", &o->keep_checkpoint_every_n_hours);
+    FLAG("save-summary-steps", FLAG_INT64, "100", "--model-dir: TensorBoard scalars every this "
+         "many steps (0: none)", &o->save_summary_steps);
+    FLAG("backup-dir", FLAG_STRING, NULL, "BackupAndRestore: back up here, and on a rerun after a "
+         "crash resume exactly where the backup was taken; removed when training completes",
+         &o->backup_dir);
+    FLAG("backup-freq", FLAG_STRING, "epoch", "--backup-dir: epoch (at each epoch end) or N (every "
+         "N steps)", &o->backup_freq);
     FLAG("summary", FLAG_BOOL, "false", "print the model's layers and parameter counts",
          &o->summary);
     FLAG("metrics-out", FLAG_STRING, NULL, "write the run's figures to this file as one JSON object",
@@ -209,6 +229,22 @@ static dt_status load_test_data(const struct train_opts *o, dt_image_dataset *ou
     if (st == DT_OK)
         *have = true;
     return st;
+}
+
+/* "epoch" (0) or a positive step count. */
+static dt_status parse_backup_freq(const char *text, int64_t *out)
+{
+    if (strcmp(text, "epoch") == 0) {
+        *out = 0;
+        return DT_OK;
+    }
+    char *end;
+    errno = 0;
+    long long v = strtoll(text, &end, 10);
+    if (!*text || *end || errno || v < 1)
+        return dt_error(DT_ERR_INVALID, "expected epoch or a step count >= 1, got '%s'", text);
+    *out = v;
+    return DT_OK;
 }
 
 static dt_status check_ranges(const struct train_opts *o, const flag_def *flags, int n_flags)
@@ -272,6 +308,15 @@ static dt_status check_ranges(const struct train_opts *o, const flag_def *flags,
                         "got '%s'", o->progress);
     if (o->log_step_count_steps < 1)
         return dt_error(DT_ERR_INVALID, "--log-step-count-steps: must be at least 1");
+    if (o->save_checkpoints_steps < 0 || o->save_summary_steps < 0 ||
+        !(o->save_checkpoints_secs >= 0.0) || o->keep_checkpoint_max < 0 ||
+        !(o->keep_checkpoint_every_n_hours >= 0.0))
+        return dt_error(DT_ERR_INVALID, "--save-checkpoints-steps, --save-checkpoints-secs, "
+                        "--save-summary-steps, --keep-checkpoint-max and "
+                        "--keep-checkpoint-every-n-hours must not be negative");
+    int64_t freq;
+    if (parse_backup_freq(o->backup_freq, &freq))
+        return dt_error_prefix(DT_ERR_INVALID, "--backup-freq");
     if (o->eval_every_steps < 0 || o->eval_steps < 0)
         return dt_error(DT_ERR_INVALID, "--eval-every-steps and --eval-steps must not be negative");
     if (!(o->eval_throttle_secs >= 0.0 && o->eval_throttle_secs <= 1e9) ||
@@ -400,6 +445,9 @@ static dt_status write_metrics(const char *path, const struct train_opts *o, int
     cJSON_AddStringToObject(j, "strategy", o->strategy);
     cJSON_AddNumberToObject(j, "workers", o->n_workers);
     cJSON_AddBoolToObject(j, "stopped_early", r->stopped_early);
+    cJSON_AddNumberToObject(j, "resumed_step", (double)r->resumed_step);
+    cJSON_AddNumberToObject(j, "checkpoints", (double)r->checkpoints);
+    cJSON_AddNumberToObject(j, "checkpoint_seconds", r->checkpoint_seconds);
     cJSON_AddNumberToObject(j, "param_count", (double)dt_arena_payload_elems(dt_model_params(m)));
     char crc[16];
     snprintf(crc, sizeof crc, "%08x", dt_arena_checksum(dt_model_params(m)));
@@ -669,6 +717,7 @@ static dt_status mirrored_replica(void *ctx, int id, dt_comm *comm)
         return dt_fit_dataset(m->chief_model, m->chief_opt, m->chief_pool, m->chief_in->train,
                               m->chief_in->test, &fcfg, &m->chief_res);
     fcfg.progress = NULL;
+    fcfg.log = NULL;
     fcfg.validate = false;
     struct train_opts o = m->o;
     o.rank = id;
@@ -710,10 +759,40 @@ done:
     return st;
 }
 
+/* Whether TF_CONFIG (or --task) makes this process the cluster's evaluator. */
+static dt_status is_evaluator_task(const struct train_opts *o, bool *yes)
+{
+    *yes = false;
+    if (strcmp(o->comm.comm, "tcp") != 0)
+        return DT_OK;
+    dt_cluster c;
+    memset(&c, 0, sizeof c);
+    dt_status st = dt_cluster_from_env(&c);
+    if (st == DT_OK && o->comm.task)
+        st = dt_cluster_set_task(&c, o->comm.task);
+    if (st == DT_OK)
+        *yes = c.has_cluster && c.task_type == DT_JOB_EVALUATOR;
+    dt_cluster_free(&c);
+    return st;
+}
+
+/* The evaluator task of a cluster: TF's sidecar evaluator over the chief's --model-dir. */
+static int run_as_evaluator(const struct train_opts *o)
+{
+    if (!o->model_dir)
+        return cli_fail(2, "the evaluator task evaluates the checkpoints of --model-dir: give it");
+    const char *test = o->test_data;
+    if (!test && strncmp(o->data, "idx:", 4) != 0 && !is_file_data(o->data))
+        test = o->data; /* the t10k files beside the training data */
+    if (!test || strcmp(test, "none") == 0)
+        return cli_fail(2, "the evaluator task needs --test-data");
+    return cli_sidecar_evaluate(o->model_dir, test, NULL, true, 1000, 1.0, 3600.0);
+}
+
 int cmd_train(int argc, char **argv)
 {
     struct train_opts o;
-    flag_def flags[64];
+    flag_def flags[96];
     int n_flags = define_flags(flags, &o);
     int rc = 1;
     struct input in;
@@ -741,6 +820,11 @@ int cmd_train(int argc, char **argv)
     dt_comm *comm = NULL;
     dt_status st = DT_OK;
     o.n_workers = 1, o.rank = 0;
+    bool evaluator = false;
+    if ((st = is_evaluator_task(&o, &evaluator)))
+        goto fail;
+    if (evaluator)
+        return run_as_evaluator(&o);
     if (!flags_find(flags, n_flags, "strategy")->set) {
         /* As TF: a TF_CONFIG cluster of several workers (or MPI) means multi_worker_mirrored. */
         dt_cluster probe;
@@ -804,6 +888,15 @@ int cmd_train(int argc, char **argv)
     fcfg.eval_throttle_secs = o.eval_throttle_secs;
     fcfg.eval_start_delay_secs = o.eval_start_delay_secs;
     fcfg.eval_steps = o.eval_steps;
+    fcfg.model_dir = o.model_dir;
+    fcfg.save_checkpoints_steps = o.save_checkpoints_steps;
+    fcfg.save_checkpoints_secs = o.save_checkpoints_secs;
+    fcfg.keep_checkpoint_max = o.keep_checkpoint_max;
+    fcfg.keep_checkpoint_every_n_hours = o.keep_checkpoint_every_n_hours;
+    fcfg.save_summary_steps = o.save_summary_steps;
+    fcfg.backup_dir = o.backup_dir;
+    parse_backup_freq(o.backup_freq, &fcfg.backup_freq); /* checked with the other flags */
+    fcfg.log = chief ? stdout : NULL;
     fcfg.progress_bar = strcmp(o.progress, "bar") == 0 ||
                         (strcmp(o.progress, "auto") == 0 && dt_progress_bar_wanted(stdout));
 

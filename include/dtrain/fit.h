@@ -75,6 +75,28 @@ typedef struct {
     double eval_throttle_secs;
     double eval_start_delay_secs;
     int64_t eval_steps;
+    /* Checkpoints and summaries, Estimator's RunConfig (NULL: none). model_dir receives
+     * ckpt-<step>.safetensors through a checkpoint manager (checkpoint.h) every
+     * save_checkpoints_steps steps, or every save_checkpoints_secs seconds when that is 0, and
+     * after the last step (with metadata final = 1); and TensorBoard scalars (summary.h): loss,
+     * accuracy, learning_rate and global_step/sec every save_summary_steps (0: none), the
+     * evaluations' loss and accuracy in model_dir/eval. Training resumes from model_dir's latest
+     * checkpoint when it has one, as Estimator's does. Every rank is given the same directories;
+     * only rank 0 writes or reads them, and it broadcasts what it restores. */
+    const char *model_dir;
+    int64_t save_checkpoints_steps;
+    double save_checkpoints_secs;
+    int keep_checkpoint_max;                  /* 0: keep all */
+    double keep_checkpoint_every_n_hours;     /* 0: off */
+    int64_t save_summary_steps;
+    /* Keras's BackupAndRestore: a checkpoint in backup_dir at each epoch end (backup_freq 0) or
+     * every backup_freq steps, from which a rerun resumes exactly: the same parameters, optimizer
+     * slots and step count, the same input position (epoch and batch) and dropout sequence, so
+     * its final parameters equal an uninterrupted run's bit for bit. Removed when training
+     * completes. It takes precedence over model_dir for resuming. */
+    const char *backup_dir;
+    int64_t backup_freq;
+    FILE *log;                                /* "Saving checkpoints ..." and warnings; may be NULL */
 } dt_fit_config;
 
 typedef struct {
@@ -92,6 +114,9 @@ typedef struct {
     int64_t evaluations;     /* periodic evaluations done (train_and_evaluate) */
     int64_t eval_step;       /* the global step of the last of them */
     double eval_seconds;     /* their time, which train_seconds leaves out */
+    int64_t resumed_step;    /* the global step a checkpoint resumed training from; 0: none */
+    int64_t checkpoints;     /* checkpoints and backups written */
+    double checkpoint_seconds; /* their time, which train_seconds leaves out */
 } dt_fit_result;
 
 void dt_fit_config_default(dt_fit_config *cfg);

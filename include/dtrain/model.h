@@ -73,6 +73,11 @@ void dt_model_zero_grads(dt_model *m);
  * the same masks as the first one after the previous call with this seed. */
 void dt_model_set_dropout_seed(dt_model *m, uint64_t seed);
 
+/* Training forwards since the last dt_model_set_dropout_seed: with the seed, the position in the
+ * sequence of dropout masks, which a checkpoint saves so a resumed run draws the same masks. */
+uint64_t dt_model_dropout_position(const dt_model *m);
+void dt_model_set_dropout_position(dt_model *m, uint64_t forwards);
+
 /* A Keras-style table of layers, output shapes and parameter counts. */
 void dt_model_summary(const dt_model *m, FILE *out);
 

@@ -60,4 +60,8 @@ dt_status dt_model_spec_from_json(const char *text, const char *source, dt_model
 
 const char *dt_loss_name(dt_loss_kind loss);
 
+/* The spec as JSON in the form dt_model_spec_from_json reads (every field explicit, names
+ * included), so the same model can be rebuilt from a checkpoint; malloc'd, NULL without memory. */
+char *dt_model_spec_to_json(const dt_model_spec *spec);
+
 #endif

@@ -365,6 +365,10 @@ dt_arena *dt_model_grads(dt_model *m) { return &m->grads; }
 const dt_model_spec *dt_model_spec_of(const dt_model *m) { return &m->spec; }
 int dt_model_num_outputs(const dt_model *m) { return m->K; }
 int dt_model_max_batch(const dt_model *m) { return m->max_batch; }
+uint64_t dt_model_dropout_position(const dt_model *m) { return m->training_forwards; }
+
+void dt_model_set_dropout_position(dt_model *m, uint64_t forwards) { m->training_forwards = forwards; }
+
 void dt_model_set_dropout_seed(dt_model *m, uint64_t seed)
 {
     m->dropout_seed = seed;

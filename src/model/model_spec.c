@@ -452,3 +452,80 @@ fail:
     fclose(f);
     return st;
 }
+
+/* ---- Back to JSON ---- */
+
+static const char *layer_type_name(dt_layer_kind kind)
+{
+    switch (kind) {
+    case DT_LAYER_DENSE: return "dense";
+    case DT_LAYER_CONV2D: return "conv2d";
+    case DT_LAYER_MAXPOOL2D: return "max_pooling2d";
+    case DT_LAYER_FLATTEN: return "flatten";
+    case DT_LAYER_RELU: return "relu";
+    case DT_LAYER_SIGMOID: return "sigmoid";
+    case DT_LAYER_TANH: return "tanh";
+    case DT_LAYER_DROPOUT: return "dropout";
+    }
+    return "?";
+}
+
+static bool add_pair(cJSON *o, const char *key, const int v[2])
+{
+    cJSON *a = cJSON_CreateIntArray(v, 2);
+    return a && cJSON_AddItemToObject(o, key, a);
+}
+
+static bool add_layer_json(cJSON *layers, const dt_layer_spec *l)
+{
+    static const char *const acts[] = {"linear", "relu", "sigmoid", "tanh"};
+    cJSON *o = cJSON_CreateObject();
+    if (!o || !cJSON_AddItemToArray(layers, o))
+        return false;
+    bool ok = cJSON_AddStringToObject(o, "type", layer_type_name(l->kind)) &&
+              cJSON_AddStringToObject(o, "name", l->name);
+    switch (l->kind) {
+    case DT_LAYER_DENSE:
+        ok = ok && cJSON_AddNumberToObject(o, "units", l->units) &&
+             cJSON_AddStringToObject(o, "activation", acts[l->activation]);
+        break;
+    case DT_LAYER_CONV2D:
+        ok = ok && cJSON_AddNumberToObject(o, "filters", l->filters) &&
+             add_pair(o, "kernel_size", l->kernel) && add_pair(o, "strides", l->strides) &&
+             cJSON_AddStringToObject(o, "padding", l->same ? "same" : "valid") &&
+             cJSON_AddStringToObject(o, "activation", acts[l->activation]);
+        break;
+    case DT_LAYER_MAXPOOL2D:
+        ok = ok && add_pair(o, "pool_size", l->pool) && add_pair(o, "strides", l->strides) &&
+             cJSON_AddStringToObject(o, "padding", l->same ? "same" : "valid");
+        break;
+    case DT_LAYER_DROPOUT:
+        ok = ok && cJSON_AddNumberToObject(o, "rate", l->rate);
+        break;
+    default:
+        break;
+    }
+    return ok;
+}
+
+char *dt_model_spec_to_json(const dt_model_spec *spec)
+{
+    cJSON *j = cJSON_CreateObject();
+    char *text = NULL;
+    if (!j)
+        return NULL;
+    cJSON *layers = NULL;
+    bool ok = cJSON_AddStringToObject(j, "name", spec->name) != NULL;
+    if (ok && spec->input_shape[0] > 0) {
+        cJSON *shape = cJSON_CreateIntArray(spec->input_shape, 3);
+        ok = shape && cJSON_AddItemToObject(j, "input_shape", shape);
+    }
+    ok = ok && cJSON_AddStringToObject(j, "loss", dt_loss_name(spec->loss)) &&
+         (layers = cJSON_AddArrayToObject(j, "layers")) != NULL;
+    for (int i = 0; ok && i < spec->n_layers; i++)
+        ok = add_layer_json(layers, &spec->layers[i]);
+    if (ok)
+        text = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    return text;
+}

@@ -10,6 +10,7 @@
 #include "dtrain/gradsync.h"
 #include "dtrain/progress.h"
 #include "dtrain/rng.h"
+#include "fit_ckpt.h"
 
 void dt_fit_config_default(dt_fit_config *cfg)
 {
@@ -416,6 +417,61 @@ dt_status dt_fit_check(const dt_fit_config *cfg, int64_t n_examples)
     return DT_OK;
 }
 
+/* Brings a fresh dataset to where pos says the interrupted run was: the start of iteration
+ * pos->epoch (each earlier iteration begun with one element, then reset, so every transformation
+ * derives that iteration's order, a shuffle's included), then pos->in_epoch elements in. */
+static dt_status seek_input(dt_dataset *ds, const dt_fit_position *pos)
+{
+    dt_status st = DT_OK;
+    for (int64_t e = 0; e < pos->epoch && st == DT_OK; e++) {
+        dt_elem *x = NULL;
+        st = dt_dataset_next(ds, &x);
+        dt_elem_free(x);
+        if (st == DT_OK || st == DT_END)
+            st = dt_dataset_reset(ds);
+    }
+    for (int64_t i = 0; i < pos->in_epoch && st == DT_OK; i++) {
+        dt_elem *x = NULL;
+        st = dt_dataset_next(ds, &x);
+        dt_elem_free(x);
+    }
+    if (st == DT_END)
+        st = dt_error(DT_ERR_INVALID, "resuming: the input ended before epoch %lld, batch %lld, "
+                      "where the checkpoint stopped: is it the same data?",
+                      (long long)pos->epoch + 1, (long long)pos->in_epoch);
+    return st;
+}
+
+/* Evaluation at the end of an epoch (Keras's validation_data). */
+static dt_status validate_epoch(dt_model *m, dt_dataset *test, dt_fit_ckpt *k, int64_t step,
+                                dt_fit_result *result, char *extra, size_t extra_cap)
+{
+    dt_status st;
+    if ((st = dt_dataset_reset(test)) ||
+        (st = dt_evaluate_dataset(m, test, &result->val_loss, &result->val_accuracy)) ||
+        (st = dt_fit_ckpt_eval_summary(k, step, result->val_loss, result->val_accuracy)))
+        return st;
+    result->validated = true;
+    snprintf(extra, extra_cap, " - val_loss: %.4f - val_accuracy: %.4f", result->val_loss,
+             result->val_accuracy);
+    return DT_OK;
+}
+
+/* The steps an epoch runs to (a count from its start; 0: until its data ends). */
+static int64_t epoch_limit(const dt_fit_config *cfg, const dt_fit_position *pos)
+{
+    int64_t limit = cfg->steps_per_epoch;
+    if (cfg->max_steps > 0) {
+        int64_t rem = pos->in_epoch + cfg->max_steps - pos->step;
+        if (limit == 0 || rem < limit)
+            limit = rem;
+    }
+    return limit;
+}
+
+/* Time spent on evaluations and checkpoints, which training time leaves out. */
+static double side_seconds(const dt_fit_result *r) { return r->eval_seconds + r->checkpoint_seconds; }
+
 dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *train,
                          dt_dataset *test, const dt_fit_config *cfg, dt_fit_result *result)
 {
@@ -428,50 +484,61 @@ dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *tr
         return dt_error(DT_ERR_NOMEM, "no memory for training");
     dt_model_set_dropout_seed(m, cfg->seed);
     dt_gradsync *gs = NULL;
+    dt_fit_ckpt ck;
+    bool completed = false;
+    if ((st = dt_fit_ckpt_open(&ck, cfg)))
+        goto fail;
     if (distributed(cfg)) {
         /* Every worker starts from the chief's parameters, as TF's strategies and DDP do. */
         dt_arena *params = dt_model_params(m), *grads = dt_model_grads(m);
         if (!cfg->central_storage &&
             (st = dt_comm_broadcast(cfg->comm, params->data, params->n_elems * sizeof(float), 0))) {
-            free(labels);
-            return dt_error_prefix(st, "broadcasting the initial parameters");
+            dt_error_prefix(st, "broadcasting the initial parameters");
+            goto fail;
         }
         if (cfg->bucket_bytes > 0) {
             size_t first = cfg->bucket_bytes < ((size_t)1 << 20) ? cfg->bucket_bytes : (size_t)1 << 20;
             if ((st = dt_gradsync_create(cfg->comm, grads->data, grads->n_elems, first,
-                                         cfg->bucket_bytes, (dt_wire_dtype)cfg->wire, &gs))) {
-                free(labels);
-                return st;
-            }
+                                         cfg->bucket_bytes, (dt_wire_dtype)cfg->wire, &gs)))
+                goto fail;
             dt_model_set_grad_hook(m, dt_gradsync_ready, gs);
         }
     }
+    dt_fit_position pos = {.best = INFINITY};
+    bool resumed = false;
+    if ((st = dt_fit_ckpt_restore(&ck, cfg, m, o, &pos, &resumed)))
+        goto fail;
+    if (resumed) {
+        result->resumed_step = pos.step;
+        if ((st = seek_input(train, &pos)))
+            goto fail;
+    }
+    bool positioned = resumed; /* the first epoch's input is where the checkpoint left it */
     dt_progress prog;
     FILE *keras = cfg->log_step_count_steps > 0 ? NULL : cfg->progress; /* one style or other */
     FILE *estimator = cfg->log_step_count_steps > 0 ? cfg->progress : NULL;
     double log_t0 = dt_clock_now();
     if (keras)
         dt_progress_init(&prog, keras, cfg->progress_bar);
-    int64_t step = 0;
-    double best = INFINITY;
-    int waited = 0;
     bool periodic = evaluates_periodically(cfg, test);
     double train_t0 = dt_clock_now(), last_eval_t = train_t0;
-    for (int epoch = 0; epoch < cfg->epochs; epoch++) {
-        if (cfg->max_steps > 0 && step >= cfg->max_steps)
+    for (; pos.epoch < cfg->epochs; pos.epoch++) {
+        if (cfg->max_steps > 0 && pos.step >= cfg->max_steps)
             break;
-        if (epoch > 0 && (st = dt_dataset_reset(train)))
-            goto fail;
-        int64_t total = cfg->steps_per_epoch;
-        if (cfg->max_steps > 0 && (total == 0 || cfg->max_steps - step < total))
-            total = cfg->max_steps - step;
+        if (!positioned) {
+            if (pos.epoch > 0 && (st = dt_dataset_reset(train)))
+                goto fail;
+            pos.in_epoch = pos.epoch_correct = pos.epoch_samples = 0;
+            pos.epoch_loss = 0.0;
+        }
+        positioned = false;
+        int64_t limit = epoch_limit(cfg, &pos);
         if (keras)
-            dt_progress_epoch_begin(&prog, epoch + 1, cfg->epochs,
-                                    total > 0 ? total : cfg->expected_steps_per_epoch);
-        result->epochs = epoch + 1;
-        double epoch_loss = 0.0, t0 = dt_clock_now();
-        int64_t epoch_correct = 0, epoch_samples = 0, i = 0;
-        for (; total == 0 || i < total; i++) {
+            dt_progress_epoch_begin(&prog, (int)pos.epoch + 1, cfg->epochs,
+                                    limit > 0 ? limit : cfg->expected_steps_per_epoch);
+        result->epochs = (int)pos.epoch + 1;
+        double t0 = dt_clock_now(), side0 = side_seconds(result);
+        for (; limit == 0 || pos.in_epoch < limit; pos.in_epoch++) {
             dt_elem *e = NULL;
             st = dt_dataset_next(train, &e);
             if (st != DT_OK && st != DT_END)
@@ -492,74 +559,96 @@ dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *tr
             int64_t correct = 0;
             float scale = 1.0f / (float)(cfg->reduction == DT_REDUCTION_MEAN ? rows : cfg->batch_size);
             if ((st = check_batch(m, e)) || (st = batch_labels(m, e, labels)) ||
-                (st = train_step(m, o, pool, cfg, gs, e, labels, scale, step, &loss_sum, &correct,
-                                 &result->comm_seconds))) {
+                (st = train_step(m, o, pool, cfg, gs, e, labels, scale, pos.step, &loss_sum,
+                                 &correct, &result->comm_seconds))) {
                 dt_elem_free(e);
                 goto fail;
             }
-            step++;
-            epoch_loss += loss_sum;
-            epoch_correct += correct;
-            epoch_samples += rows;
             dt_elem_free(e);
-            if (estimator && (step == 1 || (step - 1) % cfg->log_step_count_steps == 0))
-                log_like_estimator(estimator, step - 1, loss_sum / (double)rows, cfg, &log_t0);
+            pos.step++;
+            pos.epoch_loss += loss_sum;
+            pos.epoch_correct += correct;
+            pos.epoch_samples += rows;
+            result->samples += rows;
+            double batch_loss = loss_sum / (double)rows, batch_acc = (double)correct / rows;
+            if (estimator && (pos.step == 1 || (pos.step - 1) % cfg->log_step_count_steps == 0))
+                log_like_estimator(estimator, pos.step - 1, batch_loss, cfg, &log_t0);
             if (keras)
-                dt_progress_step(&prog, i + 1, epoch_loss / epoch_samples,
-                                 (double)epoch_correct / epoch_samples);
+                dt_progress_step(&prog, pos.in_epoch + 1, pos.epoch_loss / pos.epoch_samples,
+                                 (double)pos.epoch_correct / pos.epoch_samples);
             double now = dt_clock_now();
-            if (periodic && evaluation_due(cfg, step, now - train_t0 - result->eval_seconds,
+            if (periodic && evaluation_due(cfg, pos.step, now - train_t0 - side_seconds(result),
                                            now - last_eval_t)) {
-                double before = result->eval_seconds;
-                if ((st = periodic_evaluation(m, test, cfg, step, result)))
+                if ((st = periodic_evaluation(m, test, cfg, pos.step, result)) ||
+                    (st = dt_fit_ckpt_eval_summary(&ck, pos.step, result->val_loss,
+                                                   result->val_accuracy)))
                     goto fail;
-                t0 += result->eval_seconds - before; /* evaluation is not training time */
                 last_eval_t = dt_clock_now();
             }
+            dt_fit_position after = pos;
+            after.in_epoch++;
+            if ((st = dt_fit_ckpt_after_step(&ck, cfg, m, o, &after, batch_loss, batch_acc,
+                                             result)))
+                goto fail;
         }
         st = DT_OK;
-        result->train_seconds += dt_clock_now() - t0;
-        if (epoch_samples == 0) {
-            st = dt_error(DT_ERR_INVALID, "epoch %d: the input gave no batch", epoch + 1);
+        /* Evaluations and checkpoints are not training time. */
+        result->train_seconds += dt_clock_now() - t0 - (side_seconds(result) - side0);
+        if (pos.epoch_samples == 0) {
+            st = dt_error(DT_ERR_INVALID, "epoch %lld: the input gave no batch",
+                          (long long)pos.epoch + 1);
             goto fail;
         }
-        result->samples += epoch_samples;
-        result->steps = step;
-        result->final_loss = epoch_loss / epoch_samples;
-        result->final_accuracy = (double)epoch_correct / epoch_samples;
+        pos.samples += pos.epoch_samples;
+        result->steps = pos.step;
+        result->final_loss = pos.epoch_loss / pos.epoch_samples;
+        result->final_accuracy = (double)pos.epoch_correct / pos.epoch_samples;
         char extra[128] = "";
-        if (cfg->validate && test) {
-            if ((st = dt_dataset_reset(test)) ||
-                (st = dt_evaluate_dataset(m, test, &result->val_loss, &result->val_accuracy)))
-                goto fail;
-            result->validated = true;
-            snprintf(extra, sizeof extra, " - val_loss: %.4f - val_accuracy: %.4f",
-                     result->val_loss, result->val_accuracy);
-        }
+        if (cfg->validate && test &&
+            (st = validate_epoch(m, test, &ck, pos.step, result, extra, sizeof extra)))
+            goto fail;
         if (keras)
-            dt_progress_epoch_end(&prog, i, result->final_loss, result->final_accuracy, extra);
+            dt_progress_epoch_end(&prog, pos.in_epoch, result->final_loss,
+                                  result->final_accuracy, extra);
         if (cfg->early_stopping_patience > 0) {
             bool stop = false;
-            if ((st = early_stop(cfg, result, &best, &waited, &stop)))
+            int waited = (int)pos.waited;
+            if ((st = early_stop(cfg, result, &pos.best, &waited, &stop)))
                 goto fail;
+            pos.waited = waited;
             if (stop) {
                 result->stopped_early = true;
                 if (cfg->progress)
-                    fprintf(cfg->progress, "Epoch %d: early stopping\n", epoch + 1);
+                    fprintf(cfg->progress, "Epoch %lld: early stopping\n", (long long)pos.epoch + 1);
                 break;
             }
         }
+        dt_fit_position next = pos;
+        next.epoch++;
+        next.in_epoch = next.epoch_correct = next.epoch_samples = 0;
+        next.epoch_loss = 0.0;
+        if ((st = dt_fit_ckpt_after_epoch(&ck, cfg, m, o, &next, result)))
+            goto fail;
+        pos = next;
+        pos.epoch--; /* the loop's increment moves it on */
     }
-    /* As Estimator, the last step is always evaluated. */
-    if (periodic && result->eval_step != step)
-        st = periodic_evaluation(m, test, cfg, step, result);
+    result->steps = pos.step;
+    /* As Estimator, the last step is always evaluated, and saved. */
+    if (periodic && result->eval_step != pos.step &&
+        ((st = periodic_evaluation(m, test, cfg, pos.step, result)) ||
+         (st = dt_fit_ckpt_eval_summary(&ck, pos.step, result->val_loss, result->val_accuracy))))
+        goto fail;
+    if ((st = dt_fit_ckpt_final(&ck, cfg, m, o, &pos, result)))
+        goto fail;
+    completed = true;
 fail:
     if (gs) {
         dt_model_set_grad_hook(m, NULL, NULL);
         dt_gradsync_destroy(gs);
     }
     free(labels);
-    return st;
+    dt_status close_st = dt_fit_ckpt_close(&ck, completed && st == DT_OK);
+    return st ? st : close_st;
 }
 
 dt_status dt_train_and_evaluate(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *train,
