@@ -33,7 +33,7 @@ struct train_opts {
     int epochs, batch_size, threads;
     int64_t steps_per_epoch, max_steps, lr_decay_steps, seed, log_step_count_steps;
     int64_t eval_every_steps, eval_steps, save_checkpoints_steps, save_summary_steps;
-    const char *model_dir, *backup_dir, *backup_freq;
+    const char *model_dir, *backup_dir, *backup_freq, *restore_checkpoint;
     double save_checkpoints_secs, keep_checkpoint_every_n_hours;
     int keep_checkpoint_max;
     double eval_throttle_secs, eval_start_delay_secs;
@@ -164,6 +164,8 @@ static int define_flags(flag_def *f, struct train_opts *o)
          "checkpoint for good per this many hours (0: none)", &o->keep_checkpoint_every_n_hours);
     FLAG("save-summary-steps", FLAG_INT64, "100", "--model-dir: TensorBoard scalars every this "
          "many steps (0: none)", &o->save_summary_steps);
+    FLAG("restore-checkpoint", FLAG_STRING, NULL, "start from this checkpoint file (variables, "
+         "optimizer state and step) rather than the latest in --model-dir", &o->restore_checkpoint);
     FLAG("backup-dir", FLAG_STRING, NULL, "BackupAndRestore: back up here, and on a rerun after a "
          "crash resume exactly where the backup was taken; removed when training completes",
          &o->backup_dir);
@@ -895,6 +897,7 @@ int cmd_train(int argc, char **argv)
     fcfg.keep_checkpoint_every_n_hours = o.keep_checkpoint_every_n_hours;
     fcfg.save_summary_steps = o.save_summary_steps;
     fcfg.backup_dir = o.backup_dir;
+    fcfg.restore_path = o.restore_checkpoint;
     parse_backup_freq(o.backup_freq, &fcfg.backup_freq); /* checked with the other flags */
     fcfg.log = chief ? stdout : NULL;
     fcfg.progress_bar = strcmp(o.progress, "bar") == 0 ||

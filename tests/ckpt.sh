@@ -169,7 +169,7 @@ else
     want_eval=$(sed -n 's/^Saving dict for global step 100: .*loss = \([0-9.e-]*\),.*/\1/p' "$tmp/tb.out")
     if head -1 "$tmp/train.ev" | grep -q "^version brain.Event:2 " &&
         [ "$(grep -c '^scalar [0-9]* loss ' "$tmp/train.ev")" = 5 ] &&
-        grep -q '^scalar 100 accuracy ' "$tmp/train.ev" && grep -q '^scalar 20 learning_rate 0.00100000' "$tmp/train.ev" &&
+        grep -q '^scalar 100 accuracy ' "$tmp/train.ev" && grep -q '^scalar 20 learning_rate 0.00999999' "$tmp/train.ev" &&
         grep -q '^scalar 40 global_step/sec ' "$tmp/train.ev" &&
         grep -q '^scalar 50 loss ' "$tmp/eval.ev" && grep -q '^scalar 100 accuracy ' "$tmp/eval.ev" &&
         awk -v w="$want_eval" '$1 == "scalar" && $2 == 100 && $3 == "loss" { d = $4 - w; if (d < 0) d = -d; found = d < 1e-5 } END { exit !found }' "$tmp/eval.ev"; then
@@ -192,8 +192,27 @@ else
     head -c 3000 "$tmp/np/ckpt-30.safetensors" > "$tmp/short.safetensors"
     expect_error inspect_names_a_truncated_file 1 "short.safetensors" inspect "$tmp/short.safetensors"
 
-    # --- a sidecar evaluator follows training to its final checkpoint ---
+    # --- a named checkpoint to start from: checked against the model, and resumed ---
+    expect_error restore_refuses_another_model 1 "written for another model" train --model mlp \
+        --max-steps 5 --test-data none --progress none --restore-checkpoint "$tmp/np/ckpt-30.safetensors"
+    expect_error restore_refuses_a_corrupt_file 1 "checksum mismatch" train --model mnist_cnn \
+        --optimizer adam --max-steps 5 --test-data none --progress none --restore-checkpoint "$tmp/bad.safetensors"
+    run "$dtrain" train --model mnist_cnn --optimizer adam --max-steps 40 --threads 2 --progress none \
+        --test-data none --restore-checkpoint "$tmp/np/ckpt-30.safetensors" --metrics-out "$tmp/r40.json"
+    "$dtrain" train --model mnist_cnn --max-steps 40 --threads 2 --optimizer adam --progress none \
+        --test-data none --metrics-out "$tmp/w40.json" > /dev/null 2>&1
+    if [ "$status" -eq 0 ] && grep -q "Restoring parameters from .*ckpt-30.safetensors (global step 30)" "$tmp/out" &&
+        [ "$(json_field "$tmp/r40.json" steps)" = 40 ] &&
+        [ "$(json_field "$tmp/r40.json" param_checksum)" = "$(json_field "$tmp/w40.json" param_checksum)" ]; then
+        ok restore_named_checkpoint_continues_exactly
+    else
+        fail restore_named_checkpoint_continues_exactly "exit $status: $(head -3 "$tmp/out") $(cat "$tmp/err")"
+    fi
+
+    # --- a sidecar evaluator follows training to its final checkpoint, passing over a torn one ---
     dir="$tmp/side"
+    mkdir -p "$dir"
+    head -c 700 "$tmp/np/ckpt-30.safetensors" > "$dir/ckpt-5.safetensors"
     "$dtrain" evaluate --model-dir "$dir" --watch --poll-secs 0.05 --watch-timeout 60 > "$tmp/side.out" 2>&1 &
     epid=$!
     pids+=("$epid")

@@ -96,6 +96,9 @@ typedef struct {
      * completes. It takes precedence over model_dir for resuming. */
     const char *backup_dir;
     int64_t backup_freq;
+    /* A checkpoint file to start from (its parameters, slots and position) instead of the
+     * directories' latest; NULL: none. */
+    const char *restore_path;
     FILE *log;                                /* "Saving checkpoints ..." and warnings; may be NULL */
 } dt_fit_config;
 

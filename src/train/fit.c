@@ -599,7 +599,9 @@ dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *tr
                           (long long)pos.epoch + 1);
             goto fail;
         }
-        pos.samples += pos.epoch_samples;
+        /* max_steps may end training inside an epoch: the position stays there, so a run
+         * resumed from the final checkpoint with more steps goes on as one that never stopped. */
+        bool cut = cfg->max_steps > 0 && pos.step >= cfg->max_steps;
         result->steps = pos.step;
         result->final_loss = pos.epoch_loss / pos.epoch_samples;
         result->final_accuracy = (double)pos.epoch_correct / pos.epoch_samples;
@@ -623,6 +625,9 @@ dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *tr
                 break;
             }
         }
+        if (cut)
+            break;
+        pos.samples += pos.epoch_samples;
         dt_fit_position next = pos;
         next.epoch++;
         next.in_epoch = next.epoch_correct = next.epoch_samples = 0;

@@ -298,6 +298,15 @@ static dt_status apply_checkpoint(const dt_ckpt *c, const dt_fit_config *cfg, dt
 
 static dt_status read_latest(const dt_fit_config *cfg, dt_model *m, dt_optim *o, restore_msg *msg)
 {
+    if (cfg->restore_path) {
+        dt_ckpt *c = NULL;
+        dt_status st = dt_ckpt_open(cfg->restore_path, &c);
+        if (st == DT_OK && (st = apply_checkpoint(c, cfg, m, o, msg)) == DT_OK && cfg->log)
+            fprintf(cfg->log, "Restoring parameters from %s (global step %" PRId64 ")\n",
+                    dt_ckpt_path(c), msg->pos.step);
+        dt_ckpt_close(c);
+        return st;
+    }
     const char *dirs[2] = {cfg->backup_dir, cfg->model_dir};
     for (int i = 0; i < 2; i++) {
         if (!dirs[i])
@@ -324,7 +333,7 @@ dt_status dt_fit_ckpt_restore(dt_fit_ckpt *k, const dt_fit_config *cfg, dt_model
                               dt_fit_position *pos, bool *resumed)
 {
     *resumed = false;
-    if (!cfg->backup_dir && !cfg->model_dir)
+    if (!cfg->backup_dir && !cfg->model_dir && !cfg->restore_path)
         return DT_OK;
     restore_msg msg;
     memset(&msg, 0, sizeof msg);
