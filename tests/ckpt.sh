@@ -192,6 +192,18 @@ else
     head -c 3000 "$tmp/np/ckpt-30.safetensors" > "$tmp/short.safetensors"
     expect_error inspect_names_a_truncated_file 1 "short.safetensors" inspect "$tmp/short.safetensors"
 
+    # --- checkpoints by time: every --save-checkpoints-secs, and one after the last step ---
+    run "$dtrain" train --model mnist_cnn --max-steps 400 --threads 1 --progress none --test-data none \
+        --model-dir "$tmp/secs" --save-checkpoints-secs 0.1 --keep-checkpoint-max 2
+    n=$(grep -c "^Saving checkpoints for [0-9]* into .*/secs/ckpt-[0-9]*.safetensors.$" "$tmp/out")
+    kept=$(ls "$tmp/secs"/ckpt-*.safetensors 2> /dev/null | wc -l)
+    if [ "$status" -eq 0 ] && [ "$n" -ge 3 ] && grep -q "^Saving checkpoints for 400 " "$tmp/out" &&
+        [ "$kept" -eq 2 ] && grep -qx 'model_checkpoint_path: "ckpt-400.safetensors"' "$tmp/secs/checkpoint"; then
+        ok checkpoints_every_n_seconds "($n saves, $kept kept)"
+    else
+        fail checkpoints_every_n_seconds "exit $status, $n saves, $kept kept: $(head -3 "$tmp/out")"
+    fi
+
     # --- a named checkpoint to start from: checked against the model, and resumed ---
     expect_error restore_refuses_another_model 1 "written for another model" train --model mlp \
         --max-steps 5 --test-data none --progress none --restore-checkpoint "$tmp/np/ckpt-30.safetensors"

@@ -1,6 +1,7 @@
 /* fit's checkpoints, backups and summaries (see fit_ckpt.h and include/dtrain/fit.h). */
 #include "fit_ckpt.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -45,16 +46,24 @@ dt_status dt_fit_ckpt_open(dt_fit_ckpt *k, const dt_fit_config *cfg)
     return DT_OK;
 }
 
-/* Removes the backup's files and its directory when nothing else is left in it. */
+/* Removes the backup's files, those a killed run left half-written included, and its directory
+ * when nothing else is left in it. */
 static void remove_backup(dt_ckpt_manager *b)
 {
     char path[4400];
-    for (int i = 0; i < b->n_kept; i++) {
-        snprintf(path, sizeof path, "%s/ckpt-%" PRId64 ".safetensors", b->dir, b->steps[i]);
-        remove(path);
+    DIR *d = opendir(b->dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        bool ours = (strncmp(e->d_name, "ckpt-", 5) == 0 && strstr(e->d_name, ".safetensors")) ||
+                    strcmp(e->d_name, "checkpoint") == 0 ||
+                    strncmp(e->d_name, "checkpoint.tmp.", 15) == 0;
+        if (ours) {
+            snprintf(path, sizeof path, "%s/%s", b->dir, e->d_name);
+            remove(path);
+        }
     }
-    snprintf(path, sizeof path, "%s/checkpoint", b->dir);
-    remove(path);
+    if (d)
+        closedir(d);
     remove(b->dir); /* fails, harmlessly, when the user keeps other files there */
 }
 
