@@ -119,6 +119,11 @@ static dt_status watch(const char *dir, const dt_image_dataset *test, int batch,
         dt_status st = dt_ckpt_open_latest(dir, NULL, &c);
         if (st != DT_OK && st != DT_END)
             return st;
+        /* The final checkpoint may repeat the last step saved, with final = 1 added. */
+        if (c && step_of(c) == last && is_final(c)) {
+            dt_ckpt_close(c);
+            return DT_OK;
+        }
         if (c && step_of(c) > last) {
             last = step_of(c);
             last_news = dt_clock_now();

@@ -772,10 +772,10 @@ static dt_status is_evaluator_task(const struct train_opts *o, bool *yes)
     dt_status st = dt_cluster_from_env(&c);
     if (st == DT_OK && o->comm.task)
         st = dt_cluster_set_task(&c, o->comm.task);
-    if (st == DT_OK)
-        *yes = c.has_cluster && c.task_type == DT_JOB_EVALUATOR;
+    *yes = st == DT_OK && c.has_cluster && c.task_type == DT_JOB_EVALUATOR;
     dt_cluster_free(&c);
-    return st;
+    /* A TF_CONFIG that does not parse is reported where a cluster is opened, if one is. */
+    return DT_OK;
 }
 
 /* The evaluator task of a cluster: TF's sidecar evaluator over the chief's --model-dir. */
@@ -975,7 +975,7 @@ int cmd_train(int argc, char **argv)
         goto fail;
     double sps = res.train_seconds > 0 ? (double)res.samples / res.train_seconds : 0.0;
     printf("Trained %lld steps (%lld examples) in %.2f s: %.0f samples/s on %d thread%s\n",
-           (long long)res.steps, (long long)res.samples, res.train_seconds, sps, threads,
+           (long long)(res.steps - res.resumed_step), (long long)res.samples, res.train_seconds, sps, threads,
            threads == 1 ? "" : "s");
     if (in.test)
         printf("Test loss: %.4f - test accuracy: %.4f\n", test_loss, test_acc);

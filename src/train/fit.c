@@ -258,6 +258,10 @@ static dt_status train_step(dt_model *m, dt_optim *o, dt_pool *pool, const dt_fi
         loss = dt_model_loss(m, e->n, labels, grad_scale, true, &correct);
         if (isfinite(loss))
             dt_model_backward(m, e->n);
+    } else {
+        /* An empty share of a short batch still counts as a training forward: every rank's
+         * dropout sequence stays at rank 0's, which is the one a checkpoint saves. */
+        dt_model_set_dropout_position(m, dt_model_dropout_position(m) + 1);
     }
     if (distributed(cfg)) {
         /* The gradients are already scaled by 1 / the global batch: their sum is its mean. A
@@ -315,10 +319,9 @@ static dt_status agree_on_step(const dt_fit_config *cfg, const dt_elem *e, int64
 
 /* Keras's EarlyStopping (mode min) at an epoch's end. Only the chief may have validated, so
  * across workers its decision is broadcast: every worker stops after the same epoch. */
-static dt_status early_stop(const dt_fit_config *cfg, const dt_fit_result *r, double *best,
-                            int *waited, bool *stop)
+static dt_status early_stop(const dt_fit_config *cfg, double current, double *best, int *waited,
+                            bool *stop)
 {
-    double current = r->validated ? r->val_loss : r->final_loss;
     if (current < *best - cfg->early_stopping_min_delta) {
         *best = current;
         *waited = 0;
@@ -606,16 +609,20 @@ dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *tr
         result->final_loss = pos.epoch_loss / pos.epoch_samples;
         result->final_accuracy = (double)pos.epoch_correct / pos.epoch_samples;
         char extra[128] = "";
-        if (cfg->validate && test &&
-            (st = validate_epoch(m, test, &ck, pos.step, result, extra, sizeof extra)))
+        bool validated = cfg->validate && test;
+        if (validated && (st = validate_epoch(m, test, &ck, pos.step, result, extra, sizeof extra)))
             goto fail;
         if (keras)
             dt_progress_epoch_end(&prog, pos.in_epoch, result->final_loss,
                                   result->final_accuracy, extra);
-        if (cfg->early_stopping_patience > 0) {
+        /* An epoch cut short by max_steps is not judged: training ends there, and a run resumed
+         * from it must judge the whole epoch once. The monitored loss is this epoch's own
+         * (a periodic evaluation's would not be in a checkpoint). */
+        if (cfg->early_stopping_patience > 0 && !cut) {
             bool stop = false;
             int waited = (int)pos.waited;
-            if ((st = early_stop(cfg, result, &pos.best, &waited, &stop)))
+            double current = validated ? result->val_loss : result->final_loss;
+            if ((st = early_stop(cfg, current, &pos.best, &waited, &stop)))
                 goto fail;
             pos.waited = waited;
             if (stop) {

@@ -85,7 +85,7 @@ dt_status dt_fit_ckpt_close(dt_fit_ckpt *k, bool completed)
 
 /* ---- Saving ---- */
 
-enum { N_META = 18, META_VALUE_CAP = 48 };
+enum { N_META = 19, META_VALUE_CAP = 48 };
 
 static dt_status save(dt_ckpt_manager *mgr, bool announce, const dt_fit_config *cfg, dt_model *m,
                       dt_optim *o, const dt_fit_position *p, bool final, dt_fit_result *r)
@@ -113,6 +113,7 @@ static dt_status save(dt_ckpt_manager *mgr, bool announce, const dt_fit_config *
     META_F("seed", "%" PRIu64, cfg->seed);
     META_F("dropout_position", "%" PRIu64, dt_model_dropout_position(m));
     META_F("batch_size", "%d", cfg->batch_size);
+    META_F("workers", "%d", distributed(cfg) ? cfg->comm->size : 1);
     META_F("final", "%d", final ? 1 : 0);
     META_F("input_position", "{\"iteration\": %" PRId64, p->epoch);
     /* The input's position: the iteration of the dataset (the epoch) and the batches of it read. */
@@ -289,7 +290,19 @@ static dt_status apply_checkpoint(const dt_ckpt *c, const dt_fit_config *cfg, dt
     if (!opt || strcmp(opt, dt_opt_kind_name(o->cfg.kind)) != 0)
         return dt_error(DT_ERR_INVALID, "%s: written with optimizer %s, this run uses %s",
                         dt_ckpt_path(c), opt ? opt : "(none)", dt_opt_kind_name(o->cfg.kind));
-    dt_status st = read_position(c, msg);
+    /* The input position counts batches: it means the same data only at the same global batch
+     * over the same number of workers. */
+    int64_t batch = 0, workers = 1;
+    dt_status st = meta_i64(c, "batch_size", &batch);
+    if (st == DT_OK && dt_ckpt_meta_get(c, "workers"))
+        st = meta_i64(c, "workers", &workers);
+    int here = distributed(cfg) ? cfg->comm->size : 1;
+    if (st == DT_OK && (batch != cfg->batch_size || workers != here))
+        st = dt_error(DT_ERR_INVALID, "%s: written at global batch %" PRId64 " over %" PRId64
+                      " worker(s), this run has %d over %d: its input position would not match",
+                      dt_ckpt_path(c), batch, workers, cfg->batch_size, here);
+    if (st == DT_OK)
+        st = read_position(c, msg);
     if (st || (st = dt_ckpt_restore_arena(c, dt_model_params(m))))
         return st;
     if (o->state.n_views > 0 && (st = dt_ckpt_restore_arena(c, &o->state)))
@@ -307,15 +320,8 @@ static dt_status apply_checkpoint(const dt_ckpt *c, const dt_fit_config *cfg, dt
 
 static dt_status read_latest(const dt_fit_config *cfg, dt_model *m, dt_optim *o, restore_msg *msg)
 {
-    if (cfg->restore_path) {
-        dt_ckpt *c = NULL;
-        dt_status st = dt_ckpt_open(cfg->restore_path, &c);
-        if (st == DT_OK && (st = apply_checkpoint(c, cfg, m, o, msg)) == DT_OK && cfg->log)
-            fprintf(cfg->log, "Restoring parameters from %s (global step %" PRId64 ")\n",
-                    dt_ckpt_path(c), msg->pos.step);
-        dt_ckpt_close(c);
-        return st;
-    }
+    /* A backup, or the model directory's own progress, comes before a named starting point:
+     * a rerun after a crash must not start over from it. */
     const char *dirs[2] = {cfg->backup_dir, cfg->model_dir};
     for (int i = 0; i < 2; i++) {
         if (!dirs[i])
@@ -332,6 +338,15 @@ static dt_status read_latest(const dt_fit_config *cfg, dt_model *m, dt_optim *o,
                     dt_ckpt_path(c), msg->pos.step);
             fflush(cfg->log);
         }
+        dt_ckpt_close(c);
+        return st;
+    }
+    if (cfg->restore_path) {
+        dt_ckpt *c = NULL;
+        dt_status st = dt_ckpt_open(cfg->restore_path, &c);
+        if (st == DT_OK && (st = apply_checkpoint(c, cfg, m, o, msg)) == DT_OK && cfg->log)
+            fprintf(cfg->log, "Restoring parameters from %s (global step %" PRId64 ")\n",
+                    dt_ckpt_path(c), msg->pos.step);
         dt_ckpt_close(c);
         return st;
     }
