@@ -73,6 +73,8 @@ dt_status dt_dataset_shuffle(dt_dataset *input, int64_t buffer_size, uint64_t se
                              bool reshuffle_each_iteration, dt_dataset **out);
 dt_status dt_dataset_batch(dt_dataset *input, int64_t batch_size, bool drop_remainder,
                            dt_dataset **out);
+/* true when ds is a batch transformation, with its parameters: for stages that fuse with it. */
+bool dt_dataset_batch_params(const dt_dataset *ds, int64_t *batch_size, bool *drop_remainder);
 
 /* fn turns *in (which it may free, or return as is) into *out, or drops it (DT_OK with *out left
  * NULL: tf.data's ignore_errors). It runs on pool threads when

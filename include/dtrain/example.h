@@ -97,6 +97,23 @@ dt_status dt_example_parse(const dt_example_spec *spec, const uint8_t *data, siz
 dt_status dt_example_parse_fast(const dt_example_spec *spec, const uint8_t *data, size_t n_bytes,
                                 dt_rowbuf *out);
 
+/* A record layout learned from earlier records, for dt_example_parse_learned: one per thread. */
+typedef struct dt_example_layout dt_example_layout;
+dt_status dt_example_layout_new(dt_example_layout **out);
+void dt_example_layout_free(dt_example_layout *l);
+
+/* Bytes that must be readable after a record given to dt_example_parse_learned. */
+#define DT_EXAMPLE_LAYOUT_SLACK 32
+
+/* dt_example_parse for a stream of records of one shape, as one file's records are: the same
+ * row, error and message on every record. The layout remembers the first record's keys and the
+ * bytes around its values, and later records of that shape are checked against it and decoded
+ * with one compare per feature; a record of another shape goes to dt_example_parse_fast and
+ * dt_example_parse, and the layout is learned again after a run of such records. data must be
+ * followed by DT_EXAMPLE_LAYOUT_SLACK readable bytes (their values do not matter). */
+dt_status dt_example_parse_learned(const dt_example_spec *spec, dt_example_layout *layout,
+                                   const uint8_t *data, size_t n_bytes, dt_rowbuf *out);
+
 /* The kinds of a Feature, numbered as its oneof fields are. */
 enum { DT_FEATURE_BYTES = 1, DT_FEATURE_FLOAT = 2, DT_FEATURE_INT64 = 3 };
 

@@ -74,5 +74,7 @@ dt_elem *dt_rowbuf_take(dt_rowbuf *b);
 
 /* Appends every row of e (which must have b's n_dense) to b. */
 dt_status dt_rowbuf_append_elem(dt_rowbuf *b, const dt_elem *e);
+/* Appends rows [first, first + count) of e. */
+dt_status dt_rowbuf_append_rows(dt_rowbuf *b, const dt_elem *e, int first, int count);
 
 #endif

@@ -37,6 +37,8 @@ typedef struct {
                                    interleave with cycle_length = this, block_length = 1) */
     bool skip_bad_records;
     int64_t *bad_records;       /* counts what was skipped; may be NULL */
+    bool fuse;                  /* tfrecord -> batch -> parse over plain files runs as one stage
+                                   with the same elements (default true; false for tests) */
 } dt_source_options;
 
 void dt_source_options_default(dt_source_options *o);
@@ -47,7 +49,10 @@ dt_status dt_dataset_tfrecord(const dt_file_list *files, const dt_source_options
 
 /* Parses the raw rows of each element (single records, or batches of them: batch then map
  * parses a whole batch per call) into Examples' features; num_parallel_calls elements at a time.
- * spec and files are borrowed; files names the sources in messages. */
+ * spec and files are borrowed; files names the sources in messages. Over batch(tfrecord(files))
+ * with one file read at a time, all of them plain (uncompressed, regular) files, the three run as
+ * one stage: num_parallel_calls threads read, check and parse whole batches, and the elements and
+ * errors are the same. */
 dt_status dt_dataset_parse_examples(dt_dataset *input, const dt_example_spec *spec,
                                     const dt_file_list *files, int num_parallel_calls,
                                     const dt_source_options *o, dt_dataset **out);

@@ -60,6 +60,21 @@ dt_status dt_tfrecord_open_fd(int fd, const char *name, dt_compression c, size_t
 dt_status dt_tfrecord_next(dt_tfrecord_reader *r, const uint8_t **data, size_t *n_bytes,
                            uint64_t *offset);
 
+/* Framing for readers that do their own I/O. The record at p (stream offset at) with avail
+ * bytes of the stream from there, eof telling whether the stream ends after them: DT_OK when the
+ * header is sound and the whole record (12-byte header, data, 4-byte data CRC: *need bytes) is
+ * within avail, *data_len its data length; DT_END when more of the stream is needed (never with
+ * eof), *need bytes in all when the header is known, else 12; otherwise the DT_ERR_FORMAT error
+ * dt_tfrecord_next gives there. The data CRC is not checked: see dt_tfrecord_check_data. */
+dt_status dt_tfrecord_frame(const char *name, uint64_t at, const uint8_t *p, size_t avail, int eof,
+                            size_t max_record_bytes, uint64_t *data_len, size_t *need);
+/* The stored data CRC of a framed record (record: its header) against crc, the CRC32C of its
+ * data_len data bytes: DT_OK, or dt_tfrecord_next's data CRC mismatch error. */
+dt_status dt_tfrecord_check_data(const char *name, uint64_t at, const uint8_t *record,
+                                 uint64_t data_len, uint32_t crc);
+#define DT_TFRECORD_HEADER_BYTES 12
+#define DT_TFRECORD_FOOTER_BYTES 4
+
 /* After an error from dt_tfrecord_next: 1 if the reader can go on (a data CRC mismatch), 0 if the
  * error was final. Lets --skip-bad-records keep reading a file without matching messages. */
 int dt_tfrecord_can_continue(const dt_tfrecord_reader *r);

@@ -52,16 +52,61 @@ __attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const 
     return ~c32;
 }
 
+/* Three buffers in step for as long as the shortest, then each on its own: the instruction has
+ * a latency of three cycles and a throughput of one, so three chains keep it busy. */
+__attribute__((target("sse4.2"))) static void crc32c_hw3(const uint8_t *const *data,
+                                                          const size_t *len, uint32_t *out)
+{
+    const uint8_t *a = data[0], *b = data[1], *c = data[2];
+    size_t common = len[0] < len[1] ? len[0] : len[1];
+    common = (common < len[2] ? common : len[2]) / 8 * 8;
+    uint64_t ca = 0xffffffffu, cb = 0xffffffffu, cc = 0xffffffffu;
+    for (size_t i = 0; i < common; i += 8) {
+        uint64_t wa, wb, wc;
+        memcpy(&wa, a + i, 8);
+        memcpy(&wb, b + i, 8);
+        memcpy(&wc, c + i, 8);
+        ca = _mm_crc32_u64(ca, wa);
+        cb = _mm_crc32_u64(cb, wb);
+        cc = _mm_crc32_u64(cc, wc);
+    }
+    /* crc32c_hw takes and returns the CRC outside its inversion. */
+    out[0] = crc32c_hw(~(uint32_t)ca, a + common, len[0] - common);
+    out[1] = crc32c_hw(~(uint32_t)cb, b + common, len[1] - common);
+    out[2] = crc32c_hw(~(uint32_t)cc, c + common, len[2] - common);
+}
+
+static int has_sse42(void)
+{
+    static int known = -1;
+    if (known < 0)
+        known = __builtin_cpu_supports("sse4.2") ? 1 : 0;
+    return known;
+}
+
 uint32_t dt_crc32c_extend(uint32_t crc, const void *data, size_t n_bytes)
 {
-    static int has_sse42 = -1;
-    if (has_sse42 < 0)
-        has_sse42 = __builtin_cpu_supports("sse4.2") ? 1 : 0;
-    return has_sse42 ? crc32c_hw(crc, data, n_bytes) : dt_crc32c_extend_ref(crc, data, n_bytes);
+    return has_sse42() ? crc32c_hw(crc, data, n_bytes) : dt_crc32c_extend_ref(crc, data, n_bytes);
+}
+
+void dt_crc32c_many(int n, const uint8_t *const *data, const size_t *len, uint32_t *out)
+{
+    int i = 0;
+    if (has_sse42())
+        for (; i + 3 <= n; i += 3)
+            crc32c_hw3(data + i, len + i, out + i);
+    for (; i < n; i++)
+        out[i] = dt_crc32c_extend(0, data[i], len[i]);
 }
 #else
 uint32_t dt_crc32c_extend(uint32_t crc, const void *data, size_t n_bytes)
 {
     return dt_crc32c_extend_ref(crc, data, n_bytes);
+}
+
+void dt_crc32c_many(int n, const uint8_t *const *data, const size_t *len, uint32_t *out)
+{
+    for (int i = 0; i < n; i++)
+        out[i] = dt_crc32c_extend_ref(0, data[i], len[i]);
 }
 #endif

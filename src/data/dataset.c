@@ -446,6 +446,15 @@ dt_status dt_dataset_batch(dt_dataset *input, int64_t batch_size, bool drop_rema
     return dt_dataset_create(&batch_ops, input, s, out);
 }
 
+bool dt_dataset_batch_params(const dt_dataset *ds, int64_t *batch_size, bool *drop_remainder)
+{
+    if (!ds || ds->ops != &batch_ops)
+        return false;
+    const struct batch_state *s = ds->state;
+    *batch_size = s->size, *drop_remainder = s->drop;
+    return true;
+}
+
 /* ---- map ---- */
 
 struct map_state {

@@ -195,14 +195,14 @@ dt_elem *dt_rowbuf_take(dt_rowbuf *b)
     return e;
 }
 
-dt_status dt_rowbuf_append_elem(dt_rowbuf *b, const dt_elem *e)
+dt_status dt_rowbuf_append_rows(dt_rowbuf *b, const dt_elem *e, int first, int count)
 {
     if (e->n_dense != b->n_dense)
         return dt_error(DT_ERR_INVALID, "rows of %d dense values cannot join a batch of %d",
                         e->n_dense, b->n_dense);
     if (b->n == 0)
         b->index = e->index, b->file = e->file, b->pos = e->pos;
-    for (int r = 0; r < e->n; r++) {
+    for (int r = first; r < first + count; r++) {
         float *d;
         dt_status st = dt_rowbuf_add_row(b, &d);
         if (st)
@@ -218,4 +218,9 @@ dt_status dt_rowbuf_append_elem(dt_rowbuf *b, const dt_elem *e)
             return st;
     }
     return DT_OK;
+}
+
+dt_status dt_rowbuf_append_elem(dt_rowbuf *b, const dt_elem *e)
+{
+    return dt_rowbuf_append_rows(b, e, 0, e->n);
 }

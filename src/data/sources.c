@@ -1,6 +1,8 @@
 /* File sources for datasets (see include/dtrain/sources.h). */
 #include "dtrain/sources.h"
 
+#include "sources_int.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
@@ -108,6 +110,7 @@ void dt_source_options_default(dt_source_options *o)
     memset(o, 0, sizeof *o);
     o->compression = DT_COMPRESSION_AUTO;
     o->num_parallel_reads = 1;
+    o->fuse = true;
 }
 
 /* A stream can be read once: a second iteration has nothing to read it from. */
@@ -120,7 +123,7 @@ static dt_status stream_again(const char *name)
 /* Opens a file of the list: "-" is stdin (not ours to close). *stream says it can be read once
  * only (stdin, a FIFO, a character device). With streams_used, a stream is refused before it is
  * opened: opening a FIFO again would wait for a writer that never comes. */
-static dt_status open_input(const char *path, bool streams_used, int *fd, bool *own, bool *stream)
+dt_status dt_src_open_input(const char *path, bool streams_used, int *fd, bool *own, bool *stream)
 {
     struct stat sb;
     bool is_stdin = strcmp(path, "-") == 0;
@@ -138,14 +141,14 @@ static dt_status open_input(const char *path, bool streams_used, int *fd, bool *
     return DT_OK;
 }
 
-static const char *name_of(const dt_file_list *files, uint32_t file)
+const char *dt_src_name_of(const dt_file_list *files, uint32_t file)
 {
     if ((int)file >= files->n)
         return "?";
     return strcmp(files->paths[file], "-") == 0 ? "stdin" : files->paths[file];
 }
 
-static void count_bad(const dt_source_options *o)
+void dt_src_count_bad(const dt_source_options *o)
 {
     if (o->bad_records)
         __atomic_add_fetch(o->bad_records, 1, __ATOMIC_RELAXED);
@@ -184,11 +187,11 @@ static dt_status tfr_open_slot(struct tfr_state *s, struct tfr_slot *slot)
 {
     uint32_t file = (uint32_t)s->next_file++;
     bool stream;
-    dt_status st = open_input(s->files->paths[file], s->read_stream, &slot->fd, &slot->own, &stream);
+    dt_status st = dt_src_open_input(s->files->paths[file], s->read_stream, &slot->fd, &slot->own, &stream);
     if (st)
         return st;
     s->has_stream |= stream;
-    st = dt_tfrecord_open_fd(slot->fd, name_of(s->files, file), s->o.compression,
+    st = dt_tfrecord_open_fd(slot->fd, dt_src_name_of(s->files, file), s->o.compression,
                                  s->o.max_record_bytes, &slot->reader);
     if (st && slot->own)
         close(slot->fd);
@@ -229,7 +232,7 @@ static dt_status tfr_next(dt_dataset *ds, dt_elem **out)
             /* Only bad data is skipped: I/O errors and the like still stop the run. */
             if (!s->o.skip_bad_records || st != DT_ERR_FORMAT)
                 return st;
-            count_bad(&s->o);
+            dt_src_count_bad(&s->o);
             /* Past a data CRC mismatch the framing holds; any other error ends the file. */
             if (!dt_tfrecord_can_continue(slot->reader))
                 tfr_close_slot(slot);
@@ -350,18 +353,18 @@ static dt_status parse_fn(void *ctx, dt_elem *in, dt_elem **out)
             goto fail;
         if (st) {
             if (c->o.skip_bad_records && st == DT_ERR_FORMAT) {
-                count_bad(&c->o);
+                dt_src_count_bad(&c->o);
                 st = DT_OK;
                 continue;
             }
             /* A single record's offset is exact; in a batch, rows after the first are named by
              * their place in the batch. */
             if (r == 0)
-                dt_error_prefix(st, "%s: record at offset %llu", name_of(c->files, in->file),
+                dt_error_prefix(st, "%s: record at offset %llu", dt_src_name_of(c->files, in->file),
                                 (unsigned long long)in->pos);
             else
                 dt_error_prefix(st, "%s: record %d of the batch starting at offset %llu",
-                                name_of(c->files, in->file), r, (unsigned long long)in->pos);
+                                dt_src_name_of(c->files, in->file), r, (unsigned long long)in->pos);
             goto fail;
         }
     }
@@ -403,11 +406,60 @@ static void owner_destroy(dt_dataset *ds)
 
 static const dt_dataset_ops owner_ops = {"parse_examples", owner_next, owner_reset, owner_destroy};
 
+/* Whether the file holds uncompressed records under compression c: AUTO reads its first bytes
+ * as the reader would. */
+static bool plain_tfrecord_file(const char *path, dt_compression c)
+{
+    struct stat sb;
+    if (strcmp(path, "-") == 0 || stat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
+        return false;
+    if (c == DT_COMPRESSION_NONE)
+        return true;
+    if (c != DT_COMPRESSION_AUTO)
+        return false;
+    uint8_t magic[2] = {0, 0};
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t got = read(fd, magic, 2);
+    close(fd);
+    return got >= 0 && !(got == 2 && magic[0] == 0x1f && magic[1] == 0x8b);
+}
+
+/* tfrecord -> batch -> parse over plain files, not yet iterated: one fused stage does it all
+ * (tfr_batch.c). */
+static bool can_fuse(const dt_dataset *input, const dt_file_list *files, const dt_source_options *o,
+                     int64_t *batch, bool *drop)
+{
+    if (!o->fuse || !dt_dataset_batch_params(input, batch, drop) || input->started ||
+        input->iteration || !input->input || input->input->ops != &tfr_ops ||
+        input->input->started || input->input->iteration)
+        return false;
+    const struct tfr_state *t = input->input->state;
+    if (t->files != files || t->n_slots != 1 || t->o.skip_bad_records != o->skip_bad_records ||
+        t->o.bad_records != o->bad_records)
+        return false;
+    for (int i = 0; i < files->n; i++)
+        if (!plain_tfrecord_file(files->paths[i], t->o.compression))
+            return false;
+    return true;
+}
+
 dt_status dt_dataset_parse_examples(dt_dataset *input, const dt_example_spec *spec,
                                     const dt_file_list *files, int num_parallel_calls,
                                     const dt_source_options *o, dt_dataset **out)
 {
     *out = NULL;
+    int64_t batch;
+    bool drop;
+    if (can_fuse(input, files, o, &batch, &drop)) {
+        const struct tfr_state *t = input->input->state;
+        dt_source_options so = t->o;
+        dt_status st = dt_src_tfrecord_batches(files, &so, spec, batch, drop, num_parallel_calls,
+                                               out);
+        dt_dataset_destroy(input);
+        return st;
+    }
     struct parse_ctx *c = calloc(1, sizeof *c);
     struct owner_state *os = calloc(1, sizeof *os);
     dt_dataset *ds = calloc(1, sizeof *ds);
@@ -479,7 +531,7 @@ static dt_status text_open_next(struct text_state *s, int next)
         return DT_END;
     }
     bool stream;
-    dt_status st = open_input(s->files->paths[next], s->read_stream, &s->fd, &s->own, &stream);
+    dt_status st = dt_src_open_input(s->files->paths[next], s->read_stream, &s->fd, &s->own, &stream);
     if (st)
         return st;
     s->has_stream |= stream;
@@ -498,7 +550,7 @@ static dt_status text_fill(struct text_state *s)
         if (got < 0 && errno == EINTR)
             continue;
         if (got < 0)
-            return dt_error(DT_ERR_IO, "%s: %s", name_of(s->files, (uint32_t)s->file),
+            return dt_error(DT_ERR_IO, "%s: %s", dt_src_name_of(s->files, (uint32_t)s->file),
                             strerror(errno));
         if (got == 0)
             s->eof = true;
@@ -564,11 +616,11 @@ static dt_status text_next(dt_dataset *ds, dt_elem **out)
             if (s->len == TEXT_CHUNK) {
                 /* A whole buffer without a line end: no parser takes lines this long. */
                 dt_status st = dt_error(DT_ERR_FORMAT, "%s: line %llu is longer than %u bytes",
-                                        name_of(s->files, (uint32_t)s->file),
+                                        dt_src_name_of(s->files, (uint32_t)s->file),
                                         (unsigned long long)s->line, TEXT_CHUNK);
                 if (!s->o.skip_bad_records)
                     return st;
-                count_bad(&s->o);
+                dt_src_count_bad(&s->o);
                 s->len = 0;
                 s->skipping = true;
             }
@@ -593,12 +645,12 @@ static dt_status text_next(dt_dataset *ds, dt_elem **out)
              * that is not there) is never a bad line. */
             if (!s->o.skip_bad_records || st != DT_ERR_FORMAT) {
                 /* The lines before the bad one were good: their rows go out first. */
-                dt_error_prefix(st, "%s", name_of(s->files, (uint32_t)s->file));
+                dt_error_prefix(st, "%s", dt_src_name_of(s->files, (uint32_t)s->file));
                 snprintf(s->pending_msg, sizeof s->pending_msg, "%s", dt_last_error());
                 s->pending = st;
                 continue;
             }
-            count_bad(&s->o);
+            dt_src_count_bad(&s->o);
             text_skip_line(s);
         } else if (st) {
             return st;

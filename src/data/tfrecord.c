@@ -310,6 +310,56 @@ dt_status dt_tfrecord_open_fd(int fd, const char *name, dt_compression c, size_t
     return reader_open(fd, 0, name ? name : "(fd)", c, max_record_bytes, out);
 }
 
+dt_status dt_tfrecord_frame(const char *name, uint64_t at, const uint8_t *p, size_t avail, int eof,
+                           size_t max_record_bytes, uint64_t *data_len, size_t *need)
+{
+    *need = HEADER_BYTES;
+    if (avail < HEADER_BYTES) {
+        if (!eof)
+            return DT_END;
+        return dt_error(DT_ERR_FORMAT, "%s: offset %llu: truncated record: the file ends %zu bytes "
+                        "into the 12-byte record header (at offset %llu)", name,
+                        (unsigned long long)at, avail, (unsigned long long)(at + avail));
+    }
+    uint64_t len = le64(p);
+    uint32_t stored = le32(p + 8), computed = dt_crc32c_mask(dt_crc32c(p, 8));
+    if (stored != computed)
+        return dt_error(DT_ERR_FORMAT, "%s: offset %llu: corrupt record header: length CRC "
+                        "mismatch (stored 0x%08x, computed 0x%08x over length %llu)", name,
+                        (unsigned long long)at, stored, computed, (unsigned long long)len);
+    if (len > max_record_bytes)
+        return dt_error(DT_ERR_FORMAT, "%s: offset %llu: record length %llu is above the limit of "
+                        "%zu bytes (corrupt header?)", name, (unsigned long long)at,
+                        (unsigned long long)len, max_record_bytes);
+    size_t total = HEADER_BYTES + (size_t)len + FOOTER_BYTES;
+    *need = total;
+    *data_len = len;
+    if (avail >= total)
+        return DT_OK;
+    if (!eof)
+        return DT_END;
+    if (avail < HEADER_BYTES + len)
+        return dt_error(DT_ERR_FORMAT, "%s: offset %llu: truncated record: the header gives %llu "
+                        "data bytes, the file ends after %zu of them (at offset %llu)", name,
+                        (unsigned long long)at, (unsigned long long)len, avail - HEADER_BYTES,
+                        (unsigned long long)(at + avail));
+    return dt_error(DT_ERR_FORMAT, "%s: offset %llu: truncated record: the file ends %zu bytes "
+                    "into the 4-byte data CRC that follows %llu data bytes (at offset %llu)",
+                    name, (unsigned long long)at, avail - HEADER_BYTES - (size_t)len,
+                    (unsigned long long)len, (unsigned long long)(at + avail));
+}
+
+dt_status dt_tfrecord_check_data(const char *name, uint64_t at, const uint8_t *record,
+                                 uint64_t data_len, uint32_t crc)
+{
+    uint32_t stored = le32(record + HEADER_BYTES + data_len), computed = dt_crc32c_mask(crc);
+    if (stored == computed)
+        return DT_OK;
+    return dt_error(DT_ERR_FORMAT, "%s: offset %llu: corrupt record: data CRC mismatch over %llu "
+                    "bytes (stored 0x%08x, computed 0x%08x)", name, (unsigned long long)at,
+                    (unsigned long long)data_len, stored, computed);
+}
+
 dt_status dt_tfrecord_next(dt_tfrecord_reader *r, const uint8_t **data, size_t *n_bytes,
                            uint64_t *offset)
 {
@@ -319,60 +369,29 @@ dt_status dt_tfrecord_next(dt_tfrecord_reader *r, const uint8_t **data, size_t *
     dt_status st = need(r, HEADER_BYTES);
     if (st)
         goto fail;
-    size_t avail = r->hi - r->lo;
-    uint64_t at = r->buf_off + r->lo;
-    if (avail == 0)
+    if (r->hi == r->lo)
         return DT_END;
-    if (avail < HEADER_BYTES) {
-        st = dt_error(DT_ERR_FORMAT, "%s: offset %llu: truncated record: the file ends %zu bytes "
-                      "into the 12-byte record header (at offset %llu)", r->name,
-                      (unsigned long long)at, avail, (unsigned long long)(at + avail));
-        goto fail;
+    uint64_t len;
+    size_t total;
+    st = dt_tfrecord_frame(r->name, r->buf_off + r->lo, r->buf + r->lo, r->hi - r->lo, r->eof,
+                           r->max_record, &len, &total);
+    if (st == DT_END) {
+        /* The header is sound and the record needs more of the stream: read up to its end. */
+        if ((st = need(r, total)))
+            goto fail;
+        st = dt_tfrecord_frame(r->name, r->buf_off + r->lo, r->buf + r->lo, r->hi - r->lo, 1,
+                               r->max_record, &len, &total);
     }
-    const uint8_t *h = r->buf + r->lo;
-    uint64_t len = le64(h);
-    uint32_t stored = le32(h + 8), computed = dt_crc32c_mask(dt_crc32c(h, 8));
-    if (stored != computed) {
-        st = dt_error(DT_ERR_FORMAT, "%s: offset %llu: corrupt record header: length CRC "
-                      "mismatch (stored 0x%08x, computed 0x%08x over length %llu)", r->name,
-                      (unsigned long long)at, stored, computed, (unsigned long long)len);
+    if (st)
         goto fail;
-    }
-    if (len > r->max_record) {
-        st = dt_error(DT_ERR_FORMAT, "%s: offset %llu: record length %llu is above the limit of "
-                      "%zu bytes (corrupt header?)", r->name, (unsigned long long)at,
-                      (unsigned long long)len, r->max_record);
-        goto fail;
-    }
-    size_t total = HEADER_BYTES + (size_t)len + FOOTER_BYTES;
-    if ((st = need(r, total)))
-        goto fail;
-    avail = r->hi - r->lo;
-    if (avail < HEADER_BYTES + len) {
-        st = dt_error(DT_ERR_FORMAT, "%s: offset %llu: truncated record: the header gives %llu "
-                      "data bytes, the file ends after %zu of them (at offset %llu)", r->name,
-                      (unsigned long long)at, (unsigned long long)len, avail - HEADER_BYTES,
-                      (unsigned long long)(at + avail));
-        goto fail;
-    }
-    if (avail < total) {
-        st = dt_error(DT_ERR_FORMAT, "%s: offset %llu: truncated record: the file ends %zu bytes "
-                      "into the 4-byte data CRC that follows %llu data bytes (at offset %llu)",
-                      r->name, (unsigned long long)at, avail - HEADER_BYTES - (size_t)len,
-                      (unsigned long long)len, (unsigned long long)(at + avail));
-        goto fail;
-    }
-    const uint8_t *d = r->buf + r->lo + HEADER_BYTES;
-    stored = le32(d + len);
-    computed = dt_crc32c_mask(dt_crc32c(d, (size_t)len));
+    uint64_t at = r->buf_off + r->lo;
+    const uint8_t *rec = r->buf + r->lo;
     r->lo += total;
-    if (stored != computed) {
-        /* Not sticky: the length was verified, so the next record starts where this one ends. */
-        return dt_error(DT_ERR_FORMAT, "%s: offset %llu: corrupt record: data CRC mismatch "
-                        "over %llu bytes (stored 0x%08x, computed 0x%08x)", r->name,
-                        (unsigned long long)at, (unsigned long long)len, stored, computed);
-    }
-    *data = d;
+    /* Not sticky: the length was verified, so the next record starts where this one ends. */
+    if ((st = dt_tfrecord_check_data(r->name, at, rec, len,
+                                     dt_crc32c(rec + HEADER_BYTES, (size_t)len))))
+        return st;
+    *data = rec + HEADER_BYTES;
     *n_bytes = (size_t)len;
     if (offset)
         *offset = at;

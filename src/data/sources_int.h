@@ -1,0 +1,25 @@
+/* What the file sources share inside src/data: opening inputs, naming them, counting skipped
+ * records, and the fused TFRecord + batch + parse stage. Not part of the public API. */
+#ifndef DTRAIN_SOURCES_INT_H
+#define DTRAIN_SOURCES_INT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "dtrain/sources.h"
+
+/* Opens a file of the list: "-" is stdin (not ours to close). *stream says it can be read once
+ * only (stdin, a FIFO, a character device); with streams_used a stream is refused, naming it. */
+dt_status dt_src_open_input(const char *path, bool streams_used, int *fd, bool *own, bool *stream);
+/* The file's name for messages ("stdin" for "-"). */
+const char *dt_src_name_of(const dt_file_list *files, uint32_t file);
+void dt_src_count_bad(const dt_source_options *o);
+
+/* tfrecord(files, o) -> batch(batch_size, drop_remainder) -> parse_examples(spec, threads) as one
+ * stage with the same elements and errors (tfr_batch.c). Every file must be a regular file
+ * holding uncompressed records. */
+dt_status dt_src_tfrecord_batches(const dt_file_list *files, const dt_source_options *o,
+                                  const dt_example_spec *spec, int64_t batch_size,
+                                  bool drop_remainder, int threads, dt_dataset **out);
+
+#endif
