@@ -918,3 +918,98 @@ TEST(example_fast_path_matches_general_decoder)
     dt_rowbuf_free(&c);
     free(buf);
 }
+
+/* ---- the learned layout against the general decoder ---- */
+
+/* A stream of records mostly of one shape, as a file holds, with records of other shapes and
+ * mutants among them: dt_example_parse_learned gives each the row, status and message of
+ * dt_example_parse, and the layout decodes most of them itself. */
+TEST(example_learned_layout_matches_general_decoder)
+{
+    dt_rng rng;
+    dt_rng_seed(&rng, 11);
+    dt_example_spec spec;
+    CHECK_OK(dt_example_spec_parse("f:1,g:3,img:4,c1:1,c2:1,opt:1:1:5", "y", &spec));
+    dt_example_layout *L;
+    CHECK_OK(dt_example_layout_new(&L));
+    dt_rowbuf a, b;
+    dt_rowbuf_init(&a, spec.n_dense);
+    dt_rowbuf_init(&b, spec.n_dense);
+    uint8_t *buf = NULL, *padded = malloc(1 << 16);
+    size_t n, cap = 0;
+    long records = 0, mismatches = 0, failures = 0;
+    int order[8] = {0, 1, 2, 3, 4, 5, 6, 7};
+    for (int k = 7; k > 0; k--) { /* the file's key order */
+        int j = (int)(dt_rng_next(&rng) % (uint64_t)(k + 1)), t = order[k];
+        order[k] = order[j], order[j] = t;
+    }
+    for (int iter = 0; iter < 4000 && mismatches == 0; iter++) {
+        float f = (float)(dt_rng_next(&rng) % 1000) / 8.0f, g[3], yf = (float)(iter % 2);
+        for (int k = 0; k < 3; k++)
+            g[k] = (float)(int64_t)dt_rng_next(&rng) / 1e12f;
+        uint8_t img[4] = {(uint8_t)iter, 7, 255, 0};
+        /* int64s of every varint length, some negative (10 bytes) */
+        int64_t c1 = (int64_t)(dt_rng_next(&rng) >> (dt_rng_next(&rng) % 64));
+        int64_t c2 = iter % 10 ? iter : -iter;
+        int64_t yi = iter % 3, extra = 5;
+        dt_feature_value all[8] = {
+            {"f", DT_FEATURE_FLOAT, 1, &f, NULL, NULL},
+            {"g", DT_FEATURE_FLOAT, 3, g, NULL, NULL},
+            {"img", DT_FEATURE_BYTES, 4, NULL, NULL, img},
+            {"c1", DT_FEATURE_INT64, 1, NULL, &c1, NULL},
+            {"c2", DT_FEATURE_INT64, 1, NULL, &c2, NULL},
+            {"opt", DT_FEATURE_FLOAT, 1, &f, NULL, NULL},
+            iter % 700 < 350 ? (dt_feature_value){"y", DT_FEATURE_INT64, 1, NULL, &yi, NULL}
+                             : (dt_feature_value){"y", DT_FEATURE_FLOAT, 1, &yf, NULL, NULL},
+            {"unknown", DT_FEATURE_INT64, 1, NULL, &extra, NULL},
+        };
+        dt_feature_value rec[8];
+        int n_f = 0, kind = (int)(dt_rng_next(&rng) % 20);
+        for (int k = 0; k < 8; k++) {
+            const dt_feature_value *v = &all[order[k]];
+            if (strcmp(v->key, "unknown") == 0 && kind != 1)
+                continue; /* an unknown key in one record in 20 */
+            if (strcmp(v->key, "opt") == 0 && kind == 2)
+                continue; /* a defaulted feature missing */
+            rec[n_f++] = *v;
+        }
+        if (kind == 3) { /* another order */
+            dt_feature_value t = rec[0];
+            rec[0] = rec[n_f - 1], rec[n_f - 1] = t;
+        }
+        CHECK_OK(dt_example_encode(rec, n_f, &buf, &n, &cap));
+        if (kind == 4 && n > 0) /* a flipped byte */
+            buf[dt_rng_next(&rng) % n] ^= (uint8_t)(1 + dt_rng_next(&rng) % 255);
+        if (kind == 5) /* a truncated record */
+            n = (size_t)(dt_rng_next(&rng) % (n + 1));
+        memcpy(padded, buf, n);
+        for (int k = 0; k < DT_EXAMPLE_LAYOUT_SLACK; k++) /* whatever follows the record */
+            padded[n + (size_t)k] = (uint8_t)dt_rng_next(&rng);
+        dt_rowbuf_clear(&a);
+        dt_rowbuf_clear(&b);
+        dt_status sa = dt_example_parse_learned(&spec, L, padded, n, &a);
+        char msg_a[512];
+        snprintf(msg_a, sizeof msg_a, "%s", dt_last_error());
+        dt_status sb = dt_example_parse(&spec, buf, n, &b);
+        records++;
+        failures += sb != DT_OK;
+        int same = sa == sb && a.n == b.n;
+        if (same && sa == DT_OK)
+            same = memcmp(a.dense, b.dense, (size_t)spec.n_dense * sizeof(float)) == 0 &&
+                   memcmp(a.labels, b.labels, sizeof(float)) == 0;
+        if (same && sa != DT_OK)
+            same = strcmp(msg_a, dt_last_error()) == 0;
+        CHECK_MSG(same, "record %d (kind %d): learned %d '%s', general %d '%s'", iter, kind, sa,
+                  msg_a, sb, dt_last_error());
+        mismatches += !same;
+    }
+    CHECK(records == 4000 && failures > 100);
+    /* Most records are of the file's shape: the layout decoded them. */
+    CHECK_MSG(dt_example_layout_hits(L) > 2500, "the layout decoded %llu of %ld records",
+              (unsigned long long)dt_example_layout_hits(L), records);
+    dt_rowbuf_free(&a);
+    dt_rowbuf_free(&b);
+    dt_example_layout_free(L);
+    free(buf);
+    free(padded);
+}

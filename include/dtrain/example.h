@@ -101,6 +101,8 @@ dt_status dt_example_parse_fast(const dt_example_spec *spec, const uint8_t *data
 typedef struct dt_example_layout dt_example_layout;
 dt_status dt_example_layout_new(dt_example_layout **out);
 void dt_example_layout_free(dt_example_layout *l);
+/* Records the layout itself decoded (the rest went to the other decoders). */
+uint64_t dt_example_layout_hits(const dt_example_layout *l);
 
 /* Bytes that must be readable after a record given to dt_example_parse_learned. */
 #define DT_EXAMPLE_LAYOUT_SLACK 32

@@ -1262,16 +1262,16 @@ dt_status dt_example_parse_fast(const dt_example_spec *spec, const uint8_t *data
 /* Records written by one program list the same keys in the same order, each map entry the same
  * bytes around its values: only the values, and with them the varint lengths, change. A layout,
  * learned from a record the fast path accepted, holds each entry's bytes before the values
- * (expected[v] for an int64 of v varint bytes, expected[0] for fixed-size values) so a record is
- * checked with one 32-byte compare per entry and its values read from known places. The check
- * covers every byte that is not a value and the varint's continuation bits, so a record the
- * layout accepts has exactly the shape parse_fast accepts and decodes to the same row; anything
- * else is declined and parse_fast and the general decoder take it. */
+ * (expected[v] for an int64 of v = 1..10 varint bytes, expected[0] for fixed-size values), so a
+ * record is checked with one 32-byte compare per entry and its values read from known places.
+ * The check covers every byte that is not a value and the varints' continuation bits, so a
+ * record the layout accepts is one the general decoder reads to the same row; anything else is
+ * declined, and parse_fast and the general decoder take it. */
 #define LAYOUT_PREFIX 32 /* bytes compared per entry: keys of up to 22 bytes */
 enum { LK_FLOATS, LK_BYTES, LK_INT64 };
 
 struct layout_entry {
-    _Alignas(32) uint8_t expected[9][LAYOUT_PREFIX]; /* by varint length (int64); [0]: fixed */
+    _Alignas(32) uint8_t expected[11][LAYOUT_PREFIX]; /* by varint length (int64); [0]: fixed */
     uint32_t prefix_mask;               /* bit i: byte i is compared */
     uint8_t prefix, kind, len_pos;
     uint32_t fixed;                     /* value bytes of fixed kinds; 0 for int64 */
@@ -1283,6 +1283,7 @@ struct dt_example_layout {
     const dt_example_spec *spec; /* learned for this spec */
     int n_entries, valid;
     uint32_t since_learn;         /* records since the last attempt to learn */
+    uint64_t hits;                /* records the layout decoded */
     int n_defaults;
     int16_t defaults[DT_EXAMPLE_MAX_FEATURES]; /* features the layout lacks: they take defaults */
     struct layout_entry e[DT_EXAMPLE_MAX_FEATURES + 1];
@@ -1300,6 +1301,8 @@ dt_status dt_example_layout_new(dt_example_layout **out)
 }
 
 void dt_example_layout_free(dt_example_layout *l) { free(l); }
+
+uint64_t dt_example_layout_hits(const dt_example_layout *l) { return l->hits; }
 
 static inline uint64_t load_le64(const uint8_t *p)
 {
@@ -1342,6 +1345,22 @@ static inline int prefix_equal(const uint8_t *p, const uint8_t *expected, uint32
 static inline uint64_t cont_bits(unsigned v) { return 0x8080808080808080ull >> (8 * (8 - v)) >> 8; }
 static inline uint64_t varint_bytes(unsigned v) { return ~0ull >> (8 * (8 - v)); }
 
+/* A varint of exactly v = 9 or 10 bytes at p (negative int64s take 10): 0 unless its bytes say
+ * so and it fits in 64 bits, as the general decoder requires. */
+static inline int long_varint(const uint8_t *p, unsigned v, uint64_t *u)
+{
+    uint64_t w = load_le64(p);
+    if ((w & 0x8080808080808080ull) != 0x8080808080808080ull)
+        return 0;
+    uint64_t x = squeeze7(w & 0x7f7f7f7f7f7f7f7full) | (uint64_t)(p[8] & 0x7f) << 56;
+    if (v == 9) {
+        *u = x;
+        return p[8] < 0x80;
+    }
+    *u = x | (uint64_t)p[9] << 63;
+    return p[8] >= 0x80 && p[9] <= 1;
+}
+
 /* One record by the layout: FAST_OK with the row filled, or FAST_DECLINE. p..end is the record;
  * LAYOUT_SLACK readable bytes follow end. */
 static int layout_parse(const dt_example_layout *L, const uint8_t *p, const uint8_t *end,
@@ -1359,12 +1378,18 @@ static int layout_parse(const dt_example_layout *L, const uint8_t *p, const uint
         if (t->kind == LK_INT64) {
             unsigned row = p[t->len_pos];
             next = v + row;
-            if (row > 8 || !prefix_equal(p, t->expected[row], t->prefix_mask) || next > end)
+            if (row > 10 || !prefix_equal(p, t->expected[row], t->prefix_mask) || next > end)
                 return FAST_DECLINE;
-            uint64_t w = load_le64(v) & varint_bytes(row);
-            if ((w & 0x8080808080808080ull) != cont_bits(row))
+            uint64_t u;
+            if (row <= 8) {
+                uint64_t w = load_le64(v) & varint_bytes(row);
+                if ((w & 0x8080808080808080ull) != cont_bits(row))
+                    return FAST_DECLINE;
+                u = squeeze7(w & 0x7f7f7f7f7f7f7f7full);
+            } else if (!long_varint(v, row, &u)) {
                 return FAST_DECLINE;
-            *dst = (float)(int64_t)squeeze7(w & 0x7f7f7f7f7f7f7f7full);
+            }
+            *dst = (float)(int64_t)u;
         } else {
             next = v + t->fixed;
             if (!prefix_equal(p, t->expected[0], t->prefix_mask) || next > end)
@@ -1430,11 +1455,11 @@ static int learn_entry(const dt_example_spec *spec, const uint8_t *e0, const uin
     } else if (kind == DT_FEATURE_INT64) {
         /* One value, every length one byte: 0a L1 0a KL key 12 L2 1a L3 0a V, with L3 = V + 2,
          * L2 = V + 4 and L1 = KL + 8 + V for a varint of V bytes. */
-        if (want != 1 || prefix != klen + 10 || klen + 16 >= 0x80)
+        if (want != 1 || prefix != klen + 10 || klen + 18 >= 0x80)
             return 0;
         t->kind = LK_INT64;
         t->len_pos = (uint8_t)(prefix - 1);
-        for (unsigned v = 0; v <= 8; v++) {
+        for (unsigned v = 0; v <= 10; v++) {
             uint8_t *x = t->expected[v];
             memcpy(x, e0, prefix);
             x[1] = (uint8_t)(klen + 8 + v);
@@ -1497,6 +1522,7 @@ dt_status dt_example_parse_learned(const dt_example_spec *spec, dt_example_layou
         return st;
     const uint8_t *end = data + n_bytes;
     if (L->valid && layout_parse(L, data, end, dense, &label) == FAST_OK) {
+        L->hits++;
         dt_rowbuf_set_label(out, label);
         return DT_OK;
     }
