@@ -15,6 +15,7 @@
  * the iteration with the reader's or the parser's message, after the batches before it. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -43,8 +44,12 @@ struct chunk {
     int *valid_span;    /* (n_valid) their spans */
     int *rec_of_row;    /* (rows) the valid record each parsed row came from */
     dt_elem *rows;      /* NULL when no record parsed */
-    dt_status st;       /* an error after the valid records, message in msg */
+    dt_status st;       /* an error after the valid records (reading, framing, CRC), msg */
     char *msg;
+    int parse_err_rec;  /* the first valid record that failed to parse and was not skipped, or
+                           -1: an error only if its batch is not dropped */
+    dt_status parse_st;
+    char *parse_msg;
     bool ready;
 };
 
@@ -81,6 +86,10 @@ struct tfb {
     int cur_rec, cur_row;   /* its next valid record and next row */
     dt_rowbuf pending;      /* rows of the batch being built */
     int64_t pending_recs;
+    int64_t pending_skipped; /* its records that failed to parse, under skip_bad_records */
+    int64_t pending_err_at;  /* its record that failed to parse, or -1 */
+    dt_status pending_err;
+    char *pending_msg;
     uint64_t index;         /* valid records before the batch being built */
     bool ended;
     dt_status failed;       /* sticky */
@@ -237,6 +246,9 @@ fail:
 
 /* ---- checking and parsing (outside the lock) ---- */
 
+/* Parses a valid record: a row, or a failure the consumer counts (skipped) or raises (not
+ * skipped) only once it knows the record's batch is not a dropped remainder, as parsing after
+ * batching would. false on an error that ends the chunk (no memory). */
 static bool parse_record(struct worker *w, struct chunk *ch, const struct span *sp, dt_status *st)
 {
     struct tfb *s = w->s;
@@ -248,14 +260,13 @@ static bool parse_record(struct worker *w, struct chunk *ch, const struct span *
     }
     if (*st == DT_ERR_NOMEM)
         return false;
-    dt_error_prefix(*st, "%s: record at offset %llu", dt_src_name_of(s->files, sp->file),
-                    (unsigned long long)sp->at);
-    if (s->o.skip_bad_records && *st == DT_ERR_FORMAT) {
-        dt_src_count_bad(&s->o);
-        *st = DT_OK;
-        return true;
+    if (!(s->o.skip_bad_records && *st == DT_ERR_FORMAT) && ch->parse_err_rec < 0) {
+        ch->parse_err_rec = ch->n_valid;
+        ch->parse_st = *st;
+        ch->parse_msg = strdup(dt_last_error());
     }
-    return false;
+    *st = DT_OK;
+    return true;
 }
 
 static void process(struct worker *w, struct chunk *ch)
@@ -263,6 +274,7 @@ static void process(struct worker *w, struct chunk *ch)
     struct tfb *s = w->s;
     dt_status st = DT_OK;
     dt_rowbuf_clear(&w->rows);
+    ch->parse_err_rec = -1;
     for (int i = 0; i < ch->n_spans && st == DT_OK; i += 3) {
         int n = ch->n_spans - i < 3 ? ch->n_spans - i : 3;
         const uint8_t *data[3];
@@ -367,6 +379,16 @@ static void stop_workers(struct tfb *s)
     s->stop = false;
 }
 
+static void clear_pending(struct tfb *s)
+{
+    dt_rowbuf_clear(&s->pending);
+    s->pending_recs = s->pending_skipped = 0;
+    s->pending_err_at = -1;
+    s->pending_err = DT_OK;
+    free(s->pending_msg);
+    s->pending_msg = NULL;
+}
+
 /* Back to the start of the input: workers stopped, nothing read, nothing pending. */
 static void rewind_input(struct tfb *s)
 {
@@ -375,14 +397,15 @@ static void rewind_input(struct tfb *s)
         struct chunk *ch = &s->ring[i];
         dt_elem_free(ch->rows);
         free(ch->msg);
-        ch->rows = NULL, ch->msg = NULL, ch->ready = false;
+        free(ch->parse_msg);
+        ch->rows = NULL, ch->msg = NULL, ch->parse_msg = NULL, ch->ready = false;
     }
     close_file(s);
     s->next_file = 0, s->carry_len = 0, s->input_done = false;
     s->claimed = s->taken = 0;
     s->cur = NULL;
-    dt_rowbuf_clear(&s->pending);
-    s->pending_recs = 0, s->index = 0;
+    clear_pending(s);
+    s->index = 0;
     s->failed = DT_OK;
     free(s->failed_msg);
     s->failed_msg = NULL;
@@ -393,7 +416,8 @@ static void release_chunk(struct tfb *s)
     struct chunk *ch = s->cur;
     dt_elem_free(ch->rows);
     free(ch->msg);
-    ch->rows = NULL, ch->msg = NULL;
+    free(ch->parse_msg);
+    ch->rows = NULL, ch->msg = NULL, ch->parse_msg = NULL;
     pthread_mutex_lock(&s->mu);
     ch->ready = false;
     s->taken++;
@@ -427,9 +451,23 @@ static dt_status fail_iteration(struct tfb *s, dt_status st, const char *msg)
     s->failed = st;
     free(s->failed_msg);
     s->failed_msg = strdup(msg ? msg : "");
-    dt_rowbuf_clear(&s->pending);
-    s->pending_recs = 0;
+    clear_pending(s);
     return dt_error(st, "%s", s->failed_msg ? s->failed_msg : "");
+}
+
+/* A record of the batch failed to parse: the message parsing the batch would give. */
+static dt_status fail_parse(struct tfb *s, uint32_t file, uint64_t pos)
+{
+    const char *name = dt_src_name_of(s->files, file);
+    char msg[1024];
+    if (s->pending_err_at == 0)
+        snprintf(msg, sizeof msg, "%s: record at offset %llu: %s", name, (unsigned long long)pos,
+                 s->pending_msg ? s->pending_msg : "");
+    else
+        snprintf(msg, sizeof msg, "%s: record %lld of the batch starting at offset %llu: %s",
+                 name, (long long)s->pending_err_at, (unsigned long long)pos,
+                 s->pending_msg ? s->pending_msg : "");
+    return fail_iteration(s, s->pending_err, msg);
 }
 
 static dt_status tfb_next(dt_dataset *ds, dt_elem **out)
@@ -460,7 +498,7 @@ static dt_status tfb_next(dt_dataset *ds, dt_elem **out)
             if (k > s->batch - s->pending_recs)
                 k = (int)(s->batch - s->pending_recs);
             if (s->pending_recs == 0 && k == s->batch && s->cur_rec == 0 && ch->rows &&
-                ch->rows->n == k) {
+                ch->rows->n == k && ch->parse_err_rec < 0) {
                 /* A chunk that is exactly one batch goes out as it is. */
                 *out = ch->rows;
                 ch->rows = NULL;
@@ -479,6 +517,12 @@ static dt_status tfb_next(dt_dataset *ds, dt_elem **out)
             if (s->cur_row > from &&
                 (st = dt_rowbuf_append_rows(&s->pending, ch->rows, from, s->cur_row - from)))
                 return fail_iteration(s, st, dt_last_error());
+            s->pending_skipped += k - (s->cur_row - from);
+            if (s->pending_err_at < 0 && ch->parse_err_rec >= s->cur_rec && ch->parse_err_rec < end) {
+                s->pending_err_at = s->pending_recs + (ch->parse_err_rec - s->cur_rec);
+                s->pending_err = ch->parse_st;
+                s->pending_msg = strdup(ch->parse_msg ? ch->parse_msg : "");
+            }
             s->cur_rec = end;
             s->pending_recs += k;
         }
@@ -487,13 +531,19 @@ static dt_status tfb_next(dt_dataset *ds, dt_elem **out)
         bool full = s->pending_recs == s->batch;
         uint64_t index = s->index;
         s->index += (uint64_t)s->pending_recs;
-        s->pending_recs = 0;
-        if ((!full && s->drop) || s->pending.n == 0) {
-            /* A short last batch under drop_remainder, or a batch whose every record was
-             * skipped: nothing to give. */
-            dt_rowbuf_clear(&s->pending);
+        if (!full && s->drop) { /* a short last batch under drop_remainder is never parsed */
+            clear_pending(s);
             continue;
         }
+        if (s->pending_err)
+            return fail_parse(s, first_file, first_pos);
+        for (int64_t i = 0; i < s->pending_skipped; i++)
+            dt_src_count_bad(&s->o);
+        if (s->pending.n == 0) { /* every record of the batch skipped: nothing to give */
+            clear_pending(s);
+            continue;
+        }
+        s->pending_recs = s->pending_skipped = 0;
         if (!(*out = dt_rowbuf_take(&s->pending)))
             return fail_iteration(s, DT_ERR_NOMEM, "no memory for parsed examples");
         (*out)->index = index, (*out)->file = first_file, (*out)->pos = first_pos;
@@ -524,6 +574,7 @@ static void tfb_destroy(dt_dataset *ds)
         dt_example_layout_free(s->workers[i].layout);
     }
     dt_rowbuf_free(&s->pending);
+    free(s->pending_msg);
     free(s->ring);
     free(s->workers);
     free(s->carry);
@@ -557,6 +608,7 @@ dt_status dt_src_tfrecord_batches(const dt_file_list *files, const dt_source_opt
     pthread_cond_init(&s->cv_ready, NULL);
     pthread_cond_init(&s->cv_space, NULL);
     dt_rowbuf_init(&s->pending, spec->n_dense);
+    s->pending_err_at = -1;
     s->ring = calloc((size_t)s->depth, sizeof *s->ring);
     s->workers = calloc((size_t)threads, sizeof *s->workers);
     dt_status st = DT_OK;
