@@ -2,8 +2,9 @@
  * covering fixed-length float, int64 and bytes features, a default, variable-length features and
  * a label (the keys of the seed corpus, from tests/fixtures/example_python.tfrecord). Any status
  * is fine; a crash, a sanitizer report, or a row buffer left inconsistent is not: a success adds
- * exactly one row, a failure none and no sparse entries; and the fast path for fixed-length specs
- * decodes exactly as the general decoder does. */
+ * exactly one row, a failure none and no sparse entries; and the fast path for fixed-length specs,
+ * and the layout learned from records (this one, and the inputs before it), decode exactly as
+ * the general decoder does. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -39,6 +40,48 @@ static int same_both_ways(const uint8_t *data, size_t size)
     return same;
 }
 
+/* dt_example_parse_learned against the general decoder: a layout learned from this input and
+ * then used on it, and one kept across inputs. */
+static int same_with_layout(const uint8_t *data, size_t size)
+{
+    static dt_example_spec spec, slow;
+    static dt_example_layout *kept;
+    static int ready;
+    if (!ready) {
+        if (dt_example_spec_parse("floats:3,ints:3,img:4,opt:2:1:7", "label", &spec) != DT_OK ||
+            dt_example_layout_new(&kept) != DT_OK)
+            __builtin_trap();
+        slow = spec;
+        slow.fast = 0;
+        ready = 1;
+    }
+    uint8_t *padded = malloc(size + DT_EXAMPLE_LAYOUT_SLACK);
+    dt_example_layout *fresh;
+    if (!padded || dt_example_layout_new(&fresh) != DT_OK)
+        __builtin_trap();
+    memcpy(padded, data, size);
+    memset(padded + size, 0x80, DT_EXAMPLE_LAYOUT_SLACK);
+    dt_rowbuf want, got;
+    dt_rowbuf_init(&want, spec.n_dense);
+    dt_rowbuf_init(&got, spec.n_dense);
+    dt_status sw = dt_example_parse(&slow, data, size, &want);
+    int same = 1;
+    dt_example_layout *layouts[3] = {fresh, fresh, kept};
+    for (int i = 0; i < 3 && same; i++) {
+        dt_rowbuf_clear(&got);
+        dt_status sg = dt_example_parse_learned(&spec, layouts[i], padded, size, &got);
+        same = sg == sw && got.n == want.n;
+        if (same && sg == DT_OK)
+            same = memcmp(got.dense, want.dense, (size_t)spec.n_dense * sizeof(float)) == 0 &&
+                   memcmp(got.labels, want.labels, sizeof(float)) == 0;
+    }
+    dt_rowbuf_free(&want);
+    dt_rowbuf_free(&got);
+    dt_example_layout_free(fresh);
+    free(padded);
+    return same;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static dt_example_spec spec;
@@ -66,7 +109,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             __builtin_trap();
     }
     dt_rowbuf_free(&rb);
-    if (!same_both_ways(data, size))
+    if (!same_both_ways(data, size) || !same_with_layout(data, size))
         __builtin_trap();
     char *text = NULL;
     st = dt_example_to_json(data, size, &text);
