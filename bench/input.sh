@@ -22,6 +22,7 @@ done
 mb=$(($(stat -c %s "$dir/ctr.tfrecord") / 1000000))
 printf 'cat %s > /dev/null: %d MB in %.3f s: %.0f MB/s (best of 3)\n' "$dir/ctr.tfrecord" "$mb" "$best" \
     "$(echo "$mb / $best" | bc -l)"
+"$bin" read "$dir/ctr.tfrecord" 2 staged
 "$bin" read "$dir/ctr.tfrecord" 1
 "$bin" read "$dir/ctr.tfrecord" 2
 "$bin" libsvm "$dir/ctr.svm"

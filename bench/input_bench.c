@@ -3,9 +3,11 @@
  *   input_bench gen DIR SIZE_MB   writes DIR/ctr.tfrecord (CTR Examples: 13 float features
  *                                 I1..I13, 26 int64 features C1..C26 and an int64 label) and
  *                                 DIR/ctr.svm (the same rows as LibSVM, 39 features)
- *   input_bench read FILE THREADS reads, checks the CRCs of and parses every record of a TFRecord
+ *   input_bench read FILE THREADS [staged]
+ *                                 reads, checks the CRCs of and parses every record of a TFRecord
  *                                 file through the pipeline (source -> batch 1024 -> parse with
- *                                 THREADS calls at once); prints records/s and MB/s
+ *                                 THREADS calls at once), which runs as one fused stage unless
+ *                                 "staged" is given; prints records/s and MB/s
  *   input_bench libsvm FILE       parses a LibSVM file through its source; prints lines/s, MB/s
  *   input_bench overhead STEPS    step time of the tutorial CNN fed by the image pipeline with
  *                                 prefetch, against the same batches already in memory
@@ -104,7 +106,7 @@ static int drain(dt_dataset *ds, long *rows)
     }
 }
 
-static int read_tfrecord(const char *path, int threads)
+static int read_tfrecord(const char *path, int threads, bool fuse)
 {
     dt_file_list files;
     dt_example_spec spec;
@@ -118,17 +120,26 @@ static int read_tfrecord(const char *path, int threads)
         return fail("setup");
     dt_source_options o;
     dt_source_options_default(&o);
+    o.fuse = fuse;
     dt_dataset *ds;
     if (dt_dataset_tfrecord(&files, &o, &ds) || dt_dataset_batch(ds, 1024, false, &ds) ||
         dt_dataset_parse_examples(ds, &spec, &files, threads, &o, &ds))
         return fail("pipeline");
-    double t0 = dt_clock_now();
-    long rows;
-    if (drain(ds, &rows))
-        return 1;
-    double dt = dt_clock_now() - t0;
-    printf("tfrecord read+crc+parse, %d thread%s: %ld records in %.2f s: %.0f records/s, %.0f MB/s\n",
-           threads, threads == 1 ? "" : "s", rows, dt, rows / dt, file_mb(path) / dt);
+    /* Best of 3 passes, as the cat figure is. */
+    double dt = 1e30;
+    long rows = 0;
+    for (int pass = 0; pass < 3; pass++) {
+        double t0 = dt_clock_now();
+        if (drain(ds, &rows))
+            return 1;
+        double t = dt_clock_now() - t0;
+        dt = t < dt ? t : dt;
+        if (dt_dataset_reset(ds))
+            return fail("reset");
+    }
+    printf("tfrecord read+crc+parse, %d thread%s%s: %ld records in %.2f s: %.0f records/s, "
+           "%.0f MB/s (best of 3)\n", threads, threads == 1 ? "" : "s", fuse ? "" : " (staged, unfused)",
+           rows, dt, rows / dt, file_mb(path) / dt);
     dt_dataset_destroy(ds);
     dt_file_list_free(&files);
     return 0;
@@ -237,13 +248,14 @@ int main(int argc, char **argv)
     mallopt(M_MMAP_THRESHOLD, 16 << 20); /* as the dtrain command sets it */
     if (argc == 4 && strcmp(argv[1], "gen") == 0)
         return gen(argv[2], atol(argv[3]));
-    if (argc == 4 && strcmp(argv[1], "read") == 0)
-        return read_tfrecord(argv[2], atoi(argv[3]));
+    if ((argc == 4 || (argc == 5 && strcmp(argv[4], "staged") == 0)) &&
+        strcmp(argv[1], "read") == 0)
+        return read_tfrecord(argv[2], atoi(argv[3]), argc == 4);
     if (argc == 3 && strcmp(argv[1], "libsvm") == 0)
         return read_libsvm(argv[2]);
     if (argc == 3 && strcmp(argv[1], "overhead") == 0)
         return overhead(atol(argv[2]));
-    fprintf(stderr, "usage: input_bench gen DIR SIZE_MB | read FILE THREADS | libsvm FILE | "
-                    "overhead STEPS\n");
+    fprintf(stderr, "usage: input_bench gen DIR SIZE_MB | read FILE THREADS [staged] | "
+                    "libsvm FILE | overhead STEPS\n");
     return 2;
 }
