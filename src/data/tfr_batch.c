@@ -185,7 +185,8 @@ static void fill(struct tfb *s, struct chunk *ch)
     dt_status st = grow_buf(ch, s->carry_len + READ_BYTES);
     if (st)
         goto fail;
-    memcpy(ch->buf, s->carry, s->carry_len);
+    if (s->carry_len)
+        memcpy(ch->buf, s->carry, s->carry_len);
     ch->len = s->carry_len;
     s->carry_len = 0;
     while (ch->n_spans < s->batch) {
@@ -233,7 +234,8 @@ static void fill(struct tfb *s, struct chunk *ch)
         }
         s->carry = c, s->carry_cap = s->carry_len;
     }
-    memcpy(s->carry, ch->buf + pos, s->carry_len);
+    if (s->carry_len)
+        memcpy(s->carry, ch->buf + pos, s->carry_len);
     ch->len = pos;
     return;
 fail:
