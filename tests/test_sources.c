@@ -396,6 +396,22 @@ static void flip_byte(const char *path, long at)
     fclose(f);
 }
 
+/* The offset of record r of a TFRecord file, from the lengths in the headers before it. */
+static long record_offset(const char *path, int r)
+{
+    FILE *f = fopen(path, "rb");
+    long at = 0;
+    for (int i = 0; f && i < r; i++) {
+        uint64_t l;
+        CHECK(fread(&l, 8, 1, f) == 1);
+        at += 16 + (long)l;
+        fseek(f, at, SEEK_SET);
+    }
+    if (f)
+        fclose(f);
+    return at;
+}
+
 TEST(sources_fused_tfrecord_batches_equal_the_three_stages)
 {
     /* Files of 300, 0, 1 and 400 records: batches span files, the layout meets every varint
@@ -416,28 +432,9 @@ TEST(sources_fused_tfrecord_batches_equal_the_three_stages)
     int64_t batches[] = {1, 7, 64, 4096};
     for (int variant = 0; variant < 6; variant++) {
         if (variant == 1) {
-            /* record 5's data begins after 5 records; find it by reading the lengths */
-            FILE *f = fopen(test_path(names[3]), "rb");
-            long at = 0;
-            for (int r = 0; r < 5; r++) {
-                uint64_t l;
-                CHECK(fread(&l, 8, 1, f) == 1);
-                at += 16 + (long)l;
-                fseek(f, at, SEEK_SET);
-            }
-            fclose(f);
-            flip_byte(test_path(names[3]), at + 12 + 2);
+            flip_byte(test_path(names[3]), record_offset(test_path(names[3]), 5) + 12 + 2);
         } else if (variant == 2) {
-            FILE *f = fopen(test_path(names[0]), "rb");
-            long at = 0;
-            for (int r = 0; r < 200; r++) {
-                uint64_t l;
-                CHECK(fread(&l, 8, 1, f) == 1);
-                at += 16 + (long)l;
-                fseek(f, at, SEEK_SET);
-            }
-            fclose(f);
-            flip_byte(test_path(names[0]), at + 9);
+            flip_byte(test_path(names[0]), record_offset(test_path(names[0]), 200) + 9);
         } else if (variant == 3) {
             CHECK(truncate(test_path(names[2]), file_size(test_path(names[2])) - 3) == 0);
         } else if (variant == 4) {
