@@ -346,20 +346,25 @@ static void *worker_main(void *arg)
 
 /* ---- the consumer ---- */
 
+/* Stops the first n workers: each ends after the chunk it holds. */
+static void join_workers(struct tfb *s, int n)
+{
+    pthread_mutex_lock(&s->mu);
+    s->stop = true;
+    pthread_cond_broadcast(&s->cv_space);
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < n; i++)
+        pthread_join(s->workers[i].thread, NULL);
+    s->stop = false;
+}
+
 static dt_status start_workers(struct tfb *s)
 {
     if (s->running)
         return DT_OK;
-    s->stop = false;
     for (int i = 0; i < s->n_workers; i++) {
         if (pthread_create(&s->workers[i].thread, NULL, worker_main, &s->workers[i]) != 0) {
-            pthread_mutex_lock(&s->mu);
-            s->stop = true;
-            pthread_cond_broadcast(&s->cv_space);
-            pthread_mutex_unlock(&s->mu);
-            for (int j = 0; j < i; j++)
-                pthread_join(s->workers[j].thread, NULL);
-            s->stop = false;
+            join_workers(s, i);
             return dt_error(DT_ERR_NOMEM, "cannot start a thread to read TFRecord files");
         }
     }
@@ -371,14 +376,8 @@ static void stop_workers(struct tfb *s)
 {
     if (!s->running)
         return;
-    pthread_mutex_lock(&s->mu);
-    s->stop = true;
-    pthread_cond_broadcast(&s->cv_space);
-    pthread_mutex_unlock(&s->mu);
-    for (int i = 0; i < s->n_workers; i++)
-        pthread_join(s->workers[i].thread, NULL);
+    join_workers(s, s->n_workers);
     s->running = false;
-    s->stop = false;
 }
 
 static void clear_pending(struct tfb *s)
