@@ -2,12 +2,16 @@
  * offset, skipping bad records, LibSVM and CSV files, and streams read once. */
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "dtrain/crc32c.h"
+#include "dtrain/mapview.h"
 #include "dtrain/sources.h"
 #include "test.h"
 
@@ -309,14 +313,14 @@ TEST(sources_review_regressions)
 /* Everything a pipeline gives, as text: each element's rows, values, index, file and offset,
  * then the final status, its message and the count of skipped records; over two iterations. */
 static char *transcript(const dt_file_list *files, const dt_example_spec *spec, int64_t batch,
-                        bool drop, int threads, bool skip, bool fuse, bool *fused)
+                        bool drop, int threads, bool skip, bool fuse, size_t range, bool *fused)
 {
     size_t cap = 1 << 16, len = 0;
     char *t = malloc(cap);
     int64_t bad = 0;
     dt_source_options o;
     dt_source_options_default(&o);
-    o.fuse = fuse, o.skip_bad_records = skip, o.bad_records = &bad;
+    o.fuse = fuse, o.skip_bad_records = skip, o.bad_records = &bad, o.buffer_bytes = range;
     dt_dataset *ds;
     CHECK_OK(dt_dataset_tfrecord(files, &o, &ds));
     CHECK_OK(dt_dataset_batch(ds, batch, drop, &ds));
@@ -355,8 +359,11 @@ static char *transcript(const dt_file_list *files, const dt_example_spec *spec, 
 }
 
 /* n Examples of CTR shape (a float, two int64s of every width, a label) from base; every
- * `odd`-th one (when odd > 0) lacks its label, so it does not parse. */
-static void write_ctr(const char *path, int base, int n, int odd)
+ * `odd`-th one (when odd > 0) lacks its label, so it does not parse. With decoys, each also holds
+ * a bytes feature the spec does not name whose value looks like a TFRecord header (a length and
+ * its masked CRC), as a TFRecord file kept inside an Example would: a reader that looks for
+ * headers in the middle of a file finds these first. */
+static void write_ctr_decoys(const char *path, int base, int n, int odd, bool decoys)
 {
     dt_tfrecord_writer *w;
     CHECK_OK(dt_tfrecord_writer_open(path, DT_COMPRESSION_NONE, &w));
@@ -366,15 +373,29 @@ static void write_ctr(const char *path, int base, int n, int odd)
         float x = (float)(base + i) / 4.0f;
         int64_t a = (int64_t)((uint64_t)(base + i) * 0x9E3779B97F4A7C15ull >> (i % 64));
         int64_t b = i % 7 ? base + i : -(base + i), y = (base + i) % 2;
-        dt_feature_value f[4] = {{"x", DT_FEATURE_FLOAT, 1, &x, NULL, NULL},
-                                 {"a", DT_FEATURE_INT64, 1, NULL, &a, NULL},
-                                 {"b", DT_FEATURE_INT64, 1, NULL, &b, NULL},
-                                 {"y", DT_FEATURE_INT64, 1, NULL, &y, NULL}};
-        CHECK_OK(dt_example_encode(f, odd > 0 && i % odd == odd - 1 ? 3 : 4, &buf, &len, &cap));
+        uint8_t decoy[12] = {(uint8_t)(20 + i % 50)};
+        uint32_t c = dt_crc32c_mask(dt_crc32c(decoy, 8));
+        for (int k = 0; k < 4; k++)
+            decoy[8 + k] = (uint8_t)(c >> (8 * k));
+        dt_feature_value f[5];
+        int nf = 0;
+        f[nf++] = (dt_feature_value){"x", DT_FEATURE_FLOAT, 1, &x, NULL, NULL};
+        f[nf++] = (dt_feature_value){"a", DT_FEATURE_INT64, 1, NULL, &a, NULL};
+        if (decoys)
+            f[nf++] = (dt_feature_value){"d", DT_FEATURE_BYTES, 12, NULL, NULL, decoy};
+        f[nf++] = (dt_feature_value){"b", DT_FEATURE_INT64, 1, NULL, &b, NULL};
+        f[nf++] = (dt_feature_value){"y", DT_FEATURE_INT64, 1, NULL, &y, NULL};
+        CHECK_OK(dt_example_encode(f, odd > 0 && i % odd == odd - 1 ? nf - 1 : nf, &buf, &len,
+                                   &cap));
         CHECK_OK(dt_tfrecord_write(w, buf, len));
     }
     free(buf);
     CHECK_OK(dt_tfrecord_writer_close(w));
+}
+
+static void write_ctr(const char *path, int base, int n, int odd)
+{
+    write_ctr_decoys(path, base, n, odd, false);
 }
 
 static long file_size(const char *path)
@@ -414,12 +435,13 @@ static long record_offset(const char *path, int r)
 
 TEST(sources_fused_tfrecord_batches_equal_the_three_stages)
 {
-    /* Files of 300, 0, 1 and 400 records: batches span files, the layout meets every varint
-     * width and negative values. */
-    const char *names[] = {"fz-0.tfrecord", "fz-1.tfrecord", "fz-2.tfrecord", "fz-3.tfrecord"};
-    int counts[] = {300, 0, 1, 400};
-    for (int i = 0; i < 4; i++)
-        write_ctr(test_path(names[i]), i * 10000, counts[i], 0);
+    /* Files of 300, 0, 1, 400 and 150 records: batches span files, the layout meets every varint
+     * width and negative values, and the last file's records hold decoy headers. */
+    const char *names[] = {"fz-0.tfrecord", "fz-1.tfrecord", "fz-2.tfrecord", "fz-3.tfrecord",
+                           "fz-4.tfrecord"};
+    int counts[] = {300, 0, 1, 400, 150};
+    for (int i = 0; i < 5; i++)
+        write_ctr_decoys(test_path(names[i]), i * 10000, counts[i], 0, i == 4);
     char pattern[600];
     snprintf(pattern, sizeof pattern, "%s/fz-*.tfrecord", test_tmpdir());
     dt_file_list files;
@@ -428,8 +450,11 @@ TEST(sources_fused_tfrecord_batches_equal_the_three_stages)
     CHECK_OK(dt_example_spec_parse("x:1,a:1,b:1", "y", &spec));
     /* Then broken: a data CRC (record 5 of file 3), a length CRC (file 0's record 200), a
      * truncated file (file 2); and on their own, records that do not parse (every 97th of file
-     * 3, and the first record of a batch of 7 or 64). */
+     * 3, and the first record of a batch of 7 or 64). Each is read in ranges of 8 MiB (whole
+     * files), of about a record (61 bytes) and of a few records (300 bytes), and in ranges of 13
+     * bytes, most of which hold no record's start. */
     int64_t batches[] = {1, 7, 64, 4096};
+    size_t ranges[] = {0, 61, 300, 13};
     for (int variant = 0; variant < 6; variant++) {
         if (variant == 1) {
             flip_byte(test_path(names[3]), record_offset(test_path(names[3]), 5) + 12 + 2);
@@ -445,24 +470,102 @@ TEST(sources_fused_tfrecord_batches_equal_the_three_stages)
             write_ctr(test_path(names[3]), 30000, 400, 64 * 3 + 1 - 300 % 64);
         }
         for (int bi = 0; bi < 4; bi++)
-            for (int threads = 1; threads <= 2; threads++)
-                for (int mode = 0; mode < 4; mode++) {
-                    bool drop = mode & 1, skip = mode & 2, fused_a, fused_b;
-                    char *a = transcript(&files, &spec, batches[bi], drop, threads, skip, true,
-                                         &fused_a);
-                    char *b = transcript(&files, &spec, batches[bi], drop, threads, skip, false,
-                                         &fused_b);
-                    CHECK(fused_a && !fused_b);
-                    size_t k = 0;
-                    while (a[k] && a[k] == b[k])
-                        k++;
-                    CHECK_MSG(a[k] == b[k], "variant %d, batch %lld, %d threads, drop %d, skip "
-                              "%d: fused and staged differ at byte %zu:\n  fused: %.200s\n  "
-                              "staged: %.200s", variant, (long long)batches[bi], threads, drop,
-                              skip, k, a + (k > 40 ? k - 40 : 0), b + (k > 40 ? k - 40 : 0));
-                    free(a);
-                    free(b);
-                }
+            for (int ri = 0; ri < 4; ri++)
+                for (int threads = 1; threads <= 2; threads++)
+                    for (int mode = 0; mode < 4; mode++) {
+                        /* Small ranges cost a mapping each: two threads, and fewer cases. */
+                        if (ri > 0 && (threads == 1 || bi == 0 || bi == 3))
+                            continue;
+                        if (ri == 3 && (bi != 1 || mode == 1 || mode == 2))
+                            continue;
+                        bool drop = mode & 1, skip = mode & 2, fused_a, fused_b;
+                        char *a = transcript(&files, &spec, batches[bi], drop, threads, skip, true,
+                                             ranges[ri], &fused_a);
+                        char *b = transcript(&files, &spec, batches[bi], drop, threads, skip,
+                                             false, ranges[ri], &fused_b);
+                        CHECK(fused_a && !fused_b);
+                        size_t k = 0;
+                        while (a[k] && a[k] == b[k])
+                            k++;
+                        CHECK_MSG(a[k] == b[k], "variant %d, batch %lld, range %zu, %d threads, "
+                                  "drop %d, skip %d: fused and staged differ at byte %zu:\n  "
+                                  "fused: %.200s\n  staged: %.200s", variant,
+                                  (long long)batches[bi], ranges[ri], threads, drop, skip, k,
+                                  a + (k > 40 ? k - 40 : 0), b + (k > 40 ? k - 40 : 0));
+                        free(a);
+                        free(b);
+                    }
     }
     dt_file_list_free(&files);
+}
+
+/* A file cut short while the fused stage reads it: the stage maps its ranges, and a read past
+ * the new end must give an error naming the file, not a SIGBUS; the batches before it are whole. */
+TEST(sources_fused_tfrecord_file_truncated_while_read_is_an_error)
+{
+    const char *path = test_path("shrink.tfrecord");
+    write_ctr(path, 0, 40000, 0);
+    long size = file_size(path);
+    dt_file_list files;
+    CHECK_OK(dt_file_list_glob(path, &files));
+    dt_example_spec spec;
+    CHECK_OK(dt_example_spec_parse("x:1,a:1,b:1", "y", &spec));
+    for (int threads = 1; threads <= 2; threads++) {
+        write_ctr(path, 0, 40000, 0);
+        dt_source_options o;
+        dt_source_options_default(&o);
+        o.buffer_bytes = 16 << 10;
+        dt_dataset *ds;
+        CHECK_OK(dt_dataset_tfrecord(&files, &o, &ds));
+        CHECK_OK(dt_dataset_batch(ds, 64, false, &ds));
+        CHECK_OK(dt_dataset_parse_examples(ds, &spec, &files, threads, &o, &ds));
+        CHECK(strcmp(ds->ops->name, "tfrecord_batches") == 0);
+        dt_elem *e;
+        CHECK_OK(dt_dataset_next(ds, &e));
+        dt_elem_free(e);
+        /* The readers are at most a few ranges ahead: everything past half the file is
+         * read after it is gone. */
+        CHECK(truncate(path, size / 2 / 4096 * 4096) == 0);
+        long rows = 64;
+        dt_status st;
+        while ((st = dt_dataset_next(ds, &e)) == DT_OK) {
+            for (int r = 0; r < e->n; r++) /* label y = i % 2 of record i, in order */
+                CHECK(e->labels[r] == (float)((e->index + (uint64_t)r) % 2));
+            rows += e->n;
+            dt_elem_free(e);
+        }
+        CHECK_MSG(st == DT_ERR_IO && strstr(dt_last_error(), path) &&
+                  strstr(dt_last_error(), "truncated while"),
+                  "%d threads: status %d: %s", threads, st, dt_last_error());
+        CHECK(rows < 40000);
+        dt_dataset_destroy(ds);
+    }
+    dt_file_list_free(&files);
+}
+
+/* A SIGBUS that is not a guarded view's still ends the process, as it would without the guard. */
+TEST(sources_mapview_guard_passes_other_faults_on)
+{
+    const char *path = test_path("other.bin");
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    for (int i = 0; f && i < 3 * 4096; i++)
+        fputc(i, f);
+    if (f)
+        fclose(f);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(path, O_RDONLY);
+        dt_mapview v;
+        if (fd < 0 || dt_mapview_open(fd, path, 0, 4096, &v)) /* installs the guard */
+            _exit(2);
+        volatile const uint8_t *p = mmap(NULL, 3 * 4096, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p == MAP_FAILED || truncate(path, 0) != 0)
+            _exit(3);
+        uint8_t x = p[2 * 4096]; /* past the end now: SIGBUS */
+        _exit(x == 0 ? 4 : 5);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+    CHECK_MSG(WIFSIGNALED(status) && WTERMSIG(status) == SIGBUS, "child status 0x%x", status);
 }

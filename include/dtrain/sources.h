@@ -39,6 +39,8 @@ typedef struct {
     int64_t *bad_records;       /* counts what was skipped; may be NULL */
     bool fuse;                  /* tfrecord -> batch -> parse over plain files runs as one stage
                                    with the same elements (default true; false for tests) */
+    size_t buffer_bytes;        /* TFRecord in that stage: the bytes of a file each reader
+                                   thread takes at a time (tf.data's buffer_size); 0: 8 MiB */
 } dt_source_options;
 
 void dt_source_options_default(dt_source_options *o);

@@ -101,24 +101,32 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem_size, size_t fir
     return 1;
 }
 
+/* Room for need rows in every per-row array. */
+static dt_status reserve_rows(dt_rowbuf *b, size_t need)
+{
+    if (need <= b->cap_rows)
+        return DT_OK;
+    size_t cap = b->cap_rows, c1 = cap, c2 = cap, c3 = cap, c4 = cap * (size_t)b->n_dense;
+    int ok = grow((void **)&b->labels, &c1, need, sizeof(float), 64) &&
+             grow((void **)&b->sp_row, &c2, need + 1, sizeof(int64_t), 64) &&
+             grow((void **)&b->raw_off, &c3, need + 1, sizeof(size_t), 64);
+    if (ok && b->n_dense > 0)
+        ok = grow((void **)&b->dense, &c4, need * (size_t)b->n_dense, sizeof(float), 64 * (size_t)b->n_dense);
+    if (!ok)
+        return dt_error(DT_ERR_NOMEM, "no memory for %zu rows", need);
+    b->cap_rows = c1 < c2 - 1 ? c1 : c2 - 1;
+    if (b->cap_rows > c3 - 1)
+        b->cap_rows = c3 - 1;
+    if (b->n_dense > 0 && b->cap_rows > c4 / (size_t)b->n_dense)
+        b->cap_rows = c4 / (size_t)b->n_dense;
+    return DT_OK;
+}
+
 dt_status dt_rowbuf_add_row(dt_rowbuf *b, float **dense_out)
 {
-    size_t need = (size_t)b->n + 1;
-    if (need > b->cap_rows) {
-        size_t cap = b->cap_rows, c1 = cap, c2 = cap, c3 = cap, c4 = cap * (size_t)b->n_dense;
-        int ok = grow((void **)&b->labels, &c1, need, sizeof(float), 64) &&
-                 grow((void **)&b->sp_row, &c2, need + 1, sizeof(int64_t), 64) &&
-                 grow((void **)&b->raw_off, &c3, need + 1, sizeof(size_t), 64);
-        if (ok && b->n_dense > 0)
-            ok = grow((void **)&b->dense, &c4, need * (size_t)b->n_dense, sizeof(float), 64 * (size_t)b->n_dense);
-        if (!ok)
-            return dt_error(DT_ERR_NOMEM, "no memory for %zu rows", need);
-        b->cap_rows = c1 < c2 - 1 ? c1 : c2 - 1;
-        if (b->cap_rows > c3 - 1)
-            b->cap_rows = c3 - 1;
-        if (b->n_dense > 0 && b->cap_rows > c4 / (size_t)b->n_dense)
-            b->cap_rows = c4 / (size_t)b->n_dense;
-    }
+    dt_status st = reserve_rows(b, (size_t)b->n + 1);
+    if (st)
+        return st;
     if (b->n == 0) {
         b->sp_row[0] = 0;
         b->raw_off[0] = 0;
@@ -195,6 +203,24 @@ dt_elem *dt_rowbuf_take(dt_rowbuf *b)
     return e;
 }
 
+/* Rows with no sparse entries and no bytes, as parsed dense features are: copied in bulk. */
+static dt_status append_plain_rows(dt_rowbuf *b, const dt_elem *e, int first, int count)
+{
+    size_t n = (size_t)b->n, k = (size_t)count, nd = (size_t)b->n_dense;
+    dt_status st = reserve_rows(b, n + k);
+    if (st)
+        return st;
+    if (n == 0)
+        b->sp_row[0] = 0, b->raw_off[0] = 0;
+    if (nd)
+        memcpy(b->dense + n * nd, e->dense + (size_t)first * nd, k * nd * sizeof(float));
+    memcpy(b->labels + n, e->labels + first, k * sizeof(float));
+    for (size_t r = n + 1; r <= n + k; r++)
+        b->sp_row[r] = (int64_t)b->nnz, b->raw_off[r] = b->n_bytes;
+    b->n += count;
+    return DT_OK;
+}
+
 dt_status dt_rowbuf_append_rows(dt_rowbuf *b, const dt_elem *e, int first, int count)
 {
     if (e->n_dense != b->n_dense)
@@ -202,6 +228,9 @@ dt_status dt_rowbuf_append_rows(dt_rowbuf *b, const dt_elem *e, int first, int c
                         e->n_dense, b->n_dense);
     if (b->n == 0)
         b->index = e->index, b->file = e->file, b->pos = e->pos;
+    if (count > 0 && e->sp_row[first + count] == e->sp_row[first] &&
+        e->raw_off[first + count] == e->raw_off[first])
+        return append_plain_rows(b, e, first, count);
     for (int r = first; r < first + count; r++) {
         float *d;
         dt_status st = dt_rowbuf_add_row(b, &d);

@@ -2,11 +2,18 @@
  *
  * tfrecord -> batch(B) -> parse_examples(k) is how Examples are read, and run as three stages it
  * costs an element allocation and two copies per record, with every read and CRC on one thread.
- * This stage fuses them, as tf.data fuses map and batch. k workers take turns claiming the next B
- * records: under the lock a worker reads them straight from the file into its own buffer and
- * frames them (the file is read in order, once); outside it, it checks their data CRCs, three
- * records at a time, and parses them with a layout learned from the records before. The consumer
- * takes the workers' chunks in claim order and deals their rows into batches.
+ * This stage fuses them, as tf.data fuses map and batch, and splits the reading too: k workers
+ * claim the files' byte ranges in turn (buffer_bytes each), map them (dtrain/mapview.h: no copy,
+ * and a file that shrinks meanwhile is an error, not a SIGBUS), and each frames, CRC-checks and
+ * parses the records that start in its range in one pass over the bytes, prefetching ahead.
+ *
+ * A worker finds the first record of a range that does not start a file by the header's length
+ * CRC: the first offset whose 8 bytes have the 4 bytes after them as their masked CRC. That can
+ * be fooled (record data may hold such bytes, and a corrupt header is not found), so the consumer
+ * checks every range against the one before it: the records must go on exactly where the range
+ * before stopped. A range that does not is framed again from there, by the consumer, from the
+ * same mapping; one whose records all lie inside a longer record of the range before is dropped.
+ * The consumer then deals the checked ranges' rows into batches.
  *
  * The elements and errors are the three stages': a batch is B records that passed framing and
  * the data CRC; under skip_bad_records a record whose CRC fails is skipped before batching, a
@@ -14,40 +21,49 @@
  * with no rows is dropped, and a bad frame ends its file. Without it the first bad record ends
  * the iteration with the reader's or the parser's message, after the batches before it. */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "dtrain/crc32c.h"
+#include "dtrain/mapview.h"
 #include "sources_int.h"
 
-#define READ_BYTES ((size_t)128 << 10) /* per read(): what a chunk reads past its records */
-#define FIRST_CAP ((size_t)1 << 20)
-#define SLACK 64 /* readable bytes after a buffer's data, for the layout's 32-byte compares */
+#define DEFAULT_RANGE ((size_t)8 << 20)
+#define PREFETCH_AHEAD 1024 /* bytes ahead of a record that its framing asks the cache for */
+#define NO_START UINT64_MAX
+#define FRAME_BYTES (DT_TFRECORD_HEADER_BYTES + DT_TFRECORD_FOOTER_BYTES)
 
 struct span {
-    uint32_t file;
-    uint64_t at;   /* the record's offset in its file */
-    size_t rec;    /* its header's offset in the chunk's buffer */
-    uint64_t len;  /* data bytes */
+    uint64_t at;  /* the record's offset in its file */
+    uint64_t len; /* data bytes */
 };
 
 struct chunk {
-    uint8_t *buf;
-    size_t cap, len;
+    /* the claim, made under the lock */
+    uint32_t file;
+    uint64_t lo, hi, size;  /* the records that start in [lo, hi) of a file of size bytes */
+    dt_mapview view;        /* from lo to as far as they can reach; kept until the consumer is done */
+    bool claim_failed;      /* opening or mapping failed: st says why, and there are no records */
+    /* what framing, checking and parsing found */
+    uint64_t start, end;    /* framing began at start (NO_START: no header in the range) and
+                               stopped at end: after the last record, or at a bad frame */
     struct span *spans;
     int n_spans, cap_spans;
-    /* results, read by the consumer once ready */
-    int n_valid;        /* records that passed the data CRC (what batch counts) */
-    int *valid_span;    /* (n_valid) their spans */
-    int *rec_of_row;    /* (rows) the valid record each parsed row came from */
-    dt_elem *rows;      /* NULL when no record parsed */
-    dt_status st;       /* an error after the valid records (reading, framing, CRC), msg */
+    int n_valid;            /* records that passed the data CRC (what batch counts) */
+    int *valid_span;        /* (n_valid) their spans */
+    int *rec_of_row;        /* (rows) the valid record each parsed row came from */
+    int64_t crc_skipped;    /* records skipped for their data CRC, under skip_bad_records */
+    dt_rowbuf rows;
+    dt_status st;           /* an error after the valid records, msg */
     char *msg;
-    int parse_err_rec;  /* the first valid record that failed to parse and was not skipped, or
-                           -1: an error only if its batch is not dropped */
+    bool bad_frame;         /* st is a bad frame at end */
+    int parse_err_rec;      /* the first valid record that failed to parse and was not skipped, or
+                               -1: an error only if its batch is not dropped */
     dt_status parse_st;
     char *parse_msg;
     bool ready;
@@ -56,7 +72,6 @@ struct chunk {
 struct worker {
     struct tfb *s;
     pthread_t thread;
-    dt_rowbuf rows;
     dt_example_layout *layout;
 };
 
@@ -67,14 +82,11 @@ struct tfb {
     int64_t batch;
     bool drop;
     int n_workers, depth;
-    size_t max_record;
-    /* reading, under mu */
-    int file, fd, next_file;
-    bool own, eof;
-    uint64_t at;            /* file offset of carry[0] */
-    uint8_t *carry;
-    size_t carry_len, carry_cap;
-    bool input_done;        /* every file read, or an error ends the input */
+    size_t max_record, range;
+    /* claiming, under mu */
+    int file, fd, next_file; /* file: the one being claimed, or -1 */
+    uint64_t at, size;       /* its next range's start, its size */
+    bool input_done;         /* every range claimed, or an error ends the input */
     uint64_t claimed, taken; /* chunks claimed by workers, chunks the consumer is done with */
     bool stop, running;
     pthread_mutex_t mu;
@@ -82,6 +94,10 @@ struct tfb {
     struct chunk *ring;
     struct worker *workers;
     /* the consumer */
+    dt_example_layout *own_layout; /* for ranges it frames again */
+    int64_t cons_file;      /* the file of the last chunk checked, or -1 */
+    uint64_t expect;        /* where that file's next record starts */
+    bool file_ended;        /* a bad frame ended it (skip_bad_records) */
     struct chunk *cur;      /* the chunk being dealt out, NULL between chunks */
     int cur_rec, cur_row;   /* its next valid record and next row */
     dt_rowbuf pending;      /* rows of the batch being built */
@@ -91,227 +107,256 @@ struct tfb {
     dt_status pending_err;
     char *pending_msg;
     uint64_t index;         /* valid records before the batch being built */
-    bool ended;
     dt_status failed;       /* sticky */
     char *failed_msg;
 };
 
-/* ---- reading (under the lock) ---- */
-
-static dt_status grow_buf(struct chunk *ch, size_t need)
-{
-    if (need + SLACK <= ch->cap)
-        return DT_OK;
-    size_t cap = ch->cap ? ch->cap : FIRST_CAP;
-    while (cap < need + SLACK)
-        cap *= 2;
-    uint8_t *b = realloc(ch->buf, cap);
-    if (!b)
-        return dt_error(DT_ERR_NOMEM, "no memory for %zu bytes of records", cap);
-    ch->buf = b, ch->cap = cap;
-    return DT_OK;
-}
-
-static dt_status add_span(struct chunk *ch, uint32_t file, uint64_t at, size_t rec, uint64_t len)
-{
-    if (ch->n_spans == ch->cap_spans) {
-        int cap = ch->cap_spans ? ch->cap_spans * 2 : 256;
-        struct span *sp = realloc(ch->spans, (size_t)cap * sizeof *sp);
-        int *vs = realloc(ch->valid_span, (size_t)cap * sizeof *vs);
-        if (vs)
-            ch->valid_span = vs;
-        int *rr = vs ? realloc(ch->rec_of_row, (size_t)cap * sizeof *rr) : NULL;
-        if (sp)
-            ch->spans = sp;
-        if (rr)
-            ch->rec_of_row = rr;
-        if (!sp || !vs || !rr)
-            return dt_error(DT_ERR_NOMEM, "no memory for a chunk of records");
-        ch->cap_spans = cap;
-    }
-    ch->spans[ch->n_spans++] = (struct span){file, at, rec, len};
-    return DT_OK;
-}
+/* ---- claiming ranges (under the lock) ---- */
 
 static void close_file(struct tfb *s)
 {
-    if (s->file >= 0 && s->own)
+    if (s->file >= 0)
         close(s->fd);
     s->file = -1;
-    s->eof = false;
 }
 
 static dt_status open_next(struct tfb *s)
 {
-    bool stream;
-    dt_status st = dt_src_open_input(s->files->paths[s->next_file], false, &s->fd, &s->own, &stream);
-    if (st)
+    const char *path = s->files->paths[s->next_file];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return dt_error(DT_ERR_IO, "%s: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        dt_status st = dt_error(DT_ERR_IO, "%s: %s", path,
+                                S_ISREG(sb.st_mode) ? strerror(errno) : "no longer a regular file");
+        close(fd);
         return st;
+    }
+    s->fd = fd;
     s->file = s->next_file++;
-    s->at = 0;
-    s->eof = false;
+    s->at = 0, s->size = (uint64_t)sb.st_size;
     return DT_OK;
 }
 
-/* Appends what one read() gives (up to READ_BYTES) to the chunk, or sets eof. */
-static dt_status read_more(struct tfb *s, struct chunk *ch, size_t pos)
+static void reset_results(struct chunk *ch)
 {
-    dt_status st = grow_buf(ch, ch->len + READ_BYTES);
-    if (st)
-        return st;
-    for (;;) {
-        ssize_t k = read(s->fd, ch->buf + ch->len, READ_BYTES);
-        if (k > 0) {
-            ch->len += (size_t)k;
-            return DT_OK;
-        }
-        if (k == 0) {
-            s->eof = true;
-            return DT_OK;
-        }
-        if (errno != EINTR)
-            return dt_error(DT_ERR_IO, "%s: offset %llu: read: %s",
-                            dt_src_name_of(s->files, (uint32_t)s->file),
-                            (unsigned long long)(s->at + (ch->len - pos)), strerror(errno));
-    }
+    ch->start = ch->end = NO_START;
+    ch->n_spans = ch->n_valid = 0;
+    ch->crc_skipped = 0;
+    dt_rowbuf_clear(&ch->rows);
+    ch->st = DT_OK;
+    ch->bad_frame = false;
+    ch->parse_err_rec = -1;
+    ch->parse_st = DT_OK;
+    free(ch->msg);
+    free(ch->parse_msg);
+    ch->msg = ch->parse_msg = NULL;
 }
 
-/* Fills ch with the next batch of framed records: the carried bytes, then reads. An error (or,
- * with skip_bad_records, a bad frame) is kept in the chunk after the records framed before it. */
-static void fill(struct tfb *s, struct chunk *ch)
+/* The error st (its message in dt_last_error) as the chunk's: it ends the input after it. */
+static void claim_failed(struct tfb *s, struct chunk *ch, dt_status st, uint32_t file)
 {
-    ch->len = 0, ch->n_spans = 0, ch->n_valid = 0, ch->st = DT_OK;
-    size_t pos = 0;
-    dt_status st = grow_buf(ch, s->carry_len + READ_BYTES);
-    if (st)
-        goto fail;
-    if (s->carry_len)
-        memcpy(ch->buf, s->carry, s->carry_len);
-    ch->len = s->carry_len;
-    s->carry_len = 0;
-    while (ch->n_spans < s->batch) {
-        if (s->file < 0) {
-            if (s->next_file >= s->files->n) {
-                s->input_done = true;
-                break;
-            }
-            if ((st = open_next(s)))
-                goto fail;
-        }
-        const char *name = dt_src_name_of(s->files, (uint32_t)s->file);
-        if (pos == ch->len && s->eof) { /* the file ended at a record boundary */
-            close_file(s);
-            continue;
-        }
-        uint64_t len;
-        size_t need;
-        st = dt_tfrecord_frame(name, s->at, ch->buf + pos, ch->len - pos, s->eof, s->max_record,
-                               &len, &need);
-        if (st == DT_OK) {
-            if ((st = add_span(ch, (uint32_t)s->file, s->at, pos, len)))
-                goto fail;
-            pos += need;
-            s->at += need;
-        } else if (st == DT_END) {
-            if ((st = read_more(s, ch, pos)))
-                goto fail;
-        } else if (s->o.skip_bad_records && st == DT_ERR_FORMAT) {
-            /* As the record source does: a bad frame ends its file. */
-            dt_src_count_bad(&s->o);
-            ch->len = pos;
-            close_file(s);
-        } else {
-            goto fail;
-        }
-    }
-    /* Bytes read past the last record wait for the next chunk. */
-    s->carry_len = ch->len - pos;
-    if (s->carry_len > s->carry_cap) {
-        uint8_t *c = realloc(s->carry, s->carry_len);
-        if (!c) {
-            st = dt_error(DT_ERR_NOMEM, "no memory for %zu bytes of records", s->carry_len);
-            goto fail;
-        }
-        s->carry = c, s->carry_cap = s->carry_len;
-    }
-    if (s->carry_len)
-        memcpy(s->carry, ch->buf + pos, s->carry_len);
-    ch->len = pos;
-    return;
-fail:
+    ch->claim_failed = true;
+    ch->file = file;
+    ch->lo = ch->hi = ch->size = 0;
     ch->st = st;
     ch->msg = strdup(dt_last_error());
-    ch->len = pos;
-    s->carry_len = 0;
     s->input_done = true;
+    close_file(s);
 }
 
-/* ---- checking and parsing (outside the lock) ---- */
-
-/* Parses a valid record: a row, or a failure the consumer counts (skipped) or raises (not
- * skipped) only once it knows the record's batch is not a dropped remainder, as parsing after
- * batching would. false on an error that ends the chunk (no memory). */
-static bool parse_record(struct worker *w, struct chunk *ch, const struct span *sp, dt_status *st)
+/* The next range into ch: false when every range is claimed. */
+static bool claim_range(struct tfb *s, struct chunk *ch)
 {
-    struct tfb *s = w->s;
-    const uint8_t *data = ch->buf + sp->rec + DT_TFRECORD_HEADER_BYTES;
-    *st = dt_example_parse_learned(s->spec, w->layout, data, (size_t)sp->len, &w->rows);
-    if (*st == DT_OK) {
-        ch->rec_of_row[w->rows.n - 1] = ch->n_valid;
+    reset_results(ch);
+    ch->claim_failed = false;
+    for (;;) {
+        if (s->input_done)
+            return false;
+        if (s->file >= 0 && s->at < s->size)
+            break;
+        close_file(s);
+        if (s->next_file >= s->files->n) {
+            s->input_done = true;
+            return false;
+        }
+        dt_status st = open_next(s);
+        if (st) {
+            claim_failed(s, ch, st, (uint32_t)s->next_file);
+            return true;
+        }
+    }
+    ch->file = (uint32_t)s->file;
+    ch->lo = s->at, ch->size = s->size;
+    ch->hi = s->size - s->at > s->range ? s->at + s->range : s->size;
+    /* A record that starts before hi ends at most a frame and max_record data bytes after it. */
+    uint64_t reach = s->size - ch->hi > FRAME_BYTES + s->max_record
+                         ? ch->hi + FRAME_BYTES + s->max_record : s->size;
+    dt_status st = dt_mapview_open(s->fd, dt_src_name_of(s->files, ch->file), ch->lo,
+                                   (size_t)(reach - ch->lo), &ch->view);
+    if (st) {
+        claim_failed(s, ch, st, ch->file);
         return true;
     }
-    if (*st == DT_ERR_NOMEM)
-        return false;
-    if (!(s->o.skip_bad_records && *st == DT_ERR_FORMAT) && ch->parse_err_rec < 0) {
-        ch->parse_err_rec = ch->n_valid;
-        ch->parse_st = *st;
-        ch->parse_msg = strdup(dt_last_error());
-    }
-    *st = DT_OK;
+    s->at = ch->hi;
     return true;
 }
 
-static void process(struct worker *w, struct chunk *ch)
+/* ---- framing, checking and parsing a range (outside the lock) ---- */
+
+static dt_status add_span(struct chunk *ch, uint64_t at, uint64_t len)
 {
-    struct tfb *s = w->s;
-    dt_status st = DT_OK;
-    dt_rowbuf_clear(&w->rows);
-    ch->parse_err_rec = -1;
-    for (int i = 0; i < ch->n_spans && st == DT_OK; i += 3) {
-        int n = ch->n_spans - i < 3 ? ch->n_spans - i : 3;
-        const uint8_t *data[3];
-        size_t len[3];
-        uint32_t crc[3];
-        for (int j = 0; j < n; j++) {
-            data[j] = ch->buf + ch->spans[i + j].rec + DT_TFRECORD_HEADER_BYTES;
-            len[j] = (size_t)ch->spans[i + j].len;
-        }
-        dt_crc32c_many(n, data, len, crc);
-        for (int j = 0; j < n && st == DT_OK; j++) {
-            const struct span *sp = &ch->spans[i + j];
-            st = dt_tfrecord_check_data(dt_src_name_of(s->files, sp->file), sp->at,
-                                        ch->buf + sp->rec, sp->len, crc[j]);
-            if (st) {
-                if (s->o.skip_bad_records && st == DT_ERR_FORMAT) {
-                    dt_src_count_bad(&s->o);
-                    st = DT_OK;
-                }
+    if (ch->n_spans == ch->cap_spans) {
+        int cap = ch->cap_spans ? ch->cap_spans * 2 : 256;
+        struct span *sp = realloc(ch->spans, (size_t)cap * sizeof *sp);
+        if (sp)
+            ch->spans = sp;
+        int *vs = sp ? realloc(ch->valid_span, (size_t)cap * sizeof *vs) : NULL;
+        if (vs)
+            ch->valid_span = vs;
+        int *rr = vs ? realloc(ch->rec_of_row, (size_t)cap * sizeof *rr) : NULL;
+        if (rr)
+            ch->rec_of_row = rr;
+        if (!rr)
+            return dt_error(DT_ERR_NOMEM, "no memory for a range of records");
+        ch->cap_spans = cap;
+    }
+    ch->spans[ch->n_spans++] = (struct span){at, len};
+    return DT_OK;
+}
+
+static inline const uint8_t *bytes_at(const struct chunk *ch, uint64_t at)
+{
+    return ch->view.data + (at - ch->lo);
+}
+
+/* The first offset in [lo, hi) where a record header may start: 8 bytes followed by their
+ * masked CRC32C, little-endian. NO_START when there is none. */
+static uint64_t find_header(const struct chunk *ch)
+{
+    for (uint64_t at = ch->lo; at < ch->hi && at + DT_TFRECORD_HEADER_BYTES <= ch->size; at++) {
+        const uint8_t *p = bytes_at(ch, at);
+        uint32_t stored = (uint32_t)p[8] | (uint32_t)p[9] << 8 | (uint32_t)p[10] << 16 |
+                          (uint32_t)p[11] << 24;
+        if (dt_crc32c_mask(dt_crc32c(p, 8)) == stored)
+            return at;
+    }
+    return NO_START;
+}
+
+/* Parses a valid record into the chunk's rows, or notes a failure the consumer counts (skipped)
+ * or raises (not skipped) only once it knows the record's batch is not a dropped remainder, as
+ * parsing after batching would. Fails only when out of memory. */
+static dt_status parse_record(struct tfb *s, struct chunk *ch, const uint8_t *data, uint64_t len,
+                              dt_example_layout *layout)
+{
+    dt_status st = dt_example_parse_learned(s->spec, layout, data, (size_t)len, &ch->rows);
+    if (st == DT_OK) {
+        ch->rec_of_row[ch->rows.n - 1] = ch->n_valid;
+        return DT_OK;
+    }
+    if (st == DT_ERR_NOMEM)
+        return st;
+    if (!(s->o.skip_bad_records && st == DT_ERR_FORMAT) && ch->parse_err_rec < 0) {
+        ch->parse_err_rec = ch->n_valid;
+        ch->parse_st = st;
+        ch->parse_msg = strdup(dt_last_error());
+    }
+    return DT_OK;
+}
+
+/* Checks the data CRCs of spans [first, n_spans) (at most 3: their CRCs run side by side) and
+ * parses the records that pass. An error ends the chunk's records. */
+static dt_status check_and_parse(struct tfb *s, struct chunk *ch, int first,
+                                 dt_example_layout *layout)
+{
+    const char *name = dt_src_name_of(s->files, ch->file);
+    int n = ch->n_spans - first;
+    const uint8_t *data[3];
+    size_t len[3];
+    uint32_t crc[3];
+    for (int j = 0; j < n; j++) {
+        data[j] = bytes_at(ch, ch->spans[first + j].at) + DT_TFRECORD_HEADER_BYTES;
+        len[j] = (size_t)ch->spans[first + j].len;
+    }
+    dt_crc32c_many(n, data, len, crc);
+    for (int j = 0; j < n; j++) {
+        const struct span *sp = &ch->spans[first + j];
+        dt_status st = dt_tfrecord_check_data(name, sp->at, data[j] - DT_TFRECORD_HEADER_BYTES,
+                                              sp->len, crc[j]);
+        if (st) {
+            if (s->o.skip_bad_records && st == DT_ERR_FORMAT) {
+                ch->crc_skipped++;
                 continue;
             }
-            if (!parse_record(w, ch, sp, &st))
-                break;
-            ch->valid_span[ch->n_valid++] = i + j;
+            return st;
         }
+        if ((st = parse_record(s, ch, data[j], sp->len, layout)))
+            return st;
+        ch->valid_span[ch->n_valid++] = first + j;
     }
-    if (st) { /* the chunk's records stop here; an error of its framing came later */
-        ch->st = st;
+    return DT_OK;
+}
+
+/* Whether the file is shorter than when its range was claimed. Bytes past its new end read as
+ * zeros in the page it ends in (only pages wholly past it fault), and they show as a bad frame
+ * or CRC: asked after such an error, so that it is reported as what it is. */
+static bool shorter_now(const struct tfb *s, const struct chunk *ch)
+{
+    struct stat sb;
+    return stat(s->files->paths[ch->file], &sb) == 0 && (uint64_t)sb.st_size < ch->size;
+}
+
+/* Frames the records of ch's range from start (a record's offset, or NO_START) on, three at a
+ * time, and checks and parses each three while they are in cache. The records framed before a
+ * bad frame are checked and parsed too, and an error among them comes first. */
+static void process_range(struct tfb *s, struct chunk *ch, uint64_t start,
+                          dt_example_layout *layout)
+{
+    const char *name = dt_src_name_of(s->files, ch->file);
+    uint64_t view_end = ch->lo + ch->view.len;
+    int eof = view_end == ch->size;
+    reset_results(ch);
+    ch->start = start;
+    uint64_t at = start;
+    dt_status st = DT_OK, framing = DT_OK;
+    while (st == DT_OK && framing == DT_OK && at != NO_START && at < ch->hi) {
+        int first = ch->n_spans;
+        while (ch->n_spans - first < 3 && at < ch->hi) {
+            const uint8_t *p = bytes_at(ch, at);
+            uint64_t len;
+            size_t need;
+            framing = dt_tfrecord_frame(name, at, p, (size_t)(view_end - at), eof, s->max_record,
+                                        &len, &need);
+            if (framing == DT_END) /* the view reaches as far as any record can */
+                framing = dt_error(DT_ERR_IO, "%s: offset %llu: record beyond the mapped bytes",
+                                   name, (unsigned long long)at);
+            if (framing) {
+                ch->msg = strdup(dt_last_error());
+                break;
+            }
+            /* The bytes after this record, before the loop reads them. */
+            for (size_t q = PREFETCH_AHEAD; q < need + PREFETCH_AHEAD; q += 64)
+                __builtin_prefetch(p + q);
+            if ((st = add_span(ch, at, len)))
+                break;
+            at += need;
+        }
+        if (st == DT_OK && ch->n_spans > first)
+            st = check_and_parse(s, ch, first, layout);
+    }
+    ch->end = at;
+    if (dt_mapview_shrunk(&ch->view) || ((st || framing) && shorter_now(s, ch)))
+        st = dt_error(DT_ERR_IO, "%s: the file was truncated while offsets %llu to %llu were "
+                      "being read", name, (unsigned long long)ch->lo, (unsigned long long)view_end);
+    if (st) {
         free(ch->msg);
+        ch->st = st;
         ch->msg = strdup(dt_last_error());
-    }
-    ch->rows = NULL;
-    if (w->rows.n > 0 && !(ch->rows = dt_rowbuf_take(&w->rows)) && ch->st == DT_OK) {
-        ch->st = DT_ERR_NOMEM;
-        ch->msg = strdup("no memory for parsed examples");
+    } else if (framing) {
+        ch->st = framing;
+        ch->bad_frame = framing == DT_ERR_FORMAT;
     }
 }
 
@@ -323,18 +368,15 @@ static void *worker_main(void *arg)
     for (;;) {
         while (!s->stop && !s->input_done && s->claimed >= s->taken + (uint64_t)s->depth)
             pthread_cond_wait(&s->cv_space, &s->mu);
-        if (s->stop || s->input_done)
+        if (s->stop)
             break;
-        struct chunk *ch = &s->ring[s->claimed++ % (uint64_t)s->depth];
-        fill(s, ch);
+        struct chunk *ch = &s->ring[s->claimed % (uint64_t)s->depth];
+        if (!claim_range(s, ch))
+            break;
+        s->claimed++;
         pthread_mutex_unlock(&s->mu);
-        /* The records framed before a framing error are checked and parsed too; an error
-         * among them comes first. */
-        dt_status framing = ch->st;
-        ch->st = DT_OK;
-        process(w, ch);
-        if (ch->st == DT_OK)
-            ch->st = framing;
+        if (!ch->claim_failed)
+            process_range(s, ch, ch->lo == 0 ? 0 : find_header(ch), w->layout);
         pthread_mutex_lock(&s->mu);
         ch->ready = true;
         pthread_cond_broadcast(&s->cv_ready);
@@ -390,20 +432,19 @@ static void clear_pending(struct tfb *s)
     s->pending_msg = NULL;
 }
 
-/* Back to the start of the input: workers stopped, nothing read, nothing pending. */
+/* Back to the start of the input: workers stopped, nothing claimed, nothing pending. */
 static void rewind_input(struct tfb *s)
 {
     stop_workers(s);
     for (int i = 0; i < s->depth; i++) {
-        struct chunk *ch = &s->ring[i];
-        dt_elem_free(ch->rows);
-        free(ch->msg);
-        free(ch->parse_msg);
-        ch->rows = NULL, ch->msg = NULL, ch->parse_msg = NULL, ch->ready = false;
+        dt_mapview_close(&s->ring[i].view);
+        reset_results(&s->ring[i]);
+        s->ring[i].ready = false;
     }
     close_file(s);
-    s->next_file = 0, s->carry_len = 0, s->input_done = false;
+    s->next_file = 0, s->input_done = false;
     s->claimed = s->taken = 0;
+    s->cons_file = -1, s->expect = 0, s->file_ended = false;
     s->cur = NULL;
     clear_pending(s);
     s->index = 0;
@@ -412,39 +453,60 @@ static void rewind_input(struct tfb *s)
     s->failed_msg = NULL;
 }
 
-static void release_chunk(struct tfb *s)
+static void release_chunk(struct tfb *s, struct chunk *ch)
 {
-    struct chunk *ch = s->cur;
-    dt_elem_free(ch->rows);
-    free(ch->msg);
-    free(ch->parse_msg);
-    ch->rows = NULL, ch->msg = NULL, ch->parse_msg = NULL;
+    dt_mapview_close(&ch->view);
     pthread_mutex_lock(&s->mu);
     ch->ready = false;
     s->taken++;
     pthread_cond_broadcast(&s->cv_space);
     pthread_mutex_unlock(&s->mu);
-    s->cur = NULL;
+    if (s->cur == ch)
+        s->cur = NULL;
 }
 
-/* The next chunk in claim order into s->cur; false at the end of the input. */
+/* Whether the chunk the consumer takes next goes on from the one before it in its file, as the
+ * file read in order would: framed again from where that one stopped when it does not, and
+ * false when no record of the file starts in its range (a longer record before covers it), or
+ * a bad frame ended the file. */
+static bool admit(struct tfb *s, struct chunk *ch)
+{
+    if ((int64_t)ch->file != s->cons_file) {
+        s->cons_file = ch->file;
+        s->expect = 0, s->file_ended = false;
+    }
+    if (s->file_ended)
+        return false;
+    if (ch->claim_failed)
+        return true;
+    if (s->expect >= ch->hi)
+        return false;
+    if (ch->start != s->expect)
+        process_range(s, ch, s->expect, s->own_layout);
+    s->expect = ch->end;
+    for (int64_t i = 0; i < ch->crc_skipped; i++)
+        dt_src_count_bad(&s->o);
+    return true;
+}
+
+/* The next chunk in claim order, checked, into s->cur; false at the end of the input. */
 static bool next_chunk(struct tfb *s)
 {
-    pthread_mutex_lock(&s->mu);
-    struct chunk *ch = &s->ring[s->taken % (uint64_t)s->depth];
-    while (!ch->ready && !(s->taken == s->claimed && s->input_done))
-        pthread_cond_wait(&s->cv_ready, &s->mu);
-    bool ok = ch->ready;
-    pthread_mutex_unlock(&s->mu);
-    if (ok)
-        s->cur = ch, s->cur_rec = 0, s->cur_row = 0;
-    return ok;
-}
-
-static void stamp(dt_elem *e, const struct chunk *ch, int rec, uint64_t index)
-{
-    const struct span *sp = &ch->spans[ch->valid_span[rec]];
-    e->index = index, e->file = sp->file, e->pos = sp->at;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        struct chunk *ch = &s->ring[s->taken % (uint64_t)s->depth];
+        while (!ch->ready && !(s->taken == s->claimed && s->input_done))
+            pthread_cond_wait(&s->cv_ready, &s->mu);
+        bool ok = ch->ready;
+        pthread_mutex_unlock(&s->mu);
+        if (!ok)
+            return false;
+        if (admit(s, ch)) {
+            s->cur = ch, s->cur_rec = 0, s->cur_row = 0;
+            return true;
+        }
+        release_chunk(s, ch);
+    }
 }
 
 static dt_status fail_iteration(struct tfb *s, dt_status st, const char *msg)
@@ -471,6 +533,47 @@ static dt_status fail_parse(struct tfb *s, uint32_t file, uint64_t pos)
     return fail_iteration(s, s->pending_err, msg);
 }
 
+/* The chunk's rows, seen as an element (nothing copied). */
+static dt_elem rows_of(const struct chunk *ch)
+{
+    const dt_rowbuf *b = &ch->rows;
+    return (dt_elem){.n = b->n, .n_dense = b->n_dense, .nnz = b->nnz, .n_bytes = b->n_bytes,
+                     .dense = b->dense, .labels = b->labels, .sp_row = b->sp_row,
+                     .sp_ids = b->sp_ids, .sp_vals = b->sp_vals, .raw_off = b->raw_off,
+                     .raw = b->raw};
+}
+
+/* Moves up to batch - pending_recs of the current chunk's valid records into the batch. */
+static dt_status deal(struct tfb *s, uint32_t *first_file, uint64_t *first_pos)
+{
+    struct chunk *ch = s->cur;
+    int k = ch->n_valid - s->cur_rec;
+    if (k > s->batch - s->pending_recs)
+        k = (int)(s->batch - s->pending_recs);
+    if (s->pending_recs == 0) {
+        *first_file = ch->file;
+        *first_pos = ch->spans[ch->valid_span[s->cur_rec]].at;
+    }
+    int end = s->cur_rec + k, from = s->cur_row;
+    while (s->cur_row < ch->rows.n && ch->rec_of_row[s->cur_row] < end)
+        s->cur_row++;
+    if (s->cur_row > from) {
+        dt_elem rows = rows_of(ch);
+        dt_status st = dt_rowbuf_append_rows(&s->pending, &rows, from, s->cur_row - from);
+        if (st)
+            return st;
+    }
+    s->pending_skipped += k - (s->cur_row - from);
+    if (s->pending_err_at < 0 && ch->parse_err_rec >= s->cur_rec && ch->parse_err_rec < end) {
+        s->pending_err_at = s->pending_recs + (ch->parse_err_rec - s->cur_rec);
+        s->pending_err = ch->parse_st;
+        s->pending_msg = strdup(ch->parse_msg ? ch->parse_msg : "");
+    }
+    s->cur_rec = end;
+    s->pending_recs += k;
+    return DT_OK;
+}
+
 static dt_status tfb_next(dt_dataset *ds, dt_elem **out)
 {
     struct tfb *s = ds->state;
@@ -487,45 +590,20 @@ static dt_status tfb_next(dt_dataset *ds, dt_elem **out)
                 break;
             struct chunk *ch = s->cur;
             if (s->cur_rec == ch->n_valid) {
-                if (ch->st) {
+                if (ch->st && ch->bad_frame && s->o.skip_bad_records) {
+                    /* As the record source does: a bad frame ends its file. */
+                    dt_src_count_bad(&s->o);
+                    s->file_ended = true;
+                } else if (ch->st) {
                     st = fail_iteration(s, ch->st, ch->msg);
-                    release_chunk(s);
+                    release_chunk(s, ch);
                     return st;
                 }
-                release_chunk(s);
+                release_chunk(s, ch);
                 continue;
             }
-            int k = ch->n_valid - s->cur_rec;
-            if (k > s->batch - s->pending_recs)
-                k = (int)(s->batch - s->pending_recs);
-            if (s->pending_recs == 0 && k == s->batch && s->cur_rec == 0 && ch->rows &&
-                ch->rows->n == k && ch->parse_err_rec < 0) {
-                /* A chunk that is exactly one batch goes out as it is. */
-                *out = ch->rows;
-                ch->rows = NULL;
-                stamp(*out, ch, 0, s->index);
-                s->index += (uint64_t)k;
-                s->cur_rec = s->cur_row = k;
-                return DT_OK;
-            }
-            if (s->pending_recs == 0) {
-                const struct span *sp = &ch->spans[ch->valid_span[s->cur_rec]];
-                first_file = sp->file, first_pos = sp->at;
-            }
-            int end = s->cur_rec + k, from = s->cur_row;
-            while (ch->rows && s->cur_row < ch->rows->n && ch->rec_of_row[s->cur_row] < end)
-                s->cur_row++;
-            if (s->cur_row > from &&
-                (st = dt_rowbuf_append_rows(&s->pending, ch->rows, from, s->cur_row - from)))
+            if ((st = deal(s, &first_file, &first_pos)))
                 return fail_iteration(s, st, dt_last_error());
-            s->pending_skipped += k - (s->cur_row - from);
-            if (s->pending_err_at < 0 && ch->parse_err_rec >= s->cur_rec && ch->parse_err_rec < end) {
-                s->pending_err_at = s->pending_recs + (ch->parse_err_rec - s->cur_rec);
-                s->pending_err = ch->parse_st;
-                s->pending_msg = strdup(ch->parse_msg ? ch->parse_msg : "");
-            }
-            s->cur_rec = end;
-            s->pending_recs += k;
         }
         if (s->pending_recs == 0)
             return DT_END;
@@ -563,22 +641,22 @@ static void tfb_destroy(dt_dataset *ds)
     struct tfb *s = ds->state;
     if (!s)
         return;
-    rewind_input(s);
-    for (int i = 0; i < s->depth; i++) {
-        free(s->ring[i].buf);
-        free(s->ring[i].spans);
-        free(s->ring[i].valid_span);
-        free(s->ring[i].rec_of_row);
+    if (s->ring && s->workers)
+        rewind_input(s);
+    for (int i = 0; s->ring && i < s->depth; i++) {
+        struct chunk *ch = &s->ring[i];
+        free(ch->spans);
+        free(ch->valid_span);
+        free(ch->rec_of_row);
+        dt_rowbuf_free(&ch->rows);
     }
-    for (int i = 0; i < s->n_workers; i++) {
-        dt_rowbuf_free(&s->workers[i].rows);
+    for (int i = 0; s->workers && i < s->n_workers; i++)
         dt_example_layout_free(s->workers[i].layout);
-    }
+    dt_example_layout_free(s->own_layout);
     dt_rowbuf_free(&s->pending);
     free(s->pending_msg);
     free(s->ring);
     free(s->workers);
-    free(s->carry);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv_ready);
     pthread_cond_destroy(&s->cv_space);
@@ -604,7 +682,8 @@ dt_status dt_src_tfrecord_batches(const dt_file_list *files, const dt_source_opt
     s->batch = batch_size, s->drop = drop_remainder;
     s->n_workers = threads, s->depth = threads + 2;
     s->max_record = o->max_record_bytes ? o->max_record_bytes : DT_TFRECORD_DEFAULT_MAX_RECORD_BYTES;
-    s->file = -1;
+    s->range = o->buffer_bytes ? o->buffer_bytes : DEFAULT_RANGE;
+    s->file = -1, s->cons_file = -1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv_ready, NULL);
     pthread_cond_init(&s->cv_space, NULL);
@@ -615,18 +694,17 @@ dt_status dt_src_tfrecord_batches(const dt_file_list *files, const dt_source_opt
     dt_status st = DT_OK;
     if (!s->ring || !s->workers)
         st = dt_error(DT_ERR_NOMEM, "no memory for a tfrecord dataset");
+    for (int i = 0; st == DT_OK && i < s->depth; i++) {
+        dt_rowbuf_init(&s->ring[i].rows, spec->n_dense);
+        s->ring[i].view.guard = -1;
+    }
     for (int i = 0; st == DT_OK && i < threads; i++) {
         s->workers[i].s = s;
-        dt_rowbuf_init(&s->workers[i].rows, spec->n_dense);
         st = dt_example_layout_new(&s->workers[i].layout);
     }
+    if (st == DT_OK)
+        st = dt_example_layout_new(&s->own_layout);
     if (st) {
-        if (!s->ring || !s->workers) {
-            free(s->ring), free(s->workers);
-            dt_rowbuf_free(&s->pending);
-            free(s);
-            return st;
-        }
         struct dt_dataset tmp = {.state = s};
         tfb_destroy(&tmp);
         return st;
