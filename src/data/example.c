@@ -1314,6 +1314,18 @@ static inline uint64_t load_le64(const uint8_t *p)
     return w;
 }
 
+static inline float load_le_float(const uint8_t *p)
+{
+    uint32_t w;
+    memcpy(&w, p, 4);
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+    w = __builtin_bswap32(w);
+#endif
+    float f;
+    memcpy(&f, &w, 4);
+    return f;
+}
+
 /* The 7-bit groups of a varint's bytes (continuation bits cleared), packed into its value. */
 static inline uint64_t squeeze7(uint64_t x)
 {
@@ -1394,7 +1406,9 @@ static int layout_parse(const dt_example_layout *L, const uint8_t *p, const uint
             next = v + t->fixed;
             if (!prefix_equal(p, t->expected[0], t->prefix_mask) || next > end)
                 return FAST_DECLINE;
-            if (t->kind == LK_FLOATS)
+            if (t->kind == LK_FLOATS && t->fixed == 4) /* one float: no call to memcpy */
+                *dst = load_le_float(v);
+            else if (t->kind == LK_FLOATS)
                 memcpy(dst, v, t->fixed);
             else
                 for (uint32_t j = 0; j < t->n_values; j++)
