@@ -191,7 +191,8 @@ static bool claim_range(struct tfb *s, struct chunk *ch)
     ch->lo = s->at, ch->size = s->size;
     ch->hi = s->size - s->at > s->range ? s->at + s->range : s->size;
     /* A record that starts before hi ends at most a frame and max_record data bytes after it. */
-    uint64_t reach = s->size - ch->hi > FRAME_BYTES + s->max_record
+    uint64_t room = s->size - ch->hi;
+    uint64_t reach = room > FRAME_BYTES && room - FRAME_BYTES > s->max_record
                          ? ch->hi + FRAME_BYTES + s->max_record : s->size;
     dt_status st = dt_mapview_open(s->fd, dt_src_name_of(s->files, ch->file), ch->lo,
                                    (size_t)(reach - ch->lo), &ch->view);
