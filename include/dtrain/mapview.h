@@ -19,19 +19,21 @@
  * past a record. */
 #define DT_MAPVIEW_SLACK 64
 
+/* Views open at once, over the whole process. */
+#define DT_MAPVIEW_MAX 1024
+
 typedef struct {
     const uint8_t *data; /* the bytes [off, off + len) of the file: data[i] is byte off + i */
     uint64_t off;
     size_t len;
     void *base;          /* the whole mapping (page-aligned), base_len bytes */
     size_t base_len;
-    int guard;           /* its slot in the SIGBUS guard; -1 when unguarded (no slot free) */
+    int guard;           /* its slot in the SIGBUS guard's table; -1 when closed */
 } dt_mapview;
 
 /* Maps bytes [off, off + len) of the open file fd (name for messages), followed by at least
- * DT_MAPVIEW_SLACK readable bytes. off need not be page-aligned. The fd may be closed afterwards. DT_ERR_IO when mmap fails or
- * all DT_MAPVIEW_MAX views are open at once. */
-#define DT_MAPVIEW_MAX 1024
+ * DT_MAPVIEW_SLACK readable bytes; off need not be page-aligned, and the fd may be closed
+ * afterwards. DT_ERR_IO when mmap fails or DT_MAPVIEW_MAX views are open already. */
 dt_status dt_mapview_open(int fd, const char *name, uint64_t off, size_t len, dt_mapview *v);
 /* A read of the view faulted since it was opened because the file had shrunk: zeros were read
  * in its place, and what was read is not the file's. */

@@ -86,8 +86,9 @@ dt_status dt_mapview_open(int fd, const char *name, uint64_t off, size_t len, dt
                         name);
     uint64_t page_off = off & ~(uint64_t)(page_bytes - 1);
     size_t head = (size_t)(off - page_off);
-    /* The file's pages, then at least one page of zeros for the slack: reserve the whole
-     * stretch anonymously and map the file over its start. */
+    /* The file's pages, then the slack: reserve the whole stretch anonymously (zeros) and map
+     * the file over its start, so a view that ends at a page boundary is still followed by
+     * readable bytes. */
     size_t file_len = head + len;
     size_t total = (file_len + DT_MAPVIEW_SLACK + page_bytes - 1) / page_bytes * page_bytes;
     int slot = claim_slot();
