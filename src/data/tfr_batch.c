@@ -21,7 +21,6 @@
  * with no rows is dropped, and a bad frame ends its file. Without it the first bad record ends
  * the iteration with the reader's or the parser's message, after the batches before it. */
 #include <errno.h>
-#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,14 +122,18 @@ static void close_file(struct tfb *s)
 static dt_status open_next(struct tfb *s)
 {
     const char *path = s->files->paths[s->next_file];
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return dt_error(DT_ERR_IO, "%s: %s", path, strerror(errno));
+    int fd;
+    bool own, stream;
+    dt_status st = dt_src_open_input(path, false, &fd, &own, &stream);
+    if (st)
+        return st;
     struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        dt_status st = dt_error(DT_ERR_IO, "%s: %s", path,
-                                S_ISREG(sb.st_mode) ? strerror(errno) : "no longer a regular file");
-        close(fd);
+    const char *why = fstat(fd, &sb) != 0 ? strerror(errno)
+                      : stream || !S_ISREG(sb.st_mode) ? "no longer a regular file" : NULL;
+    if (why) {
+        st = dt_error(DT_ERR_IO, "%s: %s", path, why);
+        if (own)
+            close(fd);
         return st;
     }
     s->fd = fd;
