@@ -245,7 +245,8 @@ static int overhead(long steps)
 
 int main(int argc, char **argv)
 {
-    mallopt(M_MMAP_THRESHOLD, 16 << 20); /* as the dtrain command sets it */
+    mallopt(M_MMAP_THRESHOLD, 16 << 20); /* as the dtrain command sets them */
+    mallopt(M_TRIM_THRESHOLD, 64 << 20);
     if (argc == 4 && strcmp(argv[1], "gen") == 0)
         return gen(argv[2], atol(argv[3]));
     if ((argc == 4 || (argc == 5 && strcmp(argv[4], "staged") == 0)) &&

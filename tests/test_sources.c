@@ -347,6 +347,9 @@ static char *transcript(const dt_file_list *files, const dt_example_spec *spec, 
                 for (int k = 0; k < e->n_dense; k++)
                     len += (size_t)snprintf(t + len, cap - len, " %g", e->dense[(size_t)r *
                                                                               e->n_dense + k]);
+                for (int64_t k = e->sp_row[r]; k < e->sp_row[r + 1]; k++)
+                    len += (size_t)snprintf(t + len, cap - len, " %lld:%g",
+                                            (long long)e->sp_ids[k], e->sp_vals[k]);
                 len += (size_t)snprintf(t + len, cap - len, "]");
             }
             len += (size_t)snprintf(t + len, cap - len, "\n");
@@ -446,8 +449,11 @@ TEST(sources_fused_tfrecord_batches_equal_the_three_stages)
     snprintf(pattern, sizeof pattern, "%s/fz-*.tfrecord", test_tmpdir());
     dt_file_list files;
     CHECK_OK(dt_file_list_glob(pattern, &files));
-    dt_example_spec spec;
-    CHECK_OK(dt_example_spec_parse("x:1,a:1,b:1", "y", &spec));
+    /* Dense features only (a batch is built in its element), and with a variable-length one
+     * (its entries go to the rows' sparse part, and batches through a row builder). */
+    dt_example_spec dense, sparse;
+    CHECK_OK(dt_example_spec_parse("x:1,a:1,b:1", "y", &dense));
+    CHECK_OK(dt_example_spec_parse("x:1,a:0,b:1", "y", &sparse));
     /* Then broken: a data CRC (record 5 of file 3), a length CRC (file 0's record 200), a
      * truncated file (file 2); and on their own, records that do not parse (every 97th of file
      * 3, and the first record of a batch of 7 or 64). Each is read in ranges of 8 MiB (whole
@@ -472,25 +478,28 @@ TEST(sources_fused_tfrecord_batches_equal_the_three_stages)
         for (int bi = 0; bi < 4; bi++)
             for (int ri = 0; ri < 4; ri++)
                 for (int threads = 1; threads <= 2; threads++)
-                    for (int mode = 0; mode < 4; mode++) {
-                        /* Small ranges cost a mapping each: two threads, and fewer cases. */
-                        if (ri > 0 && (threads == 1 || bi == 0 || bi == 3))
+                    for (int mode = 0; mode < 8; mode++) {
+                        /* Small ranges cost a mapping each: two threads, and fewer cases; the
+                         * sparse spec differs only in how batches are built. */
+                        if (ri > 0 && (threads == 1 || bi == 0 || bi == 3 || mode >= 4))
                             continue;
                         if (ri == 3 && (bi != 1 || mode == 1 || mode == 2))
                             continue;
                         bool drop = mode & 1, skip = mode & 2, fused_a, fused_b;
-                        char *a = transcript(&files, &spec, batches[bi], drop, threads, skip, true,
+                        const dt_example_spec *spec = mode & 4 ? &sparse : &dense;
+                        char *a = transcript(&files, spec, batches[bi], drop, threads, skip, true,
                                              ranges[ri], &fused_a);
-                        char *b = transcript(&files, &spec, batches[bi], drop, threads, skip,
+                        char *b = transcript(&files, spec, batches[bi], drop, threads, skip,
                                              false, ranges[ri], &fused_b);
                         CHECK(fused_a && !fused_b);
                         size_t k = 0;
                         while (a[k] && a[k] == b[k])
                             k++;
                         CHECK_MSG(a[k] == b[k], "variant %d, batch %lld, range %zu, %d threads, "
-                                  "drop %d, skip %d: fused and staged differ at byte %zu:\n  "
-                                  "fused: %.200s\n  staged: %.200s", variant,
-                                  (long long)batches[bi], ranges[ri], threads, drop, skip, k,
+                                  "drop %d, skip %d, sparse %d: fused and staged differ at byte "
+                                  "%zu:\n  fused: %.200s\n  staged: %.200s", variant,
+                                  (long long)batches[bi], ranges[ri], threads, drop, skip,
+                                  mode >= 4, k,
                                   a + (k > 40 ? k - 40 : 0), b + (k > 40 ? k - 40 : 0));
                         free(a);
                         free(b);

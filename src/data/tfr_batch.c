@@ -99,7 +99,10 @@ struct tfb {
     bool file_ended;        /* a bad frame ended it (skip_bad_records) */
     struct chunk *cur;      /* the chunk being dealt out, NULL between chunks */
     int cur_rec, cur_row;   /* its next valid record and next row */
-    dt_rowbuf pending;      /* rows of the batch being built */
+    bool plain;             /* every feature has a fixed length: rows are dense values and a
+                               label only, and a batch is built in its element (no copy) */
+    dt_rowbuf pending;      /* rows of the batch being built (not plain) */
+    dt_elem *building;      /* the batch being built, room for batch rows (plain) */
     int64_t pending_recs;
     int64_t pending_skipped; /* its records that failed to parse, under skip_bad_records */
     int64_t pending_err_at;  /* its record that failed to parse, or -1 */
@@ -429,6 +432,8 @@ static void stop_workers(struct tfb *s)
 static void clear_pending(struct tfb *s)
 {
     dt_rowbuf_clear(&s->pending);
+    dt_elem_free(s->building);
+    s->building = NULL;
     s->pending_recs = s->pending_skipped = 0;
     s->pending_err_at = -1;
     s->pending_err = DT_OK;
@@ -547,6 +552,45 @@ static dt_elem rows_of(const struct chunk *ch)
                      .raw = b->raw};
 }
 
+/* Rows of the batch being built. */
+static int batch_rows(const struct tfb *s)
+{
+    return s->plain ? (s->building ? s->building->n : 0) : s->pending.n;
+}
+
+/* Appends rows [from, from + count) of the chunk to the batch being built: a plain batch is an
+ * element with room for a whole batch, so its rows are copied once, into the element given out. */
+static dt_status add_rows(struct tfb *s, const struct chunk *ch, int from, int count)
+{
+    if (!s->plain) {
+        dt_elem rows = rows_of(ch);
+        return dt_rowbuf_append_rows(&s->pending, &rows, from, count);
+    }
+    if (!s->building) {
+        if (!(s->building = dt_elem_alloc((int)s->batch, ch->rows.n_dense, 0, 0)))
+            return dt_error(DT_ERR_NOMEM, "no memory for a batch of %lld examples",
+                            (long long)s->batch);
+        s->building->n = 0;
+    }
+    dt_elem *e = s->building;
+    size_t nd = (size_t)e->n_dense;
+    memcpy(e->dense + (size_t)e->n * nd, ch->rows.dense + (size_t)from * nd,
+           (size_t)count * nd * sizeof(float));
+    memcpy(e->labels + e->n, ch->rows.labels + from, (size_t)count * sizeof(float));
+    e->n += count;
+    return DT_OK;
+}
+
+/* The batch built, as an element (NULL when out of memory); nothing is pending after it. */
+static dt_elem *take_batch(struct tfb *s)
+{
+    if (!s->plain)
+        return dt_rowbuf_take(&s->pending);
+    dt_elem *e = s->building;
+    s->building = NULL;
+    return e;
+}
+
 /* Moves up to batch - pending_recs of the current chunk's valid records into the batch. */
 static dt_status deal(struct tfb *s, uint32_t *first_file, uint64_t *first_pos)
 {
@@ -562,8 +606,7 @@ static dt_status deal(struct tfb *s, uint32_t *first_file, uint64_t *first_pos)
     while (s->cur_row < ch->rows.n && ch->rec_of_row[s->cur_row] < end)
         s->cur_row++;
     if (s->cur_row > from) {
-        dt_elem rows = rows_of(ch);
-        dt_status st = dt_rowbuf_append_rows(&s->pending, &rows, from, s->cur_row - from);
+        dt_status st = add_rows(s, ch, from, s->cur_row - from);
         if (st)
             return st;
     }
@@ -622,12 +665,12 @@ static dt_status tfb_next(dt_dataset *ds, dt_elem **out)
             return fail_parse(s, first_file, first_pos);
         for (int64_t i = 0; i < s->pending_skipped; i++)
             dt_src_count_bad(&s->o);
-        if (s->pending.n == 0) { /* every record of the batch skipped: nothing to give */
+        if (batch_rows(s) == 0) { /* every record of the batch skipped: nothing to give */
             clear_pending(s);
             continue;
         }
         s->pending_recs = s->pending_skipped = 0;
-        if (!(*out = dt_rowbuf_take(&s->pending)))
+        if (!(*out = take_batch(s)))
             return fail_iteration(s, DT_ERR_NOMEM, "no memory for parsed examples");
         (*out)->index = index, (*out)->file = first_file, (*out)->pos = first_pos;
         return DT_OK;
@@ -658,6 +701,7 @@ static void tfb_destroy(dt_dataset *ds)
         dt_example_layout_free(s->workers[i].layout);
     dt_example_layout_free(s->own_layout);
     dt_rowbuf_free(&s->pending);
+    dt_elem_free(s->building);
     free(s->pending_msg);
     free(s->ring);
     free(s->workers);
@@ -692,6 +736,9 @@ dt_status dt_src_tfrecord_batches(const dt_file_list *files, const dt_source_opt
     pthread_cond_init(&s->cv_ready, NULL);
     pthread_cond_init(&s->cv_space, NULL);
     dt_rowbuf_init(&s->pending, spec->n_dense);
+    s->plain = true;
+    for (int i = 0; i < spec->n_features; i++)
+        s->plain = s->plain && spec->features[i].length > 0;
     s->pending_err_at = -1;
     s->ring = calloc((size_t)s->depth, sizeof *s->ring);
     s->workers = calloc((size_t)threads, sizeof *s->workers);
