@@ -103,6 +103,10 @@ dt_status dt_example_layout_new(dt_example_layout **out);
 void dt_example_layout_free(dt_example_layout *l);
 /* Records the layout itself decoded (the rest went to the other decoders). */
 uint64_t dt_example_layout_hits(const dt_example_layout *l);
+/* Whether the layout decodes with vector instructions (AVX2 and BMI2), where the CPU has them,
+ * or with the portable decoder; the results are the same. On by default. Returns whether the
+ * vector decoder is now in use: tests run both. */
+int dt_example_layout_use_vector(dt_example_layout *l, int on);
 
 /* Bytes that must be readable after a record given to dt_example_parse_learned. */
 #define DT_EXAMPLE_LAYOUT_SLACK 32

@@ -32,6 +32,10 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define LAYOUT_VECTOR 1 /* an AVX2 + BMI2 layout decoder, chosen at run time */
+#endif
 
 #define LABEL_IDX DT_EXAMPLE_MAX_FEATURES
 
@@ -1272,6 +1276,10 @@ enum { LK_FLOATS, LK_BYTES, LK_INT64 };
 
 struct layout_entry {
     _Alignas(32) uint8_t expected[11][LAYOUT_PREFIX]; /* by varint length (int64); [0]: fixed */
+    /* For the vector decoder: the bits of the 32 bytes that expected fixes, by the same index.
+     * Past the prefix they are an int64's continuation bits, expected[v] holding them as the
+     * varint's v bytes must have them (up to 8 bytes; longer ones are checked on their own). */
+    _Alignas(32) uint8_t fixed_bits[11][LAYOUT_PREFIX];
     uint32_t prefix_mask;               /* bit i: byte i is compared */
     uint8_t prefix, kind, len_pos;
     uint32_t fixed;                     /* value bytes of fixed kinds; 0 for int64 */
@@ -1282,6 +1290,8 @@ struct layout_entry {
 struct dt_example_layout {
     const dt_example_spec *spec; /* learned for this spec */
     int n_entries, valid;
+    int vector;                   /* decode with layout_parse_vector (the CPU has it) */
+    int vector_fits;              /* every int64 entry's value lies within its 32 compared bytes */
     uint32_t since_learn;         /* records since the last attempt to learn */
     uint64_t hits;                /* records the layout decoded */
     int n_defaults;
@@ -1297,6 +1307,7 @@ dt_status dt_example_layout_new(dt_example_layout **out)
         return dt_error(DT_ERR_NOMEM, "no memory for a record layout");
     memset(p, 0, sizeof(dt_example_layout));
     *out = p;
+    dt_example_layout_use_vector(*out, 1);
     return DT_OK;
 }
 
@@ -1373,6 +1384,35 @@ static inline int long_varint(const uint8_t *p, unsigned v, uint64_t *u)
     return p[8] >= 0x80 && p[9] <= 1;
 }
 
+/* The values of a float or bytes entry, at v, into dst. */
+static inline void store_fixed(const struct layout_entry *t, const uint8_t *v, float *dst)
+{
+    if (t->kind == LK_FLOATS && t->fixed == 4) /* one float: no call to memcpy */
+        *dst = load_le_float(v);
+    else if (t->kind == LK_FLOATS)
+        memcpy(dst, v, t->fixed);
+    else
+        for (uint32_t j = 0; j < t->n_values; j++)
+            dst[j] = (float)v[j];
+}
+
+/* After the last entry at p: the record must end there; features the layout lacks take their
+ * defaults. */
+static inline int finish_layout(const dt_example_layout *L, const uint8_t *p, const uint8_t *end,
+                                float *dense)
+{
+    if (p != end)
+        return FAST_DECLINE;
+    const dt_example_spec *spec = L->spec;
+    for (int i = 0; i < L->n_defaults; i++) {
+        const dt_feature_spec *f = &spec->features[L->defaults[i]];
+        float *slots = dense + spec->dense_off[L->defaults[i]];
+        for (int j = 0; j < f->length; j++)
+            slots[j] = f->default_value;
+    }
+    return FAST_OK;
+}
+
 /* One record by the layout: FAST_OK with the row filled, or FAST_DECLINE. p..end is the record;
  * LAYOUT_SLACK readable bytes follow end. */
 static int layout_parse(const dt_example_layout *L, const uint8_t *p, const uint8_t *end,
@@ -1406,26 +1446,101 @@ static int layout_parse(const dt_example_layout *L, const uint8_t *p, const uint
             next = v + t->fixed;
             if (!prefix_equal(p, t->expected[0], t->prefix_mask) || next > end)
                 return FAST_DECLINE;
-            if (t->kind == LK_FLOATS && t->fixed == 4) /* one float: no call to memcpy */
-                *dst = load_le_float(v);
-            else if (t->kind == LK_FLOATS)
-                memcpy(dst, v, t->fixed);
-            else
-                for (uint32_t j = 0; j < t->n_values; j++)
-                    dst[j] = (float)v[j];
+            store_fixed(t, v, dst);
         }
         p = next;
     }
-    if (p != end)
+    return finish_layout(L, p, end, dense);
+}
+
+#if LAYOUT_VECTOR
+/* The 7-bit groups of a varint of v = 0..8 bytes, for pext. */
+static const uint64_t varint_groups[9] = {
+    0, 0x7full, 0x7f7full, 0x7f7f7full, 0x7f7f7f7full, 0x7f7f7f7f7full, 0x7f7f7f7f7f7full,
+    0x7f7f7f7f7f7f7full, 0x7f7f7f7f7f7f7f7full};
+
+/* Whether the 32 bytes a have the bits of expected[v] that fixed_bits[v] selects. */
+__attribute__((target("avx2"))) static inline int entry_matches(__m256i a,
+                                                                const struct layout_entry *t,
+                                                                unsigned v)
+{
+    __m256i m = _mm256_load_si256((const __m256i *)t->fixed_bits[v]);
+    __m256i x = _mm256_load_si256((const __m256i *)t->expected[v]);
+    return _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_and_si256(a, m), x)) == -1;
+}
+
+/* layout_parse with one masked 32-byte compare per entry, which checks an int64's varint
+ * continuation bits with its prefix, and pext to gather the varint's 7-bit groups. Needs
+ * vector_fits: an int64 entry's prefix and up to 8 varint bytes lie within its 32 bytes. */
+__attribute__((target("avx2,bmi2"))) static int layout_parse_vector(const dt_example_layout *L,
+                                                                    const uint8_t *p,
+                                                                    const uint8_t *end,
+                                                                    float *dense, float *label)
+{
+    size_t len;
+    if (p >= end || *p++ != 0x0a || !fast_len(&p, end, &len) || len != (size_t)(end - p))
         return FAST_DECLINE;
-    const dt_example_spec *spec = L->spec;
-    for (int i = 0; i < L->n_defaults; i++) {
-        const dt_feature_spec *f = &spec->features[L->defaults[i]];
-        float *slots = dense + spec->dense_off[L->defaults[i]];
-        for (int j = 0; j < f->length; j++)
-            slots[j] = f->default_value;
+    for (int i = 0; i < L->n_entries; i++) {
+        const struct layout_entry *t = &L->e[i];
+        float *dst = t->slot >= 0 ? dense + t->slot : label;
+        const uint8_t *v = p + t->prefix, *next;
+        __m256i a = _mm256_loadu_si256((const __m256i *)p);
+        if (t->kind == LK_INT64) {
+            unsigned row = p[t->len_pos];
+            next = v + row;
+            if (row > 10 || next > end || !entry_matches(a, t, row))
+                return FAST_DECLINE;
+            uint64_t u;
+            if (row <= 8)
+                u = _pext_u64(load_le64(v), varint_groups[row]);
+            else if (!long_varint(v, row, &u))
+                return FAST_DECLINE;
+            *dst = (float)(int64_t)u;
+        } else {
+            next = v + t->fixed;
+            if (next > end || !entry_matches(a, t, 0))
+                return FAST_DECLINE;
+            store_fixed(t, v, dst);
+        }
+        p = next;
     }
-    return FAST_OK;
+    return finish_layout(L, p, end, dense);
+}
+
+/* pext is microcoded, tens of cycles, on AMD's families 15h and 17h. */
+static int vector_supported(void)
+{
+    static int known = -1;
+    if (known < 0) {
+        __builtin_cpu_init();
+        known = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi2") &&
+                !__builtin_cpu_is("amdfam15h") && !__builtin_cpu_is("amdfam17h");
+    }
+    return known;
+}
+#else
+static int vector_supported(void) { return 0; }
+#endif
+
+int dt_example_layout_use_vector(dt_example_layout *l, int on)
+{
+    l->vector = on && vector_supported();
+    return l->vector;
+}
+
+/* The vector decoder's view of an entry: the prefix's bytes are fixed, and so are the top bits
+ * of an int64's varint of 1..8 bytes (set but in its last byte) where they fit in 32 bytes. */
+static void set_fixed_bits(struct layout_entry *t)
+{
+    for (unsigned v = 0; v <= 10; v++) {
+        memset(t->fixed_bits[v], 0xff, t->prefix);
+        if (t->kind != LK_INT64 || v < 1 || v > 8 || t->prefix + v > LAYOUT_PREFIX)
+            continue;
+        for (unsigned j = 0; j < v; j++) {
+            t->fixed_bits[v][t->prefix + j] = 0x80;
+            t->expected[v][t->prefix + j] = j + 1 < v ? 0x80 : 0x00;
+        }
+    }
 }
 
 /* One map entry of a record the fast path accepted, as a layout entry; 0 when the layout cannot
@@ -1485,6 +1600,7 @@ static int learn_entry(const dt_example_spec *spec, const uint8_t *e0, const uin
     } else {
         return 0;
     }
+    set_fixed_bits(t);
     *idx_out = idx;
     *pp = e;
     return 1;
@@ -1497,6 +1613,7 @@ static void learn_layout(const dt_example_spec *spec, dt_example_layout *L, cons
     L->valid = 0;
     L->n_entries = L->n_defaults = 0;
     L->since_learn = 0;
+    L->vector_fits = 1;
     L->spec = spec;
     if (p >= end || *p++ != 0x0a || !fast_len(&p, end, &len) || len != (size_t)(end - p))
         return;
@@ -1506,7 +1623,9 @@ static void learn_layout(const dt_example_spec *spec, dt_example_layout *L, cons
         if (L->n_entries > DT_EXAMPLE_MAX_FEATURES ||
             !learn_entry(spec, p, &p, end, &L->e[L->n_entries], &idx))
             return;
-        L->n_entries++;
+        const struct layout_entry *t = &L->e[L->n_entries++];
+        if (t->kind == LK_INT64 && t->prefix + 8 > LAYOUT_PREFIX)
+            L->vector_fits = 0;
         if (idx != LABEL_IDX)
             seen |= (uint64_t)1 << idx;
     }
@@ -1535,7 +1654,14 @@ dt_status dt_example_parse_learned(const dt_example_spec *spec, dt_example_layou
     if (st)
         return st;
     const uint8_t *end = data + n_bytes;
-    if (L->valid && layout_parse(L, data, end, dense, &label) == FAST_OK) {
+#if LAYOUT_VECTOR
+    int by_layout = L->valid && (L->vector && L->vector_fits
+                                     ? layout_parse_vector(L, data, end, dense, &label)
+                                     : layout_parse(L, data, end, dense, &label)) == FAST_OK;
+#else
+    int by_layout = L->valid && layout_parse(L, data, end, dense, &label) == FAST_OK;
+#endif
+    if (by_layout) {
         L->hits++;
         dt_rowbuf_set_label(out, label);
         return DT_OK;
