@@ -61,6 +61,8 @@ void dt_rowbuf_clear(dt_rowbuf *b);
 
 /* Appends a row; *dense_out (may be NULL) receives its n_dense zeroed floats. */
 dt_status dt_rowbuf_add_row(dt_rowbuf *b, float **dense_out);
+/* dt_rowbuf_add_row for a caller that writes every dense value itself: they are left unset. */
+dt_status dt_rowbuf_add_row_unset(dt_rowbuf *b, float **dense_out);
 static inline void dt_rowbuf_set_label(dt_rowbuf *b, float label) { b->labels[b->n - 1] = label; }
 /* Appends a sparse entry to the last row. */
 dt_status dt_rowbuf_add_sparse(dt_rowbuf *b, int64_t id, float value);

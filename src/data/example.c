@@ -1649,8 +1649,10 @@ dt_status dt_example_parse_learned(const dt_example_spec *spec, dt_example_layou
         L->valid = 0;
         L->since_learn = RELEARN_EVERY - 1;
     }
+    /* The layout writes every dense value (the features it lacks take their defaults); the
+     * other decoders are given the zeroed row they expect. */
     float *dense, label = 0.0f;
-    dt_status st = dt_rowbuf_add_row(out, &dense);
+    dt_status st = dt_rowbuf_add_row_unset(out, &dense);
     if (st)
         return st;
     const uint8_t *end = data + n_bytes;
@@ -1666,6 +1668,8 @@ dt_status dt_example_parse_learned(const dt_example_spec *spec, dt_example_layou
         dt_rowbuf_set_label(out, label);
         return DT_OK;
     }
+    if (dense)
+        memset(dense, 0, (size_t)spec->n_dense * sizeof *dense);
     if (parse_fast(spec, data, end, dense, &label) == FAST_OK) {
         dt_rowbuf_set_label(out, label);
         if (++L->since_learn >= RELEARN_EVERY)

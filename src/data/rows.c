@@ -124,6 +124,17 @@ static dt_status reserve_rows(dt_rowbuf *b, size_t need)
 
 dt_status dt_rowbuf_add_row(dt_rowbuf *b, float **dense_out)
 {
+    float *d;
+    dt_status st = dt_rowbuf_add_row_unset(b, &d);
+    if (st == DT_OK && d)
+        memset(d, 0, (size_t)b->n_dense * sizeof *d);
+    if (dense_out)
+        *dense_out = d;
+    return st;
+}
+
+dt_status dt_rowbuf_add_row_unset(dt_rowbuf *b, float **dense_out)
+{
     dt_status st = reserve_rows(b, (size_t)b->n + 1);
     if (st)
         return st;
@@ -132,8 +143,6 @@ dt_status dt_rowbuf_add_row(dt_rowbuf *b, float **dense_out)
         b->raw_off[0] = 0;
     }
     float *d = b->dense ? b->dense + (size_t)b->n * b->n_dense : NULL;
-    if (d)
-        memset(d, 0, (size_t)b->n_dense * sizeof *d);
     b->labels[b->n] = 0.0f;
     b->n++;
     b->sp_row[b->n] = (int64_t)b->nnz;
