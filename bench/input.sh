@@ -22,8 +22,14 @@ done
 mb=$(($(stat -c %s "$dir/ctr.tfrecord") / 1000000))
 printf 'cat %s > /dev/null: %d MB in %.3f s: %.0f MB/s (best of 3)\n' "$dir/ctr.tfrecord" "$mb" "$best" \
     "$(echo "$mb / $best" | bc -l)"
+cat_mbs=$(echo "$mb / $best" | bc -l)
 "$bin" read "$dir/ctr.tfrecord" 2 staged
-"$bin" read "$dir/ctr.tfrecord" 1
-"$bin" read "$dir/ctr.tfrecord" 2
+for threads in 1 2; do
+    line=$("$bin" read "$dir/ctr.tfrecord" $threads)
+    echo "$line"
+    mbs=$(echo "$line" | sed -n 's/.* \([0-9][0-9]*\) MB\/s.*/\1/p')
+    printf '  %d thread%s: %.0f%% of cat (goal >= 50%% on 2 threads)\n' "$threads" \
+        "$([ "$threads" = 1 ] || echo s)" "$(echo "100 * $mbs / $cat_mbs" | bc -l)"
+done
 "$bin" libsvm "$dir/ctr.svm"
 "$bin" overhead 937
