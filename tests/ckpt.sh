@@ -209,6 +209,26 @@ else
         --max-steps 5 --test-data none --progress none --restore-checkpoint "$tmp/np/ckpt-30.safetensors"
     expect_error restore_refuses_a_corrupt_file 1 "checksum mismatch" train --model mnist_cnn \
         --optimizer adam --max-steps 5 --test-data none --progress none --restore-checkpoint "$tmp/bad.safetensors"
+    # Rank 0 reads the checkpoint for everyone: when it cannot, the other replicas and workers
+    # stop at once with its reason, not after the collective timeout (60 s here).
+    run timeout 30 "$dtrain" train --model mnist_cnn --optimizer adam --max-steps 5 --test-data none \
+        --progress none --strategy mirrored --replicas 2 --batch-size 64 --timeout 60 \
+        --restore-checkpoint "$tmp/bad.safetensors"
+    if [ "$status" -eq 1 ] && grep -q "bad.safetensors: checksum mismatch" "$tmp/err" &&
+        ! grep -q "has not entered" "$tmp/err"; then
+        ok restore_failure_on_rank_0_stops_the_replicas "(${ms} ms)"
+    else
+        fail restore_failure_on_rank_0_stops_the_replicas "exit $status: $(head -c 400 "$tmp/err")"
+    fi
+    run timeout 30 "$dtrain" launch -n 2 -- "$dtrain" train --model mnist_cnn --optimizer adam \
+        --max-steps 5 --test-data none --progress none --batch-size 64 --timeout 60 \
+        --restore-checkpoint "$tmp/bad.safetensors"
+    if [ "$status" -eq 1 ] &&
+        grep -q "^\[worker:1\] dtrain: error: worker 0 could not restore a checkpoint: .*bad.safetensors: checksum mismatch" "$tmp/out" "$tmp/err"; then
+        ok restore_failure_on_worker_0_stops_the_workers "(${ms} ms)"
+    else
+        fail restore_failure_on_worker_0_stops_the_workers "exit $status: $(cat "$tmp/out" "$tmp/err" | head -c 600)"
+    fi
     run "$dtrain" train --model mnist_cnn --optimizer adam --max-steps 40 --threads 2 --progress none \
         --test-data none --restore-checkpoint "$tmp/np/ckpt-30.safetensors" --metrics-out "$tmp/r40.json"
     "$dtrain" train --model mnist_cnn --max-steps 40 --threads 2 --optimizer adam --progress none \

@@ -215,8 +215,11 @@ dt_status dt_fit_ckpt_eval_summary(dt_fit_ckpt *k, int64_t step, double loss, do
 
 /* ---- Restoring ---- */
 
-/* What rank 0 tells the others after reading a checkpoint. */
+/* What rank 0 tells the others after reading a checkpoint: also when it failed, so that they
+ * stop at once with its reason instead of waiting for variables that never come. */
 typedef struct {
+    int64_t failed;        /* rank 0's status, DT_OK when it read the checkpoint or found none */
+    char error[768];       /* its message */
     int64_t found;
     dt_fit_position pos;
     int64_t optimizer_iterations;
@@ -361,12 +364,22 @@ dt_status dt_fit_ckpt_restore(dt_fit_ckpt *k, const dt_fit_config *cfg, dt_model
         return DT_OK;
     restore_msg msg;
     memset(&msg, 0, sizeof msg);
-    dt_status st;
-    if (k->writer && (st = read_latest(cfg, m, o, &msg)))
+    dt_status st = k->writer ? read_latest(cfg, m, o, &msg) : DT_OK;
+    if (st && !distributed(cfg))
         return st;
+    if (st) {
+        msg.failed = st;
+        snprintf(msg.error, sizeof msg.error, "%s", dt_last_error());
+    }
     if (distributed(cfg)) {
-        if ((st = dt_comm_broadcast(cfg->comm, &msg, sizeof msg, 0)))
+        dt_status sent = dt_comm_broadcast(cfg->comm, &msg, sizeof msg, 0);
+        if (st)
+            return dt_error((dt_status)msg.failed, "%s", msg.error);
+        if ((st = sent))
             return dt_error_prefix(st, "sharing the restored position");
+        if (msg.failed)
+            return dt_error((dt_status)msg.failed, "worker 0 could not restore a checkpoint: %s",
+                            msg.error);
         /* central_storage's replicas share rank 0's variables, and only it has slots. */
         if (msg.found && !cfg->central_storage) {
             dt_arena *p = dt_model_params(m);
