@@ -204,6 +204,21 @@ else
         fail checkpoints_every_n_seconds "exit $status, $n saves, $kept kept: $(head -3 "$tmp/out")"
     fi
 
+    # --- temporary files of saves a killed run left are removed; a live process's are kept ---
+    mkdir -p "$tmp/stale"
+    dead=$(sh -c 'echo $$')
+    touch "$tmp/stale/ckpt-7.safetensors.tmp.$dead" "$tmp/stale/checkpoint.tmp.$dead" \
+        "$tmp/stale/ckpt-8.safetensors.tmp.$$" "$tmp/stale/notes.tmp.$dead"
+    run "$dtrain" train --model mlp --max-steps 3 --test-data none --progress none --model-dir "$tmp/stale"
+    if [ "$status" -eq 0 ] && [ ! -e "$tmp/stale/ckpt-7.safetensors.tmp.$dead" ] &&
+        [ ! -e "$tmp/stale/checkpoint.tmp.$dead" ] && [ -e "$tmp/stale/ckpt-8.safetensors.tmp.$$" ] &&
+        [ -e "$tmp/stale/notes.tmp.$dead" ] && [ -e "$tmp/stale/ckpt-3.safetensors" ] &&
+        grep -q "removed .*ckpt-7.safetensors.tmp.$dead, left by a run that stopped while saving" "$tmp/out"; then
+        ok stale_temporary_files_are_removed
+    else
+        fail stale_temporary_files_are_removed "exit $status: $(ls "$tmp/stale" | tr '\n' ' ') $(head -c 300 "$tmp/err")"
+    fi
+
     # --- a named checkpoint to start from: checked against the model, and resumed ---
     expect_error restore_refuses_another_model 1 "written for another model" train --model mlp \
         --max-steps 5 --test-data none --progress none --restore-checkpoint "$tmp/np/ckpt-30.safetensors"

@@ -11,6 +11,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1069,6 +1070,31 @@ static void manager_take(dt_ckpt_manager *m, struct ckpt_list *l)
     *l = (struct ckpt_list){0};
 }
 
+/* A save writes "<name>.tmp.<pid>" and renames it; a run killed in between leaves the file.
+ * Those of processes that no longer exist on this host are removed when the directory's writer
+ * opens it. (Only one writer may use a directory: a writer on another host sharing it could
+ * have a pid that is free here.) */
+static void remove_stale_temps(const dt_ckpt_manager *m)
+{
+    DIR *d = opendir(m->dir);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        const char *t = strstr(e->d_name, ".tmp.");
+        if (!t || (strncmp(e->d_name, "ckpt-", 5) != 0 && strncmp(e->d_name, "checkpoint", 10) != 0))
+            continue;
+        char *end;
+        long pid = strtol(t + 5, &end, 10);
+        if (*end || pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        char path[PATH_CAP + 256];
+        snprintf(path, sizeof path, "%s/%s", m->dir, e->d_name);
+        if (unlink(path) == 0 && m->log)
+            fprintf(m->log, "dtrain: removed %s, left by a run that stopped while saving\n", path);
+    }
+    if (d)
+        closedir(d);
+}
+
 dt_status dt_ckpt_manager_open(dt_ckpt_manager *m, const char *dir, int max_to_keep,
                                double keep_checkpoint_every_n_hours, FILE *log)
 {
@@ -1093,6 +1119,7 @@ dt_status dt_ckpt_manager_open(dt_ckpt_manager *m, const char *dir, int max_to_k
     if (st || (st = load_list(m, wall_now(), &l)))
         return st;
     manager_take(m, &l);
+    remove_stale_temps(m);
     return DT_OK;
 }
 
