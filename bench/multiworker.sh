@@ -2,7 +2,8 @@
 # Multi-worker training speed, in one run: the tutorial CNN on Fashion-MNIST with Adam 1e-3,
 # per-worker batch 64, 1 thread per process, STEPS steps:
 #   - dtrain, one process (batch 64);
-#   - dtrain multi_worker_mirrored, 2 processes under dtrain launch (global batch 128, tcp);
+#   - dtrain multi_worker_mirrored, 2 processes under dtrain launch (global batch 128, tcp, the
+#     all-reduce in shared memory as the two share this host);
 #   - PyTorch DistributedDataParallel over Gloo, 2 processes (shared/peers/torch_cnn.py).
 # Each runs REPEAT times, interleaved; the median is reported, with the two ratios the goals are
 # stated in (2 workers against DDP, and against twice one process) and the share of the 2-worker
@@ -59,7 +60,7 @@ one=$(median "$work/one"); two=$(median "$work/two"); ddp=$(median "$work/ddp");
 pair=$(median "$work/pair")
 echo "tutorial CNN, Adam, per-worker batch 64, 1 thread per process, $steps steps, median of $repeat"
 printf '  dtrain, 1 process:                  %8.0f samples/s\n' "$one"
-printf '  dtrain, 2 workers (tcp):            %8.0f samples/s   (%.1f%% of the step time in collectives)\n' "$two" "$(echo "$share * 100" | bc -l)"
+printf '  dtrain, 2 workers (tcp, shm):       %8.0f samples/s   (%.1f%% of the step time in collectives)\n' "$two" "$(echo "$share * 100" | bc -l)"
 printf '  PyTorch DDP over Gloo, 2 processes: %8.0f samples/s\n' "$ddp"
 printf '  2 independent processes at once:    %8.0f samples/s   (%.1f%% of twice one process: the ceiling)\n' \
     "$pair" "$(echo "$pair / (2 * $one) * 100" | bc -l)"

@@ -121,7 +121,7 @@ static dt_status run(dt_comm *c, const bench_cfg *b, long *total_wrong)
         return dt_error(DT_ERR_NOMEM, "no memory for %zu bytes", b->hi);
     if (c->rank == 0) {
         printf("dtrain bench allreduce: %d ranks (%s), float32, op %s, wire %s\n", c->size,
-               c->ops->name, dt_reduce_op_name(b->op), dt_wire_dtype_name(b->wire));
+               cli_comm_describe(c), dt_reduce_op_name(b->op), dt_wire_dtype_name(b->wire));
         printf("%12s %12s %12s %12s %12s %8s\n", "size(B)", "count", "time(us)", "algbw(GB/s)",
                "busbw(GB/s)", b->check ? "check" : "");
         fflush(stdout); /* the header says every rank is connected: scripts wait for it */

@@ -33,6 +33,7 @@ dt_status cli_comm_open(const cli_comm_flags *f, dt_cluster *cl, dt_comm **out)
     o.stall_warn = f->timeout / 2;
     if (f->segment_bytes)
         o.segment_bytes = f->segment_bytes;
+    o.shm = f->shm;
     o.transport.secret = secret;
     o.transport.secret_len = secret_len;
     o.transport.insecure = f->insecure;
@@ -42,4 +43,9 @@ dt_status cli_comm_open(const cli_comm_flags *f, dt_cluster *cl, dt_comm **out)
     if (st)
         dt_cluster_free(cl);
     return st;
+}
+
+const char *cli_comm_describe(const dt_comm *c)
+{
+    return dt_comm_tcp_uses_shm(c) ? "tcp, all-reduce in shared memory" : c->ops->name;
 }

@@ -15,10 +15,11 @@ typedef struct {
     double connect_timeout;  /* seconds */
     double timeout;          /* seconds per collective */
     size_t segment_bytes;    /* tcp ring segment; 0: the default */
+    bool shm;                /* tcp: all-reduce through shared memory when all tasks share a host */
     const char *task;        /* "worker:1" overrides TF_CONFIG's task; NULL: TF_CONFIG's */
 } cli_comm_flags;
 
-/* The flag table rows for cli_comm_flags (6 rows), to append to a command's own table. */
+/* The flag table rows for cli_comm_flags (7 rows), to append to a command's own table. */
 #define CLI_COMM_FLAGS(f)                                                                          \
     {"comm", FLAG_STRING, "tcp", "communicator: tcp (TF_CONFIG names the cluster) or mpi "       \
      "(mpirun or srun names it)", &(f).comm, false},                                              \
@@ -30,10 +31,14 @@ typedef struct {
      &(f).connect_timeout, false},                                                                \
     {"timeout", FLAG_FLOAT, "60", "seconds a collective may wait for a peer before it fails",    \
      &(f).timeout, false},                                                                        \
+    {"shm", FLAG_BOOL, "true", "tcp: when every task runs on this host, all-reduce through "     \
+     "shared memory (--shm=false: always over TCP)", &(f).shm, false},                            \
     {"task", FLAG_STRING, NULL, "TYPE:INDEX: this process's task in TF_CONFIG's cluster, "        \
      "overriding TF_CONFIG's task", &(f).task, false}
 
 /* Opens the communicator; cl receives the cluster (free it after the communicator). */
 dt_status cli_comm_open(const cli_comm_flags *f, dt_cluster *cl, dt_comm **out);
+/* The communicator's name for messages: "tcp", "tcp, all-reduce in shared memory", "mpi". */
+const char *cli_comm_describe(const dt_comm *c);
 
 #endif

@@ -939,7 +939,7 @@ int cmd_train(int argc, char **argv)
         dt_model_summary(model, stdout);
     if (o.n_workers > 1 && chief)
         printf("%s: %d %s (%s), %d examples per %s per step\n", o.strategy, o.n_workers,
-               on_threads ? "replicas" : "workers", on_threads ? "local" : comm->ops->name,
+               on_threads ? "replicas" : "workers", on_threads ? "local" : cli_comm_describe(comm),
                o.batch_size / o.n_workers, on_threads ? "replica" : "worker");
 
     dt_fit_result res;

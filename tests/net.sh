@@ -101,14 +101,18 @@ else
 fi
 
 # ---- coll_check (every collective, signed zeros, infinities, NaN, bitwise agreement) ----
-for n in 2 3 4 5; do
-    "$dtrain" launch -n "$n" -- "$(dirname "$dtrain")/tests/coll_check" --comm tcp \
+# All-reduce and barrier go through shared memory (the processes share this host), and once more
+# over TCP alone.
+for run in 2:1 3:1 4:1 5:1 3:0 5:0; do
+    n=${run%:*} shm=${run#*:}
+    name="coll_check_tcp_$n""_processes$([ "$shm" = 0 ] && echo _without_shm)"
+    "$dtrain" launch -n "$n" -- "$(dirname "$dtrain")/tests/coll_check" --comm tcp --shm "$shm" \
         --counts 0,1,2,7,13,97,100003 > "$tmp/cc.out" 2> "$tmp/cc.err"
     status=$?
     if [ "$status" -ne 0 ] || ! grep -q "tcp: rank 0: [0-9]* checks, 0 failed" "$tmp/cc.out"; then
-        fail "coll_check_tcp_$n""_processes" "exit $status: $(grep -v '^\[worker:0\] ok' "$tmp/cc.out" | head -c 600) $(head -c 300 "$tmp/cc.err")"
+        fail "$name" "exit $status: $(grep -v '^\[worker:0\] ok' "$tmp/cc.out" | head -c 600) $(head -c 300 "$tmp/cc.err")"
     else
-        ok "coll_check_tcp_$n""_processes"
+        ok "$name"
     fi
 done
 
@@ -118,10 +122,12 @@ for k in 2 3 4; do
     batch=$((k == 3 ? 63 : 64))
     "$dtrain" "${train_args[@]}" --batch-size "$batch" --metrics-out "$tmp/single$k.json" \
         > /dev/null 2>&1
-    # 2 and 4 workers sum their gradients in buckets during backward, 3 after it.
+    # 2 and 4 workers sum their gradients in buckets during backward, 3 after it; 2 and 4
+    # through shared memory, 3 over TCP alone.
     bucket=$((k == 3 ? 0 : 1))
+    shm=$([ "$k" = 3 ] && echo false || echo true)
     "$dtrain" launch -n "$k" -- dtrain "${train_args[@]}" --batch-size "$batch" \
-        --bucket-mb "0.$bucket" --metrics-out "$tmp/multi$k.json" > "$tmp/multi.out" 2>&1
+        --bucket-mb "0.$bucket" --shm="$shm" --metrics-out "$tmp/multi$k.json" > "$tmp/multi.out" 2>&1
     status=$?
     verdict=$(python3 - "$tmp/single$k.json" "$tmp/multi$k.json" "$k" <<'PY' 2>&1
 import json, sys
@@ -211,8 +217,9 @@ kill_failures=""
 for rep in $(seq 1 20); do
     base=$(free_base 3)
     for i in 0 1 2; do
+        # odd repetitions over TCP alone, even ones through shared memory
         start_rank 3 "$base" "$i" bench allreduce --sizes 16M --iters 1000000 --timeout 10 \
-            --connect-timeout 20
+            --connect-timeout 20 --shm="$([ $((rep % 2)) = 1 ] && echo false || echo true)"
     done
     victim=$((rep % 3))
     # Running once rank 0 has printed its header (every rank is connected), then a moment more.

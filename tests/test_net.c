@@ -126,6 +126,7 @@ struct rank_ctx {
     const char *secret;
     double timeout, connect_timeout;
     size_t segment_bytes, small_bytes;
+    bool tcp_only;  /* no shared memory, though the ranks share a host */
     FILE *log;
     scenario_fn run;
     void *arg;
@@ -164,9 +165,14 @@ static void *rank_main(void *arg)
         o.segment_bytes = r->segment_bytes;
     if (r->small_bytes)
         o.small_bytes = r->small_bytes;
+    o.shm = !r->tcp_only;
     r->st = dt_cluster_parse(json, &cl);
     if (r->st == DT_OK) {
         r->st = dt_comm_tcp(&cl, &o, &c);
+        if (r->st == DT_OK && dt_comm_tcp_uses_shm(c) == r->tcp_only)
+            r->st = dt_error(DT_ERR_INVALID, "shared memory is %s, though it was %s",
+                             r->tcp_only ? "in use" : "not in use",
+                             r->tcp_only ? "turned off" : "asked for on one host");
         if (r->st == DT_OK)
             r->st = r->run(r, c);
     }
@@ -274,6 +280,23 @@ static dt_status all_collectives(rank_ctx *r, dt_comm *c)
         if (!st)
             st = dt_comm_barrier(c);
     }
+    /* More than one round of the shared segment (1 Mi floats per rank), and a last round of
+     * 5: sums of integers, exact in float32. */
+    size_t big_n = ((size_t)2 << 20) + 5;
+    float *big = st ? NULL : malloc(big_n * sizeof *big);
+    if (big) {
+        for (size_t i = 0; i < big_n; i++)
+            big[i] = (float)((i * 7 + (size_t)c->rank * 13) % 1000);
+        if ((st = dt_comm_allreduce(c, big, big_n, DT_REDUCE_SUM, DT_WIRE_F32)) == DT_OK) {
+            for (size_t i = 0; i < big_n; i++) {
+                float e = 0.0f;
+                for (int q = 0; q < n; q++)
+                    e += (float)((i * 7 + (size_t)q * 13) % 1000);
+                r->mismatches += big[i] != e;
+            }
+        }
+        free(big);
+    }
     free(buf);
     free(all);
     return st;
@@ -281,8 +304,10 @@ static dt_status all_collectives(rank_ctx *r, dt_comm *c)
 
 TEST(net_tcp_collectives_with_2_to_5_ranks)
 {
-    for (int n = 2; n <= MAX_RANKS; n++) {
+    for (int k = 0; k < 2 * (MAX_RANKS - 1); k++) {
+        int n = 2 + k / 2;
         rank_ctx proto = {0}, ctx[MAX_RANKS];
+        proto.tcp_only = k % 2; /* all-reduce and barrier through shared memory, or not */
         proto.run = all_collectives;
         proto.secret = "a test secret of some length";
         proto.log = tmpfile();
@@ -292,11 +317,12 @@ TEST(net_tcp_collectives_with_2_to_5_ranks)
         proto.small_bytes = 256;
         run_cluster(n, &proto, ctx);
         for (int i = 0; i < n; i++) {
-            CHECK_MSG(ctx[i].st == DT_OK, "%d ranks, rank %d: %s", n, i, ctx[i].msg);
-            CHECK_MSG(ctx[i].mismatches == 0, "%d ranks, rank %d: %ld wrong values", n, i,
-                      ctx[i].mismatches);
-            CHECK_MSG(ctx[i].digest == ctx[0].digest, "%d ranks: rank %d's results differ "
-                      "bitwise from rank 0's", n, i);
+            CHECK_MSG(ctx[i].st == DT_OK, "%d ranks, tcp only %d, rank %d: %s", n,
+                      proto.tcp_only, i, ctx[i].msg);
+            CHECK_MSG(ctx[i].mismatches == 0, "%d ranks, tcp only %d, rank %d: %ld wrong values",
+                      n, proto.tcp_only, i, ctx[i].mismatches);
+            CHECK_MSG(ctx[i].digest == ctx[0].digest, "%d ranks, tcp only %d: rank %d's results "
+                      "differ bitwise from rank 0's", n, proto.tcp_only, i);
         }
         fclose(proto.log);
     }
@@ -502,15 +528,19 @@ static dt_status silent_rank_1(rank_ctx *r, dt_comm *c)
 
 TEST(net_timeout_names_the_silent_peer)
 {
-    rank_ctx proto = {0}, ctx[2];
-    proto.timeout = 0.5;
-    proto.log = tmpfile();
-    proto.run = silent_rank_1;
-    run_cluster(2, &proto, ctx);
-    CHECK_MSG(ctx[0].st == DT_ERR_TIMEOUT, "%s", ctx[0].msg);
-    CHECK_MSG(strstr(ctx[0].msg, "all-reduce #1: timed out after") &&
-              strstr(ctx[0].msg, "waiting for worker:1 (127.0.0.1:"), "%s", ctx[0].msg);
-    fclose(proto.log);
+    for (int tcp_only = 0; tcp_only < 2; tcp_only++) {
+        rank_ctx proto = {0}, ctx[2];
+        proto.timeout = 0.5;
+        proto.tcp_only = tcp_only;
+        proto.log = tmpfile();
+        proto.run = silent_rank_1;
+        run_cluster(2, &proto, ctx);
+        CHECK_MSG(ctx[0].st == DT_ERR_TIMEOUT, "tcp only %d: %s", tcp_only, ctx[0].msg);
+        CHECK_MSG(strstr(ctx[0].msg, "all-reduce #1: timed out after") &&
+                  strstr(ctx[0].msg, "waiting for worker:1 (127.0.0.1:"), "tcp only %d: %s",
+                  tcp_only, ctx[0].msg);
+        fclose(proto.log);
+    }
 }
 
 static dt_status rank_2_leaves(rank_ctx *r, dt_comm *c)
@@ -533,19 +563,23 @@ static dt_status rank_2_leaves(rank_ctx *r, dt_comm *c)
 
 TEST(net_a_departed_peer_is_named_by_every_rank)
 {
-    rank_ctx proto = {0}, ctx[3];
-    proto.timeout = 30.0;
-    proto.log = tmpfile();
-    proto.run = rank_2_leaves;
-    run_cluster(3, &proto, ctx);
-    CHECK_MSG(ctx[2].st == DT_OK, "%s", ctx[2].msg);
-    for (int i = 0; i < 2; i++) {
-        CHECK_MSG(ctx[i].st == DT_ERR_PEER && strstr(ctx[i].msg, "worker:2 (127.0.0.1:"),
-                  "rank %d: %s", i, ctx[i].msg);
-        CHECK_MSG(ctx[i].seconds < 10.0, "rank %d took %.1f s", i, ctx[i].seconds);
-        CHECK(ctx[i].mismatches == 0);
+    for (int tcp_only = 0; tcp_only < 2; tcp_only++) {
+        rank_ctx proto = {0}, ctx[3];
+        proto.timeout = 30.0;
+        proto.tcp_only = tcp_only;
+        proto.log = tmpfile();
+        proto.run = rank_2_leaves;
+        run_cluster(3, &proto, ctx);
+        CHECK_MSG(ctx[2].st == DT_OK, "%s", ctx[2].msg);
+        for (int i = 0; i < 2; i++) {
+            CHECK_MSG(ctx[i].st == DT_ERR_PEER && strstr(ctx[i].msg, "worker:2 (127.0.0.1:"),
+                      "tcp only %d, rank %d: %s", tcp_only, i, ctx[i].msg);
+            CHECK_MSG(ctx[i].seconds < 10.0, "tcp only %d, rank %d took %.1f s", tcp_only, i,
+                      ctx[i].seconds);
+            CHECK(ctx[i].mismatches == 0);
+        }
+        fclose(proto.log);
     }
-    fclose(proto.log);
 }
 
 TEST(net_non_loopback_cluster_needs_a_secret)

@@ -27,12 +27,23 @@ typedef struct {
     double stall_warn;    /* seconds before a waiting rank logs whom it waits for (default 30) */
     size_t segment_bytes; /* ring segment (default 256 KiB) */
     size_t small_bytes;   /* all-reduce up to this many wire bytes uses recursive doubling (64 KiB) */
+    bool shm;             /* when every rank is on this host, all-reduce (float32 on the wire) and
+                             barrier go through shared memory (default true; see below) */
 } dt_tcp_options;
 
 void dt_tcp_options_default(dt_tcp_options *o);
 
+/* Shared memory: when all ranks run on one host, all-reduce with the float32 wire and barrier
+ * skip TCP: the ranks share a memory segment, set up over the authenticated connections, which
+ * still carry every other collective and tell a rank that a peer died while it waits (see
+ * src/coll/shm.h). Each rank copies its data in and reduces its own block in rank order, so
+ * results are the same bits on every rank, as with TCP (though not the same bits as TCP's ring,
+ * which sums in another order). */
+
 /* Connects this training task to every other (dt_transport_open) and returns its communicator:
  * rank and size are the cluster's training rank and n_workers. cl must outlive it. */
 dt_status dt_comm_tcp(const dt_cluster *cl, const dt_tcp_options *o, dt_comm **out);
+/* Whether c, a tcp communicator, all-reduces through shared memory. */
+bool dt_comm_tcp_uses_shm(const dt_comm *c);
 
 #endif

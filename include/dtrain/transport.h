@@ -72,6 +72,10 @@ typedef struct {
 dt_status dt_transport_exchange(dt_transport *t, dt_xfer *x, int to, const void *sbuf,
                                 size_t sn, int from, void *rbuf, size_t rn);
 
+/* For a collective that waits on a peer by other means (shared memory): fails, naming the peer,
+ * when it has closed its connection or sent an ABORT frame (whose message is then the error's);
+ * any other frame is left where it is. DT_OK while the peer may still come. */
+dt_status dt_transport_check_peer(dt_transport *t, dt_xfer *x, int peer);
 /* After a failure: tells every peer it can reach at a frame boundary, in an ABORT frame holding
  * message, within a short time, so the ranks that wait on this one learn why it stopped. */
 void dt_transport_abort(dt_transport *t, const char *message);

@@ -6,11 +6,13 @@
 #include <string.h>
 
 #include "dtrain/clock.h"
+#include "shm.h"
 
 enum { OP_ALLREDUCE = 1, OP_REDUCE_SCATTER, OP_ALLGATHER, OP_BROADCAST, OP_BARRIER };
 
 typedef struct {
     dt_transport *t;
+    dt_shm_group *shm; /* all ranks on this host: all-reduce and barrier through shared memory */
     dt_tcp_options o;
     uint32_t seq;
     dt_status broken; /* the first failure; every later call returns it */
@@ -30,6 +32,7 @@ void dt_tcp_options_default(dt_tcp_options *o)
     o->stall_warn = 30.0;
     o->segment_bytes = 256 << 10;
     o->small_bytes = 64 << 10;
+    o->shm = true;
 }
 
 static tcp_state *state_of(dt_comm *c) { return c->impl; }
@@ -267,6 +270,11 @@ static dt_status tcp_allreduce(dt_comm *c, float *data, size_t n, dt_reduce_op o
     if (st || c->size == 1)
         return st;
     tcp_state *s = state_of(c);
+    if (s->shm && w == DT_WIRE_F32) {
+        if ((st = dt_shm_allreduce(s->shm, &x, data, n, op)))
+            return fail(c, st);
+        return DT_OK; /* MEAN divided already */
+    }
     if (n * wire_bytes(w) <= s->o.small_bytes) {
         st = rd_allreduce(c, &x, data, n, op, w);
     } else {
@@ -367,7 +375,9 @@ static dt_status tcp_barrier(dt_comm *c)
     if (st || c->size == 1)
         return st;
     float one = 1.0f;
-    if ((st = rd_allreduce(c, &x, &one, 1, DT_REDUCE_SUM, DT_WIRE_F32)))
+    tcp_state *s = state_of(c);
+    if ((st = s->shm ? dt_shm_allreduce(s->shm, &x, &one, 1, DT_REDUCE_SUM)
+                     : rd_allreduce(c, &x, &one, 1, DT_REDUCE_SUM, DT_WIRE_F32)))
         return fail(c, st);
     return DT_OK;
 }
@@ -376,6 +386,7 @@ static void tcp_destroy(dt_comm *c)
 {
     tcp_state *s = state_of(c);
     if (s) {
+        dt_shm_group_close(s->shm);
         dt_transport_close(s->t);
         free(s->tmp);
         free(s->wire_in);
@@ -387,6 +398,11 @@ static void tcp_destroy(dt_comm *c)
 
 static const dt_comm_ops tcp_ops = {"tcp", tcp_allreduce, tcp_reduce_scatter, tcp_allgather,
                                     tcp_broadcast, tcp_barrier, tcp_destroy};
+
+bool dt_comm_tcp_uses_shm(const dt_comm *c)
+{
+    return c && c->ops == &tcp_ops && state_of((dt_comm *)c)->shm != NULL;
+}
 
 dt_status dt_comm_tcp(const dt_cluster *cl, const dt_tcp_options *o, dt_comm **out)
 {
@@ -404,6 +420,10 @@ dt_status dt_comm_tcp(const dt_cluster *cl, const dt_tcp_options *o, dt_comm **o
     s->o = *o;
     if ((st = dt_transport_open(cl, &o->transport, &s->t)))
         goto fail;
+    if (o->shm && (st = dt_shm_group_open(s->t, o->timeout, &s->shm))) {
+        dt_transport_close(s->t);
+        goto fail;
+    }
     c->ops = &tcp_ops;
     c->rank = s->t->rank;
     c->size = s->t->size;

@@ -571,6 +571,28 @@ dt_status dt_transport_exchange(dt_transport *t, dt_xfer *x, int to, const void 
     return DT_OK;
 }
 
+dt_status dt_transport_check_peer(dt_transport *t, dt_xfer *x, int peer)
+{
+    uint8_t raw[DT_FRAME_HDR_BYTES];
+    int fd = t->peers[peer].fd;
+    ssize_t k = recv(fd, raw, sizeof raw, MSG_PEEK | MSG_DONTWAIT);
+    if (k == 0)
+        return io_error(t, x, peer, 0, false);
+    if (k < 0)
+        return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR
+                   ? DT_OK : io_error(t, x, peer, errno, false);
+    dt_frame_hdr h;
+    if ((size_t)k < sizeof raw || dt_frame_decode(raw, t->max_frame_bytes, &h) != DT_OK ||
+        h.type != DT_FRAME_ABORT)
+        return DT_OK; /* a frame of a later collective, or one not yet whole: not for this wait */
+    if (recv(fd, raw, sizeof raw, MSG_DONTWAIT) != (ssize_t)sizeof raw)
+        return io_error(t, x, peer, errno, false);
+    char why[ABORT_MSG_CAP];
+    read_abort_reason(fd, h.n_bytes, why, sizeof why, t->peers[peer].name);
+    return dt_error(DT_ERR_PEER, "%s #%u: %s stopped: %s", x->name, x->seq, t->peers[peer].name,
+                    why);
+}
+
 void dt_transport_abort(dt_transport *t, const char *message)
 {
     if (!t)

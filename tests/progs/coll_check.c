@@ -475,6 +475,7 @@ int main(int argc, char **argv)
     const char *comm = NULL;
     int n_ranks = 4;
     double timeout = 60;
+    int shm = 1;
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc)
             return usage();
@@ -490,6 +491,8 @@ int main(int argc, char **argv)
             timeout = strtod(val, &end);
             if (*end || !(timeout > 0))
                 return usage();
+        } else if (strcmp(flag, "--shm") == 0) {
+            shm = strcmp(val, "0") != 0;
         } else if (strcmp(flag, "--counts") == 0) {
             n_counts = 0;
             for (const char *s = val; *s && n_counts < MAX_COUNTS;) {
@@ -518,6 +521,7 @@ int main(int argc, char **argv)
         dt_tcp_options o;
         dt_tcp_options_default(&o);
         o.timeout = timeout;
+        o.shm = shm;
         uint8_t *secret = NULL;
         if (dt_cluster_from_env(&cl) != DT_OK ||
             dt_transport_load_secret(NULL, &secret, &o.transport.secret_len) != DT_OK) {
@@ -529,6 +533,12 @@ int main(int argc, char **argv)
         free(secret);
         if (st != DT_OK) {
             printf("FAIL creating the tcp communicator: %s\n", dt_last_error());
+            return 1;
+        }
+        /* The processes of a test share this host: shared memory is used exactly when asked. */
+        if (dt_comm_tcp_uses_shm(c) != shm) {
+            printf("FAIL shared memory is %sin use with --shm %d\n",
+                   dt_comm_tcp_uses_shm(c) ? "" : "not ", shm);
             return 1;
         }
     } else {

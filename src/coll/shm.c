@@ -1,0 +1,354 @@
+/* All-reduce through shared memory for ranks on one host (see shm.h). */
+#include "shm.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dtrain/clock.h"
+
+#define SHM_MAGIC 0x314d485354445f31ull /* "1_DTSHM1" little-endian */
+#define SHM_VERSION 1u
+#define CHUNK_ELEMS ((size_t)1 << 20) /* floats per rank per round: 4 MiB */
+#define SPIN_SECONDS 30e-6            /* spin this long before sleeping: a peer is often close */
+#define NAP_NS 2000000L               /* a sleep between checks of the peers and the deadline */
+#define OP_SETUP 100                  /* the setup's frames, apart from the collectives' ops */
+#define PAGE 4096
+
+enum { ARRIVED, REDUCED };
+
+/* One rank's counters, each on its own cache line: the last round whose data it copied in
+ * (ARRIVED) and whose block it reduced (REDUCED). */
+struct ctl {
+    _Alignas(64) _Atomic uint64_t at[2];
+    uint8_t pad[64 - 2 * sizeof(uint64_t)];
+};
+
+struct hdr {
+    uint64_t magic;
+    uint32_t version, size;
+    uint8_t nonce[16];
+    _Alignas(64) _Atomic uint32_t wake; /* the futex: bumped when a counter moves and someone sleeps */
+    _Atomic uint32_t sleepers;
+};
+
+struct dt_shm_group {
+    dt_transport *t;
+    int rank, size;
+    uint8_t *base;
+    size_t len;
+    struct hdr *h;
+    struct ctl *ctl; /* size of them */
+    float *in;       /* size x CHUNK_ELEMS: each rank's copy of the round's data */
+    float *res;      /* CHUNK_ELEMS: the reduced round, each block written by its owner */
+    uint64_t round;
+};
+
+/* What rank 0 offers every rank, and the answers. */
+struct offer {
+    char name[64];  /* "" when rank 0 could not create a segment */
+    uint8_t nonce[16];
+    char boot_id[40];
+    uint32_t size;
+    uint32_t zero;
+};
+
+static size_t ctl_offset(void) { return PAGE; }
+static size_t data_offset(int size)
+{
+    return (ctl_offset() + (size_t)size * sizeof(struct ctl) + PAGE - 1) / PAGE * PAGE;
+}
+static size_t segment_bytes(int size)
+{
+    return data_offset(size) + ((size_t)size + 1) * CHUNK_ELEMS * sizeof(float);
+}
+
+static void map_parts(dt_shm_group *g)
+{
+    g->h = (struct hdr *)g->base;
+    g->ctl = (struct ctl *)(g->base + ctl_offset());
+    g->in = (float *)(g->base + data_offset(g->size));
+    g->res = g->in + (size_t)g->size * CHUNK_ELEMS;
+}
+
+/* This boot of this machine: two ranks with the same one share /dev/shm. "" if unknown. */
+static void read_boot_id(char out[40])
+{
+    memset(out, 0, 40);
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (!f)
+        return;
+    if (!fgets(out, 40, f))
+        out[0] = '\0';
+    fclose(f);
+    out[strcspn(out, "\n")] = '\0';
+}
+
+static int futex(_Atomic uint32_t *word, int op, uint32_t val, const struct timespec *timeout)
+{
+    return (int)syscall(SYS_futex, (uint32_t *)word, op, val, timeout, NULL, 0);
+}
+
+/* ---- setup ---- */
+
+/* Rank 0's segment: created under a fresh random name, sized, its header written. */
+static int create_segment(dt_shm_group *g, struct offer *o)
+{
+    uint8_t rnd[16];
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd ||
+        getrandom(o->nonce, sizeof o->nonce, 0) != (ssize_t)sizeof o->nonce)
+        return 0;
+    int k = snprintf(o->name, sizeof o->name, "/dtrain-%d-", (int)getpid());
+    for (int i = 0; i < 16; i++)
+        k += snprintf(o->name + k, sizeof o->name - (size_t)k, "%02x", rnd[i]);
+    int fd = shm_open(o->name, O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0) {
+        o->name[0] = '\0';
+        return 0;
+    }
+    /* Every page allocated now: a /dev/shm too small for it (a container's 64 MiB, say) is
+     * found here, and the ranks keep to TCP, instead of a SIGBUS at the first touch past it. */
+    g->len = segment_bytes(g->size);
+    void *p = posix_fallocate(fd, 0, (off_t)g->len) == 0
+                  ? mmap(NULL, g->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+    close(fd);
+    if (p == MAP_FAILED) {
+        shm_unlink(o->name);
+        o->name[0] = '\0';
+        return 0;
+    }
+    g->base = p;
+    map_parts(g);
+    g->h->magic = SHM_MAGIC;
+    g->h->version = SHM_VERSION;
+    g->h->size = (uint32_t)g->size;
+    memcpy(g->h->nonce, o->nonce, sizeof o->nonce);
+    return 1;
+}
+
+/* Another rank's side: the segment opened and checked against the offer. */
+static int join_segment(dt_shm_group *g, const struct offer *o, const char *boot_id)
+{
+    if (!o->name[0] || !boot_id[0] || strncmp(o->boot_id, boot_id, sizeof o->boot_id) != 0 ||
+        o->size != (uint32_t)g->size || memchr(o->name, '\0', sizeof o->name) == NULL)
+        return 0;
+    int fd = shm_open(o->name, O_RDWR, 0);
+    if (fd < 0)
+        return 0;
+    struct stat sb;
+    g->len = segment_bytes(g->size);
+    void *p = fstat(fd, &sb) == 0 && (size_t)sb.st_size == g->len
+                  ? mmap(NULL, g->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+    close(fd);
+    if (p == MAP_FAILED)
+        return 0;
+    g->base = p;
+    map_parts(g);
+    if (g->h->magic != SHM_MAGIC || g->h->version != SHM_VERSION ||
+        g->h->size != (uint32_t)g->size || memcmp(g->h->nonce, o->nonce, sizeof o->nonce) != 0) {
+        munmap(g->base, g->len);
+        g->base = NULL;
+        return 0;
+    }
+    return 1;
+}
+
+/* Rank 0: offers the segment to every rank, gathers the answers, tells everyone the outcome. */
+static dt_status lead_setup(dt_shm_group *g, dt_xfer *x, int *use)
+{
+    struct offer o;
+    memset(&o, 0, sizeof o);
+    read_boot_id(o.boot_id);
+    o.size = (uint32_t)g->size;
+    int ok = o.boot_id[0] && create_segment(g, &o);
+    dt_status st = DT_OK;
+    for (int r = 1; r < g->size && st == DT_OK; r++)
+        st = dt_transport_exchange(g->t, x, r, &o, sizeof o, -1, NULL, 0);
+    for (int r = 1; r < g->size && st == DT_OK; r++) {
+        uint64_t answer = 0;
+        st = dt_transport_exchange(g->t, x, -1, NULL, 0, r, &answer, sizeof answer);
+        ok = ok && answer == 1;
+    }
+    uint64_t verdict = st == DT_OK && ok;
+    for (int r = 1; r < g->size && st == DT_OK; r++)
+        st = dt_transport_exchange(g->t, x, r, &verdict, sizeof verdict, -1, NULL, 0);
+    if (o.name[0])
+        shm_unlink(o.name); /* mapped by all who use it: the name is of no more use */
+    *use = st == DT_OK && verdict == 1;
+    return st;
+}
+
+static dt_status follow_setup(dt_shm_group *g, dt_xfer *x, int *use)
+{
+    struct offer o;
+    char boot_id[40];
+    read_boot_id(boot_id);
+    dt_status st = dt_transport_exchange(g->t, x, -1, NULL, 0, 0, &o, sizeof o);
+    if (st)
+        return st;
+    uint64_t answer = (uint64_t)join_segment(g, &o, boot_id), verdict = 0;
+    if ((st = dt_transport_exchange(g->t, x, 0, &answer, sizeof answer, -1, NULL, 0)) ||
+        (st = dt_transport_exchange(g->t, x, -1, NULL, 0, 0, &verdict, sizeof verdict)))
+        return st;
+    *use = verdict == 1;
+    return DT_OK;
+}
+
+dt_status dt_shm_group_open(dt_transport *t, double timeout, dt_shm_group **out)
+{
+    *out = NULL;
+    if (t->size < 2)
+        return DT_OK;
+    dt_shm_group *g = calloc(1, sizeof *g);
+    if (!g)
+        return dt_error(DT_ERR_NOMEM, "no memory for a shared-memory group");
+    g->t = t, g->rank = t->rank, g->size = t->size;
+    dt_xfer x = {.name = "shared-memory setup", .op = OP_SETUP, .start = dt_clock_now()};
+    x.deadline = x.start + timeout;
+    int use = 0;
+    dt_status st = g->rank == 0 ? lead_setup(g, &x, &use) : follow_setup(g, &x, &use);
+    if (st || !use) {
+        dt_shm_group_close(g);
+        return st;
+    }
+    *out = g;
+    return DT_OK;
+}
+
+void dt_shm_group_close(dt_shm_group *g)
+{
+    if (!g)
+        return;
+    if (g->base)
+        munmap(g->base, g->len);
+    free(g);
+}
+
+/* ---- meeting at the counters ---- */
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    for (int i = 0; i < 32; i++)
+        __builtin_ia32_pause();
+#endif
+}
+
+static _Atomic uint64_t *counter(dt_shm_group *g, int r, int which) { return &g->ctl[r].at[which]; }
+
+/* The first rank whose counter has not reached round, or -1. */
+static int first_behind(dt_shm_group *g, int which, uint64_t round)
+{
+    for (int r = 0; r < g->size; r++)
+        if (atomic_load_explicit(counter(g, r, which), memory_order_acquire) < round)
+            return r;
+    return -1;
+}
+
+static void publish(dt_shm_group *g, int which, uint64_t round)
+{
+    /* Sequentially consistent, as the sleepers' count is: either a waiter sees this round, or
+     * this rank sees the waiter and wakes it. */
+    atomic_store(counter(g, g->rank, which), round);
+    if (atomic_load(&g->h->sleepers) > 0) {
+        atomic_fetch_add(&g->h->wake, 1);
+        futex(&g->h->wake, FUTEX_WAKE, INT_MAX, NULL);
+    }
+}
+
+/* Checks the ranks still behind: a closed connection or an ABORT frame, the deadline, and a
+ * stall warning once. */
+static dt_status check_waiting(dt_shm_group *g, dt_xfer *x, int which, uint64_t round)
+{
+    for (int r = 0; r < g->size; r++) {
+        if (r == g->rank || atomic_load(counter(g, r, which)) >= round)
+            continue;
+        dt_status st = dt_transport_check_peer(g->t, x, r);
+        if (st)
+            return st;
+    }
+    double now = dt_clock_now();
+    int r = first_behind(g, which, round);
+    if (r < 0)
+        return DT_OK;
+    if (now >= x->deadline)
+        return dt_error(DT_ERR_TIMEOUT, "%s #%u: timed out after %.0f s waiting for %s", x->name,
+                        x->seq, now - x->start, g->t->peers[r].name);
+    if (x->stall_warn > 0 && !x->stall_logged && now - x->start >= x->stall_warn) {
+        x->stall_logged = true;
+        fprintf(g->t->log, "dtrain: warning: %s #%u has waited %.0f s for %s\n", x->name, x->seq,
+                now - x->start, g->t->peers[r].name);
+        fflush(g->t->log);
+    }
+    return DT_OK;
+}
+
+/* Waits until every rank's counter reaches round: spinning a little, then sleeping on the futex
+ * in naps, checking the peers and the deadline between them. */
+static dt_status wait_for(dt_shm_group *g, dt_xfer *x, int which, uint64_t round)
+{
+    double spin_end = dt_clock_now() + SPIN_SECONDS;
+    while (first_behind(g, which, round) >= 0) {
+        if (dt_clock_now() < spin_end) {
+            cpu_relax();
+            continue;
+        }
+        dt_status st = check_waiting(g, x, which, round);
+        if (st)
+            return st;
+        uint32_t w = atomic_load(&g->h->wake);
+        atomic_fetch_add(&g->h->sleepers, 1);
+        if (first_behind(g, which, round) >= 0) {
+            struct timespec nap = {0, NAP_NS};
+            futex(&g->h->wake, FUTEX_WAIT, w, &nap);
+        }
+        atomic_fetch_sub(&g->h->sleepers, 1);
+    }
+    return DT_OK;
+}
+
+/* ---- all-reduce ---- */
+
+dt_status dt_shm_allreduce(dt_shm_group *g, dt_xfer *x, float *data, size_t n, dt_reduce_op op)
+{
+    for (size_t off = 0; off < n; off += CHUNK_ELEMS) {
+        size_t len = n - off < CHUNK_ELEMS ? n - off : CHUNK_ELEMS;
+        uint64_t round = ++g->round;
+        /* The inputs of the round before are free: every rank reduced its block of them. */
+        memcpy(g->in + (size_t)g->rank * CHUNK_ELEMS, data + off, len * sizeof *data);
+        publish(g, ARRIVED, round);
+        dt_status st = wait_for(g, x, ARRIVED, round);
+        if (st)
+            return st;
+        /* This rank's block, in rank order, into res: its readers of the round before are done,
+         * as every rank has arrived at this one. */
+        size_t b_off, b_n;
+        dt_comm_block(len, g->size, g->rank, &b_off, &b_n);
+        if (b_n > 0) {
+            float *dst = g->res + b_off;
+            memcpy(dst, g->in + b_off, b_n * sizeof *dst);
+            for (int r = 1; r < g->size; r++)
+                dt_reduce_f32(dst, g->in + (size_t)r * CHUNK_ELEMS + b_off, b_n, op);
+            if (op == DT_REDUCE_MEAN)
+                for (size_t i = 0; i < b_n; i++)
+                    dst[i] /= (float)g->size;
+        }
+        publish(g, REDUCED, round);
+        if ((st = wait_for(g, x, REDUCED, round)))
+            return st;
+        memcpy(data + off, g->res, len * sizeof *data);
+    }
+    return DT_OK;
+}

@@ -1,0 +1,40 @@
+/* All-reduce through shared memory for ranks on one host (used by the tcp communicator).
+ *
+ * When every rank of a cluster runs on the same machine, moving gradients through loopback TCP
+ * costs two copies through the kernel, system calls and wakeups per segment. Instead the ranks
+ * share one memory segment: each copies its data in, reduces its own block of every rank's copy
+ * (in rank order, so every rank gets the same bits), and copies the other blocks out; ranks meet
+ * at counters in the segment, spinning briefly, then sleeping on a futex.
+ *
+ * Setup runs over the authenticated connections: rank 0 creates the segment under a random name
+ * in /dev/shm (mode 0600) with a random nonce inside, and sends name, nonce and its boot id to
+ * every rank; each maps it and answers whether it could and found the nonce; rank 0 tells all
+ * the outcome and removes the name. Ranks on other hosts (another boot id, or the name not
+ * found) make every rank keep to TCP. So no one outside the cluster learns the name, and after
+ * setup there is no name left to open.
+ *
+ * Failure: while waiting, a rank checks every peer it waits for through its TCP connection (a
+ * closed connection or an ABORT frame fails the wait, naming the peer) and the collective's
+ * deadline (which names the ranks that have not arrived). */
+#ifndef DTRAIN_COLL_SHM_H
+#define DTRAIN_COLL_SHM_H
+
+#include <stddef.h>
+
+#include "dtrain/comm.h"
+#include "dtrain/transport.h"
+
+typedef struct dt_shm_group dt_shm_group;
+
+/* Sets up the segment among all ranks of t, or leaves *out NULL when they are not all on this
+ * host (that is no error: the caller keeps to TCP). Errors: the connections failed. */
+dt_status dt_shm_group_open(dt_transport *t, double timeout, dt_shm_group **out);
+
+/* In place: data becomes op over every rank's data (MEAN: the sum divided by the ranks), the
+ * same bits on every rank. x names the collective and holds its deadline. */
+dt_status dt_shm_allreduce(dt_shm_group *g, dt_xfer *x, float *data, size_t n, dt_reduce_op op);
+
+/* Accepts NULL. */
+void dt_shm_group_close(dt_shm_group *g);
+
+#endif
