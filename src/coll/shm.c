@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sched.h>
 #include <linux/futex.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -22,7 +23,12 @@
 #define SHM_MAGIC 0x314d485354445f31ull /* "1_DTSHM1" little-endian */
 #define SHM_VERSION 1u
 #define CHUNK_ELEMS ((size_t)1 << 20) /* floats per rank per round: 4 MiB */
-#define SPIN_SECONDS 30e-6            /* spin this long before sleeping: a peer is often close */
+/* How long a waiting rank spins before it sleeps. A sleeping rank wakes tens of microseconds
+ * after the peer it waited for arrives (more in a virtual machine), and lock-step workers wait
+ * every step: with a core each, spinning costs nothing, and 2 ms covers most waits. With more
+ * ranks than cores, a spinning rank would take the core a peer needs: it sleeps almost at once. */
+#define SPIN_SECONDS 2e-3
+#define SPIN_SECONDS_OVERSUBSCRIBED 5e-6
 #define NAP_NS 2000000L               /* a sleep between checks of the peers and the deadline */
 #define OP_SETUP 100                  /* the setup's frames, apart from the collectives' ops */
 #define PAGE 4096
@@ -54,6 +60,7 @@ struct dt_shm_group {
     float *in;       /* size x CHUNK_ELEMS: each rank's copy of the round's data */
     float *res;      /* CHUNK_ELEMS: the reduced round, each block written by its owner */
     uint64_t round;
+    double spin;     /* seconds a wait spins before it sleeps */
 };
 
 /* What rank 0 offers every rank, and the answers. */
@@ -215,6 +222,9 @@ dt_status dt_shm_group_open(dt_transport *t, double timeout, dt_shm_group **out)
     if (!g)
         return dt_error(DT_ERR_NOMEM, "no memory for a shared-memory group");
     g->t = t, g->rank = t->rank, g->size = t->size;
+    cpu_set_t cpus;
+    int n_cpus = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    g->spin = g->size <= n_cpus ? SPIN_SECONDS : SPIN_SECONDS_OVERSUBSCRIBED;
     dt_xfer x = {.name = "shared-memory setup", .op = OP_SETUP, .start = dt_clock_now()};
     x.deadline = x.start + timeout;
     int use = 0;
@@ -299,7 +309,7 @@ static dt_status check_waiting(dt_shm_group *g, dt_xfer *x, int which, uint64_t 
  * in naps, checking the peers and the deadline between them. */
 static dt_status wait_for(dt_shm_group *g, dt_xfer *x, int which, uint64_t round)
 {
-    double spin_end = dt_clock_now() + SPIN_SECONDS;
+    double spin_end = dt_clock_now() + g->spin;
     while (first_behind(g, which, round) >= 0) {
         if (dt_clock_now() < spin_end) {
             cpu_relax();
@@ -321,34 +331,72 @@ static dt_status wait_for(dt_shm_group *g, dt_xfer *x, int which, uint64_t round
 
 /* ---- all-reduce ---- */
 
+/* The sum of two ranks' blocks, into res and into this rank's own data at once. Addition
+ * commutes bitwise, so mine + other is the rank-order sum whichever rank this is. In blocks of
+ * 16 with restrict pointers, so the compiler vectorizes it. */
+static void add_into_both(float *restrict res, float *restrict mine, const float *restrict other,
+                          size_t n)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (size_t j = 0; j < 16; j++)
+            res[i + j] = mine[i + j] = mine[i + j] + other[i + j];
+    for (; i < n; i++)
+        res[i] = mine[i] = mine[i] + other[i];
+}
+
+/* Rank r's operand for this rank's block at b_off. */
+static const float *operand(const dt_shm_group *g, int r, const float *mine, size_t b_off)
+{
+    return r == g->rank ? mine : g->in + (size_t)r * CHUNK_ELEMS + b_off;
+}
+
+/* This rank's block of the round, reduced in rank order into res and into its own data: its
+ * own operand is read from data itself (only it needs that block), the others' from their
+ * copies. */
+static void reduce_block(dt_shm_group *g, float *mine, size_t b_off, size_t b_n, dt_reduce_op op)
+{
+    float *res = g->res + b_off;
+    if (g->size == 2 && (op == DT_REDUCE_SUM || op == DT_REDUCE_MEAN)) {
+        add_into_both(res, mine, operand(g, 1 - g->rank, mine, b_off), b_n);
+    } else {
+        memcpy(res, operand(g, 0, mine, b_off), b_n * sizeof *res);
+        for (int r = 1; r < g->size; r++)
+            dt_reduce_f32(res, operand(g, r, mine, b_off), b_n, op);
+        memcpy(mine, res, b_n * sizeof *res);
+    }
+    if (op == DT_REDUCE_MEAN) {
+        for (size_t i = 0; i < b_n; i++)
+            res[i] /= (float)g->size;
+        memcpy(mine, res, b_n * sizeof *res);
+    }
+}
+
 dt_status dt_shm_allreduce(dt_shm_group *g, dt_xfer *x, float *data, size_t n, dt_reduce_op op)
 {
     for (size_t off = 0; off < n; off += CHUNK_ELEMS) {
         size_t len = n - off < CHUNK_ELEMS ? n - off : CHUNK_ELEMS;
         uint64_t round = ++g->round;
-        /* The inputs of the round before are free: every rank reduced its block of them. */
-        memcpy(g->in + (size_t)g->rank * CHUNK_ELEMS, data + off, len * sizeof *data);
+        size_t b_off, b_n;
+        dt_comm_block(len, g->size, g->rank, &b_off, &b_n);
+        /* Copied in: every block but this rank's own, which only it reads. The inputs of the
+         * round before are free: every rank has reduced its block of them. */
+        float *in = g->in + (size_t)g->rank * CHUNK_ELEMS;
+        memcpy(in, data + off, b_off * sizeof *data);
+        memcpy(in + b_off + b_n, data + off + b_off + b_n, (len - b_off - b_n) * sizeof *data);
         publish(g, ARRIVED, round);
         dt_status st = wait_for(g, x, ARRIVED, round);
         if (st)
             return st;
-        /* This rank's block, in rank order, into res: its readers of the round before are done,
-         * as every rank has arrived at this one. */
-        size_t b_off, b_n;
-        dt_comm_block(len, g->size, g->rank, &b_off, &b_n);
-        if (b_n > 0) {
-            float *dst = g->res + b_off;
-            memcpy(dst, g->in + b_off, b_n * sizeof *dst);
-            for (int r = 1; r < g->size; r++)
-                dt_reduce_f32(dst, g->in + (size_t)r * CHUNK_ELEMS + b_off, b_n, op);
-            if (op == DT_REDUCE_MEAN)
-                for (size_t i = 0; i < b_n; i++)
-                    dst[i] /= (float)g->size;
-        }
+        /* Into res: its readers of the round before are done, as every rank has arrived. */
+        if (b_n > 0)
+            reduce_block(g, data + off + b_off, b_off, b_n, op);
         publish(g, REDUCED, round);
         if ((st = wait_for(g, x, REDUCED, round)))
             return st;
-        memcpy(data + off, g->res, len * sizeof *data);
+        memcpy(data + off, g->res, b_off * sizeof *data);
+        memcpy(data + off + b_off + b_n, g->res + b_off + b_n,
+               (len - b_off - b_n) * sizeof *data);
     }
     return DT_OK;
 }
