@@ -248,6 +248,29 @@ else
     ok "kill_9_mid_allreduce_20_times (slowest exit of the survivors: ${worst}s)"
 fi
 
+# ---- ranks that share a host but not its /dev/shm (two containers, say) keep to TCP ----
+# Rank 1 runs in a mount namespace of its own with a private /dev/shm: rank 0's segment is not
+# there, so every rank falls back to TCP, and the results are still checked.
+if [ "$(id -u)" = 0 ] && command -v unshare > /dev/null && unshare -m true 2> /dev/null; then
+    base=$(free_base 2)
+    start_rank 2 "$base" 0 bench allreduce --check --sizes 4K..1M --iters 2 --connect-timeout 20
+    workers="\"127.0.0.1:$base\",\"127.0.0.1:$((base + 1))\""
+    TF_CONFIG="{\"cluster\":{\"worker\":[$workers]},\"task\":{\"type\":\"worker\",\"index\":1}}" \
+        unshare -m sh -c 'mount -t tmpfs tmpfs /dev/shm && exec "$0" "$@"' "$dtrain" bench allreduce \
+        --check --sizes 4K..1M --iters 2 --connect-timeout 20 > "$tmp/r1.out" 2> "$tmp/r1.err" &
+    pids[1]=$!
+    wait_pid "${pids[0]}" 30; s0=$status
+    wait_pid "${pids[1]}" 30; s1=$status
+    if [ "$s0" -eq 0 ] && [ "$s1" -eq 0 ] && grep -q "2 ranks (tcp)," "$tmp/r0.out" &&
+        ! grep -q "shared memory" "$tmp/r0.out"; then
+        ok private_dev_shm_keeps_to_tcp
+    else
+        fail private_dev_shm_keeps_to_tcp "exit $s0/$s1: $(head -3 "$tmp/r0.out") $(cat "$tmp/r0.err" "$tmp/r1.err" | head -c 400)"
+    fi
+else
+    echo "skip private_dev_shm_keeps_to_tcp: needs root and unshare -m"
+fi
+
 # ---- a stopped rank: the others time out naming it ----
 base=$(free_base 2)
 for i in 0 1; do
