@@ -1061,6 +1061,18 @@ static inline int fast_len(const uint8_t **pp, const uint8_t *end, size_t *len)
     return 0;
 }
 
+/* Whether the bytes from *pp to end are one field 1, length-delimited, that ends exactly at end
+ * (an Example's Features, a Feature's list, a list's packed values): *pp then moves to its
+ * payload, of *len bytes. */
+static inline int fast_whole_field(const uint8_t **pp, const uint8_t *end, size_t *len)
+{
+    const uint8_t *p = *pp;
+    if (p >= end || *p++ != 0x0a || !fast_len(&p, end, len) || *len != (size_t)(end - p))
+        return 0;
+    *pp = p;
+    return 1;
+}
+
 /* A varint of at most 8 bytes (56 bits) starting at p < lim, where the record holds 8 readable
  * bytes from p on (rec_end - p >= 8). Gathers the 7-bit groups of one 8-byte load in three
  * shift-and-merge steps. 0 when it is longer than 8 bytes or ends at or past lim. */
@@ -1103,7 +1115,7 @@ static inline int fast_dense(const uint8_t *l, const uint8_t *le, const uint8_t 
 {
     size_t len, n = (size_t)f->length;
     float scale = f->scale, divisor = f->divisor;
-    if (l >= le || *l++ != 0x0a || !fast_len(&l, le, &len) || len != (size_t)(le - l))
+    if (!fast_whole_field(&l, le, &len))
         return 0;
     if (kind == DT_FEATURE_FLOAT) {
         if (len != 4 * n)
@@ -1144,7 +1156,7 @@ static inline int fast_label(const uint8_t *l, const uint8_t *le, const uint8_t 
                              float *label)
 {
     size_t len;
-    if (l >= le || *l++ != 0x0a || !fast_len(&l, le, &len) || len != (size_t)(le - l))
+    if (!fast_whole_field(&l, le, &len))
         return 0;
     if (kind == DT_FEATURE_FLOAT) {
         if (len != 4)
@@ -1181,7 +1193,7 @@ static int parse_fast(const dt_example_spec *spec, const uint8_t *p, const uint8
                       float *dense, float *label)
 {
     size_t len;
-    if (p >= end || *p++ != 0x0a || !fast_len(&p, end, &len) || len != (size_t)(end - p))
+    if (!fast_whole_field(&p, end, &len))
         return FAST_DECLINE;
     uint64_t seen = 0;
     int label_seen = 0, guess = 0;
@@ -1419,7 +1431,7 @@ static int layout_parse(const dt_example_layout *L, const uint8_t *p, const uint
                         float *dense, float *label)
 {
     size_t len;
-    if (p >= end || *p++ != 0x0a || !fast_len(&p, end, &len) || len != (size_t)(end - p))
+    if (!fast_whole_field(&p, end, &len))
         return FAST_DECLINE;
     for (int i = 0; i < L->n_entries; i++) {
         const struct layout_entry *t = &L->e[i];
@@ -1478,7 +1490,7 @@ __attribute__((target("avx2,bmi2"))) static int layout_parse_vector(const dt_exa
                                                                     float *dense, float *label)
 {
     size_t len;
-    if (p >= end || *p++ != 0x0a || !fast_len(&p, end, &len) || len != (size_t)(end - p))
+    if (!fast_whole_field(&p, end, &len))
         return FAST_DECLINE;
     for (int i = 0; i < L->n_entries; i++) {
         const struct layout_entry *t = &L->e[i];
@@ -1615,7 +1627,7 @@ static void learn_layout(const dt_example_spec *spec, dt_example_layout *L, cons
     L->since_learn = 0;
     L->vector_fits = 1;
     L->spec = spec;
-    if (p >= end || *p++ != 0x0a || !fast_len(&p, end, &len) || len != (size_t)(end - p))
+    if (!fast_whole_field(&p, end, &len))
         return;
     uint64_t seen = 0;
     while (p < end) {
