@@ -272,6 +272,7 @@ static void publish(dt_shm_group *g, int which, uint64_t round)
     /* Sequentially consistent, as the sleepers' count is: either a waiter sees this round, or
      * this rank sees the waiter and wakes it. */
     atomic_store(counter(g, g->rank, which), round);
+    atomic_thread_fence(memory_order_seq_cst);
     if (atomic_load(&g->h->sleepers) > 0) {
         atomic_fetch_add(&g->h->wake, 1);
         futex(&g->h->wake, FUTEX_WAKE, INT_MAX, NULL);
@@ -320,6 +321,8 @@ static dt_status wait_for(dt_shm_group *g, dt_xfer *x, int which, uint64_t round
             return st;
         uint32_t w = atomic_load(&g->h->wake);
         atomic_fetch_add(&g->h->sleepers, 1);
+        /* The count, then the counters: against publish's counter, then the count. */
+        atomic_thread_fence(memory_order_seq_cst);
         if (first_behind(g, which, round) >= 0) {
             struct timespec nap = {0, NAP_NS};
             futex(&g->h->wake, FUTEX_WAIT, w, &nap);
