@@ -18,6 +18,31 @@ TEST(batches_are_scaled_by_255_like_the_tutorial)
     dt_gather_batch(&ds, idx, 2, x, got);
     CHECK(got[0] == 9 && got[1] == 7);
     CHECK(x[0] == 10.0f / 255.0f && x[4] == 0.0f && x[5] == 1.0f && x[6] == 51.0f / 255.0f);
+    /* Every byte value, at every offset modulo 16 of an item that is not a multiple of it: the
+     * vector part and the scalar tail give v / 255 exactly. */
+    enum { ITEM = 277 };
+    uint8_t *img = malloc(2 * ITEM);
+    int32_t lab[2] = {0, 1}, out[2];
+    float *y = malloc(2 * ITEM * sizeof *y);
+    for (int i = 0; i < 2 * ITEM; i++)
+        img[i] = (uint8_t)(i * 7 + i / 256);
+    dt_image_dataset big = {.images = img, .labels = lab, .n = 2, .h = 1, .w = ITEM, .c = 1};
+    uint32_t order[2] = {1, 0};
+    dt_gather_batch(&big, order, 2, y, out);
+    int wrong = 0, seen[256] = {0};
+    for (int b = 0; b < 2; b++)
+        for (int k = 0; k < ITEM; k++) {
+            uint8_t v = img[order[b] * ITEM + k];
+            seen[v] = 1;
+            wrong += y[b * ITEM + k] != (float)v / 255.0f;
+        }
+    int values = 0;
+    for (int v = 0; v < 256; v++)
+        values += seen[v];
+    CHECK_MSG(wrong == 0 && values == 256 && out[0] == 1 && out[1] == 0,
+              "%d wrong pixels, %d byte values seen", wrong, values);
+    free(img);
+    free(y);
 }
 
 /* A synthetic 8x8 dataset whose class is the bright quadrant, with noise. */
