@@ -13,11 +13,6 @@ failed=0
 
 . "$(dirname "$0")/lib.sh"
 
-# json_field FILE KEY: the value of a top-level scalar in a one-line JSON object.
-json_field() {
-    sed -n "s/.*\"$2\":\(\"[^\"]*\"\|[^,}]*\).*/\1/p" "$1" | tr -d '"'
-}
-
 # --- help and flags ---
 run "$dtrain" --help
 if [ "$status" -eq 0 ] && grep -q "train" "$tmp/out"; then ok help_lists_commands; else fail help_lists_commands "status $status"; fi

@@ -13,6 +13,11 @@ run() {
     ms=$((($(date +%s%N) - t0) / 1000000))
 }
 
+# json_field FILE KEY: the value of a top-level scalar in a one-line JSON object.
+json_field() {
+    sed -n "s/.*\"$2\":\(\"[^\"]*\"\|[^,}]*\).*/\1/p" "$1" | tr -d '"'
+}
+
 # expect_error NAME STATUS NEEDLE ARGS...: dtrain exits with STATUS and prints exactly one
 # stderr line that contains NEEDLE.
 expect_error() {

@@ -117,19 +117,20 @@ for run in 2:1 3:1 4:1 5:1 3:0 5:0; do
 done
 
 # ---- multi_worker_mirrored: k processes at global batch 64 train as one process does ----
+# K:BUCKET_MB:SHM. Through shared memory and without buckets, each worker updates its own share
+# of the parameters (the optimizer sharded); buckets during backward, or TCP alone, leave every
+# worker to update all of them.
 train_args=(train --max-steps 50 --threads 1 --optimizer adam --lr 0.001 --progress none)
-for k in 2 3 4; do
+for run in 2:0:true 3:0:true 3:0:false 4:0.1:true; do
+    IFS=: read -r k bucket shm <<< "$run"
     batch=$((k == 3 ? 63 : 64))
+    name="multi_worker_$k""_processes_equal_one$([ "$shm" = false ] && echo _over_tcp)$([ "$bucket" != 0 ] && echo _in_buckets)"
     "$dtrain" "${train_args[@]}" --batch-size "$batch" --metrics-out "$tmp/single$k.json" \
         > /dev/null 2>&1
-    # 2 and 4 workers sum their gradients in buckets during backward, 3 after it; 2 and 4
-    # through shared memory, 3 over TCP alone.
-    bucket=$((k == 3 ? 0 : 1))
-    shm=$([ "$k" = 3 ] && echo false || echo true)
     "$dtrain" launch -n "$k" -- dtrain "${train_args[@]}" --batch-size "$batch" \
-        --bucket-mb "0.$bucket" --shm="$shm" --metrics-out "$tmp/multi$k.json" > "$tmp/multi.out" 2>&1
+        --bucket-mb "$bucket" --shm="$shm" --metrics-out "$tmp/multi$k.json" > "$tmp/multi.out" 2>&1
     status=$?
-    verdict=$(python3 - "$tmp/single$k.json" "$tmp/multi$k.json" "$k" <<'PY' 2>&1
+    verdict=$(python3 - "$tmp/single$k.json" "$tmp/multi$k.json" "$k" <<'PY2' 2>&1
 import json, sys
 a, b, k = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), int(sys.argv[3])
 rel = abs(a["final_loss"] - b["final_loss"]) / abs(a["final_loss"])
@@ -137,14 +138,27 @@ ok = rel <= 1e-5 and b["workers"] == k and b["steps"] == a["steps"] == 50 and \
      b["samples"] == a["samples"] and b["strategy"] == "multi_worker_mirrored"
 print("ok" if ok else "differ", "final loss %.9g vs %.9g (relative %.2g), %s workers" %
       (b["final_loss"], a["final_loss"], rel, b["workers"]))
-PY
+PY2
 )
     if [ "$status" -ne 0 ] || [ "${verdict%% *}" != ok ]; then
-        fail "multi_worker_$k""_processes_equal_one" "exit $status: $verdict $(tail -3 "$tmp/multi.out")"
+        fail "$name" "exit $status: $verdict $(tail -3 "$tmp/multi.out")"
     else
-        ok "multi_worker_$k""_processes_equal_one ($verdict)"
+        ok "$name ($verdict)"
     fi
 done
+
+# Two workers sum a + b in either order: the sharded update over shared memory and every worker
+# updating everything over TCP must give the same parameters, bit for bit.
+"$dtrain" launch -n 2 -- dtrain "${train_args[@]}" --batch-size 64 --shm=false \
+    --metrics-out "$tmp/multi2tcp.json" > "$tmp/multi.out" 2>&1
+status=$?
+a=$(json_field "$tmp/multi2.json" param_checksum)
+b=$(json_field "$tmp/multi2tcp.json" param_checksum)
+if [ "$status" -eq 0 ] && [ -n "$a" ] && [ "$a" = "$b" ]; then
+    ok "sharded_update_equals_replicated_update_bitwise (checksum $a)"
+else
+    fail sharded_update_equals_replicated_update_bitwise "exit $status: checksums $a (shared memory) vs $b (tcp): $(tail -2 "$tmp/multi.out")"
+fi
 
 # ---- train_and_evaluate across 2 workers: the chief alone evaluates and logs ----
 "$dtrain" launch -n 2 -- dtrain train --model mlp --max-steps 120 --threads 1 --batch-size 64 \

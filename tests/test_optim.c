@@ -203,3 +203,54 @@ TEST(vector_updates_equal_scalar_updates_bit_for_bit)
         }
     dt_arena_free(&params);
 }
+
+/* A step taken in parts, as ranks sharing the update take it (each over the range it owns, with
+ * ranges that start anywhere, not on a vector's boundary), equals the whole step bit for bit,
+ * slots included, for every optimizer and a schedule that changes the rate each step. */
+TEST(step_in_ranges_equals_whole_step_bit_for_bit)
+{
+    dt_arena params;
+    dt_arena_init(&params);
+    int dims[1] = {70001}; /* over the threshold at which one range is split over the pool */
+    CHECK_OK(dt_arena_add(&params, "w", 1, dims, NULL));
+    CHECK_OK(dt_arena_commit(&params));
+    size_t n = params.n_elems;
+    float *p1 = malloc(n * 4), *p2 = malloc(n * 4), *g = malloc(n * 4);
+    dt_pool *pool;
+    CHECK_OK(dt_pool_create(2, &pool));
+    const size_t cuts[] = {0, 3, 4100, 4101, n - 11, n}; /* n: 70001 and the arena's padding */
+    for (int kind = DT_OPT_SGD; kind <= DT_OPT_ADAGRAD; kind++) {
+        for (size_t i = 0; i < n; i++) {
+            p1[i] = p2[i] = (float)sin((double)i * 1.3);
+            g[i] = (float)cos((double)i * 0.37) * 0.1f;
+        }
+        dt_optim_config c;
+        dt_optim_config_default(&c, (dt_opt_kind)kind);
+        c.schedule = DT_LR_COSINE;
+        c.decay_steps = 10;
+        dt_optim a, b;
+        dt_optim_init(&a);
+        dt_optim_init(&b);
+        CHECK_OK(dt_optim_setup(&a, &c, &params));
+        CHECK_OK(dt_optim_setup(&b, &c, &params));
+        for (int s = 0; s < 3; s++) {
+            dt_optim_step(&a, NULL, p1, g, n);
+            /* The ranges in an order of their own, the largest split over the pool. */
+            for (int k = 4; k >= 0; k--)
+                dt_optim_update_range(&b, k == 3 ? pool : NULL, p2, g, cuts[k], cuts[k + 1]);
+            dt_optim_count_step(&b);
+        }
+        CHECK_MSG(memcmp(p1, p2, n * 4) == 0, "%s: the parameters differ",
+                  dt_opt_kind_name((dt_opt_kind)kind));
+        CHECK_MSG(a.state.n_elems == b.state.n_elems &&
+                      memcmp(a.state.data, b.state.data, a.state.n_elems * 4) == 0,
+                  "%s: the slots differ", dt_opt_kind_name((dt_opt_kind)kind));
+        CHECK(a.iterations == 3 && b.iterations == 3);
+        CHECK(p1[0] != (float)sin(0.0)); /* it did move */
+        dt_optim_free(&a);
+        dt_optim_free(&b);
+    }
+    dt_pool_destroy(pool);
+    dt_arena_free(&params);
+    free(p1), free(p2), free(g);
+}

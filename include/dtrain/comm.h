@@ -31,6 +31,10 @@ typedef enum { DT_WIRE_F32, DT_WIRE_BF16, DT_WIRE_F16 } dt_wire_dtype;
 
 typedef struct dt_comm dt_comm;
 
+/* An owner's update in dt_comm_allreduce_update: grads[lo, hi) hold the sum over the ranks, and
+ * it updates params[lo, hi) from them (with whatever state it keeps for those elements). */
+typedef void (*dt_update_fn)(void *ctx, size_t lo, size_t hi);
+
 /* A backend. Each slot is a collective over the communicator's ranks. */
 typedef struct {
     const char *name;
@@ -49,6 +53,11 @@ typedef struct {
     dt_status (*barrier)(dt_comm *c);
     /* Frees the backend's state (impl); closes connections. */
     void (*destroy)(dt_comm *c);
+    /* Optional (NULL: every rank updates everything; see dt_comm_allreduce_update). */
+    dt_status (*allreduce_update)(dt_comm *c, float *grads, float *params, size_t n_elems,
+                                  dt_update_fn update, void *ctx);
+    /* Optional, with allreduce_update (NULL: nothing to do). */
+    dt_status (*share_owned)(dt_comm *c, float *data, size_t n_elems);
 } dt_comm_ops;
 
 struct dt_comm {
@@ -86,6 +95,20 @@ static inline dt_status dt_comm_broadcast(dt_comm *c, void *data, size_t n_bytes
     return c->ops->broadcast(c, data, n_bytes, root);
 }
 static inline dt_status dt_comm_barrier(dt_comm *c) { return c->ops->barrier(c); }
+
+/* A synchronous step with its update sharded over the ranks, as ZeRO's first stage: grads
+ * (n_elems) are summed over the ranks in float32; each element is then updated by one rank only,
+ * its owner, which calls update on the ranges it owns (grads summed there); and every rank ends
+ * with every owner's params. Each rank so pays for 1 / size of the update, and reads and writes
+ * 1 / size of the update's state. grads is left unspecified. A backend that does not shard
+ * (no allreduce_update slot) all-reduces and lets every rank update everything: the same params
+ * either way. */
+dt_status dt_comm_allreduce_update(dt_comm *c, float *grads, float *params, size_t n_elems,
+                                   dt_update_fn update, void *ctx);
+/* After sharded updates, the state an owner keeps per element (an optimizer's slots, n_elems
+ * aligned with the params) is current only on the owner: this makes every rank's data the
+ * owners', as before a checkpoint. Collective; nothing to do where updates are not sharded. */
+dt_status dt_comm_share_owned(dt_comm *c, float *data, size_t n_elems);
 /* Accepts NULL. */
 void dt_comm_destroy(dt_comm *c);
 

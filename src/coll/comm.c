@@ -33,6 +33,22 @@ void dt_comm_destroy(dt_comm *c)
     free(c);
 }
 
+dt_status dt_comm_allreduce_update(dt_comm *c, float *grads, float *params, size_t n_elems,
+                                   dt_update_fn update, void *ctx)
+{
+    if (c->ops->allreduce_update)
+        return c->ops->allreduce_update(c, grads, params, n_elems, update, ctx);
+    dt_status st = c->ops->allreduce(c, grads, n_elems, DT_REDUCE_SUM, DT_WIRE_F32);
+    if (st == DT_OK && n_elems > 0)
+        update(ctx, 0, n_elems);
+    return st;
+}
+
+dt_status dt_comm_share_owned(dt_comm *c, float *data, size_t n_elems)
+{
+    return c->ops->share_owned ? c->ops->share_owned(c, data, n_elems) : DT_OK;
+}
+
 const char *dt_reduce_op_name(dt_reduce_op op)
 {
     switch (op) {

@@ -375,31 +375,102 @@ static void reduce_block(dt_shm_group *g, float *mine, size_t b_off, size_t b_n,
     }
 }
 
-dt_status dt_shm_allreduce(dt_shm_group *g, dt_xfer *x, float *data, size_t n, dt_reduce_op op)
+/* What a round does with this rank's block, between copying in and copying out. */
+typedef enum { ROUND_REDUCE, ROUND_UPDATE, ROUND_SHARE } round_kind;
+
+typedef struct {
+    round_kind kind;
+    dt_reduce_op op;
+    float *data;   /* the operands (REDUCE, UPDATE), or the values to share (SHARE) */
+    float *params; /* UPDATE: the values the owners update and share */
+    dt_update_fn update;
+    void *ctx;
+} round_job;
+
+/* Elements reduced and updated at a time, so the sums are still in this core's cache when the
+ * update reads them and the updated params when they are copied into res. */
+#define UPDATE_SLICE ((size_t)16384)
+
+/* This rank's block [b_off, b_off + b_n) of the round at off: reduced, updated or copied into
+ * res, where the other ranks read it. */
+static void own_block(dt_shm_group *g, const round_job *j, size_t off, size_t b_off, size_t b_n)
+{
+    size_t at = off + b_off;
+    switch (j->kind) {
+    case ROUND_REDUCE:
+        reduce_block(g, j->data + at, b_off, b_n, j->op);
+        break;
+    case ROUND_UPDATE:
+        for (size_t s = 0; s < b_n; s += UPDATE_SLICE) {
+            size_t k = b_n - s < UPDATE_SLICE ? b_n - s : UPDATE_SLICE;
+            reduce_block(g, j->data + at + s, b_off + s, k, DT_REDUCE_SUM);
+            j->update(j->ctx, at + s, at + s + k);
+            memcpy(g->res + b_off + s, j->params + at + s, k * sizeof *g->res);
+        }
+        break;
+    case ROUND_SHARE:
+        memcpy(g->res + b_off, j->data + at, b_n * sizeof *g->res);
+        break;
+    }
+}
+
+/* One round over data[off, off + len): every rank copies in the blocks others own (REDUCE,
+ * UPDATE), does its own block, and copies the others' results out (into params for UPDATE). */
+static dt_status run_round(dt_shm_group *g, dt_xfer *x, const round_job *j, size_t off, size_t len)
+{
+    uint64_t round = ++g->round;
+    size_t b_off, b_n;
+    dt_comm_block(len, g->size, g->rank, &b_off, &b_n);
+    size_t after = b_off + b_n, rest = len - after;
+    /* Copied in: every block but this rank's own, which only it reads. The inputs of the round
+     * before are free: every rank has reduced its block of them. */
+    if (j->kind != ROUND_SHARE) {
+        float *in = g->in + (size_t)g->rank * CHUNK_ELEMS;
+        memcpy(in, j->data + off, b_off * sizeof *in);
+        memcpy(in + after, j->data + off + after, rest * sizeof *in);
+    }
+    publish(g, ARRIVED, round);
+    dt_status st = wait_for(g, x, ARRIVED, round);
+    if (st)
+        return st;
+    /* Into res: its readers of the round before are done, as every rank has arrived. */
+    if (b_n > 0)
+        own_block(g, j, off, b_off, b_n);
+    publish(g, REDUCED, round);
+    if ((st = wait_for(g, x, REDUCED, round)))
+        return st;
+    float *out = j->kind == ROUND_UPDATE ? j->params : j->data;
+    memcpy(out + off, g->res, b_off * sizeof *out);
+    memcpy(out + off + after, g->res + after, rest * sizeof *out);
+    return DT_OK;
+}
+
+/* Rounds of at most CHUNK_ELEMS: a rank owns its dt_comm_block of each round. */
+static dt_status run_rounds(dt_shm_group *g, dt_xfer *x, const round_job *j, size_t n)
 {
     for (size_t off = 0; off < n; off += CHUNK_ELEMS) {
-        size_t len = n - off < CHUNK_ELEMS ? n - off : CHUNK_ELEMS;
-        uint64_t round = ++g->round;
-        size_t b_off, b_n;
-        dt_comm_block(len, g->size, g->rank, &b_off, &b_n);
-        /* Copied in: every block but this rank's own, which only it reads. The inputs of the
-         * round before are free: every rank has reduced its block of them. */
-        float *in = g->in + (size_t)g->rank * CHUNK_ELEMS;
-        memcpy(in, data + off, b_off * sizeof *data);
-        memcpy(in + b_off + b_n, data + off + b_off + b_n, (len - b_off - b_n) * sizeof *data);
-        publish(g, ARRIVED, round);
-        dt_status st = wait_for(g, x, ARRIVED, round);
+        dt_status st = run_round(g, x, j, off, n - off < CHUNK_ELEMS ? n - off : CHUNK_ELEMS);
         if (st)
             return st;
-        /* Into res: its readers of the round before are done, as every rank has arrived. */
-        if (b_n > 0)
-            reduce_block(g, data + off + b_off, b_off, b_n, op);
-        publish(g, REDUCED, round);
-        if ((st = wait_for(g, x, REDUCED, round)))
-            return st;
-        memcpy(data + off, g->res, b_off * sizeof *data);
-        memcpy(data + off + b_off + b_n, g->res + b_off + b_n,
-               (len - b_off - b_n) * sizeof *data);
     }
     return DT_OK;
+}
+
+dt_status dt_shm_allreduce(dt_shm_group *g, dt_xfer *x, float *data, size_t n, dt_reduce_op op)
+{
+    round_job j = {ROUND_REDUCE, op, data, NULL, NULL, NULL};
+    return run_rounds(g, x, &j, n);
+}
+
+dt_status dt_shm_allreduce_update(dt_shm_group *g, dt_xfer *x, float *grads, float *params,
+                                  size_t n, dt_update_fn update, void *ctx)
+{
+    round_job j = {ROUND_UPDATE, DT_REDUCE_SUM, grads, params, update, ctx};
+    return run_rounds(g, x, &j, n);
+}
+
+dt_status dt_shm_share_owned(dt_shm_group *g, dt_xfer *x, float *data, size_t n)
+{
+    round_job j = {ROUND_SHARE, DT_REDUCE_SUM, data, NULL, NULL, NULL};
+    return run_rounds(g, x, &j, n);
 }

@@ -4,7 +4,8 @@
  * costs two copies through the kernel, system calls and wakeups per segment. Instead the ranks
  * share one memory segment: each copies its data in, reduces its own block of every rank's copy
  * (in rank order, so every rank gets the same bits), and copies the other blocks out; ranks meet
- * at counters in the segment, spinning briefly, then sleeping on a futex.
+ * at counters in the segment, spinning briefly, then sleeping on a futex. The same rounds can
+ * also update what a rank owns between reducing and copying out (a sharded optimizer step).
  *
  * Setup runs over the authenticated connections: rank 0 creates the segment under a random name
  * in /dev/shm (mode 0600) with a random nonce inside, and sends name, nonce and its boot id to
@@ -33,6 +34,16 @@ dt_status dt_shm_group_open(dt_transport *t, double timeout, dt_shm_group **out)
 /* In place: data becomes op over every rank's data (MEAN: the sum divided by the ranks), the
  * same bits on every rank. x names the collective and holds its deadline. */
 dt_status dt_shm_allreduce(dt_shm_group *g, dt_xfer *x, float *data, size_t n, dt_reduce_op op);
+
+/* dt_comm_allreduce_update's sharded step: grads summed; each rank calls update on its own
+ * block of every round, slice by slice, and copies the updated params into the segment; every
+ * rank then copies the other blocks of params out. */
+dt_status dt_shm_allreduce_update(dt_shm_group *g, dt_xfer *x, float *grads, float *params,
+                                  size_t n, dt_update_fn update, void *ctx);
+
+/* dt_comm_share_owned: each rank's blocks of data (those it owns in dt_shm_allreduce_update)
+ * copied to every rank. */
+dt_status dt_shm_share_owned(dt_shm_group *g, dt_xfer *x, float *data, size_t n);
 
 /* Accepts NULL. */
 void dt_shm_group_close(dt_shm_group *g);

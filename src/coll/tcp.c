@@ -382,6 +382,40 @@ static dt_status tcp_barrier(dt_comm *c)
     return DT_OK;
 }
 
+/* Sharded only through shared memory: over TCP, every rank updates everything. */
+static dt_status tcp_allreduce_update(dt_comm *c, float *grads, float *params, size_t n,
+                                      dt_update_fn update, void *ctx)
+{
+    tcp_state *s = state_of(c);
+    if (!s->shm) {
+        dt_status st = tcp_allreduce(c, grads, n, DT_REDUCE_SUM, DT_WIRE_F32);
+        if (st == DT_OK && n > 0)
+            update(ctx, 0, n);
+        return st;
+    }
+    dt_xfer x;
+    dt_status st = begin(c, "all-reduce and update", OP_ALLREDUCE, &x);
+    if (st)
+        return st;
+    if ((st = dt_shm_allreduce_update(s->shm, &x, grads, params, n, update, ctx)))
+        return fail(c, st);
+    return DT_OK;
+}
+
+static dt_status tcp_share_owned(dt_comm *c, float *data, size_t n)
+{
+    tcp_state *s = state_of(c);
+    if (!s->shm)
+        return DT_OK;
+    dt_xfer x;
+    dt_status st = begin(c, "share of updated state", OP_ALLREDUCE, &x);
+    if (st)
+        return st;
+    if ((st = dt_shm_share_owned(s->shm, &x, data, n)))
+        return fail(c, st);
+    return DT_OK;
+}
+
 static void tcp_destroy(dt_comm *c)
 {
     tcp_state *s = state_of(c);
@@ -396,8 +430,9 @@ static void tcp_destroy(dt_comm *c)
     c->impl = NULL; /* dt_comm_destroy frees c itself */
 }
 
-static const dt_comm_ops tcp_ops = {"tcp", tcp_allreduce, tcp_reduce_scatter, tcp_allgather,
-                                    tcp_broadcast, tcp_barrier, tcp_destroy};
+static const dt_comm_ops tcp_ops = {"tcp",         tcp_allreduce,  tcp_reduce_scatter,
+                                    tcp_allgather, tcp_broadcast,  tcp_barrier,
+                                    tcp_destroy,   tcp_allreduce_update, tcp_share_owned};
 
 bool dt_comm_tcp_uses_shm(const dt_comm *c)
 {

@@ -249,7 +249,9 @@ static void step_task(void *ctx, int task, int n_tasks)
     }
 }
 
-void dt_optim_step(dt_optim *o, dt_pool *pool, float *params, const float *grads, size_t n_elems)
+/* The step's job over params and grads (n_elems), with the rates of the step to be taken. */
+static struct step_job step_job_for(const dt_optim *o, float *params, const float *grads,
+                                    size_t n_elems)
 {
     size_t slot_stride = o->n_slots ? o->state.n_elems / (size_t)o->n_slots : 0;
     struct step_job j = {o, params, grads, NULL, NULL, n_elems, dt_optim_current_lr(o), 0.0f};
@@ -261,7 +263,33 @@ void dt_optim_step(dt_optim *o, dt_pool *pool, float *params, const float *grads
         double t = (double)(o->iterations + 1);
         j.lr_t = (float)(j.lr * sqrt(1.0 - pow(o->cfg.beta2, t)) / (1.0 - pow(o->cfg.beta1, t)));
     }
+    return j;
+}
+
+static void run_job(struct step_job *j, dt_pool *pool)
+{
     /* Under 64 Ki elements the hand-off to another thread costs more than it saves. */
-    dt_pool_run(n_elems < 65536 ? NULL : pool, step_task, &j, dt_pool_size(pool));
+    dt_pool_run(j->n < 65536 ? NULL : pool, step_task, j, dt_pool_size(pool));
+}
+
+void dt_optim_step(dt_optim *o, dt_pool *pool, float *params, const float *grads, size_t n_elems)
+{
+    struct step_job j = step_job_for(o, params, grads, n_elems);
+    run_job(&j, pool);
     o->iterations++;
 }
+
+void dt_optim_update_range(const dt_optim *o, dt_pool *pool, float *params, const float *grads,
+                           size_t lo, size_t hi)
+{
+    /* The job over [lo, hi) is the whole step's offset by lo. The kernels are elementwise and
+     * the vector and scalar ones agree bit for bit, so where a range starts changes no value. */
+    struct step_job j = step_job_for(o, params + lo, grads + lo, hi - lo);
+    if (j.s0)
+        j.s0 += lo;
+    if (j.s1)
+        j.s1 += lo;
+    run_job(&j, pool);
+}
+
+void dt_optim_count_step(dt_optim *o) { o->iterations++; }

@@ -264,18 +264,121 @@ dt_status dt_evaluate(dt_model *m, const dt_image_dataset *ds, double *loss, dou
 
 static bool distributed(const dt_fit_config *cfg) { return cfg->comm && cfg->comm->size > 1; }
 
+/* The owner's part of a sharded step (dt_comm_allreduce_update). */
+typedef struct {
+    dt_optim *o;
+    dt_pool *pool;
+    float *params;
+    const float *grads;
+} owned_update;
+
+static void update_owned(void *ctx, size_t lo, size_t hi)
+{
+    owned_update *u = ctx;
+    dt_optim_update_range(u->o, u->pool, u->params, u->grads, lo, hi);
+}
+
+/* Workers share their gradients by plain all-reduce and every one updates every parameter, or
+ * with the update sharded (each updates what it owns, then they share the parameters): sharded
+ * unless gradients travel in buckets during backward, the variables are central, or the wire
+ * rounds gradients (which the sharded step does not). */
+static bool sharded_update(const dt_fit_config *cfg, const dt_gradsync *gs)
+{
+    return distributed(cfg) && !gs && !cfg->central_storage && cfg->wire == DT_WIRE_F32;
+}
+
+/* Every rank's optimizer slots made whole, before a checkpoint (see sharded_update). */
+static dt_status share_optimizer_state(const dt_fit_config *cfg, dt_optim *o, size_t n_params)
+{
+    if (!distributed(cfg))
+        return DT_OK;
+    for (int k = 0; k < o->n_slots; k++) {
+        dt_status st = dt_comm_share_owned(cfg->comm, o->state.data + (size_t)k * n_params,
+                                           n_params);
+        if (st)
+            return dt_error_prefix(st, "sharing the optimizer's state");
+    }
+    return DT_OK;
+}
+
+/* The loss, the correct count and *state_wanted summed over the workers. */
+static dt_status sum_stats(const dt_fit_config *cfg, int64_t step, double *loss, int *correct,
+                           bool *state_wanted)
+{
+    float stats[3] = {(float)*loss, (float)*correct, *state_wanted ? 1.0f : 0.0f};
+    dt_status st = dt_comm_allreduce(cfg->comm, stats, 3, DT_REDUCE_SUM, DT_WIRE_F32);
+    if (st)
+        return dt_error_prefix(st, "step %lld", (long long)step);
+    *loss = stats[0];
+    *correct = (int)stats[1];
+    *state_wanted = stats[2] > 0.0f;
+    if (!isfinite(*loss))
+        return dt_error(DT_ERR_NUMERIC, "step %lld: the loss is %g: training diverged (try a "
+                        "lower --lr)", (long long)step, *loss);
+    return DT_OK;
+}
+
+/* The gradients (already scaled by 1 / the global batch, so their sum is its mean) summed over
+ * the workers, the update, sharded or not, and the batch's loss and correct count summed with
+ * *state_wanted (this worker needs the optimizer state whole after the step; on return: some
+ * worker does). A diverged worker's NaN travels in the loss, so every worker stops at the same
+ * step; but for bucketed gradients, already on their way, the sums come before any update. */
+static dt_status sync_and_update(dt_model *m, dt_optim *o, dt_pool *pool, const dt_fit_config *cfg,
+                                 dt_gradsync *gs, int64_t step, double *loss, int *correct,
+                                 bool *state_wanted, double *comm_seconds)
+{
+    dt_arena *params = dt_model_params(m), *grads = dt_model_grads(m);
+    double t0 = dt_clock_now();
+    dt_status st;
+    if (gs) {
+        if ((st = dt_gradsync_finish(gs)))
+            return dt_error_prefix(st, "step %lld", (long long)step);
+        if ((st = sum_stats(cfg, step, loss, correct, state_wanted)))
+            return st;
+    } else {
+        if ((st = sum_stats(cfg, step, loss, correct, state_wanted)))
+            return st;
+        if (sharded_update(cfg, gs)) {
+            owned_update u = {o, pool, params->data, grads->data};
+            st = dt_comm_allreduce_update(cfg->comm, grads->data, params->data, params->n_elems,
+                                          update_owned, &u);
+        } else {
+            st = dt_comm_allreduce(cfg->comm, grads->data, grads->n_elems, DT_REDUCE_SUM,
+                                   (dt_wire_dtype)cfg->wire);
+        }
+        if (st)
+            return dt_error_prefix(st, "step %lld", (long long)step);
+    }
+    *comm_seconds += dt_clock_now() - t0;
+    if (sharded_update(cfg, gs)) {
+        dt_optim_count_step(o);
+        return *state_wanted ? share_optimizer_state(cfg, o, params->n_elems) : DT_OK;
+    }
+    if (!cfg->central_storage) {
+        dt_optim_step(o, pool, params->data, grads->data, params->n_elems);
+        return DT_OK;
+    }
+    /* One copy of the variables: rank 0 updates it, and no replica computes the next step
+     * before the update is done. */
+    if (cfg->comm->rank == 0)
+        dt_optim_step(o, pool, params->data, grads->data, params->n_elems);
+    if ((st = dt_comm_barrier(cfg->comm)))
+        return dt_error_prefix(st, "step %lld", (long long)step);
+    return DT_OK;
+}
+
 /* One synchronous step on the batch e (which may have no rows on a worker whose share of a short
  * last batch is empty). grad_scale is 1 / the examples the gradient averages over (this batch's,
  * or the global batch's across workers). *loss_sum and *n_correct receive the batch's summed loss
- * and its correct predictions, summed over the workers when there are several. */
+ * and its correct predictions, summed over the workers when there are several. *state_wanted:
+ * see sync_and_update. */
 static dt_status train_step(dt_model *m, dt_optim *o, dt_pool *pool, const dt_fit_config *cfg,
                             dt_gradsync *gs, const dt_elem *e, const int32_t *labels,
                             float grad_scale, int64_t step, double *loss_sum, int64_t *n_correct,
-                            double *comm_seconds)
+                            bool *state_wanted, double *comm_seconds)
 {
     double loss = 0.0;
     int correct = 0;
-    dt_arena *params = dt_model_params(m), *grads = dt_model_grads(m);
     dt_model_zero_grads(m);
     if (gs)
         dt_gradsync_begin(gs);
@@ -290,32 +393,16 @@ static dt_status train_step(dt_model *m, dt_optim *o, dt_pool *pool, const dt_fi
         dt_model_set_dropout_position(m, dt_model_dropout_position(m) + 1);
     }
     if (distributed(cfg)) {
-        /* The gradients are already scaled by 1 / the global batch: their sum is its mean. A
-         * diverged worker's NaN travels in the loss sum, so every worker stops at the same step. */
-        float stats[2] = {(float)loss, (float)correct};
-        double t0 = dt_clock_now();
-        dt_status st = gs ? dt_gradsync_finish(gs)
-                          : dt_comm_allreduce(cfg->comm, grads->data, grads->n_elems,
-                                              DT_REDUCE_SUM, (dt_wire_dtype)cfg->wire);
-        if (st || (st = dt_comm_allreduce(cfg->comm, stats, 2, DT_REDUCE_SUM, DT_WIRE_F32)))
-            return dt_error_prefix(st, "step %lld", (long long)step);
-        *comm_seconds += dt_clock_now() - t0;
-        loss = stats[0];
-        correct = (int)stats[1];
-    }
-    if (!isfinite(loss))
-        return dt_error(DT_ERR_NUMERIC, "step %lld: the loss is %g: training diverged (try a "
-                        "lower --lr)", (long long)step, loss);
-    if (!distributed(cfg) || !cfg->central_storage) {
-        dt_optim_step(o, pool, params->data, grads->data, params->n_elems);
-    } else {
-        /* One copy of the variables: rank 0 updates it, and no replica computes the next step
-         * before the update is done. */
-        if (cfg->comm->rank == 0)
-            dt_optim_step(o, pool, params->data, grads->data, params->n_elems);
-        dt_status st = dt_comm_barrier(cfg->comm);
+        dt_status st = sync_and_update(m, o, pool, cfg, gs, step, &loss, &correct, state_wanted,
+                                       comm_seconds);
         if (st)
-            return dt_error_prefix(st, "step %lld", (long long)step);
+            return st;
+    } else {
+        if (!isfinite(loss))
+            return dt_error(DT_ERR_NUMERIC, "step %lld: the loss is %g: training diverged (try "
+                            "a lower --lr)", (long long)step, loss);
+        dt_arena *params = dt_model_params(m), *grads = dt_model_grads(m);
+        dt_optim_step(o, pool, params->data, grads->data, params->n_elems);
     }
     *loss_sum = loss;
     *n_correct = correct;
@@ -587,9 +674,10 @@ dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *tr
             double loss_sum = 0.0;
             int64_t correct = 0;
             float scale = 1.0f / (float)(cfg->reduction == DT_REDUCTION_MEAN ? rows : cfg->batch_size);
+            bool state_wanted = dt_fit_ckpt_saves_after(&ck, cfg, pos.step + 1);
             if ((st = check_batch(m, e)) || (st = batch_labels(m, e, labels)) ||
                 (st = train_step(m, o, pool, cfg, gs, e, labels, scale, pos.step, &loss_sum,
-                                 &correct, &result->comm_seconds))) {
+                                 &correct, &state_wanted, &result->comm_seconds))) {
                 dt_elem_free(e);
                 goto fail;
             }
@@ -665,7 +753,8 @@ dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *tr
         next.epoch++;
         next.in_epoch = next.epoch_correct = next.epoch_samples = 0;
         next.epoch_loss = 0.0;
-        if ((st = dt_fit_ckpt_after_epoch(&ck, cfg, m, o, &next, result)))
+        if ((st = share_optimizer_state(cfg, o, dt_model_params(m)->n_elems)) ||
+            (st = dt_fit_ckpt_after_epoch(&ck, cfg, m, o, &next, result)))
             goto fail;
         pos = next;
         pos.epoch--; /* the loop's increment moves it on */
@@ -676,7 +765,8 @@ dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *tr
         ((st = periodic_evaluation(m, test, cfg, pos.step, result)) ||
          (st = dt_fit_ckpt_eval_summary(&ck, pos.step, result->val_loss, result->val_accuracy))))
         goto fail;
-    if ((st = dt_fit_ckpt_final(&ck, cfg, m, o, &pos, result)))
+    if ((st = share_optimizer_state(cfg, o, dt_model_params(m)->n_elems)) ||
+        (st = dt_fit_ckpt_final(&ck, cfg, m, o, &pos, result)))
         goto fail;
     completed = true;
 fail:

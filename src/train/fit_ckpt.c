@@ -19,7 +19,7 @@ dt_status dt_fit_ckpt_open(dt_fit_ckpt *k, const dt_fit_config *cfg)
     memset(k, 0, sizeof *k);
     k->writer = !distributed(cfg) || cfg->comm->rank == 0;
     k->last_save = k->last_summary_t = dt_clock_now();
-    k->last_saved_step = -1;
+    k->last_saved_step = k->model_due_step = -1;
     if (!k->writer)
         return DT_OK;
     dt_status st = DT_OK;
@@ -153,6 +153,22 @@ static dt_status write_train_summaries(dt_fit_ckpt *k, dt_optim *o, int64_t step
     return dt_summary_flush(k->train_sw);
 }
 
+bool dt_fit_ckpt_saves_after(dt_fit_ckpt *k, const dt_fit_config *cfg, int64_t step)
+{
+    k->model_due_step = -1;
+    if (!k->writer)
+        return false;
+    bool backup = k->have_backup && cfg->backup_freq > 0 && step % cfg->backup_freq == 0;
+    bool model = k->have_model &&
+                 (cfg->save_checkpoints_steps > 0
+                      ? step % cfg->save_checkpoints_steps == 0
+                      : cfg->save_checkpoints_secs > 0.0 &&
+                            dt_clock_now() - k->last_save >= cfg->save_checkpoints_secs);
+    if (model)
+        k->model_due_step = step;
+    return backup || model;
+}
+
 dt_status dt_fit_ckpt_after_step(dt_fit_ckpt *k, const dt_fit_config *cfg, dt_model *m,
                                  dt_optim *o, const dt_fit_position *pos, double batch_loss,
                                  double batch_accuracy, dt_fit_result *r)
@@ -163,17 +179,11 @@ dt_status dt_fit_ckpt_after_step(dt_fit_ckpt *k, const dt_fit_config *cfg, dt_mo
     if (k->have_backup && cfg->backup_freq > 0 && pos->step % cfg->backup_freq == 0 &&
         (st = save(&k->backup, false, cfg, m, o, pos, false, r)))
         return dt_error_prefix(st, "backup at step %" PRId64, pos->step);
-    if (k->have_model) {
-        bool due = cfg->save_checkpoints_steps > 0
-                       ? pos->step % cfg->save_checkpoints_steps == 0
-                       : cfg->save_checkpoints_secs > 0.0 &&
-                             dt_clock_now() - k->last_save >= cfg->save_checkpoints_secs;
-        if (due) {
-            if ((st = save(&k->model, true, cfg, m, o, pos, false, r)))
-                return st;
-            k->last_save = dt_clock_now();
-            k->last_saved_step = pos->step;
-        }
+    if (k->model_due_step == pos->step) {
+        if ((st = save(&k->model, true, cfg, m, o, pos, false, r)))
+            return st;
+        k->last_save = dt_clock_now();
+        k->last_saved_step = pos->step;
     }
     if (k->train_sw && pos->step % cfg->save_summary_steps == 0 &&
         (st = write_train_summaries(k, o, pos->step, batch_loss, batch_accuracy)))

@@ -29,6 +29,7 @@ typedef struct {
     dt_summary_writer *train_sw, *eval_sw;
     double last_save;              /* clock of the last model_dir checkpoint */
     int64_t last_saved_step;
+    int64_t model_due_step;        /* the step dt_fit_ckpt_saves_after chose to save, or -1 */
     double last_summary_t;
     int64_t last_summary_step;
 } dt_fit_ckpt;
@@ -43,7 +44,12 @@ dt_status dt_fit_ckpt_close(dt_fit_ckpt *k, bool completed);
 dt_status dt_fit_ckpt_restore(dt_fit_ckpt *k, const dt_fit_config *cfg, dt_model *m, dt_optim *o,
                               dt_fit_position *pos, bool *resumed);
 
-/* After a step: the model_dir checkpoint when due, the backup when due every N steps, the train
+/* Before a step (step: the count once it is done): whether dt_fit_ckpt_after_step will save a
+ * checkpoint or a backup after it. A time-based checkpoint is decided here, once, so the ranks
+ * can be told before the step ends (their optimizer state must be whole for the save). */
+bool dt_fit_ckpt_saves_after(dt_fit_ckpt *k, const dt_fit_config *cfg, int64_t step);
+
+/* After a step: the model_dir checkpoint when dt_fit_ckpt_saves_after chose it, the backup when due every N steps, the train
  * summaries when due. */
 dt_status dt_fit_ckpt_after_step(dt_fit_ckpt *k, const dt_fit_config *cfg, dt_model *m,
                                  dt_optim *o, const dt_fit_position *pos, double batch_loss,

@@ -12,7 +12,9 @@
  * expected values hold for every op and wire dtype. Min and max run again over signed zeros,
  * infinities and NaNs, where dtrain's min and max fix every bit whatever the order. A last
  * all-reduce of inexact random values checks that every rank gets the same bits and that the sum
- * is within the wire format's error.
+ * is within the wire format's error. The sharded update (dt_comm_allreduce_update) must give the
+ * same params on every rank, each element updated by one rank where the backend shards, and
+ * dt_comm_share_owned must give every rank the owners' values.
  * After each check the ranks gather their verdicts (with the communicator under test), rank 0
  * prints one line per collective and count ("ok   ..." or "FAIL ...: rank R: why"), and the
  * program exits 0 only if everything matched on every rank. A failed call breaks the
@@ -355,6 +357,119 @@ static int check_broadcast(run *r, size_t n, uint8_t *buf)
     return 0;
 }
 
+/* dt_comm_allreduce_update's probe: params[i] = params[i] / 2 + the summed grads[i], and a
+ * record of which elements this rank updated (twice is an error, as is a range out of bounds). */
+typedef struct {
+    float *params;
+    const float *grads;
+    uint8_t *owned;
+    size_t n;
+    uint64_t updated, bad;
+} update_probe;
+
+static void probe_update(void *ctx, size_t lo, size_t hi)
+{
+    update_probe *u = ctx;
+    if (lo > hi || hi > u->n) {
+        u->bad++;
+        return;
+    }
+    for (size_t i = lo; i < hi; i++) {
+        u->bad += u->owned[i];
+        u->owned[i] = 1;
+        u->params[i] = u->params[i] * 0.5f + u->grads[i];
+    }
+    u->updated += hi - lo;
+}
+
+static float start_param(size_t i) { return (float)(i % 64) / 8.0f; }
+static float owner_value(size_t i) { return (float)(i % 1000) + 0.25f; }
+
+/* Whether this communicator shards updates (tcp through shared memory) or leaves each rank to
+ * update everything. */
+static bool shards_updates(const dt_comm *c)
+{
+    return strcmp(c->ops->name, "tcp") == 0 && dt_comm_tcp_uses_shm(c);
+}
+
+/* dt_comm_allreduce_update: every rank ends with start / 2 + the sum, each element updated by
+ * exactly one rank where the communicator shards (by every rank otherwise); then
+ * dt_comm_share_owned gives every rank the owners' values of a slot. */
+static int check_update_and_share(run *r, size_t n, float *grads)
+{
+    dt_comm *c = r->c;
+    char what[160];
+    float *params = malloc((n ? n : 1) * sizeof *params);
+    uint8_t *owned = calloc(n ? n : 1, 1);
+    if (!params || !owned) {
+        fprintf(stderr, "coll_check: out of memory\n");
+        exit(2);
+    }
+    for (size_t i = 0; i < n; i++) {
+        grads[i] = exact_input(c->rank, i, c->size);
+        params[i] = start_param(i);
+    }
+    update_probe u = {params, grads, owned, n, 0, 0};
+    snprintf(what, sizeof what, "all-reduce and update n=%zu (%d ranks, %s)", n, c->size,
+             shards_updates(c) ? "sharded" : "every rank updates all");
+    int rc = 0;
+    if (dt_comm_allreduce_update(c, grads, params, n, probe_update, &u) != DT_OK) {
+        rc = call_failed(r, what);
+        goto done;
+    }
+    verdict v = {0};
+    for (size_t i = 0; i < n; i++) {
+        float want = start_param(i) * 0.5f + exact_expected(i, c->size, DT_REDUCE_SUM);
+        if (memcmp(&params[i], &want, sizeof want) != 0 && v.n_wrong++ == 0) {
+            v.first = i;
+            v.got = params[i];
+            v.want = want;
+        }
+    }
+    /* Every element updated once over the ranks when sharded, size times otherwise. */
+    float tally[2] = {(float)u.updated, (float)u.bad};
+    if (dt_comm_allreduce(c, tally, 2, DT_REDUCE_SUM, DT_WIRE_F32) != DT_OK) {
+        rc = call_failed(r, what);
+        goto done;
+    }
+    double want_updates = shards_updates(c) ? (double)n : (double)n * c->size;
+    if (v.n_wrong == 0 && (tally[0] != want_updates || tally[1] != 0.0f)) {
+        v.n_wrong = 1;
+        v.first = (uint64_t)tally[1]; /* ranges out of bounds or elements updated twice */
+        v.got = tally[0];
+        v.want = want_updates;
+    }
+    v.bad = v.n_wrong != 0;
+    v.hash = fnv(params, n * sizeof *params);
+    if (!report(r, what, &v, true)) {
+        rc = -1;
+        goto done;
+    }
+    snprintf(what, sizeof what, "share of owned state n=%zu (%d ranks)", n, c->size);
+    for (size_t i = 0; i < n; i++)
+        params[i] = owned[i] ? owner_value(i) : -1.0f;
+    if (dt_comm_share_owned(c, params, n) != DT_OK) {
+        rc = call_failed(r, what);
+        goto done;
+    }
+    verdict s = {0};
+    for (size_t i = 0; i < n; i++) {
+        if (params[i] != owner_value(i) && s.n_wrong++ == 0) {
+            s.first = i;
+            s.got = params[i];
+            s.want = owner_value(i);
+        }
+    }
+    s.bad = s.n_wrong != 0;
+    s.hash = fnv(params, n * sizeof *params);
+    if (!report(r, what, &s, true))
+        rc = -1;
+done:
+    free(owned);
+    free(params);
+    return rc;
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -410,6 +525,8 @@ static int check_rank(dt_comm *c)
             rc = check_allgather(&r, n, send, recv);
         if (rc == 0)
             rc = check_broadcast(&r, n, send);
+        if (rc == 0)
+            rc = check_update_and_share(&r, n, fbuf);
     }
     if (c->rank == 0 || rc != 0)
         printf("%s: rank %d: %d checks, %d failed%s\n", c->ops->name, c->rank, r.checks,
