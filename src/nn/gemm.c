@@ -5,12 +5,22 @@
 
 /* Declared by OpenBLAS's cblas.h as well; repeated in case a cblas.h without it is found. */
 void openblas_set_num_threads(int num_threads);
+/* OpenBLAS's pthreads build: stops its server threads (it starts them again only for a
+ * multi-threaded call). Weak: other builds and other BLAS libraries lack it. */
+int blas_thread_shutdown_(void) __attribute__((weak));
 
 void dt_gemm_setup(void)
 {
     static int done;
-    if (!__atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL))
-        openblas_set_num_threads(1);
+    if (__atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL))
+        return;
+    /* dtrain splits GEMMs over its own pool and calls OpenBLAS on one thread each, so
+     * OpenBLAS's own threads (one per core, started when the library loads) only poll: they
+     * call sched_yield in a loop, for a while after load and again now and then. On an idle
+     * core that costs nothing; with a worker process on every core it takes their time. */
+    openblas_set_num_threads(1);
+    if (blas_thread_shutdown_)
+        blas_thread_shutdown_();
 }
 
 static void gemm_blas(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
