@@ -348,6 +348,17 @@ static void add_into_both(float *restrict res, float *restrict mine, const float
         res[i] = mine[i] = mine[i] + other[i];
 }
 
+/* mine += other: the two ranks' sum into this rank's data alone (see add_into_both). */
+static void add_into(float *restrict mine, const float *restrict other, size_t n)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (size_t j = 0; j < 16; j++)
+            mine[i + j] += other[i + j];
+    for (; i < n; i++)
+        mine[i] += other[i];
+}
+
 /* Rank r's operand for this rank's block at b_off. */
 static const float *operand(const dt_shm_group *g, int r, const float *mine, size_t b_off)
 {
@@ -403,7 +414,11 @@ static void own_block(dt_shm_group *g, const round_job *j, size_t off, size_t b_
     case ROUND_UPDATE:
         for (size_t s = 0; s < b_n; s += UPDATE_SLICE) {
             size_t k = b_n - s < UPDATE_SLICE ? b_n - s : UPDATE_SLICE;
-            reduce_block(g, j->data + at + s, b_off + s, k, DT_REDUCE_SUM);
+            /* The sums go to this rank's own gradients only: res then takes the params. */
+            if (g->size == 2)
+                add_into(j->data + at + s, operand(g, 1 - g->rank, NULL, b_off + s), k);
+            else
+                reduce_block(g, j->data + at + s, b_off + s, k, DT_REDUCE_SUM);
             j->update(j->ctx, at + s, at + s + k);
             memcpy(g->res + b_off + s, j->params + at + s, k * sizeof *g->res);
         }
