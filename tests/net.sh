@@ -160,6 +160,32 @@ else
     fail sharded_update_equals_replicated_update_bitwise "exit $status: checksums $a (shared memory) vs $b (tcp): $(tail -2 "$tmp/multi.out")"
 fi
 
+# ---- uneven shards: worker 0's file holds 20 batches of 32, worker 1's 21; every epoch ends
+# for both after 20 steps (the last batch is not trained on), whether the workers learn of the
+# end with the step's sums (shared memory, or TCP alone) or agree before each step (buckets) ----
+python3 - "$tmp" <<'PY2'
+import random, sys
+random.seed(1)
+for name, n in (("a", 640), ("b", 700)):
+    with open("%s/uneven_%s.svm" % (sys.argv[1], name), "w") as f:
+        for i in range(n):
+            y = random.randrange(10)
+            f.write("%d %d:1 %d:0.5\n" % (y, y * 7 + 1, 700 + y))
+PY2
+for extra in --shm=true --shm=false --bucket-mb=0.01; do
+    run timeout 60 "$dtrain" launch -n 2 -- "$dtrain" train --model mlp --num-features 784 \
+        --data "libsvm:$tmp/uneven_a.svm,$tmp/uneven_b.svm" --input-shape 28,28,1 --batch-size 64 \
+        --epochs 2 --threads 1 --test-data none --progress none "$extra" --metrics-out "$tmp/uneven.json"
+    steps=$(json_field "$tmp/uneven.json" steps)
+    samples=$(json_field "$tmp/uneven.json" samples)
+    if [ "$status" -eq 0 ] && [ "$steps" = 40 ] && [ "$samples" = 2560 ]; then
+        ok "uneven_shards_end_each_epoch_together ($extra, ${ms} ms)"
+    else
+        fail "uneven_shards_end_each_epoch_together ($extra)" "exit $status, $steps steps, $samples samples: $(tail -3 "$tmp/err")"
+    fi
+    rm -f "$tmp/uneven.json"
+done
+
 # ---- train_and_evaluate across 2 workers: the chief alone evaluates and logs ----
 "$dtrain" launch -n 2 -- dtrain train --model mlp --max-steps 120 --threads 1 --batch-size 64 \
     --progress estimator --log-step-count-steps 50 --eval-every-steps 50 --eval-steps 4 \

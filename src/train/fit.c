@@ -264,17 +264,32 @@ dt_status dt_evaluate(dt_model *m, const dt_image_dataset *ds, double *loss, dou
 
 static bool distributed(const dt_fit_config *cfg) { return cfg->comm && cfg->comm->size > 1; }
 
-/* The owner's part of a sharded step (dt_comm_allreduce_update). */
+/* A step's figures: on entry this worker's, on return summed over the workers. */
+typedef struct {
+    double loss;       /* the batch's summed loss */
+    int64_t correct;   /* its correct predictions */
+    int64_t rows;      /* its examples */
+    bool ended;        /* this worker's data ended; on return: some worker's did (or the batch
+                        * is empty everywhere), and the step was not taken */
+    bool state_wanted; /* this worker needs the optimizer state whole after the step (to save
+                        * it); on return: some worker does */
+} step_sums;
+
+/* The owner's part of a sharded step (dt_comm_allreduce_update): the summed gradients, scaled
+ * again when the batch was not the size they were scaled for, then the optimizer. */
 typedef struct {
     dt_optim *o;
     dt_pool *pool;
-    float *params;
-    const float *grads;
+    float *params, *grads;
+    float rescale;
 } owned_update;
 
 static void update_owned(void *ctx, size_t lo, size_t hi)
 {
     owned_update *u = ctx;
+    if (u->rescale != 1.0f)
+        for (size_t i = lo; i < hi; i++)
+            u->grads[i] *= u->rescale;
     dt_optim_update_range(u->o, u->pool, u->params, u->grads, lo, hi);
 }
 
@@ -285,6 +300,14 @@ static void update_owned(void *ctx, size_t lo, size_t hi)
 static bool sharded_update(const dt_fit_config *cfg, const dt_gradsync *gs)
 {
     return distributed(cfg) && !gs && !cfg->central_storage && cfg->wire == DT_WIRE_F32;
+}
+
+/* Whether the workers learn the global batch with the step's sums, after backward, rather than
+ * agreeing on it before the step (an extra wait for each other every step). Buckets need it
+ * before: their all-reduces start during backward. */
+static bool agrees_with_sums(const dt_fit_config *cfg, const dt_gradsync *gs)
+{
+    return distributed(cfg) && !gs;
 }
 
 /* Every rank's optimizer slots made whole, before a checkpoint (see sharded_update). */
@@ -301,58 +324,67 @@ static dt_status share_optimizer_state(const dt_fit_config *cfg, dt_optim *o, si
     return DT_OK;
 }
 
-/* The loss, the correct count and *state_wanted summed over the workers. */
-static dt_status sum_stats(const dt_fit_config *cfg, int64_t step, double *loss, int *correct,
-                           bool *state_wanted)
+/* The step's figures summed over the workers (rows too, unless agreed on before the step). */
+static dt_status sum_figures(const dt_fit_config *cfg, int64_t step, bool with_rows,
+                             step_sums *s)
 {
-    float stats[3] = {(float)*loss, (float)*correct, *state_wanted ? 1.0f : 0.0f};
-    dt_status st = dt_comm_allreduce(cfg->comm, stats, 3, DT_REDUCE_SUM, DT_WIRE_F32);
+    float v[5] = {(float)s->loss, (float)s->correct, with_rows ? (float)s->rows : 0.0f,
+                  s->ended ? 1.0f : 0.0f, s->state_wanted ? 1.0f : 0.0f};
+    dt_status st = dt_comm_allreduce(cfg->comm, v, 5, DT_REDUCE_SUM, DT_WIRE_F32);
     if (st)
         return dt_error_prefix(st, "step %lld", (long long)step);
-    *loss = stats[0];
-    *correct = (int)stats[1];
-    *state_wanted = stats[2] > 0.0f;
-    if (!isfinite(*loss))
+    s->loss = v[0];
+    s->correct = (int64_t)v[1];
+    if (with_rows)
+        s->rows = (int64_t)v[2];
+    s->ended = v[3] > 0.0f || s->rows == 0;
+    s->state_wanted = v[4] > 0.0f;
+    if (!s->ended && !isfinite(s->loss))
         return dt_error(DT_ERR_NUMERIC, "step %lld: the loss is %g: training diverged (try a "
-                        "lower --lr)", (long long)step, *loss);
+                        "lower --lr)", (long long)step, s->loss);
     return DT_OK;
 }
 
-/* The gradients (already scaled by 1 / the global batch, so their sum is its mean) summed over
- * the workers, the update, sharded or not, and the batch's loss and correct count summed with
- * *state_wanted (this worker needs the optimizer state whole after the step; on return: some
- * worker does). A diverged worker's NaN travels in the loss, so every worker stops at the same
- * step; but for bucketed gradients, already on their way, the sums come before any update. */
+/* The gradients (scaled by 1 / scaled_rows, so their sum is the batch's mean when the batch has
+ * that many rows) summed over the workers, and the update, sharded or not. The step's figures
+ * are summed first: a diverged worker's NaN travels in the loss, so every worker stops at the
+ * same step, before any update, and a worker whose data ended stops them all before it. With
+ * buckets, already on their way, the figures come after them. */
 static dt_status sync_and_update(dt_model *m, dt_optim *o, dt_pool *pool, const dt_fit_config *cfg,
-                                 dt_gradsync *gs, int64_t step, double *loss, int *correct,
-                                 bool *state_wanted, double *comm_seconds)
+                                 dt_gradsync *gs, int64_t step, int64_t scaled_rows,
+                                 step_sums *s, double *comm_seconds)
 {
     dt_arena *params = dt_model_params(m), *grads = dt_model_grads(m);
     double t0 = dt_clock_now();
     dt_status st;
-    if (gs) {
-        if ((st = dt_gradsync_finish(gs)))
-            return dt_error_prefix(st, "step %lld", (long long)step);
-        if ((st = sum_stats(cfg, step, loss, correct, state_wanted)))
-            return st;
-    } else {
-        if ((st = sum_stats(cfg, step, loss, correct, state_wanted)))
-            return st;
-        if (sharded_update(cfg, gs)) {
-            owned_update u = {o, pool, params->data, grads->data};
-            st = dt_comm_allreduce_update(cfg->comm, grads->data, params->data, params->n_elems,
-                                          update_owned, &u);
-        } else {
-            st = dt_comm_allreduce(cfg->comm, grads->data, grads->n_elems, DT_REDUCE_SUM,
-                                   (dt_wire_dtype)cfg->wire);
-        }
-        if (st)
-            return dt_error_prefix(st, "step %lld", (long long)step);
+    if (gs && (st = dt_gradsync_finish(gs)))
+        return dt_error_prefix(st, "step %lld", (long long)step);
+    if ((st = sum_figures(cfg, step, agrees_with_sums(cfg, gs), s)))
+        return st;
+    if (s->ended) {
+        *comm_seconds += dt_clock_now() - t0;
+        return DT_OK;
     }
+    /* A short batch (the last of an epoch): the sums are scaled to its own mean. */
+    float rescale = cfg->reduction == DT_REDUCTION_MEAN && s->rows != scaled_rows
+                        ? (float)scaled_rows / (float)s->rows
+                        : 1.0f;
+    if (!gs && sharded_update(cfg, gs)) {
+        owned_update u = {o, pool, params->data, grads->data, rescale};
+        st = dt_comm_allreduce_update(cfg->comm, grads->data, params->data, params->n_elems,
+                                      update_owned, &u);
+    } else if (!gs) {
+        st = dt_comm_allreduce(cfg->comm, grads->data, grads->n_elems, DT_REDUCE_SUM,
+                               (dt_wire_dtype)cfg->wire);
+        for (size_t i = 0; st == DT_OK && rescale != 1.0f && i < grads->n_elems; i++)
+            grads->data[i] *= rescale;
+    }
+    if (st)
+        return dt_error_prefix(st, "step %lld", (long long)step);
     *comm_seconds += dt_clock_now() - t0;
     if (sharded_update(cfg, gs)) {
         dt_optim_count_step(o);
-        return *state_wanted ? share_optimizer_state(cfg, o, params->n_elems) : DT_OK;
+        return s->state_wanted ? share_optimizer_state(cfg, o, params->n_elems) : DT_OK;
     }
     if (!cfg->central_storage) {
         dt_optim_step(o, pool, params->data, grads->data, params->n_elems);
@@ -367,46 +399,49 @@ static dt_status sync_and_update(dt_model *m, dt_optim *o, dt_pool *pool, const 
     return DT_OK;
 }
 
-/* One synchronous step on the batch e (which may have no rows on a worker whose share of a short
- * last batch is empty). grad_scale is 1 / the examples the gradient averages over (this batch's,
- * or the global batch's across workers). *loss_sum and *n_correct receive the batch's summed loss
- * and its correct predictions, summed over the workers when there are several. *state_wanted:
- * see sync_and_update. */
+/* One synchronous step on the batch e: NULL when this worker's data has ended, or no rows on a
+ * worker whose share of a short last batch is empty. s holds the step's figures (see
+ * step_sums): s->rows on entry is the global batch when the workers agreed on it before the
+ * step, else this worker's rows. When s->ended on return, the step was not taken. */
 static dt_status train_step(dt_model *m, dt_optim *o, dt_pool *pool, const dt_fit_config *cfg,
                             dt_gradsync *gs, const dt_elem *e, const int32_t *labels,
-                            float grad_scale, int64_t step, double *loss_sum, int64_t *n_correct,
-                            bool *state_wanted, double *comm_seconds)
+                            int64_t step, step_sums *s, double *comm_seconds)
 {
+    /* The gradient averages over the global batch. Learned with the sums, its size is taken to
+     * be the configured one, as it is but for an epoch's short last batch. */
+    int64_t scaled_rows = agrees_with_sums(cfg, gs) ? cfg->batch_size : s->rows;
+    float scale = 1.0f / (float)(cfg->reduction == DT_REDUCTION_MEAN ? scaled_rows
+                                                                      : cfg->batch_size);
     double loss = 0.0;
     int correct = 0;
+    uint64_t dropout_at = dt_model_dropout_position(m);
     dt_model_zero_grads(m);
     if (gs)
         dt_gradsync_begin(gs);
-    if (e->n > 0) {
+    if (e && e->n > 0) {
         dt_model_forward(m, e->n, e->dense, true);
-        loss = dt_model_loss(m, e->n, labels, grad_scale, true, &correct);
+        loss = dt_model_loss(m, e->n, labels, scale, true, &correct);
         if (isfinite(loss))
             dt_model_backward(m, e->n);
-    } else {
+    } else if (e) {
         /* An empty share of a short batch still counts as a training forward: every rank's
          * dropout sequence stays at rank 0's, which is the one a checkpoint saves. */
         dt_model_set_dropout_position(m, dt_model_dropout_position(m) + 1);
     }
-    if (distributed(cfg)) {
-        dt_status st = sync_and_update(m, o, pool, cfg, gs, step, &loss, &correct, state_wanted,
-                                       comm_seconds);
-        if (st)
-            return st;
-    } else {
+    s->loss = loss;
+    s->correct = correct;
+    if (!distributed(cfg)) {
         if (!isfinite(loss))
             return dt_error(DT_ERR_NUMERIC, "step %lld: the loss is %g: training diverged (try "
                             "a lower --lr)", (long long)step, loss);
         dt_arena *params = dt_model_params(m), *grads = dt_model_grads(m);
         dt_optim_step(o, pool, params->data, grads->data, params->n_elems);
+        return DT_OK;
     }
-    *loss_sum = loss;
-    *n_correct = correct;
-    return DT_OK;
+    dt_status st = sync_and_update(m, o, pool, cfg, gs, step, scaled_rows, s, comm_seconds);
+    if (st == DT_OK && s->ended)
+        dt_model_set_dropout_position(m, dropout_at); /* the step is not taken */
+    return st;
 }
 
 /* Before each step the workers agree on the global batch (the sum of their rows) and on whether
@@ -661,26 +696,33 @@ dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *tr
                 goto fail;
             if (st == DT_END)
                 e = NULL;
-            int64_t rows;
-            bool go_on;
-            if ((st = agree_on_step(cfg, e, &rows, &go_on, &result->comm_seconds))) {
+            step_sums sums = {.rows = e ? e->n : 0, .ended = e == NULL,
+                              .state_wanted = dt_fit_ckpt_saves_after(&ck, cfg, pos.step + 1)};
+            if (!agrees_with_sums(cfg, gs)) {
+                int64_t rows;
+                bool go_on;
+                if ((st = agree_on_step(cfg, e, &rows, &go_on, &result->comm_seconds))) {
+                    dt_elem_free(e);
+                    goto fail;
+                }
+                if (!go_on) {
+                    dt_elem_free(e); /* another worker's data ended: not trained on */
+                    break;
+                }
+                sums.rows = rows;
+            }
+            if ((e && ((st = check_batch(m, e)) || (st = batch_labels(m, e, labels)))) ||
+                (st = train_step(m, o, pool, cfg, gs, e, labels, pos.step, &sums,
+                                 &result->comm_seconds))) {
                 dt_elem_free(e);
                 goto fail;
             }
-            if (!go_on) {
-                dt_elem_free(e); /* another worker's data ended: this batch is not trained on */
+            if (sums.ended) {
+                dt_elem_free(e); /* some worker's data ended: the batch was not trained on */
                 break;
             }
-            double loss_sum = 0.0;
-            int64_t correct = 0;
-            float scale = 1.0f / (float)(cfg->reduction == DT_REDUCTION_MEAN ? rows : cfg->batch_size);
-            bool state_wanted = dt_fit_ckpt_saves_after(&ck, cfg, pos.step + 1);
-            if ((st = check_batch(m, e)) || (st = batch_labels(m, e, labels)) ||
-                (st = train_step(m, o, pool, cfg, gs, e, labels, scale, pos.step, &loss_sum,
-                                 &correct, &state_wanted, &result->comm_seconds))) {
-                dt_elem_free(e);
-                goto fail;
-            }
+            double loss_sum = sums.loss;
+            int64_t correct = sums.correct, rows = sums.rows;
             dt_elem_free(e);
             pos.step++;
             pos.epoch_loss += loss_sum;
