@@ -237,7 +237,8 @@ TEST(step_in_ranges_equals_whole_step_bit_for_bit)
             dt_optim_step(&a, NULL, p1, g, n);
             /* The ranges in an order of their own, the largest split over the pool. */
             for (int k = 4; k >= 0; k--)
-                dt_optim_update_range(&b, k == 3 ? pool : NULL, p2, g, cuts[k], cuts[k + 1]);
+                dt_optim_update_range(&b, k == 3 ? pool : NULL, p2, g + cuts[k], cuts[k],
+                                      cuts[k + 1]);
             dt_optim_count_step(&b);
         }
         CHECK_MSG(memcmp(p1, p2, n * 4) == 0, "%s: the parameters differ",

@@ -31,9 +31,10 @@ typedef enum { DT_WIRE_F32, DT_WIRE_BF16, DT_WIRE_F16 } dt_wire_dtype;
 
 typedef struct dt_comm dt_comm;
 
-/* An owner's update in dt_comm_allreduce_update: grads[lo, hi) hold the sum over the ranks, and
- * it updates params[lo, hi) from them (with whatever state it keeps for those elements). */
-typedef void (*dt_update_fn)(void *ctx, size_t lo, size_t hi);
+/* An owner's update in dt_comm_allreduce_update: sum[0, hi - lo) holds the sum over the ranks of
+ * elements [lo, hi), and it updates params[lo, hi) from them (with whatever state it keeps for
+ * those elements). */
+typedef void (*dt_update_fn)(void *ctx, size_t lo, size_t hi, const float *sum);
 
 /* A backend. Each slot is a collective over the communicator's ranks. */
 typedef struct {

@@ -72,9 +72,10 @@ float dt_optim_current_lr(const dt_optim *o);
 void dt_optim_step(dt_optim *o, dt_pool *pool, float *params, const float *grads, size_t n_elems);
 
 /* A step taken in parts, as when each rank of a cluster updates the parameters it owns
- * (dt_comm_allreduce_update): each part updates [lo, hi) of params and the slots with the rates
- * of the step to come (split over pool when large); dt_optim_count_step then counts the step,
- * once. The parts together give dt_optim_step's values bit for bit. */
+ * (dt_comm_allreduce_update): each part updates [lo, hi) of params and the slots from the
+ * range's gradients (grads[0] is element lo's), with the rates of the step to come (split over
+ * pool when large); dt_optim_count_step then counts the step, once. The parts together give
+ * dt_optim_step's values bit for bit. */
 void dt_optim_update_range(const dt_optim *o, dt_pool *pool, float *params, const float *grads,
                            size_t lo, size_t hi);
 void dt_optim_count_step(dt_optim *o);

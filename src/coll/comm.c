@@ -40,7 +40,7 @@ dt_status dt_comm_allreduce_update(dt_comm *c, float *grads, float *params, size
         return c->ops->allreduce_update(c, grads, params, n_elems, update, ctx);
     dt_status st = c->ops->allreduce(c, grads, n_elems, DT_REDUCE_SUM, DT_WIRE_F32);
     if (st == DT_OK && n_elems > 0)
-        update(ctx, 0, n_elems);
+        update(ctx, 0, n_elems, grads);
     return st;
 }
 

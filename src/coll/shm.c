@@ -419,7 +419,7 @@ static void own_block(dt_shm_group *g, const round_job *j, size_t off, size_t b_
                 add_into(j->data + at + s, operand(g, 1 - g->rank, NULL, b_off + s), k);
             else
                 reduce_block(g, j->data + at + s, b_off + s, k, DT_REDUCE_SUM);
-            j->update(j->ctx, at + s, at + s + k);
+            j->update(j->ctx, at + s, at + s + k, j->data + at + s);
             memcpy(g->res + b_off + s, j->params + at + s, k * sizeof *g->res);
         }
         break;

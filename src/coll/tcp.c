@@ -390,7 +390,7 @@ static dt_status tcp_allreduce_update(dt_comm *c, float *grads, float *params, s
     if (!s->shm) {
         dt_status st = tcp_allreduce(c, grads, n, DT_REDUCE_SUM, DT_WIRE_F32);
         if (st == DT_OK && n > 0)
-            update(ctx, 0, n);
+            update(ctx, 0, n, grads);
         return st;
     }
     dt_xfer x;

@@ -284,7 +284,7 @@ void dt_optim_update_range(const dt_optim *o, dt_pool *pool, float *params, cons
 {
     /* The job over [lo, hi) is the whole step's offset by lo. The kernels are elementwise and
      * the vector and scalar ones agree bit for bit, so where a range starts changes no value. */
-    struct step_job j = step_job_for(o, params + lo, grads + lo, hi - lo);
+    struct step_job j = step_job_for(o, params + lo, grads, hi - lo);
     if (j.s0)
         j.s0 += lo;
     if (j.s1)

@@ -284,13 +284,17 @@ typedef struct {
     float rescale;
 } owned_update;
 
-static void update_owned(void *ctx, size_t lo, size_t hi)
+static void update_owned(void *ctx, size_t lo, size_t hi, const float *sum)
 {
     owned_update *u = ctx;
-    if (u->rescale != 1.0f)
-        for (size_t i = lo; i < hi; i++)
-            u->grads[i] *= u->rescale;
-    dt_optim_update_range(u->o, u->pool, u->params, u->grads, lo, hi);
+    if (u->rescale == 1.0f) {
+        dt_optim_update_range(u->o, u->pool, u->params, sum, lo, hi);
+        return;
+    }
+    /* The sums are the communicator's: scaled into this rank's own gradients. */
+    for (size_t i = lo; i < hi; i++)
+        u->grads[i] = sum[i - lo] * u->rescale;
+    dt_optim_update_range(u->o, u->pool, u->params, u->grads + lo, lo, hi);
 }
 
 /* Workers share their gradients by plain all-reduce and every one updates every parameter, or

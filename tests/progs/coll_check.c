@@ -357,17 +357,16 @@ static int check_broadcast(run *r, size_t n, uint8_t *buf)
     return 0;
 }
 
-/* dt_comm_allreduce_update's probe: params[i] = params[i] / 2 + the summed grads[i], and a
+/* dt_comm_allreduce_update's probe: params[i] = params[i] / 2 + the sum of grads[i], and a
  * record of which elements this rank updated (twice is an error, as is a range out of bounds). */
 typedef struct {
     float *params;
-    const float *grads;
     uint8_t *owned;
     size_t n;
     uint64_t updated, bad;
 } update_probe;
 
-static void probe_update(void *ctx, size_t lo, size_t hi)
+static void probe_update(void *ctx, size_t lo, size_t hi, const float *sum)
 {
     update_probe *u = ctx;
     if (lo > hi || hi > u->n) {
@@ -377,7 +376,7 @@ static void probe_update(void *ctx, size_t lo, size_t hi)
     for (size_t i = lo; i < hi; i++) {
         u->bad += u->owned[i];
         u->owned[i] = 1;
-        u->params[i] = u->params[i] * 0.5f + u->grads[i];
+        u->params[i] = u->params[i] * 0.5f + sum[i - lo];
     }
     u->updated += hi - lo;
 }
@@ -409,7 +408,7 @@ static int check_update_and_share(run *r, size_t n, float *grads)
         grads[i] = exact_input(c->rank, i, c->size);
         params[i] = start_param(i);
     }
-    update_probe u = {params, grads, owned, n, 0, 0};
+    update_probe u = {params, owned, n, 0, 0};
     snprintf(what, sizeof what, "all-reduce and update n=%zu (%d ranks, %s)", n, c->size,
              shards_updates(c) ? "sharded" : "every rank updates all");
     int rc = 0;
