@@ -59,6 +59,9 @@ typedef struct {
                                   dt_update_fn update, void *ctx);
     /* Optional, with allreduce_update (NULL: nothing to do). */
     dt_status (*share_owned)(dt_comm *c, float *data, size_t n_elems);
+    /* Optional (NULL: no shared tensors; see dt_comm_share_tensors). */
+    dt_status (*share_tensors)(dt_comm *c, const float *params, size_t n_params, size_t n_grads,
+                               float **shared_params, float **shared_grads);
 } dt_comm_ops;
 
 struct dt_comm {
@@ -110,6 +113,14 @@ dt_status dt_comm_allreduce_update(dt_comm *c, float *grads, float *params, size
  * aligned with the params) is current only on the owner: this makes every rank's data the
  * owners', as before a checkpoint. Collective; nothing to do where updates are not sharded. */
 dt_status dt_comm_share_owned(dt_comm *c, float *data, size_t n_elems);
+/* Where the ranks share memory: storage for the parameters that every rank reads, one copy
+ * starting as rank 0's params (n_params floats), and for this rank's gradients (n_grads floats,
+ * zero), that the others can read. dt_comm_allreduce_update given exactly these arrays then
+ * moves nothing: each owner sums the peers' gradients where they are and updates the one copy.
+ * Collective. Both NULL (and DT_OK) where the backend cannot share them: the caller keeps its
+ * own. The memory lives as long as the communicator. */
+dt_status dt_comm_share_tensors(dt_comm *c, const float *params, size_t n_params, size_t n_grads,
+                                float **shared_params, float **shared_grads);
 /* Accepts NULL. */
 void dt_comm_destroy(dt_comm *c);
 

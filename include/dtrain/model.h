@@ -59,6 +59,12 @@ void dt_model_backward(dt_model *m, int B);
  * storage is kept and freed with m. DT_ERR_INVALID when the layouts differ. */
 dt_status dt_model_share_params(dt_model *m, const dt_model *owner);
 
+/* Makes m keep its parameters and gradients in storage it does not own, of
+ * dt_model_params(m)->n_elems floats each (shared memory, say: dt_comm_share_tensors), whose
+ * parameters are to be used as they are; with NULL, back to its own storage, into which the
+ * current parameters are copied. Not with dt_model_share_params. */
+void dt_model_use_storage(dt_model *m, float *params, float *grads);
+
 /* Called during dt_model_backward each time a layer's parameter gradients are complete, with the
  * arena offset from which every gradient is final: layers run last first and their views lie in
  * layer order, so the final range [ready_from, n_elems) only grows, toward offset 0. This is

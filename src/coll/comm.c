@@ -49,6 +49,15 @@ dt_status dt_comm_share_owned(dt_comm *c, float *data, size_t n_elems)
     return c->ops->share_owned ? c->ops->share_owned(c, data, n_elems) : DT_OK;
 }
 
+dt_status dt_comm_share_tensors(dt_comm *c, const float *params, size_t n_params, size_t n_grads,
+                                float **shared_params, float **shared_grads)
+{
+    *shared_params = *shared_grads = NULL;
+    if (!c->ops->share_tensors)
+        return DT_OK;
+    return c->ops->share_tensors(c, params, n_params, n_grads, shared_params, shared_grads);
+}
+
 const char *dt_reduce_op_name(dt_reduce_op op)
 {
     switch (op) {

@@ -23,6 +23,9 @@
 #define SHM_MAGIC 0x314d485354445f31ull /* "1_DTSHM1" little-endian */
 #define SHM_VERSION 1u
 #define CHUNK_ELEMS ((size_t)1 << 20) /* floats per rank per round: 4 MiB */
+/* Elements reduced and updated at a time, so the sums are still in this core's cache when the
+ * update reads them (and the updated params when they are copied into res). */
+#define UPDATE_SLICE ((size_t)16384)
 /* How long a waiting rank spins before it sleeps. A sleeping rank wakes tens of microseconds
  * after the peer it waited for arrives (more in a virtual machine), and lock-step workers wait
  * every step: with a core each, spinning costs nothing, and 2 ms covers most waits. With more
@@ -61,6 +64,22 @@ struct dt_shm_group {
     float *res;      /* CHUNK_ELEMS: the reduced round, each block written by its owner */
     uint64_t round;
     double spin;     /* seconds a wait spins before it sleeps */
+    /* The shared tensors (dt_shm_map_tensors), in their own segment: */
+    uint8_t *tbase;
+    size_t tlen, t_params, t_grads; /* bytes; floats of params and of each rank's gradients */
+    float *tparams;  /* the one copy of the parameters */
+    float **tgrads;  /* size of them: each rank's gradients */
+    float *sum;      /* UPDATE_SLICE floats: the sums of a slice, for the update */
+    const float *tinit; /* rank 0: the parameters the shared copy starts from */
+};
+
+/* The shared tensors' segment: this header in its first page, then the params, then each
+ * rank's gradients, each starting on a page. */
+struct tensor_hdr {
+    uint64_t magic;
+    uint32_t version, size;
+    uint8_t nonce[16];
+    uint64_t n_params, n_grads;
 };
 
 /* What rank 0 offers every rank, and the answers. */
@@ -70,6 +89,7 @@ struct offer {
     char boot_id[40];
     uint32_t size;
     uint32_t zero;
+    uint64_t n_params, n_grads; /* a tensor segment's; 0 for the group's */
 };
 
 static size_t ctl_offset(void) { return PAGE; }
@@ -110,33 +130,57 @@ static int futex(_Atomic uint32_t *word, int op, uint32_t val, const struct time
 
 /* ---- setup ---- */
 
-/* Rank 0's segment: created under a fresh random name, sized, its header written. */
-static int create_segment(dt_shm_group *g, struct offer *o)
+/* A fresh segment of len bytes, every page allocated, under a random name written to o->name
+ * (with a random nonce in o->nonce); NULL when it cannot be had. */
+static uint8_t *create_named(struct offer *o, size_t len)
 {
     uint8_t rnd[16];
     if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd ||
         getrandom(o->nonce, sizeof o->nonce, 0) != (ssize_t)sizeof o->nonce)
-        return 0;
+        return NULL;
     int k = snprintf(o->name, sizeof o->name, "/dtrain-%d-", (int)getpid());
     for (int i = 0; i < 16; i++)
         k += snprintf(o->name + k, sizeof o->name - (size_t)k, "%02x", rnd[i]);
     int fd = shm_open(o->name, O_CREAT | O_EXCL | O_RDWR, 0600);
     if (fd < 0) {
         o->name[0] = '\0';
-        return 0;
+        return NULL;
     }
     /* Every page allocated now: a /dev/shm too small for it (a container's 64 MiB, say) is
      * found here, and the ranks keep to TCP, instead of a SIGBUS at the first touch past it. */
-    g->len = segment_bytes(g->size);
-    void *p = posix_fallocate(fd, 0, (off_t)g->len) == 0
-                  ? mmap(NULL, g->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+    void *p = posix_fallocate(fd, 0, (off_t)len) == 0
+                  ? mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
     close(fd);
     if (p == MAP_FAILED) {
         shm_unlink(o->name);
         o->name[0] = '\0';
-        return 0;
+        return NULL;
     }
-    g->base = p;
+    return p;
+}
+
+/* The offered segment of len bytes, mapped, when it is on this machine and of that size. */
+static uint8_t *open_named(const struct offer *o, const char *boot_id, size_t len)
+{
+    if (!o->name[0] || !boot_id[0] || strncmp(o->boot_id, boot_id, sizeof o->boot_id) != 0 ||
+        memchr(o->name, '\0', sizeof o->name) == NULL)
+        return NULL;
+    int fd = shm_open(o->name, O_RDWR, 0);
+    if (fd < 0)
+        return NULL;
+    struct stat sb;
+    void *p = fstat(fd, &sb) == 0 && (size_t)sb.st_size == len
+                  ? mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+    close(fd);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+/* Rank 0's segment for the group: created, its header written. */
+static int create_segment(dt_shm_group *g, struct offer *o)
+{
+    g->len = segment_bytes(g->size);
+    if (!(g->base = create_named(o, g->len)))
+        return 0;
     map_parts(g);
     g->h->magic = SHM_MAGIC;
     g->h->version = SHM_VERSION;
@@ -148,20 +192,11 @@ static int create_segment(dt_shm_group *g, struct offer *o)
 /* Another rank's side: the segment opened and checked against the offer. */
 static int join_segment(dt_shm_group *g, const struct offer *o, const char *boot_id)
 {
-    if (!o->name[0] || !boot_id[0] || strncmp(o->boot_id, boot_id, sizeof o->boot_id) != 0 ||
-        o->size != (uint32_t)g->size || memchr(o->name, '\0', sizeof o->name) == NULL)
+    if (o->size != (uint32_t)g->size)
         return 0;
-    int fd = shm_open(o->name, O_RDWR, 0);
-    if (fd < 0)
-        return 0;
-    struct stat sb;
     g->len = segment_bytes(g->size);
-    void *p = fstat(fd, &sb) == 0 && (size_t)sb.st_size == g->len
-                  ? mmap(NULL, g->len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
-    close(fd);
-    if (p == MAP_FAILED)
+    if (!(g->base = open_named(o, boot_id, g->len)))
         return 0;
-    g->base = p;
     map_parts(g);
     if (g->h->magic != SHM_MAGIC || g->h->version != SHM_VERSION ||
         g->h->size != (uint32_t)g->size || memcmp(g->h->nonce, o->nonce, sizeof o->nonce) != 0) {
@@ -172,14 +207,71 @@ static int join_segment(dt_shm_group *g, const struct offer *o, const char *boot
     return 1;
 }
 
-/* Rank 0: offers the segment to every rank, gathers the answers, tells everyone the outcome. */
-static dt_status lead_setup(dt_shm_group *g, dt_xfer *x, int *use)
+/* ---- the shared tensors' segment ---- */
+
+static size_t page_up(size_t bytes) { return (bytes + PAGE - 1) / PAGE * PAGE; }
+
+static size_t tensors_bytes(const dt_shm_group *g, size_t n_params, size_t n_grads)
+{
+    return PAGE + page_up(n_params * sizeof(float)) +
+           (size_t)g->size * page_up(n_grads * sizeof(float));
+}
+
+static void map_tensors(dt_shm_group *g, size_t n_params, size_t n_grads)
+{
+    g->tparams = (float *)(g->tbase + PAGE);
+    for (int r = 0; r < g->size; r++)
+        g->tgrads[r] = (float *)(g->tbase + PAGE + page_up(n_params * sizeof(float)) +
+                                 (size_t)r * page_up(n_grads * sizeof(float)));
+}
+
+static int create_tensors(dt_shm_group *g, struct offer *o)
+{
+    g->tlen = tensors_bytes(g, o->n_params, o->n_grads);
+    if (!(g->tbase = create_named(o, g->tlen)))
+        return 0;
+    struct tensor_hdr *h = (struct tensor_hdr *)g->tbase;
+    h->magic = SHM_MAGIC;
+    h->version = SHM_VERSION;
+    h->size = (uint32_t)g->size;
+    memcpy(h->nonce, o->nonce, sizeof o->nonce);
+    h->n_params = o->n_params;
+    h->n_grads = o->n_grads;
+    map_tensors(g, o->n_params, o->n_grads);
+    memcpy(g->tparams, g->tinit, o->n_params * sizeof *g->tparams);
+    return 1;
+}
+
+static int join_tensors(dt_shm_group *g, const struct offer *o, const char *boot_id)
+{
+    if (o->size != (uint32_t)g->size || o->n_params != g->t_params || o->n_grads != g->t_grads)
+        return 0;
+    g->tlen = tensors_bytes(g, o->n_params, o->n_grads);
+    if (!(g->tbase = open_named(o, boot_id, g->tlen)))
+        return 0;
+    const struct tensor_hdr *h = (const struct tensor_hdr *)g->tbase;
+    if (h->magic != SHM_MAGIC || h->version != SHM_VERSION || h->size != (uint32_t)g->size ||
+        memcmp(h->nonce, o->nonce, sizeof o->nonce) != 0 || h->n_params != o->n_params ||
+        h->n_grads != o->n_grads) {
+        munmap(g->tbase, g->tlen);
+        g->tbase = NULL;
+        return 0;
+    }
+    map_tensors(g, o->n_params, o->n_grads);
+    return 1;
+}
+
+/* Rank 0: offers a segment (the group's, or with tensors the shared tensors' of g->t_params and
+ * g->t_grads floats) to every rank, gathers the answers, tells everyone the outcome. */
+static dt_status lead_setup(dt_shm_group *g, dt_xfer *x, bool tensors, int *use)
 {
     struct offer o;
     memset(&o, 0, sizeof o);
     read_boot_id(o.boot_id);
     o.size = (uint32_t)g->size;
-    int ok = o.boot_id[0] && create_segment(g, &o);
+    o.n_params = tensors ? g->t_params : 0;
+    o.n_grads = tensors ? g->t_grads : 0;
+    int ok = o.boot_id[0] && (tensors ? create_tensors(g, &o) : create_segment(g, &o));
     dt_status st = DT_OK;
     for (int r = 1; r < g->size && st == DT_OK; r++)
         st = dt_transport_exchange(g->t, x, r, &o, sizeof o, -1, NULL, 0);
@@ -197,7 +289,7 @@ static dt_status lead_setup(dt_shm_group *g, dt_xfer *x, int *use)
     return st;
 }
 
-static dt_status follow_setup(dt_shm_group *g, dt_xfer *x, int *use)
+static dt_status follow_setup(dt_shm_group *g, dt_xfer *x, bool tensors, int *use)
 {
     struct offer o;
     char boot_id[40];
@@ -205,7 +297,9 @@ static dt_status follow_setup(dt_shm_group *g, dt_xfer *x, int *use)
     dt_status st = dt_transport_exchange(g->t, x, -1, NULL, 0, 0, &o, sizeof o);
     if (st)
         return st;
-    uint64_t answer = (uint64_t)join_segment(g, &o, boot_id), verdict = 0;
+    uint64_t answer = (uint64_t)(tensors ? join_tensors(g, &o, boot_id)
+                                         : join_segment(g, &o, boot_id)),
+             verdict = 0;
     if ((st = dt_transport_exchange(g->t, x, 0, &answer, sizeof answer, -1, NULL, 0)) ||
         (st = dt_transport_exchange(g->t, x, -1, NULL, 0, 0, &verdict, sizeof verdict)))
         return st;
@@ -228,7 +322,7 @@ dt_status dt_shm_group_open(dt_transport *t, double timeout, dt_shm_group **out)
     dt_xfer x = {.name = "shared-memory setup", .op = OP_SETUP, .start = dt_clock_now()};
     x.deadline = x.start + timeout;
     int use = 0;
-    dt_status st = g->rank == 0 ? lead_setup(g, &x, &use) : follow_setup(g, &x, &use);
+    dt_status st = g->rank == 0 ? lead_setup(g, &x, false, &use) : follow_setup(g, &x, false, &use);
     if (st || !use) {
         dt_shm_group_close(g);
         return st;
@@ -243,7 +337,47 @@ void dt_shm_group_close(dt_shm_group *g)
         return;
     if (g->base)
         munmap(g->base, g->len);
+    if (g->tbase)
+        munmap(g->tbase, g->tlen);
+    free(g->tgrads);
+    free(g->sum);
     free(g);
+}
+
+dt_status dt_shm_map_tensors(dt_shm_group *g, dt_xfer *x, const float *params, size_t n_params,
+                             size_t n_grads, float **shared_params, float **shared_grads)
+{
+    *shared_params = *shared_grads = NULL;
+    if (g->tbase && (g->t_params != n_params || g->t_grads != n_grads))
+        return DT_OK; /* one set of shared tensors per group */
+    if (g->tbase) {
+        /* Mapped before: rank 0's parameters copied in again, and no rank reads them before. */
+        if (g->rank == 0)
+            memcpy(g->tparams, params, n_params * sizeof *params);
+        float none = 0.0f;
+        dt_status st = dt_shm_allreduce(g, x, &none, 1, DT_REDUCE_SUM);
+        if (st)
+            return st;
+    } else {
+        if (!g->tgrads && !(g->tgrads = calloc((size_t)g->size, sizeof *g->tgrads)))
+            return dt_error(DT_ERR_NOMEM, "no memory for shared tensors");
+        if (!g->sum && !(g->sum = malloc(UPDATE_SLICE * sizeof *g->sum)))
+            return dt_error(DT_ERR_NOMEM, "no memory for shared tensors");
+        g->t_params = n_params, g->t_grads = n_grads, g->tinit = params;
+        int use = 0;
+        dt_status st = g->rank == 0 ? lead_setup(g, x, true, &use) : follow_setup(g, x, true, &use);
+        if (st || !use) {
+            if (g->tbase)
+                munmap(g->tbase, g->tlen);
+            g->tbase = NULL;
+            return st;
+        }
+    }
+    /* Rank 0's parameters are everyone's: it wrote them before it sent its offer (or before the
+     * barrier), so the others read them after. */
+    *shared_params = g->tparams;
+    *shared_grads = g->tgrads[g->rank];
+    return DT_OK;
 }
 
 /* ---- meeting at the counters ---- */
@@ -398,9 +532,6 @@ typedef struct {
     void *ctx;
 } round_job;
 
-/* Elements reduced and updated at a time, so the sums are still in this core's cache when the
- * update reads them and the updated params when they are copied into res. */
-#define UPDATE_SLICE ((size_t)16384)
 
 /* This rank's block [b_off, b_off + b_n) of the round at off: reduced, updated or copied into
  * res, where the other ranks read it. */
@@ -477,9 +608,55 @@ dt_status dt_shm_allreduce(dt_shm_group *g, dt_xfer *x, float *data, size_t n, d
     return run_rounds(g, x, &j, n);
 }
 
+/* sum[0, k) = the ranks' shared gradients at [at, at + k), added in rank order. */
+static void sum_slice(const dt_shm_group *g, size_t at, size_t k)
+{
+    const float *a = g->tgrads[0] + at;
+    if (g->size == 2) {
+        const float *b = g->tgrads[1] + at;
+        size_t i = 0;
+        for (; i + 16 <= k; i += 16)
+            for (size_t j = 0; j < 16; j++)
+                g->sum[i + j] = a[i + j] + b[i + j];
+        for (; i < k; i++)
+            g->sum[i] = a[i] + b[i];
+        return;
+    }
+    memcpy(g->sum, a, k * sizeof *g->sum);
+    for (int r = 1; r < g->size; r++)
+        dt_reduce_f32(g->sum, g->tgrads[r] + at, k, DT_REDUCE_SUM);
+}
+
+/* The sharded step on the shared tensors, without a copy: once every rank's gradients are in,
+ * each rank sums its block from all of them, slice by slice, and updates the one copy of the
+ * parameters there. No rank writes its gradients again before all have passed the second meeting
+ * (the next step clears them after it), nor the parameters before all have arrived at the next
+ * step's first (so none is reading them). */
+static dt_status update_in_place(dt_shm_group *g, dt_xfer *x, size_t n, dt_update_fn update,
+                                 void *ctx)
+{
+    uint64_t round = ++g->round;
+    size_t b_off, b_n;
+    dt_comm_block(n, g->size, g->rank, &b_off, &b_n);
+    publish(g, ARRIVED, round);
+    dt_status st = wait_for(g, x, ARRIVED, round);
+    if (st)
+        return st;
+    for (size_t s = 0; s < b_n; s += UPDATE_SLICE) {
+        size_t k = b_n - s < UPDATE_SLICE ? b_n - s : UPDATE_SLICE;
+        sum_slice(g, b_off + s, k);
+        update(ctx, b_off + s, b_off + s + k, g->sum);
+    }
+    publish(g, REDUCED, round);
+    return wait_for(g, x, REDUCED, round);
+}
+
 dt_status dt_shm_allreduce_update(dt_shm_group *g, dt_xfer *x, float *grads, float *params,
                                   size_t n, dt_update_fn update, void *ctx)
 {
+    if (g->tbase && params == g->tparams && grads == g->tgrads[g->rank] && n == g->t_params &&
+        n <= g->t_grads)
+        return update_in_place(g, x, n, update, ctx);
     round_job j = {ROUND_UPDATE, DT_REDUCE_SUM, grads, params, update, ctx};
     return run_rounds(g, x, &j, n);
 }

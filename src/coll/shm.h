@@ -5,7 +5,10 @@
  * share one memory segment: each copies its data in, reduces its own block of every rank's copy
  * (in rank order, so every rank gets the same bits), and copies the other blocks out; ranks meet
  * at counters in the segment, spinning briefly, then sleeping on a futex. The same rounds can
- * also update what a rank owns between reducing and copying out (a sharded optimizer step).
+ * also update what a rank owns between reducing and copying out (a sharded optimizer step); and
+ * when the parameters and the gradients themselves live in shared memory (a second segment, set
+ * up the same way), that step reads the peers' gradients and writes the one copy of the
+ * parameters in place, with no copy at all.
  *
  * Setup runs over the authenticated connections: rank 0 creates the segment under a random name
  * in /dev/shm (mode 0600) with a random nonce inside, and sends name, nonce and its boot id to
@@ -40,6 +43,13 @@ dt_status dt_shm_allreduce(dt_shm_group *g, dt_xfer *x, float *data, size_t n, d
  * rank then copies the other blocks of params out. */
 dt_status dt_shm_allreduce_update(dt_shm_group *g, dt_xfer *x, float *grads, float *params,
                                   size_t n, dt_update_fn update, void *ctx);
+
+/* dt_comm_share_tensors: maps (once) a segment holding one copy of the parameters (n_params
+ * floats, rank 0's params copied in) and each rank's gradients (n_grads floats), and returns
+ * the copy and this rank's gradients; both NULL when the segment cannot be had, or a segment of
+ * other sizes is mapped already. dt_shm_allreduce_update on exactly these then works in place. */
+dt_status dt_shm_map_tensors(dt_shm_group *g, dt_xfer *x, const float *params, size_t n_params,
+                             size_t n_grads, float **shared_params, float **shared_grads);
 
 /* dt_comm_share_owned: each rank's blocks of data (those it owns in dt_shm_allreduce_update)
  * copied to every rank. */

@@ -416,6 +416,22 @@ static dt_status tcp_share_owned(dt_comm *c, float *data, size_t n)
     return DT_OK;
 }
 
+static dt_status tcp_share_tensors(dt_comm *c, const float *params, size_t n_params,
+                                   size_t n_grads, float **shared_params, float **shared_grads)
+{
+    tcp_state *s = state_of(c);
+    if (!s->shm)
+        return DT_OK;
+    dt_xfer x;
+    dt_status st = begin(c, "shared tensors setup", OP_ALLREDUCE, &x);
+    if (st)
+        return st;
+    if ((st = dt_shm_map_tensors(s->shm, &x, params, n_params, n_grads, shared_params,
+                                 shared_grads)))
+        return fail(c, st);
+    return DT_OK;
+}
+
 static void tcp_destroy(dt_comm *c)
 {
     tcp_state *s = state_of(c);
@@ -432,7 +448,8 @@ static void tcp_destroy(dt_comm *c)
 
 static const dt_comm_ops tcp_ops = {"tcp",         tcp_allreduce,  tcp_reduce_scatter,
                                     tcp_allgather, tcp_broadcast,  tcp_barrier,
-                                    tcp_destroy,   tcp_allreduce_update, tcp_share_owned};
+                                    tcp_destroy,   tcp_allreduce_update, tcp_share_owned,
+                                    tcp_share_tensors};
 
 bool dt_comm_tcp_uses_shm(const dt_comm *c)
 {

@@ -51,6 +51,7 @@ struct dt_model {
     dt_grad_ready_fn grad_hook;
     void *grad_hook_ctx;
     float *own_params; /* the model's own parameter storage while it uses another model's */
+    float *kept_params, *kept_grads; /* its own storage while it uses storage it was given */
 };
 
 static void *alloc_floats(size_t n)
@@ -332,6 +333,10 @@ void dt_model_destroy(dt_model *m)
     free(m->targets);
     if (m->own_params) /* free its own storage, not the one it borrowed */
         m->params.data = m->own_params;
+    if (m->kept_params) {
+        m->params.data = m->kept_params;
+        m->grads.data = m->kept_grads;
+    }
     dt_arena_free(&m->params);
     dt_arena_free(&m->grads);
     free(m);
@@ -611,6 +616,23 @@ dt_status dt_model_share_params(dt_model *m, const dt_model *owner)
         m->own_params = m->params.data;
     m->params.data = owner->params.data;
     return DT_OK;
+}
+
+void dt_model_use_storage(dt_model *m, float *params, float *grads)
+{
+    if (params) {
+        if (!m->kept_params) {
+            m->kept_params = m->params.data;
+            m->kept_grads = m->grads.data;
+        }
+        m->params.data = params;
+        m->grads.data = grads;
+    } else if (m->kept_params) {
+        memcpy(m->kept_params, m->params.data, m->params.n_elems * sizeof(float));
+        m->params.data = m->kept_params;
+        m->grads.data = m->kept_grads;
+        m->kept_params = m->kept_grads = NULL;
+    }
 }
 
 void dt_model_set_grad_hook(dt_model *m, dt_grad_ready_fn fn, void *ctx)

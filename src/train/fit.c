@@ -640,7 +640,7 @@ dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *tr
     dt_model_set_dropout_seed(m, cfg->seed);
     dt_gradsync *gs = NULL;
     dt_fit_ckpt ck;
-    bool completed = false;
+    bool completed = false, shared_storage = false;
     if ((st = dt_fit_ckpt_open(&ck, cfg)))
         goto fail;
     if (distributed(cfg)) {
@@ -667,6 +667,22 @@ dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *tr
         result->resumed_step = pos.step;
         if ((st = seek_input(train, &pos)))
             goto fail;
+    }
+    /* Workers on one host keep one shared copy of the parameters and read each other's
+     * gradients where they are: the sharded update then copies nothing. From the chief's
+     * parameters, which every worker holds by now (broadcast, or restored and broadcast). */
+    if (sharded_update(cfg, gs)) {
+        dt_arena *params = dt_model_params(m), *grads = dt_model_grads(m);
+        float *shared_params, *shared_grads;
+        if ((st = dt_comm_share_tensors(cfg->comm, params->data, params->n_elems, grads->n_elems,
+                                        &shared_params, &shared_grads))) {
+            dt_error_prefix(st, "sharing the parameters");
+            goto fail;
+        }
+        if (shared_params) {
+            dt_model_use_storage(m, shared_params, shared_grads);
+            shared_storage = true;
+        }
     }
     bool positioned = resumed; /* the first epoch's input is where the checkpoint left it */
     dt_progress prog;
@@ -816,6 +832,8 @@ dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *tr
         goto fail;
     completed = true;
 fail:
+    if (shared_storage)
+        dt_model_use_storage(m, NULL, NULL); /* the parameters back in the model's own storage */
     if (gs) {
         dt_model_set_grad_hook(m, NULL, NULL);
         dt_gradsync_destroy(gs);
