@@ -469,6 +469,100 @@ done:
     return rc;
 }
 
+/* dt_comm_share_tensors: one copy of the parameters, starting as rank 0's, and each rank's
+ * gradients in shared memory where the communicator has it (tcp with every rank on this host);
+ * dt_comm_allreduce_update on them updates that copy in place, each element by one rank, and
+ * every rank sees the result. Twice, as two trainings on one communicator would: the second
+ * starts again from rank 0's parameters. */
+static int check_shared_tensors(run *r, size_t n)
+{
+    dt_comm *c = r->c;
+    char what[160];
+    float *mine = malloc((n ? n : 1) * sizeof *mine);
+    uint8_t *owned = malloc(n ? n : 1);
+    if (!mine || !owned) {
+        fprintf(stderr, "coll_check: out of memory\n");
+        exit(2);
+    }
+    int rc = 0;
+    for (int pass = 0; pass < 2 && rc == 0; pass++) {
+        snprintf(what, sizeof what, "shared tensors, update in place n=%zu (%d ranks, pass %d)",
+                 n, c->size, pass + 1);
+        /* Each rank's own parameters differ: rank 0's must win. */
+        for (size_t i = 0; i < n; i++)
+            mine[i] = start_param(i) + (float)(c->rank * 1000 + pass);
+        float *params = NULL, *grads = NULL;
+        if (dt_comm_share_tensors(c, mine, n, n, &params, &grads) != DT_OK) {
+            rc = call_failed(r, what);
+            break;
+        }
+        bool shared = params != NULL;
+        verdict v = {0};
+        if (shared != shards_updates(c) || (shared && params == mine)) {
+            v.n_wrong = 1;
+            v.got = shared;
+            v.want = shards_updates(c);
+        }
+        if (!shared)
+            params = mine, grads = malloc((n ? n : 1) * sizeof *grads);
+        for (size_t i = 0; i < n && v.n_wrong == 0; i++) {
+            float want = start_param(i) + (float)pass;
+            if (shared && params[i] != want && v.n_wrong++ == 0) {
+                v.first = i;
+                v.got = params[i];
+                v.want = want;
+            }
+        }
+        if (v.n_wrong == 0) {
+            for (size_t i = 0; i < n; i++) {
+                grads[i] = exact_input(c->rank, i, c->size);
+                if (!shared)
+                    params[i] = start_param(i) + (float)pass;
+            }
+            memset(owned, 0, n ? n : 1);
+            update_probe u = {params, owned, n, 0, 0};
+            if (dt_comm_allreduce_update(c, grads, params, n, probe_update, &u) != DT_OK) {
+                rc = call_failed(r, what);
+                if (!shared)
+                    free(grads);
+                break;
+            }
+            for (size_t i = 0; i < n; i++) {
+                float want = (start_param(i) + (float)pass) * 0.5f +
+                             exact_expected(i, c->size, DT_REDUCE_SUM);
+                if (memcmp(&params[i], &want, sizeof want) != 0 && v.n_wrong++ == 0) {
+                    v.first = i;
+                    v.got = params[i];
+                    v.want = want;
+                }
+            }
+            float tally[2] = {(float)u.updated, (float)u.bad};
+            if (dt_comm_allreduce(c, tally, 2, DT_REDUCE_SUM, DT_WIRE_F32) != DT_OK) {
+                rc = call_failed(r, what);
+                if (!shared)
+                    free(grads);
+                break;
+            }
+            double want_updates = shared ? (double)n : (double)n * c->size;
+            if (v.n_wrong == 0 && (tally[0] != want_updates || tally[1] != 0.0f)) {
+                v.n_wrong = 1;
+                v.got = tally[0];
+                v.want = want_updates;
+            }
+        }
+        v.bad = v.n_wrong != 0;
+        v.hash = fnv(params, n * sizeof *params);
+        if (!shared)
+            free(grads);
+        /* The shared parameters are read by every rank: meet before the next pass writes them. */
+        if (!report(r, what, &v, true) || dt_comm_barrier(c) != DT_OK)
+            rc = -1;
+    }
+    free(owned);
+    free(mine);
+    return rc;
+}
+
 static double now_s(void)
 {
     struct timespec ts;
@@ -517,6 +611,9 @@ static int check_rank(dt_comm *c)
         exit(2);
     }
     int rc = check_barrier(&r);
+    /* First: a communicator maps one set of shared tensors, of the first sizes asked for. */
+    if (rc == 0 && n_counts > 0)
+        rc = check_shared_tensors(&r, counts[n_counts - 1]);
     for (int k = 0; k < n_counts && rc == 0; k++) {
         size_t n = counts[k];
         rc = check_reductions(&r, n, fbuf);
