@@ -2,14 +2,15 @@
 # Multi-worker training speed, in one run: the tutorial CNN on Fashion-MNIST with Adam 1e-3,
 # per-worker batch 64, 1 thread per process, STEPS steps:
 #   - dtrain, one process (batch 64);
-#   - dtrain multi_worker_mirrored, 2 processes under dtrain launch (global batch 128, tcp, the
-#     all-reduce in shared memory as the two share this host);
+#   - dtrain multi_worker_mirrored, 2 processes under dtrain launch (global batch 128, tcp; as the
+#     two share this host, one copy of the parameters in shared memory, each worker summing the
+#     gradients of its half and updating it there);
 #   - PyTorch DistributedDataParallel over Gloo, 2 processes (shared/peers/torch_cnn.py).
 # Each runs REPEAT times, interleaved; the median is reported, with the two ratios the goals are
 # stated in (2 workers against DDP, and against twice one process) and the share of the 2-worker
-# step time spent in collectives (waiting for the other worker included). A fourth figure bounds
-# what two workers can reach on this machine: two independent single processes run at the same
-# time (no communication, no lock-step), summed.
+# step time spent in collectives (waiting for the other worker included). A fourth figure shows
+# what this machine gives two processes: two independent single processes run at the same time
+# (no communication, no lock-step, but each updating all of its parameters), summed.
 # usage: bench/multiworker.sh BUILD_DIR    env: REPEAT (3), STEPS (600), PEERS_DIR, PYTHON
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -62,7 +63,7 @@ echo "tutorial CNN, Adam, per-worker batch 64, 1 thread per process, $steps step
 printf '  dtrain, 1 process:                  %8.0f samples/s\n' "$one"
 printf '  dtrain, 2 workers (tcp, shm):       %8.0f samples/s   (%.1f%% of the step time in collectives)\n' "$two" "$(echo "$share * 100" | bc -l)"
 printf '  PyTorch DDP over Gloo, 2 processes: %8.0f samples/s\n' "$ddp"
-printf '  2 independent processes at once:    %8.0f samples/s   (%.1f%% of twice one process: the ceiling)\n' \
+printf '  2 independent processes at once:    %8.0f samples/s   (%.1f%% of twice one process)\n' \
     "$pair" "$(echo "$pair / (2 * $one) * 100" | bc -l)"
 printf '  2 workers: x%.2f DDP (goal 4), %.1f%% of twice one process (goal 80%%)\n' \
     "$(echo "$two / $ddp" | bc -l)" "$(echo "$two / (2 * $one) * 100" | bc -l)"

@@ -32,7 +32,8 @@ typedef struct {
     {"timeout", FLAG_FLOAT, "60", "seconds a collective may wait for a peer before it fails",    \
      &(f).timeout, false},                                                                        \
     {"shm", FLAG_BOOL, "true", "tcp: when every task runs on this host, all-reduce through "     \
-     "shared memory (--shm=false: always over TCP)", &(f).shm, false},                            \
+     "shared memory, and train keeps one copy of the parameters there, each worker updating "    \
+     "its share of them (--shm=false: always over TCP)", &(f).shm, false},                       \
     {"task", FLAG_STRING, NULL, "TYPE:INDEX: this process's task in TF_CONFIG's cluster, "        \
      "overriding TF_CONFIG's task", &(f).task, false}
 
