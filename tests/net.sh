@@ -116,6 +116,18 @@ for run in 2:1 3:1 4:1 5:1 3:0 5:0; do
     fi
 done
 
+# Tensors larger than a round of the shared segment (1 Mi floats a rank): the update in place and
+# the gathering of what each rank owns must split the elements the same way.
+"$dtrain" launch -n 2 -- "$(dirname "$dtrain")/tests/coll_check" --comm tcp --shm 1 \
+    --counts 2097157 > "$tmp/cc.out" 2> "$tmp/cc.err"
+status=$?
+if [ "$status" -ne 0 ] || ! grep -q "tcp: rank 0: [0-9]* checks, 0 failed" "$tmp/cc.out" ||
+    ! grep -q "ok   share of state owned in place n=2097157" "$tmp/cc.out"; then
+    fail coll_check_tcp_2_processes_beyond_a_round "exit $status: $(grep -v '^\[worker:0\] ok' "$tmp/cc.out" | head -c 600) $(head -c 300 "$tmp/cc.err")"
+else
+    ok coll_check_tcp_2_processes_beyond_a_round
+fi
+
 # ---- multi_worker_mirrored: k processes at global batch 64 train as one process does ----
 # K:BUCKET_MB:SHM. Through shared memory and without buckets, each worker updates its own share
 # of the parameters (the optimizer sharded); buckets during backward, or TCP alone, leave every

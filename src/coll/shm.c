@@ -628,24 +628,29 @@ static void sum_slice(const dt_shm_group *g, size_t at, size_t k)
 }
 
 /* The sharded step on the shared tensors, without a copy: once every rank's gradients are in,
- * each rank sums its block from all of them, slice by slice, and updates the one copy of the
- * parameters there. No rank writes its gradients again before all have passed the second meeting
- * (the next step clears them after it), nor the parameters before all have arrived at the next
- * step's first (so none is reading them). */
+ * each rank sums its blocks from all of them, slice by slice, and updates the one copy of the
+ * parameters there. A rank owns what it owns in the copying rounds (its dt_comm_block of every
+ * CHUNK_ELEMS), so dt_shm_share_owned gathers the same blocks after either. No rank writes its
+ * gradients again before all have passed the second meeting (the next step clears them after
+ * it), nor the parameters before all have arrived at the next step's first (so none is reading
+ * them). */
 static dt_status update_in_place(dt_shm_group *g, dt_xfer *x, size_t n, dt_update_fn update,
                                  void *ctx)
 {
     uint64_t round = ++g->round;
-    size_t b_off, b_n;
-    dt_comm_block(n, g->size, g->rank, &b_off, &b_n);
     publish(g, ARRIVED, round);
     dt_status st = wait_for(g, x, ARRIVED, round);
     if (st)
         return st;
-    for (size_t s = 0; s < b_n; s += UPDATE_SLICE) {
-        size_t k = b_n - s < UPDATE_SLICE ? b_n - s : UPDATE_SLICE;
-        sum_slice(g, b_off + s, k);
-        update(ctx, b_off + s, b_off + s + k, g->sum);
+    for (size_t off = 0; off < n; off += CHUNK_ELEMS) {
+        size_t b_off, b_n;
+        dt_comm_block(n - off < CHUNK_ELEMS ? n - off : CHUNK_ELEMS, g->size, g->rank, &b_off,
+                      &b_n);
+        for (size_t s = 0; s < b_n; s += UPDATE_SLICE) {
+            size_t at = off + b_off + s, k = b_n - s < UPDATE_SLICE ? b_n - s : UPDATE_SLICE;
+            sum_slice(g, at, k);
+            update(ctx, at, at + k, g->sum);
+        }
     }
     publish(g, REDUCED, round);
     return wait_for(g, x, REDUCED, round);

@@ -555,7 +555,36 @@ static int check_shared_tensors(run *r, size_t n)
         if (!shared)
             free(grads);
         /* The shared parameters are read by every rank: meet before the next pass writes them. */
-        if (!report(r, what, &v, true) || dt_comm_barrier(c) != DT_OK)
+        if (!report(r, what, &v, true) || dt_comm_barrier(c) != DT_OK) {
+            rc = -1;
+            break;
+        }
+        /* What each rank owned in the update is what dt_comm_share_owned gathers from it. */
+        snprintf(what, sizeof what, "share of state owned in place n=%zu (%d ranks)", n, c->size);
+        float *slot = malloc((n ? n : 1) * sizeof *slot);
+        if (!slot) {
+            fprintf(stderr, "coll_check: out of memory\n");
+            exit(2);
+        }
+        for (size_t i = 0; i < n; i++)
+            slot[i] = owned[i] ? owner_value(i) : -1.0f;
+        verdict s = {0};
+        if (dt_comm_share_owned(c, slot, n) != DT_OK) {
+            free(slot);
+            rc = call_failed(r, what);
+            break;
+        }
+        for (size_t i = 0; i < n; i++) {
+            if (slot[i] != owner_value(i) && s.n_wrong++ == 0) {
+                s.first = i;
+                s.got = slot[i];
+                s.want = owner_value(i);
+            }
+        }
+        s.bad = s.n_wrong != 0;
+        s.hash = fnv(slot, n * sizeof *slot);
+        free(slot);
+        if (!report(r, what, &s, true))
             rc = -1;
     }
     free(owned);
