@@ -10,7 +10,8 @@
 # stated in (2 workers against DDP, and against twice one process) and the share of the 2-worker
 # step time spent in collectives (waiting for the other worker included). A fourth figure shows
 # what this machine gives two processes: two independent single processes run at the same time
-# (no communication, no lock-step, but each updating all of its parameters), summed.
+# (no communication, no lock-step, but each updating all of its parameters), summed. The ratios
+# are also taken within each repetition, whose runs are seconds apart, and their medians printed.
 # usage: bench/multiworker.sh BUILD_DIR    env: REPEAT (3), STEPS (600), PEERS_DIR, PYTHON
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -55,6 +56,10 @@ for rep in $(seq 1 "$repeat"); do
     # Each DDP rank prints its own samples/s at batch 64: the cluster's is the sum.
     cat "$work/ddp0.out" "$work/ddp1.out" | sed -n 's/.*samples_per_s=\([0-9.]*\).*/\1/p' |
         awk '{ s += $1 } END { print s }' >> "$work/ddp"
+    # This repetition's own ratios, its runs a few seconds apart: the machine's load drifts over
+    # minutes, and a ratio of runs taken together follows less of it.
+    echo "$(tail -1 "$work/two") $(tail -1 "$work/one") $(tail -1 "$work/ddp")" |
+        awk '{ print $1 / (2 * $2), $1 / $3 }' >> "$work/ratios"
 done
 median() { sort -g "$1" | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 one=$(median "$work/one"); two=$(median "$work/two"); ddp=$(median "$work/ddp"); share=$(median "$work/share")
@@ -67,3 +72,8 @@ printf '  2 independent processes at once:    %8.0f samples/s   (%.1f%% of twice
     "$pair" "$(echo "$pair / (2 * $one) * 100" | bc -l)"
 printf '  2 workers: x%.2f DDP (goal 4), %.1f%% of twice one process (goal 80%%)\n' \
     "$(echo "$two / $ddp" | bc -l)" "$(echo "$two / (2 * $one) * 100" | bc -l)"
+cut -d' ' -f1 "$work/ratios" > "$work/r_one"
+cut -d' ' -f2 "$work/ratios" > "$work/r_ddp"
+printf '  per repetition (its own runs): x%.2f DDP, %.1f%% of twice one process (medians; each: %s)\n' \
+    "$(median "$work/r_ddp")" "$(echo "$(median "$work/r_one") * 100" | bc -l)" \
+    "$(awk '{ printf "%s%.1f%%", (NR > 1 ? " " : ""), $1 * 100 }' "$work/r_one")"
