@@ -314,10 +314,11 @@ static bool agrees_with_sums(const dt_fit_config *cfg, const dt_gradsync *gs)
     return distributed(cfg) && !gs;
 }
 
-/* Every rank's optimizer slots made whole, before a checkpoint (see sharded_update). */
-static dt_status share_optimizer_state(const dt_fit_config *cfg, dt_optim *o, size_t n_params)
+/* Every rank's optimizer slots made whole, before a checkpoint, when the update is sharded. */
+static dt_status share_optimizer_state(const dt_fit_config *cfg, const dt_gradsync *gs,
+                                       dt_optim *o, size_t n_params)
 {
-    if (!distributed(cfg))
+    if (!sharded_update(cfg, gs))
         return DT_OK;
     for (int k = 0; k < o->n_slots; k++) {
         dt_status st = dt_comm_share_owned(cfg->comm, o->state.data + (size_t)k * n_params,
@@ -373,7 +374,7 @@ static dt_status sync_and_update(dt_model *m, dt_optim *o, dt_pool *pool, const 
     float rescale = cfg->reduction == DT_REDUCTION_MEAN && s->rows != scaled_rows
                         ? (float)scaled_rows / (float)s->rows
                         : 1.0f;
-    if (!gs && sharded_update(cfg, gs)) {
+    if (sharded_update(cfg, gs)) {
         owned_update u = {o, pool, params->data, grads->data, rescale};
         st = dt_comm_allreduce_update(cfg->comm, grads->data, params->data, params->n_elems,
                                       update_owned, &u);
@@ -388,7 +389,7 @@ static dt_status sync_and_update(dt_model *m, dt_optim *o, dt_pool *pool, const 
     *comm_seconds += dt_clock_now() - t0;
     if (sharded_update(cfg, gs)) {
         dt_optim_count_step(o);
-        return s->state_wanted ? share_optimizer_state(cfg, o, params->n_elems) : DT_OK;
+        return s->state_wanted ? share_optimizer_state(cfg, gs, o, params->n_elems) : DT_OK;
     }
     if (!cfg->central_storage) {
         dt_optim_step(o, pool, params->data, grads->data, params->n_elems);
@@ -815,7 +816,7 @@ dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *tr
         next.epoch++;
         next.in_epoch = next.epoch_correct = next.epoch_samples = 0;
         next.epoch_loss = 0.0;
-        if ((st = share_optimizer_state(cfg, o, dt_model_params(m)->n_elems)) ||
+        if ((st = share_optimizer_state(cfg, gs, o, dt_model_params(m)->n_elems)) ||
             (st = dt_fit_ckpt_after_epoch(&ck, cfg, m, o, &next, result)))
             goto fail;
         pos = next;
@@ -827,7 +828,7 @@ dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *tr
         ((st = periodic_evaluation(m, test, cfg, pos.step, result)) ||
          (st = dt_fit_ckpt_eval_summary(&ck, pos.step, result->val_loss, result->val_accuracy))))
         goto fail;
-    if ((st = share_optimizer_state(cfg, o, dt_model_params(m)->n_elems)) ||
+    if ((st = share_optimizer_state(cfg, gs, o, dt_model_params(m)->n_elems)) ||
         (st = dt_fit_ckpt_final(&ck, cfg, m, o, &pos, result)))
         goto fail;
     completed = true;
