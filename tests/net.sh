@@ -128,6 +128,30 @@ else
     ok coll_check_tcp_2_processes_beyond_a_round
 fi
 
+# ---- a name a creator killed during setup left in /dev/shm is removed by the next cluster; one
+# of a live process stays ----
+if [ -w /dev/shm ]; then
+    sh -c 'exit 0' &
+    dead=$!
+    wait "$dead"
+    stale="/dev/shm/dtrain-$dead-0123456789abcdef0123456789abcdef"
+    live="/dev/shm/dtrain-$$-00112233445566778899aabbccddeeff"
+    : > "$stale"
+    : > "$live"
+    "$dtrain" launch -n 2 -- "$(dirname "$dtrain")/tests/coll_check" --comm tcp --counts 7 \
+        > "$tmp/cc.out" 2> "$tmp/cc.err"
+    status=$?
+    if [ "$status" -eq 0 ] && [ ! -e "$stale" ] && [ -e "$live" ] &&
+        grep -q "removed $stale, left by a process that stopped" "$tmp/cc.out" "$tmp/cc.err"; then
+        ok stale_shared_memory_names_are_removed
+    else
+        fail stale_shared_memory_names_are_removed "exit $status, stale $([ -e "$stale" ] && echo kept || echo removed), live $([ -e "$live" ] && echo kept || echo removed): $(head -c 300 "$tmp/cc.err")"
+    fi
+    rm -f "$stale" "$live"
+else
+    echo "skip stale_shared_memory_names_are_removed: /dev/shm is not writable"
+fi
+
 # ---- multi_worker_mirrored: k processes at global batch 64 train as one process does ----
 # K:BUCKET_MB:SHM. Through shared memory and without buckets, each worker updates its own share
 # of the parameters (the optimizer sharded); buckets during backward, or TCP alone, leave every

@@ -1,8 +1,10 @@
 /* All-reduce through shared memory for ranks on one host (see shm.h). */
 #include "shm.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <limits.h>
 #include <sched.h>
 #include <linux/futex.h>
@@ -129,6 +131,38 @@ static int futex(_Atomic uint32_t *word, int op, uint32_t val, const struct time
 }
 
 /* ---- setup ---- */
+
+/* A name lives in /dev/shm from its creation until every rank has mapped it, a few
+ * milliseconds; a creator killed in between leaves it. Names are "dtrain-<creator's pid>-<32 hex
+ * digits>": those of this user whose process no longer exists on this host are removed. */
+static void remove_stale_names(FILE *log)
+{
+    DIR *d = opendir("/dev/shm");
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+        char *end;
+        if (strncmp(e->d_name, "dtrain-", 7) != 0)
+            continue;
+        long pid = strtol(e->d_name + 7, &end, 10);
+        if (end == e->d_name + 7 || *end != '-' || strlen(end + 1) != 32 ||
+            strspn(end + 1, "0123456789abcdef") != 32 || pid <= 0 || pid == (long)getpid())
+            continue;
+        struct stat sb;
+        if (fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 ||
+            !S_ISREG(sb.st_mode) || sb.st_uid != geteuid() || kill((pid_t)pid, 0) == 0 ||
+            errno != ESRCH)
+            continue;
+        char name[300];
+        snprintf(name, sizeof name, "/%s", e->d_name);
+        if (shm_unlink(name) == 0 && log) {
+            fprintf(log, "dtrain: removed /dev/shm%s, left by a process that stopped while "
+                    "setting up shared memory\n", name);
+            fflush(log);
+        }
+    }
+    if (d)
+        closedir(d);
+}
 
 /* A fresh segment of len bytes, every page allocated, under a random name written to o->name
  * (with a random nonce in o->nonce); NULL when it cannot be had. */
@@ -271,6 +305,8 @@ static dt_status lead_setup(dt_shm_group *g, dt_xfer *x, bool tensors, int *use)
     o.size = (uint32_t)g->size;
     o.n_params = tensors ? g->t_params : 0;
     o.n_grads = tensors ? g->t_grads : 0;
+    if (!tensors)
+        remove_stale_names(g->t->log);
     int ok = o.boot_id[0] && (tensors ? create_tensors(g, &o) : create_segment(g, &o));
     dt_status st = DT_OK;
     for (int r = 1; r < g->size && st == DT_OK; r++)
