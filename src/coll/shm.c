@@ -568,7 +568,6 @@ typedef struct {
     void *ctx;
 } round_job;
 
-
 /* This rank's block [b_off, b_off + b_n) of the round at off: reduced, updated or copied into
  * res, where the other ranks read it. */
 static void own_block(dt_shm_group *g, const round_job *j, size_t off, size_t b_off, size_t b_n)
