@@ -49,3 +49,20 @@ const char *cli_comm_describe(const dt_comm *c)
 {
     return dt_comm_tcp_uses_shm(c) ? "tcp, all-reduce in shared memory" : c->ops->name;
 }
+
+int cli_comm_local_ranks(const dt_comm *c)
+{
+    if (dt_comm_tcp_uses_shm(c))
+        return c->size;
+    if (strcmp(c->ops->name, "mpi") == 0) {
+        const char *names[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"};
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+            const char *v = getenv(names[i]);
+            char *end;
+            long n = v ? strtol(v, &end, 10) : 0;
+            if (v && *v && !*end && n >= 1 && n <= c->size)
+                return (int)n;
+        }
+    }
+    return 1;
+}

@@ -42,4 +42,9 @@ dt_status cli_comm_open(const cli_comm_flags *f, dt_cluster *cl, dt_comm **out);
 /* The communicator's name for messages: "tcp", "tcp, all-reduce in shared memory", "mpi". */
 const char *cli_comm_describe(const dt_comm *c);
 
+/* How many of the communicator's ranks run on this machine, as far as it can tell: all of them
+ * when they meet in shared memory; under mpirun, what Open MPI (OMPI_COMM_WORLD_LOCAL_SIZE) or
+ * MPICH (MPI_LOCALNRANKS) says; else 1. */
+int cli_comm_local_ranks(const dt_comm *c);
+
 #endif

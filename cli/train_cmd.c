@@ -114,7 +114,8 @@ static int define_flags(flag_def *f, struct train_opts *o)
          &o->lr_decay_rate);
     FLAG("lr-alpha", FLAG_FLOAT, "0", "floor of the cosine schedule as a fraction of --lr",
          &o->lr_alpha);
-    FLAG("threads", FLAG_INT, NULL, "threads for intra-op parallelism (default: all cores)",
+    FLAG("threads", FLAG_INT, NULL, "threads for intra-op parallelism (default: all cores, "
+         "shared out among the replicas, or the workers on this machine)",
          &o->threads);
     FLAG("seed", FLAG_INT64, "1", "seed of initial weights, shuffling and dropout", &o->seed);
     FLAG("strategy", FLAG_STRING, "one_device",
@@ -845,6 +846,11 @@ int cmd_train(int argc, char **argv)
                           "the %d workers", o.batch_size, o.n_workers);
             goto fail;
         }
+        /* Workers on one machine share out its cores, as mirrored replicas do: with every core
+         * each, their threads would take turns on each core, each waiting on the others. */
+        int local = cli_comm_local_ranks(comm);
+        if (!flags_find(flags, n_flags, "threads")->set && local > 1)
+            threads = threads / local > 0 ? threads / local : 1;
     }
     bool on_threads = strcmp(o.strategy, "mirrored") == 0 ||
                       strcmp(o.strategy, "central_storage") == 0;

@@ -222,6 +222,20 @@ for extra in --shm=true --shm=false --bucket-mb=0.01; do
     rm -f "$tmp/uneven.json"
 done
 
+# ---- workers on one machine share out its cores unless --threads says otherwise ----
+want=$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))
+run "$dtrain" launch -n 2 -- "$dtrain" train --model mlp --max-steps 5 --batch-size 64 \
+    --progress none --test-data none
+run2_out=$(cat "$tmp/out")
+run "$dtrain" launch -n 2 -- "$dtrain" train --model mlp --max-steps 5 --batch-size 64 \
+    --progress none --test-data none --threads 2
+if grep -q "^\[worker:0\] Trained 5 steps .* on $want thread" <<< "$run2_out" &&
+    grep -q "^\[worker:0\] Trained 5 steps .* on 2 threads" "$tmp/out"; then
+    ok "workers_share_out_the_cores ($want each of $(nproc))"
+else
+    fail workers_share_out_the_cores "expected $want thread(s) each by default, 2 with --threads 2: $(grep Trained <<< "$run2_out") / $(grep Trained "$tmp/out")"
+fi
+
 # ---- train_and_evaluate across 2 workers: the chief alone evaluates and logs ----
 "$dtrain" launch -n 2 -- dtrain train --model mlp --max-steps 120 --threads 1 --batch-size 64 \
     --progress estimator --log-step-count-steps 50 --eval-every-steps 50 --eval-steps 4 \
