@@ -391,6 +391,71 @@ static bool shards_updates(const dt_comm *c)
     return strcmp(c->ops->name, "tcp") == 0 && dt_comm_tcp_uses_shm(c);
 }
 
+static void *alloc_or_die(size_t bytes)
+{
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) {
+        fprintf(stderr, "coll_check: out of memory\n");
+        exit(2);
+    }
+    return p;
+}
+
+/* dt_comm_allreduce_update's outcome: params must be (start + base) / 2 + the sum, and the
+ * ranks together must have updated every element once (sharded) or once each. The verdict is
+ * not reported; -1 when the tally's all-reduce failed. */
+static int judge_update(run *r, const char *what, const float *params, size_t n, float base,
+                        const update_probe *u, bool sharded, verdict *v)
+{
+    dt_comm *c = r->c;
+    for (size_t i = 0; i < n; i++) {
+        float want = (start_param(i) + base) * 0.5f + exact_expected(i, c->size, DT_REDUCE_SUM);
+        if (memcmp(&params[i], &want, sizeof want) != 0 && v->n_wrong++ == 0) {
+            v->first = i;
+            v->got = params[i];
+            v->want = want;
+        }
+    }
+    float tally[2] = {(float)u->updated, (float)u->bad};
+    if (dt_comm_allreduce(c, tally, 2, DT_REDUCE_SUM, DT_WIRE_F32) != DT_OK)
+        return call_failed(r, what);
+    double want_updates = sharded ? (double)n : (double)n * c->size;
+    if (v->n_wrong == 0 && (tally[0] != want_updates || tally[1] != 0.0f)) {
+        v->n_wrong = 1;
+        v->first = (uint64_t)tally[1]; /* ranges out of bounds or elements updated twice */
+        v->got = tally[0];
+        v->want = want_updates;
+    }
+    v->bad = v->n_wrong != 0;
+    v->hash = fnv(params, n * sizeof *params);
+    return 0;
+}
+
+/* dt_comm_share_owned of a slot holding the owner's value where this rank owned the element in
+ * the update (owned) and -1 elsewhere: every rank must end with every owner's values. */
+static int check_share_owned(run *r, const char *what, const uint8_t *owned, size_t n)
+{
+    float *slot = alloc_or_die(n * sizeof *slot);
+    for (size_t i = 0; i < n; i++)
+        slot[i] = owned[i] ? owner_value(i) : -1.0f;
+    if (dt_comm_share_owned(r->c, slot, n) != DT_OK) {
+        free(slot);
+        return call_failed(r, what);
+    }
+    verdict v = {0};
+    for (size_t i = 0; i < n; i++) {
+        if (slot[i] != owner_value(i) && v.n_wrong++ == 0) {
+            v.first = i;
+            v.got = slot[i];
+            v.want = owner_value(i);
+        }
+    }
+    v.bad = v.n_wrong != 0;
+    v.hash = fnv(slot, n * sizeof *slot);
+    free(slot);
+    return report(r, what, &v, true) ? 0 : -1;
+}
+
 /* dt_comm_allreduce_update: every rank ends with start / 2 + the sum, each element updated by
  * exactly one rank where the communicator shards (by every rank otherwise); then
  * dt_comm_share_owned gives every rank the owners' values of a slot. */
@@ -398,12 +463,9 @@ static int check_update_and_share(run *r, size_t n, float *grads)
 {
     dt_comm *c = r->c;
     char what[160];
-    float *params = malloc((n ? n : 1) * sizeof *params);
-    uint8_t *owned = calloc(n ? n : 1, 1);
-    if (!params || !owned) {
-        fprintf(stderr, "coll_check: out of memory\n");
-        exit(2);
-    }
+    float *params = alloc_or_die(n * sizeof *params);
+    uint8_t *owned = alloc_or_die(n);
+    memset(owned, 0, n);
     for (size_t i = 0; i < n; i++) {
         grads[i] = exact_input(c->rank, i, c->size);
         params[i] = start_param(i);
@@ -411,61 +473,74 @@ static int check_update_and_share(run *r, size_t n, float *grads)
     update_probe u = {params, owned, n, 0, 0};
     snprintf(what, sizeof what, "all-reduce and update n=%zu (%d ranks, %s)", n, c->size,
              shards_updates(c) ? "sharded" : "every rank updates all");
-    int rc = 0;
-    if (dt_comm_allreduce_update(c, grads, params, n, probe_update, &u) != DT_OK) {
-        rc = call_failed(r, what);
-        goto done;
-    }
     verdict v = {0};
-    for (size_t i = 0; i < n; i++) {
-        float want = start_param(i) * 0.5f + exact_expected(i, c->size, DT_REDUCE_SUM);
-        if (memcmp(&params[i], &want, sizeof want) != 0 && v.n_wrong++ == 0) {
+    int rc = dt_comm_allreduce_update(c, grads, params, n, probe_update, &u) != DT_OK
+                 ? call_failed(r, what)
+                 : judge_update(r, what, params, n, 0.0f, &u, shards_updates(c), &v);
+    if (rc == 0 && !report(r, what, &v, true))
+        rc = -1;
+    snprintf(what, sizeof what, "share of owned state n=%zu (%d ranks)", n, c->size);
+    if (rc == 0)
+        rc = check_share_owned(r, what, owned, n);
+    free(owned);
+    free(params);
+    return rc;
+}
+
+/* One pass of check_shared_tensors. */
+static int check_shared_pass(run *r, size_t n, int pass, float *mine, uint8_t *owned)
+{
+    dt_comm *c = r->c;
+    char what[160];
+    snprintf(what, sizeof what, "shared tensors, update in place n=%zu (%d ranks, pass %d)", n,
+             c->size, pass + 1);
+    /* Each rank's own parameters differ: rank 0's must win. */
+    for (size_t i = 0; i < n; i++)
+        mine[i] = start_param(i) + (float)(c->rank * 1000 + pass);
+    float *params = NULL, *grads = NULL;
+    if (dt_comm_share_tensors(c, mine, n, n, &params, &grads) != DT_OK)
+        return call_failed(r, what);
+    bool shared = params != NULL;
+    verdict v = {0};
+    if (shared != shards_updates(c) || (shared && params == mine)) {
+        v.n_wrong = 1;
+        v.got = shared;
+        v.want = shards_updates(c);
+    }
+    for (size_t i = 0; shared && i < n && v.n_wrong == 0; i++) {
+        float want = start_param(i) + (float)pass;
+        if (params[i] != want && v.n_wrong++ == 0) {
             v.first = i;
             v.got = params[i];
             v.want = want;
         }
     }
-    /* Every element updated once over the ranks when sharded, size times otherwise. */
-    float tally[2] = {(float)u.updated, (float)u.bad};
-    if (dt_comm_allreduce(c, tally, 2, DT_REDUCE_SUM, DT_WIRE_F32) != DT_OK) {
-        rc = call_failed(r, what);
-        goto done;
+    float *own_grads = NULL;
+    if (!shared) {
+        params = mine;
+        grads = own_grads = alloc_or_die(n * sizeof *grads);
+        for (size_t i = 0; i < n; i++)
+            params[i] = start_param(i) + (float)pass;
     }
-    double want_updates = shards_updates(c) ? (double)n : (double)n * c->size;
-    if (v.n_wrong == 0 && (tally[0] != want_updates || tally[1] != 0.0f)) {
-        v.n_wrong = 1;
-        v.first = (uint64_t)tally[1]; /* ranges out of bounds or elements updated twice */
-        v.got = tally[0];
-        v.want = want_updates;
+    int rc = 0;
+    if (v.n_wrong == 0) {
+        for (size_t i = 0; i < n; i++)
+            grads[i] = exact_input(c->rank, i, c->size);
+        memset(owned, 0, n);
+        update_probe u = {params, owned, n, 0, 0};
+        rc = dt_comm_allreduce_update(c, grads, params, n, probe_update, &u) != DT_OK
+                 ? call_failed(r, what)
+                 : judge_update(r, what, params, n, (float)pass, &u, shared, &v);
     }
     v.bad = v.n_wrong != 0;
-    v.hash = fnv(params, n * sizeof *params);
-    if (!report(r, what, &v, true)) {
+    free(own_grads);
+    /* The shared parameters are read by every rank: meet before the next pass writes them. */
+    if (rc == 0 && (!report(r, what, &v, true) || dt_comm_barrier(c) != DT_OK))
         rc = -1;
-        goto done;
-    }
-    snprintf(what, sizeof what, "share of owned state n=%zu (%d ranks)", n, c->size);
-    for (size_t i = 0; i < n; i++)
-        params[i] = owned[i] ? owner_value(i) : -1.0f;
-    if (dt_comm_share_owned(c, params, n) != DT_OK) {
-        rc = call_failed(r, what);
-        goto done;
-    }
-    verdict s = {0};
-    for (size_t i = 0; i < n; i++) {
-        if (params[i] != owner_value(i) && s.n_wrong++ == 0) {
-            s.first = i;
-            s.got = params[i];
-            s.want = owner_value(i);
-        }
-    }
-    s.bad = s.n_wrong != 0;
-    s.hash = fnv(params, n * sizeof *params);
-    if (!report(r, what, &s, true))
-        rc = -1;
-done:
-    free(owned);
-    free(params);
+    /* What each rank owned in the update is what dt_comm_share_owned gathers from it. */
+    snprintf(what, sizeof what, "share of state owned in place n=%zu (%d ranks)", n, c->size);
+    if (rc == 0 && !v.bad)
+        rc = check_share_owned(r, what, owned, n);
     return rc;
 }
 
@@ -476,117 +551,11 @@ done:
  * starts again from rank 0's parameters. */
 static int check_shared_tensors(run *r, size_t n)
 {
-    dt_comm *c = r->c;
-    char what[160];
-    float *mine = malloc((n ? n : 1) * sizeof *mine);
-    uint8_t *owned = malloc(n ? n : 1);
-    if (!mine || !owned) {
-        fprintf(stderr, "coll_check: out of memory\n");
-        exit(2);
-    }
+    float *mine = alloc_or_die(n * sizeof *mine);
+    uint8_t *owned = alloc_or_die(n);
     int rc = 0;
-    for (int pass = 0; pass < 2 && rc == 0; pass++) {
-        snprintf(what, sizeof what, "shared tensors, update in place n=%zu (%d ranks, pass %d)",
-                 n, c->size, pass + 1);
-        /* Each rank's own parameters differ: rank 0's must win. */
-        for (size_t i = 0; i < n; i++)
-            mine[i] = start_param(i) + (float)(c->rank * 1000 + pass);
-        float *params = NULL, *grads = NULL;
-        if (dt_comm_share_tensors(c, mine, n, n, &params, &grads) != DT_OK) {
-            rc = call_failed(r, what);
-            break;
-        }
-        bool shared = params != NULL;
-        verdict v = {0};
-        if (shared != shards_updates(c) || (shared && params == mine)) {
-            v.n_wrong = 1;
-            v.got = shared;
-            v.want = shards_updates(c);
-        }
-        if (!shared)
-            params = mine, grads = malloc((n ? n : 1) * sizeof *grads);
-        for (size_t i = 0; i < n && v.n_wrong == 0; i++) {
-            float want = start_param(i) + (float)pass;
-            if (shared && params[i] != want && v.n_wrong++ == 0) {
-                v.first = i;
-                v.got = params[i];
-                v.want = want;
-            }
-        }
-        if (v.n_wrong == 0) {
-            for (size_t i = 0; i < n; i++) {
-                grads[i] = exact_input(c->rank, i, c->size);
-                if (!shared)
-                    params[i] = start_param(i) + (float)pass;
-            }
-            memset(owned, 0, n ? n : 1);
-            update_probe u = {params, owned, n, 0, 0};
-            if (dt_comm_allreduce_update(c, grads, params, n, probe_update, &u) != DT_OK) {
-                rc = call_failed(r, what);
-                if (!shared)
-                    free(grads);
-                break;
-            }
-            for (size_t i = 0; i < n; i++) {
-                float want = (start_param(i) + (float)pass) * 0.5f +
-                             exact_expected(i, c->size, DT_REDUCE_SUM);
-                if (memcmp(&params[i], &want, sizeof want) != 0 && v.n_wrong++ == 0) {
-                    v.first = i;
-                    v.got = params[i];
-                    v.want = want;
-                }
-            }
-            float tally[2] = {(float)u.updated, (float)u.bad};
-            if (dt_comm_allreduce(c, tally, 2, DT_REDUCE_SUM, DT_WIRE_F32) != DT_OK) {
-                rc = call_failed(r, what);
-                if (!shared)
-                    free(grads);
-                break;
-            }
-            double want_updates = shared ? (double)n : (double)n * c->size;
-            if (v.n_wrong == 0 && (tally[0] != want_updates || tally[1] != 0.0f)) {
-                v.n_wrong = 1;
-                v.got = tally[0];
-                v.want = want_updates;
-            }
-        }
-        v.bad = v.n_wrong != 0;
-        v.hash = fnv(params, n * sizeof *params);
-        if (!shared)
-            free(grads);
-        /* The shared parameters are read by every rank: meet before the next pass writes them. */
-        if (!report(r, what, &v, true) || dt_comm_barrier(c) != DT_OK) {
-            rc = -1;
-            break;
-        }
-        /* What each rank owned in the update is what dt_comm_share_owned gathers from it. */
-        snprintf(what, sizeof what, "share of state owned in place n=%zu (%d ranks)", n, c->size);
-        float *slot = malloc((n ? n : 1) * sizeof *slot);
-        if (!slot) {
-            fprintf(stderr, "coll_check: out of memory\n");
-            exit(2);
-        }
-        for (size_t i = 0; i < n; i++)
-            slot[i] = owned[i] ? owner_value(i) : -1.0f;
-        verdict s = {0};
-        if (dt_comm_share_owned(c, slot, n) != DT_OK) {
-            free(slot);
-            rc = call_failed(r, what);
-            break;
-        }
-        for (size_t i = 0; i < n; i++) {
-            if (slot[i] != owner_value(i) && s.n_wrong++ == 0) {
-                s.first = i;
-                s.got = slot[i];
-                s.want = owner_value(i);
-            }
-        }
-        s.bad = s.n_wrong != 0;
-        s.hash = fnv(slot, n * sizeof *slot);
-        free(slot);
-        if (!report(r, what, &s, true))
-            rc = -1;
-    }
+    for (int pass = 0; pass < 2 && rc == 0; pass++)
+        rc = check_shared_pass(r, n, pass, mine, owned);
     free(owned);
     free(mine);
     return rc;
