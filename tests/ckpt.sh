@@ -255,27 +255,31 @@ else
         fail restore_named_checkpoint_continues_exactly "exit $status: $(head -3 "$tmp/out") $(cat "$tmp/err")"
     fi
 
-    # --- two workers sharing the optimizer's update: a checkpoint taken by time holds the whole
-    # optimizer state (each worker keeps its own share current), so training continued from one
-    # ends where the uninterrupted run did ---
-    w2=(train --model mnist_cnn --optimizer adam --max-steps 150 --threads 1 --progress none
-        --test-data none --batch-size 64)
-    run "$dtrain" launch -n 2 -- "$dtrain" "${w2[@]}" --model-dir "$tmp/w2" --save-checkpoints-secs 0.02 \
-        --keep-checkpoint-max 0 --metrics-out "$tmp/w2whole.json"
-    mid=$(ls "$tmp/w2"/ckpt-*.safetensors 2> /dev/null | grep -v "ckpt-150\." | sort -t- -k2 -n | tail -1)
-    if [ "$status" -ne 0 ] || [ -z "$mid" ]; then
-        fail two_workers_checkpoint_by_time_holds_the_optimizer_state "exit $status, no checkpoint before the last: $(ls "$tmp/w2") $(tail -2 "$tmp/err")"
-    else
+    # --- two workers sharing the optimizer's update (in shared memory, or over the TCP ring): a
+    # checkpoint taken by time holds the whole optimizer state (each worker keeps its own share
+    # current), so training continued from one ends where the uninterrupted run did ---
+    for shm in true false; do
+        w2=(train --model mnist_cnn --optimizer adam --max-steps 150 --threads 1 --progress none
+            --test-data none --batch-size 64 --shm="$shm")
+        rm -rf "$tmp/w2"
+        run "$dtrain" launch -n 2 -- "$dtrain" "${w2[@]}" --model-dir "$tmp/w2" \
+            --save-checkpoints-secs 0.02 --keep-checkpoint-max 0 --metrics-out "$tmp/w2whole.json"
+        mid=$(ls "$tmp/w2"/ckpt-*.safetensors 2> /dev/null | grep -v "ckpt-150\." | sort -t- -k2 -n | tail -1)
+        name="two_workers_checkpoint_by_time_holds_the_optimizer_state (--shm=$shm)"
+        if [ "$status" -ne 0 ] || [ -z "$mid" ]; then
+            fail "$name" "exit $status, no checkpoint before the last: $(ls "$tmp/w2") $(tail -2 "$tmp/err")"
+            continue
+        fi
         run "$dtrain" launch -n 2 -- "$dtrain" "${w2[@]}" --restore-checkpoint "$mid" \
             --metrics-out "$tmp/w2cont.json"
         a=$(json_field "$tmp/w2whole.json" param_checksum)
         b=$(json_field "$tmp/w2cont.json" param_checksum)
         if [ "$status" -eq 0 ] && [ -n "$a" ] && [ "$a" = "$b" ]; then
-            ok "two_workers_checkpoint_by_time_holds_the_optimizer_state (from $(basename "$mid"))"
+            ok "$name, from $(basename "$mid")"
         else
-            fail two_workers_checkpoint_by_time_holds_the_optimizer_state "exit $status, from $mid: checksum $b, uninterrupted $a: $(tail -2 "$tmp/err")"
+            fail "$name" "exit $status, from $mid: checksum $b, uninterrupted $a: $(tail -2 "$tmp/err")"
         fi
-    fi
+    done
 
     # --- a sidecar evaluator follows training to its final checkpoint, passing over a torn one ---
     dir="$tmp/side"

@@ -116,17 +116,23 @@ for run in 2:1 3:1 4:1 5:1 3:0 5:0; do
     fi
 done
 
-# Tensors larger than a round of the shared segment (1 Mi floats a rank): the update in place and
-# the gathering of what each rank owns must split the elements the same way.
-"$dtrain" launch -n 2 -- "$(dirname "$dtrain")/tests/coll_check" --comm tcp --shm 1 \
-    --counts 2097157 > "$tmp/cc.out" 2> "$tmp/cc.err"
-status=$?
-if [ "$status" -ne 0 ] || ! grep -q "tcp: rank 0: [0-9]* checks, 0 failed" "$tmp/cc.out" ||
-    ! grep -q "ok   share of state owned in place n=2097157" "$tmp/cc.out"; then
-    fail coll_check_tcp_2_processes_beyond_a_round "exit $status: $(grep -v '^\[worker:0\] ok' "$tmp/cc.out" | head -c 600) $(head -c 300 "$tmp/cc.err")"
-else
-    ok coll_check_tcp_2_processes_beyond_a_round
-fi
+# Tensors larger than a round of the shared segment (1 Mi floats a rank), and than a slice of the
+# ring (2 x 64 Ki floats a rank): the sharded update and the gathering of what each rank owns
+# must split the elements the same way.
+for run in 1:2097157 0:600001; do
+    shm=${run%:*} n=${run#*:}
+    name="coll_check_tcp_2_processes_beyond_a_$([ "$shm" = 1 ] && echo round || echo ring_slice)"
+    "$dtrain" launch -n 2 -- "$(dirname "$dtrain")/tests/coll_check" --comm tcp --shm "$shm" \
+        --counts "$n" > "$tmp/cc.out" 2> "$tmp/cc.err"
+    status=$?
+    if [ "$status" -ne 0 ] || ! grep -q "tcp: rank 0: [0-9]* checks, 0 failed" "$tmp/cc.out" ||
+        ! grep -q "ok   all-reduce and update n=$n (2 ranks, sharded)" "$tmp/cc.out" ||
+        ! grep -q "ok   share of owned state n=$n" "$tmp/cc.out"; then
+        fail "$name" "exit $status: $(grep -v '^\[worker:0\] ok' "$tmp/cc.out" | head -c 600) $(head -c 300 "$tmp/cc.err")"
+    else
+        ok "$name"
+    fi
+done
 
 # ---- a name a creator killed during setup left in /dev/shm is removed by the next cluster; one
 # of a live process stays ----
@@ -153,8 +159,8 @@ else
 fi
 
 # ---- multi_worker_mirrored: k processes at global batch 64 train as one process does ----
-# K:BUCKET_MB:SHM. Through shared memory and without buckets, each worker updates its own share
-# of the parameters (the optimizer sharded); buckets during backward, or TCP alone, leave every
+# K:BUCKET_MB:SHM. Without buckets each worker updates its own share of the parameters (the
+# optimizer sharded), in shared memory or over the TCP ring; buckets during backward leave every
 # worker to update all of them.
 train_args=(train --max-steps 50 --threads 1 --optimizer adam --lr 0.001 --progress none)
 for run in 2:0:true 3:0:true 3:0:false 4:0.1:true; do
@@ -183,17 +189,22 @@ PY2
     fi
 done
 
-# Two workers sum a + b in either order: the sharded update over shared memory and every worker
-# updating everything over TCP must give the same parameters, bit for bit.
+# Two workers sum a + b in either order: the sharded update in shared memory, the sharded update
+# over the TCP ring, and every worker updating everything (gradients in buckets) must give the
+# same parameters, bit for bit.
 "$dtrain" launch -n 2 -- dtrain "${train_args[@]}" --batch-size 64 --shm=false \
     --metrics-out "$tmp/multi2tcp.json" > "$tmp/multi.out" 2>&1
 status=$?
+"$dtrain" launch -n 2 -- dtrain "${train_args[@]}" --batch-size 64 --bucket-mb 0.1 \
+    --metrics-out "$tmp/multi2all.json" >> "$tmp/multi.out" 2>&1
+status=$((status + $?))
 a=$(json_field "$tmp/multi2.json" param_checksum)
 b=$(json_field "$tmp/multi2tcp.json" param_checksum)
-if [ "$status" -eq 0 ] && [ -n "$a" ] && [ "$a" = "$b" ]; then
+c=$(json_field "$tmp/multi2all.json" param_checksum)
+if [ "$status" -eq 0 ] && [ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" = "$c" ]; then
     ok "sharded_update_equals_replicated_update_bitwise (checksum $a)"
 else
-    fail sharded_update_equals_replicated_update_bitwise "exit $status: checksums $a (shared memory) vs $b (tcp): $(tail -2 "$tmp/multi.out")"
+    fail sharded_update_equals_replicated_update_bitwise "exit $status: checksums $a (shared memory) vs $b (tcp ring) vs $c (every worker updates all): $(tail -2 "$tmp/multi.out")"
 fi
 
 # ---- uneven shards: worker 0's file holds 20 batches of 32, worker 1's 21; every epoch ends

@@ -382,12 +382,49 @@ static dt_status tcp_barrier(dt_comm *c)
     return DT_OK;
 }
 
-/* Sharded only through shared memory: over TCP, every rank updates everything. */
+/* Whether the ring serves n floats (as for tcp_allreduce): then updates are sharded over TCP. */
+static bool ring_shards(const dt_comm *c, size_t n)
+{
+    const tcp_state *s = c->impl;
+    return c->size > 1 && n * sizeof(float) > s->o.small_bytes;
+}
+
+/* The ring's slices (as ring_allreduce's): a rank owns its dt_comm_block of each. */
+static size_t ring_slice(const dt_comm *c)
+{
+    const tcp_state *s = c->impl;
+    size_t seg = s->o.segment_bytes / sizeof(float);
+    return 2 * (size_t)c->size * (seg ? seg : 1);
+}
+
+/* The sharded step over the ring, slice by slice: reduce-scatter the gradients, update this
+ * rank's block of the slice while its sums are in cache, all-gather the parameters' blocks. The
+ * same sums, in the same order, as the ring all-reduce. */
+static dt_status ring_update(dt_comm *c, dt_xfer *x, float *grads, float *params, size_t n,
+                             dt_update_fn update, void *ctx)
+{
+    size_t slice = ring_slice(c);
+    for (size_t off = 0; off < n; off += slice) {
+        size_t len = n - off < slice ? n - off : slice, b_off, k;
+        dt_status st = ring_reduce_scatter(c, x, grads + off, len, DT_REDUCE_SUM, DT_WIRE_F32);
+        if (st)
+            return st;
+        dt_comm_block(len, c->size, c->rank, &b_off, &k);
+        if (k > 0)
+            update(ctx, off + b_off, off + b_off + k, grads + off + b_off);
+        if ((st = ring_allgather_blocks(c, x, params + off, len, DT_WIRE_F32)))
+            return st;
+    }
+    return DT_OK;
+}
+
+/* Sharded through shared memory, or over the ring; a tensor small enough for recursive
+ * doubling is all-reduced whole and every rank updates all of it. */
 static dt_status tcp_allreduce_update(dt_comm *c, float *grads, float *params, size_t n,
                                       dt_update_fn update, void *ctx)
 {
     tcp_state *s = state_of(c);
-    if (!s->shm) {
+    if (!s->shm && !ring_shards(c, n)) {
         dt_status st = tcp_allreduce(c, grads, n, DT_REDUCE_SUM, DT_WIRE_F32);
         if (st == DT_OK && n > 0)
             update(ctx, 0, n, grads);
@@ -397,23 +434,29 @@ static dt_status tcp_allreduce_update(dt_comm *c, float *grads, float *params, s
     dt_status st = begin(c, "all-reduce and update", OP_ALLREDUCE, &x);
     if (st)
         return st;
-    if ((st = dt_shm_allreduce_update(s->shm, &x, grads, params, n, update, ctx)))
-        return fail(c, st);
-    return DT_OK;
+    st = s->shm ? dt_shm_allreduce_update(s->shm, &x, grads, params, n, update, ctx)
+                : ring_update(c, &x, grads, params, n, update, ctx);
+    return st ? fail(c, st) : DT_OK;
 }
 
 static dt_status tcp_share_owned(dt_comm *c, float *data, size_t n)
 {
     tcp_state *s = state_of(c);
-    if (!s->shm)
+    if (!s->shm && !ring_shards(c, n))
         return DT_OK;
     dt_xfer x;
     dt_status st = begin(c, "share of updated state", OP_ALLREDUCE, &x);
     if (st)
         return st;
-    if ((st = dt_shm_share_owned(s->shm, &x, data, n)))
-        return fail(c, st);
-    return DT_OK;
+    if (s->shm) {
+        st = dt_shm_share_owned(s->shm, &x, data, n);
+    } else {
+        size_t slice = ring_slice(c);
+        for (size_t off = 0; off < n && st == DT_OK; off += slice)
+            st = ring_allgather_blocks(c, &x, data + off, n - off < slice ? n - off : slice,
+                                       DT_WIRE_F32);
+    }
+    return st ? fail(c, st) : DT_OK;
 }
 
 static dt_status tcp_share_tensors(dt_comm *c, const float *params, size_t n_params,

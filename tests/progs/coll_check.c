@@ -384,11 +384,19 @@ static void probe_update(void *ctx, size_t lo, size_t hi, const float *sum)
 static float start_param(size_t i) { return (float)(i % 64) / 8.0f; }
 static float owner_value(size_t i) { return (float)(i % 1000) + 0.25f; }
 
-/* Whether this communicator shards updates (tcp through shared memory) or leaves each rank to
- * update everything. */
-static bool shards_updates(const dt_comm *c)
+/* Whether this communicator keeps tensors in shared memory (tcp, every rank on this host). */
+static bool shares_tensors(const dt_comm *c)
 {
     return strcmp(c->ops->name, "tcp") == 0 && dt_comm_tcp_uses_shm(c);
+}
+
+/* Whether it shards the update of n elements or leaves each rank to update everything: tcp does
+ * through shared memory, and over its ring, which serves what recursive doubling does not (over
+ * 64 KiB, the default that coll_check keeps). */
+static bool shards_updates(const dt_comm *c, size_t n)
+{
+    return shares_tensors(c) ||
+           (strcmp(c->ops->name, "tcp") == 0 && c->size > 1 && n * sizeof(float) > 65536);
 }
 
 static void *alloc_or_die(size_t bytes)
@@ -472,11 +480,11 @@ static int check_update_and_share(run *r, size_t n, float *grads)
     }
     update_probe u = {params, owned, n, 0, 0};
     snprintf(what, sizeof what, "all-reduce and update n=%zu (%d ranks, %s)", n, c->size,
-             shards_updates(c) ? "sharded" : "every rank updates all");
+             shards_updates(c, n) ? "sharded" : "every rank updates all");
     verdict v = {0};
     int rc = dt_comm_allreduce_update(c, grads, params, n, probe_update, &u) != DT_OK
                  ? call_failed(r, what)
-                 : judge_update(r, what, params, n, 0.0f, &u, shards_updates(c), &v);
+                 : judge_update(r, what, params, n, 0.0f, &u, shards_updates(c, n), &v);
     if (rc == 0 && !report(r, what, &v, true))
         rc = -1;
     snprintf(what, sizeof what, "share of owned state n=%zu (%d ranks)", n, c->size);
@@ -502,10 +510,10 @@ static int check_shared_pass(run *r, size_t n, int pass, float *mine, uint8_t *o
         return call_failed(r, what);
     bool shared = params != NULL;
     verdict v = {0};
-    if (shared != shards_updates(c) || (shared && params == mine)) {
+    if (shared != shares_tensors(c) || (shared && params == mine)) {
         v.n_wrong = 1;
         v.got = shared;
-        v.want = shards_updates(c);
+        v.want = shares_tensors(c);
     }
     for (size_t i = 0; shared && i < n && v.n_wrong == 0; i++) {
         float want = start_param(i) + (float)pass;
@@ -530,7 +538,7 @@ static int check_shared_pass(run *r, size_t n, int pass, float *mine, uint8_t *o
         update_probe u = {params, owned, n, 0, 0};
         rc = dt_comm_allreduce_update(c, grads, params, n, probe_update, &u) != DT_OK
                  ? call_failed(r, what)
-                 : judge_update(r, what, params, n, (float)pass, &u, shared, &v);
+                 : judge_update(r, what, params, n, (float)pass, &u, shards_updates(c, n), &v);
     }
     v.bad = v.n_wrong != 0;
     free(own_grads);
