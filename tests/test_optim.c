@@ -167,6 +167,15 @@ TEST(threaded_step_equals_serial_step)
     free(p1), free(p2), free(g);
 }
 
+/* Two copies of the same parameters, and gradients, for comparing two ways of stepping. */
+static void same_start(float *p1, float *p2, float *g, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        p1[i] = p2[i] = (float)sin((double)i * 1.3);
+        g[i] = (float)cos((double)i * 0.37) * 0.1f;
+    }
+}
+
 TEST(vector_updates_equal_scalar_updates_bit_for_bit)
 {
     dt_arena params;
@@ -178,10 +187,7 @@ TEST(vector_updates_equal_scalar_updates_bit_for_bit)
     for (int kind = DT_OPT_SGD; kind <= DT_OPT_ADAGRAD; kind++)
         for (int nesterov = 0; nesterov <= (kind == DT_OPT_MOMENTUM); nesterov++) {
             float p1[1003], p2[1003], g[1003];
-            for (size_t i = 0; i < n; i++) {
-                p1[i] = p2[i] = (float)sin((double)i * 1.3);
-                g[i] = (float)cos((double)i * 0.37) * 0.1f;
-            }
+            same_start(p1, p2, g, n);
             dt_optim_config c;
             dt_optim_config_default(&c, (dt_opt_kind)kind);
             c.nesterov = nesterov;
@@ -220,10 +226,7 @@ TEST(step_in_ranges_equals_whole_step_bit_for_bit)
     CHECK_OK(dt_pool_create(2, &pool));
     const size_t cuts[] = {0, 3, 4100, 4101, n - 11, n}; /* n: 70001 and the arena's padding */
     for (int kind = DT_OPT_SGD; kind <= DT_OPT_ADAGRAD; kind++) {
-        for (size_t i = 0; i < n; i++) {
-            p1[i] = p2[i] = (float)sin((double)i * 1.3);
-            g[i] = (float)cos((double)i * 0.37) * 0.1f;
-        }
+        same_start(p1, p2, g, n);
         dt_optim_config c;
         dt_optim_config_default(&c, (dt_opt_kind)kind);
         c.schedule = DT_LR_COSINE;
