@@ -132,6 +132,16 @@ TEST(optimizer_config_errors_name_the_field)
     CHECK(k == DT_OPT_ADAGRAD);
 }
 
+/* Two optimizers of one configuration over params' layout, for comparing two ways of stepping. */
+static void two_optimizers(const dt_optim_config *c, const dt_arena *params, dt_optim *a,
+                           dt_optim *b)
+{
+    dt_optim_init(a);
+    dt_optim_init(b);
+    CHECK_OK(dt_optim_setup(a, c, params));
+    CHECK_OK(dt_optim_setup(b, c, params));
+}
+
 TEST(threaded_step_equals_serial_step)
 {
     /* Large enough that the update is split over threads. */
@@ -151,10 +161,7 @@ TEST(threaded_step_equals_serial_step)
     dt_optim_config c;
     dt_optim_config_default(&c, DT_OPT_ADAM);
     dt_optim a, b;
-    dt_optim_init(&a);
-    dt_optim_init(&b);
-    CHECK_OK(dt_optim_setup(&a, &c, &params));
-    CHECK_OK(dt_optim_setup(&b, &c, &params));
+    two_optimizers(&c, &params, &a, &b);
     for (int s = 0; s < 3; s++) {
         dt_optim_step(&a, NULL, p1, g, n);
         dt_optim_step(&b, pool, p2, g, n);
@@ -192,10 +199,7 @@ TEST(vector_updates_equal_scalar_updates_bit_for_bit)
             dt_optim_config_default(&c, (dt_opt_kind)kind);
             c.nesterov = nesterov;
             dt_optim a, b;
-            dt_optim_init(&a);
-            dt_optim_init(&b);
-            CHECK_OK(dt_optim_setup(&a, &c, &params));
-            CHECK_OK(dt_optim_setup(&b, &c, &params));
+            two_optimizers(&c, &params, &a, &b);
             b.scalar_only = true;
             for (int s = 0; s < 4; s++) {
                 dt_optim_step(&a, NULL, p1, g, n);
@@ -232,10 +236,7 @@ TEST(step_in_ranges_equals_whole_step_bit_for_bit)
         c.schedule = DT_LR_COSINE;
         c.decay_steps = 10;
         dt_optim a, b;
-        dt_optim_init(&a);
-        dt_optim_init(&b);
-        CHECK_OK(dt_optim_setup(&a, &c, &params));
-        CHECK_OK(dt_optim_setup(&b, &c, &params));
+        two_optimizers(&c, &params, &a, &b);
         for (int s = 0; s < 3; s++) {
             dt_optim_step(&a, NULL, p1, g, n);
             /* The ranges in an order of their own, the largest split over the pool. */
