@@ -234,14 +234,25 @@ else
     else
         fail restore_failure_on_rank_0_stops_the_replicas "exit $status: $(head -c 400 "$tmp/err")"
     fi
-    run timeout 30 "$dtrain" launch -n 2 -- "$dtrain" train --model mnist_cnn --optimizer adam \
-        --max-steps 5 --test-data none --progress none --batch-size 64 --timeout 60 \
-        --restore-checkpoint "$tmp/bad.safetensors"
-    if [ "$status" -eq 1 ] &&
-        grep -q "^\[worker:1\] dtrain: error: worker 0 could not restore a checkpoint: .*bad.safetensors: checksum mismatch" "$tmp/out" "$tmp/err"; then
+    # The same across processes, started by hand: under dtrain launch, the launcher's SIGTERM
+    # (sent as worker 0 fails) may end worker 1 before it prints anything.
+    base=$(free_base 2)
+    t0=$(date +%s%N)
+    for i in 0 1; do
+        start_rank 2 "$base" "$i" train --model mnist_cnn --optimizer adam --max-steps 5 \
+            --test-data none --progress none --batch-size 64 --timeout 60 \
+            --restore-checkpoint "$tmp/bad.safetensors"
+    done
+    wait_pid "${pids[0]}" 30
+    status0=$status
+    wait_pid "${pids[1]}" 30
+    ms=$((($(date +%s%N) - t0) / 1000000))
+    if [ "$status0" -eq 1 ] && [ "$status" -eq 1 ] &&
+        grep -q "bad.safetensors: checksum mismatch" "$tmp/r0.err" &&
+        grep -q "^dtrain: error: worker 0 could not restore a checkpoint: .*bad.safetensors: checksum mismatch" "$tmp/r1.err"; then
         ok restore_failure_on_worker_0_stops_the_workers "(${ms} ms)"
     else
-        fail restore_failure_on_worker_0_stops_the_workers "exit $status: $(cat "$tmp/out" "$tmp/err" | head -c 600)"
+        fail restore_failure_on_worker_0_stops_the_workers "exits $status0 and $status: $(cat "$tmp/r0.err" "$tmp/r1.err" | head -c 600)"
     fi
     run "$dtrain" train --model mnist_cnn --optimizer adam --max-steps 40 --threads 2 --progress none \
         --test-data none --restore-checkpoint "$tmp/np/ckpt-30.safetensors" --metrics-out "$tmp/r40.json"

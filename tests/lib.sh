@@ -1,5 +1,6 @@
 # Helpers shared by the shell test suites (sourced). The suite sets passed=0, failed=0, tmp (a
-# scratch directory) and, for expect_error, dtrain (the binary under test).
+# scratch directory), dtrain (the binary under test) for expect_error and start_rank, and pids=()
+# for start_rank (whose pids its exit trap kills).
 
 ok() { echo "ok   $1"; passed=$((passed + 1)); }
 fail() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
@@ -35,4 +36,52 @@ expect_error() {
     else
         ok "$name"
     fi
+}
+
+# free_base N: a base port with N free ports after it (the kernel's ephemeral range stays clear).
+free_base() {
+    python3 - "$1" <<'PY'
+import random, socket, sys
+n = int(sys.argv[1])
+while True:
+    base = random.randrange(20000, 30000)
+    socks = []
+    try:
+        for i in range(n):
+            s = socket.socket(); s.bind(("127.0.0.1", base + i)); socks.append(s)
+        print(base); break
+    except OSError:
+        pass
+    finally:
+        for s in socks: s.close()
+PY
+}
+
+# start_rank N BASE I ARGS...: starts rank I of an N-worker cluster in the background; its pid
+# goes to pids[I], its output to $tmp/rI.out and $tmp/rI.err.
+start_rank() {
+    local n=$1 base=$2 i=$3
+    shift 3
+    local workers="" k
+    for ((k = 0; k < n; k++)); do workers="$workers${workers:+,}\"127.0.0.1:$((base + k))\""; done
+    TF_CONFIG="{\"cluster\":{\"worker\":[$workers]},\"task\":{\"type\":\"worker\",\"index\":$i}}" \
+        "$dtrain" "$@" > "$tmp/r$i.out" 2> "$tmp/r$i.err" &
+    pids[$i]=$!
+}
+
+# wait_pid PID SECONDS: waits for PID up to SECONDS; sets status (124 when it had to be killed).
+wait_pid() {
+    local pid=$1 limit=$2 waited=0
+    while kill -0 "$pid" 2>/dev/null; do
+        if [ "$(echo "$waited >= $limit" | bc)" = 1 ]; then
+            kill -9 "$pid" 2>/dev/null
+            wait "$pid" 2>/dev/null
+            status=124
+            return
+        fi
+        sleep 0.05
+        waited=$(echo "$waited + 0.05" | bc)
+    done
+    wait "$pid"
+    status=$?
 }

@@ -20,54 +20,6 @@ failed=0
 . "$(dirname "$0")/lib.sh"
 export DTRAIN_CLUSTER_SECRET=net-test-secret-0123456789
 
-# free_base N: a base port with N free ports after it (the kernel's ephemeral range stays clear).
-free_base() {
-    python3 - "$1" <<'PY'
-import random, socket, sys
-n = int(sys.argv[1])
-while True:
-    base = random.randrange(20000, 30000)
-    socks = []
-    try:
-        for i in range(n):
-            s = socket.socket(); s.bind(("127.0.0.1", base + i)); socks.append(s)
-        print(base); break
-    except OSError:
-        pass
-    finally:
-        for s in socks: s.close()
-PY
-}
-
-# start_rank N BASE I ARGS...: starts rank I of an N-worker cluster in the background; its pid
-# goes to pids[I], its output to $tmp/rI.out and $tmp/rI.err.
-start_rank() {
-    local n=$1 base=$2 i=$3
-    shift 3
-    local workers="" k
-    for ((k = 0; k < n; k++)); do workers="$workers${workers:+,}\"127.0.0.1:$((base + k))\""; done
-    TF_CONFIG="{\"cluster\":{\"worker\":[$workers]},\"task\":{\"type\":\"worker\",\"index\":$i}}" \
-        "$dtrain" "$@" > "$tmp/r$i.out" 2> "$tmp/r$i.err" &
-    pids[$i]=$!
-}
-
-# wait_pid PID SECONDS: waits for PID up to SECONDS; sets status (124 when it had to be killed).
-wait_pid() {
-    local pid=$1 limit=$2 waited=0
-    while kill -0 "$pid" 2>/dev/null; do
-        if [ "$(echo "$waited >= $limit" | bc)" = 1 ]; then
-            kill -9 "$pid" 2>/dev/null
-            wait "$pid" 2>/dev/null
-            status=124
-            return
-        fi
-        sleep 0.05
-        waited=$(echo "$waited + 0.05" | bc)
-    done
-    wait "$pid"
-    status=$?
-}
-
 # ---- every collective checked, 2 to 5 ranks ----
 for n in 2 3 4 5; do
     base=$(free_base "$n")
