@@ -185,18 +185,21 @@ for extra in --shm=true --shm=false --bucket-mb=0.01; do
     rm -f "$tmp/uneven.json"
 done
 
-# ---- workers on one machine share out its cores unless --threads says otherwise ----
+# ---- workers on one machine share out its cores unless --threads says otherwise, and read
+# their input on their own thread unless --prefetch says otherwise ----
 want=$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))
 run "$dtrain" launch -n 2 -- "$dtrain" train --model mlp --max-steps 5 --batch-size 64 \
-    --progress none --test-data none
+    --progress none --test-data none --metrics-out "$tmp/shared.json"
 run2_out=$(cat "$tmp/out")
 run "$dtrain" launch -n 2 -- "$dtrain" train --model mlp --max-steps 5 --batch-size 64 \
-    --progress none --test-data none --threads 2
+    --progress none --test-data none --threads 2 --prefetch 3 --metrics-out "$tmp/given.json"
 if grep -q "^\[worker:0\] Trained 5 steps .* on $want thread" <<< "$run2_out" &&
-    grep -q "^\[worker:0\] Trained 5 steps .* on 2 threads" "$tmp/out"; then
-    ok "workers_share_out_the_cores ($want each of $(nproc))"
+    grep -q "^\[worker:0\] Trained 5 steps .* on 2 threads" "$tmp/out" &&
+    [ "$(json_field "$tmp/shared.json" prefetch)" = 0 ] &&
+    [ "$(json_field "$tmp/given.json" prefetch)" = 3 ]; then
+    ok "workers_share_out_the_cores ($want each of $(nproc), no prefetch thread)"
 else
-    fail workers_share_out_the_cores "expected $want thread(s) each by default, 2 with --threads 2: $(grep Trained <<< "$run2_out") / $(grep Trained "$tmp/out")"
+    fail workers_share_out_the_cores "expected $want thread(s) each by default and prefetch 0, 2 and 3 with --threads 2 --prefetch 3: $(grep Trained <<< "$run2_out") / $(grep Trained "$tmp/out"), prefetch $(json_field "$tmp/shared.json" prefetch) / $(json_field "$tmp/given.json" prefetch)"
 fi
 
 # ---- train_and_evaluate across 2 workers: the chief alone evaluates and logs ----
