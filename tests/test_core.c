@@ -7,6 +7,7 @@
 #include "dtrain/crc32c.h"
 #include "dtrain/pool.h"
 #include "dtrain/rng.h"
+#include "dtrain/stream.h"
 #include "test.h"
 
 TEST(crc32c_test_vectors)
@@ -175,4 +176,34 @@ TEST(error_messages_carry_context)
     dt_error_clear();
     CHECK(dt_last_error()[0] == '\0');
     CHECK(strcmp(dt_status_name(DT_ERR_NUMERIC), "numeric error") == 0);
+}
+
+/* Streaming copies and zeroing give memcpy's and memset's bytes at every alignment of the
+ * destination and length around the vector width, and touch nothing outside. */
+TEST(streaming_stores_equal_memcpy_and_memset)
+{
+    enum { GUARD = 8, MAX_N = 40, BIG = 100003 };
+    float *src = malloc(BIG * sizeof *src), *dst = malloc((BIG + 2 * GUARD) * sizeof *dst);
+    for (size_t i = 0; i < BIG; i++)
+        src[i] = (float)i * 0.5f + 1.0f;
+    int wrong = 0, cases = 0;
+    for (int zero = 0; zero < 2; zero++)
+        for (size_t off = 0; off < GUARD; off++)
+            for (size_t n = 0; n <= MAX_N + 1; n++) {
+                size_t len = n <= MAX_N ? n : BIG - GUARD; /* one large case per offset */
+                for (size_t i = 0; i < len + 2 * GUARD; i++)
+                    dst[i] = -7.0f;
+                if (zero)
+                    dt_stream_zero(dst + off, len);
+                else
+                    dt_stream_copy(dst + off, src, len);
+                for (size_t i = 0; i < len + 2 * GUARD; i++) {
+                    float want = i < off || i >= off + len ? -7.0f : zero ? 0.0f : src[i - off];
+                    wrong += memcmp(&dst[i], &want, sizeof want) != 0;
+                }
+                cases++;
+            }
+    CHECK_MSG(wrong == 0, "%d wrong floats over %d cases", wrong, cases);
+    free(src);
+    free(dst);
 }

@@ -78,6 +78,10 @@ void dt_optim_step(dt_optim *o, dt_pool *pool, float *params, const float *grads
  * dt_optim_step's values bit for bit. */
 void dt_optim_update_range(const dt_optim *o, dt_pool *pool, float *params, const float *grads,
                            size_t lo, size_t hi);
+/* The same with the range's parameters wherever they are (params_lo[0] is element lo's, as in
+ * a private copy of a slice of shared parameters); lo and hi place the optimizer's slots. */
+void dt_optim_update_slice(const dt_optim *o, dt_pool *pool, float *params_lo,
+                           const float *grads_lo, size_t lo, size_t hi);
 void dt_optim_count_step(dt_optim *o);
 
 #endif

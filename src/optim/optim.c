@@ -282,9 +282,15 @@ void dt_optim_step(dt_optim *o, dt_pool *pool, float *params, const float *grads
 void dt_optim_update_range(const dt_optim *o, dt_pool *pool, float *params, const float *grads,
                            size_t lo, size_t hi)
 {
+    dt_optim_update_slice(o, pool, params + lo, grads, lo, hi);
+}
+
+void dt_optim_update_slice(const dt_optim *o, dt_pool *pool, float *params_lo,
+                           const float *grads_lo, size_t lo, size_t hi)
+{
     /* The job over [lo, hi) is the whole step's offset by lo. The kernels are elementwise and
      * the vector and scalar ones agree bit for bit, so where a range starts changes no value. */
-    struct step_job j = step_job_for(o, params + lo, grads, hi - lo);
+    struct step_job j = step_job_for(o, params_lo, grads_lo, hi - lo);
     if (j.s0)
         j.s0 += lo;
     if (j.s1)
