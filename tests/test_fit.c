@@ -9,6 +9,7 @@
 #include "dtrain/fit.h"
 #include "dtrain/rng.h"
 #include "test.h"
+#include "../src/train/store_choice.h"
 
 TEST(batches_are_scaled_by_255_like_the_tutorial)
 {
@@ -449,4 +450,57 @@ TEST(train_and_evaluate_throttles_by_seconds_after_a_start_delay)
     dt_fit_config_default(&bad);
     bad.eval_throttle_secs = -1.0;
     CHECK_ERR(dt_fit_check(&bad, 100), DT_ERR_INVALID, "eval_throttle_secs");
+}
+
+/* Steps of a run whose plain and streaming updates take the given times: how many streamed,
+ * and whether the last one did. */
+static int streamed_steps(int64_t steps, double plain_s, double streaming_s, bool *last)
+{
+    dt_store_choice c = {0};
+    int streamed = 0;
+    for (int64_t i = 0; i < steps; i++) {
+        dt_store_choice_for_step(&c);
+        streamed += c.now;
+        *last = c.now;
+        dt_store_choice_record(&c, c.now ? streaming_s : plain_s);
+    }
+    return streamed;
+}
+
+TEST(shared_stores_stream_only_where_plain_ones_are_slow)
+{
+    const int64_t steps = DT_STORE_TRIAL_START + 3 * DT_STORE_TRIAL_EVERY;
+    bool last = false;
+    /* Close cores: plain stores cost less; only the trials' streaming steps stream. */
+    int n = streamed_steps(steps, 150e-6, 200e-6, &last);
+    CHECK_MSG(n == 3 * DT_STORE_TRIAL_STEPS && !last, "%d streamed steps", n);
+    /* Far apart: plain stores wait on invalidations; every step after the first trial streams
+     * but the trials' plain ones. */
+    n = streamed_steps(steps, 750e-6, 200e-6, &last);
+    int64_t want = steps - DT_STORE_TRIAL_START - 3 * DT_STORE_TRIAL_STEPS;
+    CHECK_MSG(n == want && last, "%d streamed steps, expected %lld", n, (long long)want);
+    /* Streaming a little cheaper is not enough: its readers pay for it too. */
+    n = streamed_steps(steps, 250e-6, 200e-6, &last);
+    CHECK_MSG(n == 3 * DT_STORE_TRIAL_STEPS && !last, "%d streamed steps", n);
+    /* Before the first trial, plain stores. */
+    n = streamed_steps(DT_STORE_TRIAL_START, 750e-6, 200e-6, &last);
+    CHECK_MSG(n == 0, "%d streamed steps before the first trial", n);
+}
+
+/* The choice follows the machine: when plain stores turn slow mid-run, the next trial streams. */
+TEST(shared_stores_follow_a_change_at_the_next_trial)
+{
+    dt_store_choice c = {0};
+    int64_t first_streamed_after = -1;
+    for (int64_t i = 0; i < DT_STORE_TRIAL_START + 2 * DT_STORE_TRIAL_EVERY; i++) {
+        dt_store_choice_for_step(&c);
+        bool slow = i >= DT_STORE_TRIAL_START + DT_STORE_TRIAL_EVERY / 2;
+        if (slow && c.now && first_streamed_after < 0 &&
+            i >= DT_STORE_TRIAL_START + DT_STORE_TRIAL_EVERY + 2 * DT_STORE_TRIAL_STEPS)
+            first_streamed_after = i;
+        dt_store_choice_record(&c, c.now ? 200e-6 : slow ? 750e-6 : 150e-6);
+    }
+    CHECK_MSG(first_streamed_after == DT_STORE_TRIAL_START + DT_STORE_TRIAL_EVERY +
+                                          2 * DT_STORE_TRIAL_STEPS,
+              "streaming from step %lld", (long long)first_streamed_after);
 }

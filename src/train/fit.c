@@ -15,6 +15,7 @@
 #include "dtrain/rng.h"
 #include "dtrain/stream.h"
 #include "fit_ckpt.h"
+#include "store_choice.h"
 
 void dt_fit_config_default(dt_fit_config *cfg)
 {
@@ -376,56 +377,8 @@ typedef struct {
     double seconds;  /* time spent updating, summed */
 } owned_update;
 
-/* The workers of a machine share one copy of the parameters and each one's gradients: how a
- * worker stores into them, with plain or with streaming stores (stream.h), is chosen by timing
- * both now and then. Plain stores leave the lines in the caches for the next forward, and win
- * where the cores are close. Where they are far apart, each plain store to a line another
- * worker has read waits on its invalidation: a worker's update of its 173k parameters then
- * took 700 to 800 us instead of 150 to 250, for whole runs at a time. The values stored are
- * the same either way. */
-typedef struct {
-    bool streaming;   /* the stores of the steps between trials */
-    bool now;         /* the current step's */
-    int64_t step;     /* steps taken on shared storage */
-    double timed[2];  /* a trial's update time: [plain, streaming] */
-} store_choice;
-
-enum {
-    TRIAL_START = 16,  /* steps before the first trial (the first ones touch memory first) */
-    TRIAL_STEPS = 4,   /* steps each way in a trial */
-    TRIAL_EVERY = 256, /* steps from the start of one trial to the next */
-};
-
-/* Where step is in the trials' cycle; negative before the first. */
-static int64_t trial_position(const store_choice *c)
-{
-    return c->step < TRIAL_START ? -1 : (c->step - TRIAL_START) % TRIAL_EVERY;
-}
-
-/* Sets whether this step streams its stores: during a trial, first plain then streaming
- * steps; else the trial's choice. Streaming must save a third of the time to win, as the
- * readers pay for it too (their next forward takes the lines from memory). */
-static void choose_stores(store_choice *c)
-{
-    int64_t at = trial_position(c);
-    if (at == 2 * TRIAL_STEPS)
-        c->streaming = c->timed[1] < c->timed[0] * (2.0 / 3.0);
-    c->now = at < 0 ? false : at < TRIAL_STEPS ? false : at < 2 * TRIAL_STEPS ? true : c->streaming;
-}
-
-/* After the step's update: a trial's steps are timed. */
-static void record_store_time(store_choice *c, double seconds)
-{
-    int64_t at = trial_position(c);
-    if (at == 0)
-        c->timed[0] = c->timed[1] = 0.0;
-    if (at >= 0 && at < 2 * TRIAL_STEPS)
-        c->timed[c->now] += seconds;
-    c->step++;
-}
-
-/* Shared parameters are updated in a private copy of each slice, which goes back with streaming
- * stores. Small enough to stay in the first-level cache. */
+/* Shared parameters, when stores stream (store_choice.h), are updated in a private copy of each
+ * slice, which goes back with streaming stores. Small enough to stay in the first-level cache. */
 #define PRIVATE_SLICE 2048
 
 static void update_streaming(owned_update *u, size_t lo, size_t hi, const float *grads_lo)
@@ -516,7 +469,7 @@ static dt_status sum_figures(const dt_fit_config *cfg, int64_t step, bool with_r
  * same step, before any update, and a worker whose data ended stops them all before it. With
  * buckets, already on their way, the figures come after them. */
 static dt_status sync_and_update(dt_model *m, dt_optim *o, dt_pool *pool, const dt_fit_config *cfg,
-                                 dt_gradsync *gs, store_choice *stores, int64_t step,
+                                 dt_gradsync *gs, dt_store_choice *stores, int64_t step,
                                  int64_t scaled_rows, step_sums *s, double *comm_seconds)
 {
     dt_arena *params = dt_model_params(m), *grads = dt_model_grads(m);
@@ -540,7 +493,7 @@ static dt_status sync_and_update(dt_model *m, dt_optim *o, dt_pool *pool, const 
         st = dt_comm_allreduce_update(cfg->comm, grads->data, params->data, params->n_elems,
                                       update_owned, &u);
         if (st == DT_OK && stores)
-            record_store_time(stores, u.seconds);
+            dt_store_choice_record(stores, u.seconds);
     } else if (!gs) {
         st = dt_comm_allreduce(cfg->comm, grads->data, grads->n_elems, DT_REDUCE_SUM,
                                (dt_wire_dtype)cfg->wire);
@@ -572,7 +525,7 @@ static dt_status sync_and_update(dt_model *m, dt_optim *o, dt_pool *pool, const 
  * step_sums): s->rows on entry is the global batch when the workers agreed on it before the
  * step, else this worker's rows. When s->ended on return, the step was not taken. */
 static dt_status train_step(dt_model *m, dt_optim *o, dt_pool *pool, const dt_fit_config *cfg,
-                            dt_gradsync *gs, store_choice *stores, const dt_elem *e,
+                            dt_gradsync *gs, dt_store_choice *stores, const dt_elem *e,
                             const int32_t *labels, int64_t step, step_sums *s,
                             double *comm_seconds)
 {
@@ -585,8 +538,8 @@ static dt_status train_step(dt_model *m, dt_optim *o, dt_pool *pool, const dt_fi
     int correct = 0;
     uint64_t dropout_at = dt_model_dropout_position(m);
     if (stores)
-        choose_stores(stores);
-    if (stores && stores->now) /* the other workers read these gradients: see store_choice */
+        dt_store_choice_for_step(stores);
+    if (stores && stores->now) /* other workers read these gradients (store_choice.h) */
         dt_stream_zero(dt_model_grads(m)->data, dt_model_grads(m)->n_elems);
     else
         dt_model_zero_grads(m);
@@ -812,7 +765,7 @@ dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *tr
     dt_gradsync *gs = NULL;
     dt_fit_ckpt ck;
     bool completed = false, shared_storage = false;
-    store_choice stores = {0};
+    dt_store_choice stores = {0};
     if ((st = dt_fit_ckpt_open(&ck, cfg)))
         goto fail;
     if (distributed(cfg)) {
