@@ -78,7 +78,7 @@ static int define_flags(flag_def *f, struct train_opts *o)
     FLAG("cache", FLAG_STRING, NULL, "cache file data after the first epoch: memory or a file path",
          &o->cache);
     FLAG("prefetch", FLAG_INT, "2", "batches prepared ahead on a background thread (0: none; "
-         "0 too when several workers share out this machine's cores)", &o->prefetch);
+         "0 too when this machine's workers have a thread on every core)", &o->prefetch);
     FLAG("skip-bad-records", FLAG_BOOL, "false",
          "skip and count corrupt records or lines instead of stopping", &o->skip_bad_records);
     FLAG("epochs", FLAG_INT, "1", "passes over the training data (with --max-steps and no "
@@ -498,11 +498,11 @@ static bool is_file_data(const char *spec)
            strncmp(spec, "csv:", 4) == 0;
 }
 
-/* With the cores shared out among workers, every core runs a worker's step: a prefetch thread
- * would have no core of its own, and each hand-off wakes it on a core a worker needs (in
- * lock-step, the other workers then wait too). The pipeline then runs on the worker's own thread,
- * between steps, unless --prefetch says otherwise: 2 workers of the tutorial CNN on 2 cores read
- * a batch in 40 us so, against 50 to 120 us from a prefetch thread. */
+/* When the workers on this machine have a thread on every core, a prefetch thread would have
+ * no core of its own, and each hand-off wakes it on a core a worker needs (in lock-step, the
+ * other workers then wait too). The pipeline then runs on the worker's own thread, between
+ * steps, unless --prefetch says otherwise: 2 workers of the tutorial CNN on 2 cores read a batch
+ * in 40 us so, against 50 to 120 us from a prefetch thread. */
 static void inline_input_when_cores_are_taken(struct train_opts *o, const flag_def *flags,
                                               int n_flags)
 {
@@ -862,10 +862,10 @@ int cmd_train(int argc, char **argv)
         /* Workers on one machine share out its cores, as mirrored replicas do: with every core
          * each, their threads would take turns on each core, each waiting on the others. */
         int local = cli_comm_local_ranks(comm);
-        if (!flags_find(flags, n_flags, "threads")->set && local > 1) {
+        if (!flags_find(flags, n_flags, "threads")->set && local > 1)
             threads = threads / local > 0 ? threads / local : 1;
+        if (local > 1 && local * threads >= dt_cpu_count())
             inline_input_when_cores_are_taken(&o, flags, n_flags);
-        }
     }
     bool on_threads = strcmp(o.strategy, "mirrored") == 0 ||
                       strcmp(o.strategy, "central_storage") == 0;

@@ -192,14 +192,18 @@ run "$dtrain" launch -n 2 -- "$dtrain" train --model mlp --max-steps 5 --batch-s
     --progress none --test-data none --metrics-out "$tmp/shared.json"
 run2_out=$(cat "$tmp/out")
 run "$dtrain" launch -n 2 -- "$dtrain" train --model mlp --max-steps 5 --batch-size 64 \
+    --progress none --test-data none --threads 1 --metrics-out "$tmp/one.json"
+one_pf=$(( 2 >= $(nproc) ? 0 : 2 )) # no prefetch thread once the workers' threads fill the cores
+run "$dtrain" launch -n 2 -- "$dtrain" train --model mlp --max-steps 5 --batch-size 64 \
     --progress none --test-data none --threads 2 --prefetch 3 --metrics-out "$tmp/given.json"
 if grep -q "^\[worker:0\] Trained 5 steps .* on $want thread" <<< "$run2_out" &&
     grep -q "^\[worker:0\] Trained 5 steps .* on 2 threads" "$tmp/out" &&
     [ "$(json_field "$tmp/shared.json" prefetch)" = 0 ] &&
+    [ "$(json_field "$tmp/one.json" prefetch)" = "$one_pf" ] &&
     [ "$(json_field "$tmp/given.json" prefetch)" = 3 ]; then
-    ok "workers_share_out_the_cores ($want each of $(nproc), no prefetch thread)"
+    ok "workers_share_out_the_cores ($want each of $(nproc), prefetch 0, $one_pf with --threads 1)"
 else
-    fail workers_share_out_the_cores "expected $want thread(s) each by default and prefetch 0, 2 and 3 with --threads 2 --prefetch 3: $(grep Trained <<< "$run2_out") / $(grep Trained "$tmp/out"), prefetch $(json_field "$tmp/shared.json" prefetch) / $(json_field "$tmp/given.json" prefetch)"
+    fail workers_share_out_the_cores "expected $want thread(s) each by default and prefetch 0, $one_pf with --threads 1, 2 threads and prefetch 3 with --threads 2 --prefetch 3: $(grep Trained <<< "$run2_out") / $(grep Trained "$tmp/out"), prefetch $(json_field "$tmp/shared.json" prefetch) / $(json_field "$tmp/one.json" prefetch) / $(json_field "$tmp/given.json" prefetch)"
 fi
 
 # ---- train_and_evaluate across 2 workers: the chief alone evaluates and logs ----
