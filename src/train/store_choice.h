@@ -15,7 +15,8 @@
 enum {
     DT_STORE_TRIAL_START = 16,  /* steps before the first trial (they touch memory first) */
     DT_STORE_TRIAL_STEPS = 4,   /* steps each way in a trial */
-    DT_STORE_TRIAL_EVERY = 256, /* steps from the start of one trial to the next */
+    DT_STORE_TRIAL_EVERY = 64,  /* steps from the start of one trial to the next: the machine
+                                 * changes within a run, and a trial costs little */
 };
 
 typedef struct {
