@@ -2,7 +2,8 @@
 # scratch directory), dtrain (the binary under test) for expect_error and start_rank, and pids=()
 # for start_rank (whose pids its exit trap kills).
 
-ok() { echo "ok   $1"; passed=$((passed + 1)); }
+# ok NAME [FIGURES]: a check passed, with what it measured; fail NAME WHY: it did not.
+ok() { echo "ok   $1${2:+ $2}"; passed=$((passed + 1)); }
 fail() { echo "FAIL $1: $2"; failed=$((failed + 1)); }
 
 # run COMMAND...: runs it, keeping stdout, stderr, the status and the time taken in ms.
