@@ -704,13 +704,14 @@ static dt_status prepare_files(const struct train_opts *o, int64_t shuffle_buffe
     return DT_OK;
 }
 
-/* ---- mirrored: replicas on threads of this process ---- */
+/* ---- The replicas ---- */
 
-/* mirrored and central_storage: one replica's training, run by dt_strategy_run on every replica. Replica 0 is the
- * chief, with the model, data and optimizer cmd_train prepared, and it reports; the others build
- * their own copy of the model and optimizer state and their own block of every global batch
- * (the chief's images are shared, read-only), and train in lock-step through comm. */
-struct mirrored_run {
+/* One replica's training, run by dt_strategy_run on every replica of this process. The
+ * process's first replica has the model, data and optimizer cmd_train prepared, and the chief
+ * among the replicas reports. Other local replicas (mirrored and central_storage, on threads)
+ * build their own model, with the variables their strategy gives them, and their own block of
+ * every global batch (the chief's images are shared, read-only). */
+struct replica_run {
     struct train_opts o;
     const dt_model_spec *spec;
     const dt_optim_config *ocfg;
@@ -719,19 +720,16 @@ struct mirrored_run {
     dt_model *chief_model;
     dt_optim *chief_opt;
     dt_pool *chief_pool;
+    bool local_replicas;  /* replicas on threads of this process */
     int threads;
     int64_t shuffle_buffer;
     dt_fit_result chief_res;
 };
 
-static dt_status mirrored_replica(void *ctx, int id, dt_comm *comm)
+static dt_status other_local_replica(struct replica_run *m, dt_replica *r)
 {
-    struct mirrored_run *m = ctx;
+    int id = dt_replica_id(r);
     dt_fit_config fcfg = m->fcfg;
-    fcfg.comm = comm;
-    if (id == 0)
-        return dt_fit_dataset(m->chief_model, m->chief_opt, m->chief_pool, m->chief_in->train,
-                              m->chief_in->test, &fcfg, &m->chief_res);
     fcfg.progress = NULL;
     fcfg.log = NULL;
     fcfg.validate = false;
@@ -755,24 +753,28 @@ static dt_status mirrored_replica(void *ctx, int id, dt_comm *comm)
     dt_model_options mopts = {.no_fuse = o.no_fuse};
     dt_fit_result res;
     if (st || (st = dt_pool_create(m->threads, &pool)) ||
-        (st = dt_model_create(m->spec, m->chief_in->eval_batch, pool, &mopts, &model)))
+        (st = dt_model_create(m->spec, m->chief_in->eval_batch, pool, &mopts, &model)) ||
+        (st = dt_replica_create_variables(r, model, m->chief_model, &opt, m->ocfg,
+                                          (uint64_t)o.seed)))
         goto done;
-    if (fcfg.central_storage) {
-        /* One copy of the variables, the chief's; only the chief keeps optimizer state. */
-        if ((st = dt_model_share_params(model, m->chief_model)))
-            goto done;
-    } else {
-        dt_model_init_params(model, (uint64_t)o.seed); /* replaced by the chief's broadcast */
-        if ((st = dt_optim_setup(&opt, m->ocfg, dt_model_params(model))))
-            goto done;
-    }
-    st = dt_fit_dataset(model, &opt, pool, in.train, NULL, &fcfg, &res);
+    st = dt_fit_replica(r, model, &opt, pool, in.train, NULL, &fcfg, &res);
 done:
     dt_optim_free(&opt);
     dt_model_destroy(model);
     dt_pool_destroy(pool);
     input_free(&in);
     return st;
+}
+
+static dt_status train_replica(void *ctx, dt_replica *r)
+{
+    struct replica_run *m = ctx;
+    if (m->local_replicas && dt_replica_id(r) > 0)
+        return other_local_replica(m, r);
+    /* Only the chief evaluates: the other workers' fit has no test data. */
+    bool chief = dt_replica_id(r) == 0;
+    return dt_fit_replica(r, m->chief_model, m->chief_opt, m->chief_pool, m->chief_in->train,
+                          chief ? m->chief_in->test : NULL, &m->fcfg, &m->chief_res);
 }
 
 /* Whether TF_CONFIG (or --task) makes this process the cluster's evaluator. */
@@ -898,11 +900,6 @@ int cmd_train(int argc, char **argv)
     fcfg.keep_remainder = o.keep_remainder;
     fcfg.reduction = strcmp(o.loss_reduction, "mean") == 0 ? DT_REDUCTION_MEAN : DT_REDUCTION_SUM_OVER_GLOBAL;
     fcfg.progress = strcmp(o.progress, "none") == 0 || !chief ? NULL : stdout;
-    fcfg.comm = comm;
-    fcfg.bucket_bytes = (size_t)(o.bucket_mb * 1048576.0);
-    dt_wire_dtype wire = DT_WIRE_F32;
-    dt_wire_dtype_parse(o.gradient_wire, &wire); /* checked with the other flags */
-    fcfg.wire = (int)wire;
     fcfg.early_stopping_patience = o.early_stopping_patience;
     if (strcmp(o.progress, "estimator") == 0)
         fcfg.log_step_count_steps = o.log_step_count_steps;
@@ -963,25 +960,25 @@ int cmd_train(int argc, char **argv)
                on_threads ? "replicas" : "workers", on_threads ? "local" : cli_comm_describe(comm),
                o.batch_size / o.n_workers, on_threads ? "replica" : "worker");
 
-    dt_fit_result res;
-    if (on_threads) {
-        fcfg.central_storage = strcmp(o.strategy, "central_storage") == 0;
-        struct mirrored_run mr = {.o = o, .spec = &spec, .ocfg = &ocfg, .fcfg = fcfg,
-                                  .chief_in = &in, .chief_model = model, .chief_opt = &opt,
-                                  .chief_pool = pool, .threads = threads,
-                                  .shuffle_buffer = shuffle_buffer};
-        dt_strategy *strategy;
-        dt_strategy_kind kind = DT_STRATEGY_MIRRORED;
-        dt_strategy_parse(o.strategy, &kind);
-        if ((st = dt_strategy_create(kind, o.n_workers, NULL, o.comm.timeout, &strategy)))
-            goto fail;
-        st = dt_strategy_run(strategy, mirrored_replica, &mr);
-        dt_strategy_destroy(strategy);
-        res = mr.chief_res;
-    } else {
-        /* Only the chief evaluates: the other workers' fit has no test data. */
-        st = dt_fit_dataset(model, &opt, pool, in.train, chief ? in.test : NULL, &fcfg, &res);
-    }
+    dt_strategy_options sopts;
+    dt_strategy_options_default(&sopts);
+    sopts.replicas = on_threads ? o.n_workers : 1;
+    sopts.timeout = o.comm.timeout;
+    sopts.comm = comm;
+    sopts.bucket_bytes = (size_t)(o.bucket_mb * 1048576.0);
+    dt_wire_dtype_parse(o.gradient_wire, &sopts.wire); /* checked with the other flags */
+    dt_strategy_kind kind = DT_STRATEGY_ONE_DEVICE;
+    dt_strategy_parse(o.strategy, &kind); /* checked with the other flags */
+    struct replica_run run = {.o = o, .spec = &spec, .ocfg = &ocfg, .fcfg = fcfg,
+                              .chief_in = &in, .chief_model = model, .chief_opt = &opt,
+                              .chief_pool = pool, .local_replicas = on_threads,
+                              .threads = threads, .shuffle_buffer = shuffle_buffer};
+    dt_strategy *strategy = NULL;
+    if ((st = dt_strategy_create(kind, &sopts, &strategy)))
+        goto fail;
+    st = dt_strategy_run(strategy, train_replica, &run);
+    dt_strategy_destroy(strategy);
+    dt_fit_result res = run.chief_res;
     if (st)
         goto fail;
     if (!chief) {

@@ -9,7 +9,7 @@
 #include "dtrain/fit.h"
 #include "dtrain/rng.h"
 #include "test.h"
-#include "../src/train/store_choice.h"
+#include "../src/strategy/store_choice.h"
 
 TEST(batches_are_scaled_by_255_like_the_tutorial)
 {

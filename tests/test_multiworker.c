@@ -43,9 +43,9 @@ static const char *const cnn =
 
 typedef struct {
     const dt_image_dataset *data;
-    dt_comm *comm; /* NULL: alone */
+    dt_replica *replica; /* NULL: alone */
     int n_workers, rank;
-    size_t bucket_bytes;
+    size_t bucket_bytes; /* the strategy's option, for the run that sets it */
     int patience; /* early stopping, with a min_delta no epoch can meet */
     float *params; /* out: the final parameters */
     size_t n_params;
@@ -75,8 +75,6 @@ static void *train_worker(void *arg)
     fc.batch_size = BATCH;
     fc.keep_remainder = true; /* 500 examples: every 16th step is a short batch of 20 */
     fc.seed = 7;
-    fc.comm = w->comm;
-    fc.bucket_bytes = w->bucket_bytes;
     if (w->patience) {
         fc.max_steps = 0;
         fc.steps_per_epoch = 3;
@@ -95,7 +93,9 @@ static void *train_worker(void *arg)
                                            w->rank, &ds)))
         goto done;
     dt_fit_result r;
-    if ((w->st = dt_fit_dataset(m, &o, pool, ds, NULL, &fc, &r)))
+    w->st = w->replica ? dt_fit_replica(w->replica, m, &o, pool, ds, NULL, &fc, &r)
+                       : dt_fit_dataset(m, &o, pool, ds, NULL, &fc, &r);
+    if (w->st)
         goto done;
     w->final_loss = r.final_loss;
     w->epochs = r.epochs;
@@ -114,6 +114,28 @@ done:
     return NULL;
 }
 
+/* Mirrored replicas, each training as train_worker does: w[id] is replica id's. */
+static dt_status replica_fn(void *ctx, dt_replica *r)
+{
+    worker *w = (worker *)ctx + dt_replica_id(r);
+    w->replica = r;
+    train_worker(w);
+    return DT_OK; /* each replica's status stays in its worker */
+}
+
+static void run_replicas(worker *w, int k, size_t bucket_bytes)
+{
+    dt_strategy_options so;
+    dt_strategy_options_default(&so);
+    so.replicas = k;
+    so.timeout = 30.0;
+    so.bucket_bytes = bucket_bytes;
+    dt_strategy *s;
+    CHECK_OK(dt_strategy_create(DT_STRATEGY_MIRRORED, &so, &s));
+    CHECK_OK(dt_strategy_run(s, replica_fn, w));
+    dt_strategy_destroy(s);
+}
+
 TEST(multi_worker_equals_one_worker_at_the_same_global_batch)
 {
     dt_image_dataset data;
@@ -125,17 +147,10 @@ TEST(multi_worker_equals_one_worker_at_the_same_global_batch)
     for (int trial = 0; trial < 6 && alone.st == DT_OK; trial++) {
         int k = 2 + trial % 3;
         size_t bucket = trial < 3 ? 0 : 256;
-        dt_local_group *g;
-        CHECK_OK(dt_local_group_create(k, 30.0, &g));
         worker w[4];
-        pthread_t th[4];
-        for (int r = 0; r < k; r++) {
-            w[r] = (worker){&data, NULL, k, r, bucket, 0, NULL, 0, 0, "", 0, 0, false};
-            CHECK_OK(dt_comm_local(g, r, &w[r].comm));
-            pthread_create(&th[r], NULL, train_worker, &w[r]);
-        }
         for (int r = 0; r < k; r++)
-            pthread_join(th[r], NULL);
+            w[r] = (worker){&data, NULL, k, r, bucket, 0, NULL, 0, 0, "", 0, 0, false};
+        run_replicas(w, k, bucket);
         for (int r = 0; r < k; r++) {
             CHECK_MSG(w[r].st == DT_OK, "%d workers, rank %d: %s", k, r, w[r].msg);
             if (w[r].st)
@@ -161,11 +176,8 @@ TEST(multi_worker_equals_one_worker_at_the_same_global_batch)
                       "%.3g (largest %.3g of %.3g)", k, bucket, STEPS, rel, worst, scale);
             CHECK_NEAR(w[0].final_loss, alone.final_loss, 1e-5 * fabs(alone.final_loss));
         }
-        for (int r = 0; r < k; r++) {
-            dt_comm_destroy(w[r].comm);
+        for (int r = 0; r < k; r++)
             free(w[r].params);
-        }
-        dt_local_group_destroy(g);
     }
     free(alone.params);
     dt_image_dataset_free(&data);
@@ -176,24 +188,15 @@ TEST(multi_worker_early_stopping_stops_every_worker_together)
 {
     dt_image_dataset data;
     make_data(&data, 500, 3);
-    dt_local_group *g;
-    CHECK_OK(dt_local_group_create(3, 30.0, &g));
     worker w[3];
-    pthread_t th[3];
-    for (int r = 0; r < 3; r++) {
-        w[r] = (worker){&data, NULL, 3, r, 0, 2, NULL, 0, 0, "", 0, 0, false};
-        CHECK_OK(dt_comm_local(g, r, &w[r].comm));
-        pthread_create(&th[r], NULL, train_worker, &w[r]);
-    }
     for (int r = 0; r < 3; r++)
-        pthread_join(th[r], NULL);
+        w[r] = (worker){&data, NULL, 3, r, 0, 2, NULL, 0, 0, "", 0, 0, false};
+    run_replicas(w, 3, 0);
     for (int r = 0; r < 3; r++) {
         CHECK_MSG(w[r].st == DT_OK, "rank %d: %s", r, w[r].msg);
         CHECK_MSG(w[r].epochs == 3 && w[r].stopped_early, "rank %d: %d epochs, stopped early %d",
                   r, w[r].epochs, w[r].stopped_early);
-        dt_comm_destroy(w[r].comm);
         free(w[r].params);
     }
-    dt_local_group_destroy(g);
     dt_image_dataset_free(&data);
 }

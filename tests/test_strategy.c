@@ -7,6 +7,16 @@
 #include "dtrain/strategy.h"
 #include "test.h"
 
+/* A strategy of kind with `replicas` local replicas and a collective timeout. */
+static dt_status make(dt_strategy_kind kind, int replicas, double timeout, dt_strategy **out)
+{
+    dt_strategy_options o;
+    dt_strategy_options_default(&o);
+    o.replicas = replicas;
+    o.timeout = timeout;
+    return dt_strategy_create(kind, &o, out);
+}
+
 TEST(strategy_names_and_per_replica_batches)
 {
     dt_strategy_kind k;
@@ -14,7 +24,7 @@ TEST(strategy_names_and_per_replica_batches)
     CHECK(k == DT_STRATEGY_MIRRORED && strcmp(dt_strategy_name(k), "mirrored") == 0);
     CHECK_ERR(dt_strategy_parse("central", &k), DT_ERR_INVALID, "unknown strategy 'central'");
     dt_strategy *s;
-    CHECK_OK(dt_strategy_create(DT_STRATEGY_MIRRORED, 4, NULL, 5.0, &s));
+    CHECK_OK(make(DT_STRATEGY_MIRRORED, 4, 5.0, &s));
     CHECK(dt_strategy_num_replicas_in_sync(s) == 4);
     int64_t b;
     CHECK_OK(dt_strategy_per_replica_batch(s, 64, &b));
@@ -22,11 +32,17 @@ TEST(strategy_names_and_per_replica_batches)
     CHECK_ERR(dt_strategy_per_replica_batch(s, 66, &b), DT_ERR_INVALID,
               "the global batch 66 is not divisible by the 4 replicas in sync");
     dt_strategy_destroy(s);
-    CHECK_ERR(dt_strategy_create(DT_STRATEGY_MULTI_WORKER_MIRRORED, 1, NULL, 5.0, &s),
+    CHECK_ERR(make(DT_STRATEGY_MULTI_WORKER_MIRRORED, 1, 5.0, &s),
               DT_ERR_INVALID, "needs a communicator");
-    CHECK_OK(dt_strategy_create(DT_STRATEGY_ONE_DEVICE, 9, NULL, 5.0, &s));
+    CHECK_OK(make(DT_STRATEGY_ONE_DEVICE, 9, 5.0, &s));
     CHECK(dt_strategy_num_replicas_in_sync(s) == 1);
     dt_strategy_destroy(s);
+    CHECK_ERR(make(DT_STRATEGY_MIRRORED, 0, 5.0, &s), DT_ERR_INVALID, "mirrored: 0 replicas");
+    CHECK_ERR(make(DT_STRATEGY_CENTRAL_STORAGE, 257, 5.0, &s), DT_ERR_INVALID,
+              "central_storage: 257 replicas");
+    /* Named, and refused until this build has it. */
+    CHECK_OK(dt_strategy_parse("parameter_server", &k));
+    CHECK_ERR(make(k, 1, 5.0, &s), DT_ERR_UNSUPPORTED, "parameter_server is not available");
 }
 
 typedef struct {
@@ -36,17 +52,19 @@ typedef struct {
 } run_ctx;
 
 /* A step function: replica i contributes i + 1; the reduction must be the same on all. */
-static dt_status step(void *arg, int id, dt_comm *comm)
+static dt_status step(void *arg, dt_replica *r)
 {
     run_ctx *c = arg;
+    int id = dt_replica_id(r);
+    dt_comm *comm = dt_replica_comm(r);
     __atomic_add_fetch(&c->calls, 1, __ATOMIC_RELAXED);
     if (id == c->fail_replica)
         return dt_error(DT_ERR_NUMERIC, "step 7: the loss is nan");
     c->ranks[id] = comm ? comm->rank : 0;
     float v[2] = {(float)(id + 1), (float)(id + 1)};
-    dt_status st = dt_strategy_reduce(comm, DT_REDUCE_SUM, &v[0], 1);
+    dt_status st = dt_strategy_reduce(r, DT_REDUCE_SUM, &v[0], 1);
     if (st == DT_OK)
-        st = dt_strategy_reduce(comm, DT_REDUCE_MEAN, &v[1], 1);
+        st = dt_strategy_reduce(r, DT_REDUCE_MEAN, &v[1], 1);
     c->sums[id] = v[0];
     c->means[id] = v[1];
     return st;
@@ -58,7 +76,7 @@ TEST(strategy_runs_the_step_on_every_replica_and_reduces)
     run_ctx c;
     memset(&c, 0, sizeof c);
     c.fail_replica = -1;
-    CHECK_OK(dt_strategy_create(DT_STRATEGY_MIRRORED, 3, NULL, 5.0, &s));
+    CHECK_OK(make(DT_STRATEGY_MIRRORED, 3, 5.0, &s));
     CHECK_OK(dt_strategy_run(s, step, &c));
     CHECK(c.calls == 3);
     for (int i = 0; i < 3; i++)
@@ -68,7 +86,7 @@ TEST(strategy_runs_the_step_on_every_replica_and_reduces)
     /* one_device: the step once, reductions leave the value. */
     memset(&c, 0, sizeof c);
     c.fail_replica = -1;
-    CHECK_OK(dt_strategy_create(DT_STRATEGY_ONE_DEVICE, 1, NULL, 5.0, &s));
+    CHECK_OK(make(DT_STRATEGY_ONE_DEVICE, 1, 5.0, &s));
     CHECK_OK(dt_strategy_run(s, step, &c));
     CHECK(c.calls == 1 && c.sums[0] == 1.0f && c.means[0] == 1.0f);
     dt_strategy_destroy(s);
@@ -81,7 +99,7 @@ TEST(strategy_names_the_replica_that_failed)
     memset(&c, 0, sizeof c);
     c.fail_replica = 2;
     /* The others wait for replica 2 in their reduction and time out; the cause is named. */
-    CHECK_OK(dt_strategy_create(DT_STRATEGY_MIRRORED, 3, NULL, 0.3, &s));
+    CHECK_OK(make(DT_STRATEGY_MIRRORED, 3, 0.3, &s));
     CHECK_ERR(dt_strategy_run(s, step, &c), DT_ERR_NUMERIC, "replica 2: step 7: the loss is nan");
     dt_strategy_destroy(s);
 }

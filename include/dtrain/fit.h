@@ -19,6 +19,7 @@
 #include "dtrain/model.h"
 #include "dtrain/optim.h"
 #include "dtrain/pool.h"
+#include "dtrain/strategy.h"
 
 /* How per-example losses become the batch's loss (and its gradient). */
 typedef enum {
@@ -42,19 +43,6 @@ typedef struct {
     FILE *progress;          /* NULL: silent */
     bool progress_bar;
     int64_t expected_steps_per_epoch; /* for the progress bar when the dataset's size is known */
-    /* Synchronous data parallelism (multi_worker_mirrored): NULL or a communicator of one rank
-     * trains alone. With several ranks, each rank's dataset holds its share of every global
-     * batch (batch_size is the global batch); rank 0's parameters are broadcast first; each step
-     * the ranks agree on the batch's size and on the end of the epoch, sum their gradients
-     * (scaled by 1 / the global batch) with one all-reduce, and apply the same update, so their
-     * parameters stay identical. Losses and accuracies are the global batch's. */
-    struct dt_comm *comm;
-    int wire;                /* a dt_wire_dtype for the gradients (0: float32) */
-    bool central_storage;    /* the ranks' models share one copy of the parameters
-                                (dt_model_share_params): no initial broadcast, rank 0 alone
-                                applies each update, the others wait for it */
-    size_t bucket_bytes;     /* gradient buckets all-reduced during backward (the first at most
-                                1 MiB); 0: one all-reduce after backward */
     /* Keras's EarlyStopping: stop when the monitored loss (val_loss when validating, else the
      * epoch's training loss) has not fallen by more than min_delta for `patience` epochs in a
      * row; 0: never. Across workers the chief decides and tells the others. */
@@ -124,7 +112,19 @@ typedef struct {
 
 void dt_fit_config_default(dt_fit_config *cfg);
 
-/* Trains m with o on the batches of train (an epoch is one iteration of it, or steps_per_epoch
+/* Trains m with o on the batches of train as one replica of a strategy, inside the function
+ * dt_strategy_run calls on each replica (strategy.h): train holds this replica's share of every
+ * global batch (cfg->batch_size is the global batch); the strategy makes every replica start
+ * from the chief's variables and turns their gradients into one update (all-reduced, sharded,
+ * applied centrally, as the strategy does), and the replicas agree on the end of each epoch.
+ * Losses and accuracies are the global batch's. Only the chief (replica 0) prints progress,
+ * evaluates on test (give the others NULL), and writes and reads cfg->model_dir and
+ * cfg->backup_dir; what it restores reaches the others. */
+dt_status dt_fit_replica(dt_replica *r, dt_model *m, dt_optim *o, dt_pool *pool,
+                         dt_dataset *train, dt_dataset *test, const dt_fit_config *cfg,
+                         dt_fit_result *result);
+
+/* dt_fit_replica alone (one_device): trains m with o on the batches of train (an epoch is one iteration of it, or steps_per_epoch
  * batches), validating on test (may be NULL) after each epoch when cfg->validate. Fails with
  * DT_ERR_NUMERIC, naming the step, if the loss stops being finite; with DT_ERR_INVALID if the
  * configuration is out of range or a batch does not fit the model (its width, a label that is not

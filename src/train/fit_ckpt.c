@@ -1,7 +1,6 @@
-/* fit's checkpoints, backups and summaries (see fit_ckpt.h and include/dtrain/fit.h). */
+/* A fit's state in checkpoints: saved with the position, restored and shared (see fit_ckpt.h). */
 #include "fit_ckpt.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
@@ -12,83 +11,13 @@
 #include "dtrain/clock.h"
 #include "dtrain/comm.h"
 
-static bool distributed(const dt_fit_config *cfg) { return cfg->comm && cfg->comm->size > 1; }
-
-dt_status dt_fit_ckpt_open(dt_fit_ckpt *k, const dt_fit_config *cfg)
-{
-    memset(k, 0, sizeof *k);
-    k->writer = !distributed(cfg) || cfg->comm->rank == 0;
-    k->last_save = k->last_summary_t = dt_clock_now();
-    k->last_saved_step = k->model_due_step = -1;
-    if (!k->writer)
-        return DT_OK;
-    dt_status st = DT_OK;
-    if (cfg->backup_dir) {
-        /* One backup is enough: a save is atomic, and the previous goes only once the new is
-         * listed. */
-        if ((st = dt_ckpt_manager_open(&k->backup, cfg->backup_dir, 1, 0.0, cfg->log)))
-            return dt_error_prefix(st, "backup");
-        k->have_backup = true;
-    }
-    if (cfg->model_dir) {
-        if ((st = dt_ckpt_manager_open(&k->model, cfg->model_dir, cfg->keep_checkpoint_max,
-                                       cfg->keep_checkpoint_every_n_hours, cfg->log)))
-            return st;
-        k->have_model = true;
-        if (cfg->save_summary_steps > 0) {
-            char eval_dir[4200];
-            snprintf(eval_dir, sizeof eval_dir, "%s/eval", cfg->model_dir);
-            if ((st = dt_summary_open(cfg->model_dir, &k->train_sw)) ||
-                (st = dt_summary_open(eval_dir, &k->eval_sw)))
-                return st;
-        }
-    }
-    return DT_OK;
-}
-
-/* Removes the backup's files, those a killed run left half-written included, and its directory
- * when nothing else is left in it. */
-static void remove_backup(dt_ckpt_manager *b)
-{
-    char path[4400];
-    DIR *d = opendir(b->dir);
-    struct dirent *e;
-    while (d && (e = readdir(d)) != NULL) {
-        bool ours = (strncmp(e->d_name, "ckpt-", 5) == 0 && strstr(e->d_name, ".safetensors")) ||
-                    strcmp(e->d_name, "checkpoint") == 0 ||
-                    strncmp(e->d_name, "checkpoint.tmp.", 15) == 0;
-        if (ours) {
-            snprintf(path, sizeof path, "%s/%s", b->dir, e->d_name);
-            remove(path);
-        }
-    }
-    if (d)
-        closedir(d);
-    remove(b->dir); /* fails, harmlessly, when the user keeps other files there */
-}
-
-dt_status dt_fit_ckpt_close(dt_fit_ckpt *k, bool completed)
-{
-    dt_status st = dt_summary_close(k->train_sw);
-    dt_status st2 = dt_summary_close(k->eval_sw);
-    k->train_sw = k->eval_sw = NULL;
-    if (k->have_backup) {
-        if (completed) /* as Keras: a finished run's backup is of no more use */
-            remove_backup(&k->backup);
-        dt_ckpt_manager_close(&k->backup);
-    }
-    if (k->have_model)
-        dt_ckpt_manager_close(&k->model);
-    k->have_backup = k->have_model = false;
-    return st ? st : st2;
-}
-
 /* ---- Saving ---- */
 
 enum { N_META = 19, META_VALUE_CAP = 48 };
 
-static dt_status save(dt_ckpt_manager *mgr, bool announce, const dt_fit_config *cfg, dt_model *m,
-                      dt_optim *o, const dt_fit_position *p, bool final, dt_fit_result *r)
+dt_status dt_fit_save(dt_ckpt_manager *mgr, bool announce, const dt_fit_config *cfg, int replicas,
+                      dt_model *m, dt_optim *o, const dt_fit_position *p, bool final,
+                      dt_fit_result *r)
 {
     double t0 = dt_clock_now();
     char *spec = dt_model_spec_to_json(dt_model_spec_of(m));
@@ -113,7 +42,7 @@ static dt_status save(dt_ckpt_manager *mgr, bool announce, const dt_fit_config *
     META_F("seed", "%" PRIu64, cfg->seed);
     META_F("dropout_position", "%" PRIu64, dt_model_dropout_position(m));
     META_F("batch_size", "%d", cfg->batch_size);
-    META_F("workers", "%d", distributed(cfg) ? cfg->comm->size : 1);
+    META_F("workers", "%d", replicas);
     META_F("final", "%d", final ? 1 : 0);
     META_F("input_position", "{\"iteration\": %" PRId64, p->epoch);
     /* The input's position: the iteration of the dataset (the epoch) and the batches of it read. */
@@ -135,92 +64,6 @@ static dt_status save(dt_ckpt_manager *mgr, bool announce, const dt_fit_config *
         fflush(cfg->log);
     }
     return DT_OK;
-}
-
-static dt_status write_train_summaries(dt_fit_ckpt *k, dt_optim *o, int64_t step, double loss,
-                                       double accuracy)
-{
-    double now = dt_clock_now();
-    double rate = (double)(step - k->last_summary_step) / (now - k->last_summary_t);
-    k->last_summary_t = now;
-    k->last_summary_step = step;
-    dt_status st;
-    if ((st = dt_summary_scalar(k->train_sw, "loss", step, (float)loss)) ||
-        (st = dt_summary_scalar(k->train_sw, "accuracy", step, (float)accuracy)) ||
-        (st = dt_summary_scalar(k->train_sw, "learning_rate", step, dt_optim_current_lr(o))) ||
-        (st = dt_summary_scalar(k->train_sw, "global_step/sec", step, (float)rate)))
-        return st;
-    return dt_summary_flush(k->train_sw);
-}
-
-bool dt_fit_ckpt_saves_after(dt_fit_ckpt *k, const dt_fit_config *cfg, int64_t step)
-{
-    k->model_due_step = -1;
-    if (!k->writer)
-        return false;
-    bool backup = k->have_backup && cfg->backup_freq > 0 && step % cfg->backup_freq == 0;
-    bool model = k->have_model &&
-                 (cfg->save_checkpoints_steps > 0
-                      ? step % cfg->save_checkpoints_steps == 0
-                      : cfg->save_checkpoints_secs > 0.0 &&
-                            dt_clock_now() - k->last_save >= cfg->save_checkpoints_secs);
-    if (model)
-        k->model_due_step = step;
-    return backup || model;
-}
-
-dt_status dt_fit_ckpt_after_step(dt_fit_ckpt *k, const dt_fit_config *cfg, dt_model *m,
-                                 dt_optim *o, const dt_fit_position *pos, double batch_loss,
-                                 double batch_accuracy, dt_fit_result *r)
-{
-    if (!k->writer)
-        return DT_OK;
-    dt_status st;
-    if (k->have_backup && cfg->backup_freq > 0 && pos->step % cfg->backup_freq == 0 &&
-        (st = save(&k->backup, false, cfg, m, o, pos, false, r)))
-        return dt_error_prefix(st, "backup at step %" PRId64, pos->step);
-    if (k->model_due_step == pos->step) {
-        if ((st = save(&k->model, true, cfg, m, o, pos, false, r)))
-            return st;
-        k->last_save = dt_clock_now();
-        k->last_saved_step = pos->step;
-    }
-    if (k->train_sw && pos->step % cfg->save_summary_steps == 0 &&
-        (st = write_train_summaries(k, o, pos->step, batch_loss, batch_accuracy)))
-        return st;
-    return DT_OK;
-}
-
-dt_status dt_fit_ckpt_after_epoch(dt_fit_ckpt *k, const dt_fit_config *cfg, dt_model *m,
-                                  dt_optim *o, const dt_fit_position *pos, dt_fit_result *r)
-{
-    if (!k->writer || !k->have_backup || cfg->backup_freq > 0)
-        return DT_OK;
-    dt_status st = save(&k->backup, false, cfg, m, o, pos, false, r);
-    return st ? dt_error_prefix(st, "backup after epoch %" PRId64, pos->epoch) : DT_OK;
-}
-
-dt_status dt_fit_ckpt_final(dt_fit_ckpt *k, const dt_fit_config *cfg, dt_model *m, dt_optim *o,
-                            const dt_fit_position *pos, dt_fit_result *r)
-{
-    if (!k->writer || !k->have_model)
-        return DT_OK;
-    /* Saved again even at a step already saved, so the last file carries final = 1. */
-    dt_status st = save(&k->model, k->last_saved_step != pos->step, cfg, m, o, pos, true, r);
-    if (st == DT_OK)
-        k->last_saved_step = pos->step;
-    return st;
-}
-
-dt_status dt_fit_ckpt_eval_summary(dt_fit_ckpt *k, int64_t step, double loss, double accuracy)
-{
-    if (!k->eval_sw)
-        return DT_OK;
-    dt_status st;
-    if ((st = dt_summary_scalar(k->eval_sw, "loss", step, (float)loss)) ||
-        (st = dt_summary_scalar(k->eval_sw, "accuracy", step, (float)accuracy)))
-        return st;
-    return dt_summary_flush(k->eval_sw);
 }
 
 /* ---- Restoring ---- */
@@ -286,8 +129,8 @@ static dt_status read_position(const dt_ckpt *c, restore_msg *msg)
 }
 
 /* Checks that c was written for this model and optimizer, then loads it into m and o. */
-static dt_status apply_checkpoint(const dt_ckpt *c, const dt_fit_config *cfg, dt_model *m,
-                                  dt_optim *o, restore_msg *msg)
+static dt_status apply_checkpoint(const dt_ckpt *c, const dt_fit_config *cfg, int here,
+                                  dt_model *m, dt_optim *o, restore_msg *msg)
 {
     char *spec = dt_model_spec_to_json(dt_model_spec_of(m));
     if (!spec)
@@ -309,7 +152,6 @@ static dt_status apply_checkpoint(const dt_ckpt *c, const dt_fit_config *cfg, dt
     dt_status st = meta_i64(c, "batch_size", &batch);
     if (st == DT_OK && dt_ckpt_meta_get(c, "workers"))
         st = meta_i64(c, "workers", &workers);
-    int here = distributed(cfg) ? cfg->comm->size : 1;
     if (st == DT_OK && (batch != cfg->batch_size || workers != here))
         st = dt_error(DT_ERR_INVALID, "%s: written at global batch %" PRId64 " over %" PRId64
                       " worker(s), this run has %d over %d: its input position would not match",
@@ -331,7 +173,8 @@ static dt_status apply_checkpoint(const dt_ckpt *c, const dt_fit_config *cfg, dt
     return DT_OK;
 }
 
-static dt_status read_latest(const dt_fit_config *cfg, dt_model *m, dt_optim *o, restore_msg *msg)
+static dt_status read_latest(const dt_fit_config *cfg, int replicas, dt_model *m, dt_optim *o,
+                             restore_msg *msg)
 {
     /* A backup, or the model directory's own progress, comes before a named starting point:
      * a rerun after a crash must not start over from it. */
@@ -345,7 +188,7 @@ static dt_status read_latest(const dt_fit_config *cfg, dt_model *m, dt_optim *o,
             continue;
         if (st)
             return st;
-        st = apply_checkpoint(c, cfg, m, o, msg);
+        st = apply_checkpoint(c, cfg, replicas, m, o, msg);
         if (st == DT_OK && cfg->log) {
             fprintf(cfg->log, "Restoring parameters from %s (global step %" PRId64 ")\n",
                     dt_ckpt_path(c), msg->pos.step);
@@ -357,7 +200,7 @@ static dt_status read_latest(const dt_fit_config *cfg, dt_model *m, dt_optim *o,
     if (cfg->restore_path) {
         dt_ckpt *c = NULL;
         dt_status st = dt_ckpt_open(cfg->restore_path, &c);
-        if (st == DT_OK && (st = apply_checkpoint(c, cfg, m, o, msg)) == DT_OK && cfg->log)
+        if (st == DT_OK && (st = apply_checkpoint(c, cfg, replicas, m, o, msg)) == DT_OK && cfg->log)
             fprintf(cfg->log, "Restoring parameters from %s (global step %" PRId64 ")\n",
                     dt_ckpt_path(c), msg->pos.step);
         dt_ckpt_close(c);
@@ -366,23 +209,24 @@ static dt_status read_latest(const dt_fit_config *cfg, dt_model *m, dt_optim *o,
     return DT_OK;
 }
 
-dt_status dt_fit_ckpt_restore(dt_fit_ckpt *k, const dt_fit_config *cfg, dt_model *m, dt_optim *o,
-                              dt_fit_position *pos, bool *resumed)
+dt_status dt_fit_restore(dt_replica *r, const dt_fit_config *cfg, dt_model *m, dt_optim *o,
+                         dt_fit_position *pos, bool *resumed)
 {
     *resumed = false;
     if (!cfg->backup_dir && !cfg->model_dir && !cfg->restore_path)
         return DT_OK;
     restore_msg msg;
     memset(&msg, 0, sizeof msg);
-    dt_status st = k->writer ? read_latest(cfg, m, o, &msg) : DT_OK;
-    if (st && !distributed(cfg))
+    dt_status st = dt_replica_is_chief(r) ? read_latest(cfg, dt_replica_count(r), m, o, &msg)
+                                          : DT_OK;
+    if (st && !dt_replica_distributed(r))
         return st;
     if (st) {
         msg.failed = st;
         snprintf(msg.error, sizeof msg.error, "%s", dt_last_error());
     }
-    if (distributed(cfg)) {
-        dt_status sent = dt_comm_broadcast(cfg->comm, &msg, sizeof msg, 0);
+    if (dt_replica_distributed(r)) {
+        dt_status sent = dt_replica_broadcast(r, &msg, sizeof msg);
         if (st)
             return dt_error((dt_status)msg.failed, "%s", msg.error);
         if ((st = sent))
@@ -390,23 +234,14 @@ dt_status dt_fit_ckpt_restore(dt_fit_ckpt *k, const dt_fit_config *cfg, dt_model
         if (msg.failed)
             return dt_error((dt_status)msg.failed, "worker 0 could not restore a checkpoint: %s",
                             msg.error);
-        /* central_storage's replicas share rank 0's variables, and only it has slots. */
-        if (msg.found && !cfg->central_storage) {
-            dt_arena *p = dt_model_params(m);
-            if ((st = dt_comm_broadcast(cfg->comm, p->data, p->n_elems * sizeof(float), 0)) ||
-                (o->state.n_elems > 0 &&
-                 (st = dt_comm_broadcast(cfg->comm, o->state.data,
-                                         o->state.n_elems * sizeof(float), 0))))
-                return dt_error_prefix(st, "sharing the restored variables");
-        }
+        if (msg.found && (st = dt_replica_restored(r, m, o)))
+            return st;
     }
     if (!msg.found)
         return DT_OK;
     *pos = msg.pos;
     o->iterations = msg.optimizer_iterations;
     dt_model_set_dropout_position(m, msg.dropout_position);
-    k->last_saved_step = msg.pos.step;
-    k->last_summary_step = msg.pos.step;
     *resumed = true;
     return DT_OK;
 }

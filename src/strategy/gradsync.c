@@ -1,5 +1,5 @@
-/* Bucketed gradient all-reduce on a communication thread (see include/dtrain/gradsync.h). */
-#include "dtrain/gradsync.h"
+/* Bucketed gradient all-reduce on a communication thread (see gradsync.h). */
+#include "gradsync.h"
 
 #include <pthread.h>
 #include <stdbool.h>

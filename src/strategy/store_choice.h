@@ -1,6 +1,6 @@
 /* How a worker stores into the parameters and gradients the workers of a machine share: with
  * plain stores or with streaming ones (stream.h), chosen by timing both now and then (internal
- * to src/train).
+ * to src/strategy).
  *
  * Plain stores leave the lines in the caches for the next forward, and win where the cores are
  * close. Where they are far apart, each plain store to a line another worker has read waits on

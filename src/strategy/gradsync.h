@@ -8,8 +8,8 @@
  * every worker issues the same all-reduces in the same order. dt_gradsync_finish hands over the
  * rest and waits for all of them. The communicator is used by the thread only between
  * dt_gradsync_begin and dt_gradsync_finish: the caller's own collectives go outside that span. */
-#ifndef DTRAIN_GRADSYNC_H
-#define DTRAIN_GRADSYNC_H
+#ifndef DTRAIN_STRATEGY_GRADSYNC_H
+#define DTRAIN_STRATEGY_GRADSYNC_H
 
 #include <stddef.h>
 

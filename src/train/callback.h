@@ -1,0 +1,85 @@
+/* fit's callbacks, as Keras's: the training loop (loop.c) calls hooks at the start and end of
+ * training, of each epoch and of each step, and everything that is not the step itself is a
+ * callback with its own file: progress (Keras's bar or lines), Estimator's step log, validation
+ * at each epoch's end, train_and_evaluate's periodic evaluation, early stopping, model_dir
+ * checkpoints,
+ * BackupAndRestore's backups, and TensorBoard summaries (internal to src/train).
+ *
+ * The loop knows callbacks only through this table, and the strategy only through replica.h:
+ * it has no branch on either. Callbacks run in the order of the list, which is Keras's order for
+ * the built-in ones: an evaluation before the progress line that shows it, the progress line
+ * before early stopping's verdict, saves after the step's figures are logged. */
+#ifndef DTRAIN_TRAIN_CALLBACK_H
+#define DTRAIN_TRAIN_CALLBACK_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../strategy/replica.h"
+#include "dtrain/fit.h"
+#include "fit_ckpt.h"
+
+/* What the loop shares with its callbacks. */
+typedef struct {
+    dt_replica *replica;
+    dt_model *m;
+    dt_optim *o;
+    const dt_fit_config *cfg;
+    dt_dataset *test;         /* NULL on replicas that do not evaluate */
+    dt_fit_result *result;
+    dt_fit_position pos;      /* where training stands (at a step's end: after it) */
+    bool resumed;             /* pos came from a checkpoint */
+    double train_t0;          /* the clock when the first step began */
+    /* The step just taken. */
+    double batch_loss, batch_accuracy;
+    /* The epoch just ended. */
+    int64_t epoch_limit;      /* the steps it was to run (0: until its data ended) */
+    bool epoch_cut;           /* max_steps ended it, and training with it */
+    char epoch_extra[128];    /* appended to its progress line (the validation's figures) */
+    /* Set by a callback. */
+    bool evaluated;           /* an evaluation just put its figures in result->val_* */
+    bool stop;                /* training ends after this epoch (early stopping) */
+} dt_fit_ctx;
+
+/* Each slot may be NULL (nothing to do then). self is the callback's own state. */
+typedef struct {
+    const char *name;
+    dt_status (*train_begin)(void *self, dt_fit_ctx *c);
+    dt_status (*epoch_begin)(void *self, dt_fit_ctx *c);
+    /* Before a step that ends at global step `step`: whether the callback will save the
+     * optimizer's state after it (the replicas must then make it whole within the step). */
+    bool (*saves_after)(void *self, dt_fit_ctx *c, int64_t step);
+    dt_status (*step_end)(void *self, dt_fit_ctx *c);
+    dt_status (*epoch_end)(void *self, dt_fit_ctx *c);
+    /* When training goes on into another epoch, with the optimizer's state whole: next is the
+     * position at that epoch's start. */
+    dt_status (*between_epochs)(void *self, dt_fit_ctx *c, const dt_fit_position *next);
+    /* After the last step, the optimizer's state whole. */
+    dt_status (*train_end)(void *self, dt_fit_ctx *c);
+    /* Always, last; completed tells whether training ran to its end. Frees self. */
+    dt_status (*close)(void *self, bool completed);
+} dt_callback_ops;
+
+typedef struct {
+    const dt_callback_ops *ops;
+    void *self;
+} dt_callback;
+
+/* The built-in callbacks, each made for cfg (and the replica: only the chief writes files or
+ * prints). A constructor that has nothing to do for cfg returns a callback with ops NULL. */
+dt_status dt_progress_callback(const dt_fit_ctx *c, dt_callback *out);
+dt_status dt_estimator_log_callback(const dt_fit_ctx *c, dt_callback *out);
+dt_status dt_validation_callback(const dt_fit_ctx *c, dt_callback *out);
+dt_status dt_periodic_evaluation_callback(const dt_fit_ctx *c, dt_callback *out);
+dt_status dt_early_stopping_callback(const dt_fit_ctx *c, dt_callback *out);
+dt_status dt_backup_callback(const dt_fit_ctx *c, dt_callback *out);
+dt_status dt_checkpoint_callback(const dt_fit_ctx *c, dt_callback *out);
+dt_status dt_summary_callback(const dt_fit_ctx *c, dt_callback *out);
+
+/* Time spent on evaluations and checkpoints, which training time leaves out. */
+static inline double dt_fit_side_seconds(const dt_fit_result *r)
+{
+    return r->eval_seconds + r->checkpoint_seconds;
+}
+
+#endif

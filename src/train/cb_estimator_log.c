@@ -1,0 +1,60 @@
+/* Estimator's training log: `loss = L, step = N (T sec)` and `global_step/sec: R` every
+ * log_step_count_steps steps, and the loss at step 0 (steps counted from 0, as its hooks
+ * count them). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "callback.h"
+#include "dtrain/clock.h"
+
+typedef struct {
+    double t0; /* the clock at the last line */
+} estimator_log;
+
+static dt_status train_begin(void *self, dt_fit_ctx *c)
+{
+    (void)c;
+    ((estimator_log *)self)->t0 = dt_clock_now();
+    return DT_OK;
+}
+
+static dt_status step_end(void *self, dt_fit_ctx *c)
+{
+    estimator_log *l = self;
+    int64_t every = c->cfg->log_step_count_steps, step = c->pos.step - 1;
+    if (step != 0 && step % every != 0)
+        return DT_OK;
+    FILE *out = c->cfg->progress;
+    double now = dt_clock_now(), dt = now - l->t0;
+    if (step == 0) {
+        fprintf(out, "loss = %.6g, step = 0\n", c->batch_loss);
+    } else {
+        fprintf(out, "global_step/sec: %.6g\n", (double)every / dt);
+        fprintf(out, "loss = %.6g, step = %lld (%.3f sec)\n", c->batch_loss, (long long)step, dt);
+    }
+    fflush(out);
+    l->t0 = now;
+    return DT_OK;
+}
+
+static dt_status close_cb(void *self, bool completed)
+{
+    (void)completed;
+    free(self);
+    return DT_OK;
+}
+
+static const dt_callback_ops ops = {.name = "estimator_log", .train_begin = train_begin,
+                                    .step_end = step_end, .close = close_cb};
+
+dt_status dt_estimator_log_callback(const dt_fit_ctx *c, dt_callback *out)
+{
+    *out = (dt_callback){0};
+    if (!c->cfg->progress || c->cfg->log_step_count_steps <= 0)
+        return DT_OK;
+    estimator_log *l = calloc(1, sizeof *l);
+    if (!l)
+        return dt_error(DT_ERR_NOMEM, "no memory for the training log");
+    *out = (dt_callback){&ops, l};
+    return DT_OK;
+}

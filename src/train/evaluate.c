@@ -1,0 +1,90 @@
+/* Evaluation: mean loss and accuracy over batches (see include/dtrain/fit.h), and the checks a
+ * batch passes before a model sees it, shared with the training step. */
+#include <stdlib.h>
+
+#include "batch.h"
+#include "dtrain/fit.h"
+
+/* Labels of a batch as class indices, checked against the model's outputs. */
+dt_status dt_batch_labels(const dt_model *m, const dt_elem *e, int32_t *labels)
+{
+    int K = dt_model_num_outputs(m), limit = K == 1 ? 2 : K;
+    for (int r = 0; r < e->n; r++) {
+        float v = e->labels[r];
+        if (!(v >= 0.0f && v < (float)limit) || v != (float)(int32_t)v)
+            return dt_error(DT_ERR_INVALID, "row %llu of the input: label %g, but the model takes "
+                            "classes 0..%d", (unsigned long long)(e->index + (uint64_t)r), v,
+                            limit - 1);
+        labels[r] = (int32_t)v;
+    }
+    return DT_OK;
+}
+
+dt_status dt_check_batch(const dt_model *m, const dt_elem *e)
+{
+    if ((size_t)e->n_dense != dt_model_input_elems(m))
+        return dt_error(DT_ERR_INVALID, "the input gives %d values per example, model %s takes "
+                        "%zu", e->n_dense, dt_model_spec_of(m)->name, dt_model_input_elems(m));
+    if (e->n > dt_model_max_batch(m))
+        return dt_error(DT_ERR_INVALID, "a batch of %d examples exceeds the model's maximum batch "
+                        "%d", e->n, dt_model_max_batch(m));
+    return DT_OK;
+}
+
+dt_status dt_evaluate_dataset(dt_model *m, dt_dataset *batches, double *loss, double *accuracy)
+{
+    return dt_evaluate_batches(m, batches, 0, loss, accuracy);
+}
+
+dt_status dt_evaluate_batches(dt_model *m, dt_dataset *batches, int64_t max_batches, double *loss,
+                              double *accuracy)
+{
+    int32_t *labels = malloc((size_t)dt_model_max_batch(m) * sizeof *labels);
+    if (!labels)
+        return dt_error(DT_ERR_NOMEM, "no memory for evaluation");
+    double loss_sum = 0.0;
+    int64_t correct = 0, seen = 0;
+    dt_status st = DT_OK;
+    for (int64_t b = 0; max_batches <= 0 || b < max_batches; b++) {
+        dt_elem *e;
+        st = dt_dataset_next(batches, &e);
+        if (st == DT_END) {
+            st = DT_OK;
+            break;
+        }
+        if (st)
+            break;
+        if ((st = dt_check_batch(m, e)) || (st = dt_batch_labels(m, e, labels))) {
+            dt_elem_free(e);
+            break;
+        }
+        dt_model_forward(m, e->n, e->dense, false);
+        int c = 0;
+        loss_sum += dt_model_loss(m, e->n, labels, 0.0f, false, &c);
+        correct += c;
+        seen += e->n;
+        dt_elem_free(e);
+    }
+    free(labels);
+    if (st == DT_OK && seen == 0)
+        st = dt_error(DT_ERR_INVALID, "evaluation: the input has no examples");
+    if (st == DT_OK) {
+        *loss = loss_sum / (double)seen;
+        *accuracy = (double)correct / (double)seen;
+    }
+    return st;
+}
+
+dt_status dt_evaluate(dt_model *m, const dt_image_dataset *ds, double *loss, double *accuracy)
+{
+    dt_status st = dt_check_dataset(m, ds);
+    if (st)
+        return st;
+    dt_dataset *p;
+    if ((st = dt_image_pipeline(ds, dt_model_max_batch(m), false, 0, 0, 0, &p)))
+        return st;
+    st = dt_evaluate_dataset(m, p, loss, accuracy);
+    dt_dataset_destroy(p);
+    return st;
+}
+
