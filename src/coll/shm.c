@@ -706,3 +706,23 @@ dt_status dt_shm_share_owned(dt_shm_group *g, dt_xfer *x, float *data, size_t n)
     round_job j = {ROUND_SHARE, DT_REDUCE_SUM, data, NULL, NULL, NULL};
     return run_rounds(g, x, &j, n);
 }
+
+/* Within one round, dt_comm_block gives each rank exactly its n_bytes: sharing the owned blocks
+ * of size x n_bytes is the all-gather, copied as bytes (never added). */
+dt_status dt_shm_allgather(dt_shm_group *g, dt_xfer *x, const void *send, size_t n_bytes,
+                           void *recv)
+{
+    size_t w = n_bytes / sizeof(float), n = w * (size_t)g->size;
+    if (n_bytes % sizeof(float) != 0 || n == 0 || n > CHUNK_ELEMS)
+        return DT_ERR_UNSUPPORTED;
+    float small[1024], *buf = n <= 1024 ? small : malloc(n * sizeof *buf);
+    if (!buf)
+        return dt_error(DT_ERR_NOMEM, "no memory for an all-gather of %zu bytes", n_bytes);
+    memcpy(buf + (size_t)g->rank * w, send, n_bytes);
+    dt_status st = dt_shm_share_owned(g, x, buf, n);
+    if (st == DT_OK)
+        memcpy(recv, buf, n * sizeof *buf);
+    if (buf != small)
+        free(buf);
+    return st;
+}

@@ -55,6 +55,12 @@ dt_status dt_shm_map_tensors(dt_shm_group *g, dt_xfer *x, const float *params, s
  * copied to every rank. */
 dt_status dt_shm_share_owned(dt_shm_group *g, dt_xfer *x, float *data, size_t n);
 
+/* recv (size x n_bytes) receives every rank's send, in rank order, through the segment:
+ * DT_ERR_UNSUPPORTED, with no message and nothing done, unless n_bytes is a multiple of 4 and
+ * all of them fit one round (4 MiB); the caller then goes over TCP. */
+dt_status dt_shm_allgather(dt_shm_group *g, dt_xfer *x, const void *send, size_t n_bytes,
+                           void *recv);
+
 /* Accepts NULL. */
 void dt_shm_group_close(dt_shm_group *g);
 

@@ -311,6 +311,11 @@ static dt_status tcp_allgather(dt_comm *c, const void *send, size_t n_bytes, voi
     if (st)
         return st;
     tcp_state *s = state_of(c);
+    if (s->shm && c->size > 1) {
+        st = dt_shm_allgather(s->shm, &x, send, n_bytes, recv);
+        if (st != DT_ERR_UNSUPPORTED)
+            return st ? fail(c, st) : DT_OK;
+    }
     uint8_t *all = recv;
     int size = c->size, r = c->rank, next = (r + 1) % size, prev = (r + size - 1) % size;
     memmove(all + (size_t)r * n_bytes, send, n_bytes);

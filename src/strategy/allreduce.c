@@ -10,6 +10,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "../coll/agree.h"
 #include "dtrain/clock.h"
 #include "dtrain/stream.h"
 #include "strategy_impl.h"
@@ -87,14 +88,15 @@ dt_status dt_allreduce_place(dt_replica *r, dt_model *m)
  * step fewer). */
 static dt_status agree_before_step(dt_replica *r, dt_step *s, bool *go_on)
 {
-    float v[2] = {s->ended ? 0.0f : (float)s->rows, s->ended ? 1.0f : 0.0f};
+    dt_agree_msg m = {.type = DT_AGREE_BEFORE_STEP, .n_ints = 2,
+                      .ints = {s->ended ? 0 : s->rows, s->ended ? 1 : 0}};
     double t0 = dt_clock_now();
-    dt_status st = dt_comm_allreduce(r->comm, v, 2, DT_REDUCE_SUM, DT_WIRE_F32);
+    dt_status st = dt_comm_agree(r->comm, &m);
     if (st)
         return st;
     s->comm_seconds += dt_clock_now() - t0;
-    s->rows = (int64_t)v[0];
-    *go_on = v[1] == 0.0f && v[0] > 0.0f;
+    s->rows = m.ints[0];
+    *go_on = m.ints[1] == 0 && m.ints[0] > 0;
     return DT_OK;
 }
 
@@ -126,17 +128,19 @@ dt_status dt_allreduce_begin_step(dt_replica *r, dt_model *m, dt_step *s, bool *
 static dt_status sum_figures(dt_replica *r, dt_step *s)
 {
     bool with_rows = !r->gs;
-    float v[5] = {(float)s->loss, (float)s->correct, with_rows ? (float)s->rows : 0.0f,
-                  s->ended ? 1.0f : 0.0f, s->state_wanted ? 1.0f : 0.0f};
-    dt_status st = dt_comm_allreduce(r->comm, v, 5, DT_REDUCE_SUM, DT_WIRE_F32);
+    dt_agree_msg m = {.type = DT_AGREE_STEP, .n_ints = 4, .n_reals = 1,
+                      .ints = {s->correct, with_rows ? s->rows : 0, s->ended ? 1 : 0,
+                               s->state_wanted ? 1 : 0},
+                      .reals = {s->loss}};
+    dt_status st = dt_comm_agree(r->comm, &m);
     if (st)
         return dt_error_prefix(st, "step %lld", (long long)s->step);
-    s->loss = v[0];
-    s->correct = (int64_t)v[1];
+    s->loss = m.reals[0];
+    s->correct = m.ints[0];
     if (with_rows)
-        s->rows = (int64_t)v[2];
-    s->ended = v[3] > 0.0f || s->rows == 0;
-    s->state_wanted = v[4] > 0.0f;
+        s->rows = m.ints[1];
+    s->ended = m.ints[2] > 0 || s->rows == 0;
+    s->state_wanted = m.ints[3] > 0;
     if (!s->ended && !isfinite(s->loss))
         return dt_error(DT_ERR_NUMERIC, "step %lld: the loss is %g: training diverged (try a "
                         "lower --lr)", (long long)s->step, s->loss);

@@ -68,6 +68,12 @@ dt_status dt_replica_apply(dt_replica *r, dt_model *m, dt_optim *o, dt_pool *poo
 dt_status dt_replica_whole_state(dt_replica *r, dt_model *m, dt_optim *o);
 /* data (n_bytes) on every replica becomes the chief's; alone, nothing to do. */
 dt_status dt_replica_broadcast(dt_replica *r, void *data, size_t n_bytes);
+/* *flag on every replica becomes the chief's verdict; alone, nothing to do. */
+dt_status dt_replica_decide(dt_replica *r, bool *flag);
+/* ints (n_ints) and reals (n_reals) on every replica become the chief's, as a typed message
+ * (a restored position); alone, nothing to do. */
+dt_status dt_replica_share_fields(dt_replica *r, int64_t *ints, int n_ints, double *reals,
+                                  int n_reals);
 /* After training, failed or not: the variables back in m's own storage, buckets stopped. */
 void dt_replica_end(dt_replica *r, dt_model *m);
 

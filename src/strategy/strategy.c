@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../coll/agree.h"
 #include "strategy_impl.h"
 
 /* Indexed by dt_strategy_kind; NULL where this build has no such strategy. */
@@ -212,6 +213,36 @@ dt_status dt_own_variables(dt_replica *r, dt_model *m, const dt_model *chief, dt
     (void)r, (void)chief;
     dt_model_init_params(m, seed);
     return dt_optim_setup(o, ocfg, dt_model_params(m));
+}
+
+dt_status dt_replica_decide(dt_replica *r, bool *flag)
+{
+    if (!dt_replica_distributed(r))
+        return DT_OK;
+    dt_agree_msg m = {.type = DT_AGREE_DECISION, .n_ints = 1, .ints = {*flag ? 1 : 0}};
+    dt_status st = dt_comm_agree_from(r->comm, &m, 0);
+    if (st == DT_OK)
+        *flag = m.ints[0] != 0;
+    return st;
+}
+
+dt_status dt_replica_share_fields(dt_replica *r, int64_t *ints, int n_ints, double *reals,
+                                  int n_reals)
+{
+    if (!dt_replica_distributed(r))
+        return DT_OK;
+    if (n_ints > DT_AGREE_MAX_INTS || n_reals > DT_AGREE_MAX_REALS)
+        return dt_error(DT_ERR_INVALID, "%d integers and %d reals do not fit a message", n_ints,
+                        n_reals);
+    dt_agree_msg m = {.type = DT_AGREE_RESTORE, .n_ints = n_ints, .n_reals = n_reals};
+    memcpy(m.ints, ints, (size_t)n_ints * sizeof *ints);
+    memcpy(m.reals, reals, (size_t)n_reals * sizeof *reals);
+    dt_status st = dt_comm_agree_from(r->comm, &m, 0);
+    if (st == DT_OK) {
+        memcpy(ints, m.ints, (size_t)n_ints * sizeof *ints);
+        memcpy(reals, m.reals, (size_t)n_reals * sizeof *reals);
+    }
+    return st;
 }
 
 dt_status dt_replica_start(dt_replica *r, dt_model *m) { return r->ops->start(r, m); }

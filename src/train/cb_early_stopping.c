@@ -25,11 +25,11 @@ static dt_status epoch_end(void *self, dt_fit_ctx *c)
     } else {
         p->waited++;
     }
-    float decision = p->waited >= cfg->early_stopping_patience ? 1.0f : 0.0f;
-    dt_status st = dt_replica_broadcast(c->replica, &decision, sizeof decision);
+    bool stop = p->waited >= cfg->early_stopping_patience;
+    dt_status st = dt_replica_decide(c->replica, &stop);
     if (st)
         return dt_error_prefix(st, "early stopping");
-    if (decision == 0.0f)
+    if (!stop)
         return DT_OK;
     c->stop = true;
     c->result->stopped_early = true;

@@ -209,6 +209,28 @@ static dt_status read_latest(const dt_fit_config *cfg, int replicas, dt_model *m
     return DT_OK;
 }
 
+/* What the chief read, to every replica: its fields as a typed message, then its error's text
+ * when it failed. */
+static dt_status share_restore(dt_replica *r, restore_msg *m)
+{
+    dt_fit_position *p = &m->pos;
+    int64_t ints[11] = {m->failed, m->found, p->step, p->epoch, p->in_epoch, p->epoch_correct,
+                        p->epoch_samples, p->samples, p->waited, m->optimizer_iterations,
+                        (int64_t)m->dropout_position};
+    double reals[2] = {p->epoch_loss, p->best};
+    dt_status st = dt_replica_share_fields(r, ints, 11, reals, 2);
+    if (st)
+        return st;
+    m->failed = ints[0], m->found = ints[1], p->step = ints[2], p->epoch = ints[3];
+    p->in_epoch = ints[4], p->epoch_correct = ints[5], p->epoch_samples = ints[6];
+    p->samples = ints[7], p->waited = ints[8], m->optimizer_iterations = ints[9];
+    m->dropout_position = (uint64_t)ints[10];
+    p->epoch_loss = reals[0], p->best = reals[1];
+    if (m->failed && (st = dt_replica_broadcast(r, m->error, sizeof m->error)) == DT_OK)
+        m->error[sizeof m->error - 1] = '\0';
+    return st;
+}
+
 dt_status dt_fit_restore(dt_replica *r, const dt_fit_config *cfg, dt_model *m, dt_optim *o,
                          dt_fit_position *pos, bool *resumed)
 {
@@ -226,7 +248,7 @@ dt_status dt_fit_restore(dt_replica *r, const dt_fit_config *cfg, dt_model *m, d
         snprintf(msg.error, sizeof msg.error, "%s", dt_last_error());
     }
     if (dt_replica_distributed(r)) {
-        dt_status sent = dt_replica_broadcast(r, &msg, sizeof msg);
+        dt_status sent = share_restore(r, &msg);
         if (st)
             return dt_error((dt_status)msg.failed, "%s", msg.error);
         if ((st = sent))
