@@ -121,7 +121,7 @@ static dt_status run(dt_comm *c, const bench_cfg *b, long *total_wrong)
         return dt_error(DT_ERR_NOMEM, "no memory for %zu bytes", b->hi);
     if (c->rank == 0) {
         printf("dtrain bench allreduce: %d ranks (%s), float32, op %s, wire %s\n", c->size,
-               cli_comm_describe(c), dt_reduce_op_name(b->op), dt_wire_dtype_name(b->wire));
+               dt_comm_describe(c), dt_reduce_op_name(b->op), dt_wire_dtype_name(b->wire));
         printf("%12s %12s %12s %12s %12s %8s\n", "size(B)", "count", "time(us)", "algbw(GB/s)",
                "busbw(GB/s)", b->check ? "check" : "");
         fflush(stdout); /* the header says every rank is connected: scripts wait for it */
@@ -197,7 +197,7 @@ int cmd_bench(int argc, char **argv)
         return cli_fail(2, "--factor must be >= 2, --iters >= 1, --warmup >= 0");
     dt_cluster cl;
     dt_comm *c;
-    if (cli_comm_open(&cf, &cl, &c))
+    if (dt_comm_open(&cf, &cl, &c))
         return cli_fail(1, dt_last_error());
     long wrong = 0;
     dt_status st = run(c, &b, &wrong);

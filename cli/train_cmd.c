@@ -781,7 +781,7 @@ static dt_status train_replica(void *ctx, dt_replica *r)
 static dt_status is_evaluator_task(const struct train_opts *o, bool *yes)
 {
     *yes = false;
-    if (strcmp(o->comm.comm, "tcp") != 0)
+    if (strcmp(o->comm.backend, "tcp") != 0)
         return DT_OK;
     dt_cluster c;
     memset(&c, 0, sizeof c);
@@ -847,13 +847,13 @@ int cmd_train(int argc, char **argv)
         /* As TF: a TF_CONFIG cluster of several workers (or MPI) means multi_worker_mirrored. */
         dt_cluster probe;
         memset(&probe, 0, sizeof probe);
-        if (strcmp(o.comm.comm, "mpi") == 0 ||
+        if (strcmp(o.comm.backend, "mpi") == 0 ||
             (dt_cluster_from_env(&probe) == DT_OK && probe.has_cluster && probe.n_workers > 1))
             o.strategy = "multi_worker_mirrored";
         dt_cluster_free(&probe);
     }
     if (strcmp(o.strategy, "multi_worker_mirrored") == 0) {
-        if ((st = cli_comm_open(&o.comm, &cluster, &comm)))
+        if ((st = dt_comm_open(&o.comm, &cluster, &comm)))
             goto fail;
         o.n_workers = comm->size, o.rank = comm->rank;
         if (o.batch_size % o.n_workers != 0) {
@@ -863,7 +863,7 @@ int cmd_train(int argc, char **argv)
         }
         /* Workers on one machine share out its cores, as mirrored replicas do: with every core
          * each, their threads would take turns on each core, each waiting on the others. */
-        int local = cli_comm_local_ranks(comm);
+        int local = dt_comm_local_ranks(comm);
         if (!flags_find(flags, n_flags, "threads")->set && local > 1)
             threads = threads / local > 0 ? threads / local : 1;
         if (local > 1 && local * threads >= dt_cpu_count())
@@ -957,7 +957,7 @@ int cmd_train(int argc, char **argv)
         dt_model_summary(model, stdout);
     if (o.n_workers > 1 && chief)
         printf("%s: %d %s (%s), %d examples per %s per step\n", o.strategy, o.n_workers,
-               on_threads ? "replicas" : "workers", on_threads ? "local" : cli_comm_describe(comm),
+               on_threads ? "replicas" : "workers", on_threads ? "local" : dt_comm_describe(comm),
                o.batch_size / o.n_workers, on_threads ? "replica" : "worker");
 
     dt_strategy_options sopts;

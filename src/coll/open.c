@@ -1,21 +1,30 @@
-/* Opening a command's communicator (see comm_open.h). */
-#include "comm_open.h"
+/* Joining the cluster's communicator (see include/dtrain/comm_open.h). */
+#include "dtrain/comm_open.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "dtrain/comm_tcp.h"
 
-dt_status cli_comm_open(const cli_comm_flags *f, dt_cluster *cl, dt_comm **out)
+void dt_comm_options_default(dt_comm_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->backend = "tcp";
+    o->connect_timeout = 300.0;
+    o->timeout = 60.0;
+    o->shm = true;
+}
+
+dt_status dt_comm_open(const dt_comm_options *f, dt_cluster *cl, dt_comm **out)
 {
     *out = NULL;
     memset(cl, 0, sizeof *cl);
     if (f->timeout <= 0 || f->connect_timeout <= 0)
-        return dt_error(DT_ERR_INVALID, "--timeout and --connect-timeout must be positive");
-    if (strcmp(f->comm, "mpi") == 0)
+        return dt_error(DT_ERR_INVALID, "timeout and connect_timeout must be positive (--timeout, --connect-timeout)");
+    if (strcmp(f->backend, "mpi") == 0)
         return dt_comm_mpi(f->timeout, out);
-    if (strcmp(f->comm, "tcp") != 0)
-        return dt_error(DT_ERR_INVALID, "--comm: '%s' is not tcp or mpi", f->comm);
+    if (strcmp(f->backend, "tcp") != 0)
+        return dt_error(DT_ERR_INVALID, "backend: '%s' is not tcp or mpi (--comm)", f->backend);
     dt_status st = dt_cluster_from_env(cl);
     if (st == DT_OK && f->task)
         st = dt_cluster_set_task(cl, f->task);
@@ -45,12 +54,12 @@ dt_status cli_comm_open(const cli_comm_flags *f, dt_cluster *cl, dt_comm **out)
     return st;
 }
 
-const char *cli_comm_describe(const dt_comm *c)
+const char *dt_comm_describe(const dt_comm *c)
 {
     return dt_comm_tcp_uses_shm(c) ? "tcp, all-reduce in shared memory" : c->ops->name;
 }
 
-int cli_comm_local_ranks(const dt_comm *c)
+int dt_comm_local_ranks(const dt_comm *c)
 {
     if (dt_comm_tcp_uses_shm(c))
         return c->size;
