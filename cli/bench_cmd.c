@@ -158,6 +158,12 @@ static void usage(FILE *out, const flag_def *flags, int n)
 
 int cmd_bench(int argc, char **argv)
 {
+    if (argc >= 1 && (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0)) {
+        printf("usage: dtrain bench allreduce [flags]\n\nBenchmarks of the cluster's "
+               "collectives, run on every task.\n\nbenchmarks:\n  allreduce  all-reduce "
+               "speed over a range of sizes (dtrain bench allreduce --help)\n");
+        return 0;
+    }
     if (argc < 1 || strcmp(argv[0], "allreduce") != 0)
         return cli_fail(2, "bench: the benchmark is 'allreduce' (dtrain bench allreduce --help)");
     const char *sizes, *op_name, *wire_name, *segment;
@@ -199,6 +205,14 @@ int cmd_bench(int argc, char **argv)
     dt_comm *c;
     if (dt_comm_open(&cf, &cl, &c))
         return cli_fail(1, dt_last_error());
+    if (c->size < 2) {
+        /* One rank reduces nothing: its figures would be a memory copy's, not an all-reduce's. */
+        dt_comm_destroy(c);
+        dt_cluster_free(&cl);
+        return cli_fail(2, "bench allreduce: this cluster has one rank, so there is nothing to "
+                           "reduce: run it on every task of a cluster (dtrain launch -n 2 -- "
+                           "dtrain bench allreduce, TF_CONFIG on each host, or mpirun -np N)");
+    }
     long wrong = 0;
     dt_status st = run(c, &b, &wrong);
     if (st)

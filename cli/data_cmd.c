@@ -119,10 +119,12 @@ int cmd_convert(int argc, char **argv)
         flags_print_help(flags, n_flags, stdout);
         return 0;
     }
+    /* Flags first, so an unknown one is named as such rather than taken for IN or OUT. */
+    int n_positional = argc >= 2 ? 2 : argc;
+    if (flags_parse(flags, n_flags, argc - n_positional, argv))
+        return cli_fail(2, dt_last_error());
     if (argc < 2 || strncmp(argv[argc - 1], "--", 2) == 0 || strncmp(argv[argc - 2], "--", 2) == 0)
         return cli_fail(2, "convert: expected IN OUT after the flags (see dtrain convert --help)");
-    if (flags_parse(flags, n_flags, argc - 2, argv))
-        return cli_fail(2, dt_last_error());
     const char *in = argv[argc - 2], *out = argv[argc - 1];
     dt_compression c;
     if (!from)
@@ -249,6 +251,12 @@ fail:
 
 int cmd_data(int argc, char **argv)
 {
+    if (argc >= 1 && (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0)) {
+        printf("usage: dtrain data head FILE --format idx|tfrecord|libsvm [-n N]\n\n"
+               "subcommands:\n  head  the first records of a file, decoded, as JSON lines "
+               "(dtrain data head --help)\n");
+        return 0;
+    }
     if (argc < 1 || strcmp(argv[0], "head") != 0)
         return cli_fail(2, "usage: dtrain data head FILE --format idx|tfrecord|libsvm [-n N]");
     const char *format;

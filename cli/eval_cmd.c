@@ -244,11 +244,17 @@ static void print_tensor(const dt_ckpt_tensor *t)
 
 int cmd_inspect(int argc, char **argv)
 {
-    if (argc != 1 || strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0) {
-        FILE *out = argc == 1 ? stdout : stderr;
-        fprintf(out, "usage: dtrain inspect CHECKPOINT|MODEL_DIR\n\nPrints every tensor's name, "
-                "shape, dtype, size and CRC32C, then the metadata.\n");
-        return argc == 1 ? 0 : 2;
+    if (argc == 1 && (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0)) {
+        printf("usage: dtrain inspect CHECKPOINT|MODEL_DIR\n\nPrints every tensor's name, "
+               "shape, dtype, size and CRC32C, then the metadata.\n");
+        return 0;
+    }
+    if (argc != 1)
+        return cli_fail(2, "usage: dtrain inspect CHECKPOINT|MODEL_DIR (dtrain inspect --help)");
+    if (argv[0][0] == '-' && argv[0][1] == '-') {
+        char msg[300];
+        snprintf(msg, sizeof msg, "unknown flag '%.200s' (see dtrain inspect --help)", argv[0]);
+        return cli_fail(2, msg);
     }
     struct stat sb;
     dt_ckpt *c = NULL;

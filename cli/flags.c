@@ -126,3 +126,13 @@ void flags_print_help(const flag_def *flags, int n_flags, FILE *out)
         fputc('\n', out);
     }
 }
+
+void flags_add_at(flag_table *t, const char *file, int line, flag_def row)
+{
+    if (t->n >= t->cap) {
+        fprintf(stderr, "%s:%d: the flag table holds %d rows: '--%s' does not fit\n", file, line,
+                t->cap, row.name);
+        abort();
+    }
+    t->rows[t->n++] = row;
+}

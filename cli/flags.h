@@ -22,6 +22,17 @@ typedef struct {
     bool set;           /* given on the command line */
 } flag_def;
 
+/* A table being filled: rows added with flags_add, which aborts (a bug, named by file and line)
+ * rather than write past the table's end. */
+typedef struct {
+    flag_def *rows;
+    int n, cap;
+} flag_table;
+
+/* Adds row to t; aborts with the caller's file:line when t is full. */
+#define flags_add(t, ...) flags_add_at((t), __FILE__, __LINE__, __VA_ARGS__)
+void flags_add_at(flag_table *t, const char *file, int line, flag_def row);
+
 /* Applies every default, then argv[0..argc). Positional arguments are errors. */
 dt_status flags_parse(flag_def *flags, int n_flags, int argc, char **argv);
 

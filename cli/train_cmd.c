@@ -44,10 +44,10 @@ struct train_opts {
     int n_workers, rank;
 };
 
-static int define_flags(flag_def *f, struct train_opts *o)
+static int define_flags(flag_def *f, int cap, struct train_opts *o)
 {
-    int n = 0;
-#define FLAG(name_, kind_, def_, help_, dst_) f[n++] = (flag_def){name_, kind_, def_, help_, dst_, false}
+    flag_table t = {f, 0, cap};
+#define FLAG(name_, kind_, def_, help_, dst_) flags_add(&t, (flag_def){name_, kind_, def_, help_, dst_, false})
     FLAG("model", FLAG_STRING, "mnist_cnn", "built-in model: mnist_cnn, mlp", &o->model);
     FLAG("model-file", FLAG_STRING, NULL, "model described in a JSON file (instead of --model)",
          &o->model_file);
@@ -180,10 +180,10 @@ static int define_flags(flag_def *f, struct train_opts *o)
          &o->no_fuse);
     flag_def comm_rows[] = {CLI_COMM_FLAGS(o->comm)};
     for (size_t i = 0; i < sizeof comm_rows / sizeof comm_rows[0]; i++)
-        f[n++] = comm_rows[i];
+        flags_add(&t, comm_rows[i]);
     FLAG("help", FLAG_BOOL, "false", "this text", &o->help);
 #undef FLAG
-    return n;
+    return t.n;
 }
 
 static int usage_error(void) { return cli_fail(2, dt_last_error()); }
@@ -777,10 +777,20 @@ static dt_status train_replica(void *ctx, dt_replica *r)
                           chief ? m->chief_in->test : NULL, &m->fcfg, &m->chief_res);
 }
 
-/* Whether TF_CONFIG (or --task) makes this process the cluster's evaluator. */
-static dt_status is_evaluator_task(const struct train_opts *o, bool *yes)
+/* This task's place in TF_CONFIG's cluster (with --task), read once whatever the flags: a
+ * TF_CONFIG that is not valid is an error naming its field, never a silent run alone. Over
+ * mpi, mpirun names the cluster and TF_CONFIG is not read. */
+typedef struct {
+    bool evaluator;    /* this task is the cluster's evaluator */
+    bool ps;           /* this task is a ps task */
+    bool has_ps;       /* the cluster names ps tasks */
+    int n_workers;     /* training tasks */
+} task_place;
+
+static dt_status read_task_place(const struct train_opts *o, task_place *p)
 {
-    *yes = false;
+    memset(p, 0, sizeof *p);
+    p->n_workers = 1;
     if (strcmp(o->comm.backend, "tcp") != 0)
         return DT_OK;
     dt_cluster c;
@@ -788,10 +798,14 @@ static dt_status is_evaluator_task(const struct train_opts *o, bool *yes)
     dt_status st = dt_cluster_from_env(&c);
     if (st == DT_OK && o->comm.task)
         st = dt_cluster_set_task(&c, o->comm.task);
-    *yes = st == DT_OK && c.has_cluster && c.task_type == DT_JOB_EVALUATOR;
+    if (st == DT_OK && c.has_cluster) {
+        p->evaluator = c.task_type == DT_JOB_EVALUATOR;
+        p->ps = c.task_type == DT_JOB_PS;
+        p->has_ps = c.n_tasks[DT_JOB_PS] > 0;
+        p->n_workers = c.n_workers;
+    }
     dt_cluster_free(&c);
-    /* A TF_CONFIG that does not parse is reported where a cluster is opened, if one is. */
-    return DT_OK;
+    return st;
 }
 
 /* The evaluator task of a cluster: TF's sidecar evaluator over the chief's --model-dir. */
@@ -811,7 +825,7 @@ int cmd_train(int argc, char **argv)
 {
     struct train_opts o;
     flag_def flags[96];
-    int n_flags = define_flags(flags, &o);
+    int n_flags = define_flags(flags, (int)(sizeof flags / sizeof flags[0]), &o);
     int rc = 1;
     struct input in;
     memset(&in, 0, sizeof in);
@@ -838,20 +852,23 @@ int cmd_train(int argc, char **argv)
     dt_comm *comm = NULL;
     dt_status st = DT_OK;
     o.n_workers = 1, o.rank = 0;
-    bool evaluator = false;
-    if ((st = is_evaluator_task(&o, &evaluator)))
+    task_place place;
+    if ((st = read_task_place(&o, &place)))
         goto fail;
-    if (evaluator)
+    if (place.evaluator)
         return run_as_evaluator(&o);
-    if (!flags_find(flags, n_flags, "strategy")->set) {
-        /* As TF: a TF_CONFIG cluster of several workers (or MPI) means multi_worker_mirrored. */
-        dt_cluster probe;
-        memset(&probe, 0, sizeof probe);
-        if (strcmp(o.comm.backend, "mpi") == 0 ||
-            (dt_cluster_from_env(&probe) == DT_OK && probe.has_cluster && probe.n_workers > 1))
-            o.strategy = "multi_worker_mirrored";
-        dt_cluster_free(&probe);
-    }
+    if (place.ps || place.has_ps)
+        return cli_fail(2, place.ps
+                               ? "this task is a ps task of TF_CONFIG's cluster: ps tasks serve "
+                                 "--strategy parameter_server, which this build does not have "
+                                 "yet (run the cluster without ps tasks)"
+                               : "TF_CONFIG's cluster names ps tasks: they serve --strategy "
+                                 "parameter_server, which this build does not have yet (run "
+                                 "the cluster without ps tasks)");
+    /* As TF: a TF_CONFIG cluster of several workers (or MPI) means multi_worker_mirrored. */
+    if (!flags_find(flags, n_flags, "strategy")->set &&
+        (strcmp(o.comm.backend, "mpi") == 0 || place.n_workers > 1))
+        o.strategy = "multi_worker_mirrored";
     if (strcmp(o.strategy, "multi_worker_mirrored") == 0) {
         if ((st = dt_comm_open(&o.comm, &cluster, &comm)))
             goto fail;

@@ -31,6 +31,49 @@ else
 fi
 
 expect_error unknown_command 2 "unknown command 'trian'" trian
+
+# Every command and subcommand: --help prints its usage and exits 0; a flag it does not know is a
+# usage error (exit 2, one line).
+for cmd in train data "data head" convert evaluate inspect launch bench "bench allreduce"; do
+    # shellcheck disable=SC2086
+    run "$dtrain" $cmd --help
+    name=$(printf '%s' "$cmd" | tr ' ' _)
+    if [ "$status" -eq 0 ] && grep -qi "usage" "$tmp/out" && [ ! -s "$tmp/err" ]; then
+        ok "help_of_$name"
+    else
+        fail "help_of_$name" "exit $status; $(head -c 200 "$tmp/err")"
+    fi
+    # shellcheck disable=SC2086
+    run "$dtrain" $cmd --no-such-flag x y
+    if [ "$status" -eq 2 ] && [ "$(wc -l < "$tmp/err")" -eq 1 ] && grep -q "dtrain: error:" "$tmp/err"; then
+        ok "usage_error_of_$name"
+    else
+        fail "usage_error_of_$name" "exit $status; $(head -c 200 "$tmp/err")"
+    fi
+done
+expect_error bench_with_one_rank 2 "nothing to reduce" bench allreduce --sizes 4K
+
+# --- A TF_CONFIG that is not valid is the same named error whatever the flags ---
+bad_configs=(
+    'not json|TF_CONFIG: not valid JSON'
+    '{"cluster":{"worker":["127.0.0.1:1"]},"task":{"type":"worker","index":3}}|task.index: 3 is out of range'
+    '{"cluster":{"worker":["127.0.0.1:1"]},"task":{"type":"boss","index":0}}|task.type: unknown job'
+    '{"cluster":{"worker":["nohostport"]},"task":{"type":"worker","index":0}}|cluster.worker[0]'
+)
+for entry in "${bad_configs[@]}"; do
+    cfg=${entry%%|*} needle=${entry#*|}
+    field=$(printf '%s' "${needle%%:*}" | tr -c 'a-zA-Z0-9\n' _)
+    for strategy in "" multi_worker_mirrored one_device; do
+        TF_CONFIG=$cfg expect_error "bad_tf_config_${field}_strategy_${strategy:-unset}" 1 \
+            "$needle" train --max-steps 1 --test-data none ${strategy:+--strategy "$strategy"}
+    done
+done
+# ps tasks are named, not met with a rank error, until the parameter-server strategy exists.
+ps_cluster='{"cluster":{"worker":["127.0.0.1:1","127.0.0.1:2"],"ps":["127.0.0.1:3"]},'
+TF_CONFIG="$ps_cluster"'"task":{"type":"ps","index":0}}' expect_error ps_task_is_named 2 \
+    "this task is a ps task" train --max-steps 1
+TF_CONFIG="$ps_cluster"'"task":{"type":"worker","index":1}}' expect_error cluster_with_ps_is_named 2 \
+    "cluster names ps tasks: they serve --strategy parameter_server" train --max-steps 1
 expect_error unknown_flag 2 "unknown flag '--epoch'" train --epoch 3
 expect_error flag_without_value 2 "--epochs: missing value" train --epochs
 expect_error non_numeric_epochs 2 "--epochs: expected an integer, got 'five'" train --epochs five
