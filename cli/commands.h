@@ -5,6 +5,8 @@
 
 #include <stdbool.h>
 
+#include "dtrain/evaluator.h"
+
 int cmd_train(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_data(int argc, char **argv);
@@ -16,8 +18,7 @@ int cmd_inspect(int argc, char **argv);
 /* The sidecar evaluator of dtrain evaluate, also run by dtrain train in an evaluator task:
  * evaluates checkpoint (a file), or model_dir's latest, or with watch every newer one of
  * model_dir until the final; returns the exit status. */
-int cli_sidecar_evaluate(const char *model_dir, const char *test_spec, const char *checkpoint,
-                         bool watch, int batch, double poll_secs, double idle_timeout);
+int cli_sidecar_evaluate(const dt_evaluator_options *o);
 
 /* Prints "dtrain: error: <message>" on stderr and returns status. */
 int cli_fail(int status, const char *message);

@@ -12,6 +12,7 @@
 #include "dtrain/clock.h"
 #include "dtrain/fit.h"
 #include "dtrain/idx.h"
+#include "dtrain/input.h"
 #include "dtrain/model.h"
 #include "dtrain/optim.h"
 #include "dtrain/pool.h"
@@ -20,12 +21,11 @@
 #include "dtrain/strategy.h"
 #include "flags.h"
 
-#define FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
-
 struct train_opts {
     const char *model, *model_file, *data, *test_data, *optimizer, *lr_schedule, *strategy;
     const char *metrics_out, *shuffle_buffer, *progress, *loss_reduction, *gradient_wire;
     const char *features, *label_key, *input_shape, *compression, *cache, *label_column;
+    const char *auto_shard;
     int prefetch, num_parallel_reads, num_parallel_calls, num_features, index_base, replicas;
     int early_stopping_patience;
     double early_stopping_min_delta;
@@ -71,6 +71,10 @@ static int define_flags(flag_def *f, int cap, struct train_opts *o)
          &o->label_column);
     FLAG("input-shape", FLAG_STRING, NULL,
          "H,W,C of the model's input for file data (default: 1,1,features)", &o->input_shape);
+    FLAG("auto-shard", FLAG_STRING, "data", "file data over several workers: data (each keeps "
+         "every n-th example), file (whole files each; data when there are fewer files than "
+         "workers), auto (file when there are enough files, else data, as tf.data's AUTO), or "
+         "off (every worker reads everything)", &o->auto_shard);
     FLAG("num-parallel-reads", FLAG_INT, "1", "files read in turn (interleave)",
          &o->num_parallel_reads);
     FLAG("num-parallel-calls", FLAG_INT, "1", "batches parsed at once on threads",
@@ -187,52 +191,6 @@ static int define_flags(flag_def *f, int cap, struct train_opts *o)
 }
 
 static int usage_error(void) { return cli_fail(2, dt_last_error()); }
-
-/* fashion-mnist[:DIR], mnist:DIR, idx:IMAGES,LABELS. test selects the t10k half of a directory. */
-static dt_status load_data(const char *flag, const char *spec, bool test, dt_image_dataset *out)
-{
-    if (strcmp(spec, "fashion-mnist") == 0 || strncmp(spec, "fashion-mnist:", 14) == 0 ||
-        strncmp(spec, "mnist:", 6) == 0) {
-        const char *colon = strchr(spec, ':');
-        const char *dir = colon ? colon + 1 : FASHION_MNIST_DIR;
-        if (!*dir)
-            return dt_error(DT_ERR_INVALID, "--%s: '%s': the directory after ':' is empty", flag,
-                            spec);
-        if (access(dir, F_OK) != 0)
-            return dt_error(DT_ERR_IO, "--%s: %s: %s%s", flag, dir, strerror(errno),
-                            colon ? "" : " (install the Debian package dataset-fashion-mnist)");
-        return dt_image_dataset_load_mnist_dir(dir, !test, out);
-    }
-    if (strncmp(spec, "idx:", 4) == 0) {
-        const char *images = spec + 4, *comma = strchr(images, ',');
-        if (!comma || comma == images || !comma[1])
-            return dt_error(DT_ERR_INVALID, "--%s: expected idx:IMAGES,LABELS, got '%s'", flag, spec);
-        char path[4096];
-        if ((size_t)(comma - images) >= sizeof path)
-            return dt_error(DT_ERR_INVALID, "--%s: path too long", flag);
-        memcpy(path, images, (size_t)(comma - images));
-        path[comma - images] = '\0';
-        return dt_image_dataset_load(path, comma + 1, out);
-    }
-    return dt_error(DT_ERR_INVALID, "--%s: unknown data '%s' (fashion-mnist[:DIR], mnist:DIR, "
-                    "idx:IMAGES,LABELS, tfrecord:GLOB, libsvm:GLOB, csv:GLOB)", flag, spec);
-}
-
-/* The test set: --test-data, else the t10k files beside directory-style training data. */
-static dt_status load_test_data(const struct train_opts *o, dt_image_dataset *out, bool *have)
-{
-    *have = false;
-    const char *spec = o->test_data;
-    if (spec && strcmp(spec, "none") == 0)
-        return DT_OK;
-    bool dir_style = strncmp(o->data, "idx:", 4) != 0;
-    if (!spec && !dir_style)
-        return DT_OK;
-    dt_status st = load_data("test-data", spec ? spec : o->data, true, out);
-    if (st == DT_OK)
-        *have = true;
-    return st;
-}
 
 /* "epoch" (0) or a positive step count. */
 static dt_status parse_backup_freq(const char *text, int64_t *out)
@@ -470,34 +428,6 @@ fail:
 
 /* ---- The input: in-memory images or file pipelines, both as datasets of batches ---- */
 
-struct input {
-    dt_image_dataset train_images, test_images;
-    dt_file_list train_files, test_files;
-    dt_example_spec spec;
-    dt_dataset *train, *test;
-    int shape[3];
-    int64_t n_train;    /* examples, -1 when unknown (file data) */
-    int eval_batch;
-    int64_t bad_records;
-    char source[600];   /* names the training data in messages */
-};
-
-static void input_free(struct input *in)
-{
-    dt_dataset_destroy(in->train);
-    dt_dataset_destroy(in->test);
-    dt_file_list_free(&in->train_files);
-    dt_file_list_free(&in->test_files);
-    dt_image_dataset_free(&in->train_images);
-    dt_image_dataset_free(&in->test_images);
-}
-
-static bool is_file_data(const char *spec)
-{
-    return strncmp(spec, "tfrecord:", 9) == 0 || strncmp(spec, "libsvm:", 7) == 0 ||
-           strncmp(spec, "csv:", 4) == 0;
-}
-
 /* When the workers on this machine have a thread on every core, a prefetch thread would have
  * no core of its own, and each hand-off wakes it on a core a worker needs (in lock-step, the
  * other workers then wait too). The pipeline then runs on the worker's own thread, between
@@ -510,198 +440,64 @@ static void inline_input_when_cores_are_taken(struct train_opts *o, const flag_d
         o->prefetch = 0;
 }
 
-static dt_status prepare_images(const struct train_opts *o, int64_t shuffle_buffer,
-                                struct input *in)
+/* The library's input options from the flags (checked with the other flags). */
+static dt_status input_options(const struct train_opts *o, int64_t shuffle_buffer,
+                               dt_input_options *io)
 {
-    bool have_test;
-    dt_status st = load_data("data", o->data, false, &in->train_images);
-    if (st || (st = load_test_data(o, &in->test_images, &have_test)))
-        return st;
-    const dt_image_dataset *t = &in->train_images;
-    in->shape[0] = t->h, in->shape[1] = t->w, in->shape[2] = t->c;
-    in->n_train = t->n;
-    in->eval_batch = o->batch_size < t->n ? o->batch_size : t->n;
-    snprintf(in->source, sizeof in->source, "%s", t->images_path);
-    if ((st = dt_image_pipeline_sharded(t, o->batch_size, !o->keep_remainder, shuffle_buffer,
-                                        (uint64_t)o->seed, o->prefetch, o->n_workers, o->rank,
-                                        &in->train)))
-        return st;
-    if (have_test && (st = dt_image_pipeline(&in->test_images, in->eval_batch, false, 0, 0, 0,
-                                             &in->test)))
-        return st;
-    return DT_OK;
-}
-
-/* A file source of rows (parsed), from tfrecord:, libsvm: or csv: data. */
-static dt_status file_source(const struct train_opts *o, const char *flag, const char *data,
-                             dt_file_list *files, const dt_source_options *so, dt_dataset **out)
-{
-    const char *colon = strchr(data, ':');
-    dt_status st = dt_file_list_glob(colon + 1, files);
+    dt_input_options_default(io);
+    io->batch_size = o->batch_size;
+    io->keep_remainder = o->keep_remainder;
+    io->shuffle_buffer = shuffle_buffer;
+    io->seed = (uint64_t)o->seed;
+    io->prefetch = o->prefetch;
+    dt_status st = dt_autoshard_parse(o->auto_shard, &io->autoshard);
     if (st)
-        return dt_error_prefix(st, "--%s", flag);
-    if (strncmp(data, "tfrecord:", 9) == 0)
-        return dt_dataset_tfrecord(files, so, out);
-    if (strncmp(data, "libsvm:", 7) == 0) {
-        dt_libsvm_options lo;
-        dt_libsvm_options_default(&lo);
-        lo.n_dense = o->num_features;
-        lo.index_base = o->index_base;
-        return dt_dataset_libsvm(files, &lo, so, out);
-    }
-    dt_csv_options co;
-    dt_csv_options_default(&co);
-    co.header = o->csv_header;
-    const char *label_name = NULL;
-    if (o->label_column) {
-        char *end;
-        long v = strtol(o->label_column, &end, 10);
-        if (*end == '\0' && v >= 0 && v < 1000000)
-            co.label_column = (int)v;
-        else
-            label_name = o->label_column;
-        if (label_name && !co.header)
-            return dt_error(DT_ERR_INVALID, "--label-column: a column name needs --csv-header");
-    }
-    return dt_dataset_csv(files, &co, label_name, so, out);
-}
-
-/* source -> [cache] -> [shuffle] -> batch -> [parse Examples] -> [prefetch]: the order the
- * tf.data guides recommend, parsing a whole batch per call. */
-static dt_status file_pipeline(const struct train_opts *o, const char *flag, const char *data,
-                               bool training, int64_t shuffle_buffer, int batch,
-                               dt_file_list *files, struct input *in, dt_dataset **out)
-{
-    dt_source_options so;
-    dt_source_options_default(&so);
-    dt_status st = dt_compression_parse(o->compression, &so.compression);
-    if (st)
+        return dt_error_prefix(st, "--auto-shard");
+    if ((st = dt_compression_parse(o->compression, &io->compression)))
         return dt_error_prefix(st, "--compression");
-    so.num_parallel_reads = o->num_parallel_reads;
-    so.skip_bad_records = o->skip_bad_records;
-    so.bad_records = &in->bad_records;
-    dt_dataset *p;
-    if ((st = file_source(o, flag, data, files, &so, &p)))
-        return st;
-    /* Several workers: each keeps every n-th example (tf.data's DATA auto-shard) and batches its
-     * share of the global batch. */
-    if (training && o->n_workers > 1) {
-        if ((st = dt_dataset_shard(p, o->n_workers, o->rank, &p)))
-            return st;
-        batch = o->batch_size / o->n_workers;
-    }
-    if (training && o->cache)
-        st = dt_dataset_cache(p, strcmp(o->cache, "memory") == 0 ? NULL : o->cache, &p);
-    if (st == DT_OK && training && shuffle_buffer > 1)
-        st = dt_dataset_shuffle(p, shuffle_buffer, (uint64_t)o->seed, true, &p);
-    if (st == DT_OK)
-        st = dt_dataset_batch(p, batch, training && !o->keep_remainder, &p);
-    if (st == DT_OK && strncmp(data, "tfrecord:", 9) == 0)
-        st = dt_dataset_parse_examples(p, &in->spec, files, o->num_parallel_calls, &so, &p);
-    if (st == DT_OK && o->prefetch > 0)
-        st = dt_dataset_prefetch(p, o->prefetch, &p);
-    *out = st == DT_OK ? p : NULL;
-    return st;
-}
-
-static dt_status parse_shape(const char *text, int shape[3])
-{
-    if (sscanf(text, "%d,%d,%d", &shape[0], &shape[1], &shape[2]) != 3 || shape[0] < 1 ||
-        shape[1] < 1 || shape[2] < 1)
-        return dt_error(DT_ERR_INVALID, "--input-shape: expected H,W,C, got '%s'", text);
+    io->num_parallel_reads = o->num_parallel_reads;
+    io->num_parallel_calls = o->num_parallel_calls;
+    io->cache = o->cache;
+    io->skip_bad_records = o->skip_bad_records;
+    io->features = o->features;
+    io->label_key = o->label_key;
+    io->num_features = o->num_features;
+    io->index_base = o->index_base;
+    io->csv_header = o->csv_header;
+    io->label_column = o->label_column;
+    io->input_shape = o->input_shape;
     return DT_OK;
 }
 
-/* The width of file data's rows: from the feature spec, --num-features, or the first batch. */
-static dt_status file_width(const struct train_opts *o, struct input *in, int *n_dense)
+/* The training and test specs: --test-data, "none", or the t10k half beside directory data. */
+static dt_status input_specs(const struct train_opts *o, dt_input_spec *train,
+                             dt_input_spec *test, bool *have_test)
 {
-    if (strncmp(o->data, "tfrecord:", 9) == 0) {
-        *n_dense = in->spec.n_dense;
+    *have_test = false;
+    dt_status st = dt_input_spec_parse(o->data, "--data", train);
+    if (st)
+        return st;
+    if (o->test_data && strcmp(o->test_data, "none") == 0)
+        return DT_OK;
+    if (!o->test_data) {
+        dt_input_spec_default_test(train, test, have_test);
         return DT_OK;
     }
-    if (strncmp(o->data, "libsvm:", 7) == 0) {
-        if (o->num_features < 1)
-            return dt_error(DT_ERR_INVALID, "--num-features: libsvm data for a dense model needs "
-                            "the number of features");
-        *n_dense = o->num_features;
-        return DT_OK;
-    }
-    /* CSV: the first file's first line tells (its header, or its first row): read apart from
-     * the pipeline, which must not read a stream twice. A stream gives no such look. */
-    char line[65536];
-    FILE *f = strcmp(in->train_files.paths[0], "-") == 0 ? NULL : fopen(in->train_files.paths[0], "r");
-    struct stat sb;
-    if (!f || fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        if (f)
-            fclose(f);
-        if (o->num_features > 0) {
-            *n_dense = o->num_features;
-            return DT_OK;
-        }
-        return dt_error(DT_ERR_INVALID, "--num-features: CSV from a stream needs the number of "
-                        "feature columns");
-    }
-    int fields = 0;
-    dt_csv_options co;
-    dt_csv_options_default(&co);
-    while (fgets(line, sizeof line, f)) {
-        size_t len = strcspn(line, "\n");
-        dt_status st = dt_csv_count_fields(line, len, &co, &fields);
-        if (st == DT_END)
-            continue;
-        fclose(f);
-        if (st)
-            return dt_error_prefix(st, "%s: line 1", in->train_files.paths[0]);
-        *n_dense = fields - (o->label_column ? 1 : 0);
-        return DT_OK;
-    }
-    fclose(f);
-    return dt_error(DT_ERR_INVALID, "--data: %s holds no rows", in->train_files.paths[0]);
+    *have_test = true;
+    return dt_input_spec_parse(o->test_data, "--test-data", test);
 }
 
-static dt_status prepare_files(const struct train_opts *o, int64_t shuffle_buffer,
-                               struct input *in)
+/* This worker's input (its block of every global batch) and the chief's test input. */
+static dt_status open_input(const struct train_opts *o, const dt_input_options *io,
+                            dt_input *in)
 {
-    dt_status st;
-    if (strncmp(o->data, "tfrecord:", 9) == 0) {
-        if (!o->features)
-            return dt_error(DT_ERR_INVALID, "--features: tfrecord data needs the features to read, "
-                            "e.g. --features image:784:1/255 --label-key label");
-        if ((st = dt_example_spec_parse(o->features, o->label_key, &in->spec)))
-            return dt_error_prefix(st, "--features");
-    }
-    in->n_train = -1;
-    in->eval_batch = o->batch_size;
-    snprintf(in->source, sizeof in->source, "%s", o->data);
-    if ((st = file_pipeline(o, "data", o->data, true, shuffle_buffer, o->batch_size,
-                            &in->train_files, in, &in->train)))
+    dt_input_spec train, test;
+    bool have_test;
+    dt_status st = input_specs(o, &train, &test, &have_test);
+    if (st)
         return st;
-    const char *test = o->test_data;
-    if (test && strcmp(test, "none") != 0) {
-        if (!is_file_data(test))
-            return dt_error(DT_ERR_INVALID, "--test-data: with file --data, give tfrecord:, "
-                            "libsvm: or csv: test data too");
-        if ((st = file_pipeline(o, "test-data", test, false, 0, o->batch_size, &in->test_files, in,
-                                &in->test)))
-            return st;
-    }
-    int n_dense = 0;
-    if ((st = file_width(o, in, &n_dense)))
-        return st;
-    if (o->input_shape) {
-        if ((st = parse_shape(o->input_shape, in->shape)))
-            return st;
-        if ((int64_t)in->shape[0] * in->shape[1] * in->shape[2] != n_dense)
-            return dt_error(DT_ERR_INVALID, "--input-shape: %dx%dx%d is not the %d values per "
-                            "example of the data", in->shape[0], in->shape[1], in->shape[2],
-                            n_dense);
-    } else {
-        in->shape[0] = in->shape[1] = 1;
-        in->shape[2] = n_dense;
-    }
-    if (n_dense < 1)
-        return dt_error(DT_ERR_INVALID, "--data: the examples have no dense features to train on");
-    return DT_OK;
+    dt_input_context ctx = {o->n_workers, o->rank, o->n_workers};
+    return dt_input_open(&train, have_test ? &test : NULL, io, &ctx, in);
 }
 
 /* ---- The replicas ---- */
@@ -716,13 +512,13 @@ struct replica_run {
     const dt_model_spec *spec;
     const dt_optim_config *ocfg;
     dt_fit_config fcfg;
-    struct input *chief_in;
+    dt_input *chief_in;
+    dt_input_options io;  /* how the chief's input was built */
     dt_model *chief_model;
     dt_optim *chief_opt;
     dt_pool *chief_pool;
     bool local_replicas;  /* replicas on threads of this process */
     int threads;
-    int64_t shuffle_buffer;
     dt_fit_result chief_res;
 };
 
@@ -735,21 +531,13 @@ static dt_status other_local_replica(struct replica_run *m, dt_replica *r)
     fcfg.validate = false;
     struct train_opts o = m->o;
     o.rank = id;
-    struct input in;
-    memset(&in, 0, sizeof in);
-    in.spec = m->chief_in->spec;
+    dt_input in;
     dt_pool *pool = NULL;
     dt_model *model = NULL;
     dt_optim opt;
     dt_optim_init(&opt);
-    dt_status st;
-    if (m->chief_in->train_images.n > 0)
-        st = dt_image_pipeline_sharded(&m->chief_in->train_images, o.batch_size,
-                                       !o.keep_remainder, m->shuffle_buffer, (uint64_t)o.seed,
-                                       o.prefetch, o.n_workers, id, &in.train);
-    else
-        st = file_pipeline(&o, "data", o.data, true, m->shuffle_buffer, o.batch_size,
-                           &in.train_files, &in, &in.train);
+    dt_input_context ctx = {o.n_workers, id, o.n_workers};
+    dt_status st = dt_input_open_replica(m->chief_in, &m->io, &ctx, &in);
     dt_model_options mopts = {.no_fuse = o.no_fuse};
     dt_fit_result res;
     if (st || (st = dt_pool_create(m->threads, &pool)) ||
@@ -762,7 +550,7 @@ done:
     dt_optim_free(&opt);
     dt_model_destroy(model);
     dt_pool_destroy(pool);
-    input_free(&in);
+    dt_input_free(&in);
     return st;
 }
 
@@ -814,11 +602,17 @@ static int run_as_evaluator(const struct train_opts *o)
     if (!o->model_dir)
         return cli_fail(2, "the evaluator task evaluates the checkpoints of --model-dir: give it");
     const char *test = o->test_data;
-    if (!test && strncmp(o->data, "idx:", 4) != 0 && !is_file_data(o->data))
+    dt_input_spec train;
+    if (!test && dt_input_spec_parse(o->data, "--data", &train) == DT_OK &&
+        train.kind == DT_INPUT_MNIST_DIR)
         test = o->data; /* the t10k files beside the training data */
     if (!test || strcmp(test, "none") == 0)
         return cli_fail(2, "the evaluator task needs --test-data");
-    return cli_sidecar_evaluate(o->model_dir, test, NULL, true, 1000, 1.0, 3600.0);
+    dt_evaluator_options eo;
+    dt_evaluator_options_default(&eo);
+    eo.model_dir = o->model_dir, eo.watch = true, eo.test_data = test, eo.out = stdout;
+    eo.log = stderr;
+    return cli_sidecar_evaluate(&eo);
 }
 
 int cmd_train(int argc, char **argv)
@@ -827,7 +621,7 @@ int cmd_train(int argc, char **argv)
     flag_def flags[96];
     int n_flags = define_flags(flags, (int)(sizeof flags / sizeof flags[0]), &o);
     int rc = 1;
-    struct input in;
+    dt_input in;
     memset(&in, 0, sizeof in);
     dt_pool *pool = NULL;
     dt_model *model = NULL;
@@ -843,8 +637,9 @@ int cmd_train(int argc, char **argv)
     }
     dt_optim_config ocfg;
     int64_t shuffle_buffer = 0;
+    dt_input_options io;
     if (check_ranges(&o, flags, n_flags) || parse_shuffle_buffer(o.shuffle_buffer, &shuffle_buffer) ||
-        build_optim_config(&o, flags, n_flags, &ocfg))
+        build_optim_config(&o, flags, n_flags, &ocfg) || input_options(&o, shuffle_buffer, &io))
         return usage_error();
     int threads = flags_find(flags, n_flags, "threads")->set ? o.threads : dt_cpu_count();
     dt_cluster cluster;
@@ -939,9 +734,9 @@ int cmd_train(int argc, char **argv)
                         (strcmp(o.progress, "auto") == 0 && dt_progress_bar_wanted(stdout));
 
     dt_model_spec spec;
-    st = is_file_data(o.data) ? prepare_files(&o, shuffle_buffer, &in)
-                              : prepare_images(&o, shuffle_buffer, &in);
-    if (st || (st = load_model_spec(&o, in.shape, in.source, &spec)))
+    if ((st = input_options(&o, shuffle_buffer, &io)) || /* --prefetch may have changed */
+        (st = open_input(&o, &io, &in)) ||
+        (st = load_model_spec(&o, in.shape, in.source, &spec)))
         goto fail;
     fcfg.validate = o.validate && in.test && chief;
     bool periodic_eval = o.eval_every_steps > 0 || o.eval_throttle_secs > 0.0;
@@ -987,9 +782,9 @@ int cmd_train(int argc, char **argv)
     dt_strategy_kind kind = DT_STRATEGY_ONE_DEVICE;
     dt_strategy_parse(o.strategy, &kind); /* checked with the other flags */
     struct replica_run run = {.o = o, .spec = &spec, .ocfg = &ocfg, .fcfg = fcfg,
-                              .chief_in = &in, .chief_model = model, .chief_opt = &opt,
+                              .chief_in = &in, .io = io, .chief_model = model, .chief_opt = &opt,
                               .chief_pool = pool, .local_replicas = on_threads,
-                              .threads = threads, .shuffle_buffer = shuffle_buffer};
+                              .threads = threads};
     dt_strategy *strategy = NULL;
     if ((st = dt_strategy_create(kind, &sopts, &strategy)))
         goto fail;
@@ -1032,7 +827,7 @@ fail:
     dt_optim_free(&opt);
     dt_model_destroy(model);
     dt_pool_destroy(pool);
-    input_free(&in);
+    dt_input_free(&in);
     dt_comm_destroy(comm);
     dt_cluster_free(&cluster);
     return rc;

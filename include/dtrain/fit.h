@@ -16,6 +16,7 @@
 
 #include "dtrain/dataset.h"
 #include "dtrain/idx.h"
+#include "dtrain/image_pipeline.h"
 #include "dtrain/model.h"
 #include "dtrain/optim.h"
 #include "dtrain/pool.h"
@@ -150,21 +151,6 @@ int64_t dt_fit_batches_per_epoch(const dt_fit_config *cfg, int64_t n_examples);
 /* Checks cfg against a training set of n_examples (-1: unknown), naming the field. */
 dt_status dt_fit_check(const dt_fit_config *cfg, int64_t n_examples);
 
-/* The image pipeline of dt_fit: batches of images scaled to [0, 1] with their labels. A shuffle
- * buffer of 0 or 1 keeps file order; prefetch 0 adds no background thread. */
-dt_status dt_image_pipeline(const dt_image_dataset *ds, int batch_size, bool drop_remainder,
-                            int64_t shuffle_buffer, uint64_t seed, int prefetch, dt_dataset **out);
-
-/* The same pipeline for one of n_workers workers: every worker shuffles and batches the same way
- * (the same seed), with global batches of batch_size, and gathers only its own block of each
- * batch's rows (dt_comm_block's split: equal blocks, the first ones a row larger). So the workers'
- * batches together are exactly the single-worker batch of the same step, which is what makes
- * k workers equal one worker at the same global batch. A short last batch can leave a worker an
- * empty block; it still takes the step. */
-dt_status dt_image_pipeline_sharded(const dt_image_dataset *ds, int batch_size,
-                                    bool drop_remainder, int64_t shuffle_buffer, uint64_t seed,
-                                    int prefetch, int n_workers, int worker, dt_dataset **out);
-
 /* Mean loss and accuracy over one iteration of a dataset of batches. */
 dt_status dt_evaluate_dataset(dt_model *m, dt_dataset *batches, double *loss, double *accuracy);
 
@@ -177,9 +163,5 @@ dt_status dt_evaluate(dt_model *m, const dt_image_dataset *ds, double *loss, dou
 
 /* Checks that ds's images and labels fit m. */
 dt_status dt_check_dataset(const dt_model *m, const dt_image_dataset *ds);
-
-/* Scales images[idx[i]] (uint8) into x (B, H, W, C) float as v / 255, and gathers labels. */
-void dt_gather_batch(const dt_image_dataset *ds, const uint32_t *idx, int B, float *x,
-                     int32_t *labels);
 
 #endif

@@ -1,0 +1,407 @@
+/* Training input from a data spec (see include/dtrain/input.h). */
+#include "dtrain/input.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "dtrain/image_pipeline.h"
+
+/* ---- Specs ---- */
+
+static dt_status copy_field(char *dst, size_t cap, const char *src, size_t n, const char *what)
+{
+    if (n >= cap)
+        return dt_error(DT_ERR_INVALID, "%s: a path of %zu bytes is too long", what, n);
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+    return DT_OK;
+}
+
+static const char *const file_prefixes[] = {"tfrecord:", "libsvm:", "csv:"};
+static const dt_input_kind file_kinds[] = {DT_INPUT_TFRECORD, DT_INPUT_LIBSVM, DT_INPUT_CSV};
+
+dt_status dt_input_spec_parse(const char *text, const char *what, dt_input_spec *out)
+{
+    memset(out, 0, sizeof *out);
+    dt_status st = copy_field(out->text, sizeof out->text, text, strlen(text), what);
+    if (st)
+        return st;
+    for (int i = 0; i < 3; i++) {
+        size_t n = strlen(file_prefixes[i]);
+        if (strncmp(text, file_prefixes[i], n) == 0) {
+            out->kind = file_kinds[i];
+            if (!text[n])
+                return dt_error(DT_ERR_INVALID, "%s: '%s': the files after ':' are missing",
+                                what, text);
+            return copy_field(out->path, sizeof out->path, text + n, strlen(text + n), what);
+        }
+    }
+    if (strcmp(text, "fashion-mnist") == 0) {
+        out->kind = DT_INPUT_MNIST_DIR;
+        out->default_dir = true;
+        return copy_field(out->path, sizeof out->path, DT_FASHION_MNIST_DIR,
+                          strlen(DT_FASHION_MNIST_DIR), what);
+    }
+    if (strncmp(text, "fashion-mnist:", 14) == 0 || strncmp(text, "mnist:", 6) == 0) {
+        const char *dir = strchr(text, ':') + 1;
+        out->kind = DT_INPUT_MNIST_DIR;
+        if (!*dir)
+            return dt_error(DT_ERR_INVALID, "%s: '%s': the directory after ':' is empty", what,
+                            text);
+        return copy_field(out->path, sizeof out->path, dir, strlen(dir), what);
+    }
+    if (strncmp(text, "idx:", 4) == 0) {
+        const char *images = text + 4, *comma = strchr(images, ',');
+        out->kind = DT_INPUT_IDX;
+        if (!comma || comma == images || !comma[1])
+            return dt_error(DT_ERR_INVALID, "%s: expected idx:IMAGES,LABELS, got '%s'", what,
+                            text);
+        if ((st = copy_field(out->path, sizeof out->path, images, (size_t)(comma - images),
+                             what)))
+            return st;
+        return copy_field(out->labels, sizeof out->labels, comma + 1, strlen(comma + 1), what);
+    }
+    return dt_error(DT_ERR_INVALID, "%s: unknown data '%s' (fashion-mnist[:DIR], mnist:DIR, "
+                    "idx:IMAGES,LABELS, tfrecord:GLOB, libsvm:GLOB, csv:GLOB)", what, text);
+}
+
+bool dt_input_spec_is_files(const dt_input_spec *s)
+{
+    return s->kind == DT_INPUT_TFRECORD || s->kind == DT_INPUT_LIBSVM || s->kind == DT_INPUT_CSV;
+}
+
+void dt_input_spec_default_test(const dt_input_spec *train, dt_input_spec *test, bool *have)
+{
+    *have = train->kind == DT_INPUT_MNIST_DIR;
+    if (*have)
+        *test = *train;
+}
+
+void dt_input_options_default(dt_input_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->batch_size = 64;
+    o->shuffle_buffer = INT64_MAX;
+    o->seed = 1;
+    o->prefetch = 2;
+    o->autoshard = DT_AUTOSHARD_DATA;
+    o->compression = DT_COMPRESSION_AUTO;
+    o->num_parallel_reads = 1;
+    o->num_parallel_calls = 1;
+    o->label_key = "label";
+    o->index_base = 1;
+}
+
+/* ---- Images ---- */
+
+dt_status dt_input_load_images(const dt_input_spec *s, const char *what, bool test,
+                               dt_image_dataset *out)
+{
+    if (dt_input_spec_is_files(s))
+        return dt_error(DT_ERR_INVALID, "%s: '%s': images are read from fashion-mnist[:DIR], "
+                        "mnist:DIR or idx:IMAGES,LABELS", what, s->text);
+    if (s->kind == DT_INPUT_IDX)
+        return dt_image_dataset_load(s->path, s->labels, out);
+    if (access(s->path, F_OK) != 0)
+        return dt_error(DT_ERR_IO, "%s: %s: %s%s", what, s->path, strerror(errno),
+                        s->default_dir ? " (install the Debian package dataset-fashion-mnist)"
+                                       : "");
+    return dt_image_dataset_load_mnist_dir(s->path, !test, out);
+}
+
+/* This worker's image pipeline: every worker batches alike and gathers its own block. */
+static dt_status image_train_pipeline(const dt_image_dataset *images, const dt_input_options *o,
+                                      const dt_input_context *ctx, dt_dataset **out)
+{
+    int workers = ctx ? ctx->num_input_pipelines : 1, me = ctx ? ctx->input_pipeline_id : 0;
+    return dt_image_pipeline_sharded(images, o->batch_size, !o->keep_remainder,
+                                     o->shuffle_buffer, o->seed, o->prefetch, workers, me, out);
+}
+
+static dt_status open_images(dt_input *in, const dt_input_spec *test, const dt_input_options *o,
+                             const dt_input_context *ctx)
+{
+    dt_status st = dt_input_load_images(&in->train_spec, "--data", false, &in->train_images);
+    if (st || (test && (st = dt_input_load_images(test, "--test-data", true, &in->test_images))))
+        return st;
+    const dt_image_dataset *t = &in->train_images;
+    in->shape[0] = t->h, in->shape[1] = t->w, in->shape[2] = t->c;
+    in->n_train = t->n;
+    in->eval_batch = o->batch_size < t->n ? o->batch_size : t->n;
+    snprintf(in->source, sizeof in->source, "%s", t->images_path);
+    if ((st = image_train_pipeline(t, o, ctx, &in->train)))
+        return st;
+    if (test && (st = dt_image_pipeline(&in->test_images, in->eval_batch, false, 0, 0, 0,
+                                        &in->test)))
+        return st;
+    return DT_OK;
+}
+
+/* ---- Files ---- */
+
+/* A file source of parsed rows over files (TFRecord: raw records, parsed after batching). */
+static dt_status file_source(const dt_input_spec *s, const dt_input_options *o,
+                             const dt_file_list *files, const dt_source_options *so,
+                             dt_dataset **out)
+{
+    if (s->kind == DT_INPUT_TFRECORD)
+        return dt_dataset_tfrecord(files, so, out);
+    if (s->kind == DT_INPUT_LIBSVM) {
+        dt_libsvm_options lo;
+        dt_libsvm_options_default(&lo);
+        lo.n_dense = o->num_features;
+        lo.index_base = o->index_base;
+        return dt_dataset_libsvm(files, &lo, so, out);
+    }
+    dt_csv_options co;
+    dt_csv_options_default(&co);
+    co.header = o->csv_header;
+    const char *label_name = NULL;
+    if (o->label_column) {
+        char *end;
+        long v = strtol(o->label_column, &end, 10);
+        if (*end == '\0' && v >= 0 && v < 1000000)
+            co.label_column = (int)v;
+        else
+            label_name = o->label_column;
+        if (label_name && !co.header)
+            return dt_error(DT_ERR_INVALID, "--label-column: a column name needs --csv-header");
+    }
+    return dt_dataset_csv(files, &co, label_name, so, out);
+}
+
+/* Auto-sharding of a worker's files or elements, as tf.data's policy says: FILE keeps whole
+ * files (shard the list before the source reads it), DATA every n-th element. */
+static dt_status shard_files(const dt_input_options *o, const dt_input_context *ctx,
+                             dt_file_list *files, dt_autoshard_policy *applied)
+{
+    *applied = DT_AUTOSHARD_OFF;
+    if (!ctx || ctx->num_input_pipelines <= 1 || o->autoshard == DT_AUTOSHARD_OFF)
+        return DT_OK;
+    const char *reason = "";
+    *applied = dt_autoshard_resolve(o->autoshard, files->n, ctx->num_input_pipelines, &reason);
+    if (*applied != DT_AUTOSHARD_FILE)
+        return DT_OK;
+    return dt_file_list_shard(files, ctx->num_input_pipelines, ctx->input_pipeline_id);
+}
+
+/* source -> [shard] -> [cache] -> [shuffle] -> batch -> [parse Examples] -> [prefetch]. A
+ * training pipeline of several workers batches this worker's share of the global batch. */
+static dt_status file_pipeline(dt_input *in, const dt_input_spec *s, const char *what,
+                               bool training, const dt_input_options *o,
+                               const dt_input_context *ctx, dt_file_list *files, dt_dataset **out)
+{
+    dt_source_options so;
+    dt_source_options_default(&so);
+    so.compression = o->compression;
+    so.num_parallel_reads = o->num_parallel_reads;
+    so.skip_bad_records = o->skip_bad_records;
+    so.bad_records = &in->bad_records;
+    int workers = training && ctx ? ctx->num_input_pipelines : 1;
+    int batch = o->batch_size / (workers > 0 ? workers : 1);
+    dt_autoshard_policy applied = DT_AUTOSHARD_OFF;
+    dt_dataset *p = NULL;
+    dt_status st = dt_file_list_glob(s->path, files);
+    if (st)
+        return dt_error_prefix(st, "%s", what);
+    if (training && (st = shard_files(o, ctx, files, &applied)))
+        return dt_error_prefix(st, "%s", what);
+    if ((st = file_source(s, o, files, &so, &p)))
+        return st;
+    if (applied == DT_AUTOSHARD_DATA)
+        st = dt_dataset_shard(p, workers, ctx->input_pipeline_id, &p);
+    if (st == DT_OK && training && o->cache)
+        st = dt_dataset_cache(p, strcmp(o->cache, "memory") == 0 ? NULL : o->cache, &p);
+    if (st == DT_OK && training && o->shuffle_buffer > 1)
+        st = dt_dataset_shuffle(p, o->shuffle_buffer, o->seed, true, &p);
+    if (st == DT_OK)
+        st = dt_dataset_batch(p, batch, training && !o->keep_remainder, &p);
+    if (st == DT_OK && s->kind == DT_INPUT_TFRECORD)
+        st = dt_dataset_parse_examples(p, &in->example_spec, files, o->num_parallel_calls, &so,
+                                       &p);
+    if (st == DT_OK && o->prefetch > 0)
+        st = dt_dataset_prefetch(p, o->prefetch, &p);
+    if (st)
+        dt_dataset_destroy(p);
+    *out = st == DT_OK ? p : NULL;
+    return st;
+}
+
+static dt_status parse_shape(const char *text, int shape[3])
+{
+    if (sscanf(text, "%d,%d,%d", &shape[0], &shape[1], &shape[2]) != 3 || shape[0] < 1 ||
+        shape[1] < 1 || shape[2] < 1)
+        return dt_error(DT_ERR_INVALID, "--input-shape: expected H,W,C, got '%s'", text);
+    return DT_OK;
+}
+
+/* The width of CSV rows, from the first file's first line (its header, or its first row), read
+ * apart from the pipeline, which must not read a stream twice; a stream gives no such look. */
+static dt_status csv_width(const dt_input *in, const dt_input_options *o, int *n_dense)
+{
+    const char *first = in->train_files.paths[0];
+    FILE *f = strcmp(first, "-") == 0 ? NULL : fopen(first, "r");
+    struct stat sb;
+    if (!f || fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        if (f)
+            fclose(f);
+        if (o->num_features > 0) {
+            *n_dense = o->num_features;
+            return DT_OK;
+        }
+        return dt_error(DT_ERR_INVALID, "--num-features: CSV from a stream needs the number of "
+                        "feature columns");
+    }
+    char line[65536];
+    int fields = 0;
+    dt_csv_options co;
+    dt_csv_options_default(&co);
+    while (fgets(line, sizeof line, f)) {
+        size_t len = strcspn(line, "\n");
+        dt_status st = dt_csv_count_fields(line, len, &co, &fields);
+        if (st == DT_END)
+            continue;
+        fclose(f);
+        if (st)
+            return dt_error_prefix(st, "%s: line 1", first);
+        *n_dense = fields - (o->label_column ? 1 : 0);
+        return DT_OK;
+    }
+    fclose(f);
+    return dt_error(DT_ERR_INVALID, "--data: %s holds no rows", first);
+}
+
+/* The width of file data's rows: from the feature spec, --num-features, or the first line. */
+static dt_status file_width(const dt_input *in, const dt_input_options *o, int *n_dense)
+{
+    if (in->train_spec.kind == DT_INPUT_TFRECORD) {
+        *n_dense = in->example_spec.n_dense;
+        return DT_OK;
+    }
+    if (in->train_spec.kind == DT_INPUT_LIBSVM) {
+        if (o->num_features < 1)
+            return dt_error(DT_ERR_INVALID, "--num-features: libsvm data for a dense model needs "
+                            "the number of features");
+        *n_dense = o->num_features;
+        return DT_OK;
+    }
+    return csv_width(in, o, n_dense);
+}
+
+static dt_status set_shape(dt_input *in, const dt_input_options *o)
+{
+    int n_dense = 0;
+    dt_status st = file_width(in, o, &n_dense);
+    if (st)
+        return st;
+    if (o->input_shape) {
+        if ((st = parse_shape(o->input_shape, in->shape)))
+            return st;
+        if ((int64_t)in->shape[0] * in->shape[1] * in->shape[2] != n_dense)
+            return dt_error(DT_ERR_INVALID, "--input-shape: %dx%dx%d is not the %d values per "
+                            "example of the data", in->shape[0], in->shape[1], in->shape[2],
+                            n_dense);
+    } else {
+        in->shape[0] = in->shape[1] = 1;
+        in->shape[2] = n_dense;
+    }
+    if (n_dense < 1)
+        return dt_error(DT_ERR_INVALID, "--data: the examples have no dense features to train on");
+    return DT_OK;
+}
+
+static dt_status open_files(dt_input *in, const dt_input_spec *test, const dt_input_options *o,
+                            const dt_input_context *ctx)
+{
+    dt_status st;
+    if (in->train_spec.kind == DT_INPUT_TFRECORD) {
+        if (!o->features)
+            return dt_error(DT_ERR_INVALID, "--features: tfrecord data needs the features to read, "
+                            "e.g. --features image:784:1/255 --label-key label");
+        if ((st = dt_example_spec_parse(o->features, o->label_key, &in->example_spec)))
+            return dt_error_prefix(st, "--features");
+    }
+    in->n_train = -1;
+    in->eval_batch = o->batch_size;
+    snprintf(in->source, sizeof in->source, "%.590s", in->train_spec.text);
+    if ((st = file_pipeline(in, &in->train_spec, "--data", true, o, ctx, &in->train_files,
+                            &in->train)))
+        return st;
+    if (test) {
+        if (!dt_input_spec_is_files(test))
+            return dt_error(DT_ERR_INVALID, "--test-data: with file --data, give tfrecord:, "
+                            "libsvm: or csv: test data too");
+        if ((st = file_pipeline(in, test, "--test-data", false, o, NULL, &in->test_files,
+                                &in->test)))
+            return st;
+    }
+    return set_shape(in, o);
+}
+
+/* ---- The input ---- */
+
+static dt_status check_options(const dt_input_options *o, const dt_input_context *ctx)
+{
+    if (o->batch_size < 1)
+        return dt_error(DT_ERR_INVALID, "--batch-size: must be at least 1, got %d", o->batch_size);
+    if (o->shuffle_buffer < 0 || o->prefetch < 0 || o->num_parallel_reads < 1 ||
+        o->num_parallel_calls < 1)
+        return dt_error(DT_ERR_INVALID, "input: the shuffle buffer and prefetch must not be "
+                        "negative, parallel reads and calls at least 1");
+    if (ctx && (ctx->num_input_pipelines < 1 || ctx->input_pipeline_id < 0 ||
+                ctx->input_pipeline_id >= ctx->num_input_pipelines))
+        return dt_error(DT_ERR_INVALID, "input: worker %d of %d", ctx->input_pipeline_id,
+                        ctx->num_input_pipelines);
+    return DT_OK;
+}
+
+dt_status dt_input_open(const dt_input_spec *train, const dt_input_spec *test,
+                        const dt_input_options *o, const dt_input_context *ctx, dt_input *out)
+{
+    memset(out, 0, sizeof *out);
+    dt_status st = check_options(o, ctx);
+    if (st)
+        return st;
+    out->train_spec = *train;
+    if (test)
+        out->test_spec = *test;
+    st = dt_input_spec_is_files(train) ? open_files(out, test, o, ctx)
+                                       : open_images(out, test, o, ctx);
+    if (st)
+        dt_input_free(out);
+    return st;
+}
+
+dt_status dt_input_open_replica(const dt_input *in, const dt_input_options *o,
+                                const dt_input_context *ctx, dt_input *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!dt_input_spec_is_files(&in->train_spec)) {
+        dt_status st = check_options(o, ctx);
+        if (st)
+            return st;
+        /* The images stay in's: out->train_images is left empty, so freeing out keeps them. */
+        out->train_spec = in->train_spec;
+        memcpy(out->shape, in->shape, sizeof out->shape);
+        out->n_train = in->n_train;
+        out->eval_batch = in->eval_batch;
+        snprintf(out->source, sizeof out->source, "%s", in->source);
+        return image_train_pipeline(&in->train_images, o, ctx, &out->train);
+    }
+    return dt_input_open(&in->train_spec, NULL, o, ctx, out);
+}
+
+void dt_input_free(dt_input *in)
+{
+    dt_dataset_destroy(in->train);
+    dt_dataset_destroy(in->test);
+    dt_file_list_free(&in->train_files);
+    dt_file_list_free(&in->test_files);
+    dt_image_dataset_free(&in->train_images);
+    dt_image_dataset_free(&in->test_images);
+    in->train = in->test = NULL;
+}

@@ -1,0 +1,183 @@
+/* The sidecar evaluator (TF's SidecarEvaluator) and the evaluation of one checkpoint: the model
+ * is built from a checkpoint's model_spec metadata, its parameters restored, and evaluated on the
+ * test data, reported as Estimator reports (see include/dtrain/evaluator.h). */
+#include "dtrain/evaluator.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dtrain/checkpoint.h"
+#include "dtrain/clock.h"
+#include "dtrain/fit.h"
+#include "dtrain/input.h"
+#include "dtrain/model.h"
+#include "dtrain/pool.h"
+#include "dtrain/summary.h"
+
+/* Builds the checkpoint's model (its model_spec metadata) with its parameters. */
+static dt_status model_of_checkpoint(const dt_ckpt *c, int batch, dt_pool *pool, dt_model **out)
+{
+    *out = NULL;
+    const char *json = dt_ckpt_meta_get(c, "model_spec");
+    if (!json)
+        return dt_error(DT_ERR_FORMAT, "%s: __metadata__.model_spec: missing", dt_ckpt_path(c));
+    dt_model_spec spec;
+    dt_status st = dt_model_spec_from_json(json, dt_ckpt_path(c), &spec);
+    if (st)
+        return st;
+    if (spec.input_shape[0] == 0)
+        return dt_error(DT_ERR_FORMAT, "%s: __metadata__.model_spec: no input_shape",
+                        dt_ckpt_path(c));
+    dt_model *m;
+    if ((st = dt_model_create(&spec, batch, pool, NULL, &m)))
+        return st;
+    if ((st = dt_ckpt_restore_arena(c, dt_model_params(m)))) {
+        dt_model_destroy(m);
+        return st;
+    }
+    *out = m;
+    return DT_OK;
+}
+
+static int64_t step_of(const dt_ckpt *c)
+{
+    const char *v = dt_ckpt_meta_get(c, "global_step");
+    return v ? strtoll(v, NULL, 10) : dt_ckpt_step_of_name(strrchr(dt_ckpt_path(c), '/')
+                                                               ? strrchr(dt_ckpt_path(c), '/') + 1
+                                                               : dt_ckpt_path(c));
+}
+
+/* Evaluates c on test and reports as Estimator's evaluation does. */
+static dt_status evaluate_one(const dt_evaluator_options *o, const dt_ckpt *c,
+                              const dt_image_dataset *test, dt_pool *pool, dt_summary_writer *sw)
+{
+    dt_model *m;
+    dt_status st = model_of_checkpoint(c, o->batch_size, pool, &m);
+    if (st)
+        return st;
+    double loss = 0.0, acc = 0.0;
+    int64_t step = step_of(c);
+    if ((st = dt_check_dataset(m, test)) == DT_OK &&
+        (st = dt_evaluate(m, test, &loss, &acc)) == DT_OK) {
+        if (o->out) {
+            fprintf(o->out, "Saving dict for global step %" PRId64 ": global_step = %" PRId64
+                    ", loss = %.7g, accuracy = %.7g\n", step, step, loss, acc);
+            fflush(o->out);
+        }
+        if (sw && ((st = dt_summary_scalar(sw, "loss", step, (float)loss)) == DT_OK) &&
+            (st = dt_summary_scalar(sw, "accuracy", step, (float)acc)) == DT_OK)
+            st = dt_summary_flush(sw);
+    }
+    dt_model_destroy(m);
+    return st;
+}
+
+static bool is_final(const dt_ckpt *c)
+{
+    const char *f = dt_ckpt_meta_get(c, "final");
+    return f && strcmp(f, "1") == 0;
+}
+
+/* SidecarEvaluator: polls dir, evaluates the newest checkpoint whenever there is a newer one
+ * than the last evaluated (skipping those in between), and stops after the final one. A
+ * checkpoint that vanishes or fails to verify while it is read is passed over: the next poll
+ * sees what is there then. */
+static dt_status watch(const dt_evaluator_options *o, const dt_image_dataset *test,
+                       dt_pool *pool, dt_summary_writer *sw)
+{
+    const char *dir = o->model_dir;
+    double poll_secs = o->poll_secs, idle_timeout = o->idle_timeout;
+    int64_t last = -1;
+    double last_news = dt_clock_now();
+    for (;;) {
+        dt_ckpt *c = NULL;
+        dt_status st = dt_ckpt_open_latest(dir, NULL, &c);
+        if (st != DT_OK && st != DT_END)
+            return st;
+        /* The final checkpoint may repeat the last step saved, with final = 1 added. */
+        if (c && step_of(c) == last && is_final(c)) {
+            dt_ckpt_close(c);
+            return DT_OK;
+        }
+        if (c && step_of(c) > last) {
+            last = step_of(c);
+            last_news = dt_clock_now();
+            st = evaluate_one(o, c, test, pool, sw);
+            bool done = is_final(c);
+            dt_ckpt_close(c);
+            if (st)
+                return st;
+            if (done)
+                return DT_OK;
+            continue;
+        }
+        dt_ckpt_close(c);
+        if (idle_timeout > 0 && dt_clock_now() - last_news > idle_timeout)
+            return dt_error(DT_ERR_TIMEOUT, "%s: no new checkpoint for %.0f s (--watch-timeout)",
+                            dir, idle_timeout);
+        struct timespec ts = {(time_t)poll_secs, (long)((poll_secs - (double)(time_t)poll_secs) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+}
+
+void dt_evaluator_options_default(dt_evaluator_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->test_data = "fashion-mnist";
+    o->batch_size = 1000;
+    o->poll_secs = 1.0;
+    o->idle_timeout = 3600.0;
+}
+
+static dt_status check_options(const dt_evaluator_options *o)
+{
+    if (!o->model_dir && !o->checkpoint)
+        return dt_error(DT_ERR_INVALID, "evaluate: give a model directory or a checkpoint");
+    if (o->watch && (!o->model_dir || o->checkpoint))
+        return dt_error(DT_ERR_INVALID, "evaluate: watching needs a model directory and no "
+                        "checkpoint");
+    if (o->batch_size < 1 || o->batch_size > 65536)
+        return dt_error(DT_ERR_INVALID, "--batch-size: must be in 1..65536");
+    if (!(o->poll_secs > 0.0 && o->poll_secs <= 3600.0) || !(o->idle_timeout >= 0.0))
+        return dt_error(DT_ERR_INVALID, "--poll-secs: must be in (0, 3600]; --watch-timeout: not "
+                        "negative");
+    return DT_OK;
+}
+
+dt_status dt_evaluate_checkpoints(const dt_evaluator_options *o)
+{
+    dt_image_dataset test;
+    memset(&test, 0, sizeof test);
+    dt_summary_writer *sw = NULL;
+    dt_pool *pool = NULL;
+    dt_ckpt *c = NULL;
+    char eval_dir[4200];
+    dt_input_spec spec;
+    dt_status st = check_options(o);
+    if (st || (st = dt_input_spec_parse(o->test_data, "--test-data", &spec)) ||
+        (st = dt_input_load_images(&spec, "--test-data", true, &test)) ||
+        (st = dt_pool_create(dt_cpu_count(), &pool)))
+        goto fail;
+    if (o->model_dir) {
+        snprintf(eval_dir, sizeof eval_dir, "%s/eval", o->model_dir);
+        if ((st = dt_summary_open(eval_dir, &sw)))
+            goto fail;
+    }
+    if (o->watch) {
+        st = watch(o, &test, pool, sw);
+    } else {
+        st = o->checkpoint ? dt_ckpt_open(o->checkpoint, &c)
+                           : dt_ckpt_open_latest(o->model_dir, o->log, &c);
+        if (st == DT_OK)
+            st = evaluate_one(o, c, &test, pool, sw);
+    }
+fail:;
+    dt_status close_st = dt_summary_close(sw);
+    dt_ckpt_close(c);
+    dt_pool_destroy(pool);
+    dt_image_dataset_free(&test);
+    return st ? st : close_st;
+}
