@@ -25,6 +25,10 @@ CFLAGS := $(filter-out -O2,$(CFLAGS)) -O1 -g -fno-omit-frame-pointer \
 LDFLAGS += -fsanitize=address,undefined
 endif
 LDLIBS := -lopenblas -lcjson -lz -lcrypto -lm -pthread
+# The shared library's version: programs link against the SONAME (its major number), which
+# changes only when the ABI does.
+VERSION := 0.1.0
+SOVERSION := 0
 
 LIB_SRCS := $(sort $(wildcard src/*/*.c))
 CLI_SRCS := $(sort $(wildcard cli/*.c))
@@ -55,7 +59,7 @@ $(BUILD)/libdtrain.a: $(LIB_OBJS)
 	ar rcs $@ $^
 
 $(BUILD)/libdtrain.so: $(LIB_OBJS)
-	$(CC) -shared $(LDFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) -shared -Wl,-soname,libdtrain.so.$(SOVERSION) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/dtrain: $(CLI_OBJS) $(BUILD)/libdtrain.a
 	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(BUILD)/libdtrain.a $(LDLIBS)
@@ -130,13 +134,20 @@ fuzz-build: $(FUZZ_BINS)
 fuzz: fuzz-build
 	bash tests/fuzz.sh $(BUILD) $(FUZZ_SECONDS)
 
+# libdtrain.so.VERSION with its SONAME and development links, the MPI plugin beside it (where
+# the mpi communicator looks first, see src/coll/mpi.c), the headers, the CLI and dtrain.pc.
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include/dtrain $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
 	install -m 644 include/dtrain/*.h $(DESTDIR)$(PREFIX)/include/dtrain/
 	install -m 644 $(BUILD)/libdtrain.a $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(BUILD)/libdtrain.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/libdtrain.so $(DESTDIR)$(PREFIX)/lib/libdtrain.so.$(VERSION)
+	ln -sf libdtrain.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libdtrain.so.$(SOVERSION)
+	ln -sf libdtrain.so.$(SOVERSION) $(DESTDIR)$(PREFIX)/lib/libdtrain.so
+	if [ -f $(BUILD)/libdtrain_mpi.so ]; then \
+		install -m 755 $(BUILD)/libdtrain_mpi.so $(DESTDIR)$(PREFIX)/lib/; fi
 	install -m 755 $(BUILD)/dtrain $(DESTDIR)$(PREFIX)/bin/
-	sed -e 's|@PREFIX@|$(PREFIX)|' dtrain.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/dtrain.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(VERSION)|' dtrain.pc.in \
+		> $(DESTDIR)$(PREFIX)/lib/pkgconfig/dtrain.pc
 
 clean:
 	rm -rf build build-asan

@@ -2,7 +2,8 @@
  * libdtrain_mpi.so and loaded by src/coll/mpi.c only when a program asks for the mpi backend, so
  * that nothing else in dtrain links libmpi. Built together with src/coll/comm.c (the 16-bit
  * conversions and the reduction kernel) and src/core/status.c (error messages), with hidden
- * visibility: the plugin exports only dt_mpi_plugin_create and dt_mpi_plugin_last_error.
+ * visibility: the plugin exports only dt_mpi_plugin_create, dt_mpi_plugin_last_error and
+ * dt_mpi_plugin_abi.
  *
  * Each communicator is a duplicate of MPI_COMM_WORLD (so its traffic and error handler are its
  * own) with MPI_ERRORS_RETURN; a failing MPI call becomes DT_ERR_PEER with the operation, the MPI
@@ -59,6 +60,15 @@
 
 EXPORT dt_status dt_mpi_plugin_create(double timeout, dt_comm **out);
 EXPORT const char *dt_mpi_plugin_last_error(void);
+EXPORT void dt_mpi_plugin_abi(uint32_t *version, uint32_t *comm_bytes, uint32_t *ops_bytes);
+
+/* What this plugin was built against, for the loader to check before it calls anything else. */
+void dt_mpi_plugin_abi(uint32_t *version, uint32_t *comm_bytes, uint32_t *ops_bytes)
+{
+    *version = DT_MPI_PLUGIN_ABI;
+    *comm_bytes = (uint32_t)sizeof(dt_comm);
+    *ops_bytes = (uint32_t)sizeof(dt_comm_ops);
+}
 
 enum { N_RED = 3 }; /* sum (and mean), min, max */
 

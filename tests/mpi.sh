@@ -40,6 +40,37 @@ run_check() {
     fi
 }
 
+# A plugin built for another dtrain is refused before anything in it is called, named with both
+# ABI versions: one without a version, one with another.
+cat > "$tmp/fake.c" << 'FAKE'
+#include <stdint.h>
+int dt_mpi_plugin_create(double timeout, void **out) { (void)timeout; *out = 0; return -1; }
+const char *dt_mpi_plugin_last_error(void) { return "the fake plugin was called"; }
+#ifdef WITH_ABI
+void dt_mpi_plugin_abi(uint32_t *v, uint32_t *c, uint32_t *o) { *v = 999; *c = 1; *o = 2; }
+#endif
+FAKE
+for variant in none other; do
+    flags=
+    [ "$variant" = other ] && flags=-DWITH_ABI
+    # shellcheck disable=SC2086
+    if ! cc -shared -fPIC $flags -o "$tmp/fake_$variant.so" "$tmp/fake.c" 2> "$tmp/err"; then
+        fail "mpi_plugin_abi_$variant" "cannot build the fake plugin: $(head -c 300 "$tmp/err")"
+        continue
+    fi
+    DTRAIN_MPI_PLUGIN=$tmp/fake_$variant.so "$build/dtrain" bench allreduce --comm mpi \
+        > "$tmp/out" 2> "$tmp/err"
+    status=$?
+    want="has no ABI version"
+    [ "$variant" = other ] && want="was built for plugin ABI 999"
+    if [ "$status" -eq 1 ] && grep -q "$want" "$tmp/err" && grep -q "fake_$variant.so" "$tmp/err" &&
+        ! grep -q "fake plugin was called" "$tmp/err"; then
+        ok "mpi_plugin_of_another_abi_is_refused_$variant"
+    else
+        fail "mpi_plugin_of_another_abi_is_refused_$variant" "exit $status: $(head -c 300 "$tmp/err")"
+    fi
+done
+
 if [ ! -x "$check" ]; then
     fail coll_check_built "$check is missing (make $check)"
 else

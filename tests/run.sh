@@ -31,6 +31,8 @@ run_suite launch "$work/launch" bash tests/launch.sh "$build" "$work/launch"
 run_suite net "$work/net" bash tests/net.sh "$build" "$work/net"
 # Checkpoints, backups and resume, summaries, the sidecar evaluator, restarts after a kill.
 run_suite ckpt "$work/ckpt" bash tests/ckpt.sh "$build" "$work/ckpt"
+# make install into a temporary prefix, and programs built against it through pkg-config.
+run_suite install "$work/install" bash tests/install.sh "$build" "$work/install"
 # A short pass of every fuzz target: make fuzz runs them for longer.
 run_suite fuzz "$work/fuzz" bash tests/fuzz.sh "$build" "${DTRAIN_FUZZ_SMOKE_SECONDS:-5}" "$work/fuzz"
 echo "$passed passed, $failed failed"

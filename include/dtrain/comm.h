@@ -152,6 +152,12 @@ void dt_local_group_destroy(dt_local_group *g);
 
 /* ---- the mpi backend ---- */
 
+/* The interface between libdtrain and its MPI plugin: the layout of dt_comm and dt_comm_ops and
+ * the two entry points. Raised whenever any of them changes; the plugin reports the version and
+ * the sizes it was built with (dt_mpi_plugin_abi), and dt_comm_mpi refuses a plugin that differs,
+ * rather than call through a table of another shape. */
+#define DT_MPI_PLUGIN_ABI 1
+
 /* Loads the MPI plugin (libdtrain_mpi.so beside the library or the program, or $DTRAIN_MPI_PLUGIN),
  * initializes MPI and returns a communicator over MPI_COMM_WORLD. DT_ERR_UNSUPPORTED naming the
  * plugin path when it cannot be loaded. */

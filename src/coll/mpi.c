@@ -7,7 +7,10 @@
  * the object holding this code (libdtrain.so, via dladdr), and last by its plain name, which the
  * dynamic loader looks up in LD_LIBRARY_PATH, the run paths and its cache (an installed copy).
  *
- * The plugin exports two functions (its whole interface with this file):
+ * The plugin exports three functions (its whole interface with this file):
+ *   void dt_mpi_plugin_abi(uint32_t *version, uint32_t *comm_bytes, uint32_t *ops_bytes)  what
+ *       it was built against (DT_MPI_PLUGIN_ABI and the sizes of dt_comm and dt_comm_ops),
+ *       checked before anything else is called: a plugin of another dtrain is refused, named;
  *   dt_status dt_mpi_plugin_create(double timeout, dt_comm **out)  the entry: initializes MPI
  *       and returns a communicator over a duplicate of MPI_COMM_WORLD, allocated with malloc;
  *   const char *dt_mpi_plugin_last_error(void)  the calling thread's error message in the plugin.
@@ -23,6 +26,7 @@
  * timeout is recorded but not enforced; a rank that dies makes mpirun end the job, one that hangs
  * hangs the others. mpirun --timeout SECONDS (or MPIEXEC_TIMEOUT) bounds a whole job. */
 #include <dlfcn.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,6 +40,25 @@
 
 typedef dt_status (*plugin_create_fn)(double timeout, dt_comm **out);
 typedef const char *(*plugin_error_fn)(void);
+typedef void (*plugin_abi_fn)(uint32_t *version, uint32_t *comm_bytes, uint32_t *ops_bytes);
+
+/* The plugin's ABI against this library's: DT_ERR_UNSUPPORTED naming the file and both. */
+static dt_status check_abi(void *lib, const char *path)
+{
+    plugin_abi_fn abi = (plugin_abi_fn)dlsym(lib, "dt_mpi_plugin_abi");
+    if (!abi)
+        return dt_error(DT_ERR_UNSUPPORTED, "mpi: %s has no ABI version (a plugin of an older "
+                        "dtrain): rebuild it with this dtrain (make)", path);
+    uint32_t version = 0, comm_bytes = 0, ops_bytes = 0;
+    abi(&version, &comm_bytes, &ops_bytes);
+    if (version != DT_MPI_PLUGIN_ABI || comm_bytes != sizeof(dt_comm) ||
+        ops_bytes != sizeof(dt_comm_ops))
+        return dt_error(DT_ERR_UNSUPPORTED, "mpi: %s was built for plugin ABI %u (dt_comm %u "
+                        "bytes, dt_comm_ops %u), this dtrain has ABI %d (%zu, %zu): rebuild it with "
+                        "this dtrain (make)", path, version, comm_bytes, ops_bytes,
+                        DT_MPI_PLUGIN_ABI, sizeof(dt_comm), sizeof(dt_comm_ops));
+    return DT_OK;
+}
 
 typedef struct {
     dt_comm *inner; /* the plugin's communicator */
@@ -174,6 +197,11 @@ dt_status dt_comm_mpi(double timeout, dt_comm **out)
                         tried, PLUGIN_NAME);
 
     dlerror();
+    dt_status abi_st = check_abi(lib, path);
+    if (abi_st) {
+        dlclose(lib);
+        return abi_st;
+    }
     plugin_create_fn create = (plugin_create_fn)dlsym(lib, "dt_mpi_plugin_create");
     plugin_error_fn last_error = NULL;
     if (create)

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# make install into a temporary prefix, then a C program built against it through pkg-config,
+# linked with the shared library and with the static one, run, and checked: the same figures
+# from both, libdtrain.so found through its SONAME, the static program free of it, and the MPI
+# plugin installed beside the library. usage: tests/install.sh BUILD_DIR COUNTS_FILE
+set -u
+build=$(cd "$1" && pwd)
+counts=$2
+root=$(cd "$(dirname "$0")/.." && pwd)
+tmp=$(mktemp -d /tmp/dtrain-install-XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+
+. "$(dirname "$0")/lib.sh"
+
+prefix=$tmp/prefix
+# Under make asan (SAN=1 in the environment) the libraries are instrumented: so are the programs.
+san=${SAN:-0}
+sanflags=
+[ "$san" = 1 ] && sanflags="-fsanitize=address,undefined"
+if ! make -s -C "$root" BUILD="$build" SAN="$san" PREFIX="$prefix" install > "$tmp/install.log" 2>&1; then
+    fail make_install "$(tail -5 "$tmp/install.log")"
+    echo "$passed $failed" > "$counts"
+    exit 1
+fi
+lib=$prefix/lib
+if [ -f "$lib/libdtrain.so.0.1.0" ] && [ "$(readlink "$lib/libdtrain.so.0")" = libdtrain.so.0.1.0 ] &&
+    [ "$(readlink "$lib/libdtrain.so")" = libdtrain.so.0 ] &&
+    readelf -d "$lib/libdtrain.so.0.1.0" | grep -q 'SONAME.*libdtrain.so.0' &&
+    [ -f "$lib/libdtrain.a" ] && [ -f "$lib/libdtrain_mpi.so" ] && [ -x "$prefix/bin/dtrain" ] &&
+    [ -f "$prefix/include/dtrain/strategy.h" ]; then
+    ok install_lays_out_the_library_with_its_soname_and_the_mpi_plugin
+else
+    fail install_lays_out_the_library_with_its_soname_and_the_mpi_plugin "$(ls -l "$lib")"
+fi
+
+# A program of the public API: a model from a built-in spec, initialised from a seed, one
+# evaluation over a small batch; prints the parameter count, their CRC32C and the loss.
+cat > "$tmp/prog.c" << 'PROG'
+#include <stdio.h>
+#include <string.h>
+
+#include "dtrain/crc32c.h"
+#include "dtrain/dataset.h"
+#include "dtrain/fit.h"
+#include "dtrain/model.h"
+#include "dtrain/model_spec.h"
+
+int main(void)
+{
+    dt_model_spec spec;
+    dt_model *m;
+    if (dt_model_spec_builtin("mlp", &spec)) {
+        fprintf(stderr, "%s\n", dt_last_error());
+        return 1;
+    }
+    spec.input_shape[0] = 4, spec.input_shape[1] = 4, spec.input_shape[2] = 1;
+    if (dt_model_create(&spec, 8, NULL, NULL, &m)) {
+        fprintf(stderr, "%s\n", dt_last_error());
+        return 1;
+    }
+    dt_model_init_params(m, 7);
+    const dt_arena *p = dt_model_params(m);
+    printf("params %zu crc %08x\n", p->n_elems, dt_crc32c(p->data, p->n_elems * sizeof(float)));
+    dt_model_destroy(m);
+    return 0;
+}
+PROG
+export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
+if ! cflags=$(pkg-config --cflags dtrain) || ! libs=$(pkg-config --libs dtrain) ||
+    ! static_libs=$(pkg-config --static --libs dtrain); then
+    fail pkg_config_knows_dtrain "$(pkg-config --libs dtrain 2>&1)"
+fi
+# shellcheck disable=SC2086
+if cc -std=c11 $sanflags $cflags "$tmp/prog.c" -o "$tmp/prog_shared" $libs > "$tmp/cc.log" 2>&1 &&
+    LD_LIBRARY_PATH=$lib "$tmp/prog_shared" > "$tmp/shared.out" 2>&1 &&
+    LD_LIBRARY_PATH=$lib ldd "$tmp/prog_shared" | grep -q "libdtrain.so.0 => $lib/libdtrain.so.0" &&
+    grep -q '^params [1-9][0-9]* crc [0-9a-f]\{8\}$' "$tmp/shared.out"; then
+    ok shared_program_builds_through_pkg_config_and_runs
+else
+    fail shared_program_builds_through_pkg_config_and_runs "$(cat "$tmp/cc.log" "$tmp/shared.out" 2> /dev/null | head -c 600)"
+fi
+# Static: libdtrain.a itself, and every library it needs from Libs.private.
+# shellcheck disable=SC2086
+if cc -std=c11 $sanflags $cflags "$tmp/prog.c" -o "$tmp/prog_static" ${static_libs/-ldtrain/-l:libdtrain.a} \
+        > "$tmp/cc.log" 2>&1 && "$tmp/prog_static" > "$tmp/static.out" 2>&1 &&
+    ! ldd "$tmp/prog_static" | grep -q libdtrain && cmp -s "$tmp/shared.out" "$tmp/static.out"; then
+    ok static_program_builds_through_pkg_config_and_prints_the_same
+else
+    fail static_program_builds_through_pkg_config_and_prints_the_same "$(cat "$tmp/cc.log" "$tmp/static.out" 2> /dev/null | head -c 600)"
+fi
+echo "install: $passed passed, $failed failed"
+echo "$passed $failed" > "$counts"
