@@ -2,8 +2,8 @@
 # All-reduce against the peers, in one run: 2 ranks over loopback TCP, float32 sum, 4 KiB to
 # 64 MiB, by dtrain (tcp communicator, --shm=false: the ranks share this host, and would otherwise
 # meet in shared memory), by torch.distributed over Gloo
-# (shared/peers/gloo_allreduce.py) and by Open MPI forced onto TCP (`--mca btl tcp,self`,
-# shared/peers/mpi_allreduce.c); each program runs REPEAT times, interleaved, and the best run of
+# (bench/peers/gloo_allreduce.py) and by Open MPI forced onto TCP (`--mca btl tcp,self`,
+# bench/peers/mpi_allreduce.c); each program runs REPEAT times, interleaved, and the best run of
 # each is reported. Prints every table, then the ratios the goals are stated in: busbw at 64 MiB
 # against Gloo and Open MPI, and the 4 KiB latency against Open MPI.
 #
@@ -13,7 +13,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 build=$(cd "${1:?usage: bench/allreduce.sh BUILD_DIR}" && pwd)
 repeat=${REPEAT:-3}
-peers=${PEERS_DIR:-$root/../shared/peers}
+peers=${PEERS_DIR:-$here/peers}
 python=${PYTHON:-/usr/bin/python3}
 die() { echo "bench/allreduce.sh: error: $*" >&2; exit 1; }
 [ -x "$build/dtrain" ] || die "$build/dtrain is missing (make)"

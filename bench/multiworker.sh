@@ -5,7 +5,7 @@
 #   - dtrain multi_worker_mirrored, 2 processes under dtrain launch (global batch 128, tcp; as the
 #     two share this host, one copy of the parameters in shared memory, each worker summing the
 #     gradients of its half and updating it there);
-#   - PyTorch DistributedDataParallel over Gloo, 2 processes (shared/peers/torch_cnn.py).
+#   - PyTorch DistributedDataParallel over Gloo, 2 processes (bench/peers/torch_cnn.py).
 # Each runs REPEAT times, interleaved; the median is reported, with the two ratios the goals are
 # stated in (2 workers against DDP, and against twice one process) and the share of the 2-worker
 # step time spent in collectives (waiting for the other worker included). A fourth figure shows
@@ -19,7 +19,7 @@ root=$(cd "$here/.." && pwd)
 build=$(cd "${1:?usage: bench/multiworker.sh BUILD_DIR}" && pwd)
 repeat=${REPEAT:-3}
 steps=${STEPS:-600}
-peers=${PEERS_DIR:-$root/../shared/peers}
+peers=${PEERS_DIR:-$here/peers}
 python=${PYTHON:-/usr/bin/python3}
 die() { echo "bench/multiworker.sh: error: $*" >&2; exit 1; }
 [ -x "$build/dtrain" ] || die "$build/dtrain is missing (make)"

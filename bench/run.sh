@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The speed and memory benchmark, in one run and one report (see bench/README.md):
 #   - this machine's limits: memcpy bandwidth and OpenBLAS sgemm GFLOP/s, 1 and 2 threads
-#     (shared/peers/limits.c);
+#     (bench/peers/limits.c);
 #   - the tutorial CNN trained for one epoch of Fashion-MNIST (batch 64, Adam 1e-3) by PyTorch
-#     (shared/peers/torch_cnn.py) and by dtrain, 1 and 2 threads, interleaved: samples/s, the
+#     (bench/peers/torch_cnn.py) and by dtrain, 1 and 2 threads, interleaved: samples/s, the
 #     ratio dtrain/PyTorch, peak RSS, and the FLOP rate against the sgemm peak; dtrain is also run
 #     once per repeat with --no-fuse (1 thread), the end-to-end effect of the fused first block;
 #   - bench/conv_bench: the first block alone, generic kernels against the fused kernel.
@@ -11,7 +11,7 @@
 # usage: bench/run.sh BUILD_DIR        (make bench runs it on the build it made)
 # env:   REPEAT=N      run each training N times (default 1) and report the median
 #        NOFUSE=0      skip the dtrain --no-fuse runs
-#        PEERS_DIR=... where torch_cnn.py and limits.c are (default: shared/peers beside the repo)
+#        PEERS_DIR=... where torch_cnn.py and limits.c are (default: bench/peers)
 #        PYTHON=...    a python3 that can import torch (default: the first of /usr/bin/python3,
 #                      python3 that can)
 # Progress goes to stderr, the report to stdout. Exits 1 with a message when something it needs is
@@ -23,7 +23,7 @@ root=$(cd "$here/.." && pwd)
 build=${1:-}
 repeat=${REPEAT:-1}
 nofuse=${NOFUSE:-1}
-peers=${PEERS_DIR:-$root/../shared/peers}
+peers=${PEERS_DIR:-$here/peers}
 data_dir=/usr/share/datasets/fashion-mnist
 
 die() {
@@ -235,7 +235,7 @@ print("figures across runs.")
 print("=" * W)
 
 warnings = []
-print("\n-- Machine limits (shared/peers/limits.c; OpenBLAS) --")
+print("\n-- Machine limits (bench/peers/limits.c; OpenBLAS) --")
 for t in (1, 2):
     text, gemm, mem, peak, others = L[t]
     print(f"OPENBLAS_NUM_THREADS={t}: memcpy {fmt(mem, '.2f')} GB/s, sgemm peak {peak:.1f} GFLOP/s "
