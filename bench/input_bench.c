@@ -18,6 +18,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "dtrain/gemm.h"
+#include "dtrain/mapview.h"
 #include "dtrain/clock.h"
 #include "dtrain/fit.h"
 #include "dtrain/model.h"
@@ -247,6 +249,8 @@ int main(int argc, char **argv)
 {
     mallopt(M_MMAP_THRESHOLD, 16 << 20); /* as the dtrain command sets them */
     mallopt(M_TRIM_THRESHOLD, 64 << 20);
+    dt_gemm_setup();
+    dt_mapview_guard_install();
     if (argc == 4 && strcmp(argv[1], "gen") == 0)
         return gen(argv[2], atol(argv[3]));
     if ((argc == 4 || (argc == 5 && strcmp(argv[4], "staged") == 0)) &&

@@ -5,6 +5,8 @@
 #include <string.h>
 
 #include "commands.h"
+#include "dtrain/gemm.h"
+#include "dtrain/mapview.h"
 
 #define DTRAIN_VERSION "0.1.0"
 
@@ -58,6 +60,12 @@ int main(int argc, char **argv)
      * the heap: trimming it on each free of the top block is the same munmap in another form. */
     mallopt(M_MMAP_THRESHOLD, 16 << 20);
     mallopt(M_TRIM_THRESHOLD, 64 << 20);
+    /* The process-wide settings the library leaves to its program: OpenBLAS on one thread
+     * (dtrain's pool splits each product), and the SIGBUS guard that lets file readers map
+     * files instead of copying them. */
+    dt_gemm_setup();
+    if (dt_mapview_guard_install() != DT_OK)
+        fprintf(stderr, "dtrain: warning: %s: files are read, not mapped\n", dt_last_error());
     if (strcmp(cmd, "train") == 0)
         return cmd_train(argc - 2, argv + 2);
     if (strcmp(cmd, "convert") == 0)

@@ -53,6 +53,25 @@ for cmd in train data "data head" convert evaluate inspect launch bench "bench a
 done
 expect_error bench_with_one_rank 2 "nothing to reduce" bench allreduce --sizes 4K
 
+# DTRAIN_LOG sets the library's log level: Estimator's "Saving checkpoints" line is information.
+for level in info warn bogus; do
+    rm -rf "$tmp/logdir"
+    DTRAIN_LOG=$level run "$dtrain" train --max-steps 3 --test-data none --progress none \
+        --model-dir "$tmp/logdir"
+    saved=$(grep -c "Saving checkpoints for 3" "$tmp/out")
+    case "$level" in
+        info) want_saved=1 want_err=0 ;;
+        warn) want_saved=0 want_err=0 ;;
+        bogus) want_saved=1 want_err=1 ;;
+    esac
+    complained=$(grep -c "DTRAIN_LOG: 'bogus' is not debug, info, warn or off" "$tmp/err")
+    if [ "$status" -eq 0 ] && [ "$saved" -eq "$want_saved" ] && [ "$complained" -eq "$want_err" ]; then
+        ok "dtrain_log_$level"
+    else
+        fail "dtrain_log_$level" "exit $status, saved lines $saved, complaints $complained: $(head -c 300 "$tmp/err")"
+    fi
+done
+
 # --- A TF_CONFIG that is not valid is the same named error whatever the flags ---
 bad_configs=(
     'not json|TF_CONFIG: not valid JSON'

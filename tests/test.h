@@ -12,6 +12,9 @@ typedef void (*test_fn)(void);
 void test_register(const char *name, test_fn fn);
 void test_fail(const char *file, int line, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
+/* Failures the current test has recorded so far (a forked child reports them by its status). */
+int dt_test_failures(void);
+
 /* A fresh empty directory for this test's files, removed after the run. */
 const char *test_tmpdir(void);
 

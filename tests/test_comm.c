@@ -979,10 +979,10 @@ TEST(comm_mpi_without_plugin_is_unsupported)
     setenv("DTRAIN_MPI_PLUGIN", junk, 1);
     CHECK_ERR(dt_comm_mpi(60, &c), DT_ERR_UNSUPPORTED, junk);
 
-    /* A library without the entry function (a plain name goes to the loader). */
+    /* A library without the plugin's ABI version, checked first (a plain name goes to the
+     * loader). */
     setenv("DTRAIN_MPI_PLUGIN", "libm.so.6", 1);
-    CHECK_ERR(dt_comm_mpi(60, &c), DT_ERR_UNSUPPORTED, "libm.so.6 is not a dtrain MPI plugin");
-    CHECK_MSG(strstr(dt_last_error(), "dt_mpi_plugin_create"), "'%s'", dt_last_error());
+    CHECK_ERR(dt_comm_mpi(60, &c), DT_ERR_UNSUPPORTED, "libm.so.6 has no ABI version");
     if (saved) {
         setenv("DTRAIN_MPI_PLUGIN", saved, 1);
         free(saved);

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dtrain/gemm.h"
 #include "test.h"
 
 #define MAX_TESTS 512
@@ -30,6 +31,8 @@ void test_register(const char *name, test_fn fn)
     tests[n_tests].fn = fn;
     n_tests++;
 }
+
+int dt_test_failures(void) { return current_failures; }
 
 void test_fail(const char *file, int line, const char *fmt, ...)
 {
@@ -93,6 +96,10 @@ int main(int argc, char **argv)
         else
             filter = argv[i];
     }
+    /* OpenBLAS on one thread, as the dtrain command sets it; the SIGBUS guard is left to the
+     * tests that want it (a forked child), so the rest read files as a library user's program
+     * does. */
+    dt_gemm_setup();
     qsort(tests, (size_t)n_tests, sizeof tests[0], by_name);
     int passed = 0, failed = 0;
     for (int i = 0; i < n_tests; i++) {

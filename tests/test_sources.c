@@ -508,11 +508,35 @@ TEST(sources_fused_tfrecord_batches_equal_the_three_stages)
     dt_file_list_free(&files);
 }
 
-/* A file cut short while the fused stage reads it: the stage maps its ranges, and a read past
- * the new end must give an error naming the file, not a SIGBUS; the batches before it are whole. */
+/* A file cut short while the fused stage reads it: the stage maps its ranges (or, without the
+ * SIGBUS guard, reads them), and a read past the new end must give an error naming the file, not
+ * a SIGBUS; the batches before it are whole. Run in this process, which has no guard, and in a
+ * child that installs it. */
+static void truncated_while_read(const char *path);
+
 TEST(sources_fused_tfrecord_file_truncated_while_read_is_an_error)
 {
-    const char *path = test_path("shrink.tfrecord");
+    truncated_while_read(test_path("shrink.tfrecord"));
+}
+
+TEST(sources_fused_tfrecord_file_truncated_while_read_is_an_error_with_the_guard)
+{
+    const char *path = test_path("shrink_guarded.tfrecord");
+    pid_t pid = fork();
+    if (pid == 0) {
+        int failed_before = dt_test_failures();
+        if (dt_mapview_guard_install())
+            _exit(2);
+        truncated_while_read(path);
+        _exit(dt_test_failures() == failed_before ? 0 : 1);
+    }
+    int status = 0;
+    CHECK(pid > 0 && waitpid(pid, &status, 0) == pid);
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "guarded child status 0x%x", status);
+}
+
+static void truncated_while_read(const char *path)
+{
     write_ctr(path, 0, 40000, 0);
     long size = file_size(path);
     dt_file_list files;
@@ -573,7 +597,7 @@ TEST(sources_mapview_guard_passes_other_faults_on)
         signal(SIGBUS, exit_on_bus);
         int fd = open(path, O_RDONLY);
         dt_mapview v;
-        if (fd < 0 || dt_mapview_open(fd, path, 0, 4096, &v)) /* installs the guard */
+        if (dt_mapview_guard_install() || fd < 0 || dt_mapview_open(fd, path, 0, 4096, &v))
             _exit(2);
         volatile const uint8_t *p = mmap(NULL, 3 * 4096, PROT_READ, MAP_PRIVATE, fd, 0);
         if (p == MAP_FAILED || truncate(path, 0) != 0)

@@ -1,9 +1,11 @@
 /* Single-precision matrix multiply: OpenBLAS's cblas_sgemm, split over a dt_pool, beside a naive
  * reference kernel that the tests compare it with.
  *
- * OpenBLAS runs single-threaded inside dtrain (dt_gemm_setup): intra-op parallelism comes from
- * dt_pool alone, so OpenBLAS's own threads never spin against ours on a small machine, and the
- * split of every product is fixed by the thread count, which keeps runs reproducible. */
+ * Intra-op parallelism comes from dt_pool: each thread's share of a product is one OpenBLAS call.
+ * A program that trains only through dtrain should make OpenBLAS single-threaded
+ * (dt_gemm_setup, as the dtrain command does at start), so that OpenBLAS's own threads never spin
+ * against the pool's on a small machine; the library does not do it on its own, as the setting
+ * is the whole process's and the program may use OpenBLAS elsewhere. */
 #ifndef DTRAIN_GEMM_H
 #define DTRAIN_GEMM_H
 
@@ -11,7 +13,8 @@
 
 #include "dtrain/pool.h"
 
-/* Makes OpenBLAS single-threaded. Idempotent; called by dt_model_create. */
+/* Makes OpenBLAS single-threaded and stops its server threads, for the whole process.
+ * Idempotent. The library never calls it: the program decides. */
 void dt_gemm_setup(void);
 
 /* C (M, N) = alpha * op(A) (M, K) . op(B) (K, N) + beta * C, all row-major. op(A) is A (M, K)

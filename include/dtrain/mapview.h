@@ -2,10 +2,12 @@
  *
  * A mapped file read by a cache-friendly loop costs no copy, where read() copies every byte once
  * more. The price of mmap is that a file truncated under a mapping raises SIGBUS on the next read
- * past its new end; a view is guarded against that: a process-wide SIGBUS handler (installed with
- * the first view, passing every other fault on to the handler before it) maps zeros over the
- * page that faulted and marks the view, and the reader asks dt_mapview_shrunk before trusting
- * what it read. */
+ * past its new end. A program that installs the guard (dt_mapview_guard_install: a process-wide
+ * SIGBUS handler, passing every other fault on to the handler before it) gets views mapped: the
+ * handler maps zeros over the page that faulted and marks the view. Without the guard, which the
+ * library never installs on its own, a view's bytes are read into memory instead (a copy, no
+ * signal), and a file cut short leaves zeros and marks the view the same way. Either way the
+ * reader asks dt_mapview_shrunk before trusting what it read. */
 #ifndef DTRAIN_MAPVIEW_H
 #define DTRAIN_MAPVIEW_H
 
@@ -28,8 +30,13 @@ typedef struct {
     size_t len;
     void *base;          /* the whole mapping (page-aligned), base_len bytes */
     size_t base_len;
-    int guard;           /* its slot in the SIGBUS guard's table; -1 when closed */
+    int guard;           /* its slot in the SIGBUS guard's table; -1 when closed or copied */
+    bool copied_short;   /* read without the guard, and the file ended early */
 } dt_mapview;
+
+/* Installs the SIGBUS guard for the whole process (once; later calls do nothing), so views are
+ * mapped rather than copied. The dtrain command installs it at start. */
+dt_status dt_mapview_guard_install(void);
 
 /* Maps bytes [off, off + len) of the open file fd (name for messages), followed by at least
  * DT_MAPVIEW_SLACK readable bytes; off need not be page-aligned, and the fd may be closed

@@ -28,7 +28,7 @@ typedef struct {
     double connect_timeout;   /* seconds to wait for every peer (default 300) */
     double handshake_timeout; /* seconds an incoming connection has to finish it (default 10) */
     uint64_t max_frame_bytes; /* largest payload accepted from an authenticated peer (64 MiB) */
-    FILE *log;                /* where refusals and warnings go (default stderr) */
+    FILE *log;                /* where refusals and warnings go (NULL: the library's log) */
 } dt_transport_options;
 
 void dt_transport_options_default(dt_transport_options *o);

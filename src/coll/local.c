@@ -41,6 +41,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "dtrain/log.h"
 #include "dtrain/comm.h"
 
 #define MSG_CAP 512
@@ -245,8 +246,9 @@ static dt_status enter(dt_comm *c, const slot *s, double start)
             char missing[256];
             int first = -1;
             int n = missing_ranks(g, missing, sizeof missing, &first);
-            fprintf(stderr, "dtrain: warning: %s: %s %s %s not entered it after %g s\n", what,
-                    n == 1 ? "rank" : "ranks", missing, n == 1 ? "has" : "have", c->stall_warn);
+            dt_log_to(NULL, DT_LOG_WARN, "dtrain: warning: %s: %s %s %s not entered it after %g s",
+                      what, n == 1 ? "rank" : "ranks", missing, n == 1 ? "has" : "have",
+                      c->stall_warn);
             g->warned = my_gen + 1;
         }
         double until = now < warn_at && g->warned != my_gen + 1 && warn_at < deadline ? warn_at

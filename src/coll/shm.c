@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dtrain/log.h"
 #include "dtrain/clock.h"
 
 #define SHM_MAGIC 0x314d485354445f31ull /* "1_DTSHM1" little-endian */
@@ -154,11 +155,9 @@ static void remove_stale_names(FILE *log)
             continue;
         char name[300];
         snprintf(name, sizeof name, "/%s", e->d_name);
-        if (shm_unlink(name) == 0 && log) {
-            fprintf(log, "dtrain: removed /dev/shm%s, left by a process that stopped while "
-                    "setting up shared memory\n", name);
-            fflush(log);
-        }
+        if (shm_unlink(name) == 0)
+            dt_log_to(log, DT_LOG_INFO, "dtrain: removed /dev/shm%s, left by a process that "
+                      "stopped while setting up shared memory", name);
     }
     if (d)
         closedir(d);
@@ -469,9 +468,8 @@ static dt_status check_waiting(dt_shm_group *g, dt_xfer *x, int which, uint64_t 
                         x->seq, now - x->start, g->t->peers[r].name);
     if (x->stall_warn > 0 && !x->stall_logged && now - x->start >= x->stall_warn) {
         x->stall_logged = true;
-        fprintf(g->t->log, "dtrain: warning: %s #%u has waited %.0f s for %s\n", x->name, x->seq,
-                now - x->start, g->t->peers[r].name);
-        fflush(g->t->log);
+        dt_log_to(g->t->log, DT_LOG_WARN, "dtrain: warning: %s #%u has waited %.0f s for %s",
+                  x->name, x->seq, now - x->start, g->t->peers[r].name);
     }
     return DT_OK;
 }

@@ -25,7 +25,7 @@ struct guard_slot {
 static struct guard_slot guards[DT_MAPVIEW_MAX];
 static struct sigaction previous_bus;
 static pthread_once_t install_once = PTHREAD_ONCE_INIT;
-static int installed; /* 1 once the handler is in place */
+static atomic_int installed; /* 1 once the handler is in place */
 static size_t page_bytes;
 
 static void on_sigbus(int sig, siginfo_t *si, void *ctx)
@@ -63,7 +63,37 @@ static void install_guard(void)
     sa.sa_sigaction = on_sigbus;
     sa.sa_flags = SA_SIGINFO | SA_RESTART;
     sigemptyset(&sa.sa_mask);
-    installed = sigaction(SIGBUS, &sa, &previous_bus) == 0;
+    atomic_store(&installed, sigaction(SIGBUS, &sa, &previous_bus) == 0);
+}
+
+dt_status dt_mapview_guard_install(void)
+{
+    pthread_once(&install_once, install_guard);
+    return atomic_load(&installed) ? DT_OK
+                                   : dt_error(DT_ERR_IO, "cannot install the SIGBUS handler that "
+                                              "guards mapped files: %s", strerror(errno));
+}
+
+/* Without the guard: the bytes are read into anonymous memory instead of mapped, so a file cut
+ * short under the reader shows as a short read, never a signal. */
+static dt_status read_view(int fd, const char *name, uint64_t page_off, size_t file_len,
+                           uint8_t *base, bool *shrunk)
+{
+    size_t got = 0;
+    while (got < file_len) {
+        ssize_t n = pread(fd, base + got, file_len - got, (off_t)(page_off + got));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return dt_error(DT_ERR_IO, "%s: offset %llu: read: %s", name,
+                            (unsigned long long)(page_off + got), strerror(errno));
+        if (n == 0) {
+            *shrunk = true; /* the rest stays zeros, as the guard would have made them */
+            break;
+        }
+        got += (size_t)n;
+    }
+    return DT_OK;
 }
 
 static int claim_slot(void)
@@ -76,14 +106,30 @@ static int claim_slot(void)
     return -1;
 }
 
+static dt_status open_copied(int fd, const char *name, uint64_t off, size_t len,
+                             uint64_t page_off, size_t file_len, size_t total, dt_mapview *v)
+{
+    void *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED)
+        return dt_error(DT_ERR_IO, "%s: offset %llu: %zu bytes of memory: %s", name,
+                        (unsigned long long)off, len, strerror(errno));
+    dt_status st = read_view(fd, name, page_off, file_len, base, &v->copied_short);
+    if (st) {
+        munmap(base, total);
+        return st;
+    }
+    v->base = base, v->base_len = total;
+    v->data = (const uint8_t *)base + (off - page_off);
+    v->off = off, v->len = len;
+    return DT_OK;
+}
+
 dt_status dt_mapview_open(int fd, const char *name, uint64_t off, size_t len, dt_mapview *v)
 {
     memset(v, 0, sizeof *v);
     v->guard = -1;
-    pthread_once(&install_once, install_guard);
-    if (!installed)
-        return dt_error(DT_ERR_IO, "%s: cannot install the SIGBUS handler that guards mapped files",
-                        name);
+    if (page_bytes == 0)
+        __atomic_store_n(&page_bytes, (size_t)sysconf(_SC_PAGESIZE), __ATOMIC_RELAXED);
     uint64_t page_off = off & ~(uint64_t)(page_bytes - 1);
     size_t head = (size_t)(off - page_off);
     /* The file's pages, then the slack: reserve the whole stretch anonymously (zeros) and map
@@ -91,6 +137,8 @@ dt_status dt_mapview_open(int fd, const char *name, uint64_t off, size_t len, dt
      * readable bytes. */
     size_t file_len = head + len;
     size_t total = (file_len + DT_MAPVIEW_SLACK + page_bytes - 1) / page_bytes * page_bytes;
+    if (!atomic_load(&installed))
+        return open_copied(fd, name, off, len, page_off, file_len, total, v);
     int slot = claim_slot();
     if (slot < 0)
         return dt_error(DT_ERR_IO, "%s: more than %d mapped views at once", name, DT_MAPVIEW_MAX);
@@ -120,7 +168,7 @@ fail:;
 
 bool dt_mapview_shrunk(const dt_mapview *v)
 {
-    return v->guard >= 0 && atomic_load(&guards[v->guard].shrunk);
+    return v->copied_short || (v->guard >= 0 && atomic_load(&guards[v->guard].shrunk));
 }
 
 void dt_mapview_close(dt_mapview *v)

@@ -258,7 +258,6 @@ dt_status dt_model_create(const dt_model_spec *spec, int max_batch, dt_pool *poo
     if (spec->n_layers < 1 || spec->n_layers > DT_MAX_LAYERS)
         return dt_error(DT_ERR_INVALID, "model %s: has %d layers (1..%d)", spec->name,
                         spec->n_layers, DT_MAX_LAYERS);
-    dt_gemm_setup();
     dt_model *m = calloc(1, sizeof *m);
     if (!m)
         return dt_error(DT_ERR_NOMEM, "no memory for a model");

@@ -1,5 +1,6 @@
 /* The cluster transport (see include/dtrain/transport.h): connection set-up with the handshake,
  * and the framed full-duplex exchange the collectives are built from. */
+#include "dtrain/log.h"
 #include "dtrain/transport.h"
 
 #include <errno.h>
@@ -211,9 +212,8 @@ static void *accept_loop(void *arg)
         int r = -1;
         st = serve_handshake(s, fd, from, &r);
         if (st) {
-            fprintf(s->t->log, "dtrain: warning: refused the connection from %s: %s\n", from,
-                    dt_last_error());
-            fflush(s->t->log);
+            dt_log_to(s->t->log, DT_LOG_WARN, "dtrain: warning: refused the connection from %s: %s",
+                      from, dt_last_error());
             dt_sock_close(fd);
             continue;
         }
@@ -336,9 +336,8 @@ static dt_status check_security(const dt_cluster *cl, const dt_transport_options
                         "DTRAIN_CLUSTER_SECRET or give --secret-file (or --insecure to run "
                         "unauthenticated)");
     if (cl->n_workers > 1) {
-        fprintf(log, "dtrain: warning: no cluster secret: traffic between the tasks is "
-                     "unauthenticated\n");
-        fflush(log);
+        dt_log_to(log, DT_LOG_WARN, "dtrain: warning: no cluster secret: traffic between the "
+                  "tasks is unauthenticated");
     }
     return DT_OK;
 }
@@ -359,7 +358,7 @@ dt_status dt_transport_open(const dt_cluster *cl, const dt_transport_options *o,
                             dt_transport **out)
 {
     *out = NULL;
-    FILE *log = o->log ? o->log : stderr;
+    FILE *log = o->log; /* NULL: the library's log (log.h) */
     if (cl->rank < 0)
         return dt_error(DT_ERR_INVALID, "%s:%d is not a training task: it has no rank",
                         dt_job_name(cl->task_type), cl->task_index);
@@ -480,10 +479,9 @@ static void maybe_warn_stall(dt_transport *t, dt_xfer *x, int to, bool send_left
     if (x->stall_warn <= 0 || x->stall_logged || dt_clock_now() - x->start < x->stall_warn)
         return;
     x->stall_logged = true;
-    fprintf(t->log, "dtrain: warning: %s #%u has waited %.0f s for %s%s%s\n", x->name, x->seq,
-            dt_clock_now() - x->start, recv_left ? t->peers[from].name : "",
-            recv_left && send_left ? " and " : "", send_left ? t->peers[to].name : "");
-    fflush(t->log);
+    dt_log_to(t->log, DT_LOG_WARN, "dtrain: warning: %s #%u has waited %.0f s for %s%s%s",
+              x->name, x->seq, dt_clock_now() - x->start, recv_left ? t->peers[from].name : "",
+              recv_left && send_left ? " and " : "", send_left ? t->peers[to].name : "");
 }
 
 dt_status dt_transport_exchange(dt_transport *t, dt_xfer *x, int to, const void *sbuf,

@@ -4,6 +4,7 @@
  * second copy of the parameters. Reading loads the whole file into one buffer (its size comes from
  * fstat, never from the header), parses the header with cJSON and keeps the parsed tree: tensor
  * names, metadata keys and values point into it, tensor data into the buffer. */
+#include "dtrain/log.h"
 #include "dtrain/checkpoint.h"
 
 #include <cjson/cJSON.h>
@@ -1043,8 +1044,8 @@ static dt_status load_list(const dt_ckpt_manager *m, double now, struct ckpt_lis
     dt_status st = read_state(m->dir, now, l);
     if (st == DT_ERR_FORMAT) {
         if (m->log)
-            fprintf(m->log, "dtrain: warning: %s; listing the ckpt-*.safetensors files of %s "
-                    "instead\n", dt_last_error(), m->dir);
+            dt_log_to(m->log, DT_LOG_WARN, "dtrain: warning: %s; listing the ckpt-*.safetensors "
+                      "files of %s instead", dt_last_error(), m->dir);
         st = scan_dir(m->dir, l);
     }
     if (st == DT_END)
@@ -1089,7 +1090,8 @@ static void remove_stale_temps(const dt_ckpt_manager *m)
         char path[PATH_CAP + 256];
         snprintf(path, sizeof path, "%s/%s", m->dir, e->d_name);
         if (unlink(path) == 0 && m->log)
-            fprintf(m->log, "dtrain: removed %s, left by a run that stopped while saving\n", path);
+            dt_log_to(m->log, DT_LOG_INFO, "dtrain: removed %s, left by a run that stopped while "
+                      "saving", path);
     }
     if (d)
         closedir(d);
@@ -1197,7 +1199,8 @@ static void sweep(dt_ckpt_manager *m)
         ckpt_name(name, sizeof name, step);
         if (build_path(path, sizeof path, m->dir, name) == DT_OK && unlink(path) != 0 &&
             errno != ENOENT && m->log)
-            fprintf(m->log, "dtrain: warning: %s: unlink: %s\n", path, strerror(errno));
+            dt_log_to(m->log, DT_LOG_WARN, "dtrain: warning: %s: unlink: %s", path,
+                      strerror(errno));
     }
     m->n_kept = l.n;
 }
@@ -1241,8 +1244,9 @@ static void warn_skip(FILE *log, const char *path, int more)
     const char *msg = dt_last_error();
     size_t n = strlen(path);
     int named = strncmp(msg, path, n) == 0 && msg[n] == ':';
-    fprintf(log, "dtrain: warning: %s%s%s; %s\n", named ? "" : path, named ? "" : ": ", msg,
-            more ? "trying an older checkpoint" : "no older checkpoint to try");
+    dt_log_to(log, DT_LOG_WARN, "dtrain: warning: %s%s%s; %s", named ? "" : path,
+              named ? "" : ": ", msg,
+              more ? "trying an older checkpoint" : "no older checkpoint to try");
 }
 
 /* The steps to try, newest first: the state file's list from its latest, then the directory's
@@ -1255,8 +1259,8 @@ static dt_status candidates(const char *dir, FILE *log, struct ckpt_list *out)
         goto fail;
     /* A broken or unreadable state file still leaves the checkpoints themselves. */
     if (st != DT_OK && st != DT_END && log)
-        fprintf(log, "dtrain: warning: %s; trying the ckpt-*.safetensors files of %s\n",
-                dt_last_error(), dir);
+        dt_log_to(log, DT_LOG_WARN, "dtrain: warning: %s; trying the ckpt-*.safetensors files "
+                  "of %s", dt_last_error(), dir);
     if ((st = scan_dir(dir, &scan)))
         goto fail;
     for (int i = state.n - 1; i >= 0; i--)

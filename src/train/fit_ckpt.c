@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "dtrain/clock.h"
+#include "dtrain/log.h"
 #include "dtrain/comm.h"
 
 /* ---- Saving ---- */
@@ -59,10 +60,9 @@ dt_status dt_fit_save(dt_ckpt_manager *mgr, bool announce, const dt_fit_config *
         return st;
     r->checkpoints++;
     r->checkpoint_seconds += dt_clock_now() - t0;
-    if (announce && cfg->log) {
-        fprintf(cfg->log, "Saving checkpoints for %" PRId64 " into %s.\n", p->step, path);
-        fflush(cfg->log);
-    }
+    if (announce && cfg->log)
+        dt_log_to(cfg->log, DT_LOG_INFO, "Saving checkpoints for %" PRId64 " into %s.", p->step,
+                  path);
     return DT_OK;
 }
 
@@ -166,9 +166,9 @@ static dt_status apply_checkpoint(const dt_ckpt *c, const dt_fit_config *cfg, in
     char mine[32];
     snprintf(mine, sizeof mine, "%" PRIu64, cfg->seed);
     if (cfg->log && (!seed || strcmp(seed, mine) != 0))
-        fprintf(cfg->log, "dtrain: warning: %s was written with seed %s, this run has %s: the "
-                "data order will differ from the interrupted run's\n", dt_ckpt_path(c),
-                seed ? seed : "(none)", mine);
+        dt_log_to(cfg->log, DT_LOG_WARN, "dtrain: warning: %s was written with seed %s, this run "
+                  "has %s: the data order will differ from the interrupted run's",
+                  dt_ckpt_path(c), seed ? seed : "(none)", mine);
     msg->found = 1;
     return DT_OK;
 }
@@ -189,11 +189,9 @@ static dt_status read_latest(const dt_fit_config *cfg, int replicas, dt_model *m
         if (st)
             return st;
         st = apply_checkpoint(c, cfg, replicas, m, o, msg);
-        if (st == DT_OK && cfg->log) {
-            fprintf(cfg->log, "Restoring parameters from %s (global step %" PRId64 ")\n",
-                    dt_ckpt_path(c), msg->pos.step);
-            fflush(cfg->log);
-        }
+        if (st == DT_OK && cfg->log)
+            dt_log_to(cfg->log, DT_LOG_INFO, "Restoring parameters from %s (global step %" PRId64
+                      ")", dt_ckpt_path(c), msg->pos.step);
         dt_ckpt_close(c);
         return st;
     }
@@ -201,8 +199,8 @@ static dt_status read_latest(const dt_fit_config *cfg, int replicas, dt_model *m
         dt_ckpt *c = NULL;
         dt_status st = dt_ckpt_open(cfg->restore_path, &c);
         if (st == DT_OK && (st = apply_checkpoint(c, cfg, replicas, m, o, msg)) == DT_OK && cfg->log)
-            fprintf(cfg->log, "Restoring parameters from %s (global step %" PRId64 ")\n",
-                    dt_ckpt_path(c), msg->pos.step);
+            dt_log_to(cfg->log, DT_LOG_INFO, "Restoring parameters from %s (global step %" PRId64
+                      ")", dt_ckpt_path(c), msg->pos.step);
         dt_ckpt_close(c);
         return st;
     }
