@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "commands.h"
+#include "dtrain/fileio.h"
 #include "dtrain/example.h"
 #include "dtrain/idx.h"
 #include "dtrain/sources.h"
@@ -140,14 +141,10 @@ int cmd_convert(int argc, char **argv)
     /* A regular file (or a new one) is written beside OUT and renamed over it when complete, so
      * a bad input never destroys an existing OUT nor leaves half of one; anything else (stdout,
      * a pipe) is written in place and never removed. */
-    struct stat sb;
-    bool in_place = stat(out, &sb) == 0 && !S_ISREG(sb.st_mode);
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", out, (long)getpid());
-    const char *target = in_place ? out : tmp;
+    dt_file_replace r;
     dt_tfrecord_writer *w;
-    dt_status st = dt_tfrecord_writer_open(target, c, &w);
-    if (st)
+    dt_status st = dt_file_replace_begin(&r, out, true);
+    if (st || (st = dt_tfrecord_writer_open(dt_file_replace_path(&r), c, &w)))
         return cli_fail(1, dt_last_error());
     int64_t count = 0;
     st = strcmp(from, "idx") == 0 ? convert_idx(in, w, &count)
@@ -155,13 +152,12 @@ int cmd_convert(int argc, char **argv)
     dt_status close_st = dt_tfrecord_writer_close(w);
     if (st == DT_OK)
         st = close_st;
-    if (st == DT_OK && !in_place && rename(tmp, out) != 0)
-        st = dt_error(DT_ERR_IO, "%s: %s", out, strerror(errno));
+    if (st == DT_OK)
+        st = dt_file_replace_commit(&r);
     if (st) {
         char msg[1200];
         snprintf(msg, sizeof msg, "%s", dt_last_error());
-        if (!in_place)
-            remove(tmp);
+        dt_file_replace_abort(&r);
         return cli_fail(1, msg);
     }
     printf("Wrote %lld records to %s\n", (long long)count, out);

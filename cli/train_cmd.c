@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "comm_open.h"
 #include "dtrain/clock.h"
+#include "dtrain/fileio.h"
 #include "dtrain/fit.h"
 #include "dtrain/idx.h"
 #include "dtrain/input.h"
@@ -350,11 +351,11 @@ static dt_status load_model_spec(const struct train_opts *o, const int shape[3],
  * a pipe) is written in place, so that --metrics-out /dev/stdout or a link keeps working. */
 static dt_status write_file_atomically(const char *path, const char *text)
 {
-    struct stat sb;
-    bool in_place = lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode);
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    const char *target = in_place ? path : tmp;
+    dt_file_replace r;
+    dt_status st = dt_file_replace_begin(&r, path, true);
+    if (st)
+        return dt_error_prefix(st, "--metrics-out");
+    const char *target = dt_file_replace_path(&r);
     FILE *f = fopen(target, "w");
     if (!f)
         return dt_error(DT_ERR_IO, "--metrics-out: %s: %s", target, strerror(errno));
@@ -362,15 +363,11 @@ static dt_status write_file_atomically(const char *path, const char *text)
     failed |= fclose(f) != 0;
     if (failed) {
         int err = errno;
-        if (!in_place)
-            remove(tmp);
+        dt_file_replace_abort(&r);
         return dt_error(DT_ERR_IO, "--metrics-out: %s: write failed: %s", target, strerror(err));
     }
-    if (!in_place && rename(tmp, path) != 0) {
-        int err = errno;
-        remove(tmp);
-        return dt_error(DT_ERR_IO, "--metrics-out: %s: %s", path, strerror(err));
-    }
+    if ((st = dt_file_replace_commit(&r)))
+        return dt_error_prefix(st, "--metrics-out");
     return DT_OK;
 }
 

@@ -12,6 +12,7 @@
 #ifndef DTRAIN_TFRECORD_H
 #define DTRAIN_TFRECORD_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -74,6 +75,15 @@ dt_status dt_tfrecord_check_data(const char *name, uint64_t at, const uint8_t *r
                                  uint64_t data_len, uint32_t crc);
 #define DT_TFRECORD_HEADER_BYTES 12
 #define DT_TFRECORD_FOOTER_BYTES 4
+
+/* The framing of one record of n_bytes of data, for every writer of TFRecord framing (TFRecord
+ * files, TensorBoard event files): the header (u64 length, the masked CRC32C of those 8 bytes)
+ * and the footer (the masked CRC32C of the data), little-endian. */
+void dt_tfrecord_encode_frame(const void *data, uint64_t n_bytes,
+                              uint8_t header[DT_TFRECORD_HEADER_BYTES],
+                              uint8_t footer[DT_TFRECORD_FOOTER_BYTES]);
+/* Whether the 12 bytes at p are a record header: 8 bytes followed by their masked CRC32C. */
+bool dt_tfrecord_header_ok(const uint8_t *p);
 
 /* After an error from dt_tfrecord_next: 1 if the reader can go on (a data CRC mismatch), 0 if the
  * error was final. Lets --skip-bad-records keep reading a file without matching messages. */

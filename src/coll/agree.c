@@ -4,30 +4,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/bytes.h"
 #define AGREE_MAGIC 0xA6EEu
 #define HEADER_BYTES 8
 
-static void put_u16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)v;
-    p[1] = (uint8_t)(v >> 8);
-}
-
-static uint16_t get_u16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
-
-static void put_u64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_u64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v |= (uint64_t)p[i] << (8 * i);
-    return v;
-}
 
 size_t dt_agree_encoded_bytes(const dt_agree_msg *m)
 {
@@ -36,25 +16,25 @@ size_t dt_agree_encoded_bytes(const dt_agree_msg *m)
 
 void dt_agree_encode(const dt_agree_msg *m, uint8_t *out)
 {
-    put_u16(out, AGREE_MAGIC);
-    put_u16(out + 2, (uint16_t)m->type);
-    put_u16(out + 4, (uint16_t)m->n_ints);
-    put_u16(out + 6, (uint16_t)m->n_reals);
+    dt_store_le16(out, AGREE_MAGIC);
+    dt_store_le16(out + 2, (uint16_t)m->type);
+    dt_store_le16(out + 4, (uint16_t)m->n_ints);
+    dt_store_le16(out + 6, (uint16_t)m->n_reals);
     uint8_t *p = out + HEADER_BYTES;
     for (int i = 0; i < m->n_ints; i++, p += 8)
-        put_u64(p, (uint64_t)m->ints[i]);
+        dt_store_le64(p, (uint64_t)m->ints[i]);
     for (int i = 0; i < m->n_reals; i++, p += 8) {
         uint64_t bits;
         memcpy(&bits, &m->reals[i], sizeof bits);
-        put_u64(p, bits);
+        dt_store_le64(p, bits);
     }
 }
 
 dt_status dt_agree_decode(const uint8_t *in, const dt_agree_msg *want, int rank,
                           dt_agree_msg *out)
 {
-    unsigned magic = get_u16(in), type = get_u16(in + 2), ni = get_u16(in + 4),
-             nr = get_u16(in + 6);
+    unsigned magic = dt_load_le16(in), type = dt_load_le16(in + 2), ni = dt_load_le16(in + 4),
+             nr = dt_load_le16(in + 6);
     if (magic != AGREE_MAGIC || type != (unsigned)want->type || ni != (unsigned)want->n_ints ||
         nr != (unsigned)want->n_reals)
         return dt_error(DT_ERR_PEER, "rank %d sent agreement message type %u with %u integers "
@@ -63,9 +43,9 @@ dt_status dt_agree_decode(const uint8_t *in, const dt_agree_msg *want, int rank,
     *out = *want;
     const uint8_t *p = in + HEADER_BYTES;
     for (int i = 0; i < want->n_ints; i++, p += 8)
-        out->ints[i] = (int64_t)get_u64(p);
+        out->ints[i] = (int64_t)dt_load_le64(p);
     for (int i = 0; i < want->n_reals; i++, p += 8) {
-        uint64_t bits = get_u64(p);
+        uint64_t bits = dt_load_le64(p);
         memcpy(&out->reals[i], &bits, sizeof bits);
     }
     return DT_OK;

@@ -34,6 +34,7 @@ uint32_t dt_crc32c_extend_ref(uint32_t crc, const void *data, size_t n_bytes)
 #if defined(__x86_64__)
 #include <nmmintrin.h>
 
+#include "cpu.h"
 __attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const void *data,
                                                              size_t n_bytes)
 {
@@ -76,13 +77,7 @@ __attribute__((target("sse4.2"))) static void crc32c_hw3(const uint8_t *const *d
     out[2] = crc32c_hw(~(uint32_t)cc, c + common, len[2] - common);
 }
 
-static int has_sse42(void)
-{
-    static int known = -1;
-    if (known < 0)
-        known = __builtin_cpu_supports("sse4.2") ? 1 : 0;
-    return known;
-}
+static int has_sse42(void) { return dt_cpu_has(DT_CPU_SSE42); }
 
 uint32_t dt_crc32c_extend(uint32_t crc, const void *data, size_t n_bytes)
 {

@@ -14,7 +14,9 @@
 #include <unistd.h>
 
 #include "dtrain/crc32c.h"
+#include "dtrain/fileio.h"
 #include "dtrain/rng.h"
+#include "shuffle.h"
 
 /* ---- Common ---- */
 
@@ -239,33 +241,32 @@ dt_status dt_dataset_shard(dt_dataset *input, int64_t num_shards, int64_t index,
 /* ---- shuffle ---- */
 
 struct shuffle_state {
-    dt_elem **buf;
-    int64_t cap, count, allocated;
+    dt_elem **buf;     /* the shuffle buffer's slots (sb.slots) */
+    dt_shuffle_buf sb;
+    int64_t cap, allocated;
     bool filled, input_done, reshuffle;
     uint64_t seed;
-    dt_rng rng;
 };
 
 static void shuffle_seed(dt_dataset *ds)
 {
     struct shuffle_state *s = ds->state;
     /* One stream per iteration when reshuffling; the same stream every time otherwise. */
-    dt_rng_derive(&s->rng, s->seed, 0x5348554646ull /* "SHUFF" */,
-                  s->reshuffle ? ds->iteration : 0);
+    dt_shuffle_seed(&s->sb, s->seed, s->reshuffle ? ds->iteration : 0);
 }
 
 static void shuffle_drop_buffer(struct shuffle_state *s)
 {
-    for (int64_t i = 0; i < s->count; i++)
+    for (int64_t i = 0; i < s->sb.count; i++)
         dt_elem_free(s->buf[i]);
-    s->count = 0;
+    s->sb.count = 0;
 }
 
 static dt_status shuffle_next(dt_dataset *ds, dt_elem **out)
 {
     struct shuffle_state *s = ds->state;
     dt_status st;
-    while (!s->filled && s->count < s->cap) {
+    while (!s->filled && s->sb.count < s->cap) {
         dt_elem *e;
         st = dt_dataset_next(ds->input, &e);
         if (st == DT_END) {
@@ -274,7 +275,7 @@ static dt_status shuffle_next(dt_dataset *ds, dt_elem **out)
         }
         if (st)
             return st;
-        if (s->count == s->allocated) {
+        if (s->sb.count == s->allocated) {
             /* Grown as it fills, so a buffer larger than the dataset costs only the dataset. */
             int64_t grown = s->allocated ? 2 * s->allocated : 1024;
             if (grown > s->cap)
@@ -285,32 +286,24 @@ static dt_status shuffle_next(dt_dataset *ds, dt_elem **out)
                 return dt_error(DT_ERR_NOMEM, "shuffle: no memory for a buffer of %lld elements",
                                 (long long)grown);
             }
-            s->buf = b, s->allocated = grown;
+            s->buf = b, s->sb.slots = b, s->allocated = grown;
         }
-        s->buf[s->count++] = e;
+        s->buf[s->sb.count++] = e;
     }
     s->filled = true;
-    if (s->count == 0)
+    if (s->sb.count == 0)
         return DT_END;
-    int64_t j = (int64_t)dt_rng_below(&s->rng, (uint64_t)s->count);
-    *out = s->buf[j];
+    /* The input's next element, which takes the picked one's slot (the draw does not depend on
+     * it); an error ends the iteration with the buffer as it is, freed on reset. */
+    dt_elem *next = NULL;
     if (!s->input_done) {
-        dt_elem *e;
-        st = dt_dataset_next(ds->input, &e);
-        if (st == DT_OK) {
-            s->buf[j] = e;
-            return DT_OK;
-        }
-        if (st != DT_END) {
-            /* The error ends the iteration; the picked element goes back to be freed. */
-            dt_elem_free(*out);
-            *out = NULL;
-            s->buf[j] = s->buf[--s->count];
+        st = dt_dataset_next(ds->input, &next);
+        if (st == DT_END)
+            s->input_done = true;
+        else if (st)
             return st;
-        }
-        s->input_done = true;
     }
-    s->buf[j] = s->buf[--s->count];
+    dt_shuffle_take(&s->sb, out, next ? &next : NULL);
     return DT_OK;
 }
 
@@ -358,6 +351,7 @@ dt_status dt_dataset_shuffle(dt_dataset *input, int64_t buffer_size, uint64_t se
     s->cap = buffer_size;
     s->seed = seed;
     s->reshuffle = reshuffle_each_iteration;
+    s->sb.slot_bytes = sizeof(dt_elem *);
     if ((st = dt_dataset_create(&shuffle_ops, input, s, out)))
         return st;
     shuffle_seed(*out);
@@ -582,7 +576,7 @@ _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "cache files are littl
 
 struct cache_state {
     char *path;        /* NULL: memory */
-    char *tmp_path;
+    dt_file_replace replace; /* the file being written, renamed over path once whole */
     dt_elem **elems;   /* memory cache */
     int64_t n, cap, pos;
     bool complete;     /* a whole iteration is cached */
@@ -629,7 +623,8 @@ static dt_status cache_write_elem(struct cache_state *s, const dt_elem *e)
               fwrite(buf, 1, len, s->file) == len;
     free(buf);
     if (!ok)
-        return dt_error(DT_ERR_IO, "%s: write failed: %s", s->tmp_path, strerror(errno));
+        return dt_error(DT_ERR_IO, "%s: write failed: %s", dt_file_replace_path(&s->replace),
+                        strerror(errno));
     return DT_OK;
 }
 
@@ -731,10 +726,13 @@ static dt_status cache_open_for_reading(struct cache_state *s)
 
 static dt_status cache_open_for_writing(struct cache_state *s)
 {
-    s->file = fopen(s->tmp_path, "wb");
+    dt_status st = dt_file_replace_begin(&s->replace, s->path, false);
+    if (st)
+        return st;
+    s->file = fopen(dt_file_replace_path(&s->replace), "wb");
     uint32_t version = CACHE_VERSION;
     if (!s->file || fwrite(CACHE_MAGIC, 1, 8, s->file) != 8 || fwrite(&version, 4, 1, s->file) != 1)
-        return dt_error(DT_ERR_IO, "%s: %s", s->tmp_path, strerror(errno));
+        return dt_error(DT_ERR_IO, "%s: %s", dt_file_replace_path(&s->replace), strerror(errno));
     return DT_OK;
 }
 
@@ -742,13 +740,13 @@ static dt_status cache_finish_file(struct cache_state *s)
 {
     FILE *f = s->file;
     s->file = NULL;
-    if (fflush(f) != 0 || fsync(fileno(f)) != 0) {
-        fclose(f);
-        return dt_error(DT_ERR_IO, "%s: write failed: %s", s->tmp_path, strerror(errno));
+    if (fclose(f) != 0) {
+        dt_status st = dt_error(DT_ERR_IO, "%s: write failed: %s",
+                                dt_file_replace_path(&s->replace), strerror(errno));
+        dt_file_replace_abort(&s->replace);
+        return st;
     }
-    if (fclose(f) != 0 || rename(s->tmp_path, s->path) != 0)
-        return dt_error(DT_ERR_IO, "%s: %s", s->path, strerror(errno));
-    return DT_OK;
+    return dt_file_replace_commit(&s->replace);
 }
 
 static dt_status cache_next(dt_dataset *ds, dt_elem **out)
@@ -813,7 +811,7 @@ static void cache_discard_partial(struct cache_state *s)
             s->file = NULL;
         }
         if (!s->complete)
-            remove(s->tmp_path);
+            dt_file_replace_abort(&s->replace);
     } else if (!s->complete) {
         for (int64_t i = 0; i < s->n; i++)
             dt_elem_free(s->elems[i]);
@@ -842,7 +840,6 @@ static void cache_destroy(dt_dataset *ds)
         dt_elem_free(s->elems[i]);
     free(s->elems);
     free(s->path);
-    free(s->tmp_path);
     free(s);
 }
 
@@ -858,13 +855,11 @@ dt_status dt_dataset_cache(dt_dataset *input, const char *path, dt_dataset **out
     if (path) {
         size_t len = strlen(path);
         s->path = malloc(len + 1);
-        s->tmp_path = malloc(len + 5);
-        if (!s->path || !s->tmp_path) {
+        if (!s->path) {
             st = dt_error(DT_ERR_NOMEM, "no memory for a cache dataset");
             goto fail;
         }
         memcpy(s->path, path, len + 1);
-        snprintf(s->tmp_path, len + 5, "%s.tmp", path);
         if (access(path, F_OK) == 0) {
             /* A finished cache from an earlier run: read it, as TensorFlow does. */
             s->complete = true;

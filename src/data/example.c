@@ -34,6 +34,9 @@
 #endif
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
+
+#include "../core/cpu.h"
+#include "../core/bytes.h"
 #define LAYOUT_VECTOR 1 /* an AVX2 + BMI2 layout decoder, chosen at run time */
 #endif
 
@@ -386,8 +389,7 @@ static dt_status put_floats(sink *s, const uint8_t *p, size_t n)
             memcpy(d, p, fit * sizeof(float));
 #else
             for (size_t i = 0; i < fit; i++) {
-                uint32_t u = (uint32_t)p[4 * i] | (uint32_t)p[4 * i + 1] << 8 |
-                             (uint32_t)p[4 * i + 2] << 16 | (uint32_t)p[4 * i + 3] << 24;
+                uint32_t u = dt_load_le32(p + 4 * i);
                 memcpy(d + i, &u, 4);
             }
 #endif
@@ -399,8 +401,7 @@ static dt_status put_floats(sink *s, const uint8_t *p, size_t n)
         return DT_OK;
     default:
         for (size_t i = 0; i < n; i++, s->count++) {
-            uint32_t u = (uint32_t)p[4 * i] | (uint32_t)p[4 * i + 1] << 8 |
-                         (uint32_t)p[4 * i + 2] << 16 | (uint32_t)p[4 * i + 3] << 24;
+            uint32_t u = dt_load_le32(p + 4 * i);
             float f;
             memcpy(&f, &u, 4);
             if (s->mode == SINK_SPARSE) {
@@ -1161,8 +1162,7 @@ static inline int fast_label(const uint8_t *l, const uint8_t *le, const uint8_t 
     if (kind == DT_FEATURE_FLOAT) {
         if (len != 4)
             return 0;
-        uint32_t u = (uint32_t)l[0] | (uint32_t)l[1] << 8 | (uint32_t)l[2] << 16 |
-                     (uint32_t)l[3] << 24;
+        uint32_t u = dt_load_le32(l);
         memcpy(label, &u, 4);
         return 1;
     }
@@ -1327,16 +1327,6 @@ void dt_example_layout_free(dt_example_layout *l) { free(l); }
 
 uint64_t dt_example_layout_hits(const dt_example_layout *l) { return l->hits; }
 
-static inline uint64_t load_le64(const uint8_t *p)
-{
-    uint64_t w;
-    memcpy(&w, p, 8);
-#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-    w = __builtin_bswap64(w);
-#endif
-    return w;
-}
-
 static inline float load_le_float(const uint8_t *p)
 {
     uint32_t w;
@@ -1384,7 +1374,7 @@ static inline uint64_t varint_bytes(unsigned v) { return ~0ull >> (8 * (8 - v));
  * so and it fits in 64 bits, as the general decoder requires. */
 static inline int long_varint(const uint8_t *p, unsigned v, uint64_t *u)
 {
-    uint64_t w = load_le64(p);
+    uint64_t w = dt_load_le64(p);
     if ((w & 0x8080808080808080ull) != 0x8080808080808080ull)
         return 0;
     uint64_t x = squeeze7(w & 0x7f7f7f7f7f7f7f7full) | (uint64_t)(p[8] & 0x7f) << 56;
@@ -1446,7 +1436,7 @@ static int layout_parse(const dt_example_layout *L, const uint8_t *p, const uint
                 return FAST_DECLINE;
             uint64_t u;
             if (row <= 8) {
-                uint64_t w = load_le64(v) & varint_bytes(row);
+                uint64_t w = dt_load_le64(v) & varint_bytes(row);
                 if ((w & 0x8080808080808080ull) != cont_bits(row))
                     return FAST_DECLINE;
                 u = squeeze7(w & 0x7f7f7f7f7f7f7f7full);
@@ -1504,7 +1494,7 @@ __attribute__((target("avx2,bmi2"))) static int layout_parse_vector(const dt_exa
                 return FAST_DECLINE;
             uint64_t u;
             if (row <= 8)
-                u = _pext_u64(load_le64(v), varint_groups[row]);
+                u = _pext_u64(dt_load_le64(v), varint_groups[row]);
             else if (!long_varint(v, row, &u))
                 return FAST_DECLINE;
             *dst = (float)(int64_t)u;
@@ -1519,17 +1509,8 @@ __attribute__((target("avx2,bmi2"))) static int layout_parse_vector(const dt_exa
     return finish_layout(L, p, end, dense);
 }
 
-/* pext is microcoded, tens of cycles, on AMD's families 15h and 17h. */
-static int vector_supported(void)
-{
-    static int known = -1;
-    if (known < 0) {
-        __builtin_cpu_init();
-        known = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi2") &&
-                !__builtin_cpu_is("amdfam15h") && !__builtin_cpu_is("amdfam17h");
-    }
-    return known;
-}
+/* pext is microcoded, tens of cycles, on AMD's families 15h and 17h: cpu.h leaves them out. */
+static int vector_supported(void) { return dt_cpu_has(DT_CPU_FAST_PEXT); }
 #else
 static int vector_supported(void) { return 0; }
 #endif
@@ -1867,8 +1848,7 @@ dt_status dt_example_encode(const dt_feature_value *f, int n_features, uint8_t *
             for (size_t k = 0; k < f[i].n; k++) {
                 uint32_t u;
                 memcpy(&u, &f[i].floats[k], 4);
-                p[0] = (uint8_t)u, p[1] = (uint8_t)(u >> 8), p[2] = (uint8_t)(u >> 16),
-                p[3] = (uint8_t)(u >> 24);
+                dt_store_le32(p, u);
                 p += 4;
             }
         } else if (f[i].type == DT_FEATURE_INT64 && f[i].n) {

@@ -12,13 +12,10 @@
 #include <sys/stat.h>
 #include <zlib.h>
 
+#include "../core/bytes.h"
 /* 2^33 bytes: no IDX dataset dtrain reads comes near it. */
 #define DT_IDX_MAX_BYTES ((size_t)1 << 33)
 
-static uint32_t be32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
 
 /* Reads up to n bytes; returns the count read, or -1 with the error set. */
 static long read_some(gzFile f, const char *path, size_t offset, void *buf, size_t n)
@@ -43,7 +40,7 @@ static dt_status read_header(gzFile f, const char *path, dt_idx *out, size_t *ex
     if (got < 4)
         return dt_error(DT_ERR_FORMAT, "%s: offset %ld: truncated: the 4-byte magic number is "
                         "incomplete", path, got);
-    uint32_t magic = be32(head);
+    uint32_t magic = dt_load_be32(head);
     if ((magic >> 16) != 0 || ((magic >> 8) & 0xff) != 0x08) {
         return dt_error(DT_ERR_FORMAT, "%s: offset 0: bad magic 0x%08x: not an IDX file of "
                         "unsigned bytes (expected 0x00000801 labels or 0x00000803 images)",
@@ -61,7 +58,7 @@ static dt_status read_header(gzFile f, const char *path, dt_idx *out, size_t *ex
                         "sizes expected)", path, 4 + got, n_dims);
     size_t total = 1;
     for (int d = 0; d < n_dims; d++) {
-        uint32_t v = be32(head + 4 + 4 * d);
+        uint32_t v = dt_load_be32(head + 4 + 4 * d);
         if (v == 0)
             return dt_error(DT_ERR_FORMAT, "%s: offset %d: dimension %d is 0", path, 4 + 4 * d, d);
         if (total > DT_IDX_MAX_BYTES / v)

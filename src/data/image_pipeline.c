@@ -10,6 +10,7 @@
 
 #include "dtrain/comm.h"
 #include "dtrain/rng.h"
+#include "shuffle.h"
 
 /* dst[k] = src[k] / 255 for the first pixels, 16 at a time; returns how many. IEEE division is
  * correctly rounded, so these are the table's values (the test checks every byte value). */
@@ -74,7 +75,8 @@ void dt_gather_batch(const dt_image_dataset *ds, const uint32_t *idx, int B, flo
 /* range(0, n) -> shuffle(buffer, seed, reshuffle each iteration) -> batch -> the images of this
  * worker's block of each batch's rows (dt_comm_block's split of the global batch), as one stage
  * over a plain array of indices. Its batches are those of the four datasets chained, in the same
- * order with the same random draws (test_fit checks it), but an index costs no element of its
+ * order: the shuffle is the shuffle dataset's own algorithm (shuffle.h) over uint32 slots
+ * (test_fit checks the batches), but an index costs no element of its
  * own: chained, each index was an allocation, a pointer chased in the shuffle buffer and a copy
  * into the batch, which made the pipeline several times dearer than the gather itself. */
 typedef struct {
@@ -83,11 +85,11 @@ typedef struct {
     bool drop_remainder;
     bool shuffled;   /* a shuffle buffer above 1: otherwise file order */
     uint64_t seed;
-    uint32_t *buf;   /* the shuffle buffer: min(buffer size, examples) indices */
-    int64_t cap, count;
+    uint32_t *buf;   /* the shuffle buffer's slots (sb.slots): min(buffer size, examples) */
+    dt_shuffle_buf sb;
+    int64_t cap;
     int64_t next_id; /* the next index the buffer has not taken */
     bool filled, done;
-    dt_rng rng;
     uint32_t *ids;   /* the batch's indices */
     int32_t *labels; /* its labels, as the gather returns them */
 } image_batches;
@@ -104,18 +106,17 @@ static bool next_index(image_batches *b, uint32_t *out)
         return true;
     }
     if (!b->filled) {
-        while (b->count < b->cap && b->next_id < n)
-            b->buf[b->count++] = (uint32_t)b->next_id++;
+        while (b->sb.count < b->cap && b->next_id < n)
+            b->buf[b->sb.count++] = (uint32_t)b->next_id++;
         b->filled = true;
     }
-    if (b->count == 0)
+    if (b->sb.count == 0)
         return false;
-    int64_t j = (int64_t)dt_rng_below(&b->rng, (uint64_t)b->count);
-    *out = b->buf[j];
-    if (b->next_id < n)
-        b->buf[j] = (uint32_t)b->next_id++;
-    else
-        b->buf[j] = b->buf[--b->count];
+    uint32_t next = (uint32_t)b->next_id;
+    bool more = b->next_id < n;
+    if (more)
+        b->next_id++;
+    dt_shuffle_take(&b->sb, out, more ? &next : NULL);
     return true;
 }
 
@@ -159,18 +160,17 @@ static dt_status image_batches_next(dt_dataset *ds, dt_elem **out)
     return DT_OK;
 }
 
-/* Each iteration reshuffles: its own random stream, derived from the seed and the iteration as
- * the shuffle dataset derives it. */
+/* Each iteration reshuffles: its own random stream, derived from the seed and the iteration. */
 static void image_batches_seed(dt_dataset *ds)
 {
     image_batches *b = ds->state;
-    dt_rng_derive(&b->rng, b->seed, 0x5348554646ull /* "SHUFF" */, ds->iteration);
+    dt_shuffle_seed(&b->sb, b->seed, ds->iteration);
 }
 
 static dt_status image_batches_reset(dt_dataset *ds)
 {
     image_batches *b = ds->state;
-    b->count = b->next_id = 0;
+    b->sb.count = b->next_id = 0;
     b->filled = b->done = false;
     image_batches_seed(ds);
     return DT_OK;
@@ -207,6 +207,8 @@ dt_status dt_image_pipeline_sharded(const dt_image_dataset *ds, int batch_size,
                          .shuffled = shuffle_buffer > 1, .seed = seed,
                          .cap = shuffle_buffer < ds->n ? shuffle_buffer : ds->n};
     b->buf = b->shuffled ? malloc((size_t)(b->cap > 0 ? b->cap : 1) * sizeof *b->buf) : NULL;
+    b->sb.slots = b->buf;
+    b->sb.slot_bytes = sizeof *b->buf;
     b->ids = malloc((size_t)batch_size * sizeof *b->ids);
     b->labels = malloc((size_t)batch_size * sizeof *b->labels);
     dt_dataset *p = NULL;

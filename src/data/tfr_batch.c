@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../core/bytes.h"
 #include "dtrain/crc32c.h"
 #include "dtrain/mapview.h"
 #include "sources_int.h"
@@ -243,10 +244,7 @@ static inline const uint8_t *bytes_at(const struct chunk *ch, uint64_t at)
 static uint64_t find_header(const struct chunk *ch)
 {
     for (uint64_t at = ch->lo; at < ch->hi && at + DT_TFRECORD_HEADER_BYTES <= ch->size; at++) {
-        const uint8_t *p = bytes_at(ch, at);
-        uint32_t stored = (uint32_t)p[8] | (uint32_t)p[9] << 8 | (uint32_t)p[10] << 16 |
-                          (uint32_t)p[11] << 24;
-        if (dt_crc32c_mask(dt_crc32c(p, 8)) == stored)
+        if (dt_tfrecord_header_ok(bytes_at(ch, at)))
             return at;
     }
     return NO_START;

@@ -19,11 +19,12 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "../core/bytes.h"
 #include "dtrain/crc32c.h"
 
 #define IO_CHUNK ((size_t)1 << 20)
-#define HEADER_BYTES 12 /* u64 length, u32 masked crc of the length */
-#define FOOTER_BYTES 4  /* u32 masked crc of the data */
+#define HEADER_BYTES DT_TFRECORD_HEADER_BYTES /* u64 length, u32 masked crc of the length */
+#define FOOTER_BYTES DT_TFRECORD_FOOTER_BYTES /* u32 masked crc of the data */
 
 dt_status dt_compression_parse(const char *name, dt_compression *out)
 {
@@ -56,31 +57,6 @@ const char *dt_compression_name(dt_compression c)
     case DT_COMPRESSION_ZLIB: return "zlib";
     }
     return "unknown";
-}
-
-static uint64_t le64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
-static uint32_t le32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
-static void put_le64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void put_le32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
 }
 
 /* ---- reader ---- */
@@ -321,8 +297,8 @@ dt_status dt_tfrecord_frame(const char *name, uint64_t at, const uint8_t *p, siz
                         "into the 12-byte record header (at offset %llu)", name,
                         (unsigned long long)at, avail, (unsigned long long)(at + avail));
     }
-    uint64_t len = le64(p);
-    uint32_t stored = le32(p + 8), computed = dt_crc32c_mask(dt_crc32c(p, 8));
+    uint64_t len = dt_load_le64(p);
+    uint32_t stored = dt_load_le32(p + 8), computed = dt_crc32c_mask(dt_crc32c(p, 8));
     if (stored != computed)
         return dt_error(DT_ERR_FORMAT, "%s: offset %llu: corrupt record header: length CRC "
                         "mismatch (stored 0x%08x, computed 0x%08x over length %llu)", name,
@@ -349,10 +325,24 @@ dt_status dt_tfrecord_frame(const char *name, uint64_t at, const uint8_t *p, siz
                     (unsigned long long)len, (unsigned long long)(at + avail));
 }
 
+void dt_tfrecord_encode_frame(const void *data, uint64_t n_bytes,
+                              uint8_t header[DT_TFRECORD_HEADER_BYTES],
+                              uint8_t footer[DT_TFRECORD_FOOTER_BYTES])
+{
+    dt_store_le64(header, n_bytes);
+    dt_store_le32(header + 8, dt_crc32c_mask(dt_crc32c(header, 8)));
+    dt_store_le32(footer, dt_crc32c_mask(dt_crc32c(data, (size_t)n_bytes)));
+}
+
+bool dt_tfrecord_header_ok(const uint8_t *p)
+{
+    return dt_load_le32(p + 8) == dt_crc32c_mask(dt_crc32c(p, 8));
+}
+
 dt_status dt_tfrecord_check_data(const char *name, uint64_t at, const uint8_t *record,
                                  uint64_t data_len, uint32_t crc)
 {
-    uint32_t stored = le32(record + HEADER_BYTES + data_len), computed = dt_crc32c_mask(crc);
+    uint32_t stored = dt_load_le32(record + HEADER_BYTES + data_len), computed = dt_crc32c_mask(crc);
     if (stored == computed)
         return DT_OK;
     return dt_error(DT_ERR_FORMAT, "%s: offset %llu: corrupt record: data CRC mismatch over %llu "
@@ -578,9 +568,7 @@ dt_status dt_tfrecord_write(dt_tfrecord_writer *w, const void *data, size_t n_by
         return dt_error(w->sticky, "%s: offset %llu: writing stopped at an earlier error",
                         w->name, (unsigned long long)w->stream_off);
     uint8_t head[HEADER_BYTES], foot[FOOTER_BYTES];
-    put_le64(head, (uint64_t)n_bytes);
-    put_le32(head + 8, dt_crc32c_mask(dt_crc32c(head, 8)));
-    put_le32(foot, dt_crc32c_mask(dt_crc32c(data, n_bytes)));
+    dt_tfrecord_encode_frame(data, n_bytes, head, foot);
     dt_status st;
     if ((st = emit(w, head, sizeof head)) || (st = emit(w, data, n_bytes)) ||
         (st = emit(w, foot, sizeof foot)))

@@ -8,37 +8,21 @@
 #include <string.h>
 #include <sys/random.h>
 
+#include "../core/bytes.h"
 #include "dtrain/cluster.h"
 #include "dtrain/crc32c.h"
 
 static const uint8_t hello_magic[8] = {'d', 't', 'r', 'a', 'i', 'n', 'H', 'S'};
 static const uint8_t frame_magic[4] = {'D', 'T', 'F', '1'};
 
-static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v, p[1] = (uint8_t)(v >> 8); }
-static void put32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-static void put64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-static uint16_t get16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
-static uint32_t get32(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static uint64_t get64(const uint8_t *p) { return (uint64_t)get32(p) | (uint64_t)get32(p + 4) << 32; }
 
 void dt_hello_encode(const dt_hello *h, uint8_t out[DT_HELLO_BYTES])
 {
     memset(out, 0, DT_HELLO_BYTES);
     memcpy(out, hello_magic, 8);
-    put16(out + 8, h->version);
-    put32(out + 12, h->task_index);
-    put64(out + 16, h->cluster_id);
+    dt_store_le16(out + 8, h->version);
+    dt_store_le32(out + 12, h->task_index);
+    dt_store_le64(out + 16, h->cluster_id);
     out[24] = h->task_type;
     memcpy(out + 32, h->nonce, DT_NONCE_BYTES);
 }
@@ -47,14 +31,14 @@ dt_status dt_hello_decode(const uint8_t in[DT_HELLO_BYTES], dt_hello *h)
 {
     if (memcmp(in, hello_magic, 8) != 0)
         return dt_error(DT_ERR_AUTH, "not a dtrain peer (its first bytes are not the handshake)");
-    h->version = get16(in + 8);
+    h->version = dt_load_le16(in + 8);
     if (h->version != DT_WIRE_VERSION)
         return dt_error(DT_ERR_AUTH, "protocol version %u, this dtrain speaks %d", h->version,
                         DT_WIRE_VERSION);
-    if (get16(in + 10) != 0)
-        return dt_error(DT_ERR_AUTH, "handshake flags 0x%x are not known", get16(in + 10));
-    h->task_index = get32(in + 12);
-    h->cluster_id = get64(in + 16);
+    if (dt_load_le16(in + 10) != 0)
+        return dt_error(DT_ERR_AUTH, "handshake flags 0x%x are not known", dt_load_le16(in + 10));
+    h->task_index = dt_load_le32(in + 12);
+    h->cluster_id = dt_load_le64(in + 16);
     h->task_type = in[24];
     if (h->task_type >= DT_JOB_COUNT)
         return dt_error(DT_ERR_AUTH, "task type %u is not a job", h->task_type);
@@ -114,11 +98,11 @@ static uint32_t frame_crc(const uint8_t *b)
 void dt_frame_encode(const dt_frame_hdr *h, uint8_t out[DT_FRAME_HDR_BYTES])
 {
     memcpy(out, frame_magic, 4);
-    put16(out + 4, h->type);
-    put16(out + 6, h->op);
-    put32(out + 8, h->seq);
-    put64(out + 16, h->n_bytes);
-    put32(out + 12, frame_crc(out));
+    dt_store_le16(out + 4, h->type);
+    dt_store_le16(out + 6, h->op);
+    dt_store_le32(out + 8, h->seq);
+    dt_store_le64(out + 16, h->n_bytes);
+    dt_store_le32(out + 12, frame_crc(out));
 }
 
 dt_status dt_frame_decode(const uint8_t in[DT_FRAME_HDR_BYTES], uint64_t max_bytes,
@@ -126,12 +110,12 @@ dt_status dt_frame_decode(const uint8_t in[DT_FRAME_HDR_BYTES], uint64_t max_byt
 {
     if (memcmp(in, frame_magic, 4) != 0)
         return dt_error(DT_ERR_PEER, "sent bytes that are not a frame (bad magic)");
-    if (get32(in + 12) != frame_crc(in))
+    if (dt_load_le32(in + 12) != frame_crc(in))
         return dt_error(DT_ERR_PEER, "sent a frame header with a bad checksum");
-    h->type = get16(in + 4);
-    h->op = get16(in + 6);
-    h->seq = get32(in + 8);
-    h->n_bytes = get64(in + 16);
+    h->type = dt_load_le16(in + 4);
+    h->op = dt_load_le16(in + 6);
+    h->seq = dt_load_le32(in + 8);
+    h->n_bytes = dt_load_le64(in + 16);
     if (h->type < DT_FRAME_ACK || h->type > DT_FRAME_ABORT)
         return dt_error(DT_ERR_PEER, "sent a frame of unknown type %u", h->type);
     if (h->n_bytes > max_bytes)

@@ -4,19 +4,10 @@
 
 #include <string.h>
 
+#include "../core/cpu.h"
 #include "convpool_avx2.h"
 
-static bool cpu_has_avx2_fma(void)
-{
-#if defined(__x86_64__)
-    static int cached = -1;
-    if (cached < 0)
-        cached = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    return cached;
-#else
-    return false;
-#endif
-}
+static bool cpu_has_avx2_fma(void) { return dt_cpu_has(DT_CPU_AVX2_FMA); }
 
 bool dt_convpool_supported(const dt_conv_geom *cg, const dt_pool_geom *pg)
 {

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../core/cpu.h"
 void dt_optim_config_default(dt_optim_config *cfg, dt_opt_kind kind)
 {
     memset(cfg, 0, sizeof *cfg);
@@ -159,17 +160,7 @@ struct step_job {
     float lr, lr_t; /* lr_t: Adam's bias-corrected rate */
 };
 
-static bool use_avx2(void)
-{
-#if defined(__x86_64__)
-    static int cached = -1;
-    if (cached < 0)
-        cached = __builtin_cpu_supports("avx2") ? 1 : 0;
-    return cached;
-#else
-    return false;
-#endif
-}
+static bool use_avx2(void) { return dt_cpu_has(DT_CPU_AVX2); }
 
 /* The scalar updates below are the reference; the AVX2 ones (optim_avx2.c) compute the same
  * values bit for bit, and the tests compare them. */

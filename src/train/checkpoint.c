@@ -4,6 +4,7 @@
  * second copy of the parameters. Reading loads the whole file into one buffer (its size comes from
  * fstat, never from the header), parses the header with cJSON and keeps the parsed tree: tensor
  * names, metadata keys and values point into it, tensor data into the buffer. */
+#include "dtrain/fileio.h"
 #include "dtrain/log.h"
 #include "dtrain/checkpoint.h"
 
@@ -20,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../core/bytes.h"
 #include "dtrain/crc32c.h"
 
 /* Tensor data is written and read as the host's bytes: dtrain targets x86-64 only. */
@@ -37,95 +39,6 @@
 /* Offsets and sizes travel as JSON numbers (doubles): beyond 2^53 they are not exact. */
 #define MAX_JSON_INT 9007199254740992.0
 
-static void put_le64(uint8_t *p, uint64_t v)
-{
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le64(const uint8_t *p)
-{
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
-/* ---- atomic file replacement ---- */
-
-struct part {
-    const void *data;
-    size_t n;
-};
-
-static dt_status write_all(int fd, const char *path, const void *data, size_t n)
-{
-    const uint8_t *p = data;
-    while (n > 0) {
-        ssize_t k = write(fd, p, n);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0)
-            return dt_error(DT_ERR_IO, "%s: write: %s", path, strerror(errno));
-        if (k == 0)
-            return dt_error(DT_ERR_IO, "%s: write: wrote nothing", path);
-        p += k;
-        n -= (size_t)k;
-    }
-    return DT_OK;
-}
-
-/* The directory holding path: what has to be fsynced for a rename in it to be durable. */
-static void dir_of(const char *path, char *out, size_t cap)
-{
-    const char *slash = strrchr(path, '/');
-    if (!slash)
-        snprintf(out, cap, ".");
-    else if (slash == path)
-        snprintf(out, cap, "/");
-    else
-        snprintf(out, cap, "%.*s", (int)(slash - path), path);
-}
-
-static dt_status fsync_dir(const char *path)
-{
-    char dir[PATH_CAP];
-    dir_of(path, dir, sizeof dir);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return dt_error(DT_ERR_IO, "%s: open directory %s: %s", path, dir, strerror(errno));
-    dt_status st = DT_OK;
-    if (fsync(fd) != 0)
-        st = dt_error(DT_ERR_IO, "%s: fsync directory %s: %s", path, dir, strerror(errno));
-    close(fd);
-    return st;
-}
-
-/* Writes the parts to "<path>.tmp.<pid>", fsyncs it, renames it over path and fsyncs the
- * directory, so that path holds either its old contents or all the new ones after a crash. */
-static dt_status write_atomic(const char *path, const struct part *parts, int n_parts)
-{
-    char tmp[PATH_CAP + 32];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
-        return dt_error(DT_ERR_INVALID, "%s: path too long", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return dt_error(DT_ERR_IO, "%s: open: %s", tmp, strerror(errno));
-    dt_status st = DT_OK;
-    for (int i = 0; i < n_parts && st == DT_OK; i++)
-        st = write_all(fd, tmp, parts[i].data, parts[i].n);
-    if (st == DT_OK && fsync(fd) != 0)
-        st = dt_error(DT_ERR_IO, "%s: fsync: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && st == DT_OK)
-        st = dt_error(DT_ERR_IO, "%s: close: %s", tmp, strerror(errno));
-    if (st == DT_OK && rename(tmp, path) != 0)
-        st = dt_error(DT_ERR_IO, "%s: rename from %s: %s", path, tmp, strerror(errno));
-    if (st != DT_OK) {
-        unlink(tmp);
-        return st;
-    }
-    return fsync_dir(path);
-}
 
 /* ---- save ---- */
 
@@ -250,7 +163,7 @@ static dt_status build_header(const char *path, const dt_arena *const *arenas, i
         st = nomem(path);
         goto fail;
     }
-    put_le64(buf, padded);
+    dt_store_le64(buf, padded);
     memcpy(buf + 8, json, len);
     memset(buf + 8 + len, ' ', padded - len);
     *out = buf;
@@ -269,7 +182,7 @@ dt_status dt_ckpt_save(const char *path, const dt_arena *const *arenas, int n_ar
         return st;
     uint8_t *header = NULL;
     size_t header_n = 0;
-    struct part *parts = NULL;
+    dt_file_part *parts = NULL;
     if ((st = build_header(path, arenas, n_arenas, meta, n_meta, &header, &header_n)))
         return st;
     int n_parts = 1;
@@ -280,13 +193,13 @@ dt_status dt_ckpt_save(const char *path, const dt_arena *const *arenas, int n_ar
         st = nomem(path);
         goto fail;
     }
-    parts[0] = (struct part){header, header_n};
+    parts[0] = (dt_file_part){header, header_n};
     int k = 1;
     for (int a = 0; a < n_arenas; a++)
         for (int i = 0; i < arenas[a]->n_views; i++)
-            parts[k++] = (struct part){dt_arena_view_data(arenas[a], i),
+            parts[k++] = (dt_file_part){dt_arena_view_data(arenas[a], i),
                                        arenas[a]->views[i].n_elems * sizeof(float)};
-    st = write_atomic(path, parts, n_parts);
+    st = dt_file_write_atomic(path, parts, n_parts);
 fail:
     free(parts);
     free(header);
@@ -625,7 +538,7 @@ dt_status dt_ckpt_open(const char *path, dt_ckpt **out)
                       path, c->size);
         goto fail;
     }
-    uint64_t header_n = get_le64(c->buf);
+    uint64_t header_n = dt_load_le64(c->buf);
     if (header_n > c->size - 8 || header_n > DT_CKPT_MAX_HEADER_BYTES) {
         st = dt_error(DT_ERR_FORMAT, "%s: byte 0: header length %llu exceeds the %zu bytes after "
                       "it or the limit of %llu", path, (unsigned long long)header_n, c->size - 8,
@@ -1173,8 +1086,8 @@ static dt_status write_state(const dt_ckpt_manager *m)
         free(text);
         return dt_error(DT_ERR_NOMEM, "%s: out of memory", path);
     }
-    struct part part = {text, n};
-    st = write_atomic(path, &part, 1);
+    dt_file_part part = {text, n};
+    st = dt_file_write_atomic(path, &part, 1);
     free(text);
     return st;
 }

@@ -23,12 +23,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../core/bytes.h"
 #include "dtrain/crc32c.h"
+#include "dtrain/tfrecord.h"
 
 #define MAX_TAG_BYTES 255
 #define BUF_BYTES ((size_t)64 << 10)
-#define HEADER_BYTES 12 /* u64 length, u32 masked crc of the length */
-#define FOOTER_BYTES 4  /* u32 masked crc of the data */
+#define HEADER_BYTES DT_TFRECORD_HEADER_BYTES
+#define FOOTER_BYTES DT_TFRECORD_FOOTER_BYTES
 /* An encoded scalar event: wall_time (1 + 8), step (1 + 10), summary key and length (1 + 2),
  * Value key and length (1 + 2), tag key and length (1 + 2) and bytes, simple_value (1 + 4). */
 #define MAX_EVENT_BYTES (9 + 11 + 3 + 3 + 3 + MAX_TAG_BYTES + 5)
@@ -210,12 +212,6 @@ static dt_status write_buffer(dt_summary_writer *w)
     return DT_OK;
 }
 
-static void put_le32(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
 /* Frames one event into the buffer, writing the buffer out first if the record would not fit. */
 static dt_status append_record(dt_summary_writer *w, const uint8_t *data, size_t n)
 {
@@ -229,11 +225,8 @@ static dt_status append_record(dt_summary_writer *w, const uint8_t *data, size_t
             return st;
     }
     uint8_t *p = w->buf + w->buf_n;
-    for (int i = 0; i < 8; i++)
-        p[i] = (uint8_t)((uint64_t)n >> (8 * i));
-    put_le32(p + 8, dt_crc32c_mask(dt_crc32c(p, 8)));
+    dt_tfrecord_encode_frame(data, n, p, p + HEADER_BYTES + n);
     memcpy(p + HEADER_BYTES, data, n);
-    put_le32(p + HEADER_BYTES + n, dt_crc32c_mask(dt_crc32c(data, n)));
     w->buf_n += need;
     return DT_OK;
 }

@@ -1,0 +1,109 @@
+/* Replacing a file whole (see include/dtrain/fileio.h). */
+#include "dtrain/fileio.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+dt_status dt_file_replace_begin(dt_file_replace *r, const char *path, bool in_place_if_special)
+{
+    memset(r, 0, sizeof *r);
+    if (snprintf(r->target, sizeof r->target, "%s", path) >= (int)sizeof r->target ||
+        snprintf(r->tmp, sizeof r->tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof r->tmp)
+        return dt_error(DT_ERR_INVALID, "%s: path too long", path);
+    struct stat sb;
+    /* lstat: a symbolic link is written through, not replaced by a file of its own. */
+    r->in_place = in_place_if_special && lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode);
+    return DT_OK;
+}
+
+const char *dt_file_replace_path(const dt_file_replace *r)
+{
+    return r->in_place ? r->target : r->tmp;
+}
+
+/* The directory holding path: what has to be flushed for a rename in it to be durable. */
+static void dir_of(const char *path, char *out, size_t cap)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(out, cap, ".");
+    else if (slash == path)
+        snprintf(out, cap, "/");
+    else
+        snprintf(out, cap, "%.*s", (int)(slash - path), path);
+}
+
+static dt_status fsync_path(const char *path, const char *what, int flags)
+{
+    int fd = open(path, flags | O_CLOEXEC);
+    if (fd < 0)
+        return dt_error(DT_ERR_IO, "%s: open %s: %s", what, path, strerror(errno));
+    dt_status st = DT_OK;
+    if (fsync(fd) != 0)
+        st = dt_error(DT_ERR_IO, "%s: fsync %s: %s", what, path, strerror(errno));
+    close(fd);
+    return st;
+}
+
+dt_status dt_file_replace_commit(dt_file_replace *r)
+{
+    if (r->in_place)
+        return DT_OK;
+    dt_status st = fsync_path(r->tmp, r->tmp, O_RDONLY);
+    if (st == DT_OK && rename(r->tmp, r->target) != 0)
+        st = dt_error(DT_ERR_IO, "%s: rename from %s: %s", r->target, r->tmp, strerror(errno));
+    if (st) {
+        unlink(r->tmp);
+        return st;
+    }
+    char dir[DT_PATH_CAP];
+    dir_of(r->target, dir, sizeof dir);
+    return fsync_path(dir, r->target, O_RDONLY | O_DIRECTORY);
+}
+
+void dt_file_replace_abort(dt_file_replace *r)
+{
+    if (!r->in_place && r->tmp[0])
+        unlink(r->tmp);
+}
+
+static dt_status write_all(int fd, const char *path, const void *data, size_t n)
+{
+    const unsigned char *p = data;
+    while (n > 0) {
+        ssize_t k = write(fd, p, n);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            return dt_error(DT_ERR_IO, "%s: write: %s", path, strerror(errno));
+        if (k == 0)
+            return dt_error(DT_ERR_IO, "%s: write: wrote nothing", path);
+        p += k;
+        n -= (size_t)k;
+    }
+    return DT_OK;
+}
+
+dt_status dt_file_write_atomic(const char *path, const dt_file_part *parts, int n_parts)
+{
+    dt_file_replace r;
+    dt_status st = dt_file_replace_begin(&r, path, false);
+    if (st)
+        return st;
+    int fd = open(r.tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return dt_error(DT_ERR_IO, "%s: open: %s", r.tmp, strerror(errno));
+    for (int i = 0; i < n_parts && st == DT_OK; i++)
+        st = write_all(fd, r.tmp, parts[i].data, parts[i].n_bytes);
+    if (close(fd) != 0 && st == DT_OK)
+        st = dt_error(DT_ERR_IO, "%s: close: %s", r.tmp, strerror(errno));
+    if (st) {
+        dt_file_replace_abort(&r);
+        return st;
+    }
+    return dt_file_replace_commit(&r);
+}
