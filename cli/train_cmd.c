@@ -20,6 +20,7 @@
 #include "dtrain/progress.h"
 #include "dtrain/sources.h"
 #include "dtrain/strategy.h"
+#include "dtrain/train.h"
 #include "flags.h"
 
 struct train_opts {
@@ -329,23 +330,6 @@ static dt_status build_optim_config(const struct train_opts *o, const flag_def *
     return DT_OK;
 }
 
-static dt_status load_model_spec(const struct train_opts *o, const int shape[3], const char *source,
-                                 dt_model_spec *spec)
-{
-    dt_status st = o->model_file ? dt_model_spec_from_json_file(o->model_file, spec)
-                                 : dt_model_spec_builtin(o->model, spec);
-    if (st)
-        return o->model_file ? st : dt_error_prefix(st, "--model");
-    if (spec->input_shape[0] == 0) {
-        memcpy(spec->input_shape, shape, 3 * sizeof *shape);
-    } else if (memcmp(spec->input_shape, shape, 3 * sizeof *shape) != 0) {
-        return dt_error(DT_ERR_INVALID, "%s: input_shape is [%d, %d, %d] but %s gives %dx%dx%d "
-                        "inputs", o->model_file, spec->input_shape[0], spec->input_shape[1],
-                        spec->input_shape[2], source, shape[0], shape[1], shape[2]);
-    }
-    return DT_OK;
-}
-
 /* Writes text and a newline to path. A regular file (or a new one) is written beside the target
  * and renamed over it, so a reader never sees half a file; anything else (a symlink, a device,
  * a pipe) is written in place, so that --metrics-out /dev/stdout or a link keeps working. */
@@ -371,15 +355,15 @@ static dt_status write_file_atomically(const char *path, const char *text)
     return DT_OK;
 }
 
-static dt_status write_metrics(const char *path, const struct train_opts *o, int threads,
-                               const dt_fit_result *r, double test_loss, double test_acc,
-                               bool have_test, dt_model *m)
+static dt_status write_metrics(const char *path, const struct train_opts *o,
+                               const dt_train_report *rep)
 {
     dt_status st = DT_OK;
     cJSON *j = cJSON_CreateObject();
     char *text = NULL;
     if (!j)
         return dt_error(DT_ERR_NOMEM, "no memory for metrics");
+    const dt_fit_result *r = &rep->fit;
     double sps = r->train_seconds > 0 ? (double)r->samples / r->train_seconds : 0.0;
     cJSON_AddNumberToObject(j, "samples_per_sec", sps);
     cJSON_AddNumberToObject(j, "epochs", r->epochs);
@@ -389,27 +373,27 @@ static dt_status write_metrics(const char *path, const struct train_opts *o, int
     cJSON_AddNumberToObject(j, "comm_seconds", r->comm_seconds);
     cJSON_AddNumberToObject(j, "final_loss", r->final_loss);
     cJSON_AddNumberToObject(j, "final_accuracy", r->final_accuracy);
-    if (have_test) {
-        cJSON_AddNumberToObject(j, "test_loss", test_loss);
-        cJSON_AddNumberToObject(j, "test_accuracy", test_acc);
+    if (rep->have_test) {
+        cJSON_AddNumberToObject(j, "test_loss", rep->test_loss);
+        cJSON_AddNumberToObject(j, "test_accuracy", rep->test_accuracy);
     } else {
         cJSON_AddNullToObject(j, "test_loss");
         cJSON_AddNullToObject(j, "test_accuracy");
     }
     cJSON_AddNumberToObject(j, "peak_rss_mb", dt_peak_rss_mb());
-    cJSON_AddNumberToObject(j, "threads", threads);
-    cJSON_AddNumberToObject(j, "prefetch", o->prefetch);
+    cJSON_AddNumberToObject(j, "threads", rep->threads);
+    cJSON_AddNumberToObject(j, "prefetch", rep->prefetch);
     cJSON_AddNumberToObject(j, "batch_size", o->batch_size);
-    cJSON_AddStringToObject(j, "model", dt_model_spec_of(m)->name);
-    cJSON_AddStringToObject(j, "strategy", o->strategy);
-    cJSON_AddNumberToObject(j, "workers", o->n_workers);
+    cJSON_AddStringToObject(j, "model", rep->model);
+    cJSON_AddStringToObject(j, "strategy", rep->strategy);
+    cJSON_AddNumberToObject(j, "workers", rep->workers);
     cJSON_AddBoolToObject(j, "stopped_early", r->stopped_early);
     cJSON_AddNumberToObject(j, "resumed_step", (double)r->resumed_step);
     cJSON_AddNumberToObject(j, "checkpoints", (double)r->checkpoints);
     cJSON_AddNumberToObject(j, "checkpoint_seconds", r->checkpoint_seconds);
-    cJSON_AddNumberToObject(j, "param_count", (double)dt_arena_payload_elems(dt_model_params(m)));
+    cJSON_AddNumberToObject(j, "param_count", (double)rep->param_count);
     char crc[16];
-    snprintf(crc, sizeof crc, "%08x", dt_arena_checksum(dt_model_params(m)));
+    snprintf(crc, sizeof crc, "%08x", rep->param_checksum);
     cJSON_AddStringToObject(j, "param_checksum", crc);
     text = cJSON_PrintUnformatted(j);
     if (!text) {
@@ -421,20 +405,6 @@ fail:
     free(text);
     cJSON_Delete(j);
     return st;
-}
-
-/* ---- The input: in-memory images or file pipelines, both as datasets of batches ---- */
-
-/* When the workers on this machine have a thread on every core, a prefetch thread would have
- * no core of its own, and each hand-off wakes it on a core a worker needs (in lock-step, the
- * other workers then wait too). The pipeline then runs on the worker's own thread, between
- * steps, unless --prefetch says otherwise: 2 workers of the tutorial CNN on 2 cores read a batch
- * in 40 us so, against 50 to 120 us from a prefetch thread. */
-static void inline_input_when_cores_are_taken(struct train_opts *o, const flag_def *flags,
-                                              int n_flags)
-{
-    if (!flags_find(flags, n_flags, "prefetch")->set)
-        o->prefetch = 0;
 }
 
 /* The library's input options from the flags (checked with the other flags). */
@@ -466,150 +436,82 @@ static dt_status input_options(const struct train_opts *o, int64_t shuffle_buffe
     return DT_OK;
 }
 
-/* The training and test specs: --test-data, "none", or the t10k half beside directory data. */
-static dt_status input_specs(const struct train_opts *o, dt_input_spec *train,
-                             dt_input_spec *test, bool *have_test)
+/* The library's configuration from the flags (checked already). */
+static void train_config(const struct train_opts *o, const flag_def *flags, int n_flags,
+                         int64_t shuffle_buffer, const dt_optim_config *ocfg,
+                         const dt_input_options *io, dt_train_config *c)
 {
-    *have_test = false;
-    dt_status st = dt_input_spec_parse(o->data, "--data", train);
-    if (st)
-        return st;
-    if (o->test_data && strcmp(o->test_data, "none") == 0)
-        return DT_OK;
-    if (!o->test_data) {
-        dt_input_spec_default_test(train, test, have_test);
-        return DT_OK;
-    }
-    *have_test = true;
-    return dt_input_spec_parse(o->test_data, "--test-data", test);
+    dt_train_config_default(c);
+    c->model = o->model, c->model_file = o->model_file, c->no_fuse = o->no_fuse;
+    c->data = o->data, c->test_data = o->test_data;
+    c->input = *io;
+    c->prefetch_given = flags_find(flags, n_flags, "prefetch")->set;
+    c->optim = *ocfg;
+    c->strategy = flags_find(flags, n_flags, "strategy")->set ? o->strategy : NULL;
+    c->replicas = flags_find(flags, n_flags, "replicas")->set ? o->replicas : 0;
+    c->comm = o->comm;
+    dt_wire_dtype_parse(o->gradient_wire, &c->wire);
+    c->bucket_bytes = (size_t)(o->bucket_mb * 1048576.0);
+    c->threads = flags_find(flags, n_flags, "threads")->set ? o->threads : 0;
+    c->summary = o->summary;
+    c->out = stdout;
+    dt_fit_config *f = &c->fit;
+    f->epochs = o->epochs;
+    /* --max-steps alone trains for that many steps, as Estimator's max_steps, over as many
+     * passes of the data as it takes. */
+    if (o->max_steps > 0 && !flags_find(flags, n_flags, "epochs")->set)
+        f->epochs = INT32_MAX;
+    f->steps_per_epoch = o->steps_per_epoch;
+    f->max_steps = o->max_steps;
+    f->batch_size = o->batch_size;
+    f->seed = (uint64_t)o->seed;
+    f->shuffle_buffer = shuffle_buffer;
+    f->prefetch = o->prefetch;
+    f->keep_remainder = o->keep_remainder;
+    f->reduction = strcmp(o->loss_reduction, "mean") == 0 ? DT_REDUCTION_MEAN
+                                                           : DT_REDUCTION_SUM_OVER_GLOBAL;
+    f->progress = strcmp(o->progress, "none") == 0 ? NULL : stdout;
+    f->validate = o->validate;
+    f->early_stopping_patience = o->early_stopping_patience;
+    if (strcmp(o->progress, "estimator") == 0)
+        f->log_step_count_steps = o->log_step_count_steps;
+    f->early_stopping_min_delta = o->early_stopping_min_delta;
+    f->eval_every_steps = o->eval_every_steps;
+    f->eval_throttle_secs = o->eval_throttle_secs;
+    f->eval_start_delay_secs = o->eval_start_delay_secs;
+    f->eval_steps = o->eval_steps;
+    f->model_dir = o->model_dir;
+    f->save_checkpoints_steps = o->save_checkpoints_steps;
+    f->save_checkpoints_secs = o->save_checkpoints_secs;
+    f->keep_checkpoint_max = o->keep_checkpoint_max;
+    f->keep_checkpoint_every_n_hours = o->keep_checkpoint_every_n_hours;
+    f->save_summary_steps = o->save_summary_steps;
+    f->backup_dir = o->backup_dir;
+    f->restore_path = o->restore_checkpoint;
+    parse_backup_freq(o->backup_freq, &f->backup_freq);
+    f->log = stdout;
+    f->progress_bar = strcmp(o->progress, "bar") == 0 ||
+                      (strcmp(o->progress, "auto") == 0 && dt_progress_bar_wanted(stdout));
 }
 
-/* This worker's input (its block of every global batch) and the chief's test input. */
-static dt_status open_input(const struct train_opts *o, const dt_input_options *io,
-                            dt_input *in)
+/* The chief's report: the run's figures, the test set's, skipped records, the metrics file. */
+static dt_status report(const struct train_opts *o, const dt_train_report *r)
 {
-    dt_input_spec train, test;
-    bool have_test;
-    dt_status st = input_specs(o, &train, &test, &have_test);
-    if (st)
-        return st;
-    dt_input_context ctx = {o->n_workers, o->rank, o->n_workers};
-    return dt_input_open(&train, have_test ? &test : NULL, io, &ctx, in);
-}
-
-/* ---- The replicas ---- */
-
-/* One replica's training, run by dt_strategy_run on every replica of this process. The
- * process's first replica has the model, data and optimizer cmd_train prepared, and the chief
- * among the replicas reports. Other local replicas (mirrored and central_storage, on threads)
- * build their own model, with the variables their strategy gives them, and their own block of
- * every global batch (the chief's images are shared, read-only). */
-struct replica_run {
-    struct train_opts o;
-    const dt_model_spec *spec;
-    const dt_optim_config *ocfg;
-    dt_fit_config fcfg;
-    dt_input *chief_in;
-    dt_input_options io;  /* how the chief's input was built */
-    dt_model *chief_model;
-    dt_optim *chief_opt;
-    dt_pool *chief_pool;
-    bool local_replicas;  /* replicas on threads of this process */
-    int threads;
-    dt_fit_result chief_res;
-};
-
-static dt_status other_local_replica(struct replica_run *m, dt_replica *r)
-{
-    int id = dt_replica_id(r);
-    dt_fit_config fcfg = m->fcfg;
-    fcfg.progress = NULL;
-    fcfg.log = NULL;
-    fcfg.validate = false;
-    struct train_opts o = m->o;
-    o.rank = id;
-    dt_input in;
-    dt_pool *pool = NULL;
-    dt_model *model = NULL;
-    dt_optim opt;
-    dt_optim_init(&opt);
-    dt_input_context ctx = {o.n_workers, id, o.n_workers};
-    dt_status st = dt_input_open_replica(m->chief_in, &m->io, &ctx, &in);
-    dt_model_options mopts = {.no_fuse = o.no_fuse};
-    dt_fit_result res;
-    if (st || (st = dt_pool_create(m->threads, &pool)) ||
-        (st = dt_model_create(m->spec, m->chief_in->eval_batch, pool, &mopts, &model)) ||
-        (st = dt_replica_create_variables(r, model, m->chief_model, &opt, m->ocfg,
-                                          (uint64_t)o.seed)))
-        goto done;
-    st = dt_fit_replica(r, model, &opt, pool, in.train, NULL, &fcfg, &res);
-done:
-    dt_optim_free(&opt);
-    dt_model_destroy(model);
-    dt_pool_destroy(pool);
-    dt_input_free(&in);
+    const dt_fit_result *f = &r->fit;
+    double sps = f->train_seconds > 0 ? (double)f->samples / f->train_seconds : 0.0;
+    printf("Trained %lld steps (%lld examples) in %.2f s: %.0f samples/s on %d thread%s\n",
+           (long long)(f->steps - f->resumed_step), (long long)f->samples, f->train_seconds, sps,
+           r->threads, r->threads == 1 ? "" : "s");
+    if (r->have_test)
+        printf("Test loss: %.4f - test accuracy: %.4f\n", r->test_loss, r->test_accuracy);
+    if (r->bad_records)
+        printf("Skipped %lld bad records\n", (long long)r->bad_records);
+    fflush(stdout); /* the report first, should the metrics go to stdout too */
+    dt_status st = o->metrics_out ? write_metrics(o->metrics_out, o, r) : DT_OK;
+    /* A full disk or a closed pipe on stdout is a failure, not a success with lost output. */
+    if (st == DT_OK && (fflush(stdout) != 0 || ferror(stdout)))
+        st = dt_error(DT_ERR_IO, "stdout: write failed: %s", strerror(errno));
     return st;
-}
-
-static dt_status train_replica(void *ctx, dt_replica *r)
-{
-    struct replica_run *m = ctx;
-    if (m->local_replicas && dt_replica_id(r) > 0)
-        return other_local_replica(m, r);
-    /* Only the chief evaluates: the other workers' fit has no test data. */
-    bool chief = dt_replica_id(r) == 0;
-    return dt_fit_replica(r, m->chief_model, m->chief_opt, m->chief_pool, m->chief_in->train,
-                          chief ? m->chief_in->test : NULL, &m->fcfg, &m->chief_res);
-}
-
-/* This task's place in TF_CONFIG's cluster (with --task), read once whatever the flags: a
- * TF_CONFIG that is not valid is an error naming its field, never a silent run alone. Over
- * mpi, mpirun names the cluster and TF_CONFIG is not read. */
-typedef struct {
-    bool evaluator;    /* this task is the cluster's evaluator */
-    bool ps;           /* this task is a ps task */
-    bool has_ps;       /* the cluster names ps tasks */
-    int n_workers;     /* training tasks */
-} task_place;
-
-static dt_status read_task_place(const struct train_opts *o, task_place *p)
-{
-    memset(p, 0, sizeof *p);
-    p->n_workers = 1;
-    if (strcmp(o->comm.backend, "tcp") != 0)
-        return DT_OK;
-    dt_cluster c;
-    memset(&c, 0, sizeof c);
-    dt_status st = dt_cluster_from_env(&c);
-    if (st == DT_OK && o->comm.task)
-        st = dt_cluster_set_task(&c, o->comm.task);
-    if (st == DT_OK && c.has_cluster) {
-        p->evaluator = c.task_type == DT_JOB_EVALUATOR;
-        p->ps = c.task_type == DT_JOB_PS;
-        p->has_ps = c.n_tasks[DT_JOB_PS] > 0;
-        p->n_workers = c.n_workers;
-    }
-    dt_cluster_free(&c);
-    return st;
-}
-
-/* The evaluator task of a cluster: TF's sidecar evaluator over the chief's --model-dir. */
-static int run_as_evaluator(const struct train_opts *o)
-{
-    if (!o->model_dir)
-        return cli_fail(2, "the evaluator task evaluates the checkpoints of --model-dir: give it");
-    const char *test = o->test_data;
-    dt_input_spec train;
-    if (!test && dt_input_spec_parse(o->data, "--data", &train) == DT_OK &&
-        train.kind == DT_INPUT_MNIST_DIR)
-        test = o->data; /* the t10k files beside the training data */
-    if (!test || strcmp(test, "none") == 0)
-        return cli_fail(2, "the evaluator task needs --test-data");
-    dt_evaluator_options eo;
-    dt_evaluator_options_default(&eo);
-    eo.model_dir = o->model_dir, eo.watch = true, eo.test_data = test, eo.out = stdout;
-    eo.log = stderr;
-    return cli_sidecar_evaluate(&eo);
 }
 
 int cmd_train(int argc, char **argv)
@@ -617,18 +519,11 @@ int cmd_train(int argc, char **argv)
     struct train_opts o;
     flag_def flags[96];
     int n_flags = define_flags(flags, (int)(sizeof flags / sizeof flags[0]), &o);
-    int rc = 1;
-    dt_input in;
-    memset(&in, 0, sizeof in);
-    dt_pool *pool = NULL;
-    dt_model *model = NULL;
-    dt_optim opt;
-    dt_optim_init(&opt);
-
     if (flags_parse(flags, n_flags, argc, argv))
         return usage_error();
     if (o.help) {
-        printf("usage: dtrain train [flags]\n\nTrains a model in this process.\n\nflags:\n");
+        printf("usage: dtrain train [flags]\n\nTrains a model in this process, or as one task "
+               "of a cluster (TF_CONFIG, or mpirun with --comm mpi).\n\nflags:\n");
         flags_print_help(flags, n_flags, stdout);
         return 0;
     }
@@ -638,194 +533,11 @@ int cmd_train(int argc, char **argv)
     if (check_ranges(&o, flags, n_flags) || parse_shuffle_buffer(o.shuffle_buffer, &shuffle_buffer) ||
         build_optim_config(&o, flags, n_flags, &ocfg) || input_options(&o, shuffle_buffer, &io))
         return usage_error();
-    int threads = flags_find(flags, n_flags, "threads")->set ? o.threads : dt_cpu_count();
-    dt_cluster cluster;
-    memset(&cluster, 0, sizeof cluster);
-    dt_comm *comm = NULL;
-    dt_status st = DT_OK;
-    o.n_workers = 1, o.rank = 0;
-    task_place place;
-    if ((st = read_task_place(&o, &place)))
-        goto fail;
-    if (place.evaluator)
-        return run_as_evaluator(&o);
-    if (place.ps || place.has_ps)
-        return cli_fail(2, place.ps
-                               ? "this task is a ps task of TF_CONFIG's cluster: ps tasks serve "
-                                 "--strategy parameter_server, which this build does not have "
-                                 "yet (run the cluster without ps tasks)"
-                               : "TF_CONFIG's cluster names ps tasks: they serve --strategy "
-                                 "parameter_server, which this build does not have yet (run "
-                                 "the cluster without ps tasks)");
-    /* As TF: a TF_CONFIG cluster of several workers (or MPI) means multi_worker_mirrored. */
-    if (!flags_find(flags, n_flags, "strategy")->set &&
-        (strcmp(o.comm.backend, "mpi") == 0 || place.n_workers > 1))
-        o.strategy = "multi_worker_mirrored";
-    if (strcmp(o.strategy, "multi_worker_mirrored") == 0) {
-        if ((st = dt_comm_open(&o.comm, &cluster, &comm)))
-            goto fail;
-        o.n_workers = comm->size, o.rank = comm->rank;
-        if (o.batch_size % o.n_workers != 0) {
-            st = dt_error(DT_ERR_INVALID, "--batch-size: the global batch %d is not divisible by "
-                          "the %d workers", o.batch_size, o.n_workers);
-            goto fail;
-        }
-        /* Workers on one machine share out its cores, as mirrored replicas do: with every core
-         * each, their threads would take turns on each core, each waiting on the others. */
-        int local = dt_comm_local_ranks(comm);
-        if (!flags_find(flags, n_flags, "threads")->set && local > 1)
-            threads = threads / local > 0 ? threads / local : 1;
-        if (local > 1 && local * threads >= dt_cpu_count())
-            inline_input_when_cores_are_taken(&o, flags, n_flags);
-    }
-    bool on_threads = strcmp(o.strategy, "mirrored") == 0 ||
-                      strcmp(o.strategy, "central_storage") == 0;
-    if (on_threads) {
-        o.n_workers = flags_find(flags, n_flags, "replicas")->set ? o.replicas : dt_cpu_count();
-        /* The cores are shared out: each replica's kernels run on its own threads. */
-        threads = threads / o.n_workers > 0 ? threads / o.n_workers : 1;
-        if (o.batch_size % o.n_workers != 0) {
-            st = dt_error(DT_ERR_INVALID, "--batch-size: the global batch %d is not divisible by "
-                          "the %d replicas", o.batch_size, o.n_workers);
-            goto fail;
-        }
-    }
-    /* Only the chief reports: progress, evaluation, the summary and the metrics. */
-    bool chief = o.rank == 0;
-
-    dt_fit_config fcfg;
-    dt_fit_config_default(&fcfg);
-    fcfg.epochs = o.epochs;
-    /* --max-steps alone trains for that many steps, as Estimator's max_steps, over as many
-     * passes of the data as it takes. */
-    if (o.max_steps > 0 && !flags_find(flags, n_flags, "epochs")->set)
-        fcfg.epochs = INT32_MAX;
-    fcfg.steps_per_epoch = o.steps_per_epoch;
-    fcfg.max_steps = o.max_steps;
-    fcfg.batch_size = o.batch_size;
-    fcfg.seed = (uint64_t)o.seed;
-    fcfg.shuffle_buffer = shuffle_buffer;
-    fcfg.prefetch = o.prefetch;
-    fcfg.keep_remainder = o.keep_remainder;
-    fcfg.reduction = strcmp(o.loss_reduction, "mean") == 0 ? DT_REDUCTION_MEAN : DT_REDUCTION_SUM_OVER_GLOBAL;
-    fcfg.progress = strcmp(o.progress, "none") == 0 || !chief ? NULL : stdout;
-    fcfg.early_stopping_patience = o.early_stopping_patience;
-    if (strcmp(o.progress, "estimator") == 0)
-        fcfg.log_step_count_steps = o.log_step_count_steps;
-    fcfg.early_stopping_min_delta = o.early_stopping_min_delta;
-    fcfg.eval_every_steps = o.eval_every_steps;
-    fcfg.eval_throttle_secs = o.eval_throttle_secs;
-    fcfg.eval_start_delay_secs = o.eval_start_delay_secs;
-    fcfg.eval_steps = o.eval_steps;
-    fcfg.model_dir = o.model_dir;
-    fcfg.save_checkpoints_steps = o.save_checkpoints_steps;
-    fcfg.save_checkpoints_secs = o.save_checkpoints_secs;
-    fcfg.keep_checkpoint_max = o.keep_checkpoint_max;
-    fcfg.keep_checkpoint_every_n_hours = o.keep_checkpoint_every_n_hours;
-    fcfg.save_summary_steps = o.save_summary_steps;
-    fcfg.backup_dir = o.backup_dir;
-    fcfg.restore_path = o.restore_checkpoint;
-    parse_backup_freq(o.backup_freq, &fcfg.backup_freq); /* checked with the other flags */
-    fcfg.log = chief ? stdout : NULL;
-    fcfg.progress_bar = strcmp(o.progress, "bar") == 0 ||
-                        (strcmp(o.progress, "auto") == 0 && dt_progress_bar_wanted(stdout));
-
-    dt_model_spec spec;
-    if ((st = input_options(&o, shuffle_buffer, &io)) || /* --prefetch may have changed */
-        (st = open_input(&o, &io, &in)) ||
-        (st = load_model_spec(&o, in.shape, in.source, &spec)))
-        goto fail;
-    fcfg.validate = o.validate && in.test && chief;
-    bool periodic_eval = o.eval_every_steps > 0 || o.eval_throttle_secs > 0.0;
-    if (periodic_eval && !in.test) {
-        st = dt_error(DT_ERR_INVALID, "--eval-every-steps, --eval-throttle-secs: there is no test "
-                      "data to evaluate on (--test-data)");
-        goto fail;
-    }
-    if (in.n_train >= 0)
-        fcfg.expected_steps_per_epoch = dt_fit_batches_per_epoch(&fcfg, in.n_train);
-    if ((st = dt_fit_check(&fcfg, in.n_train))) {
-        dt_error_prefix(st, "%s", in.source);
-        goto fail;
-    }
-    if ((st = dt_pool_create(threads, &pool)))
-        goto fail;
-    /* No batch is larger than the training set: size the buffers for what will be used. */
-    dt_model_options mopts = {.no_fuse = o.no_fuse};
-    if ((st = dt_model_create(&spec, in.eval_batch, pool, &mopts, &model)))
-        goto fail;
-    /* In-memory images are checked whole before training, so a bad label is named by its file
-     * and offset rather than met half-way through an epoch. */
-    if (in.train_images.n > 0 && ((st = dt_check_dataset(model, &in.train_images)) ||
-                                  (in.test && (st = dt_check_dataset(model, &in.test_images)))))
-        goto fail;
-    dt_model_init_params(model, (uint64_t)o.seed);
-    if ((st = dt_optim_setup(&opt, &ocfg, dt_model_params(model))))
-        goto fail;
-    if (o.summary && chief)
-        dt_model_summary(model, stdout);
-    if (o.n_workers > 1 && chief)
-        printf("%s: %d %s (%s), %d examples per %s per step\n", o.strategy, o.n_workers,
-               on_threads ? "replicas" : "workers", on_threads ? "local" : dt_comm_describe(comm),
-               o.batch_size / o.n_workers, on_threads ? "replica" : "worker");
-
-    dt_strategy_options sopts;
-    dt_strategy_options_default(&sopts);
-    sopts.replicas = on_threads ? o.n_workers : 1;
-    sopts.timeout = o.comm.timeout;
-    sopts.comm = comm;
-    sopts.bucket_bytes = (size_t)(o.bucket_mb * 1048576.0);
-    dt_wire_dtype_parse(o.gradient_wire, &sopts.wire); /* checked with the other flags */
-    dt_strategy_kind kind = DT_STRATEGY_ONE_DEVICE;
-    dt_strategy_parse(o.strategy, &kind); /* checked with the other flags */
-    struct replica_run run = {.o = o, .spec = &spec, .ocfg = &ocfg, .fcfg = fcfg,
-                              .chief_in = &in, .io = io, .chief_model = model, .chief_opt = &opt,
-                              .chief_pool = pool, .local_replicas = on_threads,
-                              .threads = threads};
-    dt_strategy *strategy = NULL;
-    if ((st = dt_strategy_create(kind, &sopts, &strategy)))
-        goto fail;
-    st = dt_strategy_run(strategy, train_replica, &run);
-    dt_strategy_destroy(strategy);
-    dt_fit_result res = run.chief_res;
-    if (st)
-        goto fail;
-    if (!chief) {
-        rc = 0; /* the chief evaluates and reports for the cluster */
-        goto fail;
-    }
-    double test_loss = res.val_loss, test_acc = res.val_accuracy;
-    /* The report's test figures cover the whole test set, which --eval-steps may not have. */
-    if (in.test && (!res.validated || o.eval_steps > 0) &&
-        ((st = dt_dataset_reset(in.test)) ||
-         (st = dt_evaluate_dataset(model, in.test, &test_loss, &test_acc))))
-        goto fail;
-    double sps = res.train_seconds > 0 ? (double)res.samples / res.train_seconds : 0.0;
-    printf("Trained %lld steps (%lld examples) in %.2f s: %.0f samples/s on %d thread%s\n",
-           (long long)(res.steps - res.resumed_step), (long long)res.samples, res.train_seconds, sps, threads,
-           threads == 1 ? "" : "s");
-    if (in.test)
-        printf("Test loss: %.4f - test accuracy: %.4f\n", test_loss, test_acc);
-    if (in.bad_records)
-        printf("Skipped %lld bad records\n", (long long)in.bad_records);
-    fflush(stdout); /* the report first, should the metrics go to stdout too */
-    if (o.metrics_out && (st = write_metrics(o.metrics_out, &o, threads, &res, test_loss, test_acc,
-                                             in.test != NULL, model)))
-        goto fail;
-    /* A full disk or a closed pipe on stdout is a failure, not a success with lost output. */
-    if (fflush(stdout) != 0 || ferror(stdout)) {
-        st = dt_error(DT_ERR_IO, "stdout: write failed: %s", strerror(errno));
-        goto fail;
-    }
-    rc = 0;
-fail:
-    if (rc != 0)
-        cli_fail(1, dt_last_error());
-    dt_optim_free(&opt);
-    dt_model_destroy(model);
-    dt_pool_destroy(pool);
-    dt_input_free(&in);
-    dt_comm_destroy(comm);
-    dt_cluster_free(&cluster);
-    return rc;
+    dt_train_config c;
+    train_config(&o, flags, n_flags, shuffle_buffer, &ocfg, &io, &c);
+    dt_train_report r;
+    dt_status st = dt_train(&c, &r);
+    if (st == DT_OK && r.chief && !r.evaluator)
+        st = report(&o, &r);
+    return st ? cli_fail(1, dt_last_error()) : 0;
 }

@@ -89,9 +89,9 @@ for entry in "${bad_configs[@]}"; do
 done
 # ps tasks are named, not met with a rank error, until the parameter-server strategy exists.
 ps_cluster='{"cluster":{"worker":["127.0.0.1:1","127.0.0.1:2"],"ps":["127.0.0.1:3"]},'
-TF_CONFIG="$ps_cluster"'"task":{"type":"ps","index":0}}' expect_error ps_task_is_named 2 \
+TF_CONFIG="$ps_cluster"'"task":{"type":"ps","index":0}}' expect_error ps_task_is_named 1 \
     "this task is a ps task" train --max-steps 1
-TF_CONFIG="$ps_cluster"'"task":{"type":"worker","index":1}}' expect_error cluster_with_ps_is_named 2 \
+TF_CONFIG="$ps_cluster"'"task":{"type":"worker","index":1}}' expect_error cluster_with_ps_is_named 1 \
     "cluster names ps tasks: they serve --strategy parameter_server" train --max-steps 1
 expect_error unknown_flag 2 "unknown flag '--epoch'" train --epoch 3
 expect_error flag_without_value 2 "--epochs: missing value" train --epochs

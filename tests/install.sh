@@ -45,7 +45,33 @@ cat > "$tmp/prog.c" << 'PROG'
 #include "dtrain/dataset.h"
 #include "dtrain/fit.h"
 #include "dtrain/model.h"
+#include "dtrain/gemm.h"
 #include "dtrain/model_spec.h"
+#include "dtrain/train.h"
+
+/* What `dtrain train --max-steps 20 --optimizer adam --lr 0.001 --seed 7 --threads 1
+ * --test-data none --progress none` does, from one call. */
+static int train_like_the_command(void)
+{
+    dt_gemm_setup(); /* as the command does at start */
+    dt_train_config c;
+    dt_train_config_default(&c);
+    c.test_data = "none";
+    c.threads = 1;
+    dt_optim_config_default(&c.optim, DT_OPT_ADAM);
+    c.optim.lr = 0.001f;
+    c.fit.max_steps = 20;
+    c.fit.epochs = 1000000;
+    c.fit.seed = 7;
+    c.out = NULL;
+    dt_train_report r;
+    if (dt_train(&c, &r)) {
+        fprintf(stderr, "%s\n", dt_last_error());
+        return 1;
+    }
+    printf("trained %lld steps checksum %08x\n", (long long)r.fit.steps, r.param_checksum);
+    return 0;
+}
 
 int main(void)
 {
@@ -64,7 +90,7 @@ int main(void)
     const dt_arena *p = dt_model_params(m);
     printf("params %zu crc %08x\n", p->n_elems, dt_crc32c(p->data, p->n_elems * sizeof(float)));
     dt_model_destroy(m);
-    return 0;
+    return train_like_the_command();
 }
 PROG
 export PKG_CONFIG_PATH=$prefix/lib/pkgconfig
@@ -76,7 +102,8 @@ fi
 if cc -std=c11 $sanflags $cflags "$tmp/prog.c" -o "$tmp/prog_shared" $libs > "$tmp/cc.log" 2>&1 &&
     LD_LIBRARY_PATH=$lib "$tmp/prog_shared" > "$tmp/shared.out" 2>&1 &&
     LD_LIBRARY_PATH=$lib ldd "$tmp/prog_shared" | grep -q "libdtrain.so.0 => $lib/libdtrain.so.0" &&
-    grep -q '^params [1-9][0-9]* crc [0-9a-f]\{8\}$' "$tmp/shared.out"; then
+    grep -q '^params [1-9][0-9]* crc [0-9a-f]\{8\}$' "$tmp/shared.out" &&
+    grep -q '^trained 20 steps checksum [0-9a-f]\{8\}$' "$tmp/shared.out"; then
     ok shared_program_builds_through_pkg_config_and_runs
 else
     fail shared_program_builds_through_pkg_config_and_runs "$(cat "$tmp/cc.log" "$tmp/shared.out" 2> /dev/null | head -c 600)"
@@ -89,6 +116,16 @@ if cc -std=c11 $sanflags $cflags "$tmp/prog.c" -o "$tmp/prog_static" ${static_li
     ok static_program_builds_through_pkg_config_and_prints_the_same
 else
     fail static_program_builds_through_pkg_config_and_prints_the_same "$(cat "$tmp/cc.log" "$tmp/static.out" 2> /dev/null | head -c 600)"
+fi
+# The one library call trains as the command does: the same parameters, bit for bit.
+"$prefix/bin/dtrain" train --max-steps 20 --optimizer adam --lr 0.001 --seed 7 --threads 1 \
+    --test-data none --progress none --metrics-out "$tmp/cli.json" > "$tmp/cli.out" 2>&1
+want=$(json_field "$tmp/cli.json" param_checksum 2> /dev/null)
+got=$(sed -n 's/^trained 20 steps checksum \([0-9a-f]*\)$/\1/p' "$tmp/shared.out")
+if [ -n "$want" ] && [ "$want" = "$got" ]; then
+    ok dt_train_trains_as_dtrain_train_does "checksum $got"
+else
+    fail dt_train_trains_as_dtrain_train_does "library $got, command $want: $(head -c 300 "$tmp/cli.out")"
 fi
 echo "install: $passed passed, $failed failed"
 echo "$passed $failed" > "$counts"

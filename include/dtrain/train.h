@@ -1,0 +1,73 @@
+/* Training as `dtrain train` does it, from one call: the cluster this process belongs to (TF_CONFIG
+ * or mpirun), the strategy, the input pipeline, the model and the optimizer, fit, and the final
+ * evaluation. The command parses flags into a dt_train_config and prints the report; a C program
+ * fills the same config and gets the same training.
+ *
+ *  - An evaluator task of a TF_CONFIG cluster runs the sidecar evaluator over fit.model_dir
+ *    (evaluator.h) instead of training.
+ *  - A ps task, or any task of a cluster with ps tasks, is refused (DT_ERR_UNSUPPORTED): ps tasks
+ *    serve the parameter_server strategy, which this build does not have yet.
+ *  - With no strategy named, a cluster of several workers (TF_CONFIG, or the mpi backend) trains
+ *    with multi_worker_mirrored, as TensorFlow does; otherwise one_device.
+ *  - Workers and replicas on one machine share out its cores when threads is 0; when they have a
+ *    thread on every core, the input runs on each worker's own thread unless prefetch_given.
+ *  - Only the chief (worker 0) prints (fit.progress, fit.log, out), evaluates and reports. */
+#ifndef DTRAIN_TRAIN_H
+#define DTRAIN_TRAIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "dtrain/comm.h"
+#include "dtrain/comm_open.h"
+#include "dtrain/fit.h"
+#include "dtrain/input.h"
+#include "dtrain/optim.h"
+
+typedef struct {
+    const char *model;        /* a built-in model (mnist_cnn, mlp), when model_file is NULL */
+    const char *model_file;   /* a model described in JSON */
+    bool no_fuse;             /* the generic kernels only */
+    const char *data;         /* the training data, a spec of input.h */
+    const char *test_data;    /* a spec, "none", or NULL: the t10k half beside directory data */
+    /* The pipelines' options; their batch size, seed, shuffle buffer, prefetch and remainder are
+     * fit's, copied in. */
+    dt_input_options input;
+    bool prefetch_given;      /* fit.prefetch was chosen: kept when the workers take every core */
+    dt_optim_config optim;
+    const char *strategy;     /* a strategy's name; NULL: chosen as above */
+    int replicas;             /* mirrored, central_storage: 0 for one per core */
+    dt_comm_options comm;     /* multi_worker_mirrored: how to join the cluster */
+    dt_wire_dtype wire;       /* gradients on the wire */
+    size_t bucket_bytes;      /* gradient buckets during backward; 0: one all-reduce after it */
+    int threads;              /* intra-op threads; 0: every core, shared out */
+    dt_fit_config fit;        /* the global batch, epochs, checkpoints, evaluation, output */
+    bool summary;             /* the model's layers on out */
+    FILE *out;                /* the strategy's line and the summary; NULL: none */
+} dt_train_config;
+
+/* A built-in mnist_cnn on fashion-mnist, fit's and the input's defaults, Keras's SGD, tcp. */
+void dt_train_config_default(dt_train_config *c);
+
+typedef struct {
+    bool chief;               /* this process reported for the cluster; the rest is the chief's */
+    bool evaluator;           /* this task ran the sidecar evaluator instead of training */
+    dt_fit_result fit;
+    bool have_test;           /* test_* hold the whole test set's figures after training */
+    double test_loss, test_accuracy;
+    int threads;              /* intra-op threads of each replica */
+    int workers;              /* replicas in sync */
+    int prefetch;             /* batches prepared ahead on a thread */
+    char strategy[32];
+    char model[64];
+    int64_t bad_records;      /* skipped input records (skip_bad_records) */
+    size_t param_count;
+    uint32_t param_checksum;  /* CRC32C of the parameters */
+} dt_train_report;
+
+/* Trains as configured. Errors name the flag, the field, the file or the peer, as the layers
+ * below report them. */
+dt_status dt_train(const dt_train_config *c, dt_train_report *out);
+
+#endif

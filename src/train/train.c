@@ -1,0 +1,396 @@
+/* Training as `dtrain train` does it, from one call (see include/dtrain/train.h). */
+#include "dtrain/train.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain/cluster.h"
+#include "dtrain/crc32c.h"
+#include "dtrain/evaluator.h"
+#include "dtrain/model.h"
+#include "dtrain/pool.h"
+#include "dtrain/strategy.h"
+
+void dt_train_config_default(dt_train_config *c)
+{
+    memset(c, 0, sizeof *c);
+    c->model = "mnist_cnn";
+    c->data = "fashion-mnist";
+    dt_input_options_default(&c->input);
+    dt_optim_config_default(&c->optim, DT_OPT_SGD);
+    dt_comm_options_default(&c->comm);
+    dt_fit_config_default(&c->fit);
+}
+
+/* ---- Where this process stands ---- */
+
+/* This task's place in TF_CONFIG's cluster (with the task override), read once, whatever the
+ * strategy: a TF_CONFIG that is not valid is an error naming its field, never a silent run alone.
+ * Over mpi, mpirun names the cluster and TF_CONFIG is not read. */
+typedef struct {
+    bool evaluator;    /* this task is the cluster's evaluator */
+    bool ps;           /* this task is a ps task */
+    bool has_ps;       /* the cluster names ps tasks */
+    int n_workers;     /* training tasks */
+} task_place;
+
+static dt_status read_task_place(const dt_comm_options *o, task_place *p)
+{
+    memset(p, 0, sizeof *p);
+    p->n_workers = 1;
+    if (strcmp(o->backend, "tcp") != 0)
+        return DT_OK;
+    dt_cluster c;
+    memset(&c, 0, sizeof c);
+    dt_status st = dt_cluster_from_env(&c);
+    if (st == DT_OK && o->task)
+        st = dt_cluster_set_task(&c, o->task);
+    if (st == DT_OK && c.has_cluster) {
+        p->evaluator = c.task_type == DT_JOB_EVALUATOR;
+        p->ps = c.task_type == DT_JOB_PS;
+        p->has_ps = c.n_tasks[DT_JOB_PS] > 0;
+        p->n_workers = c.n_workers;
+    }
+    dt_cluster_free(&c);
+    return st;
+}
+
+/* What this process runs: the strategy, its replicas, their threads, the communicator. */
+typedef struct {
+    dt_strategy_kind kind;
+    bool on_threads;   /* replicas on threads of this process */
+    int workers, rank; /* replicas in sync, and this process's first one */
+    int threads;       /* per replica */
+    int prefetch;
+    dt_comm *comm;     /* multi_worker_mirrored's */
+    dt_cluster cluster;
+} run_plan;
+
+static dt_status check_divides(int batch, int n, const char *who)
+{
+    if (batch % n != 0)
+        return dt_error(DT_ERR_INVALID, "--batch-size: the global batch %d is not divisible by "
+                        "the %d %s", batch, n, who);
+    return DT_OK;
+}
+
+/* multi_worker_mirrored: the cluster's communicator; the workers on this machine share out its
+ * cores, as mirrored replicas do (with every core each, their threads would take turns on each
+ * core, each waiting on the others). When they have a thread on every core, a prefetch thread
+ * would have no core of its own, and each hand-off wakes it on a core a worker needs: the input
+ * then runs on the worker's own thread (2 workers of the tutorial CNN on 2 cores read a batch in
+ * 40 us so, against 50 to 120 us from a prefetch thread). */
+static dt_status plan_workers(const dt_train_config *c, run_plan *p)
+{
+    dt_status st = dt_comm_open(&c->comm, &p->cluster, &p->comm);
+    if (st)
+        return st;
+    p->workers = p->comm->size, p->rank = p->comm->rank;
+    if ((st = check_divides(c->fit.batch_size, p->workers, "workers")))
+        return st;
+    int local = dt_comm_local_ranks(p->comm);
+    if (c->threads <= 0 && local > 1)
+        p->threads = p->threads / local > 0 ? p->threads / local : 1;
+    if (local > 1 && local * p->threads >= dt_cpu_count() && !c->prefetch_given)
+        p->prefetch = 0;
+    return DT_OK;
+}
+
+static dt_status plan_run(const dt_train_config *c, const task_place *place, run_plan *p)
+{
+    memset(p, 0, sizeof *p);
+    p->workers = 1;
+    p->threads = c->threads > 0 ? c->threads : dt_cpu_count();
+    p->prefetch = c->fit.prefetch;
+    const char *name = c->strategy;
+    /* As TF: a cluster of several workers (TF_CONFIG, or mpi) means multi_worker_mirrored. */
+    if (!name)
+        name = strcmp(c->comm.backend, "mpi") == 0 || place->n_workers > 1
+                   ? "multi_worker_mirrored"
+                   : "one_device";
+    dt_status st = dt_strategy_parse(name, &p->kind);
+    if (st)
+        return dt_error_prefix(st, "--strategy");
+    if (p->kind == DT_STRATEGY_MULTI_WORKER_MIRRORED)
+        return plan_workers(c, p);
+    p->on_threads = p->kind == DT_STRATEGY_MIRRORED || p->kind == DT_STRATEGY_CENTRAL_STORAGE;
+    if (p->on_threads) {
+        p->workers = c->replicas > 0 ? c->replicas : dt_cpu_count();
+        /* The cores are shared out: each replica's kernels run on its own threads. */
+        p->threads = p->threads / p->workers > 0 ? p->threads / p->workers : 1;
+        return check_divides(c->fit.batch_size, p->workers, "replicas");
+    }
+    return DT_OK;
+}
+
+static void plan_free(run_plan *p)
+{
+    dt_comm_destroy(p->comm);
+    dt_cluster_free(&p->cluster);
+    p->comm = NULL;
+}
+
+/* ---- The replicas ---- */
+
+/* One replica's training, run by dt_strategy_run on every replica of this process. The
+ * process's first replica has the model, data and optimizer dt_train prepared, and the chief
+ * among the replicas reports. Other local replicas (mirrored and central_storage, on threads)
+ * build their own model, with the variables their strategy gives them, and their own block of
+ * every global batch (the chief's images are shared, read-only). */
+typedef struct {
+    const dt_train_config *c;
+    const dt_model_spec *spec;
+    dt_fit_config fcfg;
+    dt_input_options io;
+    dt_input *chief_in;
+    dt_model *chief_model;
+    dt_optim *chief_opt;
+    dt_pool *chief_pool;
+    const run_plan *plan;
+    dt_fit_result chief_res;
+} replica_run;
+
+static dt_status other_local_replica(replica_run *m, dt_replica *r)
+{
+    dt_fit_config fcfg = m->fcfg;
+    fcfg.progress = NULL;
+    fcfg.log = NULL;
+    fcfg.validate = false;
+    dt_input in;
+    dt_pool *pool = NULL;
+    dt_model *model = NULL;
+    dt_optim opt;
+    dt_optim_init(&opt);
+    dt_input_context ctx = {m->plan->workers, dt_replica_id(r), m->plan->workers};
+    dt_status st = dt_input_open_replica(m->chief_in, &m->io, &ctx, &in);
+    dt_model_options mopts = {.no_fuse = m->c->no_fuse};
+    dt_fit_result res;
+    if (st || (st = dt_pool_create(m->plan->threads, &pool)) ||
+        (st = dt_model_create(m->spec, m->chief_in->eval_batch, pool, &mopts, &model)) ||
+        (st = dt_replica_create_variables(r, model, m->chief_model, &opt, &m->c->optim,
+                                          m->c->fit.seed)))
+        goto done;
+    st = dt_fit_replica(r, model, &opt, pool, in.train, NULL, &fcfg, &res);
+done:
+    dt_optim_free(&opt);
+    dt_model_destroy(model);
+    dt_pool_destroy(pool);
+    dt_input_free(&in);
+    return st;
+}
+
+static dt_status train_replica(void *ctx, dt_replica *r)
+{
+    replica_run *m = ctx;
+    if (m->plan->on_threads && dt_replica_id(r) > 0)
+        return other_local_replica(m, r);
+    /* Only the chief evaluates: the other workers' fit has no test data. */
+    bool chief = dt_replica_id(r) == 0;
+    return dt_fit_replica(r, m->chief_model, m->chief_opt, m->chief_pool, m->chief_in->train,
+                          chief ? m->chief_in->test : NULL, &m->fcfg, &m->chief_res);
+}
+
+/* ---- The parts ---- */
+
+/* The training and test specs: test_data, "none", or the t10k half beside directory data. */
+static dt_status input_specs(const dt_train_config *c, dt_input_spec *train, dt_input_spec *test,
+                             bool *have_test)
+{
+    *have_test = false;
+    dt_status st = dt_input_spec_parse(c->data, "--data", train);
+    if (st)
+        return st;
+    if (c->test_data && strcmp(c->test_data, "none") == 0)
+        return DT_OK;
+    if (!c->test_data) {
+        dt_input_spec_default_test(train, test, have_test);
+        return DT_OK;
+    }
+    *have_test = true;
+    return dt_input_spec_parse(c->test_data, "--test-data", test);
+}
+
+/* The model's spec, its input shape the data's when it names none. */
+static dt_status load_model_spec(const dt_train_config *c, const dt_input *in,
+                                 dt_model_spec *spec)
+{
+    dt_status st = c->model_file ? dt_model_spec_from_json_file(c->model_file, spec)
+                                 : dt_model_spec_builtin(c->model, spec);
+    if (st)
+        return c->model_file ? st : dt_error_prefix(st, "--model");
+    if (spec->input_shape[0] == 0) {
+        memcpy(spec->input_shape, in->shape, sizeof in->shape);
+    } else if (memcmp(spec->input_shape, in->shape, sizeof in->shape) != 0) {
+        return dt_error(DT_ERR_INVALID, "%s: input_shape is [%d, %d, %d] but %s gives %dx%dx%d "
+                        "inputs", c->model_file, spec->input_shape[0], spec->input_shape[1],
+                        spec->input_shape[2], in->source, in->shape[0], in->shape[1],
+                        in->shape[2]);
+    }
+    return DT_OK;
+}
+
+/* The evaluator task of a cluster: TF's sidecar evaluator over the chief's model directory. */
+static dt_status run_evaluator(const dt_train_config *c, dt_train_report *out)
+{
+    if (!c->fit.model_dir)
+        return dt_error(DT_ERR_INVALID, "the evaluator task evaluates the checkpoints of "
+                        "--model-dir: give it");
+    const char *test = c->test_data;
+    dt_input_spec train;
+    if (!test && dt_input_spec_parse(c->data, "--data", &train) == DT_OK &&
+        train.kind == DT_INPUT_MNIST_DIR)
+        test = c->data; /* the t10k files beside the training data */
+    if (!test || strcmp(test, "none") == 0)
+        return dt_error(DT_ERR_INVALID, "the evaluator task needs --test-data");
+    dt_evaluator_options eo;
+    dt_evaluator_options_default(&eo);
+    eo.model_dir = c->fit.model_dir, eo.watch = true, eo.test_data = test;
+    eo.out = c->fit.log;
+    eo.log = stderr;
+    out->evaluator = true;
+    return dt_evaluate_checkpoints(&eo);
+}
+
+/* The fit's configuration as this process runs it: only the chief prints and validates. */
+static dt_fit_config fit_config_of(const dt_train_config *c, const run_plan *p,
+                                   const dt_input *in)
+{
+    dt_fit_config f = c->fit;
+    bool chief = p->rank == 0;
+    f.prefetch = p->prefetch;
+    if (!chief)
+        f.progress = f.log = NULL;
+    f.validate = c->fit.validate && in->test && chief;
+    if (in->n_train >= 0)
+        f.expected_steps_per_epoch = dt_fit_batches_per_epoch(&f, in->n_train);
+    return f;
+}
+
+/* The final report's test figures cover the whole test set, which eval_steps may not have. */
+static dt_status final_test(const dt_train_config *c, dt_input *in, dt_model *m,
+                            dt_train_report *out)
+{
+    const dt_fit_result *r = &out->fit;
+    out->have_test = in->test != NULL;
+    out->test_loss = r->val_loss, out->test_accuracy = r->val_accuracy;
+    if (!in->test || (r->validated && c->fit.eval_steps == 0))
+        return DT_OK;
+    dt_status st = dt_dataset_reset(in->test);
+    if (st == DT_OK)
+        st = dt_evaluate_dataset(m, in->test, &out->test_loss, &out->test_accuracy);
+    return st;
+}
+
+static void describe(const dt_train_config *c, const run_plan *p, dt_model *m,
+                     const char *name)
+{
+    if (!c->out || p->rank != 0)
+        return;
+    if (c->summary)
+        dt_model_summary(m, c->out);
+    if (p->workers > 1)
+        fprintf(c->out, "%s: %d %s (%s), %d examples per %s per step\n", name, p->workers,
+                p->on_threads ? "replicas" : "workers",
+                p->on_threads ? "local" : dt_comm_describe(p->comm),
+                c->fit.batch_size / p->workers, p->on_threads ? "replica" : "worker");
+}
+
+dt_status dt_train(const dt_train_config *c, dt_train_report *out)
+{
+    memset(out, 0, sizeof *out);
+    task_place place;
+    run_plan plan;
+    memset(&plan, 0, sizeof plan);
+    dt_input in;
+    memset(&in, 0, sizeof in);
+    dt_pool *pool = NULL;
+    dt_model *model = NULL;
+    dt_strategy *strategy = NULL;
+    dt_optim opt;
+    dt_optim_init(&opt);
+    dt_status st = read_task_place(&c->comm, &place);
+    if (st)
+        return st;
+    if (place.evaluator)
+        return run_evaluator(c, out);
+    if (place.ps || place.has_ps)
+        return dt_error(DT_ERR_UNSUPPORTED, place.ps
+                            ? "this task is a ps task of TF_CONFIG's cluster: ps tasks serve "
+                              "--strategy parameter_server, which this build does not have yet "
+                              "(run the cluster without ps tasks)"
+                            : "TF_CONFIG's cluster names ps tasks: they serve --strategy "
+                              "parameter_server, which this build does not have yet (run the "
+                              "cluster without ps tasks)");
+    if ((st = plan_run(c, &place, &plan)))
+        goto fail;
+    const char *name = dt_strategy_name(plan.kind);
+    /* The input's batching is fit's. */
+    dt_input_options io = c->input;
+    io.batch_size = c->fit.batch_size, io.seed = c->fit.seed;
+    io.shuffle_buffer = c->fit.shuffle_buffer, io.prefetch = plan.prefetch;
+    io.keep_remainder = c->fit.keep_remainder;
+    dt_input_spec train_spec, test_spec;
+    bool have_test;
+    dt_input_context ctx = {plan.workers, plan.rank, plan.workers};
+    dt_model_spec spec;
+    if ((st = input_specs(c, &train_spec, &test_spec, &have_test)) ||
+        (st = dt_input_open(&train_spec, have_test ? &test_spec : NULL, &io, &ctx, &in)) ||
+        (st = load_model_spec(c, &in, &spec)))
+        goto fail;
+    dt_fit_config fcfg = fit_config_of(c, &plan, &in);
+    if ((fcfg.eval_every_steps > 0 || fcfg.eval_throttle_secs > 0.0) && !in.test) {
+        st = dt_error(DT_ERR_INVALID, "--eval-every-steps, --eval-throttle-secs: there is no test "
+                      "data to evaluate on (--test-data)");
+        goto fail;
+    }
+    if ((st = dt_fit_check(&fcfg, in.n_train))) {
+        dt_error_prefix(st, "%s", in.source);
+        goto fail;
+    }
+    /* No batch is larger than the training set: the buffers are sized for what will be used. */
+    dt_model_options mopts = {.no_fuse = c->no_fuse};
+    if ((st = dt_pool_create(plan.threads, &pool)) ||
+        (st = dt_model_create(&spec, in.eval_batch, pool, &mopts, &model)))
+        goto fail;
+    /* Images in memory are checked whole before training, so a bad label is named by its file
+     * and offset rather than met half-way through an epoch. */
+    if (in.train_images.n > 0 && ((st = dt_check_dataset(model, &in.train_images)) ||
+                                  (in.test && (st = dt_check_dataset(model, &in.test_images)))))
+        goto fail;
+    dt_model_init_params(model, c->fit.seed);
+    if ((st = dt_optim_setup(&opt, &c->optim, dt_model_params(model))))
+        goto fail;
+    describe(c, &plan, model, name);
+    dt_strategy_options so;
+    dt_strategy_options_default(&so);
+    so.replicas = plan.on_threads ? plan.workers : 1;
+    so.timeout = c->comm.timeout;
+    so.comm = plan.comm;
+    so.bucket_bytes = c->bucket_bytes;
+    so.wire = c->wire;
+    replica_run run = {.c = c, .spec = &spec, .fcfg = fcfg, .io = io, .chief_in = &in,
+                       .chief_model = model, .chief_opt = &opt, .chief_pool = pool,
+                       .plan = &plan};
+    if ((st = dt_strategy_create(plan.kind, &so, &strategy)) ||
+        (st = dt_strategy_run(strategy, train_replica, &run)))
+        goto fail;
+    out->fit = run.chief_res;
+    out->chief = plan.rank == 0;
+    out->threads = plan.threads, out->workers = plan.workers, out->prefetch = plan.prefetch;
+    snprintf(out->strategy, sizeof out->strategy, "%s", name);
+    snprintf(out->model, sizeof out->model, "%s", dt_model_spec_of(model)->name);
+    out->bad_records = in.bad_records;
+    out->param_count = dt_arena_payload_elems(dt_model_params(model));
+    out->param_checksum = dt_arena_checksum(dt_model_params(model));
+    if (out->chief)
+        st = final_test(c, &in, model, out);
+fail:
+    dt_strategy_destroy(strategy);
+    dt_optim_free(&opt);
+    dt_model_destroy(model);
+    dt_pool_destroy(pool);
+    dt_input_free(&in);
+    plan_free(&plan);
+    return st;
+}
