@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "dtrain/clock.h"
-#include "dtrain/convpool.h"
+#include "../src/nn/convpool.h"
 #include "dtrain/gemm.h"
 #include "dtrain/nn.h"
 #include "dtrain/pool.h"

@@ -7,7 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "dtrain/wire.h"
+#include "../src/net/wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -7,7 +7,7 @@
 #include "dtrain/crc32c.h"
 #include "dtrain/pool.h"
 #include "dtrain/rng.h"
-#include "dtrain/stream.h"
+#include "../src/core/stream.h"
 #include "test.h"
 
 TEST(crc32c_test_vectors)

@@ -25,7 +25,7 @@
 #include <string.h>
 
 #include "dtrain/arena.h"
-#include "dtrain/convpool.h"
+#include "../src/nn/convpool.h"
 #include "dtrain/crc32c.h"
 #include "dtrain/model.h"
 #include "dtrain/model_spec.h"

@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dtrain/convpool.h"
+#include "../src/nn/convpool.h"
 #include "dtrain/gemm.h"
 #include "dtrain/nn.h"
 #include "dtrain/rng.h"

@@ -12,9 +12,9 @@
 #include <unistd.h>
 
 #include "dtrain/clock.h"
-#include "dtrain/comm_tcp.h"
-#include "dtrain/sock.h"
-#include "dtrain/wire.h"
+#include "../src/coll/comm_tcp.h"
+#include "../src/net/sock.h"
+#include "../src/net/wire.h"
 #include "test.h"
 
 /* ---- wire ---- */

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dtrain/comm_tcp.h"
+#include "comm_tcp.h"
 
 void dt_comm_options_default(dt_comm_options *o)
 {

@@ -26,7 +26,7 @@
 #include <stddef.h>
 
 #include "dtrain/comm.h"
-#include "dtrain/transport.h"
+#include "../net/transport.h"
 
 typedef struct dt_shm_group dt_shm_group;
 

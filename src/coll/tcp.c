@@ -1,5 +1,5 @@
-/* The tcp communicator (see include/dtrain/comm_tcp.h). */
-#include "dtrain/comm_tcp.h"
+/* The tcp communicator (see comm_tcp.h). */
+#include "comm_tcp.h"
 
 #include <stdio.h>
 #include <stdlib.h>

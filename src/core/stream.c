@@ -1,6 +1,6 @@
-/* Streaming stores (see include/dtrain/stream.h). memcpy and memset are the reference: the test
+/* Streaming stores (see stream.h). memcpy and memset are the reference: the test
  * compares them at every alignment and length up to a few vectors. */
-#include "dtrain/stream.h"
+#include "stream.h"
 
 #include <stdint.h>
 #include <string.h>

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dtrain/convpool.h"
+#include "../nn/convpool.h"
 #include "dtrain/gemm.h"
 #include "dtrain/rng.h"
 

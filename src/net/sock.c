@@ -1,5 +1,5 @@
-/* TCP sockets with deadlines (see include/dtrain/sock.h). */
-#include "dtrain/sock.h"
+/* TCP sockets with deadlines (see sock.h). */
+#include "sock.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -1,7 +1,7 @@
-/* The cluster transport (see include/dtrain/transport.h): connection set-up with the handshake,
+/* The cluster transport (see transport.h): connection set-up with the handshake,
  * and the framed full-duplex exchange the collectives are built from. */
 #include "dtrain/log.h"
-#include "dtrain/transport.h"
+#include "transport.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include "dtrain/clock.h"
-#include "dtrain/sock.h"
-#include "dtrain/wire.h"
+#include "sock.h"
+#include "wire.h"
 
 #define ABORT_MSG_CAP 2048
 

@@ -1,5 +1,5 @@
-/* Handshake hellos, their MACs and frame headers (see include/dtrain/wire.h). */
-#include "dtrain/wire.h"
+/* Handshake hellos, their MACs and frame headers (see wire.h). */
+#include "wire.h"
 
 #include <errno.h>
 #include <openssl/crypto.h>

@@ -1,6 +1,6 @@
-/* Fused conv + ReLU + max pool (see include/dtrain/convpool.h): shape checks, CPU dispatch and the
+/* Fused conv + ReLU + max pool (see convpool.h): shape checks, CPU dispatch and the
  * split over threads; the arithmetic is in convpool_avx2.c. */
-#include "dtrain/convpool.h"
+#include "convpool.h"
 
 #include <string.h>
 

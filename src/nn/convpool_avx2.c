@@ -1,4 +1,4 @@
-/* AVX2 + FMA kernels for the fused 3x3 conv + ReLU + 2x2 max pool (see include/dtrain/convpool.h).
+/* AVX2 + FMA kernels for the fused 3x3 conv + ReLU + 2x2 max pool (see convpool.h).
  *
  * Work unit: one pooled position and 8 output channels (one ymm vector). The 2x2 window of conv
  * outputs under it reads a 4x4 patch of input; each of the 16 input pixels is broadcast once and

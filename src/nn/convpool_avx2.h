@@ -1,4 +1,4 @@
-/* The AVX2 + FMA kernels behind include/dtrain/convpool.h, compiled with -mavx2 -mfma. Each
+/* The AVX2 + FMA kernels behind convpool.h, compiled with -mavx2 -mfma. Each
  * handles examples [n_begin, n_end). */
 #ifndef DTRAIN_CONVPOOL_AVX2_H
 #define DTRAIN_CONVPOOL_AVX2_H

@@ -12,7 +12,7 @@
 
 #include "../coll/agree.h"
 #include "dtrain/clock.h"
-#include "dtrain/stream.h"
+#include "../core/stream.h"
 #include "strategy_impl.h"
 
 dt_status dt_allreduce_check(const dt_strategy_options *o)

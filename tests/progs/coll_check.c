@@ -31,7 +31,7 @@
 #include <unistd.h>
 
 #include "dtrain/comm.h"
-#include "dtrain/comm_tcp.h"
+#include "../../src/coll/comm_tcp.h"
 
 #define MAX_COUNTS 32
 

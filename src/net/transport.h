@@ -3,7 +3,7 @@
  *
  * dt_transport_open listens on this task's address from the cluster spec, connects to every lower
  * rank (retrying with backoff until the connect deadline, so tasks may start in any order) and
- * accepts every higher rank, running the handshake of include/dtrain/wire.h on each connection.
+ * accepts every higher rank, running the handshake of wire.h on each connection.
  * A connection that fails the handshake (a stranger, a wrong secret or version, garbage, a port
  * scan that connects and closes) is dropped and logged with the address it came from; the
  * listener carries on. Once every peer is connected, the listener is closed.

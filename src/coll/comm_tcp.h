@@ -1,4 +1,4 @@
-/* The tcp communicator: collectives over the cluster transport (include/dtrain/transport.h).
+/* The tcp communicator: collectives over the cluster transport (src/net/transport.h).
  *
  * All-reduce of up to small_bytes (on the wire) uses recursive doubling (log2 steps, latency
  * bound; non-power-of-two sizes fold the extra ranks in first); larger tensors use the ring:
@@ -19,7 +19,7 @@
 
 #include "dtrain/cluster.h"
 #include "dtrain/comm.h"
-#include "dtrain/transport.h"
+#include "../net/transport.h"
 
 typedef struct {
     dt_transport_options transport;
