@@ -13,6 +13,7 @@
 #define DTRAIN_CLUSTER_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "dtrain/status.h"
@@ -56,6 +57,14 @@ dt_status dt_cluster_set_task(dt_cluster *c, const char *task);
 
 /* The task of a training rank (0 .. n_workers - 1). */
 void dt_cluster_rank_task(const dt_cluster *c, int rank, dt_job *job, int *index);
+/* The training rank of task job:index (0 .. n_workers - 1), or -1: a ps or evaluator task, or
+ * no such task. */
+int dt_cluster_rank_of(const dt_cluster *c, dt_job job, int index);
+
+/* A task's name for messages: "ps:1 (127.0.0.1:4003)"; "(?:0)" for an address the cluster does
+ * not have. */
+void dt_cluster_task_name(const dt_cluster *c, dt_job job, int index, char *out, size_t cap);
+
 /* The address of a task; NULL when the cluster has no such task. */
 const dt_addr *dt_cluster_addr(const dt_cluster *c, dt_job job, int index);
 /* True when every address of the cluster is a loopback one (localhost, 127.0.0.0/8, ::1). */

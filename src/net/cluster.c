@@ -515,3 +515,20 @@ dt_status dt_cluster_set_task(dt_cluster *c, const char *task)
     assign_roles(c);
     return DT_OK;
 }
+
+int dt_cluster_rank_of(const dt_cluster *c, dt_job job, int index)
+{
+    int chiefs = c->n_tasks[DT_JOB_CHIEF];
+    if (job == DT_JOB_CHIEF && index >= 0 && index < chiefs)
+        return 0;
+    if (job == DT_JOB_WORKER && index >= 0 && index < c->n_tasks[DT_JOB_WORKER])
+        return index + chiefs;
+    return -1;
+}
+
+void dt_cluster_task_name(const dt_cluster *c, dt_job job, int index, char *out, size_t cap)
+{
+    const dt_addr *a = (unsigned)job < DT_JOB_COUNT ? dt_cluster_addr(c, job, index) : NULL;
+    snprintf(out, cap, "%s:%d (%s:%u)", (unsigned)job < DT_JOB_COUNT ? dt_job_name(job) : "?",
+             index, a ? a->host : "?", a ? (unsigned)a->port : 0u);
+}

@@ -1,6 +1,5 @@
 /* The cluster transport (see transport.h): connection set-up with the handshake,
  * and the framed full-duplex exchange the collectives are built from. */
-#include "dtrain/log.h"
 #include "transport.h"
 
 #include <errno.h>
@@ -10,13 +9,17 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
+#include "conn.h"
 #include "dtrain/clock.h"
+#include "dtrain/log.h"
+#include "handshake.h"
+#include "listener.h"
 #include "sock.h"
 #include "wire.h"
 
-#define ABORT_MSG_CAP 2048
 
 void dt_transport_options_default(dt_transport_options *o)
 {
@@ -67,225 +70,46 @@ dt_status dt_transport_load_secret(const char *secret_file, uint8_t **secret, si
     return DT_OK;
 }
 
-/* ---- set-up ---- */
+/* ---- set-up: the rank mesh ---- */
 
+/* Each rank connects to every lower rank and is connected to by every higher one, through its
+ * listener (listener.h), whose policy admits only the higher training ranks, once each. */
 typedef struct {
     const dt_cluster *cl;
     const dt_transport_options *o;
     dt_transport *t;
-    int listen_fd;
+    dt_handshake_id me;
     double deadline;
     pthread_mutex_t mu;
+    pthread_cond_t cv;
     int missing; /* higher ranks not yet connected */
-    bool stop;
-    dt_status failed; /* an error of the accepting thread itself (not of a refused peer) */
-    char failed_msg[512];
 } setup;
 
-static int rank_of(const dt_cluster *cl, dt_job job, uint32_t index)
+static const char *mesh_policy(void *ctx, dt_job job, int index, bool authenticated)
 {
-    int chiefs = cl->n_tasks[DT_JOB_CHIEF];
-    if (job == DT_JOB_CHIEF && (int)index < chiefs)
-        return 0;
-    if (job == DT_JOB_WORKER && index < (uint32_t)cl->n_tasks[DT_JOB_WORKER])
-        return (int)index + chiefs;
-    return -1;
-}
-
-static void name_peer(const dt_cluster *cl, int rank, char *out, size_t cap)
-{
-    dt_job job;
-    int index;
-    dt_cluster_rank_task(cl, rank, &job, &index);
-    const dt_addr *a = dt_cluster_addr(cl, job, index);
-    snprintf(out, cap, "%s:%d (%s:%u)", dt_job_name(job), index, a ? a->host : "?",
-             a ? (unsigned)a->port : 0u);
-}
-
-static void my_hello(const setup *s, dt_hello *h)
-{
-    memset(h, 0, sizeof *h);
-    h->version = DT_WIRE_VERSION;
-    h->cluster_id = s->cl->id;
-    h->task_type = (uint8_t)s->cl->task_type;
-    h->task_index = (uint32_t)s->cl->task_index;
-}
-
-/* Tells a peer that failed the handshake why, in an ABORT frame, best effort. */
-static void refuse(int fd, const char *why)
-{
-    uint8_t hdr[DT_FRAME_HDR_BYTES];
-    size_t n = strlen(why);
-    dt_frame_hdr h = {DT_FRAME_ABORT, 0, 0, n};
-    dt_frame_encode(&h, hdr);
-    double d = dt_clock_now() + 0.5;
-    if (dt_sock_send_all(fd, hdr, sizeof hdr, d, "peer") == DT_OK)
-        dt_sock_send_all(fd, why, n, d, "peer");
-}
-
-/* The server's half of the handshake on an accepted connection; the client's rank on success. */
-static dt_status serve_handshake(setup *s, int fd, const char *from, int *client_rank)
-{
-    uint8_t hc[DT_HELLO_BYTES], hs[DT_HELLO_BYTES], mac[DT_MAC_BYTES], want[DT_MAC_BYTES];
-    double d = dt_clock_now() + s->o->handshake_timeout;
-    if (d > s->deadline)
-        d = s->deadline;
-    dt_hello peer, me;
-    dt_status st = dt_sock_recv_all(fd, hc, sizeof hc, d, from);
-    if (st)
-        return st;
-    if ((st = dt_hello_decode(hc, &peer))) {
-        refuse(fd, dt_last_error());
-        return st;
-    }
-    if (peer.cluster_id != s->cl->id) {
-        refuse(fd, "it belongs to another cluster (its TF_CONFIG differs)");
-        return dt_error(DT_ERR_AUTH, "%s:%u belongs to another cluster (its TF_CONFIG differs)",
-                        dt_job_name((dt_job)peer.task_type), peer.task_index);
-    }
-    int r = rank_of(s->cl, (dt_job)peer.task_type, peer.task_index);
-    if (r <= s->t->rank) {
-        refuse(fd, "it is not a task that connects to this one");
-        return dt_error(DT_ERR_AUTH, "%s:%u is not a task that connects to this one",
-                        dt_job_name((dt_job)peer.task_type), peer.task_index);
-    }
-    my_hello(s, &me);
-    if ((st = dt_random_bytes(me.nonce, sizeof me.nonce)))
-        return st;
-    dt_hello_encode(&me, hs);
-    dt_hello_mac(s->o->secret, s->o->secret_len, 'S', hc, hs, mac);
-    if ((st = dt_sock_send_all(fd, hs, sizeof hs, d, from)) ||
-        (st = dt_sock_send_all(fd, mac, sizeof mac, d, from)) ||
-        (st = dt_sock_recv_all(fd, mac, sizeof mac, d, from)))
-        return st;
-    dt_hello_mac(s->o->secret, s->o->secret_len, 'C', hc, hs, want);
-    if (!dt_mac_equal(mac, want)) {
-        refuse(fd, "wrong cluster secret");
-        return dt_error(DT_ERR_AUTH, "%s:%u does not know the cluster secret",
-                        dt_job_name((dt_job)peer.task_type), peer.task_index);
-    }
+    setup *s = ctx;
+    int r = dt_cluster_rank_of(s->cl, job, index);
+    if (!authenticated)
+        return r <= s->t->rank ? "is not a task that connects to this one" : NULL;
     pthread_mutex_lock(&s->mu);
     bool taken = s->t->peers[r].fd >= 0;
     pthread_mutex_unlock(&s->mu);
-    if (taken) {
-        refuse(fd, "its rank is connected already");
-        return dt_error(DT_ERR_AUTH, "%s:%u is connected already",
-                        dt_job_name((dt_job)peer.task_type), peer.task_index);
-    }
-    uint8_t ack[DT_FRAME_HDR_BYTES];
-    dt_frame_hdr h = {DT_FRAME_ACK, 0, 0, 0};
-    dt_frame_encode(&h, ack);
-    if ((st = dt_sock_send_all(fd, ack, sizeof ack, d, from)))
-        return st;
-    *client_rank = r;
-    return DT_OK;
+    return taken ? "is connected already" : NULL;
 }
 
-static void *accept_loop(void *arg)
+static void mesh_on_peer(void *ctx, int fd, dt_job job, int index)
 {
-    setup *s = arg;
-    for (;;) {
-        pthread_mutex_lock(&s->mu);
-        bool done = s->missing == 0 || s->stop;
-        pthread_mutex_unlock(&s->mu);
-        if (done)
-            return NULL;
-        /* Short waits, so a stop request is seen soon. */
-        double d = dt_clock_now() + 0.2;
-        if (d > s->deadline)
-            d = s->deadline;
-        int fd;
-        char from[128];
-        dt_status st = dt_sock_accept(s->listen_fd, d, &fd, from, sizeof from);
-        if (st == DT_END) {
-            if (dt_clock_now() >= s->deadline)
-                return NULL;
-            continue;
-        }
-        if (st) {
-            pthread_mutex_lock(&s->mu);
-            s->failed = st;
-            snprintf(s->failed_msg, sizeof s->failed_msg, "%s", dt_last_error());
-            pthread_mutex_unlock(&s->mu);
-            return NULL;
-        }
-        int r = -1;
-        st = serve_handshake(s, fd, from, &r);
-        if (st) {
-            dt_log_to(s->t->log, DT_LOG_WARN, "dtrain: warning: refused the connection from %s: %s",
-                      from, dt_last_error());
-            dt_sock_close(fd);
-            continue;
-        }
-        pthread_mutex_lock(&s->mu);
+    setup *s = ctx;
+    int r = dt_cluster_rank_of(s->cl, job, index);
+    pthread_mutex_lock(&s->mu);
+    if (s->t->peers[r].fd >= 0) {
+        dt_sock_close(fd); /* admitted twice at once: the first stays */
+    } else {
         s->t->peers[r].fd = fd;
         s->missing--;
-        pthread_mutex_unlock(&s->mu);
+        pthread_cond_broadcast(&s->cv);
     }
-}
-
-/* Reads the reason in an ABORT frame a peer sent instead of the expected bytes. */
-static void read_abort_reason(int fd, uint64_t n, char *out, size_t cap, const char *who)
-{
-    size_t take = n < cap - 1 ? (size_t)n : cap - 1;
-    out[0] = '\0';
-    if (dt_sock_recv_all(fd, out, take, dt_clock_now() + 1.0, who) == DT_OK)
-        out[take] = '\0';
-    for (size_t i = 0; out[i]; i++) /* one line, printable */
-        if ((unsigned char)out[i] < 0x20)
-            out[i] = ' ';
-}
-
-/* The client's half of the handshake on a connection to rank r. DT_ERR_PEER means the
- * connection broke (worth another attempt); DT_ERR_AUTH that r refused or failed it. */
-static dt_status client_handshake(setup *s, int fd, int r, double d)
-{
-    const char *who = s->t->peers[r].name;
-    uint8_t hc[DT_HELLO_BYTES], hs[DT_HELLO_BYTES], mac[DT_MAC_BYTES], want[DT_MAC_BYTES];
-    dt_hello me, peer;
-    my_hello(s, &me);
-    dt_status st = dt_random_bytes(me.nonce, sizeof me.nonce);
-    if (st)
-        return st;
-    dt_hello_encode(&me, hc);
-    if ((st = dt_sock_send_all(fd, hc, sizeof hc, d, who)) ||
-        (st = dt_sock_recv_all(fd, hs, DT_FRAME_HDR_BYTES, d, who)))
-        return st;
-    dt_frame_hdr fh;
-    if (dt_frame_decode(hs, ABORT_MSG_CAP, &fh) == DT_OK && fh.type == DT_FRAME_ABORT) {
-        char why[ABORT_MSG_CAP];
-        read_abort_reason(fd, fh.n_bytes, why, sizeof why, who);
-        return dt_error(DT_ERR_AUTH, "%s refused this task: %s", who, why);
-    }
-    if ((st = dt_sock_recv_all(fd, hs + DT_FRAME_HDR_BYTES, sizeof hs - DT_FRAME_HDR_BYTES, d,
-                               who)) ||
-        (st = dt_sock_recv_all(fd, mac, sizeof mac, d, who)))
-        return st;
-    if ((st = dt_hello_decode(hs, &peer)))
-        return dt_error_prefix(st, "%s", who);
-    dt_hello_mac(s->o->secret, s->o->secret_len, 'S', hc, hs, want);
-    if (peer.cluster_id != s->cl->id || rank_of(s->cl, (dt_job)peer.task_type,
-                                                peer.task_index) != r)
-        return dt_error(DT_ERR_AUTH, "%s answered as %s:%u of another cluster", who,
-                        dt_job_name((dt_job)peer.task_type), peer.task_index);
-    if (!dt_mac_equal(mac, want))
-        return dt_error(DT_ERR_AUTH, "%s does not know the cluster secret (the secrets differ)",
-                        who);
-    dt_hello_mac(s->o->secret, s->o->secret_len, 'C', hc, hs, mac);
-    uint8_t ack[DT_FRAME_HDR_BYTES];
-    if ((st = dt_sock_send_all(fd, mac, sizeof mac, d, who)) ||
-        (st = dt_sock_recv_all(fd, ack, sizeof ack, d, who)))
-        return st;
-    if ((st = dt_frame_decode(ack, ABORT_MSG_CAP, &fh)))
-        return dt_error_prefix(DT_ERR_AUTH, "%s", who);
-    if (fh.type == DT_FRAME_ABORT) {
-        char why[ABORT_MSG_CAP];
-        read_abort_reason(fd, fh.n_bytes, why, sizeof why, who);
-        return dt_error(DT_ERR_AUTH, "%s refused this task: %s", who, why);
-    }
-    if (fh.type != DT_FRAME_ACK || fh.n_bytes != 0)
-        return dt_error(DT_ERR_AUTH, "%s did not accept the handshake", who);
-    return DT_OK;
+    pthread_mutex_unlock(&s->mu);
 }
 
 /* Connects to rank r, retrying with backoff while it is not listening yet. */
@@ -308,7 +132,7 @@ static dt_status connect_rank(setup *s, int r)
         int fd;
         dt_status st = dt_sock_connect(a->host, a->port, d, &fd);
         if (st == DT_OK) {
-            st = client_handshake(s, fd, r, d);
+            st = dt_handshake_connect(&s->me, fd, job, index, who, d);
             if (st == DT_OK) {
                 s->t->peers[r].fd = fd;
                 return DT_OK;
@@ -325,6 +149,32 @@ static dt_status connect_rank(setup *s, int r)
             usleep((useconds_t)(wait * 1e6));
         backoff = backoff * 2 < 1.0 ? backoff * 2 : 1.0;
     }
+}
+
+/* Waits until every higher rank is in, the deadline passes or the listener fails. */
+static dt_status wait_for_higher_ranks(setup *s, dt_listener *l)
+{
+    char msg[512];
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        dt_status failed = dt_listener_failed(l, msg, sizeof msg);
+        if (failed) {
+            pthread_mutex_unlock(&s->mu);
+            return dt_error(failed, "%s", msg);
+        }
+        double now = dt_clock_now();
+        if (s->missing == 0 || now >= s->deadline)
+            break;
+        double until = now + 0.1 < s->deadline ? now + 0.1 : s->deadline;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        double wake = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + (until - now);
+        ts.tv_sec = (time_t)wake;
+        ts.tv_nsec = (long)((wake - (double)ts.tv_sec) * 1e9);
+        pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return DT_OK;
 }
 
 static dt_status check_security(const dt_cluster *cl, const dt_transport_options *o, FILE *log)
@@ -367,10 +217,9 @@ dt_status dt_transport_open(const dt_cluster *cl, const dt_transport_options *o,
         return st;
     setup s;
     memset(&s, 0, sizeof s);
-    s.listen_fd = -1;
     pthread_mutex_init(&s.mu, NULL);
-    pthread_t acceptor;
-    bool accepting = false;
+    pthread_cond_init(&s.cv, NULL);
+    dt_listener *listener = NULL;
     dt_transport *t = calloc(1, sizeof *t);
     if (!t || !(t->peers = calloc((size_t)cl->n_workers, sizeof *t->peers))) {
         st = dt_error(DT_ERR_NOMEM, "no memory for the transport");
@@ -379,50 +228,46 @@ dt_status dt_transport_open(const dt_cluster *cl, const dt_transport_options *o,
     t->rank = cl->rank, t->size = cl->n_workers, t->log = log;
     t->max_frame_bytes = o->max_frame_bytes;
     for (int r = 0; r < t->size; r++) {
+        dt_job job;
+        int index;
         t->peers[r].fd = -1;
-        name_peer(cl, r, t->peers[r].name, sizeof t->peers[r].name);
+        dt_cluster_rank_task(cl, r, &job, &index);
+        dt_cluster_task_name(cl, job, index, t->peers[r].name, sizeof t->peers[r].name);
     }
     s.cl = cl, s.o = o, s.t = t;
+    s.me = (dt_handshake_id){o->secret, o->secret_len, cl->id, cl->task_type, cl->task_index};
     s.deadline = dt_clock_now() + o->connect_timeout;
     s.missing = t->size - 1 - t->rank;
     if (s.missing > 0) {
         const dt_addr *me = dt_cluster_addr(cl, cl->task_type, cl->task_index);
-        if ((st = dt_sock_listen(me->host, me->port, &s.listen_fd, NULL)))
+        dt_listener_options lo = {.me = s.me, .policy = mesh_policy, .policy_ctx = &s,
+                                  .on_peer = mesh_on_peer, .ctx = &s,
+                                  .handshake_timeout = o->handshake_timeout, .log = log};
+        if ((st = dt_listener_start(me->host, me->port, &lo, &listener)))
             goto fail;
-        if (pthread_create(&acceptor, NULL, accept_loop, &s) != 0) {
-            st = dt_error(DT_ERR_IO, "cannot start the thread that accepts peers");
-            goto fail;
-        }
-        accepting = true;
     }
     /* Lower ranks, nearest first: the ring's neighbour is ready soonest. */
     for (int r = t->rank - 1; r >= 0; r--)
         if ((st = connect_rank(&s, r)))
             goto fail;
-    if (accepting) {
-        pthread_join(acceptor, NULL);
-        accepting = false;
-        if (s.failed) {
-            st = dt_error(s.failed, "%s", s.failed_msg);
+    if (listener) {
+        if ((st = wait_for_higher_ranks(&s, listener)))
             goto fail;
-        }
+        /* Every rank is in: the mesh admits no one else. */
+        dt_listener_stop(listener);
+        listener = NULL;
         if (s.missing > 0) {
             st = missing_error(t, o->connect_timeout);
             goto fail;
         }
     }
-    dt_sock_close(s.listen_fd);
+    pthread_cond_destroy(&s.cv);
     pthread_mutex_destroy(&s.mu);
     *out = t;
     return DT_OK;
 fail:
-    if (accepting) {
-        pthread_mutex_lock(&s.mu);
-        s.stop = true;
-        pthread_mutex_unlock(&s.mu);
-        pthread_join(acceptor, NULL);
-    }
-    dt_sock_close(s.listen_fd);
+    dt_listener_stop(listener);
+    pthread_cond_destroy(&s.cv);
     pthread_mutex_destroy(&s.mu);
     dt_transport_close(t);
     return st;
@@ -451,8 +296,8 @@ static dt_status check_header(dt_transport *t, dt_xfer *x, int from, const uint8
     if (st)
         return dt_error_prefix(st, "%s #%u: %s", x->name, x->seq, who);
     if (h.type == DT_FRAME_ABORT) {
-        char why[ABORT_MSG_CAP];
-        read_abort_reason(t->peers[from].fd, h.n_bytes, why, sizeof why, who);
+        char why[DT_ABORT_MSG_CAP];
+        dt_conn_read_abort_reason(t->peers[from].fd, h.n_bytes, why, sizeof why, who);
         return dt_error(DT_ERR_PEER, "%s #%u: %s stopped: %s", x->name, x->seq, who, why);
     }
     if (h.type != DT_FRAME_DATA || h.op != x->op || h.seq != x->seq || h.n_bytes != rn)
@@ -585,8 +430,8 @@ dt_status dt_transport_check_peer(dt_transport *t, dt_xfer *x, int peer)
         return DT_OK; /* a frame of a later collective, or one not yet whole: not for this wait */
     if (recv(fd, raw, sizeof raw, MSG_DONTWAIT) != (ssize_t)sizeof raw)
         return io_error(t, x, peer, errno, false);
-    char why[ABORT_MSG_CAP];
-    read_abort_reason(fd, h.n_bytes, why, sizeof why, t->peers[peer].name);
+    char why[DT_ABORT_MSG_CAP];
+    dt_conn_read_abort_reason(fd, h.n_bytes, why, sizeof why, t->peers[peer].name);
     return dt_error(DT_ERR_PEER, "%s #%u: %s stopped: %s", x->name, x->seq, t->peers[peer].name,
                     why);
 }
@@ -596,8 +441,8 @@ void dt_transport_abort(dt_transport *t, const char *message)
     if (!t)
         return;
     size_t n = strlen(message);
-    if (n > ABORT_MSG_CAP - 1)
-        n = ABORT_MSG_CAP - 1;
+    if (n > DT_ABORT_MSG_CAP - 1)
+        n = DT_ABORT_MSG_CAP - 1;
     uint8_t hdr[DT_FRAME_HDR_BYTES];
     dt_frame_hdr h = {DT_FRAME_ABORT, 0, 0, n};
     dt_frame_encode(&h, hdr);

@@ -1,0 +1,45 @@
+/* A task's listener: a thread that accepts connections on the task's address, runs the server
+ * half of the handshake with a policy saying which tasks may connect, and hands each
+ * authenticated connection to a callback (internal to src/net). It stays open until stopped, so
+ * a task that restarts, or joins later, can connect while the others run; the rank mesh stops
+ * it once every rank is in, a server task keeps it. A connection that fails the handshake (a
+ * stranger, a wrong secret, another cluster, garbage, a port scan) is dropped and logged with
+ * its address; the listener carries on. Nothing a stranger sends makes it allocate: the
+ * handshake reads fixed sizes only. */
+#ifndef DTRAIN_NET_LISTENER_H
+#define DTRAIN_NET_LISTENER_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "handshake.h"
+
+/* An authenticated connection from task job:index; the callback owns fd. Called on the
+ * listener's thread. */
+typedef void (*dt_listener_fn)(void *ctx, int fd, dt_job job, int index);
+
+typedef struct {
+    dt_handshake_id me;
+    dt_handshake_policy policy;
+    void *policy_ctx;
+    dt_listener_fn on_peer;
+    void *ctx;
+    double handshake_timeout; /* seconds a connection has to finish the handshake */
+    FILE *log;                /* refusals; NULL: the library's log */
+} dt_listener_options;
+
+typedef struct dt_listener dt_listener;
+
+/* Listens on host:port (0: any free port) and starts accepting. */
+dt_status dt_listener_start(const char *host, uint16_t port, const dt_listener_options *o,
+                            dt_listener **out);
+/* The port it listens on. */
+uint16_t dt_listener_port(const dt_listener *l);
+/* The first error of the accepting thread itself (not of a refused peer), DT_OK while none;
+ * the message in msg. */
+dt_status dt_listener_failed(dt_listener *l, char *msg, size_t cap);
+/* Stops accepting within a fifth of a second, joins the thread, closes the socket; accepts
+ * NULL. */
+void dt_listener_stop(dt_listener *l);
+
+#endif
