@@ -17,12 +17,5 @@ const dt_strategy_ops dt_mirrored_ops = {
     .replicas_in_sync = replicas,
     .local_replicas = replicas,
     .run = dt_strategy_run_on_threads,
-    .variables = dt_own_variables,
-    .start = dt_allreduce_start,
-    .restored = dt_allreduce_restored,
-    .place = dt_allreduce_place,
-    .begin_step = dt_allreduce_begin_step,
-    .apply = dt_allreduce_apply,
-    .whole_state = dt_allreduce_whole_state,
-    .end = dt_allreduce_end,
+    DT_ALLREDUCE_REPLICA_OPS,
 };

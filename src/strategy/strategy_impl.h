@@ -80,6 +80,13 @@ dt_status dt_allreduce_sum(dt_replica *r, dt_model *m, dt_step *s);
 dt_status dt_allreduce_whole_state(dt_replica *r, dt_model *m, dt_optim *o);
 void dt_allreduce_end(dt_replica *r, dt_model *m);
 dt_status dt_allreduce_check(const dt_strategy_options *o);
+/* The replica's rows of a table for the all-reduce step (mirrored, multi_worker_mirrored). */
+#define DT_ALLREDUCE_REPLICA_OPS                                                                   \
+    .variables = dt_own_variables, .start = dt_allreduce_start,                                   \
+    .restored = dt_allreduce_restored, .place = dt_allreduce_place,                               \
+    .begin_step = dt_allreduce_begin_step, .apply = dt_allreduce_apply,                           \
+    .whole_state = dt_allreduce_whole_state, .end = dt_allreduce_end
+
 /* Variables of a replica's own: its copy, its slots. */
 dt_status dt_own_variables(dt_replica *r, dt_model *m, const dt_model *chief, dt_optim *o,
                            const dt_optim_config *ocfg, uint64_t seed);

@@ -76,6 +76,9 @@ dt_status dt_backup_callback(const dt_fit_ctx *c, dt_callback *out);
 dt_status dt_checkpoint_callback(const dt_fit_ctx *c, dt_callback *out);
 dt_status dt_summary_callback(const dt_fit_ctx *c, dt_callback *out);
 
+/* The close of a callback whose state is one malloc'd block and nothing else. */
+dt_status dt_callback_free_self(void *self, bool completed);
+
 /* Time spent on evaluations and checkpoints, which training time leaves out. */
 static inline double dt_fit_side_seconds(const dt_fit_result *r)
 {

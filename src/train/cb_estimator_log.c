@@ -37,15 +37,8 @@ static dt_status step_end(void *self, dt_fit_ctx *c)
     return DT_OK;
 }
 
-static dt_status close_cb(void *self, bool completed)
-{
-    (void)completed;
-    free(self);
-    return DT_OK;
-}
-
 static const dt_callback_ops ops = {.name = "estimator_log", .train_begin = train_begin,
-                                    .step_end = step_end, .close = close_cb};
+                                    .step_end = step_end, .close = dt_callback_free_self};
 
 dt_status dt_estimator_log_callback(const dt_fit_ctx *c, dt_callback *out)
 {

@@ -71,16 +71,9 @@ static dt_status train_end(void *self, dt_fit_ctx *c)
     return c->result->eval_step != c->pos.step ? evaluate(self, c) : DT_OK;
 }
 
-static dt_status close_cb(void *self, bool completed)
-{
-    (void)completed;
-    free(self);
-    return DT_OK;
-}
-
 static const dt_callback_ops ops = {.name = "periodic_evaluation", .train_begin = train_begin,
                                     .step_end = step_end, .train_end = train_end,
-                                    .close = close_cb};
+                                    .close = dt_callback_free_self};
 
 dt_status dt_periodic_evaluation_callback(const dt_fit_ctx *c, dt_callback *out)
 {

@@ -33,16 +33,9 @@ static dt_status epoch_end(void *self, dt_fit_ctx *c)
     return DT_OK;
 }
 
-static dt_status close_cb(void *self, bool completed)
-{
-    (void)completed;
-    free(self);
-    return DT_OK;
-}
-
 static const dt_callback_ops ops = {.name = "progress", .train_begin = train_begin,
                                     .epoch_begin = epoch_begin, .step_end = step_end,
-                                    .epoch_end = epoch_end, .close = close_cb};
+                                    .epoch_end = epoch_end, .close = dt_callback_free_self};
 
 dt_status dt_progress_callback(const dt_fit_ctx *c, dt_callback *out)
 {

@@ -116,6 +116,13 @@ static dt_status close_callbacks(callbacks *cbs, bool completed)
     return first;
 }
 
+dt_status dt_callback_free_self(void *self, bool completed)
+{
+    (void)completed;
+    free(self);
+    return DT_OK;
+}
+
 /* Calls one hook of every callback that has it, in order, until one fails. */
 #define EACH_CALLBACK(cbs, hook, ...)                                                              \
     do {                                                                                           \
