@@ -4,6 +4,9 @@
 # from both, libdtrain.so found through its SONAME, the static program free of it, and the MPI
 # plugin installed beside the library. usage: tests/install.sh BUILD_DIR COUNTS_FILE
 set -u
+# BUILD as make was given it (tests/run.sh runs from the repository's root): an absolute path
+# would name the same objects as other targets, and their dependency files would follow it.
+build_arg=$1
 build=$(cd "$1" && pwd)
 counts=$2
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -19,7 +22,7 @@ prefix=$tmp/prefix
 san=${SAN:-0}
 sanflags=
 [ "$san" = 1 ] && sanflags="-fsanitize=address,undefined"
-if ! make -s -C "$root" BUILD="$build" SAN="$san" PREFIX="$prefix" install > "$tmp/install.log" 2>&1; then
+if ! make -s -C "$root" BUILD="$build_arg" SAN="$san" PREFIX="$prefix" install > "$tmp/install.log" 2>&1; then
     fail make_install "$(tail -5 "$tmp/install.log")"
     echo "$passed $failed" > "$counts"
     exit 1

@@ -45,6 +45,9 @@ typedef struct {
     int n_slots;
     int64_t iterations; /* steps taken */
     bool scalar_only;   /* skip the vector kernels (for tests comparing the two) */
+    /* The rate of the next step as a learning-rate callback set it (fit's: the schedule's value
+     * at this step); 0: none set, the config's schedule applies. */
+    float lr_now;
 } dt_optim;
 
 /* Keras's defaults for kind, learning rate included (sgd 0.01, momentum 0.01, adam 0.001,
@@ -65,8 +68,11 @@ void dt_optim_init(dt_optim *o);
 dt_status dt_optim_setup(dt_optim *o, const dt_optim_config *cfg, const dt_arena *params);
 void dt_optim_free(dt_optim *o);
 
-/* The learning rate the next step will use. */
+/* The learning rate the next step will use: lr_now when a callback set it, else the schedule's. */
 float dt_optim_current_lr(const dt_optim *o);
+
+/* The config's schedule at a step (a count of steps taken): Keras's LearningRateSchedule. */
+float dt_lr_schedule_at(const dt_optim_config *c, int64_t step);
 
 /* One update of params (n_elems floats) from grads, split over the pool. grads is read only. */
 void dt_optim_step(dt_optim *o, dt_pool *pool, float *params, const float *grads, size_t n_elems);

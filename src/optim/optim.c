@@ -135,8 +135,12 @@ dt_status dt_optim_setup(dt_optim *o, const dt_optim_config *cfg, const dt_arena
 
 float dt_optim_current_lr(const dt_optim *o)
 {
-    const dt_optim_config *c = &o->cfg;
-    double step = (double)o->iterations;
+    return o->lr_now > 0.0f ? o->lr_now : dt_lr_schedule_at(&o->cfg, o->iterations);
+}
+
+float dt_lr_schedule_at(const dt_optim_config *c, int64_t steps)
+{
+    double step = (double)steps;
     switch (c->schedule) {
     case DT_LR_CONSTANT:
         return c->lr;

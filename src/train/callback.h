@@ -1,6 +1,7 @@
 /* fit's callbacks, as Keras's: the training loop (loop.c) calls hooks at the start and end of
  * training, of each epoch and of each step, and everything that is not the step itself is a
- * callback with its own file: progress (Keras's bar or lines), Estimator's step log, validation
+ * callback with its own file: the learning-rate schedule, progress (Keras's bar or lines),
+ * Estimator's step log, validation
  * at each epoch's end, train_and_evaluate's periodic evaluation, early stopping, model_dir
  * checkpoints,
  * BackupAndRestore's backups, and TensorBoard summaries (internal to src/train).
@@ -49,6 +50,8 @@ typedef struct {
     /* Before a step that ends at global step `step`: whether the callback will save the
      * optimizer's state after it (the replicas must then make it whole within the step). */
     bool (*saves_after)(void *self, dt_fit_ctx *c, int64_t step);
+    /* Before each step's computation (the learning rate is set here). */
+    dt_status (*step_begin)(void *self, dt_fit_ctx *c);
     dt_status (*step_end)(void *self, dt_fit_ctx *c);
     dt_status (*epoch_end)(void *self, dt_fit_ctx *c);
     /* When training goes on into another epoch, with the optimizer's state whole: next is the
@@ -75,6 +78,7 @@ dt_status dt_early_stopping_callback(const dt_fit_ctx *c, dt_callback *out);
 dt_status dt_backup_callback(const dt_fit_ctx *c, dt_callback *out);
 dt_status dt_checkpoint_callback(const dt_fit_ctx *c, dt_callback *out);
 dt_status dt_summary_callback(const dt_fit_ctx *c, dt_callback *out);
+dt_status dt_lr_schedule_callback(const dt_fit_ctx *c, dt_callback *out);
 
 /* The close of a callback whose state is one malloc'd block and nothing else. */
 dt_status dt_callback_free_self(void *self, bool completed);

@@ -27,7 +27,7 @@ static dt_status write_train(summaries *s, dt_fit_ctx *c)
     double rate = (double)(step - s->last_step) / (now - s->last_t);
     s->last_t = now;
     s->last_step = step;
-    float lr = dt_optim_current_lr(c->o);
+    float lr = dt_lr_schedule_at(&c->o->cfg, c->o->iterations); /* the next step's */
     dt_status st;
     if ((st = dt_summary_scalar(s->train, "loss", step, (float)c->batch_loss)) ||
         (st = dt_summary_scalar(s->train, "accuracy", step, (float)c->batch_accuracy)) ||

@@ -39,7 +39,7 @@ dt_status dt_fit_save(dt_ckpt_manager *mgr, bool announce, const dt_fit_config *
     META_F("early_stopping_waited", "%" PRId64, p->waited);
     META_F("optimizer", "%s", dt_opt_kind_name(o->cfg.kind));
     META_F("optimizer_iterations", "%" PRId64, o->iterations);
-    META_F("learning_rate", "%.9g", (double)dt_optim_current_lr(o));
+    META_F("learning_rate", "%.9g", (double)dt_lr_schedule_at(&o->cfg, o->iterations));
     META_F("seed", "%" PRIu64, cfg->seed);
     META_F("dropout_position", "%" PRIu64, dt_model_dropout_position(m));
     META_F("batch_size", "%d", cfg->batch_size);

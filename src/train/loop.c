@@ -78,7 +78,7 @@ static dt_status seek_input(dt_dataset *ds, const dt_fit_position *pos)
  * stopping's verdict, saves last. */
 typedef dt_status (*callback_ctor)(const dt_fit_ctx *c, dt_callback *out);
 static const callback_ctor builtins[] = {
-    dt_validation_callback, dt_estimator_log_callback, dt_progress_callback,
+    dt_lr_schedule_callback, dt_validation_callback, dt_estimator_log_callback, dt_progress_callback,
     dt_periodic_evaluation_callback, dt_early_stopping_callback, dt_backup_callback,
     dt_checkpoint_callback, dt_summary_callback,
 };
@@ -176,12 +176,18 @@ static dt_status run_steps(fit_run *f)
         if (st != DT_OK && st != DT_END)
             return st;
         if (st == DT_END)
-            e = NULL;
+            e = NULL; /* this replica's data ended: the strategy decides what that ends */
+        st = DT_OK;
         dt_step s = {.step = p->step, .batch_size = c->cfg->batch_size,
                      .mean = c->cfg->reduction == DT_REDUCTION_MEAN, .rows = e ? e->n : 0,
                      .ended = e == NULL,
                      .state_wanted = state_wanted_after(&f->cbs, c, p->step + 1)};
         bool go_on = false;
+        EACH_CALLBACK(&f->cbs, step_begin, c);
+        if (st) {
+            dt_elem_free(e);
+            return st;
+        }
         st = train_step(c->replica, c->m, c->o, f->pool, e, f->labels, &s, &go_on);
         c->result->comm_seconds += s.comm_seconds;
         dt_elem_free(e);
