@@ -9,7 +9,7 @@
 
 #include "commands.h"
 #include "comm_open.h"
-#include "dtrain/clock.h"
+#include "dtrain/comm_bench.h"
 #include "flags.h"
 
 /* "4K", "64M", "1G", "100" -> bytes. */
@@ -44,109 +44,6 @@ static dt_status parse_sizes(const char *s, size_t *lo, size_t *hi)
     if (*lo > *hi)
         return dt_error(DT_ERR_INVALID, "--sizes: %s starts above where it ends", s);
     return DT_OK;
-}
-
-/* Exact in float32 in any order of addition, so the check compares bits. */
-static float input(int rank, size_t i)
-{
-    return (float)((rank * 7919 + (long)(i % 100003) * 104729) % 1000) / 8.0f;
-}
-
-static long check_result(const float *v, size_t n, int size, dt_reduce_op op)
-{
-    long wrong = 0;
-    for (size_t i = 0; i < n; i++) {
-        float acc = input(0, i);
-        for (int r = 1; r < size; r++) {
-            float x = input(r, i);
-            acc = op == DT_REDUCE_MIN ? (x < acc ? x : acc)
-                  : op == DT_REDUCE_MAX ? (x > acc ? x : acc) : acc + x;
-        }
-        if (op == DT_REDUCE_MEAN)
-            acc /= (float)size;
-        wrong += v[i] != acc;
-    }
-    return wrong;
-}
-
-typedef struct {
-    size_t lo, hi;
-    int factor, iters, warmup;
-    dt_reduce_op op;
-    dt_wire_dtype wire;
-    bool check;
-} bench_cfg;
-
-/* Times one size; *seconds is the slowest rank's mean time per all-reduce. */
-static dt_status time_size(dt_comm *c, const bench_cfg *b, float *buf, size_t n, double *seconds,
-                           long *wrong)
-{
-    dt_status st;
-    *wrong = 0;
-    if (b->check) {
-        for (size_t i = 0; i < n; i++)
-            buf[i] = input(c->rank, i);
-        if ((st = dt_comm_allreduce(c, buf, n, b->op, DT_WIRE_F32)))
-            return st;
-        float w = (float)check_result(buf, n, c->size, b->op);
-        if ((st = dt_comm_allreduce(c, &w, 1, DT_REDUCE_SUM, DT_WIRE_F32)))
-            return st;
-        *wrong = (long)w;
-    }
-    memset(buf, 0, n * sizeof *buf); /* zeros stay finite however often they are summed */
-    size_t bytes = n * sizeof *buf;
-    int iters = b->iters;
-    if (bytes > 0 && (size_t)iters * bytes < ((size_t)256 << 20))
-        iters = (int)(((size_t)256 << 20) / bytes) < 1000 ? (int)(((size_t)256 << 20) / bytes) : 1000;
-    for (int i = 0; i < b->warmup; i++)
-        if ((st = dt_comm_allreduce(c, buf, n, b->op, b->wire)))
-            return st;
-    if ((st = dt_comm_barrier(c)))
-        return st;
-    double t0 = dt_clock_now();
-    for (int i = 0; i < iters; i++)
-        if ((st = dt_comm_allreduce(c, buf, n, b->op, b->wire)))
-            return st;
-    float t = (float)((dt_clock_now() - t0) / iters);
-    if ((st = dt_comm_allreduce(c, &t, 1, DT_REDUCE_MAX, DT_WIRE_F32)))
-        return st;
-    *seconds = t;
-    return DT_OK;
-}
-
-static dt_status run(dt_comm *c, const bench_cfg *b, long *total_wrong)
-{
-    float *buf = malloc(b->hi > 4 ? b->hi : 4);
-    if (!buf)
-        return dt_error(DT_ERR_NOMEM, "no memory for %zu bytes", b->hi);
-    if (c->rank == 0) {
-        printf("dtrain bench allreduce: %d ranks (%s), float32, op %s, wire %s\n", c->size,
-               dt_comm_describe(c), dt_reduce_op_name(b->op), dt_wire_dtype_name(b->wire));
-        printf("%12s %12s %12s %12s %12s %8s\n", "size(B)", "count", "time(us)", "algbw(GB/s)",
-               "busbw(GB/s)", b->check ? "check" : "");
-        fflush(stdout); /* the header says every rank is connected: scripts wait for it */
-    }
-    dt_status st = DT_OK;
-    *total_wrong = 0;
-    for (size_t bytes = b->lo;; bytes = bytes ? bytes * (size_t)b->factor : 4) {
-        size_t n = bytes / sizeof(float);
-        double t;
-        long wrong;
-        if ((st = time_size(c, b, buf, n, &t, &wrong)))
-            break;
-        *total_wrong += wrong;
-        double algbw = t > 0 ? (double)(n * sizeof(float)) / t / 1e9 : 0.0;
-        double busbw = algbw * 2.0 * (c->size - 1) / c->size;
-        if (c->rank == 0) {
-            printf("%12zu %12zu %12.2f %12.3f %12.3f %8s\n", n * sizeof(float), n, t * 1e6,
-                   algbw, busbw, !b->check ? "" : wrong ? "WRONG" : "ok");
-            fflush(stdout);
-        }
-        if (bytes >= b->hi || bytes * (size_t)b->factor > b->hi)
-            break;
-    }
-    free(buf);
-    return st;
 }
 
 static void usage(FILE *out, const flag_def *flags, int n)
@@ -191,7 +88,7 @@ int cmd_bench(int argc, char **argv)
         usage(stdout, flags, n_flags);
         return 0;
     }
-    bench_cfg b = {0};
+    dt_allreduce_bench b = {0};
     b.factor = factor, b.iters = iters, b.warmup = warmup, b.check = check;
     if (parse_sizes(sizes, &b.lo, &b.hi) || dt_reduce_op_parse(op_name, &b.op) ||
         dt_wire_dtype_parse(wire_name, &b.wire))
@@ -214,7 +111,7 @@ int cmd_bench(int argc, char **argv)
                            "dtrain bench allreduce, TF_CONFIG on each host, or mpirun -np N)");
     }
     long wrong = 0;
-    dt_status st = run(c, &b, &wrong);
+    dt_status st = dt_comm_bench_allreduce(c, &b, stdout, &wrong);
     if (st)
         cli_fail(1, dt_last_error());
     dt_comm_destroy(c);
