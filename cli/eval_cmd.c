@@ -1,24 +1,15 @@
 /* dtrain evaluate (one checkpoint, or a sidecar evaluator watching a model directory) and
  * dtrain inspect (a checkpoint's tensors and metadata). */
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "commands.h"
 #include "dtrain/checkpoint.h"
 #include "dtrain/evaluator.h"
-#include "dtrain/clock.h"
 #include "dtrain/crc32c.h"
-#include "dtrain/fit.h"
-#include "dtrain/idx.h"
-#include "dtrain/model.h"
-#include "dtrain/pool.h"
-#include "dtrain/summary.h"
 #include "flags.h"
 
 int cli_sidecar_evaluate(const dt_evaluator_options *o)

@@ -1,24 +1,18 @@
-/* dtrain train: parse flags, load the data and the model, fit, evaluate, report. */
+/* dtrain train: parses the flags into a dt_train_config (train.h), calls dt_train, and prints the
+ * chief's report and --metrics-out. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "commands.h"
 #include "comm_open.h"
 #include "dtrain/clock.h"
 #include "dtrain/fileio.h"
-#include "dtrain/fit.h"
-#include "dtrain/idx.h"
 #include "dtrain/input.h"
-#include "dtrain/model.h"
 #include "dtrain/optim.h"
-#include "dtrain/pool.h"
 #include "dtrain/progress.h"
-#include "dtrain/sources.h"
 #include "dtrain/strategy.h"
 #include "dtrain/train.h"
 #include "flags.h"
@@ -42,8 +36,6 @@ struct train_opts {
     double lr, momentum, beta1, beta2, epsilon, lr_decay_rate, lr_alpha, bucket_mb;
     bool nesterov, keep_remainder, validate, summary, no_fuse, help;
     cli_comm_flags comm;
-    /* Set from the strategy and the cluster: this process's worker rank of n_workers. */
-    int n_workers, rank;
 };
 
 static int define_flags(flag_def *f, int cap, struct train_opts *o)
