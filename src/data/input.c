@@ -225,8 +225,7 @@ static dt_status file_pipeline(dt_input *in, const dt_input_spec *s, const char 
                                        &p);
     if (st == DT_OK && o->prefetch > 0)
         st = dt_dataset_prefetch(p, o->prefetch, &p);
-    if (st)
-        dt_dataset_destroy(p);
+    /* A transformation that fails has destroyed its input already (dataset.h). */
     *out = st == DT_OK ? p : NULL;
     return st;
 }
