@@ -1,0 +1,31 @@
+/* Embedding lookups of CTR models: each example's F fields are (id, value) pairs; a field's
+ * vector is the id's row of a (rows, K) table scaled by the value (the DeepFM sample's
+ * embedding_lookup times feat_vals). The gradient is sparse: the unique ids a batch touched and,
+ * for each, the sum of value x output gradient over the places it appeared, never a dense
+ * gradient the size of the table. Kernels over flat arrays with a naive reference twin each,
+ * allocating nothing: the caller gives the scratch. */
+#ifndef DTRAIN_EMBEDDING_H
+#define DTRAIN_EMBEDDING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ids, vals (n = B x F); table (rows, K); out (n, K): out[i] = table[ids[i]] x vals[i].
+ * Every id must be in [0, rows): the layer checks its input before. */
+void dt_embedding_forward(const float *table, int K, const int64_t *ids, const float *vals,
+                          size_t n, float *out);
+void dt_embedding_forward_naive(const float *table, int K, const int64_t *ids,
+                                const float *vals, size_t n, float *out);
+
+/* ids, vals (n); grad_out (n, K); scratch order (n). Writes the unique ids in increasing order
+ * to uniq_ids (up to n) and their gradient rows to uniq_rows (n_unique, K): uniq_rows[u] = the
+ * sum, in the order of the places, of vals[i] x grad_out[i] over the places i with ids[i] =
+ * uniq_ids[u]. Returns the number of unique ids. */
+size_t dt_embedding_backward(const int64_t *ids, const float *vals, size_t n, int K,
+                             const float *grad_out, uint32_t *order, int64_t *uniq_ids,
+                             float *uniq_rows);
+/* The same by a linear search of the ids seen so far, then sorted by id. */
+size_t dt_embedding_backward_naive(const int64_t *ids, const float *vals, size_t n, int K,
+                                   const float *grad_out, int64_t *uniq_ids, float *uniq_rows);
+
+#endif
