@@ -111,6 +111,10 @@ expect_error positional_argument 2 "unexpected argument 'extra'" train extra
 expect_error tfrecord_needs_features 1 "--features: tfrecord data needs the features" train --data "tfrecord:$0"
 expect_error bad_prefetch 2 "--prefetch: must be in 0..4096" train --prefetch -1
 expect_error bad_gradient_wire 2 "--gradient-wire" train --gradient-wire fp8
+expect_error bad_auto_shard 2 "--auto-shard: unknown auto-shard policy 'rows' (off, auto, file, data)" \
+    train --auto-shard rows
+expect_error test_data_of_another_form 1 "--test-data: 'fashion-mnist': with libsvm --data, give" \
+    train --data "libsvm:$0" --test-data fashion-mnist --num-features 2
 expect_error replicas_need_mirrored 2 "--replicas: 1..256 model copies, with --strategy mirrored or central_storage" \
     train --replicas 2
 expect_error replicas_divide_the_batch 1 "the global batch 64 is not divisible by the 3 replicas" \

@@ -17,7 +17,10 @@
  * Across workers (the input context), images are batched alike on every worker and each gathers
  * its block of every global batch; file data is sharded as tf.data's auto-shard policy says
  * (AUTO: whole files per worker when there are at least as many files as workers, else every
- * n-th element) and each worker batches its share of the global batch. */
+ * n-th element) and each worker batches its share of the global batch.
+ *
+ * A new source is one more kind: a row of the spec forms and, for file data, a row of the file
+ * sources in src/data/input.c (how its records are read, parsed and how wide its rows are). */
 #ifndef DTRAIN_INPUT_H
 #define DTRAIN_INPUT_H
 
@@ -98,11 +101,17 @@ typedef struct {
     int64_t n_train;              /* training examples; -1 when unknown (file data) */
     int eval_batch;               /* the batch of the test pipeline */
     int64_t bad_records;          /* skipped so far (skip_bad_records) */
+    dt_autoshard_policy autoshard; /* as applied to file data: OFF (one worker, or every one
+                                      reads everything), FILE or DATA; OFF for images, which
+                                      are split by blocks of each batch */
     char source[600];             /* names the training data in messages */
 } dt_input;
 
 /* Builds train's pipeline for the worker the context names (NULL: one worker), and test's
- * (NULL: none; the test pipeline is not sharded: the chief evaluates on all of it). */
+ * (NULL: none; the test pipeline is not sharded: the chief evaluates on all of it). File data
+ * over several workers needs a global batch that the workers divide. The datasets point into
+ * *out (its file lists, feature spec and bad-record count): it stays where it is until
+ * dt_input_free. */
 dt_status dt_input_open(const dt_input_spec *train, const dt_input_spec *test,
                         const dt_input_options *o, const dt_input_context *ctx, dt_input *out);
 

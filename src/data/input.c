@@ -1,4 +1,5 @@
-/* Training input from a data spec (see include/dtrain/input.h). */
+/* Training input from a data spec (see include/dtrain/input.h): the spec forms in one table, the
+ * file sources in another, and the builder that puts a pipeline together from them. */
 #include "dtrain/input.h"
 
 #include <errno.h>
@@ -9,20 +10,75 @@
 #include <unistd.h>
 
 #include "dtrain/image_pipeline.h"
+#include "dtrain/log.h"
 
 /* ---- Specs ---- */
+
+/* What follows a spec's prefix. */
+typedef enum { FORM_FILES, FORM_DIR, FORM_IDX } spec_form;
+
+/* The spec forms, one row each, in the order usage messages list them. A new source is a new
+ * kind, a row here and, for file data, a row of file_sources below. */
+static const struct {
+    const char *prefix;
+    dt_input_kind kind;
+    spec_form form;
+    const char *usage;
+} spec_forms[] = {
+    {"fashion-mnist:", DT_INPUT_MNIST_DIR, FORM_DIR, "fashion-mnist[:DIR]"},
+    {"mnist:", DT_INPUT_MNIST_DIR, FORM_DIR, "mnist:DIR"},
+    {"idx:", DT_INPUT_IDX, FORM_IDX, "idx:IMAGES,LABELS"},
+    {"tfrecord:", DT_INPUT_TFRECORD, FORM_FILES, "tfrecord:GLOB"},
+    {"libsvm:", DT_INPUT_LIBSVM, FORM_FILES, "libsvm:GLOB"},
+    {"csv:", DT_INPUT_CSV, FORM_FILES, "csv:GLOB"},
+};
+#define N_SPEC_FORMS (sizeof spec_forms / sizeof spec_forms[0])
 
 static dt_status copy_field(char *dst, size_t cap, const char *src, size_t n, const char *what)
 {
     if (n >= cap)
-        return dt_error(DT_ERR_INVALID, "%s: a path of %zu bytes is too long", what, n);
+        return dt_error(DT_ERR_INVALID, "%s: a path of %zu bytes is too long (at most %zu)", what,
+                        n, cap - 1);
     memcpy(dst, src, n);
     dst[n] = '\0';
     return DT_OK;
 }
 
-static const char *const file_prefixes[] = {"tfrecord:", "libsvm:", "csv:"};
-static const dt_input_kind file_kinds[] = {DT_INPUT_TFRECORD, DT_INPUT_LIBSVM, DT_INPUT_CSV};
+/* The rest of a spec after its prefix, by the form's rules. */
+static dt_status parse_form(spec_form form, const char *rest, const char *what,
+                            dt_input_spec *out)
+{
+    const char *text = out->text;
+    if (form == FORM_FILES) {
+        if (!*rest)
+            return dt_error(DT_ERR_INVALID, "%s: '%s': the files after ':' are missing", what,
+                            text);
+        return copy_field(out->path, sizeof out->path, rest, strlen(rest), what);
+    }
+    if (form == FORM_DIR) {
+        if (!*rest)
+            return dt_error(DT_ERR_INVALID, "%s: '%s': the directory after ':' is empty", what,
+                            text);
+        return copy_field(out->path, sizeof out->path, rest, strlen(rest), what);
+    }
+    const char *comma = strchr(rest, ',');
+    if (!comma || comma == rest || !comma[1])
+        return dt_error(DT_ERR_INVALID, "%s: expected idx:IMAGES,LABELS, got '%s'", what, text);
+    dt_status st = copy_field(out->path, sizeof out->path, rest, (size_t)(comma - rest), what);
+    if (st == DT_OK)
+        st = copy_field(out->labels, sizeof out->labels, comma + 1, strlen(comma + 1), what);
+    return st;
+}
+
+static dt_status unknown_spec(const char *text, const char *what)
+{
+    char forms[256] = "";
+    size_t len = 0;
+    for (size_t i = 0; i < N_SPEC_FORMS && len < sizeof forms; i++)
+        len += (size_t)snprintf(forms + len, sizeof forms - len, "%s%s", i ? ", " : "",
+                                spec_forms[i].usage);
+    return dt_error(DT_ERR_INVALID, "%s: unknown data '%s' (%s)", what, text, forms);
+}
 
 dt_status dt_input_spec_parse(const char *text, const char *what, dt_input_spec *out)
 {
@@ -30,48 +86,28 @@ dt_status dt_input_spec_parse(const char *text, const char *what, dt_input_spec 
     dt_status st = copy_field(out->text, sizeof out->text, text, strlen(text), what);
     if (st)
         return st;
-    for (int i = 0; i < 3; i++) {
-        size_t n = strlen(file_prefixes[i]);
-        if (strncmp(text, file_prefixes[i], n) == 0) {
-            out->kind = file_kinds[i];
-            if (!text[n])
-                return dt_error(DT_ERR_INVALID, "%s: '%s': the files after ':' are missing",
-                                what, text);
-            return copy_field(out->path, sizeof out->path, text + n, strlen(text + n), what);
-        }
-    }
     if (strcmp(text, "fashion-mnist") == 0) {
         out->kind = DT_INPUT_MNIST_DIR;
         out->default_dir = true;
         return copy_field(out->path, sizeof out->path, DT_FASHION_MNIST_DIR,
                           strlen(DT_FASHION_MNIST_DIR), what);
     }
-    if (strncmp(text, "fashion-mnist:", 14) == 0 || strncmp(text, "mnist:", 6) == 0) {
-        const char *dir = strchr(text, ':') + 1;
-        out->kind = DT_INPUT_MNIST_DIR;
-        if (!*dir)
-            return dt_error(DT_ERR_INVALID, "%s: '%s': the directory after ':' is empty", what,
-                            text);
-        return copy_field(out->path, sizeof out->path, dir, strlen(dir), what);
+    for (size_t i = 0; i < N_SPEC_FORMS; i++) {
+        size_t n = strlen(spec_forms[i].prefix);
+        if (strncmp(text, spec_forms[i].prefix, n) == 0) {
+            out->kind = spec_forms[i].kind;
+            return parse_form(spec_forms[i].form, text + n, what, out);
+        }
     }
-    if (strncmp(text, "idx:", 4) == 0) {
-        const char *images = text + 4, *comma = strchr(images, ',');
-        out->kind = DT_INPUT_IDX;
-        if (!comma || comma == images || !comma[1])
-            return dt_error(DT_ERR_INVALID, "%s: expected idx:IMAGES,LABELS, got '%s'", what,
-                            text);
-        if ((st = copy_field(out->path, sizeof out->path, images, (size_t)(comma - images),
-                             what)))
-            return st;
-        return copy_field(out->labels, sizeof out->labels, comma + 1, strlen(comma + 1), what);
-    }
-    return dt_error(DT_ERR_INVALID, "%s: unknown data '%s' (fashion-mnist[:DIR], mnist:DIR, "
-                    "idx:IMAGES,LABELS, tfrecord:GLOB, libsvm:GLOB, csv:GLOB)", what, text);
+    return unknown_spec(text, what);
 }
 
 bool dt_input_spec_is_files(const dt_input_spec *s)
 {
-    return s->kind == DT_INPUT_TFRECORD || s->kind == DT_INPUT_LIBSVM || s->kind == DT_INPUT_CSV;
+    for (size_t i = 0; i < N_SPEC_FORMS; i++)
+        if (spec_forms[i].kind == s->kind)
+            return spec_forms[i].form == FORM_FILES;
+    return false;
 }
 
 void dt_input_spec_default_test(const dt_input_spec *train, dt_input_spec *test, bool *have)
@@ -141,22 +177,81 @@ static dt_status open_images(dt_input *in, const dt_input_spec *test, const dt_i
     return DT_OK;
 }
 
-/* ---- Files ---- */
+/* ---- File sources ---- */
 
-/* A file source of parsed rows over files (TFRecord: raw records, parsed after batching). */
-static dt_status file_source(const dt_input_spec *s, const dt_input_options *o,
+/* One kind of file data. prepare (may be NULL) runs once before any pipeline of the kind is
+ * built; open gives the dataset of its records over files; after_batch (may be NULL) turns
+ * batches of records into batches of rows, for records parsed a batch at a time; width is the
+ * number of dense values of a row. */
+typedef struct {
+    dt_input_kind kind;
+    const char *name;
+    dt_status (*prepare)(dt_input *in, const dt_input_options *o);
+    dt_status (*open)(const dt_input_options *o, const dt_file_list *files,
+                      const dt_source_options *so, dt_dataset **out);
+    dt_status (*after_batch)(dt_input *in, dt_dataset *batches, const dt_input_options *o,
                              const dt_file_list *files, const dt_source_options *so,
-                             dt_dataset **out)
+                             dt_dataset **out);
+    dt_status (*width)(const dt_input *in, const dt_input_options *o, int *n_dense);
+} file_source;
+
+/* TFRecord files of tf.Example: raw records, parsed after batching, a batch per call. */
+static dt_status tfrecord_prepare(dt_input *in, const dt_input_options *o)
 {
-    if (s->kind == DT_INPUT_TFRECORD)
-        return dt_dataset_tfrecord(files, so, out);
-    if (s->kind == DT_INPUT_LIBSVM) {
-        dt_libsvm_options lo;
-        dt_libsvm_options_default(&lo);
-        lo.n_dense = o->num_features;
-        lo.index_base = o->index_base;
-        return dt_dataset_libsvm(files, &lo, so, out);
-    }
+    if (!o->features)
+        return dt_error(DT_ERR_INVALID, "--features: tfrecord data needs the features to read, "
+                        "e.g. --features image:784:1/255 --label-key label");
+    dt_status st = dt_example_spec_parse(o->features, o->label_key, &in->example_spec);
+    return st ? dt_error_prefix(st, "--features") : DT_OK;
+}
+
+static dt_status tfrecord_open(const dt_input_options *o, const dt_file_list *files,
+                               const dt_source_options *so, dt_dataset **out)
+{
+    (void)o;
+    return dt_dataset_tfrecord(files, so, out);
+}
+
+static dt_status tfrecord_parse(dt_input *in, dt_dataset *batches, const dt_input_options *o,
+                                const dt_file_list *files, const dt_source_options *so,
+                                dt_dataset **out)
+{
+    return dt_dataset_parse_examples(batches, &in->example_spec, files, o->num_parallel_calls, so,
+                                     out);
+}
+
+static dt_status tfrecord_width(const dt_input *in, const dt_input_options *o, int *n_dense)
+{
+    (void)o;
+    *n_dense = in->example_spec.n_dense;
+    return DT_OK;
+}
+
+/* LibSVM text: index:value pairs into dense rows of --num-features values. */
+static dt_status libsvm_open(const dt_input_options *o, const dt_file_list *files,
+                             const dt_source_options *so, dt_dataset **out)
+{
+    dt_libsvm_options lo;
+    dt_libsvm_options_default(&lo);
+    lo.n_dense = o->num_features;
+    lo.index_base = o->index_base;
+    return dt_dataset_libsvm(files, &lo, so, out);
+}
+
+static dt_status libsvm_width(const dt_input *in, const dt_input_options *o, int *n_dense)
+{
+    (void)in;
+    if (o->num_features < 1)
+        return dt_error(DT_ERR_INVALID, "--num-features: libsvm data for a dense model needs "
+                        "the number of features");
+    *n_dense = o->num_features;
+    return DT_OK;
+}
+
+/* CSV text: a label column (by index, or by name under a header) and dense values. */
+static dt_status csv_open(const dt_input_options *o, const dt_file_list *files,
+                          const dt_source_options *so, dt_dataset **out)
+{
     dt_csv_options co;
     dt_csv_options_default(&co);
     co.header = o->csv_header;
@@ -172,70 +267,6 @@ static dt_status file_source(const dt_input_spec *s, const dt_input_options *o,
             return dt_error(DT_ERR_INVALID, "--label-column: a column name needs --csv-header");
     }
     return dt_dataset_csv(files, &co, label_name, so, out);
-}
-
-/* Auto-sharding of a worker's files or elements, as tf.data's policy says: FILE keeps whole
- * files (shard the list before the source reads it), DATA every n-th element. */
-static dt_status shard_files(const dt_input_options *o, const dt_input_context *ctx,
-                             dt_file_list *files, dt_autoshard_policy *applied)
-{
-    *applied = DT_AUTOSHARD_OFF;
-    if (!ctx || ctx->num_input_pipelines <= 1 || o->autoshard == DT_AUTOSHARD_OFF)
-        return DT_OK;
-    const char *reason = "";
-    *applied = dt_autoshard_resolve(o->autoshard, files->n, ctx->num_input_pipelines, &reason);
-    if (*applied != DT_AUTOSHARD_FILE)
-        return DT_OK;
-    return dt_file_list_shard(files, ctx->num_input_pipelines, ctx->input_pipeline_id);
-}
-
-/* source -> [shard] -> [cache] -> [shuffle] -> batch -> [parse Examples] -> [prefetch]. A
- * training pipeline of several workers batches this worker's share of the global batch. */
-static dt_status file_pipeline(dt_input *in, const dt_input_spec *s, const char *what,
-                               bool training, const dt_input_options *o,
-                               const dt_input_context *ctx, dt_file_list *files, dt_dataset **out)
-{
-    dt_source_options so;
-    dt_source_options_default(&so);
-    so.compression = o->compression;
-    so.num_parallel_reads = o->num_parallel_reads;
-    so.skip_bad_records = o->skip_bad_records;
-    so.bad_records = &in->bad_records;
-    int workers = training && ctx ? ctx->num_input_pipelines : 1;
-    int batch = o->batch_size / (workers > 0 ? workers : 1);
-    dt_autoshard_policy applied = DT_AUTOSHARD_OFF;
-    dt_dataset *p = NULL;
-    dt_status st = dt_file_list_glob(s->path, files);
-    if (st)
-        return dt_error_prefix(st, "%s", what);
-    if (training && (st = shard_files(o, ctx, files, &applied)))
-        return dt_error_prefix(st, "%s", what);
-    if ((st = file_source(s, o, files, &so, &p)))
-        return st;
-    if (applied == DT_AUTOSHARD_DATA)
-        st = dt_dataset_shard(p, workers, ctx->input_pipeline_id, &p);
-    if (st == DT_OK && training && o->cache)
-        st = dt_dataset_cache(p, strcmp(o->cache, "memory") == 0 ? NULL : o->cache, &p);
-    if (st == DT_OK && training && o->shuffle_buffer > 1)
-        st = dt_dataset_shuffle(p, o->shuffle_buffer, o->seed, true, &p);
-    if (st == DT_OK)
-        st = dt_dataset_batch(p, batch, training && !o->keep_remainder, &p);
-    if (st == DT_OK && s->kind == DT_INPUT_TFRECORD)
-        st = dt_dataset_parse_examples(p, &in->example_spec, files, o->num_parallel_calls, &so,
-                                       &p);
-    if (st == DT_OK && o->prefetch > 0)
-        st = dt_dataset_prefetch(p, o->prefetch, &p);
-    /* A transformation that fails has destroyed its input already (dataset.h). */
-    *out = st == DT_OK ? p : NULL;
-    return st;
-}
-
-static dt_status parse_shape(const char *text, int shape[3])
-{
-    if (sscanf(text, "%d,%d,%d", &shape[0], &shape[1], &shape[2]) != 3 || shape[0] < 1 ||
-        shape[1] < 1 || shape[2] < 1)
-        return dt_error(DT_ERR_INVALID, "--input-shape: expected H,W,C, got '%s'", text);
-    return DT_OK;
 }
 
 /* The width of CSV rows, from the first file's first line (its header, or its first row), read
@@ -274,27 +305,99 @@ static dt_status csv_width(const dt_input *in, const dt_input_options *o, int *n
     return dt_error(DT_ERR_INVALID, "--data: %s holds no rows", first);
 }
 
-/* The width of file data's rows: from the feature spec, --num-features, or the first line. */
-static dt_status file_width(const dt_input *in, const dt_input_options *o, int *n_dense)
+static const file_source file_sources[] = {
+    {DT_INPUT_TFRECORD, "tfrecord", tfrecord_prepare, tfrecord_open, tfrecord_parse,
+     tfrecord_width},
+    {DT_INPUT_LIBSVM, "libsvm", NULL, libsvm_open, NULL, libsvm_width},
+    {DT_INPUT_CSV, "csv", NULL, csv_open, NULL, csv_width},
+};
+
+static const file_source *file_source_of(dt_input_kind kind)
 {
-    if (in->train_spec.kind == DT_INPUT_TFRECORD) {
-        *n_dense = in->example_spec.n_dense;
-        return DT_OK;
-    }
-    if (in->train_spec.kind == DT_INPUT_LIBSVM) {
-        if (o->num_features < 1)
-            return dt_error(DT_ERR_INVALID, "--num-features: libsvm data for a dense model needs "
-                            "the number of features");
-        *n_dense = o->num_features;
-        return DT_OK;
-    }
-    return csv_width(in, o, n_dense);
+    for (size_t i = 0; i < sizeof file_sources / sizeof file_sources[0]; i++)
+        if (file_sources[i].kind == kind)
+            return &file_sources[i];
+    return NULL;
 }
 
+/* ---- File pipelines ---- */
+
+/* Auto-sharding of a worker's files or elements, as tf.data's policy says: FILE keeps whole
+ * files (shard the list before the source reads it), DATA every n-th element. */
+static dt_status shard_files(const dt_input_options *o, const dt_input_context *ctx,
+                             dt_file_list *files, dt_autoshard_policy *applied)
+{
+    *applied = DT_AUTOSHARD_OFF;
+    if (!ctx || ctx->num_input_pipelines <= 1 || o->autoshard == DT_AUTOSHARD_OFF)
+        return DT_OK;
+    const char *reason = "";
+    *applied = dt_autoshard_resolve(o->autoshard, files->n, ctx->num_input_pipelines, &reason);
+    /* A FILE policy the files cannot satisfy is a choice the user made that does not hold: said
+     * once, by the first worker, rather than by every one. */
+    if (*reason && ctx->input_pipeline_id == 0)
+        dt_log_to(NULL, o->autoshard == DT_AUTOSHARD_FILE ? DT_LOG_WARN : DT_LOG_INFO,
+                  "input: %d file%s over %d workers: %s", files->n, files->n == 1 ? "" : "s",
+                  ctx->num_input_pipelines, reason);
+    if (*applied != DT_AUTOSHARD_FILE)
+        return DT_OK;
+    return dt_file_list_shard(files, ctx->num_input_pipelines, ctx->input_pipeline_id);
+}
+
+/* source -> [shard] -> [cache] -> [shuffle] -> batch -> [parse] -> [prefetch]. A training
+ * pipeline of several workers batches this worker's share of the global batch. */
+static dt_status file_pipeline(dt_input *in, const dt_input_spec *s, const char *what,
+                               bool training, const dt_input_options *o,
+                               const dt_input_context *ctx, dt_file_list *files, dt_dataset **out)
+{
+    const file_source *src = file_source_of(s->kind);
+    dt_source_options so;
+    dt_source_options_default(&so);
+    so.compression = o->compression;
+    so.num_parallel_reads = o->num_parallel_reads;
+    so.skip_bad_records = o->skip_bad_records;
+    so.bad_records = &in->bad_records;
+    int workers = training && ctx ? ctx->num_input_pipelines : 1;
+    dt_autoshard_policy applied = DT_AUTOSHARD_OFF;
+    dt_dataset *p = NULL;
+    dt_status st = dt_file_list_glob(s->path, files);
+    if (st)
+        return dt_error_prefix(st, "%s", what);
+    if (training && (st = shard_files(o, ctx, files, &applied)))
+        return dt_error_prefix(st, "%s", what);
+    if (training)
+        in->autoshard = applied;
+    if ((st = src->open(o, files, &so, &p)))
+        return st;
+    if (applied == DT_AUTOSHARD_DATA)
+        st = dt_dataset_shard(p, workers, ctx->input_pipeline_id, &p);
+    if (st == DT_OK && training && o->cache)
+        st = dt_dataset_cache(p, strcmp(o->cache, "memory") == 0 ? NULL : o->cache, &p);
+    if (st == DT_OK && training && o->shuffle_buffer > 1)
+        st = dt_dataset_shuffle(p, o->shuffle_buffer, o->seed, true, &p);
+    if (st == DT_OK)
+        st = dt_dataset_batch(p, o->batch_size / workers, training && !o->keep_remainder, &p);
+    if (st == DT_OK && src->after_batch)
+        st = src->after_batch(in, p, o, files, &so, &p);
+    if (st == DT_OK && o->prefetch > 0)
+        st = dt_dataset_prefetch(p, o->prefetch, &p);
+    /* A transformation that fails has destroyed its input already (dataset.h). */
+    *out = st == DT_OK ? p : NULL;
+    return st;
+}
+
+static dt_status parse_shape(const char *text, int shape[3])
+{
+    if (sscanf(text, "%d,%d,%d", &shape[0], &shape[1], &shape[2]) != 3 || shape[0] < 1 ||
+        shape[1] < 1 || shape[2] < 1)
+        return dt_error(DT_ERR_INVALID, "--input-shape: expected H,W,C, got '%s'", text);
+    return DT_OK;
+}
+
+/* The shape of one example: --input-shape, checked against the rows' width, or 1,1,width. */
 static dt_status set_shape(dt_input *in, const dt_input_options *o)
 {
     int n_dense = 0;
-    dt_status st = file_width(in, o, &n_dense);
+    dt_status st = file_source_of(in->train_spec.kind)->width(in, o, &n_dense);
     if (st)
         return st;
     if (o->input_shape) {
@@ -313,31 +416,41 @@ static dt_status set_shape(dt_input *in, const dt_input_options *o)
     return DT_OK;
 }
 
+/* The work each kind of file data needs once: the training data's kind, and the test data's
+ * when it is another. */
+static dt_status prepare_sources(dt_input *in, const dt_input_spec *test,
+                                 const dt_input_options *o)
+{
+    const file_source *train = file_source_of(in->train_spec.kind);
+    const file_source *other = test ? file_source_of(test->kind) : NULL;
+    dt_status st = train->prepare ? train->prepare(in, o) : DT_OK;
+    if (st == DT_OK && other && other != train && other->prepare)
+        st = other->prepare(in, o);
+    return st;
+}
+
 static dt_status open_files(dt_input *in, const dt_input_spec *test, const dt_input_options *o,
                             const dt_input_context *ctx)
 {
-    dt_status st;
-    if (in->train_spec.kind == DT_INPUT_TFRECORD) {
-        if (!o->features)
-            return dt_error(DT_ERR_INVALID, "--features: tfrecord data needs the features to read, "
-                            "e.g. --features image:784:1/255 --label-key label");
-        if ((st = dt_example_spec_parse(o->features, o->label_key, &in->example_spec)))
-            return dt_error_prefix(st, "--features");
-    }
+    if (test && !dt_input_spec_is_files(test))
+        return dt_error(DT_ERR_INVALID, "--test-data: '%s': with %s --data, give tfrecord:, "
+                        "libsvm: or csv: test data", test->text,
+                        file_source_of(in->train_spec.kind)->name);
+    if (ctx && ctx->num_input_pipelines > 1 && o->batch_size % ctx->num_input_pipelines != 0)
+        return dt_error(DT_ERR_INVALID, "--batch-size: the global batch %d is not divisible by "
+                        "the %d workers", o->batch_size, ctx->num_input_pipelines);
+    dt_status st = prepare_sources(in, test, o);
+    if (st)
+        return st;
     in->n_train = -1;
     in->eval_batch = o->batch_size;
     snprintf(in->source, sizeof in->source, "%.590s", in->train_spec.text);
     if ((st = file_pipeline(in, &in->train_spec, "--data", true, o, ctx, &in->train_files,
                             &in->train)))
         return st;
-    if (test) {
-        if (!dt_input_spec_is_files(test))
-            return dt_error(DT_ERR_INVALID, "--test-data: with file --data, give tfrecord:, "
-                            "libsvm: or csv: test data too");
-        if ((st = file_pipeline(in, test, "--test-data", false, o, NULL, &in->test_files,
-                                &in->test)))
-            return st;
-    }
+    if (test && (st = file_pipeline(in, test, "--test-data", false, o, NULL, &in->test_files,
+                                    &in->test)))
+        return st;
     return set_shape(in, o);
 }
 
