@@ -201,6 +201,19 @@ if [ -d "$fm" ]; then
     run bash -c "cat '$tmp/d.csv' | '$dtrain' train --data csv:- --csv-header --label-column y --num-features 3 --model-file '$tmp/svm-model.json' --batch-size 2 --progress none"
     if [ "$status" -eq 0 ] && grep -q "Trained 2 steps" "$tmp/out"; then ok csv_from_stdin; \
     else fail csv_from_stdin "exit $status: $(cat "$tmp/out" "$tmp/err")"; fi
+    # Two replicas over two LibSVM files with a bad line each: both are skipped and counted,
+    # whether each replica reads one whole file (file) or every other line of both (data).
+    for part in 0 1; do
+        { for i in 1 2 3 4 5 6 7 8; do echo "$((i % 2)) 1:$i 2:0.5"; done; echo "not a line"
+          for i in 1 2 3 4 5 6 7 8; do echo "$((i % 2)) 1:$i 2:0.1"; done; } > "$tmp/bad-$part.svm"
+    done
+    for shard in file data; do
+        run "$dtrain" train --data "libsvm:$tmp/bad-*.svm" --num-features 2 --model mlp --strategy mirrored \
+            --replicas 2 --batch-size 4 --skip-bad-records --auto-shard $shard --test-data none --progress none
+        if [ "$status" -eq 0 ] && grep -q "Trained 8 steps (32 examples)" "$tmp/out" \
+            && grep -q "Skipped 2 bad records" "$tmp/out"; then ok "bad_records_of_replicas_by_$shard"; \
+        else fail "bad_records_of_replicas_by_$shard" "exit $status: $(cat "$tmp/out" "$tmp/err")"; fi
+    done
 
     # LibSVM from stdin, streamed once: one epoch works, a second needs --cache.
     printf '1 1:0.5 2:1\n0 1:-0.5 3:1\n1 2:0.25 3:-1\n0 1:-1 2:0.5\n' > "$tmp/small.svm"

@@ -149,6 +149,7 @@ typedef struct {
     dt_pool *chief_pool;
     const run_plan *plan;
     dt_fit_result chief_res;
+    int64_t other_bad_records; /* skipped by the other replicas in files only they read */
 } replica_run;
 
 static dt_status other_local_replica(replica_run *m, dt_replica *r)
@@ -177,6 +178,11 @@ done:
     dt_model_destroy(model);
     dt_pool_destroy(pool);
     dt_input_free(&in);
+    /* Sharded by FILE, each replica read files no other did, so the run skipped the sum of
+     * their bad records; otherwise every replica read every record and counted the chief's.
+     * Read once the input is freed: its prefetch thread, which counts too, has stopped. */
+    if (in.autoshard == DT_AUTOSHARD_FILE)
+        __atomic_add_fetch(&m->other_bad_records, in.bad_records, __ATOMIC_RELAXED);
     return st;
 }
 
@@ -380,7 +386,7 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
     out->threads = plan.threads, out->workers = plan.workers, out->prefetch = plan.prefetch;
     snprintf(out->strategy, sizeof out->strategy, "%s", name);
     snprintf(out->model, sizeof out->model, "%s", dt_model_spec_of(model)->name);
-    out->bad_records = in.bad_records;
+    out->bad_records = in.bad_records + run.other_bad_records;
     out->param_count = dt_arena_payload_elems(dt_model_params(model));
     out->param_checksum = dt_arena_checksum(dt_model_params(model));
     if (out->chief)
