@@ -10,6 +10,7 @@
 #include "dtrain/checkpoint.h"
 #include "dtrain/evaluator.h"
 #include "dtrain/crc32c.h"
+#include "dtrain/tfrecord.h"
 #include "flags.h"
 
 int cli_sidecar_evaluate(const dt_evaluator_options *o)
@@ -20,18 +21,33 @@ int cli_sidecar_evaluate(const dt_evaluator_options *o)
 
 int cmd_evaluate(int argc, char **argv)
 {
-    const char *model_dir, *checkpoint, *test_data;
-    int batch;
+    const char *model_dir, *checkpoint, *test_data, *features, *label_key, *compression;
+    const char *label_column;
+    int batch, num_features, index_base;
     double poll, idle;
-    bool watch_dir, help;
+    bool watch_dir, help, csv_header;
     flag_def flags[] = {
         {"model-dir", FLAG_STRING, NULL, "the training's --model-dir", &model_dir, false},
         {"checkpoint", FLAG_STRING, NULL, "evaluate this checkpoint file (default: the latest in "
          "--model-dir)", &checkpoint, false},
         {"watch", FLAG_BOOL, "false", "sidecar evaluator: evaluate each newer checkpoint of "
          "--model-dir as it appears, until the final one", &watch_dir, false},
-        {"test-data", FLAG_STRING, "fashion-mnist", "fashion-mnist[:DIR], mnist:DIR or "
-         "idx:IMAGES,LABELS", &test_data, false},
+        {"test-data", FLAG_STRING, "fashion-mnist", "fashion-mnist[:DIR] or mnist:DIR (their "
+         "t10k files), idx:IMAGES,LABELS, tfrecord:GLOB, libsvm:GLOB, csv:GLOB", &test_data,
+         false},
+        {"features", FLAG_STRING, NULL, "tfrecord: the Example features to read, "
+         "KEY:LENGTH[:SCALE[:DEFAULT]],...", &features, false},
+        {"label-key", FLAG_STRING, "label", "tfrecord: the feature holding the label", &label_key,
+         false},
+        {"compression", FLAG_STRING, "auto", "tfrecord: none, gzip, zlib or auto", &compression,
+         false},
+        {"num-features", FLAG_INT, "0", "libsvm: dense features per example", &num_features,
+         false},
+        {"index-base", FLAG_INT, "1", "libsvm: the first feature index", &index_base, false},
+        {"csv-header", FLAG_BOOL, "false", "csv: the first line names the columns", &csv_header,
+         false},
+        {"label-column", FLAG_STRING, NULL, "csv: the label's column, by name or 0-based index",
+         &label_column, false},
         {"batch-size", FLAG_INT, "1000", "examples per forward", &batch, false},
         {"poll-secs", FLAG_FLOAT, "1", "--watch: seconds between looks at --model-dir", &poll,
          false},
@@ -58,8 +74,17 @@ int cmd_evaluate(int argc, char **argv)
         return cli_fail(2, "--batch-size: must be in 1..65536");
     if (!(poll > 0.0 && poll <= 3600.0) || !(idle >= 0.0))
         return cli_fail(2, "--poll-secs: must be in (0, 3600]; --watch-timeout: not negative");
+    dt_input_options io;
+    dt_input_options_default(&io);
+    if (dt_compression_parse(compression, &io.compression) != DT_OK) {
+        dt_error_prefix(DT_ERR_INVALID, "--compression");
+        return cli_fail(2, dt_last_error());
+    }
+    io.features = features, io.label_key = label_key, io.num_features = num_features;
+    io.index_base = index_base, io.csv_header = csv_header, io.label_column = label_column;
     dt_evaluator_options eo;
     dt_evaluator_options_default(&eo);
+    eo.input = &io;
     eo.model_dir = model_dir, eo.checkpoint = checkpoint, eo.watch = watch_dir;
     eo.test_data = test_data, eo.batch_size = batch, eo.poll_secs = poll, eo.idle_timeout = idle;
     eo.out = stdout;

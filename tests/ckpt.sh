@@ -324,6 +324,36 @@ else
         fail evaluator_task_evaluates_the_final_checkpoint "exit $status: $(tail -4 "$tmp/out") $(tail -2 "$tmp/err")"
     fi
 
+    # --- file data: the evaluator task and dtrain evaluate read LibSVM test data as training does ---
+    dir="$tmp/svm-eval"
+    awk 'BEGIN { for (i = 0; i < 96; i++) { x = (i * 37 % 96) / 48 - 1; y = (i * 11 % 96) / 96;
+        printf "%d 1:%.4f 2:%.4f\n", (x > 0), x, y } }' > "$tmp/e.svm"
+    run "$dtrain" launch -n 2 --evaluator -- "$dtrain" train --model mlp --data "libsvm:$tmp/e.svm" \
+        --num-features 2 --test-data "libsvm:$tmp/e.svm" --max-steps 24 --batch-size 8 --threads 1 \
+        --progress none --model-dir "$dir" --save-checkpoints-steps 12 --metrics-out "$tmp/svm.json"
+    acc=$(json_field "$tmp/svm.json" test_accuracy)
+    same_acc() { # file with a "global step 24:" line, accuracy to match
+        awk -v a="$2" '/global step 24:/ { split($0, p, "accuracy = "); d = p[2] - a; if (d < 0) d = -d; found = d < 1e-6 } END { exit !found }' "$1"
+    }
+    if [ "$status" -eq 0 ] && [ -n "$acc" ] && grep -q "^\[evaluator:0\] Saving dict for global step 24: " "$tmp/out" &&
+        same_acc "$tmp/out" "$acc"; then
+        ok evaluator_task_reads_file_data
+    else
+        fail evaluator_task_reads_file_data "exit $status, accuracy $acc: $(tail -4 "$tmp/out") $(tail -2 "$tmp/err")"
+    fi
+    run "$dtrain" evaluate --model-dir "$dir" --test-data "libsvm:$tmp/e.svm" --num-features 2
+    if [ "$status" -eq 0 ] && [ -n "$acc" ] && same_acc "$tmp/out" "$acc"; then
+        ok evaluate_reads_file_data
+    else
+        fail evaluate_reads_file_data "exit $status, accuracy $acc: $(cat "$tmp/out" "$tmp/err")"
+    fi
+    run "$dtrain" evaluate --model-dir "$dir" --test-data "libsvm:$tmp/e.svm" --num-features 3
+    if [ "$status" -eq 1 ] && grep -q "gives 3 values per example; the checkpoint's model mlp takes 2" "$tmp/err"; then
+        ok evaluate_names_a_width_mismatch
+    else
+        fail evaluate_names_a_width_mismatch "exit $status: $(cat "$tmp/err")"
+    fi
+
     # --- launch --max-restarts 1 with a worker killed: the cluster resumes and completes ---
     dir="$tmp/restart"
     mkdir -p "$dir"

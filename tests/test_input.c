@@ -208,7 +208,8 @@ TEST(input_autoshard_off_and_too_few_files)
 TEST(input_builder_errors_name_their_flag)
 {
     const char *glob = write_parts();
-    test_write_file(test_path("rows.csv"), "1,2,3\n4,5,6\n", 12);
+    const char *rows = "1,2,3\n4,5,6\n";
+    test_write_file(test_path("rows.csv"), rows, strlen(rows));
     char csv[600];
     snprintf(csv, sizeof csv, "csv:%s", test_path("rows.csv"));
     dt_input_spec svm, tfr, csvs, dir, missing;
@@ -373,4 +374,54 @@ TEST(input_images_over_workers_are_the_one_worker_batches_in_blocks)
                     dt_input_free(&whole);
                 }
     CHECK(compared > 0);
+}
+
+TEST(input_test_data_alone_in_file_order)
+{
+    enum { N = 9 };
+    write_images(test_path("tim.idx"), test_path("tlb.idx"), N);
+    char text[600];
+    snprintf(text, sizeof text, "idx:%s,%s", test_path("tim.idx"), test_path("tlb.idx"));
+    dt_input_spec s;
+    CHECK_OK(dt_input_spec_parse(text, "--test-data", &s));
+    dt_input_options o;
+    dt_input_options_default(&o);
+    o.batch_size = 4;
+    dt_input in;
+    CHECK_OK(dt_input_open_test(&s, &o, &in));
+    CHECK(in.train == NULL && in.test != NULL && in.test_images.n == N && in.shape[0] == 3 &&
+          in.shape[1] == 2 && in.shape[2] == 1 && in.eval_batch == 4);
+    /* Batches of 4, 4 and 1 in file order: image i's first pixel is i * 4 / 255. */
+    int seen = 0, batches = 0;
+    dt_elem *e;
+    while (in.test && dt_dataset_next(in.test, &e) == DT_OK) {
+        for (int r = 0; r < e->n; r++, seen++)
+            CHECK_MSG(e->dense[r * 6] == (float)(seen * 4) / 255.0f && e->labels[r] == seen % 10,
+                      "row %d", seen);
+        batches++;
+        dt_elem_free(e);
+    }
+    CHECK_MSG(seen == N && batches == 3, "%d rows in %d batches", seen, batches);
+    dt_input_free(&in);
+
+    const char *rows = "1,0.5,2\n0,0.25,4\n";
+    test_write_file(test_path("t.csv"), rows, strlen(rows));
+    snprintf(text, sizeof text, "csv:%s", test_path("t.csv"));
+    CHECK_OK(dt_input_spec_parse(text, "--test-data", &s));
+    o.label_column = "0";
+    o.prefetch = 0;
+    CHECK_OK(dt_input_open_test(&s, &o, &in));
+    CHECK(in.shape[2] == 2 && in.test_images.n == 0 && strcmp(in.source, text) == 0);
+    CHECK(in.test && dt_dataset_next(in.test, &e) == DT_OK && e->n == 2 && e->labels[1] == 0.0f &&
+          e->dense[2] == 0.25f);
+    if (in.test)
+        dt_elem_free(e);
+    dt_input_free(&in);
+    test_write_file(test_path("empty.csv"), "", 0);
+    snprintf(text, sizeof text, "csv:%s", test_path("empty.csv"));
+    CHECK_OK(dt_input_spec_parse(text, "--test-data", &s));
+    CHECK_ERR(dt_input_open_test(&s, &o, &in), DT_ERR_INVALID, "--test-data: ");
+    snprintf(text, sizeof text, "libsvm:%s", test_path("t.csv"));
+    CHECK_OK(dt_input_spec_parse(text, "--test-data", &s));
+    CHECK_ERR(dt_input_open_test(&s, &o, &in), DT_ERR_INVALID, "--num-features");
 }

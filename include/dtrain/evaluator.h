@@ -9,14 +9,17 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "dtrain/input.h"
 #include "dtrain/status.h"
 
 typedef struct {
     const char *model_dir;   /* its latest checkpoint, or watched; NULL with checkpoint */
     const char *checkpoint;  /* this file instead of the directory's latest */
     bool watch;              /* evaluate each newer checkpoint until the final one */
-    const char *test_data;   /* a data spec of images (input.h): fashion-mnist[:DIR], mnist:DIR
-                                (their t10k files) or idx:IMAGES,LABELS */
+    const char *test_data;   /* a data spec (input.h): fashion-mnist[:DIR] or mnist:DIR (their
+                                t10k files), idx:IMAGES,LABELS, tfrecord:, libsvm: or csv: */
+    const dt_input_options *input; /* how file data is read (features, label key, number of
+                                      features, CSV columns, compression); NULL: the defaults */
     int batch_size;          /* examples per forward, 1..65536 */
     double poll_secs;        /* watch: seconds between looks at the directory */
     double idle_timeout;     /* watch: give up after this long without a new checkpoint (0:

@@ -115,6 +115,12 @@ typedef struct {
 dt_status dt_input_open(const dt_input_spec *train, const dt_input_spec *test,
                         const dt_input_options *o, const dt_input_context *ctx, dt_input *out);
 
+/* Test data alone, as an evaluator reads it: out->test over test in batches of o->batch_size
+ * (images: at most their number), in file order, from every file; out->shape is one example's
+ * (--input-shape or 1,1,width for files), out->test_images the images when they are in memory.
+ * Of o, the batch, prefetch and the options of the files' kind count. */
+dt_status dt_input_open_test(const dt_input_spec *test, const dt_input_options *o, dt_input *out);
+
 /* Another replica's training input over in's data: the block of every global batch that
  * replica ctx->input_pipeline_id trains on. Images in memory are in's, shared and read only
  * (free out before in); file data gets its own pipeline over the same files. */

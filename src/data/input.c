@@ -182,7 +182,7 @@ static dt_status open_images(dt_input *in, const dt_input_spec *test, const dt_i
 /* One kind of file data. prepare (may be NULL) runs once before any pipeline of the kind is
  * built; open gives the dataset of its records over files; after_batch (may be NULL) turns
  * batches of records into batches of rows, for records parsed a batch at a time; width is the
- * number of dense values of a row. */
+ * number of dense values of a row of files (named by `what` in messages). */
 typedef struct {
     dt_input_kind kind;
     const char *name;
@@ -192,7 +192,8 @@ typedef struct {
     dt_status (*after_batch)(dt_input *in, dt_dataset *batches, const dt_input_options *o,
                              const dt_file_list *files, const dt_source_options *so,
                              dt_dataset **out);
-    dt_status (*width)(const dt_input *in, const dt_input_options *o, int *n_dense);
+    dt_status (*width)(const dt_input *in, const dt_file_list *files, const char *what,
+                       const dt_input_options *o, int *n_dense);
 } file_source;
 
 /* TFRecord files of tf.Example: raw records, parsed after batching, a batch per call. */
@@ -220,9 +221,10 @@ static dt_status tfrecord_parse(dt_input *in, dt_dataset *batches, const dt_inpu
                                      out);
 }
 
-static dt_status tfrecord_width(const dt_input *in, const dt_input_options *o, int *n_dense)
+static dt_status tfrecord_width(const dt_input *in, const dt_file_list *files, const char *what,
+                                const dt_input_options *o, int *n_dense)
 {
-    (void)o;
+    (void)files, (void)what, (void)o;
     *n_dense = in->example_spec.n_dense;
     return DT_OK;
 }
@@ -238,9 +240,10 @@ static dt_status libsvm_open(const dt_input_options *o, const dt_file_list *file
     return dt_dataset_libsvm(files, &lo, so, out);
 }
 
-static dt_status libsvm_width(const dt_input *in, const dt_input_options *o, int *n_dense)
+static dt_status libsvm_width(const dt_input *in, const dt_file_list *files, const char *what,
+                              const dt_input_options *o, int *n_dense)
 {
-    (void)in;
+    (void)in, (void)files, (void)what;
     if (o->num_features < 1)
         return dt_error(DT_ERR_INVALID, "--num-features: libsvm data for a dense model needs "
                         "the number of features");
@@ -271,9 +274,11 @@ static dt_status csv_open(const dt_input_options *o, const dt_file_list *files,
 
 /* The width of CSV rows, from the first file's first line (its header, or its first row), read
  * apart from the pipeline, which must not read a stream twice; a stream gives no such look. */
-static dt_status csv_width(const dt_input *in, const dt_input_options *o, int *n_dense)
+static dt_status csv_width(const dt_input *in, const dt_file_list *files, const char *what,
+                           const dt_input_options *o, int *n_dense)
 {
-    const char *first = in->train_files.paths[0];
+    (void)in;
+    const char *first = files->paths[0];
     FILE *f = strcmp(first, "-") == 0 ? NULL : fopen(first, "r");
     struct stat sb;
     if (!f || fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
@@ -302,7 +307,7 @@ static dt_status csv_width(const dt_input *in, const dt_input_options *o, int *n
         return DT_OK;
     }
     fclose(f);
-    return dt_error(DT_ERR_INVALID, "--data: %s holds no rows", first);
+    return dt_error(DT_ERR_INVALID, "%s: %s holds no rows", what, first);
 }
 
 static const file_source file_sources[] = {
@@ -393,11 +398,13 @@ static dt_status parse_shape(const char *text, int shape[3])
     return DT_OK;
 }
 
-/* The shape of one example: --input-shape, checked against the rows' width, or 1,1,width. */
-static dt_status set_shape(dt_input *in, const dt_input_options *o)
+/* The shape of one example of s's files: --input-shape, checked against the rows' width, or
+ * 1,1,width. */
+static dt_status set_shape(dt_input *in, const dt_input_spec *s, const dt_file_list *files,
+                           const char *what, const dt_input_options *o)
 {
     int n_dense = 0;
-    dt_status st = file_source_of(in->train_spec.kind)->width(in, o, &n_dense);
+    dt_status st = file_source_of(s->kind)->width(in, files, what, o, &n_dense);
     if (st)
         return st;
     if (o->input_shape) {
@@ -412,7 +419,7 @@ static dt_status set_shape(dt_input *in, const dt_input_options *o)
         in->shape[2] = n_dense;
     }
     if (n_dense < 1)
-        return dt_error(DT_ERR_INVALID, "--data: the examples have no dense features to train on");
+        return dt_error(DT_ERR_INVALID, "%s: the examples have no dense features", what);
     return DT_OK;
 }
 
@@ -451,7 +458,7 @@ static dt_status open_files(dt_input *in, const dt_input_spec *test, const dt_in
     if (test && (st = file_pipeline(in, test, "--test-data", false, o, NULL, &in->test_files,
                                     &in->test)))
         return st;
-    return set_shape(in, o);
+    return set_shape(in, &in->train_spec, &in->train_files, "--data", o);
 }
 
 /* ---- The input ---- */
@@ -483,6 +490,47 @@ dt_status dt_input_open(const dt_input_spec *train, const dt_input_spec *test,
         out->test_spec = *test;
     st = dt_input_spec_is_files(train) ? open_files(out, test, o, ctx)
                                        : open_images(out, test, o, ctx);
+    if (st)
+        dt_input_free(out);
+    return st;
+}
+
+/* Test images alone, in batches of at most o->batch_size, in file order. */
+static dt_status open_test_images(dt_input *in, const dt_input_options *o)
+{
+    dt_status st = dt_input_load_images(&in->test_spec, "--test-data", true, &in->test_images);
+    if (st)
+        return st;
+    const dt_image_dataset *t = &in->test_images;
+    in->shape[0] = t->h, in->shape[1] = t->w, in->shape[2] = t->c;
+    in->eval_batch = o->batch_size < t->n ? o->batch_size : t->n;
+    snprintf(in->source, sizeof in->source, "%s", t->images_path);
+    return dt_image_pipeline(t, in->eval_batch, false, 0, 0, 0, &in->test);
+}
+
+static dt_status open_test_files(dt_input *in, const dt_input_options *o)
+{
+    const file_source *src = file_source_of(in->test_spec.kind);
+    dt_status st = src->prepare ? src->prepare(in, o) : DT_OK;
+    if (st)
+        return st;
+    in->eval_batch = o->batch_size;
+    snprintf(in->source, sizeof in->source, "%.590s", in->test_spec.text);
+    if ((st = file_pipeline(in, &in->test_spec, "--test-data", false, o, NULL, &in->test_files,
+                            &in->test)))
+        return st;
+    return set_shape(in, &in->test_spec, &in->test_files, "--test-data", o);
+}
+
+dt_status dt_input_open_test(const dt_input_spec *test, const dt_input_options *o, dt_input *out)
+{
+    memset(out, 0, sizeof *out);
+    dt_status st = check_options(o, NULL);
+    if (st)
+        return st;
+    out->test_spec = *test;
+    out->n_train = -1;
+    st = dt_input_spec_is_files(test) ? open_test_files(out, o) : open_test_images(out, o);
     if (st)
         dt_input_free(out);
     return st;

@@ -50,9 +50,28 @@ static int64_t step_of(const dt_ckpt *c)
                                                                : dt_ckpt_path(c));
 }
 
+/* One pass over the test data: images in memory are checked whole first, so a bad label is
+ * named by its file and offset; the width of file data's rows before any batch. */
+static dt_status evaluate_input(dt_model *m, dt_input *test, double *loss, double *acc)
+{
+    size_t values = (size_t)test->shape[0] * test->shape[1] * test->shape[2];
+    dt_status st = DT_OK;
+    if (test->test_images.n > 0)
+        st = dt_check_dataset(m, &test->test_images);
+    else if (values != dt_model_input_elems(m))
+        st = dt_error(DT_ERR_INVALID, "--test-data: %s gives %zu values per example; the "
+                      "checkpoint's model %s takes %zu", test->source, values,
+                      dt_model_spec_of(m)->name, dt_model_input_elems(m));
+    if (st == DT_OK)
+        st = dt_dataset_reset(test->test);
+    if (st == DT_OK)
+        st = dt_evaluate_dataset(m, test->test, loss, acc);
+    return st;
+}
+
 /* Evaluates c on test and reports as Estimator's evaluation does. */
-static dt_status evaluate_one(const dt_evaluator_options *o, const dt_ckpt *c,
-                              const dt_image_dataset *test, dt_pool *pool, dt_summary_writer *sw)
+static dt_status evaluate_one(const dt_evaluator_options *o, const dt_ckpt *c, dt_input *test,
+                              dt_pool *pool, dt_summary_writer *sw)
 {
     dt_model *m;
     dt_status st = model_of_checkpoint(c, o->batch_size, pool, &m);
@@ -60,8 +79,7 @@ static dt_status evaluate_one(const dt_evaluator_options *o, const dt_ckpt *c,
         return st;
     double loss = 0.0, acc = 0.0;
     int64_t step = step_of(c);
-    if ((st = dt_check_dataset(m, test)) == DT_OK &&
-        (st = dt_evaluate(m, test, &loss, &acc)) == DT_OK) {
+    if ((st = evaluate_input(m, test, &loss, &acc)) == DT_OK) {
         if (o->out) {
             fprintf(o->out, "Saving dict for global step %" PRId64 ": global_step = %" PRId64
                     ", loss = %.7g, accuracy = %.7g\n", step, step, loss, acc);
@@ -85,8 +103,8 @@ static bool is_final(const dt_ckpt *c)
  * than the last evaluated (skipping those in between), and stops after the final one. A
  * checkpoint that vanishes or fails to verify while it is read is passed over: the next poll
  * sees what is there then. */
-static dt_status watch(const dt_evaluator_options *o, const dt_image_dataset *test,
-                       dt_pool *pool, dt_summary_writer *sw)
+static dt_status watch(const dt_evaluator_options *o, dt_input *test, dt_pool *pool,
+                       dt_summary_writer *sw)
 {
     const char *dir = o->model_dir;
     double poll_secs = o->poll_secs, idle_timeout = o->idle_timeout;
@@ -147,19 +165,30 @@ static dt_status check_options(const dt_evaluator_options *o)
     return DT_OK;
 }
 
+/* The test pipeline: the data's own options (o->input) with the evaluation's batch. */
+static dt_status open_test(const dt_evaluator_options *o, dt_input *test)
+{
+    dt_input_options io;
+    if (o->input)
+        io = *o->input;
+    else
+        dt_input_options_default(&io);
+    io.batch_size = o->batch_size;
+    dt_input_spec spec;
+    dt_status st = dt_input_spec_parse(o->test_data, "--test-data", &spec);
+    return st ? st : dt_input_open_test(&spec, &io, test);
+}
+
 dt_status dt_evaluate_checkpoints(const dt_evaluator_options *o)
 {
-    dt_image_dataset test;
+    dt_input test;
     memset(&test, 0, sizeof test);
     dt_summary_writer *sw = NULL;
     dt_pool *pool = NULL;
     dt_ckpt *c = NULL;
     char eval_dir[4200];
-    dt_input_spec spec;
     dt_status st = check_options(o);
-    if (st || (st = dt_input_spec_parse(o->test_data, "--test-data", &spec)) ||
-        (st = dt_input_load_images(&spec, "--test-data", true, &test)) ||
-        (st = dt_pool_create(dt_cpu_count(), &pool)))
+    if (st || (st = open_test(o, &test)) || (st = dt_pool_create(dt_cpu_count(), &pool)))
         goto fail;
     if (o->model_dir) {
         snprintf(eval_dir, sizeof eval_dir, "%s/eval", o->model_dir);
@@ -178,6 +207,6 @@ fail:;
     dt_status close_st = dt_summary_close(sw);
     dt_ckpt_close(c);
     dt_pool_destroy(pool);
-    dt_image_dataset_free(&test);
+    dt_input_free(&test);
     return st ? st : close_st;
 }

@@ -252,6 +252,7 @@ static dt_status run_evaluator(const dt_train_config *c, dt_train_report *out)
     dt_evaluator_options eo;
     dt_evaluator_options_default(&eo);
     eo.model_dir = c->fit.model_dir, eo.watch = true, eo.test_data = test;
+    eo.input = &c->input; /* file test data is read as the training data is */
     eo.out = c->fit.log;
     eo.log = stderr;
     out->evaluator = true;
