@@ -82,6 +82,9 @@ int cmd_evaluate(int argc, char **argv)
     }
     io.features = features, io.label_key = label_key, io.num_features = num_features;
     io.index_base = index_base, io.csv_header = csv_header, io.label_column = label_column;
+    io.batch_size = batch;
+    if (dt_input_options_check(&io) != DT_OK)
+        return cli_fail(2, dt_last_error());
     dt_evaluator_options eo;
     dt_evaluator_options_default(&eo);
     eo.input = &io;

@@ -241,19 +241,6 @@ static dt_status check_ranges(const struct train_opts *o, const flag_def *flags,
     if (strcmp(o->loss_reduction, "mean") != 0 && strcmp(o->loss_reduction, "sum_over_global_batch") != 0)
         return dt_error(DT_ERR_INVALID, "--loss-reduction: expected mean or sum_over_global_batch, "
                         "got '%s'", o->loss_reduction);
-    if (o->prefetch < 0 || o->prefetch > 4096)
-        return dt_error(DT_ERR_INVALID, "--prefetch: must be in 0..4096, got %d", o->prefetch);
-    if (o->num_parallel_reads < 1 || o->num_parallel_reads > 1024)
-        return dt_error(DT_ERR_INVALID, "--num-parallel-reads: must be in 1..1024, got %d",
-                        o->num_parallel_reads);
-    if (o->num_parallel_calls < 1 || o->num_parallel_calls > 1024)
-        return dt_error(DT_ERR_INVALID, "--num-parallel-calls: must be in 1..1024, got %d",
-                        o->num_parallel_calls);
-    if (o->num_features < 0 || o->num_features > (1 << 24))
-        return dt_error(DT_ERR_INVALID, "--num-features: must be in 0..16777216, got %d",
-                        o->num_features);
-    if (o->index_base != 0 && o->index_base != 1)
-        return dt_error(DT_ERR_INVALID, "--index-base: must be 0 or 1, got %d", o->index_base);
     static const char *const progress[] = {"auto", "bar", "lines", "none", "estimator"};
     bool ok = false;
     for (int i = 0; i < 5; i++)
@@ -425,7 +412,7 @@ static dt_status input_options(const struct train_opts *o, int64_t shuffle_buffe
     io->csv_header = o->csv_header;
     io->label_column = o->label_column;
     io->input_shape = o->input_shape;
-    return DT_OK;
+    return dt_input_options_check(io);
 }
 
 /* The library's configuration from the flags (checked already). */

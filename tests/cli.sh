@@ -111,6 +111,11 @@ expect_error positional_argument 2 "unexpected argument 'extra'" train extra
 expect_error tfrecord_needs_features 1 "--features: tfrecord data needs the features" train --data "tfrecord:$0"
 expect_error bad_prefetch 2 "--prefetch: must be in 0..4096" train --prefetch -1
 expect_error bad_gradient_wire 2 "--gradient-wire" train --gradient-wire fp8
+expect_error bad_index_base 2 "--index-base: must be 0 or 1, got 2" train --index-base 2
+expect_error evaluate_bad_index_base 2 "--index-base: must be 0 or 1, got 2" evaluate --model-dir x --index-base 2
+expect_error evaluate_bad_num_features 2 "--num-features: must be in 0..16777216, got -1" \
+    evaluate --model-dir x --num-features -1
+expect_error evaluate_bad_compression 2 "--compression: compression 'lz4'" evaluate --model-dir x --compression lz4
 expect_error bad_auto_shard 2 "--auto-shard: unknown auto-shard policy 'rows' (off, auto, file, data)" \
     train --auto-shard rows
 expect_error test_data_of_another_form 1 "--test-data: 'fashion-mnist': with libsvm --data, give" \

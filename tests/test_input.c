@@ -261,6 +261,21 @@ TEST(input_builder_errors_name_their_flag)
     CHECK_ERR(dt_input_open(&svm, NULL, &o, NULL, &in), DT_ERR_INVALID,
               "--batch-size: must be at least 1");
     o.batch_size = 2;
+    dt_input_options bad = o;
+    bad.shuffle_buffer = -1;
+    CHECK_ERR(dt_input_options_check(&bad), DT_ERR_INVALID, "--shuffle-buffer: must not be");
+    bad = o, bad.prefetch = 4097;
+    CHECK_ERR(dt_input_open(&svm, NULL, &bad, NULL, &in), DT_ERR_INVALID,
+              "--prefetch: must be in 0..4096, got 4097");
+    bad = o, bad.num_parallel_reads = 0;
+    CHECK_ERR(dt_input_options_check(&bad), DT_ERR_INVALID, "--num-parallel-reads: must be in");
+    bad = o, bad.num_parallel_calls = 1025;
+    CHECK_ERR(dt_input_options_check(&bad), DT_ERR_INVALID, "--num-parallel-calls: must be in");
+    bad = o, bad.num_features = -1;
+    CHECK_ERR(dt_input_options_check(&bad), DT_ERR_INVALID, "--num-features: must be in");
+    bad = o, bad.index_base = 2;
+    CHECK_ERR(dt_input_open_test(&svm, &bad, &in), DT_ERR_INVALID, "--index-base: must be 0 or 1");
+    CHECK_OK(dt_input_options_check(&o));
     ctx.input_pipeline_id = 2;
     CHECK_ERR(dt_input_open(&svm, NULL, &o, &ctx, &in), DT_ERR_INVALID, "input: worker 2 of 2");
 }

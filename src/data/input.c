@@ -463,14 +463,34 @@ static dt_status open_files(dt_input *in, const dt_input_spec *test, const dt_in
 
 /* ---- The input ---- */
 
-static dt_status check_options(const dt_input_options *o, const dt_input_context *ctx)
+dt_status dt_input_options_check(const dt_input_options *o)
 {
     if (o->batch_size < 1)
         return dt_error(DT_ERR_INVALID, "--batch-size: must be at least 1, got %d", o->batch_size);
-    if (o->shuffle_buffer < 0 || o->prefetch < 0 || o->num_parallel_reads < 1 ||
-        o->num_parallel_calls < 1)
-        return dt_error(DT_ERR_INVALID, "input: the shuffle buffer and prefetch must not be "
-                        "negative, parallel reads and calls at least 1");
+    if (o->shuffle_buffer < 0)
+        return dt_error(DT_ERR_INVALID, "--shuffle-buffer: must not be negative, got %lld",
+                        (long long)o->shuffle_buffer);
+    if (o->prefetch < 0 || o->prefetch > 4096)
+        return dt_error(DT_ERR_INVALID, "--prefetch: must be in 0..4096, got %d", o->prefetch);
+    if (o->num_parallel_reads < 1 || o->num_parallel_reads > 1024)
+        return dt_error(DT_ERR_INVALID, "--num-parallel-reads: must be in 1..1024, got %d",
+                        o->num_parallel_reads);
+    if (o->num_parallel_calls < 1 || o->num_parallel_calls > 1024)
+        return dt_error(DT_ERR_INVALID, "--num-parallel-calls: must be in 1..1024, got %d",
+                        o->num_parallel_calls);
+    if (o->num_features < 0 || o->num_features > (1 << 24))
+        return dt_error(DT_ERR_INVALID, "--num-features: must be in 0..16777216, got %d",
+                        o->num_features);
+    if (o->index_base != 0 && o->index_base != 1)
+        return dt_error(DT_ERR_INVALID, "--index-base: must be 0 or 1, got %d", o->index_base);
+    return DT_OK;
+}
+
+static dt_status check_options(const dt_input_options *o, const dt_input_context *ctx)
+{
+    dt_status st = dt_input_options_check(o);
+    if (st)
+        return st;
     if (ctx && (ctx->num_input_pipelines < 1 || ctx->input_pipeline_id < 0 ||
                 ctx->input_pipeline_id >= ctx->num_input_pipelines))
         return dt_error(DT_ERR_INVALID, "input: worker %d of %d", ctx->input_pipeline_id,
