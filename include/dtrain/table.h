@@ -1,0 +1,75 @@
+/* Embedding tables: (rows, dim) float32 variables that a step touches a few rows at a time, and
+ * the sparse gradients that update them.
+ *
+ * A table's storage and its optimizer's slots (the same shape each: Adam's m and v, Adagrad's
+ * accumulator, FTRL's z and n) are allocated together with it, in anonymous mappings, so a
+ * table's memory is rows x dim x (1 + slots) x 4 bytes, and pages no row has touched cost
+ * nothing until then (zero-initialised tables, slots starting at 0). Random initial values are
+ * drawn per row from (seed, row): the same whatever the threads, the order, or which rows
+ * exist, which is what lets a parameter server initialise just the row range it holds. */
+#ifndef DTRAIN_TABLE_H
+#define DTRAIN_TABLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain/arena.h"
+#include "dtrain/pool.h"
+#include "dtrain/status.h"
+
+#define DT_TABLE_MAX_SLOTS 2
+
+typedef struct {
+    char name[DT_VIEW_NAME_CAP];   /* "fm_v" */
+    int64_t rows;
+    int dim;
+    float *data;                   /* (rows, dim) */
+    int n_slots;
+    float *slots[DT_TABLE_MAX_SLOTS];               /* (rows, dim) each */
+    char slot_names[DT_TABLE_MAX_SLOTS][DT_VIEW_NAME_CAP]; /* "adam/m/fm_v" */
+} dt_table;
+
+/* Table names leave room in a slot's name for "<optimizer>/<slot>/". */
+#define DT_TABLE_NAME_MAX 96
+
+/* Rows past this are refused: ids travel as int64, but a row index times dim must stay well
+ * inside size_t on every platform dtrain builds on. */
+#define DT_TABLE_MAX_ROWS ((int64_t)1 << 40)
+
+/* A zeroed table; DT_ERR_INVALID for bad sizes, DT_ERR_NOMEM (naming the table and the bytes)
+ * when the mapping fails. On failure t is left freeable. */
+dt_status dt_table_create(dt_table *t, const char *name, int64_t rows, int dim);
+/* Adds n_slots slots named "<optimizer>/<slot_name[i]>/<table>", each filled with init[i]
+ * (0 costs nothing until touched). Replaces slots added before. */
+dt_status dt_table_set_slots(dt_table *t, const char *optimizer, int n_slots,
+                             const char *const *slot_names, const float *init);
+void dt_table_free(dt_table *t);
+
+/* Bytes of storage the table and its slots map. */
+size_t dt_table_bytes(const dt_table *t);
+
+/* Every row r gets dim values drawn from a normal of the given stddev by a generator seeded from
+ * (seed, r); split over pool. */
+void dt_table_init_normal(dt_table *t, float stddev, uint64_t seed, dt_pool *pool);
+
+static inline float *dt_table_row(const dt_table *t, int64_t r)
+{
+    return t->data + (size_t)r * (size_t)t->dim;
+}
+
+/* A table's gradient: unique ids (increasing) and one summed row for each. */
+typedef struct {
+    int dim;
+    size_t n;         /* rows held */
+    size_t cap;       /* rows allocated */
+    int64_t *ids;     /* (cap) */
+    float *rows;      /* (cap, dim) */
+} dt_sparse_rows;
+
+void dt_sparse_rows_init(dt_sparse_rows *s, int dim);
+/* Room for cap rows (keeps the rows held). */
+dt_status dt_sparse_rows_reserve(dt_sparse_rows *s, size_t cap);
+void dt_sparse_rows_free(dt_sparse_rows *s);
+
+#endif

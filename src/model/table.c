@@ -1,0 +1,157 @@
+/* Embedding tables and sparse gradients (see include/dtrain/table.h). */
+#include "dtrain/table.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "dtrain/rng.h"
+
+/* Anonymous mappings: zero pages that cost nothing until written. */
+static float *map_floats(size_t n)
+{
+    void *p = mmap(NULL, (n ? n : 1) * sizeof(float), PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void unmap_floats(float *p, size_t n)
+{
+    if (p)
+        munmap(p, (n ? n : 1) * sizeof(float));
+}
+
+static size_t elems_of(const dt_table *t) { return (size_t)t->rows * (size_t)t->dim; }
+
+dt_status dt_table_create(dt_table *t, const char *name, int64_t rows, int dim)
+{
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", name);
+    if (strlen(name) > DT_TABLE_NAME_MAX)
+        return dt_error(DT_ERR_INVALID, "table %s: a name longer than %d bytes", name,
+                        DT_TABLE_NAME_MAX);
+    if (rows < 1 || rows > DT_TABLE_MAX_ROWS || dim < 1 || dim > 65536)
+        return dt_error(DT_ERR_INVALID, "table %s: %lld rows of %d values (1..2^40 rows, 1..65536 "
+                        "values)", name, (long long)rows, dim);
+    t->rows = rows;
+    t->dim = dim;
+    if (!(t->data = map_floats(elems_of(t))))
+        return dt_error(DT_ERR_NOMEM, "table %s: no memory for %lld rows of %d floats (%.1f MB)",
+                        name, (long long)rows, dim, 4.0 * (double)elems_of(t) / 1e6);
+    return DT_OK;
+}
+
+static void free_slots(dt_table *t)
+{
+    for (int i = 0; i < t->n_slots; i++)
+        unmap_floats(t->slots[i], elems_of(t));
+    memset(t->slots, 0, sizeof t->slots);
+    t->n_slots = 0;
+}
+
+dt_status dt_table_set_slots(dt_table *t, const char *optimizer, int n_slots,
+                             const char *const *slot_names, const float *init)
+{
+    free_slots(t);
+    if (n_slots < 0 || n_slots > DT_TABLE_MAX_SLOTS)
+        return dt_error(DT_ERR_INVALID, "table %s: %d optimizer slots (at most %d)", t->name,
+                        n_slots, DT_TABLE_MAX_SLOTS);
+    size_t n = elems_of(t);
+    for (int i = 0; i < n_slots; i++) {
+        if (!(t->slots[i] = map_floats(n))) {
+            dt_status st = dt_error(DT_ERR_NOMEM, "table %s: no memory for the %s slot %s (%.1f MB)",
+                                    t->name, optimizer, slot_names[i], 4.0 * (double)n / 1e6);
+            t->n_slots = i;
+            free_slots(t);
+            return st;
+        }
+        t->n_slots = i + 1;
+        /* The name is cut, never overrun, when the parts are long: it stays unique by the table's
+         * own name, which comes last, only when it fits, so create refuses long table names. */
+        int len = snprintf(NULL, 0, "%s/%s/", optimizer, slot_names[i]);
+        memcpy(t->slot_names[i], "", 1);
+        if (len > 0 && (size_t)len < sizeof t->slot_names[i]) {
+            snprintf(t->slot_names[i], sizeof t->slot_names[i], "%s/%s/", optimizer, slot_names[i]);
+            strncat(t->slot_names[i], t->name, sizeof t->slot_names[i] - (size_t)len - 1);
+        }
+        if (init[i] != 0.0f)
+            for (size_t k = 0; k < n; k++)
+                t->slots[i][k] = init[i];
+    }
+    return DT_OK;
+}
+
+void dt_table_free(dt_table *t)
+{
+    free_slots(t);
+    unmap_floats(t->data, elems_of(t));
+    t->data = NULL;
+}
+
+size_t dt_table_bytes(const dt_table *t)
+{
+    return elems_of(t) * sizeof(float) * (size_t)(1 + t->n_slots);
+}
+
+typedef struct {
+    dt_table *t;
+    float stddev;
+    uint64_t seed;
+} init_job;
+
+/* A standard normal by Box-Muller from two uniforms in (0, 1]. */
+static float normal(dt_rng *r)
+{
+    double u1 = 1.0 - (double)dt_rng_uniform(r), u2 = (double)dt_rng_uniform(r);
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+static void init_rows(void *ctx, int task, int n_tasks)
+{
+    init_job *j = ctx;
+    long lo, hi;
+    dt_pool_slice((long)j->t->rows, task, n_tasks, &lo, &hi);
+    for (long r = lo; r < hi; r++) {
+        dt_rng rng;
+        dt_rng_derive(&rng, j->seed, 0x7461626c65ULL /* "table" */, (uint64_t)r);
+        float *row = dt_table_row(j->t, r);
+        for (int k = 0; k < j->t->dim; k++)
+            row[k] = normal(&rng) * j->stddev;
+    }
+}
+
+void dt_table_init_normal(dt_table *t, float stddev, uint64_t seed, dt_pool *pool)
+{
+    init_job j = {t, stddev, seed};
+    dt_pool_run(pool, init_rows, &j, dt_pool_size(pool) * 4);
+}
+
+void dt_sparse_rows_init(dt_sparse_rows *s, int dim)
+{
+    memset(s, 0, sizeof *s);
+    s->dim = dim;
+}
+
+dt_status dt_sparse_rows_reserve(dt_sparse_rows *s, size_t cap)
+{
+    if (cap <= s->cap)
+        return DT_OK;
+    int64_t *ids = realloc(s->ids, cap * sizeof *ids);
+    if (ids)
+        s->ids = ids;
+    float *rows = ids ? realloc(s->rows, cap * (size_t)s->dim * sizeof *rows) : NULL;
+    if (!rows)
+        return dt_error(DT_ERR_NOMEM, "no memory for %zu gradient rows of %d", cap, s->dim);
+    s->rows = rows;
+    s->cap = cap;
+    return DT_OK;
+}
+
+void dt_sparse_rows_free(dt_sparse_rows *s)
+{
+    free(s->ids);
+    free(s->rows);
+    memset(s, 0, sizeof *s);
+}
