@@ -68,14 +68,9 @@ dt_status dt_table_set_slots(dt_table *t, const char *optimizer, int n_slots,
             return st;
         }
         t->n_slots = i + 1;
-        /* The name is cut, never overrun, when the parts are long: it stays unique by the table's
-         * own name, which comes last, only when it fits, so create refuses long table names. */
-        int len = snprintf(NULL, 0, "%s/%s/", optimizer, slot_names[i]);
-        memcpy(t->slot_names[i], "", 1);
-        if (len > 0 && (size_t)len < sizeof t->slot_names[i]) {
-            snprintf(t->slot_names[i], sizeof t->slot_names[i], "%s/%s/", optimizer, slot_names[i]);
-            strncat(t->slot_names[i], t->name, sizeof t->slot_names[i] - (size_t)len - 1);
-        }
+        /* Within the name's room: table names are at most 96 bytes, optimizers' names short. */
+        snprintf(t->slot_names[i], sizeof t->slot_names[i], "%.12s/%.12s/%.96s", optimizer,
+                 slot_names[i], t->name);
         if (init[i] != 0.0f)
             for (size_t k = 0; k < n; k++)
                 t->slots[i][k] = init[i];
