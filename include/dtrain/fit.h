@@ -151,6 +151,19 @@ int64_t dt_fit_batches_per_epoch(const dt_fit_config *cfg, int64_t n_examples);
 /* Checks cfg against a training set of n_examples (-1: unknown), naming the field. */
 dt_status dt_fit_check(const dt_fit_config *cfg, int64_t n_examples);
 
+/* What an evaluation measures. A binary model (one output, binary cross-entropy: CTR models)
+ * also gets its exact AUC (ties counted half: include/dtrain/metrics.h) and logloss; NaN
+ * otherwise, and AUC NaN too when the set holds one class only. */
+typedef struct {
+    double loss, accuracy;
+    double auc, logloss;
+    int64_t examples;
+} dt_eval_metrics;
+
+/* Over the first max_batches batches (0: all) of one iteration of a dataset of batches. */
+dt_status dt_evaluate_metrics(dt_model *m, dt_dataset *batches, int64_t max_batches,
+                              dt_eval_metrics *out);
+
 /* Mean loss and accuracy over one iteration of a dataset of batches. */
 dt_status dt_evaluate_dataset(dt_model *m, dt_dataset *batches, double *loss, double *accuracy);
 

@@ -14,7 +14,11 @@
 #include "dtrain/arena.h"
 #include "dtrain/model_spec.h"
 #include "dtrain/nn.h"
+#include "dtrain/optim.h"
 #include "dtrain/pool.h"
+#include "dtrain/rowopt.h"
+#include "dtrain/rows.h"
+#include "dtrain/table.h"
 
 typedef struct {
     bool no_fuse; /* use the generic kernels even where a fused one applies (for tests) */
@@ -43,6 +47,13 @@ int dt_model_max_batch(const dt_model *m);
  * the next forward. training enables dropout, whose masks come from dropout_seed and a counter
  * of training forwards, so a run is reproducible. */
 const float *dt_model_forward(dt_model *m, int B, const float *x, bool training);
+
+/* dt_model_forward on a batch of the input pipeline: its dense values for a sequential model,
+ * its F (id, value) fields per example for a CTR model (checked: field count, ids within the
+ * tables, finite values; DT_ERR_INVALID naming the example and the field). *logits (may be
+ * NULL) gets the outputs (B, K). */
+dt_status dt_model_forward_batch(dt_model *m, const dt_elem *e, bool training,
+                                 const float **logits);
 
 /* After a forward of B examples: the sum of their losses against labels (B), and the number
  * predicted right when n_correct is not NULL. With want_grad it also prepares backward, with the
@@ -73,7 +84,25 @@ typedef void (*dt_grad_ready_fn)(void *ctx, size_t ready_from);
 /* fn may be NULL (no calls). */
 void dt_model_set_grad_hook(dt_model *m, dt_grad_ready_fn fn, void *ctx);
 
+/* Zeroes the dense gradients and empties the tables' sparse ones. */
 void dt_model_zero_grads(dt_model *m);
+
+/* ---- Tables (CTR models): variables updated row by row, outside the parameter arena ---- */
+
+/* fm_w, then fm_v (none for a sequential model, one for lr). */
+int dt_model_num_tables(const dt_model *m);
+dt_table *dt_model_table(dt_model *m, int i);
+/* The table's gradient of the last backward: the rows the batch touched, summed. */
+dt_sparse_rows *dt_model_table_grad(dt_model *m, int i);
+/* Gives the tables the slots of optimizer c, which dt_model_update_tables then applies. */
+dt_status dt_model_setup_tables(dt_model *m, const dt_rowopt_config *c);
+/* o over the parameter arena, and the tables' slots of cfg's table rule. */
+dt_status dt_model_setup_optimizer(dt_model *m, dt_optim *o, const dt_optim_config *cfg);
+/* The tables' optimizer; NULL before dt_model_setup_tables. */
+const dt_rowopt_config *dt_model_table_optimizer(const dt_model *m);
+/* Applies the tables' gradients with the optimizer's rate times lr_scale (a schedule's factor)
+ * at global step `step` (1 for the first). */
+void dt_model_update_tables(dt_model *m, float lr_scale, int64_t step, dt_pool *pool);
 
 /* Sets the seed of dropout masks and restarts their sequence: the next training forward draws
  * the same masks as the first one after the previous call with this seed. */

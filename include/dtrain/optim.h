@@ -21,6 +21,7 @@
 
 #include "dtrain/arena.h"
 #include "dtrain/pool.h"
+#include "dtrain/rowopt.h"
 
 typedef enum { DT_OPT_SGD = 0, DT_OPT_MOMENTUM, DT_OPT_ADAM, DT_OPT_ADAGRAD } dt_opt_kind;
 typedef enum { DT_LR_CONSTANT = 0, DT_LR_STEP, DT_LR_COSINE } dt_lr_kind;
@@ -37,7 +38,19 @@ typedef struct {
     int64_t decay_steps;     /* step, cosine */
     float decay_rate;        /* step; default 0.5 */
     float alpha;             /* cosine: the floor as a fraction of lr; default 0 */
+    /* Embedding tables (CTR models) take a row-wise rule (rowopt.h). Unless table_kind_set, the
+     * dense rule's counterpart: adam -> lazy adam, adagrad -> adagrad, sgd and momentum -> sgd
+     * (no row-wise momentum). table_lr 0: the dense lr. Betas, epsilon and the initial
+     * accumulator are the dense ones. */
+    bool table_kind_set;
+    dt_rowopt_kind table_kind;
+    float table_lr;
+    float ftrl_l1, ftrl_l2, ftrl_lr_power, ftrl_beta; /* defaults 0, 0, -0.5, 0 */
+    float l2_reg;            /* on the table rows a step touches (rowopt.h); default 0 */
 } dt_optim_config;
+
+/* The tables' rule that cfg describes. */
+void dt_optim_table_rule(const dt_optim_config *cfg, dt_rowopt_config *out);
 
 typedef struct {
     dt_optim_config cfg;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "../nn/convpool.h"
+#include "ctr.h"
 #include "dtrain/gemm.h"
 #include "dtrain/rng.h"
 
@@ -52,6 +53,13 @@ struct dt_model {
     void *grad_hook_ctx;
     float *own_params; /* the model's own parameter storage while it uses another model's */
     float *kept_params, *kept_grads; /* its own storage while it uses storage it was given */
+    /* A CTR model: its tables and lookups; the layers are DeepFM's MLP (none for lr and fm),
+     * whose input gradient backward then computes. */
+    dt_ctr *ctr;
+    int bias_view;               /* fm_b */
+    float *ctr_logits, *dz;      /* (B) each */
+    dt_rowopt_config rowopt;     /* the tables' optimizer, once dt_model_setup_tables ran */
+    bool tables_ready;
 };
 
 static void *alloc_floats(size_t n)
@@ -183,7 +191,8 @@ static struct buffer_plan plan_buffers(const dt_model *m)
          * above the first trainable one (never the absorbed pooling's input). */
         if (i >= m->first_trainable && !L->fused && L->out_elems > max_elems)
             max_elems = L->out_elems;
-        if (i > m->first_trainable && !L->absorbed && L->in_elems > max_elems)
+        bool needs_dx = i > m->first_trainable || (m->ctr && i == 0);
+        if (needs_dx && !L->absorbed && L->in_elems > max_elems)
             max_elems = L->in_elems;
         size_t out = B * L->out_elems, s = 0;
         if (L->spec.kind != DT_LAYER_FLATTEN && !L->fused)
@@ -241,7 +250,8 @@ static dt_status allocate_buffers(dt_model *m, const struct buffer_plan *p)
     size_t K = (size_t)m->K;
     if (!(m->gbuf[0] = alloc_floats(p->grad_elems)) || !(m->gbuf[1] = alloc_floats(p->grad_elems)) ||
         !(m->scratch = alloc_floats(p->scratch)) || !(m->prob = alloc_floats(B * K)) ||
-        !(m->losses = alloc_floats(B)) || !(m->targets = alloc_floats(B * K)))
+        !(m->losses = alloc_floats(B)) || !(m->targets = alloc_floats(B * K)) ||
+        (m->ctr && (!(m->ctr_logits = alloc_floats(B)) || !(m->dz = alloc_floats(B)))))
         return dt_error(DT_ERR_NOMEM, "no memory for the model's buffers");
     return DT_OK;
 }
@@ -255,7 +265,8 @@ dt_status dt_model_create(const dt_model_spec *spec, int max_batch, dt_pool *poo
     for (int d = 0; d < 3; d++)
         if (spec->input_shape[d] < 1)
             return dt_error(DT_ERR_INVALID, "model %s: input_shape is not set", spec->name);
-    if (spec->n_layers < 1 || spec->n_layers > DT_MAX_LAYERS)
+    bool ctr = spec->arch != DT_ARCH_SEQUENTIAL;
+    if (spec->n_layers < (ctr ? 0 : 1) || spec->n_layers > DT_MAX_LAYERS)
         return dt_error(DT_ERR_INVALID, "model %s: has %d layers (1..%d)", spec->name,
                         spec->n_layers, DT_MAX_LAYERS);
     dt_model *m = calloc(1, sizeof *m);
@@ -268,6 +279,11 @@ dt_status dt_model_create(const dt_model_spec *spec, int max_batch, dt_pool *poo
     dt_arena_init(&m->params);
     dt_arena_init(&m->grads);
     dt_status st = DT_OK;
+    /* The bias comes first in the arena: backward computes its gradient last, and gradients
+     * become final from the arena's end toward its start (dt_grad_ready_fn). */
+    if (ctr && ((st = dt_ctr_create(spec, max_batch, &m->ctr)) ||
+                (st = dt_arena_add(&m->params, "fm_b", 1, (int[]){1}, &m->bias_view))))
+        goto fail;
     int dims[3] = {spec->input_shape[0], spec->input_shape[1], spec->input_shape[2]};
     bool flat = false;
     for (int i = 0; i < m->n_layers; i++) {
@@ -280,7 +296,12 @@ dt_status dt_model_create(const dt_model_spec *spec, int max_batch, dt_pool *poo
         memcpy(dims, L->out_dims, sizeof dims);
         flat = L->out_flat;
     }
-    m->K = dims[0] * dims[1] * dims[2];
+    m->K = m->n_layers ? dims[0] * dims[1] * dims[2] : 1;
+    if (ctr && m->K != 1) {
+        st = dt_error(DT_ERR_INVALID, "model %s: the MLP ends with %d outputs: a CTR model's ends "
+                      "with one", spec->name, m->K);
+        goto fail;
+    }
     if (dims[0] != 1 || dims[1] != 1) {
         st = dt_error(DT_ERR_INVALID, "model %s: the last layer's output is %dx%dx%d: flatten it "
                       "and end with a dense layer", spec->name, dims[0], dims[1], dims[2]);
@@ -298,7 +319,7 @@ dt_status dt_model_create(const dt_model_spec *spec, int max_batch, dt_pool *poo
     }
     m->first_trainable = m->n_layers;
     for (int i = m->n_layers - 1; i >= 0; i--)
-        if (m->layers[i].w_view >= 0)
+        if (m->layers[i].w_view >= 0 || ctr)
             m->first_trainable = i;
     plan_fusion(m, opts);
     struct buffer_plan plan = plan_buffers(m);
@@ -330,6 +351,9 @@ void dt_model_destroy(dt_model *m)
     free(m->prob);
     free(m->losses);
     free(m->targets);
+    free(m->ctr_logits);
+    free(m->dz);
+    dt_ctr_destroy(m->ctr);
     if (m->own_params) /* free its own storage, not the one it borrowed */
         m->params.data = m->own_params;
     if (m->kept_params) {
@@ -362,6 +386,8 @@ void dt_model_init_params(dt_model *m, uint64_t seed)
         for (size_t k = 0; k < v->n_elems; k++)
             w[k] = (2.0f * dt_rng_uniform(&rng) - 1.0f) * limit;
     }
+    if (m->ctr)
+        dt_ctr_init(m->ctr, seed, m->pool);
 }
 
 dt_arena *dt_model_params(dt_model *m) { return &m->params; }
@@ -387,6 +413,8 @@ size_t dt_model_input_elems(const dt_model *m)
 void dt_model_zero_grads(dt_model *m)
 {
     memset(m->grads.data, 0, m->grads.n_elems * sizeof(float));
+    for (int i = 0; i < dt_model_num_tables(m); i++)
+        dt_model_table_grad(m, i)->n = 0;
 }
 
 /* ---- Forward ---- */
@@ -446,9 +474,8 @@ static void forward_layer(dt_model *m, int i, int B, bool training)
     }
 }
 
-const float *dt_model_forward(dt_model *m, int B, const float *x, bool training)
+static const float *run_layers(dt_model *m, int B, const float *x, bool training)
 {
-    assert(B >= 1 && B <= m->max_batch);
     const float *cur = x;
     for (int i = 0; i < m->n_layers; i++) {
         struct layer_rt *L = &m->layers[i];
@@ -457,10 +484,53 @@ const float *dt_model_forward(dt_model *m, int B, const float *x, bool training)
             forward_layer(m, i, B, training);
         cur = L->out;
     }
+    return cur;
+}
+
+const float *dt_model_forward(dt_model *m, int B, const float *x, bool training)
+{
+    assert(B >= 1 && B <= m->max_batch && !m->ctr);
+    m->logits = run_layers(m, B, x, training);
     if (training)
         m->training_forwards++;
-    m->logits = cur;
-    return cur;
+    return m->logits;
+}
+
+static dt_status forward_ctr(dt_model *m, const dt_elem *e, bool training)
+{
+    dt_status st = dt_ctr_check_batch(m->ctr, e);
+    if (st)
+        return st;
+    dt_ctr_forward(m->ctr, e, m->pool);
+    const float *deep = NULL;
+    if (m->n_layers > 0)
+        deep = run_layers(m, e->n, dt_ctr_deep_input(m->ctr), training);
+    dt_ctr_logits(m->ctr, e->n, P(m, m->bias_view)[0], deep, m->ctr_logits);
+    m->logits = m->ctr_logits;
+    if (training)
+        m->training_forwards++;
+    return DT_OK;
+}
+
+dt_status dt_model_forward_batch(dt_model *m, const dt_elem *e, bool training,
+                                 const float **logits)
+{
+    if (e->n < 1 || e->n > m->max_batch)
+        return dt_error(DT_ERR_INVALID, "a batch of %d examples for a model built for at most %d",
+                        e->n, m->max_batch);
+    if (m->ctr) {
+        dt_status st = forward_ctr(m, e, training);
+        if (st)
+            return st;
+    } else {
+        if ((size_t)e->n_dense != dt_model_input_elems(m))
+            return dt_error(DT_ERR_INVALID, "examples of %d values for a model whose input has "
+                            "%zu", e->n_dense, dt_model_input_elems(m));
+        dt_model_forward(m, e->n, e->dense, training);
+    }
+    if (logits)
+        *logits = m->logits;
+    return DT_OK;
 }
 
 /* ---- Loss ---- */
@@ -580,15 +650,27 @@ static float *backward_layer(dt_model *m, int i, int B, float *dy, float *dx)
     return dx;
 }
 
+/* After the MLP (if any): the CTR front's sparse gradients and the bias's. The bias is the
+ * arena's first variable, so every dense gradient is final after it. */
+static void backward_ctr(dt_model *m, int B, const float *ddeep)
+{
+    G(m, m->bias_view)[0] += dt_ctr_backward(m->ctr, B, m->dz, ddeep, m->pool);
+    if (m->grad_hook)
+        m->grad_hook(m->grad_hook_ctx, 0);
+}
+
 void dt_model_backward(dt_model *m, int B)
 {
     assert(B >= 1 && B <= m->max_batch);
     float *dy = m->gbuf[0];
+    if (m->ctr) /* the logits' gradient, which the MLP's backward overwrites */
+        memcpy(m->dz, dy, (size_t)B * sizeof *m->dz);
     for (int i = m->n_layers - 1; i >= m->first_trainable; i--) {
         if (m->layers[i].absorbed)
             continue;
         float *other = dy == m->gbuf[0] ? m->gbuf[1] : m->gbuf[0];
-        float *next = backward_layer(m, i, B, dy, i > m->first_trainable ? other : NULL);
+        bool want_dx = i > m->first_trainable || m->ctr;
+        float *next = backward_layer(m, i, B, dy, want_dx ? other : NULL);
         const struct layer_rt *L = &m->layers[i];
         if (m->grad_hook && (L->w_view >= 0 || L->b_view >= 0)) {
             int v = L->w_view >= 0 ? L->w_view : L->b_view;
@@ -600,6 +682,47 @@ void dt_model_backward(dt_model *m, int B)
             break;
         dy = next;
     }
+    if (m->ctr)
+        backward_ctr(m, B, m->n_layers > 0 ? dy : NULL);
+}
+
+/* ---- Tables ---- */
+
+int dt_model_num_tables(const dt_model *m) { return m->ctr ? dt_ctr_num_tables(m->ctr) : 0; }
+dt_table *dt_model_table(dt_model *m, int i) { return dt_ctr_table(m->ctr, i); }
+dt_sparse_rows *dt_model_table_grad(dt_model *m, int i) { return dt_ctr_table_grad(m->ctr, i); }
+
+dt_status dt_model_setup_tables(dt_model *m, const dt_rowopt_config *c)
+{
+    dt_status st = dt_rowopt_config_check(c);
+    for (int i = 0; st == DT_OK && i < dt_model_num_tables(m); i++)
+        st = dt_rowopt_setup(c, dt_model_table(m, i));
+    m->rowopt = *c;
+    m->tables_ready = st == DT_OK;
+    return st;
+}
+
+dt_status dt_model_setup_optimizer(dt_model *m, dt_optim *o, const dt_optim_config *cfg)
+{
+    dt_status st = dt_optim_setup(o, cfg, &m->params);
+    if (st || dt_model_num_tables(m) == 0)
+        return st;
+    dt_rowopt_config rule;
+    dt_optim_table_rule(cfg, &rule);
+    return dt_model_setup_tables(m, &rule);
+}
+
+const dt_rowopt_config *dt_model_table_optimizer(const dt_model *m)
+{
+    return m->tables_ready ? &m->rowopt : NULL;
+}
+
+void dt_model_update_tables(dt_model *m, float lr_scale, int64_t step, dt_pool *pool)
+{
+    assert(m->tables_ready || dt_model_num_tables(m) == 0);
+    for (int i = 0; i < dt_model_num_tables(m); i++)
+        dt_rowopt_update(&m->rowopt, m->rowopt.lr * lr_scale, step, dt_model_table(m, i),
+                         dt_model_table_grad(m, i), pool);
 }
 
 dt_status dt_model_share_params(dt_model *m, const dt_model *owner)
@@ -676,5 +799,14 @@ void dt_model_summary(const dt_model *m, FILE *out)
         fprintf(out, "%-32s %-22s %zu%s\n", label, shape, n,
                 L->fused ? "  [fused with the next layer]" : "");
     }
-    fprintf(out, "Total params: %zu\n", dt_arena_payload_elems(&m->params));
+    size_t total = dt_arena_payload_elems(&m->params);
+    for (int i = 0; i < dt_model_num_tables(m); i++) {
+        const dt_table *t = dt_ctr_table(m->ctr, i);
+        char shape[64];
+        snprintf(shape, sizeof shape, "(%lld, %d)", (long long)t->rows, t->dim);
+        fprintf(out, "%-32s %-22s %zu  [table: sparse rows]\n", t->name, shape,
+                (size_t)t->rows * (size_t)t->dim);
+        total += (size_t)t->rows * (size_t)t->dim;
+    }
+    fprintf(out, "Total params: %zu\n", total);
 }

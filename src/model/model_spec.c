@@ -111,6 +111,100 @@ dt_status dt_model_spec_builtin(const char *name, dt_model_spec *out)
     return assign_names(out, name);
 }
 
+/* ---- CTR models ---- */
+
+static const char *const arch_names[] = {"sequential", "lr", "fm", "deepfm"};
+
+const char *dt_arch_name(dt_arch arch)
+{
+    return (unsigned)arch < sizeof arch_names / sizeof arch_names[0] ? arch_names[arch] : "?";
+}
+
+dt_status dt_arch_parse(const char *name, dt_arch *out)
+{
+    for (int a = 0; a < (int)(sizeof arch_names / sizeof arch_names[0]); a++)
+        if (strcmp(name, arch_names[a]) == 0) {
+            *out = (dt_arch)a;
+            return DT_OK;
+        }
+    return dt_error(DT_ERR_INVALID, "unknown model type '%s' (sequential, lr, fm, deepfm)", name);
+}
+
+void dt_ctr_spec_default(dt_ctr_spec *c)
+{
+    memset(c, 0, sizeof *c);
+    c->field_size = 39;
+    c->embedding_size = 32;
+    c->n_deep = 3;
+    const int deep[3] = {128, 64, 32};
+    for (int i = 0; i < 3; i++) {
+        c->deep_layers[i] = deep[i];
+        c->dropout_keep[i] = 0.5f;
+    }
+    c->init_stddev = 0.01f;
+}
+
+/* The largest sizes a CTR model takes: F x K must stay a dense layer's input, rows a table's. */
+#define DT_MAX_FIELDS 4096
+#define DT_MAX_EMBEDDING 1024
+
+static dt_status check_ctr(dt_arch arch, const dt_ctr_spec *c)
+{
+    const char *field = NULL, *why = "";
+    if (c->field_size < 1 || c->field_size > DT_MAX_FIELDS)
+        field = "field_size", why = "1..4096 fields";
+    else if (c->feature_size < 1 || c->feature_size > ((long long)1 << 40))
+        field = "feature_size", why = "1..2^40 rows: the number of distinct feature ids";
+    else if (arch != DT_ARCH_LR && (c->embedding_size < 1 || c->embedding_size > DT_MAX_EMBEDDING))
+        field = "embedding_size", why = "1..1024";
+    else if (arch == DT_ARCH_DEEPFM && (c->n_deep < 1 || c->n_deep > DT_MAX_DEEP_LAYERS))
+        field = "deep_layers", why = "1..16 layers";
+    else if (!(c->init_stddev >= 0.0f && c->init_stddev < 10.0f))
+        field = "init_stddev", why = "in [0, 10)";
+    for (int i = 0; !field && arch == DT_ARCH_DEEPFM && i < c->n_deep; i++) {
+        if (c->deep_layers[i] < 1 || c->deep_layers[i] > (1 << 16))
+            field = "deep_layers", why = "units in 1..65536";
+        else if (!(c->dropout_keep[i] > 0.0f && c->dropout_keep[i] <= 1.0f))
+            field = "dropout_keep", why = "keep probabilities in (0, 1]";
+    }
+    if (field)
+        return dt_error(DT_ERR_INVALID, "%s model: %s: expected %s", dt_arch_name(arch), field, why);
+    return DT_OK;
+}
+
+dt_status dt_model_spec_ctr(dt_arch arch, const dt_ctr_spec *c, dt_model_spec *out)
+{
+    memset(out, 0, sizeof *out);
+    if (arch == DT_ARCH_SEQUENTIAL || (unsigned)arch > DT_ARCH_DEEPFM)
+        return dt_error(DT_ERR_INVALID, "not a CTR model type: %d", (int)arch);
+    dt_status st = check_ctr(arch, c);
+    if (st)
+        return st;
+    out->arch = arch;
+    out->ctr = *c;
+    out->loss = DT_LOSS_BINARY_CROSSENTROPY;
+    snprintf(out->name, sizeof out->name, "%s", dt_arch_name(arch));
+    int K = arch == DT_ARCH_LR ? 1 : c->embedding_size;
+    if (arch == DT_ARCH_LR)
+        out->ctr.embedding_size = 0;
+    out->input_shape[0] = out->input_shape[1] = 1;
+    out->input_shape[2] = c->field_size * K;
+    if (arch != DT_ARCH_DEEPFM) {
+        out->ctr.n_deep = 0;
+        return DT_OK;
+    }
+    dt_layer_spec *L = out->layers;
+    int n = 0;
+    for (int i = 0; i < c->n_deep; i++) {
+        L[n++] = dense_layer(c->deep_layers[i], DT_ACT_RELU);
+        if (c->dropout_keep[i] < 1.0f)
+            L[n++] = (dt_layer_spec){.kind = DT_LAYER_DROPOUT, .rate = 1.0f - c->dropout_keep[i]};
+    }
+    L[n++] = dense_layer(1, DT_ACT_NONE);
+    out->n_layers = n;
+    return assign_names(out, out->name);
+}
+
 /* ---- JSON ---- */
 
 struct json_ctx {

@@ -22,6 +22,23 @@ void dt_optim_config_default(dt_optim_config *cfg, dt_opt_kind kind)
     cfg->initial_accumulator = 0.1f;
     cfg->schedule = DT_LR_CONSTANT;
     cfg->decay_rate = 0.5f;
+    cfg->ftrl_lr_power = -0.5f;
+}
+
+void dt_optim_table_rule(const dt_optim_config *cfg, dt_rowopt_config *out)
+{
+    dt_rowopt_kind kind = cfg->table_kind;
+    if (!cfg->table_kind_set)
+        kind = cfg->kind == DT_OPT_ADAM      ? DT_ROWOPT_ADAM
+               : cfg->kind == DT_OPT_ADAGRAD ? DT_ROWOPT_ADAGRAD
+                                             : DT_ROWOPT_SGD;
+    dt_rowopt_config_default(out, kind);
+    out->lr = cfg->table_lr > 0.0f ? cfg->table_lr : cfg->lr;
+    out->beta1 = cfg->beta1, out->beta2 = cfg->beta2, out->epsilon = cfg->epsilon;
+    out->initial_accumulator = cfg->initial_accumulator;
+    out->l1 = cfg->ftrl_l1, out->l2 = cfg->ftrl_l2, out->lr_power = cfg->ftrl_lr_power;
+    out->beta = cfg->ftrl_beta;
+    out->l2_reg = cfg->l2_reg;
 }
 
 static const char *const opt_names[] = {"sgd", "momentum", "adam", "adagrad"};

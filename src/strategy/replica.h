@@ -74,6 +74,11 @@ dt_status dt_replica_decide(dt_replica *r, bool *flag);
  * (a restored position); alone, nothing to do. */
 dt_status dt_replica_share_fields(dt_replica *r, int64_t *ints, int n_ints, double *reals,
                                   int n_reals);
+/* The tables' rows of the step's sparse gradients (summed over the replicas already, when they
+ * train together), updated at the step the optimizer is about to take, with its schedule's
+ * rate: before the dense update, which counts the step. */
+void dt_replica_update_tables(dt_model *m, const dt_optim *o, dt_pool *pool);
+
 /* After training, failed or not: the variables back in m's own storage, buckets stopped. */
 void dt_replica_end(dt_replica *r, dt_model *m);
 

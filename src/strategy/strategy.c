@@ -212,7 +212,7 @@ dt_status dt_own_variables(dt_replica *r, dt_model *m, const dt_model *chief, dt
 {
     (void)r, (void)chief;
     dt_model_init_params(m, seed);
-    return dt_optim_setup(o, ocfg, dt_model_params(m));
+    return dt_model_setup_optimizer(m, o, ocfg);
 }
 
 dt_status dt_replica_decide(dt_replica *r, bool *flag)
@@ -270,3 +270,12 @@ dt_status dt_replica_whole_state(dt_replica *r, dt_model *m, dt_optim *o)
 }
 
 void dt_replica_end(dt_replica *r, dt_model *m) { r->ops->end(r, m); }
+
+void dt_replica_update_tables(dt_model *m, const dt_optim *o, dt_pool *pool)
+{
+    if (dt_model_num_tables(m) == 0)
+        return;
+    /* A schedule scales the tables' rate as it scales the dense one. */
+    float scale = dt_optim_current_lr(o) / o->cfg.lr;
+    dt_model_update_tables(m, scale, o->iterations + 1, pool);
+}

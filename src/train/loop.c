@@ -29,7 +29,8 @@ static dt_status train_step(dt_replica *r, dt_model *m, dt_optim *o, dt_pool *po
     int correct = 0;
     uint64_t dropout_at = dt_model_dropout_position(m);
     if (e && e->n > 0) {
-        dt_model_forward(m, e->n, e->dense, true);
+        if ((st = dt_model_forward_batch(m, e, true, NULL)))
+            return st;
         loss = dt_model_loss(m, e->n, labels, scale, true, &correct);
         if (isfinite(loss))
             dt_model_backward(m, e->n);

@@ -366,7 +366,7 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
                                   (in.test && (st = dt_check_dataset(model, &in.test_images)))))
         goto fail;
     dt_model_init_params(model, c->fit.seed);
-    if ((st = dt_optim_setup(&opt, &c->optim, dt_model_params(model))))
+    if ((st = dt_model_setup_optimizer(model, &opt, &c->optim)))
         goto fail;
     describe(c, &plan, model, name);
     dt_strategy_options so;

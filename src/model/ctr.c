@@ -1,0 +1,177 @@
+/* The CTR front of a model (see ctr.h). Per batch of B examples with F fields each:
+ *   lin (B, F)     fm_w[id] x            the first-order terms
+ *   emb (B, F, K)  fm_v[id] x            the field vectors (the MLP's input)
+ *   sums (B, K)    sum over fields of emb, kept for the FM gradient
+ * and backward turns the logits' gradient into dlin and demb, then into sparse rows. */
+#include "ctr.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain/embedding.h"
+#include "dtrain/fm.h"
+
+struct dt_ctr {
+    dt_arch arch;
+    int F, K, max_batch;
+    float init_stddev;
+    dt_table w, v;
+    dt_sparse_rows gw, gv;
+    int B;           /* rows of the last forward */
+    int64_t *ids;    /* (B, F) */
+    float *vals;     /* (B, F) */
+    float *lin;      /* (B, F), then its gradient */
+    float *emb;      /* (B, F, K) */
+    float *demb;     /* (B, F, K) */
+    float *sums;     /* (B, K) */
+    float *fm;       /* (B) */
+    uint32_t *order; /* (B, F) */
+};
+
+static bool has_v(const dt_ctr *c) { return c->arch != DT_ARCH_LR; }
+
+dt_status dt_ctr_create(const dt_model_spec *spec, int max_batch, dt_ctr **out)
+{
+    *out = NULL;
+    dt_ctr *c = calloc(1, sizeof *c);
+    if (!c)
+        return dt_error(DT_ERR_NOMEM, "no memory for a CTR model");
+    c->arch = spec->arch;
+    c->F = spec->ctr.field_size;
+    c->K = has_v(c) ? spec->ctr.embedding_size : 0;
+    c->max_batch = max_batch;
+    c->init_stddev = spec->ctr.init_stddev;
+    size_t n = (size_t)max_batch * (size_t)c->F, nk = n * (size_t)(c->K ? c->K : 1);
+    dt_sparse_rows_init(&c->gw, 1);
+    dt_sparse_rows_init(&c->gv, c->K ? c->K : 1);
+    dt_status st = dt_table_create(&c->w, "fm_w", spec->ctr.feature_size, 1);
+    if (st == DT_OK && has_v(c))
+        st = dt_table_create(&c->v, "fm_v", spec->ctr.feature_size, c->K);
+    if (st == DT_OK && (st = dt_sparse_rows_reserve(&c->gw, n)) == DT_OK && has_v(c))
+        st = dt_sparse_rows_reserve(&c->gv, n);
+    if (st)
+        goto fail;
+    c->ids = malloc(n * sizeof *c->ids);
+    c->vals = malloc(n * sizeof *c->vals);
+    c->lin = malloc(n * sizeof *c->lin);
+    c->order = malloc(n * sizeof *c->order);
+    c->fm = calloc((size_t)max_batch, sizeof *c->fm);
+    if (has_v(c)) {
+        c->emb = malloc(nk * sizeof *c->emb);
+        c->demb = malloc(nk * sizeof *c->demb);
+        c->sums = malloc((size_t)max_batch * (size_t)c->K * sizeof *c->sums);
+    }
+    if (!c->ids || !c->vals || !c->lin || !c->order || !c->fm ||
+        (has_v(c) && (!c->emb || !c->demb || !c->sums))) {
+        st = dt_error(DT_ERR_NOMEM, "no memory for the CTR model's buffers at batch %d", max_batch);
+        goto fail;
+    }
+    *out = c;
+    return DT_OK;
+fail:
+    dt_ctr_destroy(c);
+    return st;
+}
+
+void dt_ctr_destroy(dt_ctr *c)
+{
+    if (!c)
+        return;
+    dt_table_free(&c->w);
+    dt_table_free(&c->v);
+    dt_sparse_rows_free(&c->gw);
+    dt_sparse_rows_free(&c->gv);
+    free(c->ids), free(c->vals), free(c->lin), free(c->order), free(c->fm);
+    free(c->emb), free(c->demb), free(c->sums);
+    free(c);
+}
+
+void dt_ctr_init(dt_ctr *c, uint64_t seed, dt_pool *pool)
+{
+    memset(c->w.data, 0, (size_t)c->w.rows * sizeof(float));
+    if (has_v(c))
+        dt_table_init_normal(&c->v, c->init_stddev, seed, pool);
+}
+
+dt_status dt_ctr_check_batch(const dt_ctr *c, const dt_elem *e)
+{
+    for (int r = 0; r < e->n; r++) {
+        int64_t lo = e->sp_row[r], hi = e->sp_row[r + 1];
+        if (hi - lo != c->F)
+            return dt_error(DT_ERR_INVALID, "example %d of the batch has %lld fields, the model "
+                            "takes %d (--field-size)", r, (long long)(hi - lo), c->F);
+        for (int64_t j = lo; j < hi; j++) {
+            if (e->sp_ids[j] < 0 || e->sp_ids[j] >= c->w.rows)
+                return dt_error(DT_ERR_INVALID, "example %d of the batch, field %lld: id %lld "
+                                "outside the table's %lld rows (--feature-size, or hash the ids)",
+                                r, (long long)(j - lo + 1), (long long)e->sp_ids[j],
+                                (long long)c->w.rows);
+            if (!isfinite(e->sp_vals[j]))
+                return dt_error(DT_ERR_INVALID, "example %d of the batch, field %lld: value %g",
+                                r, (long long)(j - lo + 1), (double)e->sp_vals[j]);
+        }
+    }
+    return DT_OK;
+}
+
+void dt_ctr_forward(dt_ctr *c, const dt_elem *e, dt_pool *pool)
+{
+    (void)pool;
+    size_t n = (size_t)e->n * (size_t)c->F;
+    c->B = e->n;
+    memcpy(c->ids, e->sp_ids + e->sp_row[0], n * sizeof *c->ids);
+    memcpy(c->vals, e->sp_vals + e->sp_row[0], n * sizeof *c->vals);
+    dt_embedding_forward(c->w.data, 1, c->ids, c->vals, n, c->lin);
+    if (has_v(c)) {
+        dt_embedding_forward(c->v.data, c->K, c->ids, c->vals, n, c->emb);
+        dt_fm_forward(e->n, c->F, c->K, c->emb, c->sums, c->fm);
+    }
+}
+
+const float *dt_ctr_deep_input(const dt_ctr *c) { return c->emb; }
+
+void dt_ctr_logits(dt_ctr *c, int B, float bias, const float *deep, float *logits)
+{
+    for (int i = 0; i < B; i++) {
+        const float *l = c->lin + (size_t)i * (size_t)c->F;
+        float z = 0.0f;
+        for (int f = 0; f < c->F; f++)
+            z += l[f];
+        z += bias;
+        if (has_v(c))
+            z += c->fm[i];
+        if (deep)
+            z += deep[i];
+        logits[i] = z;
+    }
+}
+
+float dt_ctr_backward(dt_ctr *c, int B, const float *dlogits, const float *ddeep, dt_pool *pool)
+{
+    (void)pool;
+    size_t n = (size_t)B * (size_t)c->F;
+    double dbias = 0.0;
+    for (int i = 0; i < B; i++) {
+        dbias += dlogits[i];
+        for (int f = 0; f < c->F; f++)
+            c->lin[(size_t)i * (size_t)c->F + (size_t)f] = dlogits[i];
+    }
+    c->gw.n = dt_embedding_backward(c->ids, c->vals, n, 1, c->lin, c->order, c->gw.ids,
+                                    c->gw.rows);
+    if (has_v(c)) {
+        size_t nk = n * (size_t)c->K;
+        if (ddeep)
+            memcpy(c->demb, ddeep, nk * sizeof *c->demb);
+        else
+            memset(c->demb, 0, nk * sizeof *c->demb);
+        dt_fm_backward(B, c->F, c->K, c->emb, c->sums, dlogits, c->demb);
+        c->gv.n = dt_embedding_backward(c->ids, c->vals, n, c->K, c->demb, c->order, c->gv.ids,
+                                        c->gv.rows);
+    }
+    return (float)dbias;
+}
+
+int dt_ctr_num_tables(const dt_ctr *c) { return has_v(c) ? 2 : 1; }
+dt_table *dt_ctr_table(dt_ctr *c, int i) { return i == 0 ? &c->w : &c->v; }
+dt_sparse_rows *dt_ctr_table_grad(dt_ctr *c, int i) { return i == 0 ? &c->gw : &c->gv; }

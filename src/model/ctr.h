@@ -1,0 +1,41 @@
+/* The CTR front of a model (internal to src/model): its tables fm_w and fm_v, the lookups of a
+ * batch's F (id, value) fields, the first-order and FM terms, and their sparse gradients. The
+ * model runs DeepFM's MLP between the lookups and the logits with its ordinary layers. */
+#ifndef DTRAIN_MODEL_CTR_H
+#define DTRAIN_MODEL_CTR_H
+
+#include "dtrain/model_spec.h"
+#include "dtrain/pool.h"
+#include "dtrain/rows.h"
+#include "dtrain/table.h"
+
+typedef struct dt_ctr dt_ctr;
+
+dt_status dt_ctr_create(const dt_model_spec *spec, int max_batch, dt_ctr **out);
+void dt_ctr_destroy(dt_ctr *c);
+
+/* fm_w zero, fm_v normal of the spec's stddev, each row drawn from (seed, row). */
+void dt_ctr_init(dt_ctr *c, uint64_t seed, dt_pool *pool);
+
+/* Every row of e has F sparse entries with ids in [0, feature_size) and finite values:
+ * DT_ERR_INVALID naming the row otherwise. */
+dt_status dt_ctr_check_batch(const dt_ctr *c, const dt_elem *e);
+
+/* The lookups of e's rows (checked): the scaled rows of fm_w and fm_v. */
+void dt_ctr_forward(dt_ctr *c, const dt_elem *e, dt_pool *pool);
+/* (B, F x K): the concatenated field vectors, DeepFM's MLP input. */
+const float *dt_ctr_deep_input(const dt_ctr *c);
+/* logits (B) = bias + first-order + FM (+ deep (B), when not NULL). */
+void dt_ctr_logits(dt_ctr *c, int B, float bias, const float *deep, float *logits);
+
+/* From dlogits (B) and the MLP's input gradient ddeep (B, F x K; NULL without an MLP): the
+ * tables' sparse gradients (dt_ctr_table_grad), and the bias's gradient, returned. */
+float dt_ctr_backward(dt_ctr *c, int B, const float *dlogits, const float *ddeep, dt_pool *pool);
+
+/* Its tables (fm_w, then fm_v unless the model is lr) and their gradients of the last
+ * backward. */
+int dt_ctr_num_tables(const dt_ctr *c);
+dt_table *dt_ctr_table(dt_ctr *c, int i);
+dt_sparse_rows *dt_ctr_table_grad(dt_ctr *c, int i);
+
+#endif

@@ -1,0 +1,74 @@
+/* The factorization machine's pairwise term (see include/dtrain/fm.h). */
+#include "dtrain/fm.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+
+// emb (B, F, K); sums (B, K); y (B)
+void dt_fm_forward(int B, int F, int K, const float *emb, float *sums, float *y)
+{
+    for (int i = 0; i < B; i++) {
+        const float *e = emb + (size_t)i * (size_t)F * (size_t)K;
+        float *s = sums + (size_t)i * (size_t)K;
+        /* Per k: the sum and the sum of squares, accumulated field by field so the inner loops
+         * run over K contiguous floats. */
+        float q[DT_FM_MAX_K];
+        for (int k = 0; k < K; k++)
+            s[k] = q[k] = 0.0f;
+        for (int f = 0; f < F; f++) {
+            const float *ef = e + (size_t)f * (size_t)K;
+            for (int k = 0; k < K; k++) {
+                s[k] += ef[k];
+                q[k] += ef[k] * ef[k];
+            }
+        }
+        float acc = 0.0f;
+        for (int k = 0; k < K; k++)
+            acc += s[k] * s[k] - q[k];
+        y[i] = 0.5f * acc;
+    }
+}
+
+void dt_fm_forward_naive(int B, int F, int K, const float *emb, float *y)
+{
+    for (int i = 0; i < B; i++) {
+        const float *e = emb + (size_t)i * (size_t)F * (size_t)K;
+        double acc = 0.0;
+        for (int f = 0; f < F; f++)
+            for (int g = f + 1; g < F; g++)
+                for (int k = 0; k < K; k++)
+                    acc += (double)e[(size_t)f * K + k] * e[(size_t)g * K + k];
+        y[i] = (float)acc;
+    }
+}
+
+void dt_fm_backward(int B, int F, int K, const float *emb, const float *sums, const float *dy,
+                    float *demb)
+{
+    for (int i = 0; i < B; i++) {
+        size_t base = (size_t)i * (size_t)F * (size_t)K;
+        const float *s = sums + (size_t)i * (size_t)K;
+        float d = dy[i];
+        for (int f = 0; f < F; f++) {
+            const float *ef = emb + base + (size_t)f * (size_t)K;
+            float *df = demb + base + (size_t)f * (size_t)K;
+            for (int k = 0; k < K; k++)
+                df[k] += d * (s[k] - ef[k]);
+        }
+    }
+}
+
+void dt_fm_backward_naive(int B, int F, int K, const float *emb, const float *dy, float *demb)
+{
+    for (int i = 0; i < B; i++) {
+        const float *e = emb + (size_t)i * (size_t)F * (size_t)K;
+        for (int f = 0; f < F; f++)
+            for (int k = 0; k < K; k++) {
+                double others = 0.0;
+                for (int g = 0; g < F; g++)
+                    if (g != f)
+                        others += e[(size_t)g * K + k];
+                demb[((size_t)i * F + f) * K + k] += (float)(dy[i] * others);
+            }
+    }
+}
