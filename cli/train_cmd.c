@@ -22,6 +22,11 @@ struct train_opts {
     const char *metrics_out, *shuffle_buffer, *progress, *loss_reduction, *gradient_wire;
     const char *features, *label_key, *input_shape, *compression, *cache, *label_column;
     const char *auto_shard;
+    /* CTR models */
+    int field_size, embedding_size;
+    int64_t feature_size, hash_buckets;
+    const char *deep_layers, *dropout_keep, *table_optimizer;
+    double l2_reg, table_lr, ftrl_l1, ftrl_l2;
     int prefetch, num_parallel_reads, num_parallel_calls, num_features, index_base, replicas;
     int early_stopping_patience;
     double early_stopping_min_delta;
@@ -42,7 +47,30 @@ static int define_flags(flag_def *f, int cap, struct train_opts *o)
 {
     flag_table t = {f, 0, cap};
 #define FLAG(name_, kind_, def_, help_, dst_) flags_add(&t, (flag_def){name_, kind_, def_, help_, dst_, false})
-    FLAG("model", FLAG_STRING, "mnist_cnn", "built-in model: mnist_cnn, mlp", &o->model);
+    FLAG("model", FLAG_STRING, "mnist_cnn", "built-in model: mnist_cnn, mlp, or a CTR model: lr "
+         "(logistic regression), fm (factorization machine), deepfm", &o->model);
+    FLAG("field-size", FLAG_INT, "39", "CTR models: fields per example; libsvm data is then "
+         "field-positional, `label id:value` x F, ids 0-based", &o->field_size);
+    FLAG("feature-size", FLAG_INT64, "0", "CTR models: distinct feature ids, the tables' rows",
+         &o->feature_size);
+    FLAG("hash-buckets", FLAG_INT64, "0", "CTR models: hash each raw id with its field into this "
+         "many rows (as categorical_column_with_hash_bucket; no vocabulary pass)",
+         &o->hash_buckets);
+    FLAG("embedding-size", FLAG_INT, "32", "fm, deepfm: K, the factors per feature",
+         &o->embedding_size);
+    FLAG("deep-layers", FLAG_STRING, "128,64,32", "deepfm: units of the MLP's layers",
+         &o->deep_layers);
+    FLAG("dropout-keep", FLAG_STRING, "0.5", "deepfm: KEEP probability after each deep layer, "
+         "as the DeepFM sample (1: no dropout); one value, or one per layer", &o->dropout_keep);
+    FLAG("l2-reg", FLAG_FLOAT, "0", "CTR models: L2 on the table rows each step touches (adds "
+         "l2-reg x row to their gradient)", &o->l2_reg);
+    FLAG("table-optimizer", FLAG_STRING, NULL, "CTR models: the tables' row-wise rule: sgd, "
+         "adagrad, adam (lazy: only touched rows' moments move), ftrl (default: --optimizer's)",
+         &o->table_optimizer);
+    FLAG("table-lr", FLAG_FLOAT, "0", "CTR models: the tables' learning rate (0: --lr)",
+         &o->table_lr);
+    FLAG("ftrl-l1", FLAG_FLOAT, "0", "--table-optimizer ftrl: l1 regularisation", &o->ftrl_l1);
+    FLAG("ftrl-l2", FLAG_FLOAT, "0", "--table-optimizer ftrl: l2 regularisation", &o->ftrl_l2);
     FLAG("model-file", FLAG_STRING, NULL, "model described in a JSON file (instead of --model)",
          &o->model_file);
     FLAG("data", FLAG_STRING, "fashion-mnist",
@@ -304,6 +332,18 @@ static dt_status build_optim_config(const struct train_opts *o, const flag_def *
     cfg->decay_steps = o->lr_decay_steps;
     cfg->decay_rate = (float)o->lr_decay_rate;
     cfg->alpha = (float)o->lr_alpha;
+    if (o->table_optimizer) {
+        if ((st = dt_rowopt_kind_parse(o->table_optimizer, &cfg->table_kind)))
+            return dt_error_prefix(st, "--table-optimizer");
+        cfg->table_kind_set = true;
+    }
+    cfg->table_lr = (float)o->table_lr;
+    cfg->ftrl_l1 = (float)o->ftrl_l1, cfg->ftrl_l2 = (float)o->ftrl_l2;
+    cfg->l2_reg = (float)o->l2_reg;
+    dt_rowopt_config rule;
+    dt_optim_table_rule(cfg, &rule);
+    if ((st = dt_rowopt_config_check(&rule)))
+        return dt_error_prefix(st, "--table-optimizer, --table-lr, --ftrl-l1, --ftrl-l2, --l2-reg");
     if ((st = dt_optim_config_check(cfg)))
         return dt_error_prefix(st, "optimizer flags");
     return DT_OK;
@@ -415,6 +455,57 @@ static dt_status input_options(const struct train_opts *o, int64_t shuffle_buffe
     return dt_input_options_check(io);
 }
 
+/* A comma-separated list of at most cap numbers into out; their count. */
+static dt_status parse_list(const char *flag, const char *text, int cap, double *out, int *n)
+{
+    *n = 0;
+    const char *p = text;
+    while (*p) {
+        char *end;
+        errno = 0;
+        double v = strtod(p, &end);
+        if (end == p || errno || (*end && *end != ',') || *n == cap)
+            return dt_error(DT_ERR_INVALID, "%s: expected up to %d comma-separated numbers, got "
+                            "'%s'", flag, cap, text);
+        out[(*n)++] = v;
+        p = *end ? end + 1 : end;
+    }
+    if (*n == 0)
+        return dt_error(DT_ERR_INVALID, "%s: empty", flag);
+    return DT_OK;
+}
+
+/* The CTR models' sizes from their flags. */
+static dt_status ctr_config(const struct train_opts *o, dt_ctr_spec *c)
+{
+    dt_ctr_spec_default(c);
+    c->field_size = o->field_size;
+    c->feature_size = o->feature_size;
+    c->embedding_size = o->embedding_size;
+    double units[DT_MAX_DEEP_LAYERS], keep[DT_MAX_DEEP_LAYERS];
+    int n_units, n_keep;
+    dt_status st = parse_list("--deep-layers", o->deep_layers, DT_MAX_DEEP_LAYERS, units, &n_units);
+    if (st || (st = parse_list("--dropout-keep", o->dropout_keep, DT_MAX_DEEP_LAYERS, keep,
+                               &n_keep)))
+        return st;
+    if (n_keep != 1 && n_keep != n_units)
+        return dt_error(DT_ERR_INVALID, "--dropout-keep: one value, or one per deep layer (%d), "
+                        "got %d", n_units, n_keep);
+    c->n_deep = n_units;
+    for (int i = 0; i < n_units; i++) {
+        if (units[i] != (int)units[i] || units[i] < 1 || units[i] > 65536)
+            return dt_error(DT_ERR_INVALID, "--deep-layers: units in 1..65536, got %g", units[i]);
+        c->deep_layers[i] = (int)units[i];
+        c->dropout_keep[i] = (float)keep[n_keep == 1 ? 0 : i];
+        if (!(c->dropout_keep[i] > 0.0f && c->dropout_keep[i] <= 1.0f))
+            return dt_error(DT_ERR_INVALID, "--dropout-keep: keep probabilities in (0, 1], got %g",
+                            keep[n_keep == 1 ? 0 : i]);
+    }
+    if (o->hash_buckets < 0 || o->feature_size < 0)
+        return dt_error(DT_ERR_INVALID, "--feature-size and --hash-buckets must not be negative");
+    return DT_OK;
+}
+
 /* The library's configuration from the flags (checked already). */
 static void train_config(const struct train_opts *o, const flag_def *flags, int n_flags,
                          int64_t shuffle_buffer, const dt_optim_config *ocfg,
@@ -422,6 +513,8 @@ static void train_config(const struct train_opts *o, const flag_def *flags, int 
 {
     dt_train_config_default(c);
     c->model = o->model, c->model_file = o->model_file, c->no_fuse = o->no_fuse;
+    ctr_config(o, &c->ctr);
+    c->hash_buckets = o->hash_buckets;
     c->data = o->data, c->test_data = o->test_data;
     c->input = *io;
     c->prefetch_given = flags_find(flags, n_flags, "prefetch")->set;
@@ -496,7 +589,7 @@ static dt_status report(const struct train_opts *o, const dt_train_report *r)
 int cmd_train(int argc, char **argv)
 {
     struct train_opts o;
-    flag_def flags[96];
+    flag_def flags[128];
     int n_flags = define_flags(flags, (int)(sizeof flags / sizeof flags[0]), &o);
     if (flags_parse(flags, n_flags, argc, argv))
         return usage_error();
@@ -510,7 +603,8 @@ int cmd_train(int argc, char **argv)
     int64_t shuffle_buffer = 0;
     dt_input_options io;
     if (check_ranges(&o, flags, n_flags) || parse_shuffle_buffer(o.shuffle_buffer, &shuffle_buffer) ||
-        build_optim_config(&o, flags, n_flags, &ocfg) || input_options(&o, shuffle_buffer, &io))
+        build_optim_config(&o, flags, n_flags, &ocfg) || input_options(&o, shuffle_buffer, &io) ||
+        ctr_config(&o, &(dt_ctr_spec){0}))
         return usage_error();
     dt_train_config c;
     train_config(&o, flags, n_flags, shuffle_buffer, &ocfg, &io, &c);

@@ -81,6 +81,11 @@ typedef struct {
     const char *label_key;        /* tfrecord: the label's feature */
     int num_features;             /* libsvm: dense features (indices 1..N); csv from a stream */
     int index_base;               /* libsvm: the first feature index */
+    /* CTR data (libsvm): > 0, field-positional rows of field_size `id:value` features, ids
+     * 0-based as the DeepFM sample writes them (index_base does not apply), labels 0 or 1. */
+    int field_size;
+    int64_t max_id;               /* CTR data: ids must be below it (the tables' rows); 0: any */
+    int64_t hash_buckets;         /* CTR data: > 0, ids hashed with their field into this many */
     bool csv_header;              /* csv: the first line names the columns */
     const char *label_column;     /* csv: by name or 0-based index; NULL: the first */
     const char *input_shape;      /* "H,W,C" of file data (NULL: 1,1,features) */

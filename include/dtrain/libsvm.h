@@ -43,6 +43,17 @@ typedef struct {
      * sparse mode index 0 then gets id -1 (ids stay distinct and ordered); in dense mode it has
      * no slot and stays an error. Default false. */
     bool zero_based_ok;
+    /* > 0: field-positional CTR rows, as the DeepFM sample writes them: exactly field_size
+     * `id:value` features per line, one per field in field order, ids in any order and
+     * repeats allowed, and a label of 0 or 1. The ids go to the sparse part (n_dense must be 0).
+     * Default 0. */
+    int field_size;
+    /* Field-positional rows: > 0, every id (after index_base) must be below it: the table's
+     * rows (--feature-size). Default 0: unchecked. */
+    int64_t max_id;
+    /* Field-positional rows: > 0, each id token is hashed with its field (hash.h) into this
+     * many rows instead of being used as it is. Default 0. */
+    int64_t hash_buckets;
 } dt_libsvm_options;
 
 /* n_dense 0 (sparse), index_base 1, zero_based_ok false. */

@@ -23,11 +23,15 @@
 #include "dtrain/comm_open.h"
 #include "dtrain/fit.h"
 #include "dtrain/input.h"
+#include "dtrain/model_spec.h"
 #include "dtrain/optim.h"
 
 typedef struct {
     const char *model;        /* a built-in model (mnist_cnn, mlp), when model_file is NULL */
     const char *model_file;   /* a model described in JSON */
+    /* The CTR models' sizes, for model lr, fm or deepfm; their data is field-positional. */
+    dt_ctr_spec ctr;
+    int64_t hash_buckets;     /* > 0: ids hashed into this many rows (ctr.feature_size's) */
     bool no_fuse;             /* the generic kernels only */
     const char *data;         /* the training data, a spec of input.h */
     const char *test_data;    /* a spec, "none", or NULL: the t10k half beside directory data */

@@ -237,6 +237,13 @@ static dt_status libsvm_open(const dt_input_options *o, const dt_file_list *file
     dt_libsvm_options_default(&lo);
     lo.n_dense = o->num_features;
     lo.index_base = o->index_base;
+    if (o->field_size > 0) {
+        lo.n_dense = 0;
+        lo.index_base = 0;
+        lo.field_size = o->field_size;
+        lo.max_id = o->max_id;
+        lo.hash_buckets = o->hash_buckets;
+    }
     return dt_dataset_libsvm(files, &lo, so, out);
 }
 
@@ -244,6 +251,10 @@ static dt_status libsvm_width(const dt_input *in, const dt_file_list *files, con
                               const dt_input_options *o, int *n_dense)
 {
     (void)in, (void)files, (void)what;
+    if (o->field_size > 0) { /* every field in the sparse part */
+        *n_dense = 0;
+        return DT_OK;
+    }
     if (o->num_features < 1)
         return dt_error(DT_ERR_INVALID, "--num-features: libsvm data for a dense model needs "
                         "the number of features");
@@ -483,6 +494,9 @@ dt_status dt_input_options_check(const dt_input_options *o)
                         o->num_features);
     if (o->index_base != 0 && o->index_base != 1)
         return dt_error(DT_ERR_INVALID, "--index-base: must be 0 or 1, got %d", o->index_base);
+    if (o->field_size < 0 || o->max_id < 0 || o->hash_buckets < 0)
+        return dt_error(DT_ERR_INVALID, "--field-size, --feature-size and --hash-buckets must not "
+                        "be negative");
     return DT_OK;
 }
 

@@ -15,6 +15,7 @@
  * long token is needed (see slow_float). The tests hold all of it to strtof bit for bit, and
  * show that each of these conditions is needed. */
 #include "dtrain/libsvm.h"
+#include "dtrain/hash.h"
 
 #include <float.h>
 #include <math.h>
@@ -53,6 +54,7 @@ static inline int ends_token(char c) { return c == ' ' || c == '\t' || c == '#';
 
 void dt_libsvm_options_default(dt_libsvm_options *o)
 {
+    memset(o, 0, sizeof *o);
     o->n_dense = 0;
     o->index_base = 1;
     o->zero_based_ok = false;
@@ -366,9 +368,37 @@ static dt_status check_options(const dt_libsvm_options *o, const dt_rowbuf *out)
         return dt_error(DT_ERR_INVALID, "libsvm: n_dense %d is negative", o->n_dense);
     if (o->index_base < 0)
         return dt_error(DT_ERR_INVALID, "libsvm: index_base %d is negative", o->index_base);
+    if (o->field_size < 0 || (o->field_size > 0 && o->n_dense != 0) || o->max_id < 0 ||
+        o->hash_buckets < 0)
+        return dt_error(DT_ERR_INVALID, "libsvm: field_size %d (with n_dense %d), max_id %lld, "
+                        "hash_buckets %lld", o->field_size, o->n_dense, (long long)o->max_id,
+                        (long long)o->hash_buckets);
     if (out->n_dense != o->n_dense)
         return dt_error(DT_ERR_INVALID, "libsvm: rows of %d dense values cannot hold a parse "
                         "with n_dense %d", out->n_dense, o->n_dense);
+    return DT_OK;
+}
+
+/* A field-positional row's id: the index token hashed with its field, or the index checked
+ * against the table's rows. The index base is added back, as parse_line subtracts it. */
+static dt_status field_id(const dt_libsvm_options *o, const char *line, const char *tok,
+                          const char *colon, uint64_t idx, int field, uint64_t *out)
+{
+    int col = (int)(tok - line) + 1;
+    if (field >= o->field_size)
+        return dt_error(DT_ERR_FORMAT, "column %d: more than %d fields (--field-size)", col,
+                        o->field_size);
+    if (o->hash_buckets > 0) {
+        *out = (uint64_t)dt_hash_bucket(field, tok, (size_t)(colon - tok), o->hash_buckets) +
+               (uint64_t)o->index_base;
+        return DT_OK;
+    }
+    if (o->max_id > 0 && idx - (uint64_t)o->index_base >= (uint64_t)o->max_id)
+        return dt_error(DT_ERR_FORMAT, "column %d: field %d: id %llu is outside the table's %lld "
+                        "rows (--feature-size, or --hash-buckets)", col, field + 1,
+                        (unsigned long long)(idx - (uint64_t)o->index_base),
+                        (long long)o->max_id);
+    *out = idx;
     return DT_OK;
 }
 
@@ -411,6 +441,8 @@ static dt_status parse_line(const char *line, size_t len, const dt_libsvm_option
         p = q;
     }
 
+    if (o->field_size > 0 && label != 0.0f && label != 1.0f)
+        return dt_error(DT_ERR_FORMAT, "column 1: label %g is not 0 or 1 (a click label)", label);
     float *dense;
     dt_status st = dt_rowbuf_add_row(out, &dense);
     if (st)
@@ -420,7 +452,8 @@ static dt_status parse_line(const char *line, size_t len, const dt_libsvm_option
     const uint64_t lowest = o->zero_based_ok ? 0 : base;
     const uint64_t n_dense = (uint64_t)o->n_dense;
     uint64_t prev = 0;
-    int have_prev = 0;
+    int have_prev = 0, fields = 0;
+    const bool positional = o->field_size > 0;
     for (;;) {
         while (p < end && is_blank(*p))
             p++;
@@ -447,7 +480,12 @@ static dt_status parse_line(const char *line, size_t len, const dt_libsvm_option
                           col, (unsigned long long)idx, (unsigned long long)base);
             goto fail;
         }
-        if (have_prev && idx <= prev) {
+        if (positional) {
+            st = field_id(o, line, tok, p, idx, fields, &idx);
+            if (st)
+                goto fail;
+            fields++;
+        } else if (have_prev && idx <= prev) {
             st = dt_error(DT_ERR_FORMAT, "column %d: index %llu does not increase (the previous "
                           "index is %llu)", col, (unsigned long long)idx,
                           (unsigned long long)prev);
@@ -485,6 +523,11 @@ static dt_status parse_line(const char *line, size_t len, const dt_libsvm_option
         prev = idx;
         have_prev = 1;
         p = q;
+    }
+    if (positional && fields != o->field_size) {
+        st = dt_error(DT_ERR_FORMAT, "column %d: %d fields, the model takes %d (--field-size)",
+                      (int)(p - line) + 1, fields, o->field_size);
+        goto fail;
     }
     return DT_OK;
 fail:

@@ -16,6 +16,7 @@ void dt_train_config_default(dt_train_config *c)
 {
     memset(c, 0, sizeof *c);
     c->model = "mnist_cnn";
+    dt_ctr_spec_default(&c->ctr);
     c->data = "fashion-mnist";
     dt_input_options_default(&c->input);
     dt_optim_config_default(&c->optim, DT_OPT_SGD);
@@ -217,10 +218,36 @@ static dt_status input_specs(const dt_train_config *c, dt_input_spec *train, dt_
     return dt_input_spec_parse(c->test_data, "--test-data", test);
 }
 
+/* A built-in CTR model's spec: the tables have the hash buckets' rows when ids are hashed. */
+static dt_status ctr_spec(const dt_train_config *c, dt_arch arch, dt_model_spec *spec)
+{
+    dt_ctr_spec ctr = c->ctr;
+    if (c->hash_buckets > 0)
+        ctr.feature_size = c->hash_buckets;
+    if (ctr.feature_size < 1)
+        return dt_error(DT_ERR_INVALID, "--feature-size: model %s needs the number of feature "
+                        "ids (the tables' rows), or --hash-buckets", c->model);
+    return dt_model_spec_ctr(arch, &ctr, spec);
+}
+
+/* Whether the configured model is a built-in CTR model, which reads field-positional data. */
+static bool is_ctr_model(const dt_train_config *c)
+{
+    dt_arch arch;
+    bool ctr = !c->model_file && dt_arch_parse(c->model, &arch) == DT_OK &&
+               arch != DT_ARCH_SEQUENTIAL;
+    dt_error_clear();
+    return ctr;
+}
+
 /* The model's spec, its input shape the data's when it names none. */
 static dt_status load_model_spec(const dt_train_config *c, const dt_input *in,
                                  dt_model_spec *spec)
 {
+    dt_arch arch = DT_ARCH_SEQUENTIAL;
+    if (!c->model_file && dt_arch_parse(c->model, &arch) == DT_OK && arch != DT_ARCH_SEQUENTIAL)
+        return ctr_spec(c, arch, spec);
+    dt_error_clear();
     dt_status st = c->model_file ? dt_model_spec_from_json_file(c->model_file, spec)
                                  : dt_model_spec_builtin(c->model, spec);
     if (st)
@@ -337,6 +364,18 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
     io.batch_size = c->fit.batch_size, io.seed = c->fit.seed;
     io.shuffle_buffer = c->fit.shuffle_buffer, io.prefetch = plan.prefetch;
     io.keep_remainder = c->fit.keep_remainder;
+    if (is_ctr_model(c)) {
+        /* Until tables travel between replicas, a CTR model trains on one. */
+        if (plan.kind != DT_STRATEGY_ONE_DEVICE || plan.workers > 1) {
+            st = dt_error(DT_ERR_UNSUPPORTED, "--model %s trains with --strategy one_device in "
+                          "this build: the other strategies do not exchange table gradients yet",
+                          c->model);
+            goto fail;
+        }
+        io.field_size = c->ctr.field_size;
+        io.hash_buckets = c->hash_buckets;
+        io.max_id = c->hash_buckets > 0 ? 0 : c->ctr.feature_size;
+    }
     dt_input_spec train_spec, test_spec;
     bool have_test;
     dt_input_context ctx = {plan.workers, plan.rank, plan.workers};

@@ -1,0 +1,53 @@
+/* Synthetic Criteo-like click data with a known teacher, for judging CTR trainers.
+ *
+ * Each row has 13 numeric fields (heavy-tailed counts: log-normal, 10% missing) and 26
+ * categorical fields whose values follow a power law (Zipf-like) over cardinalities spaced
+ * log-uniformly from 10 to 1,000,000 (3% missing). The label is drawn from a fixed logistic
+ * teacher: a bias set for a click rate near 25%, a weight per numeric field, a weight per
+ * categorical value, and pairwise interactions (dot products of 4-factor vectors) between ten
+ * pairs of categorical fields and three numeric-categorical pairs, so FM and DeepFM can beat
+ * logistic regression. Every weight is a hash of (field, value): the teacher needs no tables
+ * and is the same for every seed; the seed picks the rows, so two seeds give a training and a
+ * test set from one distribution.
+ *
+ * Formats:
+ *   libsvm  field-positional, as the DeepFM sample writes it: `label id:value` x 39 in field
+ *           order, ids 0-based. Numeric field i has id i and value log(1 + x) / 4 (0 when
+ *           missing); categorical field j's value rank r has id offset_j + r and value 1, its
+ *           missing value id offset_j + cardinality_j. feature_size is every id's count.
+ *   criteo  Criteo's TSV: label, 13 integer columns, 26 categorical columns of 8 hex digits (a
+ *           hash of field and rank); a missing value is an empty column.
+ *   tfrecord  Examples {"label": float, "ids": int64 x 39, "values": float x 39}, the libsvm
+ *           form's ids and values, as the sample's TFRecord files hold them. */
+#ifndef DTRAIN_GEN_CTR_H
+#define DTRAIN_GEN_CTR_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "dtrain/pool.h"
+#include "dtrain/status.h"
+
+#define DT_GEN_NUMERIC 13
+#define DT_GEN_CATEGORICAL 26
+#define DT_GEN_FIELDS (DT_GEN_NUMERIC + DT_GEN_CATEGORICAL)
+
+typedef enum { DT_GEN_LIBSVM = 0, DT_GEN_CRITEO, DT_GEN_TFRECORD } dt_gen_format;
+
+dt_status dt_gen_format_parse(const char *name, dt_gen_format *out);
+
+typedef struct {
+    int64_t rows;
+    double teacher_auc; /* the teacher's AUC on the rows written */
+    double ctr;         /* their click rate */
+    int64_t feature_size; /* rows a table needs for the libsvm ids */
+} dt_gen_result;
+
+/* The ids' count of the libsvm form (the same for every seed). */
+int64_t dt_gen_ctr_feature_size(void);
+
+/* Writes rows rows drawn with seed to path in format, split over pool. Errors name the path. */
+dt_status dt_gen_ctr(const char *path, dt_gen_format format, int64_t rows, uint64_t seed,
+                     dt_pool *pool, dt_gen_result *out);
+
+#endif

@@ -1,0 +1,460 @@
+/* Synthetic CTR data with a fixed teacher (see include/dtrain/gen_ctr.h).
+ *
+ * Rows are made in blocks; block b's rows come from a generator seeded with (seed, b), so the
+ * output does not depend on the threads, and each block is formatted into its own buffer,
+ * written in order. */
+#include "dtrain/gen_ctr.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain/example.h"
+#include "dtrain/fileio.h"
+#include "dtrain/hash.h"
+#include "dtrain/metrics.h"
+#include "dtrain/rng.h"
+#include "dtrain/crc32c.h"
+
+#define LATENT 4
+#define BLOCK_ROWS 8192
+
+static const int cat_pairs[10][2] = {{0, 5}, {1, 9}, {2, 14}, {3, 20}, {6, 11},
+                                     {8, 17}, {12, 22}, {15, 25}, {4, 19}, {7, 23}};
+static const int num_cat_pairs[3][2] = {{0, 2}, {1, 4}, {3, 7}};
+
+typedef struct {
+    int64_t card[DT_GEN_CATEGORICAL];
+    int64_t offset[DT_GEN_CATEGORICAL];
+    double zipf_s[DT_GEN_CATEGORICAL]; /* the power law's exponent */
+    double zipf_top[DT_GEN_CATEGORICAL], zipf_inv[DT_GEN_CATEGORICAL]; /* (card + 1)^(1 - s), 1 / (1 - s) */
+    double mu[DT_GEN_NUMERIC], sigma[DT_GEN_NUMERIC], w_num[DT_GEN_NUMERIC];
+    double u_num[DT_GEN_NUMERIC][LATENT];
+    double bias;
+    int64_t feature_size;
+} teacher;
+
+/* A fixed pseudo-random number in [-1, 1) from a key: the teacher's weights. */
+static double hashed_unit(uint64_t a, uint64_t b, uint64_t c)
+{
+    uint64_t key[3] = {a, b, c};
+    uint64_t h = dt_hash_bytes(0x7465616368ULL, key, sizeof key);
+    return (double)(h >> 11) * (2.0 / 9007199254740992.0) - 1.0;
+}
+
+static uint64_t hash3(uint64_t a, uint64_t b, uint64_t c)
+{
+    uint64_t key[3] = {a, b, c};
+    return dt_hash_bytes(0x7465616368ULL, key, sizeof key);
+}
+
+/* Roughly normal with unit variance: the sum of four 16-bit uniforms of one hash. */
+static double normal_of(uint64_t h)
+{
+    double s = 0.0;
+    for (int i = 0; i < 4; i++, h >>= 16)
+        s += (double)(h & 0xffff) / 65536.0 - 0.5;
+    return s * 1.7320508075688772; /* 4 uniforms of variance 1/12 each */
+}
+
+static double hashed_normal(uint64_t a, uint64_t b, uint64_t c) { return normal_of(hash3(a, b, c)); }
+
+static double w_cat(int j, int64_t r) { return 0.35 * hashed_normal(1, (uint64_t)j, (uint64_t)r); }
+
+/* A categorical value's LATENT interaction factors. */
+static void u_cat(int j, int64_t r, double u[LATENT])
+{
+    /* Two factors per hash, each the sum of two 16-bit uniforms scaled to unit variance. */
+    for (int k = 0; k < LATENT; k += 2) {
+        uint64_t h = hash3(2 + (uint64_t)k, (uint64_t)j, (uint64_t)r);
+        for (int q = 0; q < 2; q++, h >>= 32) {
+            double v = (double)(h & 0xffff) / 65536.0 + (double)((h >> 16) & 0xffff) / 65536.0 - 1.0;
+            u[k + q] = 0.5 * v * 2.449489742783178; /* sqrt(6): two uniforms' variance 1/6 */
+        }
+    }
+}
+
+/* One row before formatting: the counts (-1: missing) and the ranks (-1: missing). */
+typedef struct {
+    int64_t count[DT_GEN_NUMERIC];
+    int64_t rank[DT_GEN_CATEGORICAL];
+    float label;
+    float logit;
+} row;
+
+static double normal(dt_rng *r)
+{
+    double u1 = 1.0 - (double)dt_rng_uniform(r), u2 = (double)dt_rng_uniform(r);
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+/* A rank in [0, card) by inverting the continuous power law x^-s on [1, card + 1): top is
+ * (card + 1)^(1 - s), inv 1 / (1 - s). */
+static int64_t power_law_rank(double u, double top, double inv, int64_t card)
+{
+    double x = pow(1.0 + u * (top - 1.0), inv);
+    int64_t r = (int64_t)x - 1;
+    return r < 0 ? 0 : r >= card ? card - 1 : r;
+}
+
+static double numeric_value(int64_t count) { return count < 0 ? 0.0 : log1p((double)count) / 4.0; }
+
+static double teacher_logit(const teacher *t, const row *x)
+{
+    double z = t->bias;
+    for (int i = 0; i < DT_GEN_NUMERIC; i++)
+        z += t->w_num[i] * (numeric_value(x->count[i]) - 0.5);
+    for (int j = 0; j < DT_GEN_CATEGORICAL; j++)
+        if (x->rank[j] >= 0)
+            z += w_cat(j, x->rank[j]);
+    for (int p = 0; p < 10; p++) {
+        int a = cat_pairs[p][0], b = cat_pairs[p][1];
+        if (x->rank[a] < 0 || x->rank[b] < 0)
+            continue;
+        double ua[LATENT], ub[LATENT];
+        u_cat(a, x->rank[a], ua), u_cat(b, x->rank[b], ub);
+        for (int k = 0; k < LATENT; k++)
+            z += ua[k] * ub[k];
+    }
+    for (int p = 0; p < 3; p++) {
+        int i = num_cat_pairs[p][0], j = num_cat_pairs[p][1];
+        if (x->rank[j] < 0)
+            continue;
+        double dot = 0.0, u[LATENT];
+        u_cat(j, x->rank[j], u);
+        for (int k = 0; k < LATENT; k++)
+            dot += u[k] * t->u_num[i][k];
+        z += (numeric_value(x->count[i]) - 0.5) * dot;
+    }
+    return z;
+}
+
+static void draw_row(const teacher *t, dt_rng *r, row *x)
+{
+    for (int i = 0; i < DT_GEN_NUMERIC; i++)
+        x->count[i] = dt_rng_uniform(r) < 0.1f ? -1
+                      : (int64_t)floor(exp(t->mu[i] + t->sigma[i] * normal(r)));
+    for (int j = 0; j < DT_GEN_CATEGORICAL; j++)
+        x->rank[j] = dt_rng_uniform(r) < 0.03f
+                         ? -1 : power_law_rank((double)dt_rng_uniform(r), t->zipf_top[j],
+                                                       t->zipf_inv[j], t->card[j]);
+    double z = teacher_logit(t, x);
+    x->logit = (float)z;
+    x->label = (double)dt_rng_uniform(r) < 1.0 / (1.0 + exp(-z)) ? 1.0f : 0.0f;
+}
+
+static void teacher_init(teacher *t)
+{
+    memset(t, 0, sizeof *t);
+    int64_t offset = DT_GEN_NUMERIC;
+    for (int j = 0; j < DT_GEN_CATEGORICAL; j++) {
+        /* 10 .. 10^6, log-uniformly spaced. */
+        t->card[j] = (int64_t)llround(pow(10.0, 1.0 + 5.0 * j / (DT_GEN_CATEGORICAL - 1)));
+        t->offset[j] = offset;
+        offset += t->card[j] + 1; /* + the missing value's row */
+        t->zipf_s[j] = 1.05 + 0.55 * (hashed_unit(3, (uint64_t)j, 0) + 1.0) / 2.0;
+        t->zipf_top[j] = pow((double)t->card[j] + 1.0, 1.0 - t->zipf_s[j]);
+        t->zipf_inv[j] = 1.0 / (1.0 - t->zipf_s[j]);
+    }
+    t->feature_size = offset;
+    for (int i = 0; i < DT_GEN_NUMERIC; i++) {
+        t->mu[i] = 0.5 + 1.25 * (hashed_unit(4, (uint64_t)i, 0) + 1.0);
+        t->sigma[i] = 0.8 + 0.6 * (hashed_unit(5, (uint64_t)i, 0) + 1.0);
+        t->w_num[i] = 0.25 * hashed_normal(6, (uint64_t)i, 0);
+        for (int k = 0; k < LATENT; k++)
+            t->u_num[i][k] = 0.5 * hashed_normal(7, (uint64_t)i, (uint64_t)k);
+    }
+    /* The bias that makes the mean click probability 25% over a fixed sample, by bisection. */
+    enum { SAMPLE = 20000 };
+    double *z = malloc(SAMPLE * sizeof *z);
+    dt_rng r;
+    dt_rng_seed(&r, 0x63616c6962ULL);
+    row x;
+    for (int n = 0; n < SAMPLE; n++) {
+        draw_row(t, &r, &x);
+        z[n] = x.logit;
+    }
+    double lo = -20.0, hi = 20.0;
+    for (int it = 0; it < 50; it++) {
+        double mid = (lo + hi) / 2.0, p = 0.0;
+        for (int n = 0; n < SAMPLE; n++)
+            p += 1.0 / (1.0 + exp(-(z[n] + mid)));
+        if (p / SAMPLE < 0.25)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    t->bias = lo;
+    free(z);
+}
+
+int64_t dt_gen_ctr_feature_size(void)
+{
+    teacher t;
+    teacher_init(&t);
+    return t.feature_size;
+}
+
+dt_status dt_gen_format_parse(const char *name, dt_gen_format *out)
+{
+    static const char *const names[] = {"libsvm", "criteo", "tfrecord"};
+    for (int i = 0; i < 3; i++)
+        if (strcmp(name, names[i]) == 0) {
+            *out = (dt_gen_format)i;
+            return DT_OK;
+        }
+    return dt_error(DT_ERR_INVALID, "unknown format '%s' (libsvm, criteo, tfrecord)", name);
+}
+
+/* ---- Formatting ---- */
+
+typedef struct {
+    char *p;
+    size_t n, cap;
+} buf;
+
+static bool reserve(buf *b, size_t more)
+{
+    if (b->n + more <= b->cap)
+        return true;
+    size_t cap = b->cap ? b->cap : 1 << 20;
+    while (cap < b->n + more)
+        cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p)
+        return false;
+    b->p = p, b->cap = cap;
+    return true;
+}
+
+static char *put_u64(char *p, uint64_t v)
+{
+    char tmp[24];
+    int n = 0;
+    do
+        tmp[n++] = (char)('0' + v % 10);
+    while ((v /= 10) != 0);
+    while (n)
+        *p++ = tmp[--n];
+    return p;
+}
+
+/* v >= 0 with six decimals, trailing zeros dropped: exact enough for a float reader. */
+static char *put_fixed6(char *p, double v)
+{
+    uint64_t n = (uint64_t)llround(v * 1e6);
+    p = put_u64(p, n / 1000000);
+    uint64_t frac = n % 1000000;
+    if (frac) {
+        *p++ = '.';
+        char d[6];
+        for (int i = 5; i >= 0; i--, frac /= 10)
+            d[i] = (char)('0' + frac % 10);
+        int last = 5;
+        while (d[last] == '0')
+            last--;
+        memcpy(p, d, (size_t)last + 1);
+        p += last + 1;
+    }
+    return p;
+}
+
+static void ids_values(const teacher *t, const row *x, int64_t *ids, float *vals)
+{
+    for (int i = 0; i < DT_GEN_NUMERIC; i++) {
+        ids[i] = i;
+        vals[i] = (float)numeric_value(x->count[i]);
+    }
+    for (int j = 0; j < DT_GEN_CATEGORICAL; j++) {
+        ids[DT_GEN_NUMERIC + j] = t->offset[j] + (x->rank[j] < 0 ? t->card[j] : x->rank[j]);
+        vals[DT_GEN_NUMERIC + j] = 1.0f;
+    }
+}
+
+static bool format_libsvm(const teacher *t, const row *x, buf *b)
+{
+    if (!reserve(b, 64 * DT_GEN_FIELDS))
+        return false;
+    char *p = b->p + b->n;
+    *p++ = x->label ? '1' : '0';
+    int64_t ids[DT_GEN_FIELDS];
+    float vals[DT_GEN_FIELDS];
+    ids_values(t, x, ids, vals);
+    for (int f = 0; f < DT_GEN_FIELDS; f++) {
+        *p++ = ' ';
+        p = put_u64(p, (uint64_t)ids[f]);
+        *p++ = ':';
+        p = f < DT_GEN_NUMERIC ? put_fixed6(p, numeric_value(x->count[f])) : (*p = '1', p + 1);
+    }
+    *p++ = '\n';
+    b->n = (size_t)(p - b->p);
+    return true;
+}
+
+static bool format_criteo(const teacher *t, const row *x, buf *b)
+{
+    (void)t;
+    if (!reserve(b, 32 * DT_GEN_FIELDS))
+        return false;
+    static const char hex[] = "0123456789abcdef";
+    char *p = b->p + b->n;
+    *p++ = x->label ? '1' : '0';
+    for (int i = 0; i < DT_GEN_NUMERIC; i++) {
+        *p++ = '\t';
+        if (x->count[i] >= 0)
+            p = put_u64(p, (uint64_t)x->count[i]);
+    }
+    for (int j = 0; j < DT_GEN_CATEGORICAL; j++) {
+        *p++ = '\t';
+        if (x->rank[j] < 0)
+            continue;
+        uint64_t key[2] = {(uint64_t)j, (uint64_t)x->rank[j]};
+        uint32_t h = (uint32_t)dt_hash_bytes(0x637269746f, key, sizeof key);
+        for (int s = 28; s >= 0; s -= 4)
+            *p++ = hex[(h >> s) & 15];
+    }
+    *p++ = '\n';
+    b->n = (size_t)(p - b->p);
+    return true;
+}
+
+/* TFRecord framing around each Example, so blocks are concatenated as they are. */
+static bool format_tfrecord(const teacher *t, const row *x, buf *b)
+{
+    int64_t ids[DT_GEN_FIELDS];
+    float vals[DT_GEN_FIELDS], label = x->label;
+    ids_values(t, x, ids, vals);
+    dt_feature_value f[3] = {{"label", DT_FEATURE_FLOAT, 1, &label, NULL, NULL},
+                             {"ids", DT_FEATURE_INT64, DT_GEN_FIELDS, NULL, ids, NULL},
+                             {"values", DT_FEATURE_FLOAT, DT_GEN_FIELDS, vals, NULL, NULL}};
+    uint8_t *ex = NULL;
+    size_t len = 0, cap = 0;
+    if (dt_example_encode(f, 3, &ex, &len, &cap) != DT_OK || !reserve(b, len + 16)) {
+        free(ex);
+        return false;
+    }
+    /* u64 length, masked CRC32C of the length, the data, masked CRC32C of the data. */
+    uint8_t *p = (uint8_t *)b->p + b->n, lenb[8];
+    for (int i = 0; i < 8; i++)
+        lenb[i] = (uint8_t)((uint64_t)len >> (8 * i));
+    uint32_t crcs[2] = {dt_crc32c_mask(dt_crc32c(lenb, 8)), dt_crc32c_mask(dt_crc32c(ex, len))};
+    memcpy(p, lenb, 8);
+    for (int i = 0; i < 4; i++)
+        p[8 + i] = (uint8_t)(crcs[0] >> (8 * i)), p[12 + len + (size_t)i] = (uint8_t)(crcs[1] >> (8 * i));
+    memcpy(p + 12, ex, len);
+    b->n += len + 16;
+    free(ex);
+    return true;
+}
+
+/* ---- Blocks ---- */
+
+typedef struct {
+    const teacher *t;
+    dt_gen_format format;
+    uint64_t seed;
+    int64_t rows, first_block, n_blocks;
+    buf *bufs;        /* (n_blocks) */
+    float *logits, *labels; /* (rows) over the whole run */
+    bool failed;
+} gen_job;
+
+static void gen_blocks(void *ctx, int task, int n_tasks)
+{
+    gen_job *j = ctx;
+    long lo, hi;
+    dt_pool_slice((long)j->n_blocks, task, n_tasks, &lo, &hi);
+    for (long b = lo; b < hi; b++) {
+        int64_t block = j->first_block + b, r0 = block * BLOCK_ROWS;
+        int64_t r1 = r0 + BLOCK_ROWS < j->rows ? r0 + BLOCK_ROWS : j->rows;
+        dt_rng rng;
+        dt_rng_derive(&rng, j->seed, 0x67656e, (uint64_t)block);
+        buf *out = &j->bufs[b];
+        out->n = 0;
+        for (int64_t r = r0; r < r1; r++) {
+            row x;
+            draw_row(j->t, &rng, &x);
+            j->logits[r] = x.logit;
+            j->labels[r] = x.label;
+            bool ok = j->format == DT_GEN_LIBSVM   ? format_libsvm(j->t, &x, out)
+                      : j->format == DT_GEN_CRITEO ? format_criteo(j->t, &x, out)
+                                                   : format_tfrecord(j->t, &x, out);
+            if (!ok) {
+                j->failed = true;
+                return;
+            }
+        }
+    }
+}
+
+dt_status dt_gen_ctr(const char *path, dt_gen_format format, int64_t rows, uint64_t seed,
+                     dt_pool *pool, dt_gen_result *out)
+{
+    memset(out, 0, sizeof *out);
+    if (rows < 1 || rows > ((int64_t)1 << 34))
+        return dt_error(DT_ERR_INVALID, "--rows: 1..2^34, got %lld", (long long)rows);
+    teacher t;
+    teacher_init(&t);
+    int64_t n_blocks = (rows + BLOCK_ROWS - 1) / BLOCK_ROWS;
+    int per_round = dt_pool_size(pool) * 4;
+    gen_job j = {.t = &t, .format = format, .seed = seed, .rows = rows};
+    j.bufs = calloc((size_t)per_round, sizeof *j.bufs);
+    j.logits = malloc((size_t)rows * sizeof *j.logits);
+    j.labels = malloc((size_t)rows * sizeof *j.labels);
+    dt_status st = DT_OK;
+    dt_file_replace fr;
+    bool open = false;
+    FILE *f = NULL;
+    if (!j.bufs || !j.logits || !j.labels) {
+        st = dt_error(DT_ERR_NOMEM, "no memory to generate %lld rows", (long long)rows);
+        goto done;
+    }
+    if ((st = dt_file_replace_begin(&fr, path, true)))
+        goto done;
+    open = true;
+    if (!(f = fopen(dt_file_replace_path(&fr), "wb"))) {
+        st = dt_error(DT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+        goto done;
+    }
+    for (int64_t b = 0; b < n_blocks && st == DT_OK; b += per_round) {
+        j.first_block = b;
+        j.n_blocks = n_blocks - b < per_round ? n_blocks - b : per_round;
+        dt_pool_run(pool, gen_blocks, &j, (int)j.n_blocks);
+        if (j.failed) {
+            st = dt_error(DT_ERR_NOMEM, "no memory to format rows");
+            break;
+        }
+        for (int64_t k = 0; k < j.n_blocks && st == DT_OK; k++)
+            if (fwrite(j.bufs[k].p, 1, j.bufs[k].n, f) != j.bufs[k].n)
+                st = dt_error(DT_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    }
+    if (fclose(f) != 0 && st == DT_OK)
+        st = dt_error(DT_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    f = NULL;
+    if (st == DT_OK) {
+        st = dt_file_replace_commit(&fr);
+        open = false;
+    }
+    if (st == DT_OK) {
+        out->rows = rows;
+        out->feature_size = t.feature_size;
+        double clicks = 0.0;
+        for (int64_t r = 0; r < rows; r++)
+            clicks += j.labels[r];
+        out->ctr = clicks / (double)rows;
+        out->teacher_auc = NAN;
+        if (dt_auc(j.logits, j.labels, (size_t)rows, &out->teacher_auc) != DT_OK)
+            dt_error_clear(); /* one class only in a handful of rows */
+    }
+done:
+    if (f)
+        fclose(f);
+    if (open)
+        dt_file_replace_abort(&fr);
+    for (int k = 0; j.bufs && k < per_round; k++)
+        free(j.bufs[k].p);
+    free(j.bufs), free(j.logits), free(j.labels);
+    return st;
+}
