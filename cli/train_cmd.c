@@ -2,6 +2,7 @@
  * chief's report and --metrics-out. */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -395,6 +396,10 @@ static dt_status write_metrics(const char *path, const struct train_opts *o,
     if (rep->have_test) {
         cJSON_AddNumberToObject(j, "test_loss", rep->test_loss);
         cJSON_AddNumberToObject(j, "test_accuracy", rep->test_accuracy);
+        if (isfinite(rep->test_auc))
+            cJSON_AddNumberToObject(j, "test_auc", rep->test_auc);
+        if (isfinite(rep->test_logloss))
+            cJSON_AddNumberToObject(j, "test_logloss", rep->test_logloss);
     } else {
         cJSON_AddNullToObject(j, "test_loss");
         cJSON_AddNullToObject(j, "test_accuracy");
@@ -574,7 +579,10 @@ static dt_status report(const struct train_opts *o, const dt_train_report *r)
     printf("Trained %lld steps (%lld examples) in %.2f s: %.0f samples/s on %d thread%s\n",
            (long long)(f->steps - f->resumed_step), (long long)f->samples, f->train_seconds, sps,
            r->threads, r->threads == 1 ? "" : "s");
-    if (r->have_test)
+    if (r->have_test && isfinite(r->test_auc))
+        printf("Test loss: %.4f - test accuracy: %.4f - test AUC: %.4f - test logloss: %.4f\n",
+               r->test_loss, r->test_accuracy, r->test_auc, r->test_logloss);
+    else if (r->have_test)
         printf("Test loss: %.4f - test accuracy: %.4f\n", r->test_loss, r->test_accuracy);
     if (r->bad_records)
         printf("Skipped %lld bad records\n", (long long)r->bad_records);

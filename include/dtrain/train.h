@@ -60,6 +60,7 @@ typedef struct {
     dt_fit_result fit;
     bool have_test;           /* test_* hold the whole test set's figures after training */
     double test_loss, test_accuracy;
+    double test_auc, test_logloss; /* a binary model's (CTR models); NaN otherwise */
     int threads;              /* intra-op threads of each replica */
     int workers;              /* replicas in sync */
     int prefetch;             /* batches prepared ahead on a thread */

@@ -429,7 +429,7 @@ static dt_status set_shape(dt_input *in, const dt_input_spec *s, const dt_file_l
         in->shape[0] = in->shape[1] = 1;
         in->shape[2] = n_dense;
     }
-    if (n_dense < 1)
+    if (n_dense < 1 && o->field_size < 1) /* CTR rows are all sparse fields */
         return dt_error(DT_ERR_INVALID, "%s: the examples have no dense features", what);
     return DT_OK;
 }

@@ -2,6 +2,7 @@
 #include "dtrain/train.h"
 
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -308,11 +309,18 @@ static dt_status final_test(const dt_train_config *c, dt_input *in, dt_model *m,
     const dt_fit_result *r = &out->fit;
     out->have_test = in->test != NULL;
     out->test_loss = r->val_loss, out->test_accuracy = r->val_accuracy;
-    if (!in->test || (r->validated && c->fit.eval_steps == 0))
+    out->test_auc = out->test_logloss = NAN;
+    /* A binary model's AUC needs every score of the set: its validation did not keep them. */
+    bool binary = dt_model_num_outputs(m) == 1 &&
+                  dt_model_spec_of(m)->loss == DT_LOSS_BINARY_CROSSENTROPY;
+    if (!in->test || (r->validated && c->fit.eval_steps == 0 && !binary))
         return DT_OK;
     dt_status st = dt_dataset_reset(in->test);
-    if (st == DT_OK)
-        st = dt_evaluate_dataset(m, in->test, &out->test_loss, &out->test_accuracy);
+    dt_eval_metrics e;
+    if (st == DT_OK && (st = dt_evaluate_metrics(m, in->test, 0, &e)) == DT_OK) {
+        out->test_loss = e.loss, out->test_accuracy = e.accuracy;
+        out->test_auc = e.auc, out->test_logloss = e.logloss;
+    }
     return st;
 }
 
