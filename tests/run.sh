@@ -25,6 +25,8 @@ run_suite() { # name, counts file, command...
 }
 run_suite unit "$work/unit" "$build/tests/unit" --counts "$work/unit"
 run_suite cli "$work/cli" bash tests/cli.sh "$build" "$work/cli"
+# CTR models: generated data, AUC, bad CTR input.
+run_suite ctr "$work/ctr" bash tests/ctr.sh "$build" "$work/ctr"
 # The mpi communicator under mpirun (and coll_check over the local backend).
 run_suite mpi "$work/mpi" bash tests/mpi.sh "$build" "$work/mpi"
 run_suite launch "$work/launch" bash tests/launch.sh "$build" "$work/launch"

@@ -380,6 +380,13 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
                           c->model);
             goto fail;
         }
+        /* Tables are not in checkpoints yet: a resumed run would start them afresh. */
+        if (c->fit.model_dir || c->fit.backup_dir || c->fit.restore_path) {
+            st = dt_error(DT_ERR_UNSUPPORTED, "--model %s: --model-dir, --backup-dir and "
+                          "--restore-checkpoint are not available for CTR models in this build "
+                          "(their tables are not saved in checkpoints yet)", c->model);
+            goto fail;
+        }
         io.field_size = c->ctr.field_size;
         io.hash_buckets = c->hash_buckets;
         io.max_id = c->hash_buckets > 0 ? 0 : c->ctr.feature_size;

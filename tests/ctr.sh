@@ -1,0 +1,110 @@
+#!/usr/bin/env bash
+# Tests of the CTR models from the command line: generated data, LR < FM, DeepFM < the teacher
+# in held-out AUC, the report's AUC and logloss, and one-line errors naming the file and line for
+# bad CTR input. usage: tests/ctr.sh BUILD_DIR COUNTS_FILE
+set -u
+build=$1
+counts=$2
+dtrain="$build/dtrain"
+tmp=$(mktemp -d /tmp/dtrain-ctr-XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+
+. "$(dirname "$0")/lib.sh"
+
+# --- the generator: fixed teacher, rows by seed, the same bytes whatever the threads ---
+run "$dtrain" data gen-ctr --rows 60000 --seed 11 --out "$tmp/train.svm" --threads 2
+gen_out=$(cat "$tmp/out")
+fs=$(sed -n 's/.*feature_size=\([0-9]*\).*/\1/p' "$tmp/out")
+teacher=$(sed -n 's/.*teacher_auc=\([0-9.]*\).*/\1/p' "$tmp/out")
+"$dtrain" data gen-ctr --rows 60000 --seed 11 --out "$tmp/again.svm" --threads 1 > /dev/null
+"$dtrain" data gen-ctr --rows 20000 --seed 12 --out "$tmp/test.svm" > "$tmp/out2"
+fs2=$(sed -n 's/.*feature_size=\([0-9]*\).*/\1/p' "$tmp/out2")
+fields=$(head -1 "$tmp/train.svm" | awk '{print NF - 1}')
+if [ "$status" -eq 0 ] && [ -n "$fs" ] && [ "$fs" = "$fs2" ] && [ "$fields" = 39 ] && \
+    cmp -s "$tmp/train.svm" "$tmp/again.svm" && ! cmp -s "$tmp/train.svm" "$tmp/test.svm"; then
+    ok gen_ctr_is_reproducible_and_field_positional "$gen_out"
+else
+    fail gen_ctr_is_reproducible_and_field_positional "exit $status, fs $fs/$fs2, fields $fields: $gen_out $(cat "$tmp/err")"
+fi
+run "$dtrain" data gen-ctr --rows 300 --seed 3 --format criteo --out "$tmp/c.tsv"
+cols=$(head -1 "$tmp/c.tsv" | awk -F'\t' '{print NF}')
+if [ "$status" -eq 0 ] && [ "$cols" = 40 ] && [ "$(wc -l < "$tmp/c.tsv")" = 300 ] && \
+    grep -qP '\t[0-9a-f]{8}(\t|$)' "$tmp/c.tsv"; then ok gen_ctr_writes_criteo_tsv; \
+else fail gen_ctr_writes_criteo_tsv "exit $status, $cols columns: $(head -c 200 "$tmp/c.tsv")"; fi
+run "$dtrain" data gen-ctr --rows 50 --seed 3 --format tfrecord --out "$tmp/g.tfrecord"
+run2=$("$dtrain" data head "$tmp/g.tfrecord" --format tfrecord -n 1 2>&1)
+if [ "$status" -eq 0 ] && echo "$run2" | grep -q '"ids"' && echo "$run2" | grep -q '"values"'; then
+    ok gen_ctr_writes_tfrecord_examples; else fail gen_ctr_writes_tfrecord_examples "exit $status: $run2"; fi
+
+# --- LR < FM and LR < DeepFM < teacher, on held-out rows ---
+declare -A auc
+for m in lr fm deepfm; do
+    run "$dtrain" train --model "$m" --data "libsvm:$tmp/train.svm" --test-data "libsvm:$tmp/test.svm" \
+        --feature-size "$fs" --embedding-size 8 --deep-layers 32,16 --dropout-keep 1 \
+        --optimizer adagrad --lr 0.05 --batch-size 256 --epochs 2 --threads 1 --progress none \
+        --metrics-out "$tmp/$m.json"
+    auc[$m]=$(json_field "$tmp/$m.json" test_auc)
+    if [ "$status" -ne 0 ] || [ -z "${auc[$m]}" ]; then
+        fail "ctr_${m}_trains" "exit $status: $(cat "$tmp/err")"
+    else
+        ok "ctr_${m}_trains" "test_auc=${auc[$m]} test_logloss=$(json_field "$tmp/$m.json" test_logloss)"
+    fi
+done
+if awk -v l="${auc[lr]:-1}" -v f="${auc[fm]:-0}" -v d="${auc[deepfm]:-0}" -v t="$teacher" \
+    'BEGIN { exit !(l < f && l < d && d < t && f < t) }'; then
+    ok ctr_auc_order "lr ${auc[lr]} < fm ${auc[fm]}, deepfm ${auc[deepfm]} < teacher $teacher"
+else
+    fail ctr_auc_order "lr ${auc[lr]:-?} fm ${auc[fm]:-?} deepfm ${auc[deepfm]:-?} teacher $teacher"
+fi
+run "$dtrain" train --model deepfm --data "libsvm:$tmp/train.svm" --test-data "libsvm:$tmp/test.svm" \
+    --feature-size "$fs" --embedding-size 4 --deep-layers 8 --max-steps 5 --threads 1 --progress none
+if [ "$status" -eq 0 ] && grep -q "test AUC: 0\.[0-9]* - test logloss: 0\.[0-9]*" "$tmp/out"; then
+    ok ctr_report_line_has_auc_and_logloss
+else fail ctr_report_line_has_auc_and_logloss "exit $status: $(cat "$tmp/out" "$tmp/err")"; fi
+
+# --- bad input: one line naming the file and the line ---
+good=$(sed -n 1p "$tmp/train.svm")
+# The good line with its 14th field (the first categorical) as ID:VALUE.
+field14() { echo "$good" | awk -v f="$1" '{ $15 = f; print }'; }
+bad_case() { # NAME NEEDLE LINE [FLAGS...]
+    local name=$1 needle=$2 line=$3
+    shift 3
+    { echo "$good"; echo "$good"; echo "$line"; echo "$good"; } > "$tmp/bad.svm"
+    expect_error "$name" 1 "$needle" train --model lr --data "libsvm:$tmp/bad.svm" --test-data none \
+        --feature-size "$fs" --batch-size 2 --threads 1 --progress none "$@"
+}
+bad_case ctr_wrong_field_count "bad.svm: line 3, column" "$(echo "$good" | cut -d' ' -f1-30)"
+bad_case ctr_label_not_click "line 3, column 1: label 2 is not 0 or 1" "2${good#?}"
+bad_case ctr_id_outside_table "line 3, column" "$(field14 "$fs:1")"
+bad_case ctr_negative_id "line 3, column" "$(field14 "-13:1")"
+bad_case ctr_nan_value "line 3, column" "$(field14 "13:nan")"
+bad_case ctr_infinite_value "line 3, column" "$(field14 "13:1e999")"
+bad_case ctr_empty_field_list "0 fields, the model takes 39" "1"
+# The field count names the numbers; the id check names the table.
+bad_case ctr_field_count_message "30 fields, the model takes 39 (--field-size)" "$(echo "$good" | cut -d' ' -f1-31)"
+bad_case ctr_id_message "field 14: id $fs is outside the table's $fs rows" "$(field14 "$fs:1")"
+# --skip-bad-records counts them and trains on the rest.
+{ echo "$good"; echo "2${good#?}"; echo "$good"; echo "1 0:1"; echo "$good"; } > "$tmp/skip.svm"
+run "$dtrain" train --model lr --data "libsvm:$tmp/skip.svm" --test-data none --feature-size "$fs" \
+    --batch-size 1 --threads 1 --progress none --skip-bad-records
+if [ "$status" -eq 0 ] && grep -q "Skipped 2 bad records" "$tmp/out" && grep -q "(3 examples)" "$tmp/out"; then
+    ok ctr_skip_bad_records_counts_them
+else fail ctr_skip_bad_records_counts_them "exit $status: $(cat "$tmp/out" "$tmp/err")"; fi
+# Hashing takes raw ids of any size into the buckets.
+field14 "999999999999:1" > "$tmp/raw.svm"
+run "$dtrain" train --model fm --data "libsvm:$tmp/raw.svm" --test-data none --hash-buckets 1000 \
+    --embedding-size 4 --batch-size 1 --threads 1 --progress none
+if [ "$status" -eq 0 ]; then ok ctr_hash_buckets_take_raw_ids; \
+else fail ctr_hash_buckets_take_raw_ids "exit $status: $(cat "$tmp/err")"; fi
+expect_error ctr_needs_feature_size 1 "--feature-size: model deepfm needs" \
+    train --model deepfm --data "libsvm:$tmp/raw.svm" --test-data none
+expect_error ctr_other_strategies_refused 1 "trains with --strategy one_device in this build" \
+    train --model deepfm --data "libsvm:$tmp/train.svm" --feature-size "$fs" --strategy mirrored --replicas 2
+expect_error ctr_bad_deep_layers 2 "--deep-layers: expected up to 16" train --model deepfm --deep-layers 128,x
+expect_error ctr_bad_dropout_keep 2 "--dropout-keep: keep probabilities in (0, 1]" train --model deepfm --dropout-keep 0
+expect_error ctr_bad_table_optimizer 2 "--table-optimizer: unknown table optimizer 'rms'" train --table-optimizer rms
+
+echo "ctr: $passed passed, $failed failed"
+echo "$passed $failed" > "$counts"
