@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# CTR training speed, memory and held-out AUC, in one run: DeepFM as the TensorFlow sample
+# (F=39, K=32, deep 128,64,32, keep 0.5, Adam 5e-4, batch 1024) on ROWS generated training rows
+# and ROWS/5 test rows (dtrain data gen-ctr; one epoch):
+#   - dtrain, 1 thread and 2 threads;
+#   - PyTorch, 1 thread (bench/peers/torch_deepfm.py: sparse embeddings with SparseAdam, Adam for
+#     the rest);
+#   - LR and FM by dtrain, 1 thread, for the AUC order.
+# Each runs REPEAT times, interleaved; medians are reported with the ratios the goals are stated in
+# (dtrain 1 thread / PyTorch 1 thread, dtrain 2 threads / dtrain 1 thread), the AUCs, peak RSS
+# beside the tables' and slots' size, and the MLP's share of this machine's sgemm peak.
+# usage: bench/ctr.sh BUILD_DIR    env: REPEAT (3), ROWS (1000000), PEERS_DIR, PYTHON
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+build=$(cd "${1:?usage: bench/ctr.sh BUILD_DIR}" && pwd)
+repeat=${REPEAT:-3}
+rows=${ROWS:-1000000}
+peers=${PEERS_DIR:-$here/peers}
+python=${PYTHON:-/usr/bin/python3}
+die() { echo "bench/ctr.sh: error: $*" >&2; exit 1; }
+[ -x "$build/dtrain" ] || die "$build/dtrain is missing (make)"
+[ -f "$peers/torch_deepfm.py" ] || die "$peers/torch_deepfm.py is missing (set PEERS_DIR)"
+"$python" -c "import torch, numpy" 2> /dev/null || die "$python cannot import torch and numpy"
+work=$(mktemp -d /tmp/dtrain-ctr-bench-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+json() { "$python" -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$@"; }
+
+echo "generating $rows + $((rows / 5)) rows" >&2
+"$build/dtrain" data gen-ctr --rows "$rows" --seed 11 --out "$work/train.svm" > "$work/gen"
+"$build/dtrain" data gen-ctr --rows $((rows / 5)) --seed 12 --out "$work/test.svm" > /dev/null
+fs=$(sed -n 's/.*feature_size=\([0-9]*\).*/\1/p' "$work/gen")
+teacher=$(sed -n 's/.*teacher_auc=\([0-9.]*\).*/\1/p' "$work/gen")
+gen_rate=$(sed -n 's/.*rows_per_s=\([0-9]*\).*/\1/p' "$work/gen")
+common=(train --data "libsvm:$work/train.svm" --test-data "libsvm:$work/test.svm"
+        --feature-size "$fs" --optimizer adam --lr 5e-4 --batch-size 1024 --shuffle-buffer 0
+        --progress none --seed 1)
+
+for rep in $(seq 1 "$repeat"); do
+    echo "run $rep of $repeat" >&2
+    for t in 1 2; do
+        "$build/dtrain" "${common[@]}" --model deepfm --threads "$t" \
+            --metrics-out "$work/d$t.json" > /dev/null
+        echo "$(json "$work/d$t.json" samples_per_sec) $(json "$work/d$t.json" test_auc)" \
+             "$(json "$work/d$t.json" peak_rss_mb)" >> "$work/dtrain$t"
+    done
+    "$python" "$peers/torch_deepfm.py" --train "$work/train.svm" --test "$work/test.svm" \
+        --feature-size "$fs" --threads 1 > "$work/torch.out" 2>&1 ||
+        die "the PyTorch peer failed: $(tail -3 "$work/torch.out")"
+    tail -1 "$work/torch.out" | sed 's/[a-z_]*=//g' | awk '{ print $1, $5, $7 }' >> "$work/torch"
+done
+for m in lr fm; do
+    "$build/dtrain" "${common[@]}" --model "$m" --threads 1 --metrics-out "$work/$m.json" > /dev/null
+done
+
+"$python" - "$work" "$fs" "$teacher" "$gen_rate" <<'PY'
+import json, statistics, sys
+work, fs, teacher, gen_rate = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+def rows(name):
+    return [[float(x) for x in l.split()] for l in open(f"{work}/{name}") if l.strip()]
+def med(name, col):
+    return statistics.median(r[col] for r in rows(name))
+d1, d2, pt = med("dtrain1", 0), med("dtrain2", 0), med("torch", 0)
+# Tables and Adam's two slots: (fm_w + fm_v) x 3 floats.
+tables_mb = fs * (1 + 32) * 3 * 4 / 2**20
+print(f"data: {fs} feature ids, teacher AUC {teacher}, gen-ctr {gen_rate} rows/s")
+print(f"{'':28} {'samples/s':>10} {'test AUC':>9} {'peak RSS MB':>12}")
+for label, name in (("dtrain deepfm, 1 thread", "dtrain1"), ("dtrain deepfm, 2 threads", "dtrain2"),
+                    ("PyTorch deepfm, 1 thread", "torch")):
+    print(f"{label:28} {med(name, 0):10,.0f} {med(name, 1):9.4f} {med(name, 2):12,.0f}")
+print(f"dtrain 1 thread / PyTorch 1 thread: {d1 / pt:.2f}x (goal >= 3)")
+print(f"dtrain 2 threads / dtrain 1 thread: {d2 / d1:.2f}x (goal >= 1.7)")
+print(f"AUC dtrain - PyTorch: {med('dtrain1', 1) - med('torch', 1):+.4f} (goal >= -0.002)")
+print(f"tables + Adam slots: {tables_mb:,.0f} MB; dtrain's peak RSS over them: "
+      f"{med('dtrain1', 2) - tables_mb:,.0f} MB (goal <= 64)")
+# The MLP: (39 x 32) -> 128 -> 64 -> 32 -> 1, forward 2 x MACs, backward twice that.
+macs = 1248 * 128 + 128 * 64 + 64 * 32 + 32
+print(f"MLP: {6 * macs / 1e6:.2f} MFLOP per example; at 1 thread that is "
+      f"{d1 * 6 * macs / 1e9:.1f} GFLOP/s of sgemm")
+lr, fm = (json.load(open(f"{work}/{m}.json"))["test_auc"] for m in ("lr", "fm"))
+print(f"held-out AUC: lr {lr:.4f} < fm {fm:.4f} <= deepfm {med('dtrain1', 1):.4f} < teacher {teacher}")
+PY
