@@ -6,6 +6,8 @@
  *   - the buffer parse equals dt_libsvm_parse_line over the same lines, errors included;
  *   - the rows of the at_eof = false parse are a prefix of the at_eof = true parse's;
  *   - every label and value is finite, sparse ids increase within a row;
+ *   - field-positional (CTR) rows have exactly field_size entries, labels 0 or 1, and ids within
+ *     the table's rows or the hash buckets;
  *   - dt_libsvm_parse_float agrees bit for bit with strtof on the input's first token. */
 #include <math.h>
 #include <stdint.h>
@@ -44,6 +46,15 @@ static void check_rows(const dt_rowbuf *b, const dt_libsvm_options *o)
         for (int j = 0; j < b->n_dense; j++)
             REQUIRE(isfinite(b->dense[(size_t)r * b->n_dense + j]));
         REQUIRE(b->sp_row[r] <= b->sp_row[r + 1]);
+        if (o->field_size > 0) {
+            int64_t limit = o->hash_buckets > 0 ? o->hash_buckets : o->max_id;
+            REQUIRE(b->sp_row[r + 1] - b->sp_row[r] == o->field_size);
+            REQUIRE(b->labels[r] == 0.0f || b->labels[r] == 1.0f);
+            for (int64_t k = b->sp_row[r]; k < b->sp_row[r + 1]; k++)
+                REQUIRE(b->sp_ids[k] >= 0 && (limit == 0 || b->sp_ids[k] < limit) &&
+                        isfinite(b->sp_vals[k]));
+            continue;
+        }
         for (int64_t k = b->sp_row[r]; k < b->sp_row[r + 1]; k++) {
             REQUIRE(b->sp_ids[k] >= lowest && isfinite(b->sp_vals[k]));
             REQUIRE(b->sp_ids[k] <= (int64_t)DT_LIBSVM_MAX_INDEX);
@@ -180,6 +191,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     REQUIRE(dense_rows.n <= sparse_rows.n);
     dt_rowbuf_free(&sparse_rows);
     dt_rowbuf_free(&dense_rows);
+    /* Field-positional CTR rows, their ids checked against a table or hashed. */
+    dt_rowbuf ctr_rows;
+    dt_libsvm_options c;
+    dt_libsvm_options_default(&c);
+    c.index_base = 0;
+    c.field_size = 1 + (int)(size % 4);
+    if ((size >> 2) & 1)
+        c.hash_buckets = 1 + (int64_t)(size % 97);
+    else
+        c.max_id = (size >> 3) & 1 ? 1000 : 0;
+    run(buf, size, &c, &ctr_rows);
+    dt_rowbuf_free(&ctr_rows);
     check_number(buf, size);
     return 0;
 }
