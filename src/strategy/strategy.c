@@ -245,7 +245,16 @@ dt_status dt_replica_share_fields(dt_replica *r, int64_t *ints, int n_ints, doub
     return st;
 }
 
-dt_status dt_replica_start(dt_replica *r, dt_model *m) { return r->ops->start(r, m); }
+dt_status dt_replica_start(dt_replica *r, dt_model *m)
+{
+    /* Replicas in sync would each update their own tables from their own rows: refused until
+     * table gradients travel between them. */
+    if (dt_model_num_tables(m) > 0 && dt_replica_distributed(r))
+        return dt_error(DT_ERR_UNSUPPORTED, "model %s has embedding tables: it trains on one "
+                        "replica in this build (the strategies do not exchange table gradients "
+                        "yet)", dt_model_spec_of(m)->name);
+    return r->ops->start(r, m);
+}
 
 dt_status dt_replica_restored(dt_replica *r, dt_model *m, dt_optim *o)
 {
