@@ -23,7 +23,8 @@ int cmd_evaluate(int argc, char **argv)
 {
     const char *model_dir, *checkpoint, *test_data, *features, *label_key, *compression;
     const char *label_column;
-    int batch, num_features, index_base;
+    int batch, num_features, index_base, field_size;
+    int64_t hash_buckets;
     double poll, idle;
     bool watch_dir, help, csv_header;
     flag_def flags[] = {
@@ -44,6 +45,10 @@ int cmd_evaluate(int argc, char **argv)
         {"num-features", FLAG_INT, "0", "libsvm: dense features per example", &num_features,
          false},
         {"index-base", FLAG_INT, "1", "libsvm: the first feature index", &index_base, false},
+        {"field-size", FLAG_INT, "0", "CTR models: fields per example of field-positional "
+         "libsvm data (as dtrain train's --field-size)", &field_size, false},
+        {"hash-buckets", FLAG_INT64, "0", "CTR models: ids hashed with their field into this "
+         "many rows (as dtrain train's --hash-buckets)", &hash_buckets, false},
         {"csv-header", FLAG_BOOL, "false", "csv: the first line names the columns", &csv_header,
          false},
         {"label-column", FLAG_STRING, NULL, "csv: the label's column, by name or 0-based index",
@@ -83,6 +88,7 @@ int cmd_evaluate(int argc, char **argv)
     io.features = features, io.label_key = label_key, io.num_features = num_features;
     io.index_base = index_base, io.csv_header = csv_header, io.label_column = label_column;
     io.batch_size = batch;
+    io.field_size = field_size, io.hash_buckets = hash_buckets;
     if (dt_input_options_check(&io) != DT_OK)
         return cli_fail(2, dt_last_error());
     dt_evaluator_options eo;

@@ -106,5 +106,63 @@ expect_error ctr_bad_deep_layers 2 "--deep-layers: expected up to 16" train --mo
 expect_error ctr_bad_dropout_keep 2 "--dropout-keep: keep probabilities in (0, 1]" train --model deepfm --dropout-keep 0
 expect_error ctr_bad_table_optimizer 2 "--table-optimizer: unknown table optimizer 'rms'" train --table-optimizer rms
 
+# --- checkpoints: tables and their slots saved, exact resume after kill -9, evaluate, numpy ---
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
+head -12000 "$tmp/train.svm" > "$tmp/small.svm"
+rc=(train --model deepfm --data "libsvm:$tmp/small.svm" --test-data none --hash-buckets 3000
+    --embedding-size 8 --deep-layers 16 --optimizer adam --batch-size 128 --threads 1
+    --progress none --epochs 4 --seed 3)
+"$dtrain" "${rc[@]}" --metrics-out "$tmp/full.json" > /dev/null 2> "$tmp/err"
+"$dtrain" "${rc[@]}" --backup-dir "$tmp/bk" --backup-freq 20 > /dev/null 2>&1 &
+victim=$!
+for _ in $(seq 1 3000); do [ -f "$tmp/bk/ckpt-200.safetensors" ] && break; sleep 0.01; done
+kill -9 "$victim" 2> /dev/null
+wait "$victim" 2> /dev/null
+run "$dtrain" "${rc[@]}" --backup-dir "$tmp/bk" --backup-freq 20 --metrics-out "$tmp/resumed.json"
+full=$(json_field "$tmp/full.json" param_checksum)
+resumed=$(json_field "$tmp/resumed.json" param_checksum)
+if [ "$status" -eq 0 ] && grep -q "Restoring parameters from" "$tmp/out" && [ -n "$full" ] && \
+    [ "$full" = "$resumed" ]; then
+    ok ctr_resume_after_kill_is_exact "param_checksum $full (tables included)"
+else
+    fail ctr_resume_after_kill_is_exact "exit $status, checksums $full / $resumed: $(head -c 300 "$tmp/out") $(cat "$tmp/err")"
+fi
+head -3000 "$tmp/test.svm" > "$tmp/small_test.svm"
+"$dtrain" "${rc[@]}" --model-dir "$tmp/md" --max-steps 30 > /dev/null 2>&1
+run "$dtrain" evaluate --model-dir "$tmp/md" --test-data "libsvm:$tmp/small_test.svm" --field-size 39 \
+    --hash-buckets 3000
+if [ "$status" -eq 0 ] && grep -q "Saving dict for global step 30: .*, auc = 0\.[0-9]*, logloss = " "$tmp/out"; then
+    ok ctr_evaluate_reports_auc "$(cat "$tmp/out")"
+else fail ctr_evaluate_reports_auc "exit $status: $(cat "$tmp/out" "$tmp/err")"; fi
+ck=$(ls "$tmp"/md/ckpt-*.safetensors 2> /dev/null | head -1)
+if [ -n "$ck" ] && "$py" "$(dirname "$0")/progs/read_safetensors.py" "$ck" > "$tmp/np" 2>&1 && \
+    run "$dtrain" inspect "$ck" && [ "$status" -eq 0 ]; then
+    np_crc=$(awk '$1 == "fm_v" { print $3 }' "$tmp/np")
+    dt_crc=$(awk '$1 == "fm_v" { print $NF }' "$tmp/out")
+    if [ -n "$np_crc" ] && [ "$np_crc" = "$dt_crc" ] && grep -q "^adam/m/fm_v \[3000,8\]" "$tmp/np" && \
+        grep -q "^fm_w \[3000,1\]" "$tmp/np"; then
+        ok ctr_checkpoint_tables_read_by_numpy "fm_v crc $np_crc"
+    else
+        fail ctr_checkpoint_tables_read_by_numpy "numpy $np_crc, dtrain $dt_crc: $(head -5 "$tmp/np")"
+    fi
+else
+    fail ctr_checkpoint_tables_read_by_numpy "no checkpoint or unreadable: $(cat "$tmp/np" 2> /dev/null)"
+fi
+# The same model from a model file: the same training, bit for bit.
+cat > "$tmp/deepfm.json" <<JSON
+{"type": "deepfm", "field_size": 39, "feature_size": 3000, "embedding_size": 8,
+ "deep_layers": [16], "dropout_rate": [0.5]}
+JSON
+run "$dtrain" train --model-file "$tmp/deepfm.json" --data "libsvm:$tmp/small.svm" --test-data none \
+    --hash-buckets 3000 --optimizer adam --batch-size 128 --threads 1 --progress none --epochs 4 \
+    --seed 3 --metrics-out "$tmp/file.json"
+if [ "$status" -eq 0 ] && [ "$(json_field "$tmp/file.json" param_checksum)" = "$full" ]; then
+    ok ctr_model_file_equals_builtin
+else fail ctr_model_file_equals_builtin "exit $status, $(json_field "$tmp/file.json" param_checksum) vs $full: $(cat "$tmp/err")"; fi
+echo '{"type": "deepfm", "feature_size": 10, "dropout_keep": [0.5], "dropout_rate": [0.5]}' > "$tmp/bad.json"
+expect_error ctr_model_file_keep_and_rate 1 "dropout_rate: give dropout_keep" \
+    train --model-file "$tmp/bad.json" --data "libsvm:$tmp/small.svm"
+
 echo "ctr: $passed passed, $failed failed"
 echo "$passed $failed" > "$counts"

@@ -58,6 +58,13 @@ static inline float *dt_table_row(const dt_table *t, int64_t r)
     return t->data + (size_t)r * (size_t)t->dim;
 }
 
+/* A one-view arena over the table's values (slot -1) or slot `slot`'s, named as they are and
+ * sharing their storage: what checkpoints read and write. Release it with
+ * dt_table_arena_release, never dt_arena_free. DT_ERR_UNSUPPORTED for a table of more than
+ * 2^31 - 1 rows, which a view's dimensions cannot hold. */
+dt_status dt_table_arena(const dt_table *t, int slot, dt_arena *out);
+void dt_table_arena_release(dt_arena *a);
+
 /* A table's gradient: unique ids (increasing) and one summed row for each. */
 typedef struct {
     int dim;

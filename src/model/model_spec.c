@@ -421,6 +421,116 @@ static void line_col(const char *text, size_t offset, int *line, int *col)
     }
 }
 
+/* A list of up to DT_MAX_DEEP_LAYERS numbers. */
+static dt_status get_number_list(const struct json_ctx *c, const cJSON *item, const char *key,
+                                 double *out, int *n)
+{
+    if (!cJSON_IsArray(item) || cJSON_GetArraySize(item) < 1 ||
+        cJSON_GetArraySize(item) > DT_MAX_DEEP_LAYERS)
+        return field_error(c, key, "expected a list of 1..%d numbers", DT_MAX_DEEP_LAYERS);
+    *n = 0;
+    const cJSON *v;
+    cJSON_ArrayForEach(v, item)
+    {
+        if (!cJSON_IsNumber(v))
+            return field_error(c, key, "expected numbers");
+        out[(*n)++] = v->valuedouble;
+    }
+    return DT_OK;
+}
+
+/* A CTR model: {"type": "lr" | "fm" | "deepfm", "field_size", "feature_size", "embedding_size",
+ * "deep_layers": [units...], "dropout_keep": [KEEP probabilities, as the DeepFM sample] or
+ * "dropout_rate": [Keras's drop rates], "init_stddev", "name"}. Unset sizes take
+ * dt_ctr_spec_default's values; feature_size is required. */
+static dt_status parse_ctr_object(struct json_ctx *c, const cJSON *root, dt_model_spec *out)
+{
+    static const char *const keys[] = {"type", "name", "field_size", "feature_size",
+                                       "embedding_size", "deep_layers", "dropout_keep",
+                                       "dropout_rate", "init_stddev"};
+    const cJSON *item;
+    cJSON_ArrayForEach(item, root)
+    {
+        bool ok = false;
+        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+            ok |= strcmp(item->string, keys[i]) == 0;
+        if (!ok)
+            return field_error(c, item->string, "unknown key of a CTR model (type, name, "
+                               "field_size, feature_size, embedding_size, deep_layers, "
+                               "dropout_keep, dropout_rate, init_stddev)");
+    }
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "type");
+    dt_arch arch;
+    if (!cJSON_IsString(type) || dt_arch_parse(type->valuestring, &arch) ||
+        arch == DT_ARCH_SEQUENTIAL)
+        return field_error(c, "type", "expected \"lr\", \"fm\" or \"deepfm\"");
+    dt_ctr_spec ctr;
+    dt_ctr_spec_default(&ctr);
+    dt_status st = DT_OK;
+    if ((item = cJSON_GetObjectItemCaseSensitive(root, "field_size")))
+        st = get_positive_int(c, item, "field_size", DT_MAX_FIELDS, &ctr.field_size);
+    if (st == DT_OK && (item = cJSON_GetObjectItemCaseSensitive(root, "embedding_size")))
+        st = get_positive_int(c, item, "embedding_size", DT_MAX_EMBEDDING, &ctr.embedding_size);
+    if (st)
+        return st;
+    item = cJSON_GetObjectItemCaseSensitive(root, "feature_size");
+    if (!cJSON_IsNumber(item) || item->valuedouble != floor(item->valuedouble) ||
+        item->valuedouble < 1 || item->valuedouble > 1099511627776.0)
+        return field_error(c, "feature_size", item ? "expected an integer in 1..2^40"
+                                                   : "missing: the tables' rows");
+    ctr.feature_size = (long long)item->valuedouble;
+    if ((item = cJSON_GetObjectItemCaseSensitive(root, "init_stddev"))) {
+        if (!cJSON_IsNumber(item) || !(item->valuedouble >= 0 && item->valuedouble < 10))
+            return field_error(c, "init_stddev", "expected a number in [0, 10)");
+        ctr.init_stddev = (float)item->valuedouble;
+    }
+    double units[DT_MAX_DEEP_LAYERS], drop[DT_MAX_DEEP_LAYERS];
+    int n_units = ctr.n_deep, n_drop = 0;
+    if ((item = cJSON_GetObjectItemCaseSensitive(root, "deep_layers"))) {
+        if ((st = get_number_list(c, item, "deep_layers", units, &n_units)))
+            return st;
+        ctr.n_deep = n_units;
+        for (int i = 0; i < n_units; i++) {
+            if (units[i] != floor(units[i]) || units[i] < 1 || units[i] > 65536)
+                return field_error(c, "deep_layers", "expected units in 1..65536");
+            ctr.deep_layers[i] = (int)units[i];
+        }
+    }
+    const cJSON *keep = cJSON_GetObjectItemCaseSensitive(root, "dropout_keep");
+    const cJSON *rate = cJSON_GetObjectItemCaseSensitive(root, "dropout_rate");
+    if (keep && rate)
+        return field_error(c, "dropout_rate", "give dropout_keep (keep probabilities) or "
+                           "dropout_rate (drop rates), not both");
+    if (keep || rate) {
+        const char *key = keep ? "dropout_keep" : "dropout_rate";
+        if ((st = get_number_list(c, keep ? keep : rate, key, drop, &n_drop)))
+            return st;
+        if (n_drop != 1 && n_drop != ctr.n_deep)
+            return field_error(c, key, "expected one value or one per deep layer (%d)",
+                               ctr.n_deep);
+        for (int i = 0; i < ctr.n_deep; i++) {
+            double v = drop[n_drop == 1 ? 0 : i];
+            if (!(keep ? v > 0 && v <= 1 : v >= 0 && v < 1))
+                return field_error(c, key, keep ? "expected keep probabilities in (0, 1]"
+                                                : "expected drop rates in [0, 1)");
+            ctr.dropout_keep[i] = (float)(keep ? v : 1.0 - v);
+        }
+    } else {
+        for (int i = 0; i < ctr.n_deep; i++)
+            ctr.dropout_keep[i] = 0.5f;
+    }
+    if ((st = dt_model_spec_ctr(arch, &ctr, out)))
+        return dt_error_prefix(st, "%s", c->source);
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "name");
+    if (name && (!cJSON_IsString(name) || !name->valuestring[0] ||
+                 strlen(name->valuestring) >= sizeof out->name))
+        return field_error(c, "name", "expected a non-empty string of at most %d characters",
+                           (int)sizeof out->name - 1);
+    if (name)
+        snprintf(out->name, sizeof out->name, "%s", name->valuestring);
+    return DT_OK;
+}
+
 static dt_status parse_model_object(struct json_ctx *c, const cJSON *root, dt_model_spec *out)
 {
     static const char *const keys[] = {"name", "input_shape", "loss", "layers"};
@@ -503,6 +613,8 @@ dt_status dt_model_spec_from_json(const char *text, const char *source, dt_model
     dt_status st;
     if (!cJSON_IsObject(root))
         st = dt_error(DT_ERR_INVALID, "%s: expected a JSON object describing the model", source);
+    else if (cJSON_GetObjectItemCaseSensitive(root, "type"))
+        st = parse_ctr_object(&c, root, out);
     else
         st = parse_model_object(&c, root, out);
     cJSON_Delete(root);
@@ -602,12 +714,41 @@ static bool add_layer_json(cJSON *layers, const dt_layer_spec *l)
     return ok;
 }
 
+/* A CTR model's spec in the form parse_ctr_object reads. */
+static bool add_ctr_json(cJSON *j, const dt_model_spec *spec)
+{
+    const dt_ctr_spec *c = &spec->ctr;
+    bool ok = cJSON_AddStringToObject(j, "type", dt_arch_name(spec->arch)) &&
+              cJSON_AddStringToObject(j, "name", spec->name) &&
+              cJSON_AddNumberToObject(j, "field_size", c->field_size) &&
+              cJSON_AddNumberToObject(j, "feature_size", (double)c->feature_size) &&
+              cJSON_AddNumberToObject(j, "init_stddev", (double)c->init_stddev);
+    if (ok && spec->arch != DT_ARCH_LR)
+        ok = cJSON_AddNumberToObject(j, "embedding_size", c->embedding_size) != NULL;
+    if (ok && spec->arch == DT_ARCH_DEEPFM) {
+        double keep[DT_MAX_DEEP_LAYERS];
+        for (int i = 0; i < c->n_deep; i++)
+            keep[i] = c->dropout_keep[i];
+        cJSON *units = cJSON_CreateIntArray(c->deep_layers, c->n_deep);
+        ok = units && cJSON_AddItemToObject(j, "deep_layers", units);
+        cJSON *k = ok ? cJSON_CreateDoubleArray(keep, c->n_deep) : NULL;
+        ok = k && cJSON_AddItemToObject(j, "dropout_keep", k);
+    }
+    return ok;
+}
+
 char *dt_model_spec_to_json(const dt_model_spec *spec)
 {
     cJSON *j = cJSON_CreateObject();
     char *text = NULL;
     if (!j)
         return NULL;
+    if (spec->arch != DT_ARCH_SEQUENTIAL) {
+        if (add_ctr_json(j, spec))
+            text = cJSON_PrintUnformatted(j);
+        cJSON_Delete(j);
+        return text;
+    }
     cJSON *layers = NULL;
     bool ok = cJSON_AddStringToObject(j, "name", spec->name) != NULL;
     if (ok && spec->input_shape[0] > 0) {

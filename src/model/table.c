@@ -123,6 +123,26 @@ void dt_table_init_normal(dt_table *t, float stddev, uint64_t seed, dt_pool *poo
     dt_pool_run(pool, init_rows, &j, dt_pool_size(pool) * 4);
 }
 
+dt_status dt_table_arena(const dt_table *t, int slot, dt_arena *out)
+{
+    dt_arena_init(out);
+    if (t->rows > 2147483647)
+        return dt_error(DT_ERR_UNSUPPORTED, "table %s: %lld rows, more than a checkpoint view "
+                        "holds (2^31 - 1)", t->name, (long long)t->rows);
+    int dims[2] = {(int)t->rows, t->dim};
+    dt_status st = dt_arena_add(out, slot < 0 ? t->name : t->slot_names[slot], 2, dims, NULL);
+    if (st)
+        return st;
+    out->data = slot < 0 ? t->data : t->slots[slot];
+    return DT_OK;
+}
+
+void dt_table_arena_release(dt_arena *a)
+{
+    a->data = NULL; /* the table's */
+    dt_arena_free(a);
+}
+
 void dt_sparse_rows_init(dt_sparse_rows *s, int dim)
 {
     memset(s, 0, sizeof *s);

@@ -4,6 +4,7 @@
 #include "dtrain/evaluator.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include "dtrain/clock.h"
 #include "dtrain/fit.h"
 #include "dtrain/input.h"
+#include "fit_ckpt.h"
 #include "dtrain/model.h"
 #include "dtrain/pool.h"
 #include "dtrain/summary.h"
@@ -34,7 +36,8 @@ static dt_status model_of_checkpoint(const dt_ckpt *c, int batch, dt_pool *pool,
     dt_model *m;
     if ((st = dt_model_create(&spec, batch, pool, NULL, &m)))
         return st;
-    if ((st = dt_ckpt_restore_arena(c, dt_model_params(m)))) {
+    if ((st = dt_ckpt_restore_arena(c, dt_model_params(m))) ||
+        (st = dt_ckpt_restore_tables(c, m, false))) {
         dt_model_destroy(m);
         return st;
     }
@@ -52,21 +55,33 @@ static int64_t step_of(const dt_ckpt *c)
 
 /* One pass over the test data: images in memory are checked whole first, so a bad label is
  * named by its file and offset; the width of file data's rows before any batch. */
-static dt_status evaluate_input(dt_model *m, dt_input *test, double *loss, double *acc)
+static dt_status evaluate_input(dt_model *m, dt_input *test, dt_eval_metrics *r)
 {
     size_t values = (size_t)test->shape[0] * test->shape[1] * test->shape[2];
+    bool ctr = dt_model_spec_of(m)->arch != DT_ARCH_SEQUENTIAL;
     dt_status st = DT_OK;
     if (test->test_images.n > 0)
         st = dt_check_dataset(m, &test->test_images);
-    else if (values != dt_model_input_elems(m))
+    else if (!ctr && values != dt_model_input_elems(m))
         st = dt_error(DT_ERR_INVALID, "--test-data: %s gives %zu values per example; the "
                       "checkpoint's model %s takes %zu", test->source, values,
                       dt_model_spec_of(m)->name, dt_model_input_elems(m));
     if (st == DT_OK)
         st = dt_dataset_reset(test->test);
     if (st == DT_OK)
-        st = dt_evaluate_dataset(m, test->test, loss, acc);
+        st = dt_evaluate_metrics(m, test->test, 0, r);
     return st;
+}
+
+/* The evaluation's scalars for TensorBoard: loss and accuracy, and a binary model's AUC. */
+static dt_status write_summaries(dt_summary_writer *sw, int64_t step, const dt_eval_metrics *r)
+{
+    dt_status st = dt_summary_scalar(sw, "loss", step, (float)r->loss);
+    if (st == DT_OK)
+        st = dt_summary_scalar(sw, "accuracy", step, (float)r->accuracy);
+    if (st == DT_OK && isfinite(r->auc))
+        st = dt_summary_scalar(sw, "auc", step, (float)r->auc);
+    return st == DT_OK ? dt_summary_flush(sw) : st;
 }
 
 /* Evaluates c on test and reports as Estimator's evaluation does. */
@@ -77,17 +92,19 @@ static dt_status evaluate_one(const dt_evaluator_options *o, const dt_ckpt *c, d
     dt_status st = model_of_checkpoint(c, o->batch_size, pool, &m);
     if (st)
         return st;
-    double loss = 0.0, acc = 0.0;
+    dt_eval_metrics r;
     int64_t step = step_of(c);
-    if ((st = evaluate_input(m, test, &loss, &acc)) == DT_OK) {
+    if ((st = evaluate_input(m, test, &r)) == DT_OK) {
         if (o->out) {
             fprintf(o->out, "Saving dict for global step %" PRId64 ": global_step = %" PRId64
-                    ", loss = %.7g, accuracy = %.7g\n", step, step, loss, acc);
+                    ", loss = %.7g, accuracy = %.7g", step, step, r.loss, r.accuracy);
+            if (isfinite(r.auc))
+                fprintf(o->out, ", auc = %.7g, logloss = %.7g", r.auc, r.logloss);
+            fputc('\n', o->out);
             fflush(o->out);
         }
-        if (sw && ((st = dt_summary_scalar(sw, "loss", step, (float)loss)) == DT_OK) &&
-            (st = dt_summary_scalar(sw, "accuracy", step, (float)acc)) == DT_OK)
-            st = dt_summary_flush(sw);
+        if (sw)
+            st = write_summaries(sw, step, &r);
     }
     dt_model_destroy(m);
     return st;

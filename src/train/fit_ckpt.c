@@ -12,6 +12,55 @@
 #include "dtrain/log.h"
 #include "dtrain/comm.h"
 
+/* ---- The tensors ---- */
+
+#define MAX_TABLE_ARENAS 6 /* two tables, each with two slots */
+
+/* What a checkpoint holds: the parameters, the optimizer's slots (plain SGD has none), and each
+ * table with its slots, as arenas over their storage. */
+typedef struct {
+    const dt_arena *list[2 + MAX_TABLE_ARENAS];
+    dt_arena tables[MAX_TABLE_ARENAS];
+    int n, n_tables;
+} ckpt_arenas;
+
+static void release_arenas(ckpt_arenas *a)
+{
+    for (int i = 0; i < a->n_tables; i++)
+        dt_table_arena_release(&a->tables[i]);
+    a->n_tables = 0;
+}
+
+/* The tables' arenas (with their slots when slots) appended to a. */
+static dt_status table_arenas(dt_model *m, bool slots, ckpt_arenas *a)
+{
+    for (int t = 0; t < dt_model_num_tables(m); t++) {
+        const dt_table *tab = dt_model_table(m, t);
+        for (int s = -1; s < (slots ? tab->n_slots : 0); s++) {
+            if (a->n_tables == MAX_TABLE_ARENAS)
+                return dt_error(DT_ERR_INVALID, "model %s: more table tensors than a checkpoint "
+                                "takes (%d)", dt_model_spec_of(m)->name, MAX_TABLE_ARENAS);
+            dt_arena *ar = &a->tables[a->n_tables];
+            dt_status st = dt_table_arena(tab, s, ar);
+            if (st)
+                return st;
+            a->n_tables++;
+            a->list[a->n++] = ar;
+        }
+    }
+    return DT_OK;
+}
+
+dt_status dt_ckpt_restore_tables(const dt_ckpt *c, dt_model *m, bool slots)
+{
+    ckpt_arenas a = {.n = 0};
+    dt_status st = table_arenas(m, slots, &a);
+    for (int i = 0; st == DT_OK && i < a.n_tables; i++)
+        st = dt_ckpt_restore_arena(c, &a.tables[i]);
+    release_arenas(&a);
+    return st;
+}
+
 /* ---- Saving ---- */
 
 enum { N_META = 19, META_VALUE_CAP = 48 };
@@ -51,10 +100,13 @@ dt_status dt_fit_save(dt_ckpt_manager *mgr, bool announce, const dt_fit_config *
              ", \"batches\": %" PRId64 "}", p->in_epoch);
 #undef META_F
     meta[n++] = (dt_ckpt_meta){"model_spec", spec};
-    const dt_arena *arenas[2] = {dt_model_params(m), &o->state};
-    int n_arenas = o->state.n_views > 0 ? 2 : 1; /* plain SGD has no slots */
+    ckpt_arenas a = {.list = {dt_model_params(m), &o->state}};
+    a.n = o->state.n_views > 0 ? 2 : 1; /* plain SGD has no slots */
     char path[4400];
-    dt_status st = dt_ckpt_manager_save(mgr, p->step, arenas, n_arenas, meta, n, path, sizeof path);
+    dt_status st = table_arenas(m, true, &a);
+    if (st == DT_OK)
+        st = dt_ckpt_manager_save(mgr, p->step, a.list, a.n, meta, n, path, sizeof path);
+    release_arenas(&a);
     free(spec);
     if (st)
         return st;
@@ -161,6 +213,8 @@ static dt_status apply_checkpoint(const dt_ckpt *c, const dt_fit_config *cfg, in
     if (st || (st = dt_ckpt_restore_arena(c, dt_model_params(m))))
         return st;
     if (o->state.n_views > 0 && (st = dt_ckpt_restore_arena(c, &o->state)))
+        return st;
+    if ((st = dt_ckpt_restore_tables(c, m, true)))
         return st;
     const char *seed = dt_ckpt_meta_get(c, "seed");
     char mine[32];

@@ -31,6 +31,11 @@ dt_status dt_fit_save(dt_ckpt_manager *mgr, bool announce, const dt_fit_config *
                       dt_model *m, dt_optim *o, const dt_fit_position *p, bool final,
                       dt_fit_result *r);
 
+/* Restores a CTR model's tables from checkpoint c, with their optimizer slots when slots (a
+ * model set up with the optimizer the checkpoint was written with): DT_ERR_INVALID naming the
+ * tensor when one is missing or of another shape. Nothing to do for a model without tables. */
+dt_status dt_ckpt_restore_tables(const dt_ckpt *c, dt_model *m, bool slots);
+
 /* Restores m, o and *pos from the newest checkpoint of backup_dir, else model_dir, else
  * restore_path, when there is one: the chief reads it and the strategy shares it with the other
  * replicas (a failure too, so they stop with its reason). *resumed tells whether it did. */

@@ -231,14 +231,36 @@ static dt_status ctr_spec(const dt_train_config *c, dt_arch arch, dt_model_spec 
     return dt_model_spec_ctr(arch, &ctr, spec);
 }
 
-/* Whether the configured model is a built-in CTR model, which reads field-positional data. */
-static bool is_ctr_model(const dt_train_config *c)
+/* For a CTR model, built in or from a model file: its data is read field-positional, its ids
+ * checked against the tables' rows or hashed into them. *ctr false for other models. */
+static dt_status ctr_input_options(const dt_train_config *c, dt_input_options *io, bool *ctr)
 {
-    dt_arch arch;
-    bool ctr = !c->model_file && dt_arch_parse(c->model, &arch) == DT_OK &&
-               arch != DT_ARCH_SEQUENTIAL;
-    dt_error_clear();
-    return ctr;
+    *ctr = false;
+    dt_arch arch = DT_ARCH_SEQUENTIAL;
+    dt_ctr_spec spec = c->ctr;
+    if (c->model_file) {
+        dt_model_spec file;
+        dt_status st = dt_model_spec_from_json_file(c->model_file, &file);
+        if (st)
+            return st;
+        arch = file.arch;
+        spec = file.ctr;
+        if (arch != DT_ARCH_SEQUENTIAL && c->hash_buckets > 0 &&
+            c->hash_buckets != spec.feature_size)
+            return dt_error(DT_ERR_INVALID, "--hash-buckets %lld: %s has feature_size %lld: the "
+                            "ids are hashed into the table's rows, so give the same number",
+                            (long long)c->hash_buckets, c->model_file, spec.feature_size);
+    } else if (dt_arch_parse(c->model, &arch) != DT_OK) {
+        dt_error_clear();
+        return DT_OK;
+    }
+    if (arch == DT_ARCH_SEQUENTIAL)
+        return DT_OK;
+    *ctr = true;
+    io->field_size = spec.field_size;
+    io->hash_buckets = c->hash_buckets;
+    io->max_id = c->hash_buckets > 0 ? 0 : spec.feature_size;
+    return DT_OK;
 }
 
 /* The model's spec, its input shape the data's when it names none. */
@@ -253,6 +275,8 @@ static dt_status load_model_spec(const dt_train_config *c, const dt_input *in,
                                  : dt_model_spec_builtin(c->model, spec);
     if (st)
         return c->model_file ? st : dt_error_prefix(st, "--model");
+    if (spec->arch != DT_ARCH_SEQUENTIAL) /* fields, not a shape of dense values */
+        return DT_OK;
     if (spec->input_shape[0] == 0) {
         memcpy(spec->input_shape, in->shape, sizeof in->shape);
     } else if (memcmp(spec->input_shape, in->shape, sizeof in->shape) != 0) {
@@ -280,7 +304,12 @@ static dt_status run_evaluator(const dt_train_config *c, dt_train_report *out)
     dt_evaluator_options eo;
     dt_evaluator_options_default(&eo);
     eo.model_dir = c->fit.model_dir, eo.watch = true, eo.test_data = test;
-    eo.input = &c->input; /* file test data is read as the training data is */
+    dt_input_options io = c->input; /* file test data is read as the training data is */
+    bool ctr;
+    dt_status st = ctr_input_options(c, &io, &ctr);
+    if (st)
+        return st;
+    eo.input = &io;
     eo.out = c->fit.log;
     eo.log = stderr;
     out->evaluator = true;
@@ -372,24 +401,15 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
     io.batch_size = c->fit.batch_size, io.seed = c->fit.seed;
     io.shuffle_buffer = c->fit.shuffle_buffer, io.prefetch = plan.prefetch;
     io.keep_remainder = c->fit.keep_remainder;
-    if (is_ctr_model(c)) {
-        /* Until tables travel between replicas, a CTR model trains on one. */
-        if (plan.kind != DT_STRATEGY_ONE_DEVICE || plan.workers > 1) {
-            st = dt_error(DT_ERR_UNSUPPORTED, "--model %s trains with --strategy one_device in "
-                          "this build: the other strategies do not exchange table gradients yet",
-                          c->model);
-            goto fail;
-        }
-        /* Tables are not in checkpoints yet: a resumed run would start them afresh. */
-        if (c->fit.model_dir || c->fit.backup_dir || c->fit.restore_path) {
-            st = dt_error(DT_ERR_UNSUPPORTED, "--model %s: --model-dir, --backup-dir and "
-                          "--restore-checkpoint are not available for CTR models in this build "
-                          "(their tables are not saved in checkpoints yet)", c->model);
-            goto fail;
-        }
-        io.field_size = c->ctr.field_size;
-        io.hash_buckets = c->hash_buckets;
-        io.max_id = c->hash_buckets > 0 ? 0 : c->ctr.feature_size;
+    bool ctr;
+    if ((st = ctr_input_options(c, &io, &ctr)))
+        goto fail;
+    /* Until tables travel between replicas, a CTR model trains on one. */
+    if (ctr && (plan.kind != DT_STRATEGY_ONE_DEVICE || plan.workers > 1)) {
+        st = dt_error(DT_ERR_UNSUPPORTED, "model %s trains with --strategy one_device in this "
+                      "build: the other strategies do not exchange table gradients yet",
+                      c->model_file ? c->model_file : c->model);
+        goto fail;
     }
     dt_input_spec train_spec, test_spec;
     bool have_test;
@@ -444,6 +464,13 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
     out->bad_records = in.bad_records + run.other_bad_records;
     out->param_count = dt_arena_payload_elems(dt_model_params(model));
     out->param_checksum = dt_arena_checksum(dt_model_params(model));
+    /* A CTR model's tables are parameters too: the count and the CRC go on over their rows. */
+    for (int t = 0; t < dt_model_num_tables(model); t++) {
+        const dt_table *tab = dt_model_table(model, t);
+        size_t n = (size_t)tab->rows * (size_t)tab->dim;
+        out->param_count += n;
+        out->param_checksum = dt_crc32c_extend(out->param_checksum, tab->data, n * sizeof(float));
+    }
     if (out->chief)
         st = final_test(c, &in, model, out);
 fail:
