@@ -391,6 +391,7 @@ static dt_status write_metrics(const char *path, const struct train_opts *o,
     cJSON_AddNumberToObject(j, "samples", (double)r->samples);
     cJSON_AddNumberToObject(j, "train_seconds", r->train_seconds);
     cJSON_AddNumberToObject(j, "comm_seconds", r->comm_seconds);
+    cJSON_AddNumberToObject(j, "table_grad_bytes", (double)r->table_bytes);
     cJSON_AddNumberToObject(j, "final_loss", r->final_loss);
     cJSON_AddNumberToObject(j, "final_accuracy", r->final_accuracy);
     if (rep->have_test) {

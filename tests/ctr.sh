@@ -100,8 +100,6 @@ if [ "$status" -eq 0 ]; then ok ctr_hash_buckets_take_raw_ids; \
 else fail ctr_hash_buckets_take_raw_ids "exit $status: $(cat "$tmp/err")"; fi
 expect_error ctr_needs_feature_size 1 "--feature-size: model deepfm needs" \
     train --model deepfm --data "libsvm:$tmp/raw.svm" --test-data none
-expect_error ctr_other_strategies_refused 1 "trains with --strategy one_device in this build" \
-    train --model deepfm --data "libsvm:$tmp/train.svm" --feature-size "$fs" --strategy mirrored --replicas 2
 expect_error ctr_bad_deep_layers 2 "--deep-layers: expected up to 16" train --model deepfm --deep-layers 128,x
 expect_error ctr_bad_dropout_keep 2 "--dropout-keep: keep probabilities in (0, 1]" train --model deepfm --dropout-keep 0
 expect_error ctr_bad_table_optimizer 2 "--table-optimizer: unknown table optimizer 'rms'" train --table-optimizer rms
@@ -163,6 +161,39 @@ else fail ctr_model_file_equals_builtin "exit $status, $(json_field "$tmp/file.j
 echo '{"type": "deepfm", "feature_size": 10, "dropout_keep": [0.5], "dropout_rate": [0.5]}' > "$tmp/bad.json"
 expect_error ctr_model_file_keep_and_rate 1 "dropout_rate: give dropout_keep" \
     train --model-file "$tmp/bad.json" --data "libsvm:$tmp/small.svm"
+
+# --- synchronous strategies: mirrored and multi_worker_mirrored equal one_device at the same
+# global batch, and send the tables' rows, never a table-sized gradient ---
+sync=(train --model deepfm --data "libsvm:$tmp/small.svm" --test-data none --hash-buckets 200000
+      --embedding-size 8 --deep-layers 16 --dropout-keep 1 --optimizer adam --lr 0.01
+      --batch-size 256 --progress none --max-steps 20 --seed 3 --shuffle-buffer 0 --threads 1)
+"$dtrain" "${sync[@]}" --model-dir "$tmp/s_one" > /dev/null 2>&1
+"$dtrain" "${sync[@]}" --strategy mirrored --replicas 2 --model-dir "$tmp/s_mir" \
+    --metrics-out "$tmp/s_mir.json" > /dev/null 2>&1
+"$dtrain" launch -n 2 -- "$dtrain" "${sync[@]}" --model-dir "$tmp/s_mwm" \
+    --metrics-out "$tmp/s_mwm.json" > "$tmp/launch.out" 2>&1
+for s in mir mwm; do
+    diff=$("$py" "$(dirname "$0")/progs/ckpt_diff.py" "$tmp/s_one/ckpt-20.safetensors" \
+        "$tmp/s_$s/ckpt-20.safetensors" 2>&1)
+    rel=$(echo "$diff" | sed -n 's/max_rel=\([^ ]*\) tensors=7/\1/p')
+    if [ -n "$rel" ] && awk -v r="$rel" 'BEGIN { exit !(r <= 1e-5) }'; then
+        ok "ctr_${s}_equals_one_device" "$diff after 20 steps"
+    else
+        fail "ctr_${s}_equals_one_device" "$diff $(tail -3 "$tmp/launch.out")"
+    fi
+    # Per step and replica, at most one id and row per place of its half batch (128 x 39), for
+    # fm_w (1 float) and fm_v (8): a dense gradient would be 200000 x 9 floats.
+    bytes=$(json_field "$tmp/s_$s.json" table_grad_bytes)
+    bound=$(( 2 * 8 + 128 * 39 * (8 + 4) + 128 * 39 * (8 + 32) ))
+    dense=$(( 200000 * 9 * 4 ))
+    if [ -n "$bytes" ] && [ "$bytes" -gt 0 ] && [ $((bytes / 20)) -le "$bound" ]; then
+        ok "ctr_${s}_sends_rows_not_tables" "$((bytes / 20)) bytes per step, bound $bound, a dense table gradient $dense"
+    else
+        fail "ctr_${s}_sends_rows_not_tables" "table_grad_bytes $bytes over 20 steps, bound $bound per step"
+    fi
+done
+expect_error ctr_central_storage_refused 1 "central_storage does not train embedding tables" \
+    "${sync[@]}" --strategy central_storage --replicas 2
 
 echo "ctr: $passed passed, $failed failed"
 echo "$passed $failed" > "$counts"

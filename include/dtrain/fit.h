@@ -96,6 +96,7 @@ typedef struct {
     int epochs;              /* epochs begun */
     int64_t samples;
     double train_seconds;    /* the steps alone: no evaluation, no printing */
+    int64_t table_bytes;     /* table gradients this replica sent to the others (ids and rows) */
     double comm_seconds;     /* of which waiting on collectives: the other workers, and the
                                 gradient all-reduce backward did not hide */
     double final_loss;       /* mean training loss over the last epoch */

@@ -46,6 +46,8 @@ dt_status dt_allreduce_start(dt_replica *r, dt_model *m)
     /* Every replica starts from the chief's variables, as TF's strategies and DDP do. */
     dt_arena *params = dt_model_params(m);
     dt_status st = dt_comm_broadcast(r->comm, params->data, params->n_elems * sizeof(float), 0);
+    if (st == DT_OK)
+        st = dt_sparse_broadcast_tables(r, m, false);
     if (st)
         return dt_error_prefix(st, "broadcasting the initial parameters");
     return dt_allreduce_start_buckets(r, m);
@@ -59,7 +61,7 @@ dt_status dt_allreduce_restored(dt_replica *r, dt_model *m, dt_optim *o)
         (o->state.n_elems > 0 &&
          (st = dt_comm_broadcast(r->comm, o->state.data, o->state.n_elems * sizeof(float), 0))))
         return dt_error_prefix(st, "sharing the restored variables");
-    return DT_OK;
+    return dt_sparse_broadcast_tables(r, m, true);
 }
 
 dt_status dt_allreduce_place(dt_replica *r, dt_model *m)
@@ -239,6 +241,12 @@ static dt_status apply_sharded(dt_replica *r, dt_model *m, dt_optim *o, dt_pool 
         s->comm_seconds += dt_clock_now() - t0;
         return st;
     }
+    /* The tables first: their update is at the step the optimizer is about to count. */
+    if (dt_model_num_tables(m) > 0) {
+        if ((st = dt_sparse_sync_tables(r, m, rescale_of(s), s)))
+            return st;
+        dt_replica_update_tables(m, o, pool);
+    }
     dt_arena *params = dt_model_params(m), *grads = dt_model_grads(m);
     owned_update u = {o, pool, params->data, grads->data, rescale_of(s),
                       r->shared_storage && r->stores.now, 0.0};
@@ -260,6 +268,11 @@ dt_status dt_allreduce_apply(dt_replica *r, dt_model *m, dt_optim *o, dt_pool *p
     dt_status st = dt_allreduce_sum(r, m, s);
     if (st || s->ended)
         return st;
+    if (dt_model_num_tables(m) > 0) {
+        if ((st = dt_sparse_sync_tables(r, m, rescale_of(s), s)))
+            return st;
+        dt_replica_update_tables(m, o, pool);
+    }
     dt_arena *params = dt_model_params(m), *grads = dt_model_grads(m);
     dt_optim_step(o, pool, params->data, grads->data, params->n_elems);
     return DT_OK;
@@ -281,6 +294,7 @@ dt_status dt_allreduce_whole_state(dt_replica *r, dt_model *m, dt_optim *o)
 
 void dt_allreduce_end(dt_replica *r, dt_model *m)
 {
+    dt_sparse_sync_free(r);
     if (r->shared_storage)
         dt_model_use_storage(m, NULL, NULL); /* the parameters back in the model's own storage */
     r->shared_storage = false;

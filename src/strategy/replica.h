@@ -35,6 +35,8 @@ typedef struct {
     /* Set by begin: the rows the gradients are scaled for (1 / scaled_rows each example). */
     int64_t scaled_rows;
     double comm_seconds;   /* added to by the strategy: time waiting on the other replicas */
+    int64_t table_bytes;   /* added to by the strategy: bytes of table gradients this replica
+                            * sent (ids and rows) */
 } dt_step;
 
 /* A replica of one_device, for a loop that is given none. */

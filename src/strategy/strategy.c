@@ -247,12 +247,13 @@ dt_status dt_replica_share_fields(dt_replica *r, int64_t *ints, int n_ints, doub
 
 dt_status dt_replica_start(dt_replica *r, dt_model *m)
 {
-    /* Replicas in sync would each update their own tables from their own rows: refused until
-     * table gradients travel between them. */
-    if (dt_model_num_tables(m) > 0 && dt_replica_distributed(r))
-        return dt_error(DT_ERR_UNSUPPORTED, "model %s has embedding tables: it trains on one "
-                        "replica in this build (the strategies do not exchange table gradients "
-                        "yet)", dt_model_spec_of(m)->name);
+    /* central_storage keeps one copy of the dense variables; its replicas' tables would each be
+     * updated from their own rows alone. */
+    if (dt_model_num_tables(m) > 0 && dt_replica_distributed(r) &&
+        r->ops == &dt_central_storage_ops)
+        return dt_error(DT_ERR_UNSUPPORTED, "model %s has embedding tables: central_storage does "
+                        "not train them (mirrored and multi_worker_mirrored do)",
+                        dt_model_spec_of(m)->name);
     return r->ops->start(r, m);
 }
 

@@ -53,6 +53,8 @@ struct dt_replica {
     dt_gradsync *gs;            /* gradient buckets, when they travel during backward */
     bool shared_storage;        /* the variables are in memory the replicas share */
     dt_store_choice stores;     /* plain or streaming stores into that memory */
+    void *sparse_buf;           /* gathered table rows (sparse_sync.c) */
+    size_t sparse_cap;
 };
 
 /* A replica's handle, for the run functions: alone (count 1) it takes one_device's table. */
@@ -86,6 +88,13 @@ dt_status dt_allreduce_check(const dt_strategy_options *o);
     .restored = dt_allreduce_restored, .place = dt_allreduce_place,                               \
     .begin_step = dt_allreduce_begin_step, .apply = dt_allreduce_apply,                           \
     .whole_state = dt_allreduce_whole_state, .end = dt_allreduce_end
+
+/* The tables' sparse gradients summed over the replicas in sync, times rescale (sparse_sync.c);
+ * the bytes this replica sent go to s->table_bytes. */
+dt_status dt_sparse_sync_tables(dt_replica *r, dt_model *m, float rescale, dt_step *s);
+/* The chief's tables (and their slots when slots) to every replica. */
+dt_status dt_sparse_broadcast_tables(dt_replica *r, dt_model *m, bool slots);
+void dt_sparse_sync_free(dt_replica *r);
 
 /* Variables of a replica's own: its copy, its slots. */
 dt_status dt_own_variables(dt_replica *r, dt_model *m, const dt_model *chief, dt_optim *o,

@@ -191,6 +191,7 @@ static dt_status run_steps(fit_run *f)
         }
         st = train_step(c->replica, c->m, c->o, f->pool, e, f->labels, &s, &go_on);
         c->result->comm_seconds += s.comm_seconds;
+        c->result->table_bytes += s.table_bytes;
         dt_elem_free(e);
         if (st || !go_on || s.ended)
             return st; /* the data ended (some replica's): the batch was not trained on */

@@ -404,10 +404,9 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
     bool ctr;
     if ((st = ctr_input_options(c, &io, &ctr)))
         goto fail;
-    /* Until tables travel between replicas, a CTR model trains on one. */
-    if (ctr && (plan.kind != DT_STRATEGY_ONE_DEVICE || plan.workers > 1)) {
-        st = dt_error(DT_ERR_UNSUPPORTED, "model %s trains with --strategy one_device in this "
-                      "build: the other strategies do not exchange table gradients yet",
+    if (ctr && plan.kind == DT_STRATEGY_CENTRAL_STORAGE) {
+        st = dt_error(DT_ERR_UNSUPPORTED, "model %s: central_storage does not train embedding "
+                      "tables (one_device, mirrored and multi_worker_mirrored do)",
                       c->model_file ? c->model_file : c->model);
         goto fail;
     }
