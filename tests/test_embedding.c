@@ -21,7 +21,8 @@ TEST(embedding_forward_and_sparse_backward_match_the_references)
     float *rows_ref = malloc(sizeof(float) * N * K), *dense = calloc(ROWS * K, sizeof(float));
     int64_t *ids = malloc(sizeof(int64_t) * N), *uniq = malloc(sizeof(int64_t) * N);
     int64_t *uniq_ref = malloc(sizeof(int64_t) * N);
-    uint32_t *order = malloc(sizeof(uint32_t) * N);
+    uint32_t *slot = malloc(sizeof(uint32_t) * N);
+    void *scratch = malloc(dt_embedding_scratch_bytes(N));
     for (int i = 0; i < ROWS * K; i++)
         table[i] = uniform(&r);
     for (int i = 0; i < N; i++) {
@@ -34,7 +35,7 @@ TEST(embedding_forward_and_sparse_backward_match_the_references)
     dt_embedding_forward(table, K, ids, vals, N, out);
     dt_embedding_forward_naive(table, K, ids, vals, N, ref);
     CHECK(memcmp(out, ref, sizeof(float) * N * K) == 0);
-    size_t u = dt_embedding_backward(ids, vals, N, K, grad, order, uniq, rows);
+    size_t u = dt_embedding_backward(ids, vals, N, K, grad, scratch, slot, uniq, rows);
     size_t u_ref = dt_embedding_backward_naive(ids, vals, N, K, grad, uniq_ref, rows_ref);
     CHECK_MSG(u == u_ref && u < (size_t)N, "%zu and %zu unique ids of %d", u, u_ref, N);
     CHECK(memcmp(uniq, uniq_ref, u * sizeof *uniq) == 0);
@@ -48,5 +49,40 @@ TEST(embedding_forward_and_sparse_backward_match_the_references)
     for (size_t a = 0; a < u; a++)
         CHECK(memcmp(dense + uniq[a] * K, rows + a * K, K * sizeof *rows) == 0);
     free(table), free(vals), free(out), free(ref), free(grad), free(rows), free(rows_ref);
-    free(dense), free(ids), free(uniq), free(uniq_ref), free(order);
+    free(dense), free(ids), free(uniq), free(uniq_ref), free(slot), free(scratch);
+}
+
+/* Ids across many radix digits (up to 2^46) deduplicate to the reference's sorted set, each
+ * place's slot names its id, and gradient columns taken in two ranges (two threads' shares)
+ * equal the whole. */
+TEST(embedding_dedupe_of_large_ids_and_column_ranges)
+{
+    enum { N = 5000, K = 6 };
+    dt_rng r;
+    dt_rng_seed(&r, 9);
+    int64_t *ids = malloc(sizeof(int64_t) * N), *uniq = malloc(sizeof(int64_t) * N);
+    int64_t *uniq_ref = malloc(sizeof(int64_t) * N);
+    uint32_t *slot = malloc(sizeof(uint32_t) * N);
+    float *vals = malloc(sizeof(float) * N), *grad = malloc(sizeof(float) * N * K);
+    float *whole = malloc(sizeof(float) * N * K), *split = malloc(sizeof(float) * N * K);
+    float *ref = malloc(sizeof(float) * N * K);
+    void *scratch = malloc(dt_embedding_scratch_bytes(N));
+    for (int i = 0; i < N; i++) {
+        ids[i] = i % 7 == 0 ? (int64_t)1 << 46 : (int64_t)(dt_rng_next(&r) >> 20) % 3000 * 977;
+        vals[i] = uniform(&r);
+    }
+    for (int i = 0; i < N * K; i++)
+        grad[i] = uniform(&r);
+    size_t u = dt_embedding_dedupe(ids, N, scratch, uniq, slot);
+    size_t u_ref = dt_embedding_backward_naive(ids, vals, N, K, grad, uniq_ref, ref);
+    CHECK(u == u_ref && memcmp(uniq, uniq_ref, u * sizeof *uniq) == 0);
+    for (int i = 0; i < N; i++)
+        CHECK(slot[i] < u && uniq[slot[i]] == ids[i]);
+    dt_embedding_accumulate(slot, vals, N, K, grad, u, 0, K, whole);
+    dt_embedding_accumulate(slot, vals, N, K, grad, u, 0, 2, split);
+    dt_embedding_accumulate(slot, vals, N, K, grad, u, 2, K, split);
+    CHECK(memcmp(whole, ref, u * K * sizeof *whole) == 0);
+    CHECK(memcmp(split, whole, u * K * sizeof *whole) == 0);
+    free(ids), free(uniq), free(uniq_ref), free(slot), free(vals), free(grad), free(whole);
+    free(split), free(ref), free(scratch);
 }

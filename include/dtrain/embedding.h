@@ -17,13 +17,25 @@ void dt_embedding_forward(const float *table, int K, const int64_t *ids, const f
 void dt_embedding_forward_naive(const float *table, int K, const int64_t *ids,
                                 const float *vals, size_t n, float *out);
 
-/* ids, vals (n); grad_out (n, K); scratch order (n). Writes the unique ids in increasing order
- * to uniq_ids (up to n) and their gradient rows to uniq_rows (n_unique, K): uniq_rows[u] = the
- * sum, in the order of the places, of vals[i] x grad_out[i] over the places i with ids[i] =
- * uniq_ids[u]. Returns the number of unique ids. */
-size_t dt_embedding_backward(const int64_t *ids, const float *vals, size_t n, int K,
-                             const float *grad_out, uint32_t *order, int64_t *uniq_ids,
+/* The unique ids of a batch's places: writes them in increasing order to uniq_ids (up to n) and,
+ * for each place i, the index of its id there to slot[i]; returns their number. A hash table of
+ * first appearances and a radix sort of the unique ids: O(n). scratch holds
+ * dt_embedding_scratch_bytes(n) bytes. Ids must not be negative. */
+size_t dt_embedding_scratch_bytes(size_t n);
+size_t dt_embedding_dedupe(const int64_t *ids, size_t n, void *scratch, int64_t *uniq_ids,
+                           uint32_t *slot);
+/* Columns [k_lo, k_hi) of the unique ids' gradient rows (n_uniq, K): uniq_rows[u] = the sum, in
+ * the order of the places, of vals[i] x grad_out[i] over the places i with slot[i] = u. Column
+ * ranges are independent: threads may take one each. */
+void dt_embedding_accumulate(const uint32_t *slot, const float *vals, size_t n, int K,
+                             const float *grad_out, size_t n_uniq, int k_lo, int k_hi,
                              float *uniq_rows);
+
+/* Both: the unique ids in increasing order and their gradient rows (n_unique, K), each summed
+ * in the order of the places; slot (n) receives each place's row. Returns the number. */
+size_t dt_embedding_backward(const int64_t *ids, const float *vals, size_t n, int K,
+                             const float *grad_out, void *scratch, uint32_t *slot,
+                             int64_t *uniq_ids, float *uniq_rows);
 /* The same by a linear search of the ids seen so far, then sorted by id. */
 size_t dt_embedding_backward_naive(const int64_t *ids, const float *vals, size_t n, int K,
                                    const float *grad_out, int64_t *uniq_ids, float *uniq_rows);

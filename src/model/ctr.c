@@ -26,7 +26,11 @@ struct dt_ctr {
     float *demb;     /* (B, F, K) */
     float *sums;     /* (B, K) */
     float *fm;       /* (B) */
-    uint32_t *order; /* (B, F) */
+    uint32_t *slot;  /* (B, F): each place's row among the unique ids */
+    int64_t *uniq;   /* (B, F) */
+    void *scratch;   /* dt_embedding_scratch_bytes(B F) */
+    dt_pool *pool;   /* of the last call */
+    const float *dlogits, *ddeep; /* of the backward under way */
 };
 
 static bool has_v(const dt_ctr *c) { return c->arch != DT_ARCH_LR; }
@@ -55,14 +59,16 @@ dt_status dt_ctr_create(const dt_model_spec *spec, int max_batch, dt_ctr **out)
     c->ids = malloc(n * sizeof *c->ids);
     c->vals = malloc(n * sizeof *c->vals);
     c->lin = malloc(n * sizeof *c->lin);
-    c->order = malloc(n * sizeof *c->order);
+    c->slot = malloc(n * sizeof *c->slot);
+    c->uniq = malloc(n * sizeof *c->uniq);
+    c->scratch = malloc(dt_embedding_scratch_bytes(n));
     c->fm = calloc((size_t)max_batch, sizeof *c->fm);
     if (has_v(c)) {
         c->emb = malloc(nk * sizeof *c->emb);
         c->demb = malloc(nk * sizeof *c->demb);
         c->sums = malloc((size_t)max_batch * (size_t)c->K * sizeof *c->sums);
     }
-    if (!c->ids || !c->vals || !c->lin || !c->order || !c->fm ||
+    if (!c->ids || !c->vals || !c->lin || !c->slot || !c->uniq || !c->scratch || !c->fm ||
         (has_v(c) && (!c->emb || !c->demb || !c->sums))) {
         st = dt_error(DT_ERR_NOMEM, "no memory for the CTR model's buffers at batch %d", max_batch);
         goto fail;
@@ -82,7 +88,7 @@ void dt_ctr_destroy(dt_ctr *c)
     dt_table_free(&c->v);
     dt_sparse_rows_free(&c->gw);
     dt_sparse_rows_free(&c->gv);
-    free(c->ids), free(c->vals), free(c->lin), free(c->order), free(c->fm);
+    free(c->ids), free(c->vals), free(c->lin), free(c->slot), free(c->uniq), free(c->scratch), free(c->fm);
     free(c->emb), free(c->demb), free(c->sums);
     free(c);
 }
@@ -115,18 +121,44 @@ dt_status dt_ctr_check_batch(const dt_ctr *c, const dt_elem *e)
     return DT_OK;
 }
 
+/* Tasks per pool thread: examples are split in this many ranges per thread. */
+#define TASKS_PER_THREAD 2
+/* Examples per task below which a thread costs more than it saves. */
+#define MIN_EXAMPLES_PER_TASK 64
+
+static int example_tasks(const dt_ctr *c, int B)
+{
+    int tasks = dt_pool_size(c->pool) * TASKS_PER_THREAD;
+    if (tasks * MIN_EXAMPLES_PER_TASK > B)
+        tasks = B / MIN_EXAMPLES_PER_TASK > 0 ? B / MIN_EXAMPLES_PER_TASK : 1;
+    return tasks;
+}
+
+/* Examples [lo, hi) of the batch: their lookups and FM terms. */
+static void forward_examples(void *ctx, int task, int n_tasks)
+{
+    dt_ctr *c = ctx;
+    long lo, hi;
+    dt_pool_slice(c->B, task, n_tasks, &lo, &hi);
+    size_t p0 = (size_t)lo * (size_t)c->F, np = (size_t)(hi - lo) * (size_t)c->F;
+    dt_embedding_forward(c->w.data, 1, c->ids + p0, c->vals + p0, np, c->lin + p0);
+    if (has_v(c)) {
+        size_t K = (size_t)c->K;
+        dt_embedding_forward(c->v.data, c->K, c->ids + p0, c->vals + p0, np, c->emb + p0 * K);
+        dt_fm_forward((int)(hi - lo), c->F, c->K, c->emb + p0 * K, c->sums + (size_t)lo * K,
+                      c->fm + lo);
+    }
+}
+
 void dt_ctr_forward(dt_ctr *c, const dt_elem *e, dt_pool *pool)
 {
-    (void)pool;
     size_t n = (size_t)e->n * (size_t)c->F;
     c->B = e->n;
+    c->pool = pool;
     memcpy(c->ids, e->sp_ids + e->sp_row[0], n * sizeof *c->ids);
     memcpy(c->vals, e->sp_vals + e->sp_row[0], n * sizeof *c->vals);
-    dt_embedding_forward(c->w.data, 1, c->ids, c->vals, n, c->lin);
-    if (has_v(c)) {
-        dt_embedding_forward(c->v.data, c->K, c->ids, c->vals, n, c->emb);
-        dt_fm_forward(e->n, c->F, c->K, c->emb, c->sums, c->fm);
-    }
+    int tasks = example_tasks(c, e->n);
+    dt_pool_run(tasks > 1 ? pool : NULL, forward_examples, c, tasks);
 }
 
 const float *dt_ctr_deep_input(const dt_ctr *c) { return c->emb; }
@@ -147,28 +179,64 @@ void dt_ctr_logits(dt_ctr *c, int B, float bias, const float *deep, float *logit
     }
 }
 
+/* Examples [lo, hi): the gradients of their places' scaled rows, dlin and demb. */
+static void backward_examples(void *ctx, int task, int n_tasks)
+{
+    dt_ctr *c = ctx;
+    long lo, hi;
+    dt_pool_slice(c->B, task, n_tasks, &lo, &hi);
+    for (long i = lo; i < hi; i++)
+        for (int f = 0; f < c->F; f++)
+            c->lin[(size_t)i * (size_t)c->F + (size_t)f] = c->dlogits[i];
+    if (!has_v(c))
+        return;
+    size_t K = (size_t)c->K, p0 = (size_t)lo * (size_t)c->F * K;
+    size_t nk = (size_t)(hi - lo) * (size_t)c->F * K;
+    if (c->ddeep)
+        memcpy(c->demb + p0, c->ddeep + p0, nk * sizeof *c->demb);
+    else
+        memset(c->demb + p0, 0, nk * sizeof *c->demb);
+    dt_fm_backward((int)(hi - lo), c->F, c->K, c->emb + p0, c->sums + (size_t)lo * K,
+                   c->dlogits + lo, c->demb + p0);
+}
+
+/* Columns of the tables' gradient rows: task 0 also takes fm_w's one column. The sums run over
+ * the places in order whatever the split, so the rows are the same bit for bit. */
+static void accumulate_columns(void *ctx, int task, int n_tasks)
+{
+    dt_ctr *c = ctx;
+    size_t n = (size_t)c->B * (size_t)c->F;
+    if (task == 0)
+        dt_embedding_accumulate(c->slot, c->vals, n, 1, c->lin, c->gw.n, 0, 1, c->gw.rows);
+    if (!has_v(c))
+        return;
+    long lo, hi;
+    dt_pool_slice(c->K, task, n_tasks, &lo, &hi);
+    if (hi > lo)
+        dt_embedding_accumulate(c->slot, c->vals, n, c->K, c->demb, c->gv.n, (int)lo, (int)hi,
+                                c->gv.rows);
+}
+
 float dt_ctr_backward(dt_ctr *c, int B, const float *dlogits, const float *ddeep, dt_pool *pool)
 {
-    (void)pool;
     size_t n = (size_t)B * (size_t)c->F;
+    c->pool = pool;
+    c->dlogits = dlogits, c->ddeep = ddeep;
     double dbias = 0.0;
-    for (int i = 0; i < B; i++) {
+    for (int i = 0; i < B; i++)
         dbias += dlogits[i];
-        for (int f = 0; f < c->F; f++)
-            c->lin[(size_t)i * (size_t)c->F + (size_t)f] = dlogits[i];
-    }
-    c->gw.n = dt_embedding_backward(c->ids, c->vals, n, 1, c->lin, c->order, c->gw.ids,
-                                    c->gw.rows);
+    int tasks = example_tasks(c, B);
+    dt_pool_run(tasks > 1 ? pool : NULL, backward_examples, c, tasks);
+    /* One deduplication serves both tables: they are looked up by the same ids. */
+    size_t u = dt_embedding_dedupe(c->ids, n, c->scratch, c->uniq, c->slot);
+    c->gw.n = u;
+    memcpy(c->gw.ids, c->uniq, u * sizeof *c->uniq);
     if (has_v(c)) {
-        size_t nk = n * (size_t)c->K;
-        if (ddeep)
-            memcpy(c->demb, ddeep, nk * sizeof *c->demb);
-        else
-            memset(c->demb, 0, nk * sizeof *c->demb);
-        dt_fm_backward(B, c->F, c->K, c->emb, c->sums, dlogits, c->demb);
-        c->gv.n = dt_embedding_backward(c->ids, c->vals, n, c->K, c->demb, c->order, c->gv.ids,
-                                        c->gv.rows);
+        c->gv.n = u;
+        memcpy(c->gv.ids, c->uniq, u * sizeof *c->uniq);
     }
+    int col_tasks = has_v(c) && c->K >= 8 ? dt_pool_size(pool) : 1;
+    dt_pool_run(col_tasks > 1 ? pool : NULL, accumulate_columns, c, col_tasks);
     return (float)dbias;
 }
 

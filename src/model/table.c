@@ -96,11 +96,16 @@ typedef struct {
     uint64_t seed;
 } init_job;
 
-/* A standard normal by Box-Muller from two uniforms in (0, 1]. */
-static float normal(dt_rng *r)
+/* Standard normals by Box-Muller, both of each pair used: two uniforms give two values. */
+static void normals(dt_rng *r, float *out, int n, float stddev)
 {
-    double u1 = 1.0 - (double)dt_rng_uniform(r), u2 = (double)dt_rng_uniform(r);
-    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+    for (int k = 0; k < n; k += 2) {
+        double u1 = 1.0 - (double)dt_rng_uniform(r), u2 = (double)dt_rng_uniform(r);
+        double rad = sqrt(-2.0 * log(u1)), ang = 6.283185307179586 * u2;
+        out[k] = (float)(rad * cos(ang)) * stddev;
+        if (k + 1 < n)
+            out[k + 1] = (float)(rad * sin(ang)) * stddev;
+    }
 }
 
 static void init_rows(void *ctx, int task, int n_tasks)
@@ -111,9 +116,7 @@ static void init_rows(void *ctx, int task, int n_tasks)
     for (long r = lo; r < hi; r++) {
         dt_rng rng;
         dt_rng_derive(&rng, j->seed, 0x7461626c65ULL /* "table" */, (uint64_t)r);
-        float *row = dt_table_row(j->t, r);
-        for (int k = 0; k < j->t->dim; k++)
-            row[k] = normal(&rng) * j->stddev;
+        normals(&rng, dt_table_row(j->t, r), j->t->dim, j->stddev);
     }
 }
 

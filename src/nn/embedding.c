@@ -24,42 +24,129 @@ void dt_embedding_forward_naive(const float *table, int K, const int64_t *ids,
             out[i * (size_t)K + (size_t)k] = table[(size_t)ids[i] * (size_t)K + (size_t)k] * vals[i];
 }
 
-/* Positions by id, then by position: the sort gives each id's places in the order they came,
- * so every id's sum is taken in the same order on every run and by the reference. */
-static int by_id_then_place(const void *a, const void *b, void *ctx)
+/* ---- Deduplication: a hash table of first appearances, then a radix sort of the unique ids ---- */
+
+/* Fibonacci hashing of an id into a table of 2^bits slots. */
+static inline size_t slot_of(int64_t id, int bits)
 {
-    const int64_t *ids = ctx;
-    uint32_t i = *(const uint32_t *)a, j = *(const uint32_t *)b;
-    if (ids[i] != ids[j])
-        return ids[i] < ids[j] ? -1 : 1;
-    return (i > j) - (i < j);
+    return (size_t)(((uint64_t)id * 0x9e3779b97f4a7c15ULL) >> (64 - bits));
 }
 
-// ids, vals (n); grad_out (n, K); order (n); uniq_ids (n); uniq_rows (n, K)
-size_t dt_embedding_backward(const int64_t *ids, const float *vals, size_t n, int K,
-                             const float *grad_out, uint32_t *order, int64_t *uniq_ids,
+/* The table: 2^bits slots for n places, at most half full. */
+static int table_bits(size_t n)
+{
+    int bits = 4;
+    while (((size_t)1 << bits) < 2 * n)
+        bits++;
+    return bits;
+}
+
+size_t dt_embedding_scratch_bytes(size_t n)
+{
+    size_t slots = (size_t)1 << table_bits(n);
+    /* table, first-appearance ids, their ranks, two radix buffers of (id, index) pairs, the
+     * place-to-first-appearance map */
+    return slots * sizeof(uint32_t) + n * (sizeof(int64_t) + sizeof(uint32_t)) +
+           2 * n * (sizeof(int64_t) + sizeof(uint32_t)) + n * sizeof(uint32_t) + 64;
+}
+
+/* Sorts keys (non-negative ids, all below 2^(8 x key_bytes)) with vals along, by 11-bit LSD
+ * radix passes; the result is in keys and vals. */
+static void radix_sort(int64_t *keys, uint32_t *vals, int64_t *tk, uint32_t *tv, size_t n,
+                       int64_t max_key)
+{
+    int passes = 0;
+    while (passes < 6 && (passes == 0 || (max_key >> (11 * passes)) != 0))
+        passes++;
+    for (int p = 0; p < passes; p++) {
+        size_t count[2049] = {0};
+        int shift = 11 * p;
+        for (size_t i = 0; i < n; i++)
+            count[((uint64_t)keys[i] >> shift & 2047) + 1]++;
+        for (int d = 0; d < 2048; d++)
+            count[d + 1] += count[d];
+        for (size_t i = 0; i < n; i++) {
+            size_t at = count[(uint64_t)keys[i] >> shift & 2047]++;
+            tk[at] = keys[i], tv[at] = vals[i];
+        }
+        int64_t *k = keys;
+        uint32_t *v = vals;
+        keys = tk, vals = tv, tk = k, tv = v;
+    }
+    if (passes % 2) /* the result is in the other buffer */
+        for (size_t i = 0; i < n; i++)
+            tk[i] = keys[i], tv[i] = vals[i];
+}
+
+// ids (n); scratch (dt_embedding_scratch_bytes(n)); uniq_ids (n); slot (n)
+size_t dt_embedding_dedupe(const int64_t *ids, size_t n, void *scratch, int64_t *uniq_ids,
+                           uint32_t *slot)
+{
+    int bits = table_bits(n);
+    size_t slots = (size_t)1 << bits, mask = slots - 1;
+    uint8_t *p = scratch;
+    uint32_t *table = (uint32_t *)p;
+    p += slots * sizeof(uint32_t);
+    int64_t *first = (int64_t *)(((uintptr_t)p + 7) & ~(uintptr_t)7);
+    int64_t *tk = first + n, *keys = tk + n;
+    uint32_t *tv = (uint32_t *)(keys + n), *vals = tv + n, *rank = vals + n, *which = rank + n;
+    memset(table, 0, slots * sizeof(uint32_t));
+    size_t u = 0;
+    int64_t max_id = 0;
+    for (size_t i = 0; i < n; i++) {
+        int64_t id = ids[i];
+        size_t h = slot_of(id, bits);
+        for (;;) {
+            uint32_t e = table[h];
+            if (e == 0) {
+                table[h] = (uint32_t)u + 1;
+                first[u] = id;
+                which[i] = (uint32_t)u++;
+                max_id = id > max_id ? id : max_id;
+                break;
+            }
+            if (first[e - 1] == id) {
+                which[i] = e - 1;
+                break;
+            }
+            h = (h + 1) & mask;
+        }
+    }
+    for (size_t a = 0; a < u; a++)
+        keys[a] = first[a], vals[a] = (uint32_t)a;
+    radix_sort(keys, vals, tk, tv, u, max_id);
+    for (size_t r = 0; r < u; r++) {
+        uniq_ids[r] = keys[r];
+        rank[vals[r]] = (uint32_t)r;
+    }
+    for (size_t i = 0; i < n; i++)
+        slot[i] = rank[which[i]];
+    return u;
+}
+
+// slot, vals (n); grad_out (n, K); uniq_rows (n_uniq, K)
+void dt_embedding_accumulate(const uint32_t *slot, const float *vals, size_t n, int K,
+                             const float *grad_out, size_t n_uniq, int k_lo, int k_hi,
                              float *uniq_rows)
 {
-    for (size_t i = 0; i < n; i++)
-        order[i] = (uint32_t)i;
-    qsort_r(order, n, sizeof *order, by_id_then_place, (void *)ids);
-    size_t u = 0;
-    for (size_t s = 0; s < n; s++) {
-        uint32_t i = order[s];
-        float *row;
-        if (s == 0 || ids[i] != uniq_ids[u - 1]) {
-            uniq_ids[u] = ids[i];
-            row = uniq_rows + u * (size_t)K;
-            memset(row, 0, (size_t)K * sizeof *row);
-            u++;
-        } else {
-            row = uniq_rows + (u - 1) * (size_t)K;
-        }
-        const float *g = grad_out + (size_t)i * (size_t)K;
+    for (size_t u = 0; u < n_uniq; u++)
+        memset(uniq_rows + u * (size_t)K + k_lo, 0, (size_t)(k_hi - k_lo) * sizeof(float));
+    for (size_t i = 0; i < n; i++) {
+        float *row = uniq_rows + (size_t)slot[i] * (size_t)K;
+        const float *g = grad_out + i * (size_t)K;
         float v = vals[i];
-        for (int k = 0; k < K; k++)
+        for (int k = k_lo; k < k_hi; k++)
             row[k] += v * g[k];
     }
+}
+
+// ids, vals (n); grad_out (n, K); scratch; slot (n); uniq_ids (n); uniq_rows (n, K)
+size_t dt_embedding_backward(const int64_t *ids, const float *vals, size_t n, int K,
+                             const float *grad_out, void *scratch, uint32_t *slot,
+                             int64_t *uniq_ids, float *uniq_rows)
+{
+    size_t u = dt_embedding_dedupe(ids, n, scratch, uniq_ids, slot);
+    dt_embedding_accumulate(slot, vals, n, K, grad_out, u, 0, K, uniq_rows);
     return u;
 }
 

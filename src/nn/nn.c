@@ -66,14 +66,26 @@ static float sigmoidf(float v)
     return e / (1.0f + e);
 }
 
+/* x[i] where y[i] > 0, else +0.0: relu's forward (x = y) and backward (x = dy), as the
+ * expression y[i] > 0 ? x[i] : 0 gives it, NaN included, but by a bit mask rather than a branch,
+ * which mispredicts on half the units and keeps the loop from vectorising. */
+static void relu_mask(size_t n, const float *y, float *x)
+{
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bits, keep = -(uint32_t)(y[i] > 0.0f);
+        memcpy(&bits, &x[i], sizeof bits);
+        bits &= keep;
+        memcpy(&x[i], &bits, sizeof bits);
+    }
+}
+
 void dt_act_forward(dt_activation act, size_t n, float *y)
 {
     switch (act) {
     case DT_ACT_NONE:
         break;
     case DT_ACT_RELU:
-        for (size_t i = 0; i < n; i++)
-            y[i] = y[i] > 0.0f ? y[i] : 0.0f;
+        relu_mask(n, y, y);
         break;
     case DT_ACT_SIGMOID:
         for (size_t i = 0; i < n; i++)
@@ -93,8 +105,7 @@ void dt_act_backward(dt_activation act, size_t n, const float *y, float *dy)
         break;
     case DT_ACT_RELU:
         /* Zero gradient at 0, as TensorFlow and PyTorch do. */
-        for (size_t i = 0; i < n; i++)
-            dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+        relu_mask(n, y, dy);
         break;
     case DT_ACT_SIGMOID:
         for (size_t i = 0; i < n; i++)
