@@ -197,5 +197,21 @@ done
 expect_error ctr_central_storage_refused 1 "central_storage does not train embedding tables" \
     "${sync[@]}" --strategy central_storage --replicas 2
 
+# --- raw Criteo TSV with hashed categories ---
+"$dtrain" data gen-ctr --rows 20000 --seed 21 --format criteo --out "$tmp/tr.tsv" > /dev/null
+"$dtrain" data gen-ctr --rows 5000 --seed 22 --format criteo --out "$tmp/te.tsv" > /dev/null
+run "$dtrain" train --model fm --data "criteo:$tmp/tr.tsv" --test-data "criteo:$tmp/te.tsv" \
+    --hash-buckets 100000 --embedding-size 8 --optimizer adagrad --lr 0.05 --batch-size 256 \
+    --threads 1 --progress none --metrics-out "$tmp/criteo.json"
+cauc=$(json_field "$tmp/criteo.json" test_auc)
+if [ "$status" -eq 0 ] && awk -v a="${cauc:-0}" 'BEGIN { exit !(a > 0.6) }'; then
+    ok ctr_trains_on_criteo_tsv "test_auc=$cauc"
+else fail ctr_trains_on_criteo_tsv "exit $status, auc $cauc: $(cat "$tmp/err")"; fi
+printf '1\t5\t7\n' > "$tmp/short.tsv"
+expect_error ctr_criteo_short_line 1 "short.tsv: line 1: column 6: 3 columns, Criteo rows have 40" \
+    train --model lr --data "criteo:$tmp/short.tsv" --test-data none --hash-buckets 1000 --progress none
+expect_error ctr_criteo_needs_buckets 1 "--hash-buckets: criteo data hashes its categories" \
+    train --model lr --data "criteo:$tmp/tr.tsv" --test-data none --progress none
+
 echo "ctr: $passed passed, $failed failed"
 echo "$passed $failed" > "$counts"

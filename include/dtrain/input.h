@@ -10,6 +10,7 @@
  *   tfrecord:GLOB          TFRecord files of tf.Example (GLOB: comma-separated patterns; - is
  *   libsvm:GLOB            stdin), LibSVM text, CSV text
  *   csv:GLOB
+ *   criteo:GLOB            Criteo's TSV click logs, for CTR models (criteo.h)
  * Images are loaded into memory and batched by the image pipeline (image_pipeline.h); files are
  * streamed: source -> [shard] -> [cache] -> [shuffle] -> batch -> [parse Examples] -> [prefetch],
  * the order the tf.data guides recommend.
@@ -40,6 +41,7 @@ typedef enum {
     DT_INPUT_TFRECORD,
     DT_INPUT_LIBSVM,
     DT_INPUT_CSV,
+    DT_INPUT_CRITEO,    /* criteo:GLOB, CTR models only */
 } dt_input_kind;
 
 typedef struct {

@@ -63,6 +63,10 @@ dt_status dt_dataset_parse_examples(dt_dataset *input, const dt_example_spec *sp
 dt_status dt_dataset_libsvm(const dt_file_list *files, const dt_libsvm_options *lo,
                             const dt_source_options *o, dt_dataset **out);
 
+/* Criteo TSV lines as CTR rows (criteo.h), ids hashed into hash_buckets rows. */
+dt_status dt_dataset_criteo(const dt_file_list *files, int64_t hash_buckets,
+                            const dt_source_options *o, dt_dataset **out);
+
 /* CSV lines as parsed rows: the first file sets the width (its header, or its first line). */
 dt_status dt_dataset_csv(const dt_file_list *files, const dt_csv_options *co,
                          const char *label_name, const dt_source_options *o, dt_dataset **out);

@@ -1,6 +1,7 @@
 /* Training input from a data spec (see include/dtrain/input.h): the spec forms in one table, the
  * file sources in another, and the builder that puts a pipeline together from them. */
 #include "dtrain/input.h"
+#include "dtrain/criteo.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -31,6 +32,7 @@ static const struct {
     {"tfrecord:", DT_INPUT_TFRECORD, FORM_FILES, "tfrecord:GLOB"},
     {"libsvm:", DT_INPUT_LIBSVM, FORM_FILES, "libsvm:GLOB"},
     {"csv:", DT_INPUT_CSV, FORM_FILES, "csv:GLOB"},
+    {"criteo:", DT_INPUT_CRITEO, FORM_FILES, "criteo:GLOB"},
 };
 #define N_SPEC_FORMS (sizeof spec_forms / sizeof spec_forms[0])
 
@@ -262,6 +264,34 @@ static dt_status libsvm_width(const dt_input *in, const dt_file_list *files, con
     return DT_OK;
 }
 
+/* Criteo's TSV: 39 fields per row, ids hashed into --hash-buckets rows (criteo.h). */
+static dt_status criteo_prepare(dt_input *in, const dt_input_options *o)
+{
+    (void)in;
+    if (o->field_size != DT_CRITEO_FIELDS)
+        return dt_error(DT_ERR_INVALID, "criteo data: rows of %d fields (13 integers, 26 "
+                        "categories), for a CTR model with --field-size %d; the model takes %d",
+                        DT_CRITEO_FIELDS, DT_CRITEO_FIELDS, o->field_size);
+    if (o->hash_buckets <= DT_CRITEO_NUMERIC)
+        return dt_error(DT_ERR_INVALID, "--hash-buckets: criteo data hashes its categories into "
+                        "the tables' rows: give their number (more than %d)", DT_CRITEO_NUMERIC);
+    return DT_OK;
+}
+
+static dt_status criteo_open(const dt_input_options *o, const dt_file_list *files,
+                             const dt_source_options *so, dt_dataset **out)
+{
+    return dt_dataset_criteo(files, o->hash_buckets, so, out);
+}
+
+static dt_status criteo_width(const dt_input *in, const dt_file_list *files, const char *what,
+                              const dt_input_options *o, int *n_dense)
+{
+    (void)in, (void)files, (void)what, (void)o;
+    *n_dense = 0;
+    return DT_OK;
+}
+
 /* CSV text: a label column (by index, or by name under a header) and dense values. */
 static dt_status csv_open(const dt_input_options *o, const dt_file_list *files,
                           const dt_source_options *so, dt_dataset **out)
@@ -326,6 +356,7 @@ static const file_source file_sources[] = {
      tfrecord_width},
     {DT_INPUT_LIBSVM, "libsvm", NULL, libsvm_open, NULL, libsvm_width},
     {DT_INPUT_CSV, "csv", NULL, csv_open, NULL, csv_width},
+    {DT_INPUT_CRITEO, "criteo", criteo_prepare, criteo_open, NULL, criteo_width},
 };
 
 static const file_source *file_source_of(dt_input_kind kind)

@@ -2,6 +2,7 @@
 #include "dtrain/sources.h"
 
 #include "sources_int.h"
+#include "dtrain/criteo.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -511,6 +512,7 @@ struct text_state {
     int csv_columns;   /* fields per line, set by the first file */
     const char *label_name;
     bool header_pending;
+    int64_t hash_buckets; /* criteo */
 };
 
 static void text_close(struct text_state *s)
@@ -686,6 +688,7 @@ static void text_destroy(dt_dataset *ds)
 
 static const dt_dataset_ops libsvm_ops = {"libsvm", text_next, text_reset, text_destroy};
 static const dt_dataset_ops csv_ops = {"csv", text_next, text_reset, text_destroy};
+static const dt_dataset_ops criteo_ops = {"criteo", text_next, text_reset, text_destroy};
 
 static dt_status libsvm_parse(struct text_state *s, size_t *consumed, uint64_t *lines)
 {
@@ -720,6 +723,46 @@ dt_status dt_dataset_libsvm(const dt_file_list *files, const dt_libsvm_options *
     s->lo = *lo;
     s->parse = libsvm_parse;
     return dt_dataset_create(&libsvm_ops, NULL, s, out);
+}
+
+/* Criteo TSV: one line at a time; errors name the line. */
+static dt_status criteo_parse(struct text_state *s, size_t *consumed, uint64_t *lines)
+{
+    size_t at = 0;
+    *consumed = 0, *lines = 0;
+    for (;;) {
+        char *nl = memchr(s->buf + at, '\n', s->len - at);
+        if (!nl && !(s->eof && at < s->len))
+            return DT_OK;
+        size_t end = nl ? (size_t)(nl - s->buf) : s->len;
+        dt_status st = dt_criteo_parse_line(s->buf + at, end - at, s->hash_buckets, &s->rows);
+        if (st == DT_END)
+            st = DT_OK;
+        if (st)
+            return dt_error_prefix(st, "line %llu", (unsigned long long)(s->line + *lines));
+        at = nl ? end + 1 : end;
+        *consumed = at;
+        (*lines)++;
+        if (!nl)
+            return DT_OK;
+    }
+}
+
+dt_status dt_dataset_criteo(const dt_file_list *files, int64_t hash_buckets,
+                            const dt_source_options *o, dt_dataset **out)
+{
+    *out = NULL;
+    if (hash_buckets <= DT_CRITEO_NUMERIC)
+        return dt_error(DT_ERR_INVALID, "--hash-buckets: criteo data needs the rows its ids are "
+                        "hashed into (more than %d), got %lld", DT_CRITEO_NUMERIC,
+                        (long long)hash_buckets);
+    struct text_state *s;
+    dt_status st = new_text_state(files, o, 0, &s);
+    if (st)
+        return st;
+    s->hash_buckets = hash_buckets;
+    s->parse = criteo_parse;
+    return dt_dataset_create(&criteo_ops, NULL, s, out);
 }
 
 /* CSV: one line at a time through the CSV parser (numbers only; no quoted newlines). */
