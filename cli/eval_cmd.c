@@ -25,6 +25,7 @@ int cmd_evaluate(int argc, char **argv)
     const char *label_column;
     int batch, num_features, index_base, field_size;
     int64_t hash_buckets;
+    const char *ids_key, *values_key;
     double poll, idle;
     bool watch_dir, help, csv_header;
     flag_def flags[] = {
@@ -47,6 +48,10 @@ int cmd_evaluate(int argc, char **argv)
         {"index-base", FLAG_INT, "1", "libsvm: the first feature index", &index_base, false},
         {"field-size", FLAG_INT, "0", "CTR models: fields per example of field-positional "
          "libsvm data (as dtrain train's --field-size)", &field_size, false},
+        {"ids-key", FLAG_STRING, "ids", "tfrecord, CTR models: the int64 feature ids", &ids_key,
+         false},
+        {"values-key", FLAG_STRING, "values", "tfrecord, CTR models: the float feature values",
+         &values_key, false},
         {"hash-buckets", FLAG_INT64, "0", "CTR models: ids hashed with their field into this "
          "many rows (as dtrain train's --hash-buckets)", &hash_buckets, false},
         {"csv-header", FLAG_BOOL, "false", "csv: the first line names the columns", &csv_header,
@@ -89,6 +94,7 @@ int cmd_evaluate(int argc, char **argv)
     io.index_base = index_base, io.csv_header = csv_header, io.label_column = label_column;
     io.batch_size = batch;
     io.field_size = field_size, io.hash_buckets = hash_buckets;
+    io.ids_key = ids_key, io.values_key = values_key;
     if (dt_input_options_check(&io) != DT_OK)
         return cli_fail(2, dt_last_error());
     dt_evaluator_options eo;

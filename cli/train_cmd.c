@@ -22,7 +22,7 @@ struct train_opts {
     const char *model, *model_file, *data, *test_data, *optimizer, *lr_schedule, *strategy;
     const char *metrics_out, *shuffle_buffer, *progress, *loss_reduction, *gradient_wire;
     const char *features, *label_key, *input_shape, *compression, *cache, *label_column;
-    const char *auto_shard;
+    const char *auto_shard, *ids_key, *values_key;
     /* CTR models */
     int field_size, embedding_size;
     int64_t feature_size, hash_buckets;
@@ -84,6 +84,10 @@ static int define_flags(flag_def *f, int cap, struct train_opts *o)
          "tfrecord: the Example features to read, KEY:LENGTH[:SCALE[:DEFAULT]],... (LENGTH 0: "
          "variable length, sparse), e.g. image:784:1/255", &o->features);
     FLAG("label-key", FLAG_STRING, "label", "tfrecord: the feature holding the label", &o->label_key);
+    FLAG("ids-key", FLAG_STRING, "ids", "tfrecord, CTR models: the int64 feature ids",
+         &o->ids_key);
+    FLAG("values-key", FLAG_STRING, "values", "tfrecord, CTR models: the float feature values",
+         &o->values_key);
     FLAG("compression", FLAG_STRING, "auto", "tfrecord: none, gzip, zlib or auto (gzip by magic)",
          &o->compression);
     FLAG("num-features", FLAG_INT, "0", "libsvm: dense features per example (indices 1..N)",
@@ -453,6 +457,7 @@ static dt_status input_options(const struct train_opts *o, int64_t shuffle_buffe
     io->skip_bad_records = o->skip_bad_records;
     io->features = o->features;
     io->label_key = o->label_key;
+    io->ids_key = o->ids_key, io->values_key = o->values_key;
     io->num_features = o->num_features;
     io->index_base = o->index_base;
     io->csv_header = o->csv_header;

@@ -6,7 +6,9 @@
  * and the layout learned from records (this one, and the inputs before it), decode exactly as
  * the general decoder does. */
 #include <stddef.h>
+#include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -84,6 +86,42 @@ static int same_with_layout(const uint8_t *data, size_t size)
     return same;
 }
 
+/* CTR Examples (ids and values zipped): a success is one row of exactly 4 fields with ids in
+ * the table (or the hash buckets), finite values and a 0/1 label; a failure leaves nothing. */
+static int ctr_rows_hold(const uint8_t *data, size_t size)
+{
+    static dt_example_spec spec[2];
+    static int ready;
+    if (!ready) {
+        for (int k = 0; k < 2; k++) {
+            snprintf(spec[k].features[0].key, DT_EXAMPLE_KEY_CAP, "ids");
+            snprintf(spec[k].features[1].key, DT_EXAMPLE_KEY_CAP, "values");
+            snprintf(spec[k].label_key, DT_EXAMPLE_KEY_CAP, "label");
+            spec[k].n_features = 2;
+            spec[k].ctr_fields = 4;
+            spec[k].ctr_max_id = k ? 0 : 1000;
+            spec[k].ctr_hash_buckets = k ? 97 : 0;
+            if (dt_example_spec_finalize(&spec[k]) != DT_OK)
+                return 0;
+        }
+        ready = 1;
+    }
+    for (int k = 0; k < 2; k++) {
+        dt_rowbuf rb;
+        dt_rowbuf_init(&rb, 0);
+        dt_status st = dt_example_parse(&spec[k], data, size, &rb);
+        int fine = st == DT_OK ? rb.n == 1 && rb.nnz == 4 && rb.sp_row[1] == 4 &&
+                                     (rb.labels[0] == 0.0f || rb.labels[0] == 1.0f)
+                               : (st == DT_ERR_FORMAT || st == DT_ERR_NOMEM) && rb.n == 0;
+        for (size_t f = 0; fine && st == DT_OK && f < 4; f++)
+            fine = rb.sp_ids[f] >= 0 && rb.sp_ids[f] < (k ? 97 : 1000) && isfinite(rb.sp_vals[f]);
+        dt_rowbuf_free(&rb);
+        if (!fine)
+            return 0;
+    }
+    return 1;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static dt_example_spec spec;
@@ -112,6 +150,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     dt_rowbuf_free(&rb);
     if (!same_both_ways(data, size) || !same_with_layout(data, size))
+        __builtin_trap();
+    if (!ctr_rows_hold(data, size))
         __builtin_trap();
     char *text = NULL;
     st = dt_example_to_json(data, size, &text);

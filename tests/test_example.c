@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "dtrain/example.h"
+#include "dtrain/hash.h"
 #include "dtrain/rng.h"
 #include "dtrain/tfrecord.h"
 #include "test.h"
@@ -1024,4 +1025,69 @@ TEST(example_learned_layout_matches_general_decoder)
 {
     learned_layout_matches_general_decoder(0);
     learned_layout_matches_general_decoder(1);
+}
+
+/* CTR Examples as the DeepFM sample writes them: ids and values zipped into fields; every bad
+ * record named by what is wrong with it. */
+static dt_status parse_ctr(const int64_t *ids, size_t n_ids, const float *vals, size_t n_vals,
+                           float label, int64_t max_id, int64_t buckets, dt_rowbuf *b)
+{
+    dt_example_spec spec;
+    memset(&spec, 0, sizeof spec);
+    snprintf(spec.features[0].key, DT_EXAMPLE_KEY_CAP, "ids");
+    snprintf(spec.features[1].key, DT_EXAMPLE_KEY_CAP, "values");
+    snprintf(spec.label_key, DT_EXAMPLE_KEY_CAP, "label");
+    spec.n_features = 2;
+    spec.ctr_fields = 3;
+    spec.ctr_max_id = max_id;
+    spec.ctr_hash_buckets = buckets;
+    CHECK_OK(dt_example_spec_finalize(&spec));
+    /* The values before the ids, as a writer may order them: the fields still pair up. */
+    dt_feature_value f[3] = {{"values", DT_FEATURE_FLOAT, n_vals, vals, NULL, NULL},
+                             {"label", DT_FEATURE_FLOAT, 1, &label, NULL, NULL},
+                             {"ids", DT_FEATURE_INT64, n_ids, NULL, ids, NULL}};
+    uint8_t *buf = NULL;
+    size_t len = 0, cap = 0;
+    CHECK_OK(dt_example_encode(f, 3, &buf, &len, &cap));
+    dt_status st = dt_example_parse(&spec, buf, len, b);
+    free(buf);
+    return st;
+}
+
+TEST(example_ctr_fields_zip_ids_and_values)
+{
+    dt_rowbuf b;
+    dt_rowbuf_init(&b, 0);
+    int64_t ids[3] = {7, 2, 7};
+    float vals[3] = {0.5f, 1.0f, -2.0f};
+    CHECK_OK(parse_ctr(ids, 3, vals, 3, 1.0f, 10, 0, &b));
+    CHECK(b.n == 1 && b.nnz == 3 && b.sp_row[1] == 3 && b.labels[0] == 1.0f);
+    for (int f = 0; f < 3; f++)
+        CHECK(b.sp_ids[f] == ids[f] && b.sp_vals[f] == vals[f]);
+    /* Hashed: each id's digits with its field. */
+    CHECK_OK(parse_ctr(ids, 3, vals, 3, 0.0f, 0, 100, &b));
+    CHECK(b.n == 2 && b.nnz == 6 && b.sp_row[2] == 6);
+    CHECK(b.sp_ids[3] == dt_hash_bucket(0, "7", 1, 100) && b.sp_ids[4] == dt_hash_bucket(1, "2", 1, 100));
+    struct {
+        int64_t ids[3];
+        size_t n_ids, n_vals;
+        float v0, label;
+        const char *needle;
+    } bad[] = {
+        {{1, 2, 3}, 3, 2, 1.0f, 0.0f, "3 ids but 2 values"},
+        {{1, 2, 3}, 0, 0, 1.0f, 0.0f, "no ids"},
+        {{1, 2, 3}, 2, 2, 1.0f, 0.0f, "2 fields, the model takes 3"},
+        {{1, -4, 3}, 3, 3, 1.0f, 0.0f, "field 2: id -4 is negative"},
+        {{1, 2, 10}, 3, 3, 1.0f, 0.0f, "field 3: id 10 is outside the table's 10 rows"},
+        {{1, 2, 3}, 3, 3, NAN, 0.0f, "field 1: value nan"},
+        {{1, 2, 3}, 3, 3, INFINITY, 0.0f, "field 1: value inf"},
+        {{1, 2, 3}, 3, 3, 1.0f, 2.0f, "label 2 is not 0 or 1"},
+    };
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        float v[3] = {bad[k].v0, 1.0f, 1.0f};
+        dt_status st = parse_ctr(bad[k].ids, bad[k].n_ids, v, bad[k].n_vals, bad[k].label, 10, 0, &b);
+        CHECK_MSG(st == DT_ERR_FORMAT && strstr(dt_last_error(), bad[k].needle) && b.n == 2 &&
+                  b.nnz == 6, "case %zu: status %d, '%s', %d rows", k, st, dt_last_error(), b.n);
+    }
+    dt_rowbuf_free(&b);
 }

@@ -57,6 +57,15 @@ typedef struct {
     dt_feature_spec features[DT_EXAMPLE_MAX_FEATURES];
     int n_features;
     char label_key[DT_EXAMPLE_KEY_CAP];
+    /* CTR rows (ctr_fields > 0, set before finalize): features[0] and features[1], the only
+     * ones, are the variable-length ids (an int64_list) and values (a float_list) of the DeepFM
+     * sample's Examples. Each record's ids and values, exactly ctr_fields of each, are zipped
+     * into the row's ctr_fields (id, value) sparse entries, in order. Checked per record: the
+     * counts, a label of 0 or 1, ids >= 0 and below ctr_max_id (when > 0), finite values. With
+     * ctr_hash_buckets > 0 each id's decimal digits are hashed with its position into that
+     * many rows (hash.h), as field-positional LibSVM hashes its id tokens. */
+    int ctr_fields;
+    int64_t ctr_max_id, ctr_hash_buckets;
     int n_dense; /* sum of the fixed lengths: set by dt_example_spec_finalize */
     /* Set by dt_example_spec_finalize; private to example.c. */
     int ready;

@@ -88,6 +88,8 @@ typedef struct {
     int field_size;
     int64_t max_id;               /* CTR data: ids must be below it (the tables' rows); 0: any */
     int64_t hash_buckets;         /* CTR data: > 0, ids hashed with their field into this many */
+    const char *ids_key;          /* CTR tfrecord: the int64 ids' feature ("ids") */
+    const char *values_key;       /* CTR tfrecord: the float values' feature ("values") */
     bool csv_header;              /* csv: the first line names the columns */
     const char *label_column;     /* csv: by name or 0-based index; NULL: the first */
     const char *input_shape;      /* "H,W,C" of file data (NULL: 1,1,features) */

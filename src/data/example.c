@@ -22,6 +22,7 @@
  * Every read is bounds-checked against the end of the enclosing message, lengths are compared
  * before any pointer is formed from them, and varints are limited to 10 bytes. */
 #include "dtrain/example.h"
+#include "dtrain/hash.h"
 
 #include <float.h>
 #include <math.h>
@@ -747,6 +748,14 @@ dt_status dt_example_spec_finalize(dt_example_spec *spec)
         table_insert(spec, LABEL_IDX);
     }
     spec->n_dense = (int)dense;
+    if (spec->ctr_fields < 0 || spec->ctr_max_id < 0 || spec->ctr_hash_buckets < 0)
+        return dt_error(DT_ERR_INVALID, "example spec: ctr_fields %d, ctr_max_id %lld, "
+                        "ctr_hash_buckets %lld", spec->ctr_fields, (long long)spec->ctr_max_id,
+                        (long long)spec->ctr_hash_buckets);
+    if (spec->ctr_fields > 0 && (spec->n_features != 2 || spec->features[0].length != 0 ||
+                                 spec->features[1].length != 0))
+        return dt_error(DT_ERR_INVALID, "example spec: CTR rows take two variable-length "
+                        "features, the ids and the values");
     /* The fast path fills dense rows only: variable-length features take the general one. */
     spec->fast = 1;
     for (int i = 0; i < spec->n_features; i++)
@@ -1673,6 +1682,52 @@ dt_status dt_example_parse_learned(const dt_example_spec *spec, dt_example_layou
     return dt_example_parse(spec, data, n_bytes, out);
 }
 
+/* A CTR record's row: its n_ids ids (entries (id, 1)) and then its n_vals values (entries
+ * (position, value)), as decoded, zipped into its fields' (id, value) entries and checked. */
+static dt_status zip_ctr_fields(const dt_example_spec *spec, float label, const size_t counts[2],
+                                dt_rowbuf *out)
+{
+    const char *ids_key = spec->features[0].key, *vals_key = spec->features[1].key;
+    size_t F = (size_t)spec->ctr_fields, base = out->nnz - counts[0] - counts[1];
+    if (label != 0.0f && label != 1.0f)
+        return dt_error(DT_ERR_FORMAT, "feature '%s': label %g is not 0 or 1", spec->label_key,
+                        (double)label);
+    if (counts[0] == 0)
+        return dt_error(DT_ERR_FORMAT, "feature '%s': no ids (missing or empty)", ids_key);
+    if (counts[0] != counts[1])
+        return dt_error(DT_ERR_FORMAT, "features '%s' and '%s': %zu ids but %zu values",
+                        ids_key, vals_key, counts[0], counts[1]);
+    if (counts[0] != F)
+        return dt_error(DT_ERR_FORMAT, "feature '%s': %zu fields, the model takes %zu "
+                        "(--field-size)", ids_key, counts[0], F);
+    int64_t *ids = out->sp_ids + base;
+    float *vals = out->sp_vals + base;
+    for (size_t f = 0; f < F; f++) {
+        int64_t id = ids[f];
+        float v = vals[F + f];
+        if (id < 0)
+            return dt_error(DT_ERR_FORMAT, "feature '%s': field %zu: id %lld is negative",
+                            ids_key, f + 1, (long long)id);
+        if (!isfinite(v))
+            return dt_error(DT_ERR_FORMAT, "feature '%s': field %zu: value %g", vals_key, f + 1,
+                            (double)v);
+        if (spec->ctr_hash_buckets > 0) {
+            char digits[24];
+            int n = snprintf(digits, sizeof digits, "%lld", (long long)id);
+            id = dt_hash_bucket((int)f, digits, (size_t)n, spec->ctr_hash_buckets);
+        } else if (spec->ctr_max_id > 0 && id >= spec->ctr_max_id) {
+            return dt_error(DT_ERR_FORMAT, "feature '%s': field %zu: id %lld is outside the "
+                            "table's %lld rows (--feature-size, or --hash-buckets)", ids_key,
+                            f + 1, (long long)id, (long long)spec->ctr_max_id);
+        }
+        ids[f] = id;
+        vals[f] = v;
+    }
+    out->nnz = base + F;
+    out->sp_row[out->n] = (int64_t)out->nnz;
+    return DT_OK;
+}
+
 dt_status dt_example_parse(const dt_example_spec *spec, const uint8_t *data, size_t n_bytes,
                            dt_rowbuf *out)
 {
@@ -1706,6 +1761,7 @@ dt_status dt_example_parse(const dt_example_spec *spec, const uint8_t *data, siz
     if ((st = dt_rowbuf_add_row(out, &dense)))
         return st;
     dt_rowbuf_set_label(out, label);
+    size_t before = out->nnz, counts[2] = {0, 0};
     for (int i = 0; i < spec->n_features; i++) {
         const dt_feature_spec *f = &spec->features[i];
         int have = (int)((w.seen >> i) & 1);
@@ -1724,7 +1780,11 @@ dt_status dt_example_parse(const dt_example_spec *spec, const uint8_t *data, siz
         }
         if (st)
             goto fail;
+        counts[i < 2 ? i : 1] = out->nnz - before;
+        before = out->nnz;
     }
+    if (spec->ctr_fields > 0 && (st = zip_ctr_fields(spec, label, counts, out)))
+        goto fail;
     return DT_OK;
 fail:
     dt_rowbuf_drop_last(out);

@@ -132,6 +132,8 @@ void dt_input_options_default(dt_input_options *o)
     o->num_parallel_calls = 1;
     o->label_key = "label";
     o->index_base = 1;
+    o->ids_key = "ids";
+    o->values_key = "values";
 }
 
 /* ---- Images ---- */
@@ -199,8 +201,34 @@ typedef struct {
 } file_source;
 
 /* TFRecord files of tf.Example: raw records, parsed after batching, a batch per call. */
+/* The DeepFM sample's Examples: the ids and values features zipped into CTR rows. */
+static dt_status ctr_example_spec(const dt_input_options *o, dt_example_spec *spec)
+{
+    memset(spec, 0, sizeof *spec);
+    const char *keys[3] = {o->ids_key, o->values_key, o->label_key};
+    const char *flags[3] = {"--ids-key", "--values-key", "--label-key"};
+    for (int i = 0; i < 3; i++)
+        if (!keys[i] || !keys[i][0] || strlen(keys[i]) >= DT_EXAMPLE_KEY_CAP)
+            return dt_error(DT_ERR_INVALID, "%s: a feature key of 1..%d bytes", flags[i],
+                            DT_EXAMPLE_KEY_CAP - 1);
+    snprintf(spec->features[0].key, DT_EXAMPLE_KEY_CAP, "%s", o->ids_key);
+    snprintf(spec->features[1].key, DT_EXAMPLE_KEY_CAP, "%s", o->values_key);
+    snprintf(spec->label_key, DT_EXAMPLE_KEY_CAP, "%s", o->label_key);
+    spec->n_features = 2;
+    spec->ctr_fields = o->field_size;
+    spec->ctr_max_id = o->max_id;
+    spec->ctr_hash_buckets = o->hash_buckets;
+    return dt_example_spec_finalize(spec);
+}
+
 static dt_status tfrecord_prepare(dt_input *in, const dt_input_options *o)
 {
+    if (o->field_size > 0) {
+        if (o->features)
+            return dt_error(DT_ERR_INVALID, "--features: CTR models read the ids and values "
+                            "features (--ids-key, --values-key), not --features");
+        return ctr_example_spec(o, &in->example_spec);
+    }
     if (!o->features)
         return dt_error(DT_ERR_INVALID, "--features: tfrecord data needs the features to read, "
                         "e.g. --features image:784:1/255 --label-key label");
