@@ -213,5 +213,19 @@ expect_error ctr_criteo_short_line 1 "short.tsv: line 1: column 6: 3 columns, Cr
 expect_error ctr_criteo_needs_buckets 1 "--hash-buckets: criteo data hashes its categories" \
     train --model lr --data "criteo:$tmp/tr.tsv" --test-data none --progress none
 
+# --- TFRecord Examples of label, ids, values, as the DeepFM sample writes them ---
+"$dtrain" data gen-ctr --rows 20000 --seed 21 --format tfrecord --out "$tmp/tr.tfrecord" > /dev/null
+"$dtrain" data gen-ctr --rows 20000 --seed 21 --out "$tmp/tr21.svm" > /dev/null
+run "$dtrain" train --model lr --data "tfrecord:$tmp/tr.tfrecord" --test-data "libsvm:$tmp/tr21.svm" \
+    --feature-size "$fs" --optimizer adagrad --lr 0.05 --batch-size 256 --threads 1 --progress none \
+    --metrics-out "$tmp/tfr.json"
+run2=$(json_field "$tmp/tfr.json" test_auc)
+if [ "$status" -eq 0 ] && awk -v a="${run2:-0}" 'BEGIN { exit !(a > 0.6) }'; then
+    ok ctr_trains_on_tfrecord_examples "train AUC on the same rows as libsvm: $run2"
+else fail ctr_trains_on_tfrecord_examples "exit $status: $(cat "$tmp/err")"; fi
+expect_error ctr_tfrecord_wrong_ids_key 1 "feature 'feat_ids': no ids (missing or empty)" \
+    train --model lr --data "tfrecord:$tmp/tr.tfrecord" --test-data none --feature-size "$fs" \
+    --ids-key feat_ids --progress none
+
 echo "ctr: $passed passed, $failed failed"
 echo "$passed $failed" > "$counts"

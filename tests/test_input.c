@@ -53,7 +53,7 @@ TEST(input_spec_names_the_flag_and_the_spec_when_bad)
     dt_input_spec s;
     CHECK_ERR(dt_input_spec_parse("parquet:x", "--data", &s), DT_ERR_INVALID,
               "--data: unknown data 'parquet:x' (fashion-mnist[:DIR], mnist:DIR, "
-              "idx:IMAGES,LABELS, tfrecord:GLOB, libsvm:GLOB, csv:GLOB)");
+              "idx:IMAGES,LABELS, tfrecord:GLOB, libsvm:GLOB, csv:GLOB, criteo:GLOB)");
     CHECK_ERR(dt_input_spec_parse("", "--data", &s), DT_ERR_INVALID, "--data: unknown data ''");
     CHECK_ERR(dt_input_spec_parse("-", "--data", &s), DT_ERR_INVALID, "--data: unknown data '-'");
     CHECK_ERR(dt_input_spec_parse("Fashion-MNIST", "--data", &s), DT_ERR_INVALID,
