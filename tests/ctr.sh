@@ -227,5 +227,18 @@ expect_error ctr_tfrecord_wrong_ids_key 1 "feature 'feat_ids': no ids (missing o
     train --model lr --data "tfrecord:$tmp/tr.tfrecord" --test-data none --feature-size "$fs" \
     --ids-key feat_ids --progress none
 
+# --- AUC while training: the validation line, Estimator's evaluation lines, TensorBoard ---
+run "$dtrain" train --model fm --data "libsvm:$tmp/small.svm" --test-data "libsvm:$tmp/small_test.svm" \
+    --hash-buckets 3000 --embedding-size 4 --batch-size 256 --threads 1 --progress lines --validate \
+    --eval-every-steps 20 --model-dir "$tmp/tb" --save-summary-steps 10
+"$py" "$(dirname "$0")/progs/read_events.py" "$tmp"/tb/eval/events.* > "$tmp/events" 2>&1
+if [ "$status" -eq 0 ] && grep -q " - val_auc: 0\.[0-9]*" "$tmp/out" && \
+    grep -q "Saving dict for global step 20: .*, auc = 0\.[0-9]*, logloss = " "$tmp/out" && \
+    grep -q "^scalar 20 auc 0\." "$tmp/events"; then
+    ok ctr_auc_in_progress_evaluation_and_tensorboard
+else
+    fail ctr_auc_in_progress_evaluation_and_tensorboard "exit $status: $(grep -i auc "$tmp/out" | head -3) / $(head -5 "$tmp/events")"
+fi
+
 echo "ctr: $passed passed, $failed failed"
 echo "$passed $failed" > "$counts"

@@ -104,6 +104,7 @@ typedef struct {
     bool validated;          /* val_* hold the test set's figures after the last epoch */
     bool stopped_early;      /* early stopping ended the run before its epochs */
     double val_loss, val_accuracy;
+    double val_auc;          /* a binary model's (CTR models), NaN otherwise (metrics: dt_evaluate_metrics) */
     int64_t evaluations;     /* periodic evaluations done (train_and_evaluate) */
     int64_t eval_step;       /* the global step of the last of them */
     double eval_seconds;     /* their time, which train_seconds leaves out */

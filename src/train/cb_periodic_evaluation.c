@@ -3,6 +3,7 @@
  * eval_start_delay_secs of training), and once more after the last step, each reported as
  * Estimator reports it. Only the replica given a test dataset evaluates (the chief); the others
  * wait for it in the next step's collectives. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -37,9 +38,10 @@ static dt_status evaluate(periodic *p, dt_fit_ctx *c)
     int64_t step = c->pos.step;
     double t0 = dt_clock_now();
     dt_status st = dt_dataset_reset(c->test);
-    if (st || (st = dt_evaluate_batches(c->m, c->test, cfg->eval_steps, &r->val_loss,
-                                        &r->val_accuracy)))
+    dt_eval_metrics e;
+    if (st || (st = dt_evaluate_metrics(c->m, c->test, cfg->eval_steps, &e)))
         return dt_error_prefix(st, "evaluation at global step %lld", (long long)step);
+    r->val_loss = e.loss, r->val_accuracy = e.accuracy, r->val_auc = e.auc;
     r->validated = true;
     r->evaluations++;
     r->eval_step = step;
@@ -47,8 +49,11 @@ static dt_status evaluate(periodic *p, dt_fit_ctx *c)
     c->evaluated = true;
     if (cfg->progress) {
         fprintf(cfg->progress, "Saving dict for global step %lld: global_step = %lld, "
-                "loss = %.7g, accuracy = %.7g\n", (long long)step, (long long)step, r->val_loss,
+                "loss = %.7g, accuracy = %.7g", (long long)step, (long long)step, r->val_loss,
                 r->val_accuracy);
+        if (isfinite(e.auc))
+            fprintf(cfg->progress, ", auc = %.7g, logloss = %.7g", e.auc, e.logloss);
+        fputc('\n', cfg->progress);
         fflush(cfg->progress);
     }
     p->last_t = dt_clock_now();

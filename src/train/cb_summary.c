@@ -1,6 +1,7 @@
 /* TensorBoard summaries in model_dir: loss, accuracy, learning_rate and global_step/sec every
  * save_summary_steps steps, and each evaluation's loss and accuracy in model_dir/eval. Only the
  * chief writes them. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -45,7 +46,9 @@ static dt_status write_eval(summaries *s, dt_fit_ctx *c)
     int64_t step = c->pos.step;
     dt_status st;
     if ((st = dt_summary_scalar(s->eval, "loss", step, (float)c->result->val_loss)) ||
-        (st = dt_summary_scalar(s->eval, "accuracy", step, (float)c->result->val_accuracy)))
+        (st = dt_summary_scalar(s->eval, "accuracy", step, (float)c->result->val_accuracy)) ||
+        (isfinite(c->result->val_auc) &&
+         (st = dt_summary_scalar(s->eval, "auc", step, (float)c->result->val_auc))))
         return st;
     return dt_summary_flush(s->eval);
 }

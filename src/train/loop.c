@@ -281,6 +281,7 @@ dt_status dt_fit_replica(dt_replica *r, dt_model *m, dt_optim *o, dt_pool *pool,
                          dt_fit_result *result)
 {
     memset(result, 0, sizeof *result);
+    result->val_auc = NAN;
     dt_status st = dt_fit_check(cfg, -1);
     if (st)
         return st;
