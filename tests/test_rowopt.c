@@ -191,3 +191,21 @@ TEST(table_normal_init_depends_on_the_row_alone)
     dt_table_free(&a), dt_table_free(&b);
     dt_pool_destroy(pool);
 }
+
+/* A row range of a table as an arena: the rows' storage, named for its range. */
+TEST(table_row_range_arena_covers_those_rows)
+{
+    dt_table t;
+    CHECK_OK(dt_table_create(&t, "fm_v", 100, 3));
+    for (int i = 0; i < 300; i++)
+        t.data[i] = (float)i;
+    dt_arena a;
+    CHECK_OK(dt_table_arena_rows(&t, -1, 40, 70, &a));
+    CHECK(a.n_views == 1 && strcmp(a.views[0].name, "fm_v/part_40_70") == 0);
+    CHECK(a.views[0].dims[0] == 30 && a.views[0].dims[1] == 3 && a.data[0] == 120.0f);
+    dt_table_arena_release(&a);
+    CHECK(dt_table_arena_rows(&t, -1, 70, 40, &a) == DT_ERR_INVALID);
+    CHECK(dt_table_arena_rows(&t, -1, 0, 101, &a) == DT_ERR_INVALID);
+    dt_table_arena_release(&a);
+    dt_table_free(&t);
+}

@@ -92,6 +92,8 @@ void dt_model_zero_grads(dt_model *m);
 /* fm_w, then fm_v (none for a sequential model, one for lr). */
 int dt_model_num_tables(const dt_model *m);
 dt_table *dt_model_table(dt_model *m, int i);
+/* The table of that name ("fm_w", "fm_v"), or NULL. */
+dt_table *dt_model_find_table(dt_model *m, const char *name);
 /* The table's gradient of the last backward: the rows the batch touched, summed. */
 dt_sparse_rows *dt_model_table_grad(dt_model *m, int i);
 /* Gives the tables the slots of optimizer c, which dt_model_update_tables then applies. */

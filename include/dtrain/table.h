@@ -63,6 +63,9 @@ static inline float *dt_table_row(const dt_table *t, int64_t r)
  * dt_table_arena_release, never dt_arena_free. DT_ERR_UNSUPPORTED for a table of more than
  * 2^31 - 1 rows, which a view's dimensions cannot hold. */
 dt_status dt_table_arena(const dt_table *t, int slot, dt_arena *out);
+/* The same over rows [lo, hi) only, the view named "<name>/part_<lo>_<hi>": what a parameter
+ * server holding that row range of the table saves, and a partitioned checkpoint reads back. */
+dt_status dt_table_arena_rows(const dt_table *t, int slot, int64_t lo, int64_t hi, dt_arena *out);
 void dt_table_arena_release(dt_arena *a);
 
 /* A table's gradient: unique ids (increasing) and one summed row for each. */

@@ -690,6 +690,14 @@ void dt_model_backward(dt_model *m, int B)
 
 int dt_model_num_tables(const dt_model *m) { return m->ctr ? dt_ctr_num_tables(m->ctr) : 0; }
 dt_table *dt_model_table(dt_model *m, int i) { return dt_ctr_table(m->ctr, i); }
+
+dt_table *dt_model_find_table(dt_model *m, const char *name)
+{
+    for (int i = 0; i < dt_model_num_tables(m); i++)
+        if (strcmp(dt_model_table(m, i)->name, name) == 0)
+            return dt_model_table(m, i);
+    return NULL;
+}
 dt_sparse_rows *dt_model_table_grad(dt_model *m, int i) { return dt_ctr_table_grad(m->ctr, i); }
 
 dt_status dt_model_setup_tables(dt_model *m, const dt_rowopt_config *c)

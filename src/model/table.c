@@ -140,6 +140,23 @@ dt_status dt_table_arena(const dt_table *t, int slot, dt_arena *out)
     return DT_OK;
 }
 
+dt_status dt_table_arena_rows(const dt_table *t, int slot, int64_t lo, int64_t hi, dt_arena *out)
+{
+    dt_arena_init(out);
+    if (lo < 0 || hi > t->rows || lo >= hi || hi - lo > 2147483647)
+        return dt_error(DT_ERR_INVALID, "table %s: rows [%lld, %lld) of %lld", t->name,
+                        (long long)lo, (long long)hi, (long long)t->rows);
+    char name[DT_VIEW_NAME_CAP + 48];
+    snprintf(name, sizeof name, "%s/part_%lld_%lld", slot < 0 ? t->name : t->slot_names[slot],
+             (long long)lo, (long long)hi);
+    int dims[2] = {(int)(hi - lo), t->dim};
+    dt_status st = dt_arena_add(out, name, 2, dims, NULL);
+    if (st)
+        return st;
+    out->data = (slot < 0 ? t->data : t->slots[slot]) + (size_t)lo * (size_t)t->dim;
+    return DT_OK;
+}
+
 void dt_table_arena_release(dt_arena *a)
 {
     a->data = NULL; /* the table's */
