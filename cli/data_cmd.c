@@ -49,11 +49,21 @@ static dt_status convert_idx(const char *in, dt_tfrecord_writer *w, int64_t *cou
     return st;
 }
 
-/* LibSVM -> Examples {"label": float, "ids": int64 list, "values": float list}: the sparse
- * form a CTR model reads; with num_features N, {"label", "features": N floats} instead. */
-static dt_status convert_libsvm(const char *in, int num_features, int index_base,
-                                dt_tfrecord_writer *w, int64_t *count)
+/* How the rows to convert are read. */
+typedef struct {
+    const char *from;       /* libsvm or criteo */
+    int num_features, index_base;
+    int field_size;         /* libsvm: > 0, field-positional CTR rows */
+    int64_t hash_buckets;   /* criteo; field-positional libsvm: hash the ids */
+} convert_input;
+
+/* LibSVM or Criteo TSV -> Examples: {"label", "ids", "values"}, the sparse form a CTR model
+ * reads (field-positional LibSVM and Criteo's rows as their fields, in field order); with
+ * num_features N, {"label", "features": N floats} instead. */
+static dt_status convert_rows(const char *in, const convert_input *ci, dt_tfrecord_writer *w,
+                              int64_t *count)
 {
+    int num_features = ci->num_features;
     dt_file_list files;
     dt_status st = dt_file_list_glob(in, &files);
     if (st)
@@ -61,14 +71,21 @@ static dt_status convert_libsvm(const char *in, int num_features, int index_base
     dt_libsvm_options lo;
     dt_libsvm_options_default(&lo);
     lo.n_dense = num_features;
-    lo.index_base = index_base;
+    lo.index_base = ci->index_base;
+    if (ci->field_size > 0) {
+        lo.index_base = 0;
+        lo.field_size = ci->field_size;
+        lo.hash_buckets = ci->hash_buckets;
+    }
     dt_source_options so;
     dt_source_options_default(&so);
     dt_dataset *ds = NULL;
     uint8_t *buf = NULL;
     size_t len = 0, cap = 0;
     *count = 0;
-    if ((st = dt_dataset_libsvm(&files, &lo, &so, &ds)))
+    st = strcmp(ci->from, "criteo") == 0 ? dt_dataset_criteo(&files, ci->hash_buckets, &so, &ds)
+                                         : dt_dataset_libsvm(&files, &lo, &so, &ds);
+    if (st)
         goto fail;
     for (;;) {
         dt_elem *e;
@@ -106,20 +123,26 @@ fail:
 int cmd_convert(int argc, char **argv)
 {
     const char *from, *to, *compression;
-    int num_features, index_base;
+    int num_features, index_base, field_size;
+    int64_t hash_buckets;
     bool help;
     flag_def flags[] = {
-        {"from", FLAG_STRING, NULL, "input format: idx (IN = IMAGES,LABELS) or libsvm (IN = GLOB)", &from, false},
+        {"from", FLAG_STRING, NULL, "input format: idx (IN = IMAGES,LABELS), libsvm or criteo (IN = GLOB)", &from, false},
         {"to", FLAG_STRING, "tfrecord", "output format: tfrecord", &to, false},
         {"compression", FLAG_STRING, "none", "output compression: none, gzip, zlib", &compression, false},
         {"num-features", FLAG_INT, "0", "libsvm: write N dense floats as 'features' (0: sparse 'ids' and 'values')", &num_features, false},
         {"index-base", FLAG_INT, "1", "libsvm: the first feature index (1 as LibSVM counts)", &index_base, false},
+        {"field-size", FLAG_INT, "0", "libsvm: field-positional CTR rows of this many fields (0: plain LibSVM)", &field_size, false},
+        {"hash-buckets", FLAG_INT64, "0", "criteo, or field-positional libsvm: ids hashed with their field into this many rows", &hash_buckets, false},
         {"help", FLAG_BOOL, "false", "this text", &help, false},
     };
     int n_flags = (int)(sizeof flags / sizeof flags[0]);
     /* The two positional arguments come last: IN OUT. */
     if (argc >= 1 && (strcmp(argv[0], "--help") == 0)) {
-        printf("usage: dtrain convert --from idx|libsvm --to tfrecord [flags] IN OUT\n\nflags:\n");
+        printf("usage: dtrain convert --from idx|libsvm|criteo --to tfrecord [flags] IN OUT\n\n"
+               "LibSVM and Criteo's TSV become Examples of label, ids and values (the DeepFM "
+               "sample's TFRecord form), or with --num-features of label and features.\n\n"
+               "flags:\n");
         flags_print_help(flags, n_flags, stdout);
         return 0;
     }
@@ -135,8 +158,14 @@ int cmd_convert(int argc, char **argv)
         return cli_fail(2, "convert: --from is required (idx or libsvm)");
     if (strcmp(to, "tfrecord") != 0)
         return cli_fail(2, "--to: only tfrecord is written");
-    if (strcmp(from, "idx") != 0 && strcmp(from, "libsvm") != 0)
-        return cli_fail(2, "--from: expected idx or libsvm");
+    if (strcmp(from, "idx") != 0 && strcmp(from, "libsvm") != 0 && strcmp(from, "criteo") != 0)
+        return cli_fail(2, "--from: expected idx, libsvm or criteo");
+    if (strcmp(from, "criteo") == 0 && hash_buckets <= 13)
+        return cli_fail(2, "--hash-buckets: criteo data hashes its categories into that many "
+                        "rows (more than 13)");
+    if (field_size < 0 || hash_buckets < 0 || (field_size > 0 && num_features > 0))
+        return cli_fail(2, "--field-size and --hash-buckets must not be negative, and "
+                        "field-positional rows have no --num-features");
     if (dt_compression_parse(compression, &c) || c == DT_COMPRESSION_AUTO)
         return cli_fail(2, "--compression: expected none, gzip or zlib");
     if (num_features < 0 || num_features > (1 << 24))
@@ -150,8 +179,8 @@ int cmd_convert(int argc, char **argv)
     if (st || (st = dt_tfrecord_writer_open(dt_file_replace_path(&r), c, &w)))
         return cli_fail(1, dt_last_error());
     int64_t count = 0;
-    st = strcmp(from, "idx") == 0 ? convert_idx(in, w, &count)
-                                  : convert_libsvm(in, num_features, index_base, w, &count);
+    convert_input ci = {from, num_features, index_base, field_size, hash_buckets};
+    st = strcmp(from, "idx") == 0 ? convert_idx(in, w, &count) : convert_rows(in, &ci, w, &count);
     dt_status close_st = dt_tfrecord_writer_close(w);
     if (st == DT_OK)
         st = close_st;

@@ -22,7 +22,8 @@ struct train_opts {
     const char *model, *model_file, *data, *test_data, *optimizer, *lr_schedule, *strategy;
     const char *metrics_out, *shuffle_buffer, *progress, *loss_reduction, *gradient_wire;
     const char *features, *label_key, *input_shape, *compression, *cache, *label_column;
-    const char *auto_shard, *ids_key, *values_key;
+    const char *auto_shard, *ids_key, *values_key, *numeric_columns, *categorical_columns;
+    bool log1p_numeric;
     /* CTR models */
     int field_size, embedding_size;
     int64_t feature_size, hash_buckets;
@@ -88,6 +89,13 @@ static int define_flags(flag_def *f, int cap, struct train_opts *o)
          &o->ids_key);
     FLAG("values-key", FLAG_STRING, "values", "tfrecord, CTR models: the float feature values",
          &o->values_key);
+    FLAG("numeric-columns", FLAG_STRING, NULL, "tfrecord or csv, CTR models: columns holding "
+         "one number each, fields 0.. (e.g. I1,I2,...,I13)", &o->numeric_columns);
+    FLAG("categorical-columns", FLAG_STRING, NULL, "tfrecord or csv, CTR models: columns "
+         "holding one category each (int64 or bytes), hashed into --hash-buckets rows after the "
+         "numeric fields' (e.g. C1,...,C26)", &o->categorical_columns);
+    FLAG("log1p-numeric", FLAG_BOOL, "false", "CTR columns: numeric values as log(1 + max(x, "
+         "0)), Criteo's usual preprocessing", &o->log1p_numeric);
     FLAG("compression", FLAG_STRING, "auto", "tfrecord: none, gzip, zlib or auto (gzip by magic)",
          &o->compression);
     FLAG("num-features", FLAG_INT, "0", "libsvm: dense features per example (indices 1..N)",
@@ -458,6 +466,8 @@ static dt_status input_options(const struct train_opts *o, int64_t shuffle_buffe
     io->features = o->features;
     io->label_key = o->label_key;
     io->ids_key = o->ids_key, io->values_key = o->values_key;
+    io->numeric_columns = o->numeric_columns, io->categorical_columns = o->categorical_columns;
+    io->log1p_numeric = o->log1p_numeric;
     io->num_features = o->num_features;
     io->index_base = o->index_base;
     io->csv_header = o->csv_header;

@@ -240,5 +240,39 @@ else
     fail ctr_auc_in_progress_evaluation_and_tensorboard "exit $status: $(grep -i auc "$tmp/out" | head -3) / $(head -5 "$tmp/events")"
 fi
 
+# --- one column per field: Criteo's TSV, TFRecord of feature columns and CSV are the same rows ---
+"$dtrain" data gen-ctr --rows 8000 --seed 5 --format tfrecord-columns --out "$tmp/c5.tfrecord" > /dev/null
+"$dtrain" data gen-ctr --rows 8000 --seed 5 --format csv --out "$tmp/c5.csv" > /dev/null
+"$dtrain" data gen-ctr --rows 8000 --seed 5 --format criteo --out "$tmp/c5.tsv" > /dev/null
+cols_i=I1,I2,I3,I4,I5,I6,I7,I8,I9,I10,I11,I12,I13
+cols_c=C1,C2,C3,C4,C5,C6,C7,C8,C9,C10,C11,C12,C13,C14,C15,C16,C17,C18,C19,C20,C21,C22,C23,C24,C25,C26
+same=(train --model fm --test-data none --hash-buckets 50000 --embedding-size 4 --batch-size 256
+      --threads 1 --progress none)
+"$dtrain" "${same[@]}" --data "criteo:$tmp/c5.tsv" --metrics-out "$tmp/s_tsv.json" > /dev/null 2>&1
+"$dtrain" "${same[@]}" --data "tfrecord:$tmp/c5.tfrecord" --numeric-columns "$cols_i" \
+    --categorical-columns "$cols_c" --log1p-numeric --metrics-out "$tmp/s_tfr.json" > /dev/null 2>&1
+"$dtrain" "${same[@]}" --data "csv:$tmp/c5.csv" --numeric-columns "$cols_i" \
+    --categorical-columns "$cols_c" --log1p-numeric --metrics-out "$tmp/s_csv.json" > /dev/null 2>&1
+a=$(json_field "$tmp/s_tsv.json" param_checksum)
+b=$(json_field "$tmp/s_tfr.json" param_checksum)
+c=$(json_field "$tmp/s_csv.json" param_checksum)
+if [ -n "$a" ] && [ "$a" = "$b" ] && [ "$a" = "$c" ]; then
+    ok ctr_criteo_tfrecord_columns_and_csv_train_alike "param_checksum $a"
+else fail ctr_criteo_tfrecord_columns_and_csv_train_alike "tsv $a, tfrecord $b, csv $c"; fi
+"$dtrain" convert --from criteo --hash-buckets 50000 "$tmp/c5.tsv" "$tmp/c5conv.tfrecord" > /dev/null
+"$dtrain" train --model fm --test-data none --feature-size 50000 --embedding-size 4 --batch-size 256 \
+    --threads 1 --progress none --data "tfrecord:$tmp/c5conv.tfrecord" --metrics-out "$tmp/s_conv.json" > /dev/null 2>&1
+d=$(json_field "$tmp/s_conv.json" param_checksum)
+if [ -n "$a" ] && [ "$a" = "$d" ]; then ok ctr_convert_criteo_to_tfrecord_trains_alike "param_checksum $d"
+else fail ctr_convert_criteo_to_tfrecord_trains_alike "tsv $a, converted $d"; fi
+expect_error ctr_csv_unknown_column 1 "--categorical-columns: the header has no column 'C27'" \
+    "${same[@]}" --data "csv:$tmp/c5.csv" --numeric-columns "$cols_i" \
+    --categorical-columns "${cols_c#C1,},C27"
+{ head -3 "$tmp/c5.csv"; echo "1,x$(head -2 "$tmp/c5.csv" | tail -1 | cut -c3-)"; } > "$tmp/bad.csv"
+expect_error ctr_csv_bad_number 1 "bad.csv: line 4: column 3 (I1): 'x" \
+    "${same[@]}" --data "csv:$tmp/bad.csv" --numeric-columns "$cols_i" --categorical-columns "$cols_c"
+expect_error ctr_columns_count_fields 1 "14 columns are 14 fields, the model takes 39" \
+    "${same[@]}" --data "tfrecord:$tmp/c5.tfrecord" --numeric-columns "$cols_i" --categorical-columns C1
+
 echo "ctr: $passed passed, $failed failed"
 echo "$passed $failed" > "$counts"

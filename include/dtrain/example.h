@@ -66,6 +66,17 @@ typedef struct {
      * many rows (hash.h), as field-positional LibSVM hashes its id tokens. */
     int ctr_fields;
     int64_t ctr_max_id, ctr_hash_buckets;
+    /* CTR columns (ctr_columns set before finalize): one feature per field, as feature-column
+     * pipelines write Criteo (I1..I13 floats, C1..C26 int64s or bytes). features[0 ..
+     * ctr_numeric) are numeric fields: field i gets id i and the column's one float or int64
+     * value (log(1 + max(x, 0)) with ctr_log1p); the rest are categorical: field j gets id
+     * ctr_numeric + dt_hash_bucket(j, value, ctr_hash_buckets - ctr_numeric) of its one int64
+     * (its decimal digits) or bytes value, value 1. A missing column or an empty list is a
+     * missing value: 0 for a numeric field, the empty token hashed for a categorical one. Every
+     * feature's length must be 0 (the spec's own lengths do not apply). */
+    bool ctr_columns;
+    int ctr_numeric;
+    bool ctr_log1p;
     int n_dense; /* sum of the fixed lengths: set by dt_example_spec_finalize */
     /* Set by dt_example_spec_finalize; private to example.c. */
     int ready;

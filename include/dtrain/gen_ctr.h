@@ -18,7 +18,12 @@
  *   criteo  Criteo's TSV: label, 13 integer columns, 26 categorical columns of 8 hex digits (a
  *           hash of field and rank); a missing value is an empty column.
  *   tfrecord  Examples {"label": float, "ids": int64 x 39, "values": float x 39}, the libsvm
- *           form's ids and values, as the sample's TFRecord files hold them. */
+ *           form's ids and values, as the sample's TFRecord files hold them.
+ *   tfrecord-columns  Examples of one feature per Criteo column, as feature-column pipelines
+ *           write them: "label" (float), "I1".."I13" (float, the raw count) and "C1".."C26"
+ *           (bytes, the criteo form's 8 hex digits), a missing value an absent feature: the
+ *           criteo form's rows, field for field.
+ *   csv     the criteo form as CSV under a header "label,I1,..,I13,C1,..,C26". */
 #ifndef DTRAIN_GEN_CTR_H
 #define DTRAIN_GEN_CTR_H
 
@@ -32,7 +37,13 @@
 #define DT_GEN_CATEGORICAL 26
 #define DT_GEN_FIELDS (DT_GEN_NUMERIC + DT_GEN_CATEGORICAL)
 
-typedef enum { DT_GEN_LIBSVM = 0, DT_GEN_CRITEO, DT_GEN_TFRECORD } dt_gen_format;
+typedef enum {
+    DT_GEN_LIBSVM = 0,
+    DT_GEN_CRITEO,
+    DT_GEN_TFRECORD,
+    DT_GEN_TFRECORD_COLUMNS,
+    DT_GEN_CSV,
+} dt_gen_format;
 
 dt_status dt_gen_format_parse(const char *name, dt_gen_format *out);
 

@@ -90,6 +90,10 @@ typedef struct {
     int64_t hash_buckets;         /* CTR data: > 0, ids hashed with their field into this many */
     const char *ids_key;          /* CTR tfrecord: the int64 ids' feature ("ids") */
     const char *values_key;       /* CTR tfrecord: the float values' feature ("values") */
+    /* CTR data with one column per field (tfrecord, csv): the columns' names, comma-separated;
+     * numeric ones first as fields 0.., then categorical ones, hashed (example.h). */
+    const char *numeric_columns, *categorical_columns;
+    bool log1p_numeric;           /* numeric columns as log(1 + max(x, 0)) */
     bool csv_header;              /* csv: the first line names the columns */
     const char *label_column;     /* csv: by name or 0-based index; NULL: the first */
     const char *input_shape;      /* "H,W,C" of file data (NULL: 1,1,features) */

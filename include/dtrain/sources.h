@@ -67,6 +67,17 @@ dt_status dt_dataset_libsvm(const dt_file_list *files, const dt_libsvm_options *
 dt_status dt_dataset_criteo(const dt_file_list *files, int64_t hash_buckets,
                             const dt_source_options *o, dt_dataset **out);
 
+/* CSV for CTR models (ctr_csv.h): each file opens with a header naming the columns. */
+typedef struct {
+    const char *numeric, *categorical; /* comma-separated column names */
+    const char *label;                 /* the label column's name */
+    char delimiter;
+    bool log1p;
+    int64_t hash_buckets;
+} dt_ctr_csv_options;
+dt_status dt_dataset_ctr_csv(const dt_file_list *files, const dt_ctr_csv_options *co,
+                             const dt_source_options *o, dt_dataset **out);
+
 /* CSV lines as parsed rows: the first file sets the width (its header, or its first line). */
 dt_status dt_dataset_csv(const dt_file_list *files, const dt_csv_options *co,
                          const char *label_name, const dt_source_options *o, dt_dataset **out);

@@ -218,7 +218,7 @@ static dt_status wrong_type(const rec *r, const uint8_t *at, const char *what, i
 
 /* ---- value sinks: where decode_list puts the values it decodes ---- */
 
-enum { SINK_DENSE, SINK_SPARSE, SINK_LABEL, SINK_JSON };
+enum { SINK_DENSE, SINK_SPARSE, SINK_LABEL, SINK_JSON, SINK_COLUMN };
 
 typedef struct {
     char *s;
@@ -238,6 +238,9 @@ typedef struct {
     size_t count;    /* values seen */
     size_t bytes_len; /* DENSE bytes: the length of the first bytes value */
     int kind;        /* for decode_feature's general path: the list kind to decode */
+    double number;   /* COLUMN: the first float or int64 value */
+    int64_t integer; /* COLUMN: the first int64 value */
+    const uint8_t *bytes; /* COLUMN: the first bytes value */
     const uint8_t *run_start; /* and where its trailing run starts */
 } sink;
 
@@ -412,6 +415,9 @@ static dt_status put_floats(sink *s, const uint8_t *p, size_t n)
             } else if (s->mode == SINK_LABEL) {
                 if (s->count == 0)
                     s->label = f;
+            } else if (s->mode == SINK_COLUMN) {
+                if (s->count == 0)
+                    s->number = f;
             } else {
                 sb_sep(s);
                 json_float(s->sb, f);
@@ -438,6 +444,10 @@ static dt_status put_int64(sink *s, int64_t v)
         if (s->count == 0)
             s->label = (float)v;
         break;
+    case SINK_COLUMN:
+        if (s->count == 0)
+            s->number = (double)v, s->integer = v;
+        break;
     default: {
         char t[32];
         int k = snprintf(t, sizeof t, "%lld", (long long)v);
@@ -461,6 +471,9 @@ static void put_bytes(sink *s, const uint8_t *p, size_t n)
     } else if (s->mode == SINK_JSON) {
         sb_sep(s);
         json_base64(s->sb, p, n);
+    } else if (s->mode == SINK_COLUMN && s->count == 0) {
+        s->bytes = p;
+        s->bytes_len = n;
     }
     s->count++;
 }
@@ -756,6 +769,13 @@ dt_status dt_example_spec_finalize(dt_example_spec *spec)
                                  spec->features[1].length != 0))
         return dt_error(DT_ERR_INVALID, "example spec: CTR rows take two variable-length "
                         "features, the ids and the values");
+    if (spec->ctr_columns &&
+        (spec->ctr_fields > 0 || spec->ctr_numeric < 0 || spec->ctr_numeric > spec->n_features ||
+         spec->n_features < 1 || spec->n_dense != 0 ||
+         (spec->ctr_numeric < spec->n_features && spec->ctr_hash_buckets <= spec->ctr_numeric)))
+        return dt_error(DT_ERR_INVALID, "example spec: CTR columns take variable-length "
+                        "features, and hash buckets beyond the %d numeric fields' rows",
+                        spec->ctr_numeric);
     /* The fast path fills dense rows only: variable-length features take the general one. */
     spec->fast = 1;
     for (int i = 0; i < spec->n_features; i++)
@@ -1682,6 +1702,82 @@ dt_status dt_example_parse_learned(const dt_example_spec *spec, dt_example_layou
     return dt_example_parse(spec, data, n_bytes, out);
 }
 
+/* One column's value: *missing when the record lacks it or its list is empty. */
+static dt_status column_value(const rec *r, const dt_feature_spec *f, const entry_loc *el,
+                              bool have, sink *s, bool *missing)
+{
+    memset(s, 0, sizeof *s);
+    s->mode = SINK_COLUMN;
+    *missing = !have;
+    if (!have)
+        return DT_OK;
+    feature_loc fl;
+    dt_status st = analyze_feature(r, el, &fl);
+    if (st || (st = decode_feature(r, el, &fl, s)))
+        return st;
+    if (s->count > 1)
+        return bad(r, el->e0, "feature '%s' has %zu values: a column holds one", f->key,
+                   s->count);
+    s->kind = fl.kind;
+    *missing = s->count == 0;
+    return DT_OK;
+}
+
+/* A record of CTR columns into one row of its fields (see ctr_columns in example.h). */
+static dt_status parse_ctr_columns(const dt_example_spec *spec, const rec *r, const wanted *w,
+                                   float label, dt_rowbuf *out)
+{
+    if (label != 0.0f && label != 1.0f)
+        return dt_error(DT_ERR_FORMAT, "feature '%s': label %g is not 0 or 1", spec->label_key,
+                        (double)label);
+    dt_status st = dt_rowbuf_add_row(out, NULL);
+    if (st)
+        return st;
+    dt_rowbuf_set_label(out, label);
+    int64_t buckets = spec->ctr_hash_buckets - spec->ctr_numeric;
+    for (int i = 0; st == DT_OK && i < spec->n_features; i++) {
+        const dt_feature_spec *f = &spec->features[i];
+        sink s;
+        bool missing;
+        if ((st = column_value(r, f, &w->entry[i], (w->seen >> i) & 1, &s, &missing)))
+            break;
+        if (i < spec->ctr_numeric) {
+            if (!missing && s.kind == DT_FEATURE_BYTES) {
+                st = bad(r, w->entry[i].e0, "feature '%s' is a bytes_list: a numeric column "
+                         "holds a float or an int64", f->key);
+                break;
+            }
+            double x = missing ? 0.0 : s.number;
+            float v = (float)(spec->ctr_log1p ? log1p(x > 0.0 ? x : 0.0) : x);
+            if (!isfinite(v)) {
+                st = dt_error(DT_ERR_FORMAT, "feature '%s': value %g", f->key, (double)v);
+                break;
+            }
+            st = dt_rowbuf_add_sparse(out, i, v);
+            continue;
+        }
+        int j = i - spec->ctr_numeric;
+        char digits[24];
+        const void *tok = "";
+        size_t n = 0;
+        if (!missing && s.kind == DT_FEATURE_FLOAT) {
+            st = bad(r, w->entry[i].e0, "feature '%s' is a float_list: a categorical column "
+                     "holds an int64 or bytes", f->key);
+            break;
+        } else if (!missing && s.kind == DT_FEATURE_INT64) {
+            n = (size_t)snprintf(digits, sizeof digits, "%lld", (long long)s.integer);
+            tok = digits;
+        } else if (!missing) {
+            tok = s.bytes, n = s.bytes_len;
+        }
+        st = dt_rowbuf_add_sparse(out, spec->ctr_numeric + dt_hash_bucket(j, tok, n, buckets),
+                                  1.0f);
+    }
+    if (st)
+        dt_rowbuf_drop_last(out);
+    return st;
+}
+
 /* A CTR record's row: its n_ids ids (entries (id, 1)) and then its n_vals values (entries
  * (position, value)), as decoded, zipped into its fields' (id, value) entries and checked. */
 static dt_status zip_ctr_fields(const dt_example_spec *spec, float label, const size_t counts[2],
@@ -1757,6 +1853,8 @@ dt_status dt_example_parse(const dt_example_spec *spec, const uint8_t *data, siz
         if ((st = decode_label(&r, spec, &w.entry[LABEL_IDX], &label)))
             return st;
     }
+    if (spec->ctr_columns)
+        return parse_ctr_columns(spec, &r, &w, label, out);
     float *dense;
     if ((st = dt_rowbuf_add_row(out, &dense)))
         return st;

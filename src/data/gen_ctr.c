@@ -199,13 +199,14 @@ int64_t dt_gen_ctr_feature_size(void)
 
 dt_status dt_gen_format_parse(const char *name, dt_gen_format *out)
 {
-    static const char *const names[] = {"libsvm", "criteo", "tfrecord"};
-    for (int i = 0; i < 3; i++)
+    static const char *const names[] = {"libsvm", "criteo", "tfrecord", "tfrecord-columns", "csv"};
+    for (int i = 0; i < 5; i++)
         if (strcmp(name, names[i]) == 0) {
             *out = (dt_gen_format)i;
             return DT_OK;
         }
-    return dt_error(DT_ERR_INVALID, "unknown format '%s' (libsvm, criteo, tfrecord)", name);
+    return dt_error(DT_ERR_INVALID, "unknown format '%s' (libsvm, criteo, tfrecord, "
+                    "tfrecord-columns, csv)", name);
 }
 
 /* ---- Formatting ---- */
@@ -293,45 +294,58 @@ static bool format_libsvm(const teacher *t, const row *x, buf *b)
     return true;
 }
 
-static bool format_criteo(const teacher *t, const row *x, buf *b)
+/* A categorical value's 8 hex digits in the criteo form: a hash of its field and rank. */
+static void cat_token(int j, int64_t rank, char out[8])
 {
-    (void)t;
+    static const char hex[] = "0123456789abcdef";
+    uint64_t key[2] = {(uint64_t)j, (uint64_t)rank};
+    uint32_t h = (uint32_t)dt_hash_bytes(0x637269746f, key, sizeof key);
+    for (int s = 28, i = 0; s >= 0; s -= 4, i++)
+        out[i] = hex[(h >> s) & 15];
+}
+
+/* The criteo form's columns, separated by sep. */
+static bool format_columns(const row *x, char sep, buf *b)
+{
     if (!reserve(b, 32 * DT_GEN_FIELDS))
         return false;
-    static const char hex[] = "0123456789abcdef";
     char *p = b->p + b->n;
     *p++ = x->label ? '1' : '0';
     for (int i = 0; i < DT_GEN_NUMERIC; i++) {
-        *p++ = '\t';
+        *p++ = sep;
         if (x->count[i] >= 0)
             p = put_u64(p, (uint64_t)x->count[i]);
     }
     for (int j = 0; j < DT_GEN_CATEGORICAL; j++) {
-        *p++ = '\t';
+        *p++ = sep;
         if (x->rank[j] < 0)
             continue;
-        uint64_t key[2] = {(uint64_t)j, (uint64_t)x->rank[j]};
-        uint32_t h = (uint32_t)dt_hash_bytes(0x637269746f, key, sizeof key);
-        for (int s = 28; s >= 0; s -= 4)
-            *p++ = hex[(h >> s) & 15];
+        cat_token(j, x->rank[j], p);
+        p += 8;
     }
     *p++ = '\n';
     b->n = (size_t)(p - b->p);
     return true;
 }
 
-/* TFRecord framing around each Example, so blocks are concatenated as they are. */
-static bool format_tfrecord(const teacher *t, const row *x, buf *b)
+static bool format_criteo(const teacher *t, const row *x, buf *b)
 {
-    int64_t ids[DT_GEN_FIELDS];
-    float vals[DT_GEN_FIELDS], label = x->label;
-    ids_values(t, x, ids, vals);
-    dt_feature_value f[3] = {{"label", DT_FEATURE_FLOAT, 1, &label, NULL, NULL},
-                             {"ids", DT_FEATURE_INT64, DT_GEN_FIELDS, NULL, ids, NULL},
-                             {"values", DT_FEATURE_FLOAT, DT_GEN_FIELDS, vals, NULL, NULL}};
+    (void)t;
+    return format_columns(x, '\t', b);
+}
+
+static bool format_csv(const teacher *t, const row *x, buf *b)
+{
+    (void)t;
+    return format_columns(x, ',', b);
+}
+
+/* One Example in TFRecord framing, so blocks are concatenated as they are. */
+static bool put_example(const dt_feature_value *f, int n_features, buf *b)
+{
     uint8_t *ex = NULL;
     size_t len = 0, cap = 0;
-    if (dt_example_encode(f, 3, &ex, &len, &cap) != DT_OK || !reserve(b, len + 16)) {
+    if (dt_example_encode(f, n_features, &ex, &len, &cap) != DT_OK || !reserve(b, len + 16)) {
         free(ex);
         return false;
     }
@@ -347,6 +361,43 @@ static bool format_tfrecord(const teacher *t, const row *x, buf *b)
     b->n += len + 16;
     free(ex);
     return true;
+}
+
+static bool format_tfrecord(const teacher *t, const row *x, buf *b)
+{
+    int64_t ids[DT_GEN_FIELDS];
+    float vals[DT_GEN_FIELDS], label = x->label;
+    ids_values(t, x, ids, vals);
+    dt_feature_value f[3] = {{"label", DT_FEATURE_FLOAT, 1, &label, NULL, NULL},
+                             {"ids", DT_FEATURE_INT64, DT_GEN_FIELDS, NULL, ids, NULL},
+                             {"values", DT_FEATURE_FLOAT, DT_GEN_FIELDS, vals, NULL, NULL}};
+    return put_example(f, 3, b);
+}
+
+static bool format_tfrecord_columns(const teacher *t, const row *x, buf *b)
+{
+    (void)t;
+    static const char *const names[DT_GEN_FIELDS] = {"I1", "I2", "I3", "I4", "I5", "I6", "I7",
+        "I8", "I9", "I10", "I11", "I12", "I13", "C1", "C2", "C3", "C4", "C5", "C6", "C7", "C8",
+        "C9", "C10", "C11", "C12", "C13", "C14", "C15", "C16", "C17", "C18", "C19", "C20", "C21",
+        "C22", "C23", "C24", "C25", "C26"};
+    dt_feature_value f[1 + DT_GEN_FIELDS];
+    float label = x->label, counts[DT_GEN_NUMERIC];
+    char tokens[DT_GEN_CATEGORICAL][8];
+    int n = 0;
+    f[n++] = (dt_feature_value){"label", DT_FEATURE_FLOAT, 1, &label, NULL, NULL};
+    for (int i = 0; i < DT_GEN_NUMERIC; i++)
+        if (x->count[i] >= 0) {
+            counts[i] = (float)x->count[i];
+            f[n++] = (dt_feature_value){names[i], DT_FEATURE_FLOAT, 1, &counts[i], NULL, NULL};
+        }
+    for (int j = 0; j < DT_GEN_CATEGORICAL; j++)
+        if (x->rank[j] >= 0) {
+            cat_token(j, x->rank[j], tokens[j]);
+            f[n++] = (dt_feature_value){names[DT_GEN_NUMERIC + j], DT_FEATURE_BYTES, 8, NULL,
+                                        NULL, (const uint8_t *)tokens[j]};
+        }
+    return put_example(f, n, b);
 }
 
 /* ---- Blocks ---- */
@@ -378,9 +429,11 @@ static void gen_blocks(void *ctx, int task, int n_tasks)
             draw_row(j->t, &rng, &x);
             j->logits[r] = x.logit;
             j->labels[r] = x.label;
-            bool ok = j->format == DT_GEN_LIBSVM   ? format_libsvm(j->t, &x, out)
-                      : j->format == DT_GEN_CRITEO ? format_criteo(j->t, &x, out)
-                                                   : format_tfrecord(j->t, &x, out);
+            bool ok = j->format == DT_GEN_LIBSVM     ? format_libsvm(j->t, &x, out)
+                      : j->format == DT_GEN_CRITEO   ? format_criteo(j->t, &x, out)
+                      : j->format == DT_GEN_TFRECORD ? format_tfrecord(j->t, &x, out)
+                      : j->format == DT_GEN_CSV      ? format_csv(j->t, &x, out)
+                                                     : format_tfrecord_columns(j->t, &x, out);
             if (!ok) {
                 j->failed = true;
                 return;
@@ -417,6 +470,13 @@ dt_status dt_gen_ctr(const char *path, dt_gen_format format, int64_t rows, uint6
     if (!(f = fopen(dt_file_replace_path(&fr), "wb"))) {
         st = dt_error(DT_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
         goto done;
+    }
+    if (format == DT_GEN_CSV) {
+        fputs("label", f);
+        for (int i = 0; i < DT_GEN_FIELDS; i++)
+            fprintf(f, i < DT_GEN_NUMERIC ? ",I%d" : ",C%d",
+                    i < DT_GEN_NUMERIC ? i + 1 : i - DT_GEN_NUMERIC + 1);
+        fputc('\n', f);
     }
     for (int64_t b = 0; b < n_blocks && st == DT_OK; b += per_round) {
         j.first_block = b;

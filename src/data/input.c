@@ -221,8 +221,64 @@ static dt_status ctr_example_spec(const dt_input_options *o, dt_example_spec *sp
     return dt_example_spec_finalize(spec);
 }
 
+/* The names in a comma-separated list (NULL: none). */
+static int count_names(const char *list)
+{
+    int n = list && *list ? 1 : 0;
+    for (const char *p = list; p && *p; p++)
+        n += *p == ',';
+    return n;
+}
+
+/* Splits a comma-separated list of column names into spec->features from *at on. */
+static dt_status add_columns(const char *list, const char *flag, dt_example_spec *spec)
+{
+    const char *p = list;
+    while (p && *p) {
+        const char *comma = strchr(p, ',');
+        size_t n = comma ? (size_t)(comma - p) : strlen(p);
+        if (n == 0 || n >= DT_EXAMPLE_KEY_CAP || spec->n_features == DT_EXAMPLE_MAX_FEATURES)
+            return dt_error(DT_ERR_INVALID, "%s: column names of 1..%d bytes, at most %d columns "
+                            "in all", flag, DT_EXAMPLE_KEY_CAP - 1, DT_EXAMPLE_MAX_FEATURES);
+        memcpy(spec->features[spec->n_features].key, p, n);
+        spec->features[spec->n_features].key[n] = '\0';
+        spec->n_features++;
+        p = comma ? comma + 1 : NULL;
+    }
+    return DT_OK;
+}
+
+/* Examples of one feature per column, as feature-column pipelines write them. */
+static dt_status ctr_column_spec(const dt_input_options *o, dt_example_spec *spec)
+{
+    memset(spec, 0, sizeof *spec);
+    dt_status st = add_columns(o->numeric_columns, "--numeric-columns", spec);
+    spec->ctr_numeric = spec->n_features;
+    if (st || (st = add_columns(o->categorical_columns, "--categorical-columns", spec)))
+        return st;
+    if (spec->n_features != o->field_size)
+        return dt_error(DT_ERR_INVALID, "--numeric-columns and --categorical-columns: %d columns "
+                        "are %d fields, the model takes %d (--field-size)", spec->n_features,
+                        spec->n_features, o->field_size);
+    if (spec->ctr_numeric < spec->n_features && o->hash_buckets <= spec->ctr_numeric)
+        return dt_error(DT_ERR_INVALID, "--hash-buckets: categorical columns are hashed into the "
+                        "tables' rows: give their number (more than the %d numeric fields)",
+                        spec->ctr_numeric);
+    snprintf(spec->label_key, DT_EXAMPLE_KEY_CAP, "%s", o->label_key ? o->label_key : "");
+    spec->ctr_columns = true;
+    spec->ctr_log1p = o->log1p_numeric;
+    spec->ctr_hash_buckets = o->hash_buckets;
+    return dt_example_spec_finalize(spec);
+}
+
 static dt_status tfrecord_prepare(dt_input *in, const dt_input_options *o)
 {
+    if (o->field_size > 0 && (o->numeric_columns || o->categorical_columns)) {
+        if (o->features)
+            return dt_error(DT_ERR_INVALID, "--features: CTR columns are named by "
+                            "--numeric-columns and --categorical-columns, not --features");
+        return ctr_column_spec(o, &in->example_spec);
+    }
     if (o->field_size > 0) {
         if (o->features)
             return dt_error(DT_ERR_INVALID, "--features: CTR models read the ids and values "
@@ -324,6 +380,22 @@ static dt_status criteo_width(const dt_input *in, const dt_file_list *files, con
 static dt_status csv_open(const dt_input_options *o, const dt_file_list *files,
                           const dt_source_options *so, dt_dataset **out)
 {
+    if (o->field_size > 0) { /* CTR: columns picked by name under each file's header */
+        if (!o->numeric_columns && !o->categorical_columns)
+            return dt_error(DT_ERR_INVALID, "--numeric-columns, --categorical-columns: CSV data "
+                            "for a CTR model names its fields' columns");
+        int named = count_names(o->numeric_columns) + count_names(o->categorical_columns);
+        if (named != o->field_size)
+            return dt_error(DT_ERR_INVALID, "--numeric-columns and --categorical-columns: %d "
+                            "columns are %d fields, the model takes %d (--field-size)", named,
+                            named, o->field_size);
+        dt_ctr_csv_options co = {.numeric = o->numeric_columns,
+                                 .categorical = o->categorical_columns,
+                                 .label = o->label_column ? o->label_column : "label",
+                                 .delimiter = ',', .log1p = o->log1p_numeric,
+                                 .hash_buckets = o->hash_buckets};
+        return dt_dataset_ctr_csv(files, &co, so, out);
+    }
     dt_csv_options co;
     dt_csv_options_default(&co);
     co.header = o->csv_header;
@@ -347,6 +419,10 @@ static dt_status csv_width(const dt_input *in, const dt_file_list *files, const 
                            const dt_input_options *o, int *n_dense)
 {
     (void)in;
+    if (o->field_size > 0) { /* CTR rows: fields, no dense values */
+        *n_dense = 0;
+        return DT_OK;
+    }
     const char *first = files->paths[0];
     FILE *f = strcmp(first, "-") == 0 ? NULL : fopen(first, "r");
     struct stat sb;

@@ -3,6 +3,7 @@
 
 #include "sources_int.h"
 #include "dtrain/criteo.h"
+#include "dtrain/ctr_csv.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -513,6 +514,10 @@ struct text_state {
     const char *label_name;
     bool header_pending;
     int64_t hash_buckets; /* criteo */
+    /* CTR CSV: the layout from the first file's header, and what it is built from. */
+    dt_ctr_csv ctr;
+    bool ctr_ready;
+    dt_ctr_csv_options ctr_opts;
 };
 
 static void text_close(struct text_state *s)
@@ -689,6 +694,7 @@ static void text_destroy(dt_dataset *ds)
 static const dt_dataset_ops libsvm_ops = {"libsvm", text_next, text_reset, text_destroy};
 static const dt_dataset_ops csv_ops = {"csv", text_next, text_reset, text_destroy};
 static const dt_dataset_ops criteo_ops = {"criteo", text_next, text_reset, text_destroy};
+static const dt_dataset_ops ctr_csv_ops = {"csv", text_next, text_reset, text_destroy};
 
 static dt_status libsvm_parse(struct text_state *s, size_t *consumed, uint64_t *lines)
 {
@@ -763,6 +769,70 @@ dt_status dt_dataset_criteo(const dt_file_list *files, int64_t hash_buckets,
     s->hash_buckets = hash_buckets;
     s->parse = criteo_parse;
     return dt_dataset_create(&criteo_ops, NULL, s, out);
+}
+
+/* A file's header line for CTR CSV: the first file's sets the layout, the others must give the
+ * same one. */
+static dt_status ctr_csv_header(struct text_state *s, const char *line, size_t len)
+{
+    const dt_ctr_csv_options *o = &s->ctr_opts;
+    dt_ctr_csv layout;
+    dt_status st = dt_ctr_csv_from_header(line, len, o->numeric, o->categorical, o->label,
+                                          o->delimiter, o->log1p, o->hash_buckets, &layout);
+    if (st)
+        return st;
+    if (s->ctr_ready && (layout.n_columns != s->ctr.n_columns ||
+                         layout.label_column != s->ctr.label_column ||
+                         memcmp(layout.column_of, s->ctr.column_of, sizeof layout.column_of) != 0))
+        return dt_error(DT_ERR_FORMAT, "the header places the columns otherwise than the first "
+                        "file's");
+    s->ctr = layout;
+    s->ctr_ready = true;
+    return DT_OK;
+}
+
+/* CTR CSV: a header line per file, then one row per line. */
+static dt_status ctr_csv_parse(struct text_state *s, size_t *consumed, uint64_t *lines)
+{
+    size_t at = 0;
+    *consumed = 0, *lines = 0;
+    for (;;) {
+        char *nl = memchr(s->buf + at, '\n', s->len - at);
+        if (!nl && !(s->eof && at < s->len))
+            return DT_OK;
+        size_t end = nl ? (size_t)(nl - s->buf) : s->len;
+        const char *line = s->buf + at;
+        size_t len = end - at;
+        bool blank = len == 0 || (len == 1 && line[0] == '\r');
+        dt_status st = DT_OK;
+        if (s->header_pending && !blank) {
+            st = ctr_csv_header(s, line, len);
+            s->header_pending = false;
+        } else if (!blank) {
+            st = dt_ctr_csv_parse_line(&s->ctr, line, len, &s->rows);
+        }
+        if (st)
+            return dt_error_prefix(st, "line %llu", (unsigned long long)(s->line + *lines));
+        at = nl ? end + 1 : end;
+        *consumed = at;
+        (*lines)++;
+        if (!nl)
+            return DT_OK;
+    }
+}
+
+dt_status dt_dataset_ctr_csv(const dt_file_list *files, const dt_ctr_csv_options *co,
+                             const dt_source_options *o, dt_dataset **out)
+{
+    *out = NULL;
+    struct text_state *s;
+    dt_status st = new_text_state(files, o, 0, &s);
+    if (st)
+        return st;
+    s->ctr_opts = *co;
+    s->co.header = true; /* every file opens with its header */
+    s->parse = ctr_csv_parse;
+    return dt_dataset_create(&ctr_csv_ops, NULL, s, out);
 }
 
 /* CSV: one line at a time through the CSV parser (numbers only; no quoted newlines). */
