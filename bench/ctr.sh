@@ -8,7 +8,8 @@
 #   - LR and FM by dtrain, 1 thread, for the AUC order.
 # Each runs REPEAT times, interleaved; medians are reported with the ratios the goals are stated in
 # (dtrain 1 thread / PyTorch 1 thread, dtrain 2 threads / dtrain 1 thread), the AUCs, peak RSS
-# beside the tables' and slots' size, and the MLP's share of this machine's sgemm peak.
+# beside the tables' and slots' size, the MLP's share of this machine's sgemm peak and the
+# table traffic against its memory bandwidth (bench/peers/limits.c, 1 thread).
 # usage: bench/ctr.sh BUILD_DIR    env: REPEAT (3), ROWS (1000000), PEERS_DIR, PYTHON
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -25,6 +26,11 @@ work=$(mktemp -d /tmp/dtrain-ctr-bench-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 json() { "$python" -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$@"; }
 
+command -v cc > /dev/null || die "no C compiler (cc) to build $peers/limits.c"
+cc -O2 -o "$work/limits" "$peers/limits.c" -lopenblas 2> "$work/limits.err" ||
+    die "cannot build $peers/limits.c against OpenBLAS: $(head -3 "$work/limits.err")"
+echo "measuring this machine's limits (1 thread)" >&2
+OPENBLAS_NUM_THREADS=1 "$work/limits" > "$work/limits.txt"
 echo "generating $rows + $((rows / 5)) rows" >&2
 "$build/dtrain" data gen-ctr --rows "$rows" --seed 11 --out "$work/train.svm" > "$work/gen"
 "$build/dtrain" data gen-ctr --rows $((rows / 5)) --seed 12 --out "$work/test.svm" > /dev/null
@@ -53,8 +59,11 @@ for m in lr fm; do
 done
 
 "$python" - "$work" "$fs" "$teacher" "$gen_rate" <<'PY'
-import json, statistics, sys
+import json, re, statistics, sys
 work, fs, teacher, gen_rate = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
+limits = open(f"{work}/limits.txt").read()
+memcpy = float(re.search(r"memcpy 64MiB: ([0-9.]+) GB/s", limits).group(1))
+sgemm = max(float(g) for g in re.findall(r"sgemm M=\d+ N=\d+ K=\d+: ([0-9.]+) GFLOP/s", limits))
 def rows(name):
     return [[float(x) for x in l.split()] for l in open(f"{work}/{name}") if l.strip()]
 def med(name, col):
@@ -75,8 +84,17 @@ print(f"tables + Adam slots, nominal: {tables_mb:,.0f} MB; dtrain's peak RSS min
       f"{med('dtrain1', 2) - tables_mb:,.0f} MB (goal <= 64)")
 # The MLP: (39 x 32) -> 128 -> 64 -> 32 -> 1, forward 2 x MACs, backward twice that.
 macs = 1248 * 128 + 128 * 64 + 64 * 32 + 32
-print(f"MLP: {6 * macs / 1e6:.2f} MFLOP per example; at 1 thread that is "
-      f"{d1 * 6 * macs / 1e9:.1f} GFLOP/s of sgemm")
+mlp_gflops = d1 * 6 * macs / 1e9
+print(f"MLP: {6 * macs / 1e6:.2f} MFLOP per example; at 1 thread {mlp_gflops:.1f} GFLOP/s, "
+      f"{100 * mlp_gflops / sgemm:.0f}% of this machine's 1-thread sgemm peak ({sgemm:.0f} GFLOP/s): "
+      f"the roofline is {sgemm * 1e9 / (6 * macs):,.0f} samples/s")
+# Each example gathers 39 rows of fm_w and fm_v (33 floats) and adds 39 gradient rows; the
+# unique rows' Adam updates read and write three such arrays (counted once per example, an
+# upper bound: rows repeat within a batch).
+lookups = d1 * 39
+traffic = lookups * 33 * 4 * (2 + 6) / 1e9
+print(f"tables: {lookups / 1e6:.2f} M row lookups+updates per second on 1 core, at most "
+      f"{traffic:.1f} GB/s of row traffic against {memcpy:.1f} GB/s of memcpy")
 lr, fm = (json.load(open(f"{work}/{m}.json"))["test_auc"] for m in ("lr", "fm"))
 print(f"held-out AUC: lr {lr:.4f} < fm {fm:.4f} <= deepfm {med('dtrain1', 1):.4f} < teacher {teacher}")
 PY
