@@ -28,7 +28,8 @@ struct train_opts {
     int field_size, embedding_size;
     int64_t feature_size, hash_buckets;
     const char *deep_layers, *dropout_keep, *table_optimizer;
-    double l2_reg, table_lr, ftrl_l1, ftrl_l2;
+    double l2_reg, table_lr, ftrl_l1, ftrl_l2, bn_decay;
+    bool batch_norm;
     int prefetch, num_parallel_reads, num_parallel_calls, num_features, index_base, replicas;
     int early_stopping_patience;
     double early_stopping_min_delta;
@@ -64,6 +65,10 @@ static int define_flags(flag_def *f, int cap, struct train_opts *o)
          &o->deep_layers);
     FLAG("dropout-keep", FLAG_STRING, "0.5", "deepfm: KEEP probability after each deep layer, "
          "as the DeepFM sample (1: no dropout); one value, or one per layer", &o->dropout_keep);
+    FLAG("batch-norm", FLAG_BOOL, "false", "deepfm: batch normalisation after each deep layer's "
+         "ReLU, before its dropout, as the DeepFM sample's batch_norm", &o->batch_norm);
+    FLAG("batch-norm-decay", FLAG_FLOAT, "0.9", "deepfm: the moving averages' decay (the "
+         "sample's 0.9; Keras's momentum)", &o->bn_decay);
     FLAG("l2-reg", FLAG_FLOAT, "0", "CTR models: L2 on the table rows each step touches (adds "
          "l2-reg x row to their gradient)", &o->l2_reg);
     FLAG("table-optimizer", FLAG_STRING, NULL, "CTR models: the tables' row-wise rule: sgd, "
@@ -503,6 +508,11 @@ static dt_status ctr_config(const struct train_opts *o, dt_ctr_spec *c)
     c->field_size = o->field_size;
     c->feature_size = o->feature_size;
     c->embedding_size = o->embedding_size;
+    c->batch_norm = o->batch_norm;
+    c->bn_decay = (float)o->bn_decay;
+    if (!(o->bn_decay >= 0.0 && o->bn_decay < 1.0))
+        return dt_error(DT_ERR_INVALID, "--batch-norm-decay: a decay in [0, 1), got %g",
+                        o->bn_decay);
     double units[DT_MAX_DEEP_LAYERS], keep[DT_MAX_DEEP_LAYERS];
     int n_units, n_keep;
     dt_status st = parse_list("--deep-layers", o->deep_layers, DT_MAX_DEEP_LAYERS, units, &n_units);

@@ -274,5 +274,21 @@ expect_error ctr_csv_bad_number 1 "bad.csv: line 4: column 3 (I1): 'x" \
 expect_error ctr_columns_count_fields 1 "14 columns are 14 fields, the model takes 39" \
     "${same[@]}" --data "tfrecord:$tmp/c5.tfrecord" --numeric-columns "$cols_i" --categorical-columns C1
 
+# --- batch normalisation: its moving averages in checkpoints, an exact resume of the test figures ---
+bn=(train --model deepfm --batch-norm --data "libsvm:$tmp/small.svm" --test-data "libsvm:$tmp/small_test.svm"
+    --hash-buckets 3000 --embedding-size 8 --deep-layers 16 --optimizer adam --batch-size 128
+    --threads 1 --progress none --epochs 30 --seed 3)
+"$dtrain" "${bn[@]}" --metrics-out "$tmp/bn_full.json" > /dev/null 2>&1
+"$dtrain" "${bn[@]}" --backup-dir "$tmp/bnk" --backup-freq 20 > /dev/null 2>&1 &
+victim=$!
+for _ in $(seq 1 3000); do ls "$tmp"/bnk/ckpt-*.safetensors > /dev/null 2>&1 && break; sleep 0.005; done
+kill -9 "$victim" 2> /dev/null
+wait "$victim" 2> /dev/null
+run "$dtrain" "${bn[@]}" --backup-dir "$tmp/bnk" --backup-freq 20 --metrics-out "$tmp/bn_res.json"
+l1=$(json_field "$tmp/bn_full.json" test_loss); l2=$(json_field "$tmp/bn_res.json" test_loss)
+if [ "$status" -eq 0 ] && grep -q "Restoring parameters" "$tmp/out" && [ -n "$l1" ] && [ "$l1" = "$l2" ]; then
+    ok ctr_batch_norm_resume_is_exact "test_loss $l1 (moving averages restored)"
+else fail ctr_batch_norm_resume_is_exact "test_loss $l1 vs $l2: $(head -c 300 "$tmp/out") $(cat "$tmp/err")"; fi
+
 echo "ctr: $passed passed, $failed failed"
 echo "$passed $failed" > "$counts"

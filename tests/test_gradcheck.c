@@ -2,6 +2,7 @@
  * writes into the gradient arena match central differences of the loss. Each model is small and
  * uses every layer's options (padding, strides, activations); the checks go through the whole
  * model, so a wrong input gradient in a later layer shows in an earlier layer's parameters. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -134,4 +135,50 @@ TEST(gradcheck_unfused_conv_relu_pool)
 {
     dt_model_options opts = {.no_fuse = true};
     gradcheck_model(tutorial_like, 5, &opts);
+}
+
+/* Batch normalisation in training mode, between dense layers and as the first layer. */
+TEST(gradcheck_batch_normalization)
+{
+    gradcheck_model("{\"input_shape\": [1, 1, 6], \"layers\": ["
+                    "{\"type\": \"batch_normalization\"},"
+                    "{\"type\": \"dense\", \"units\": 5, \"activation\": \"relu\"},"
+                    "{\"type\": \"batch_normalization\", \"momentum\": 0.9, \"epsilon\": 0.01},"
+                    "{\"type\": \"dense\", \"units\": 3}]}", 21, NULL);
+}
+
+/* Batch normalisation's moving averages: one training forward moves them by (1 - momentum)
+ * toward the batch's mean and biased variance; inference normalises with them. */
+TEST(batch_normalization_moving_averages_and_inference)
+{
+    dt_model_spec spec;
+    dt_model *m = NULL;
+    CHECK_OK(dt_model_spec_from_json("{\"input_shape\": [1, 1, 2], \"layers\": ["
+                                     "{\"type\": \"batch_normalization\", \"momentum\": 0.75},"
+                                     "{\"type\": \"dense\", \"units\": 2}]}", "bn", &spec));
+    CHECK_OK(dt_model_create(&spec, B, NULL, NULL, &m));
+    if (!m)
+        return;
+    dt_model_init_params(m, 3);
+    const float x[B * 2] = {1, 10, 2, 20, 3, 30, 6, 40};
+    dt_model_forward(m, B, x, true);
+    dt_arena *state = dt_model_state(m);
+    const float *mm = dt_arena_view_data(state, dt_arena_find(state, "batch_normalization/moving_mean"));
+    const float *mv = dt_arena_view_data(state, dt_arena_find(state, "batch_normalization/moving_variance"));
+    /* Feature 0: mean 3, biased variance 3.5; feature 1: mean 25, variance 125. */
+    CHECK_NEAR(mm[0], 0.25 * 3.0, 1e-6);
+    CHECK_NEAR(mv[0], 0.75 + 0.25 * 3.5, 1e-6);
+    CHECK_NEAR(mm[1], 0.25 * 25.0, 1e-6);
+    CHECK_NEAR(mv[1], 0.75 + 0.25 * 125.0, 1e-5);
+    /* Inference with gamma 1, beta 0: the dense layer sees (x - mm) / sqrt(mv + 0.001). */
+    dt_arena *params = dt_model_params(m);
+    const float *k = dt_arena_view_data(params, dt_arena_find(params, "dense/kernel"));
+    const float *b = dt_arena_view_data(params, dt_arena_find(params, "dense/bias"));
+    const float *y = dt_model_forward(m, B, x, false);
+    for (int i = 0; i < B; i++) {
+        double h0 = (x[2 * i] - mm[0]) / sqrt(mv[0] + 0.001), h1 = (x[2 * i + 1] - mm[1]) / sqrt(mv[1] + 0.001);
+        CHECK_NEAR(y[2 * i], h0 * k[0] + h1 * k[2] + b[0], 1e-5);
+        CHECK_NEAR(y[2 * i + 1], h0 * k[1] + h1 * k[3] + b[1], 1e-5);
+    }
+    dt_model_destroy(m);
 }

@@ -38,6 +38,9 @@ void dt_model_init_params(dt_model *m, uint64_t seed);
 
 dt_arena *dt_model_params(dt_model *m);
 dt_arena *dt_model_grads(dt_model *m);
+/* Variables no optimizer trains, which training forwards update: batch normalisation's moving
+ * means and variances ("<layer>/moving_mean"). Empty without such layers. Checkpoints hold them. */
+dt_arena *dt_model_state(dt_model *m);
 const dt_model_spec *dt_model_spec_of(const dt_model *m);
 int dt_model_num_outputs(const dt_model *m);
 size_t dt_model_input_elems(const dt_model *m);

@@ -21,6 +21,7 @@ typedef enum {
     DT_LAYER_SIGMOID,
     DT_LAYER_TANH,
     DT_LAYER_DROPOUT,
+    DT_LAYER_BATCHNORM, /* Keras's BatchNormalization over a flat input's features */
 } dt_layer_kind;
 
 typedef enum {
@@ -40,6 +41,7 @@ typedef struct {
     bool same;                    /* conv2d, max_pooling2d: padding "same" rather than "valid" */
     dt_activation activation;     /* dense, conv2d */
     float rate;                   /* dropout */
+    float momentum, epsilon;      /* batch_normalization: Keras's 0.99 and 0.001 */
 } dt_layer_spec;
 
 /* What the model computes: a sequential stack of layers over dense inputs, or a CTR model over
@@ -63,6 +65,10 @@ typedef struct {
     int deep_layers[DT_MAX_DEEP_LAYERS];
     float dropout_keep[DT_MAX_DEEP_LAYERS]; /* KEEP probabilities, as the sample: 1 = none */
     float init_stddev;     /* fm_v starts N(0, init_stddev^2) per row; fm_w and fm_b at 0 */
+    /* Batch normalisation after each deep layer's ReLU, before its dropout, as the sample's
+     * batch_norm flag; its moving averages decay by bn_decay (the sample's 0.9). */
+    bool batch_norm;
+    float bn_decay;
 } dt_ctr_spec;
 
 typedef struct {

@@ -95,6 +95,23 @@ void dt_dropout_forward(size_t n, float rate, dt_rng *rng, float *y, float *mask
 /* mask (n); dy (n) *= mask */
 void dt_dropout_backward(size_t n, const float *mask, float *dy);
 
+/* Batch normalisation of B examples' C features (Keras's BatchNormalization, axis -1).
+ * Training: each feature normalised by the batch's mean and (biased) variance,
+ *   xhat = (x - mean) / sqrt(var + eps), y = gamma xhat + beta,
+ * and the moving averages updated, moving = momentum moving + (1 - momentum) batch statistic.
+ * Inference: the moving averages in place of the batch's. Statistics are summed in double. */
+// x, y, xhat (B, C); gamma, beta, moving_mean, moving_var, istd (C)
+void dt_batchnorm_forward_train(int B, int C, const float *x, const float *gamma,
+                                const float *beta, float eps, float momentum, float *moving_mean,
+                                float *moving_var, float *y, float *xhat, float *istd);
+void dt_batchnorm_forward_infer(int B, int C, const float *x, const float *gamma,
+                                const float *beta, float eps, const float *moving_mean,
+                                const float *moving_var, float *y);
+/* From dy (B, C) and the training forward's xhat and istd: dgamma += sum dy xhat, dbeta +=
+ * sum dy, and dx = gamma istd / B (B dy - sum dy - xhat sum dy xhat) unless dx is NULL. */
+void dt_batchnorm_backward(int B, int C, const float *dy, const float *xhat, const float *istd,
+                           const float *gamma, float *dgamma, float *dbeta, float *dx);
+
 /* ---- Losses. Forward writes one loss per example; backward writes the gradient scaled by
  * `scale` (1/B for a batch mean, 1/global_batch for the distributed sum) ---- */
 

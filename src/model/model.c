@@ -32,6 +32,8 @@ struct layer_rt {
     int32_t *arg;
     uint32_t *mask;
     float *drop_mask;
+    int mm_view, mv_view; /* batch_normalization: its moving averages in the state arena */
+    float *bn_xhat, *bn_istd;
 };
 
 struct dt_model {
@@ -41,6 +43,9 @@ struct dt_model {
     int n_layers;
     struct layer_rt layers[DT_MAX_LAYERS];
     dt_arena params, grads;
+    /* Variables no optimizer trains (batch normalisation's moving averages): saved in
+     * checkpoints with the parameters, updated by training forwards. */
+    dt_arena state;
     float *gbuf[2];
     float *scratch;
     float *prob, *losses, *targets;
@@ -123,6 +128,11 @@ static dt_status infer_shape(struct layer_rt *L, int i)
         L->out_dims[2] = (int)L->in_elems; /* within int: capped above */
         L->out_flat = true;
         break;
+    case DT_LAYER_BATCHNORM:
+        if (!L->in_flat && (L->in_dims[0] != 1 || L->in_dims[1] != 1))
+            return layer_error(L, i, "batch_normalization takes a flat input (after a dense or "
+                               "flatten layer)");
+        break;
     default:
         break;
     }
@@ -143,6 +153,20 @@ static dt_status declare_params(dt_model *m, struct layer_rt *L)
         kdims[0] = L->cg.KH, kdims[1] = L->cg.KW, kdims[2] = L->cg.C, kdims[3] = L->cg.OC;
         n_kdims = 4;
         bdims[0] = L->cg.OC;
+    } else if (L->spec.kind == DT_LAYER_BATCHNORM) {
+        int dims[1] = {(int)L->in_elems};
+        snprintf(name, sizeof name, "%s/gamma", L->spec.name);
+        dt_status st = dt_arena_add(&m->params, name, 1, dims, &L->w_view);
+        snprintf(name, sizeof name, "%s/beta", L->spec.name);
+        if (st == DT_OK)
+            st = dt_arena_add(&m->params, name, 1, dims, &L->b_view);
+        snprintf(name, sizeof name, "%s/moving_mean", L->spec.name);
+        if (st == DT_OK)
+            st = dt_arena_add(&m->state, name, 1, dims, &L->mm_view);
+        snprintf(name, sizeof name, "%s/moving_variance", L->spec.name);
+        if (st == DT_OK)
+            st = dt_arena_add(&m->state, name, 1, dims, &L->mv_view);
+        return st;
     } else {
         L->w_view = L->b_view = -1;
         return DT_OK;
@@ -199,7 +223,7 @@ static struct buffer_plan plan_buffers(const dt_model *m)
             p.total += out;
         if (L->spec.kind == DT_LAYER_MAXPOOL2D && !L->absorbed)
             p.total += out; /* argmax indices, 4 bytes each */
-        if (L->spec.kind == DT_LAYER_DROPOUT)
+        if (L->spec.kind == DT_LAYER_DROPOUT || L->spec.kind == DT_LAYER_BATCHNORM)
             p.total += out;
         if (L->fused) {
             p.total += dt_convpool_mask_words(&m->layers[i + 1].pg, m->max_batch);
@@ -241,6 +265,9 @@ static dt_status allocate_buffers(dt_model *m, const struct buffer_plan *p)
             return dt_error(DT_ERR_NOMEM, "no memory for layer %s", L->spec.name);
         if (L->spec.kind == DT_LAYER_DROPOUT && !(L->drop_mask = alloc_floats(B * out)))
             return dt_error(DT_ERR_NOMEM, "no memory for layer %s", L->spec.name);
+        if (L->spec.kind == DT_LAYER_BATCHNORM &&
+            (!(L->bn_xhat = alloc_floats(B * out)) || !(L->bn_istd = alloc_floats(out))))
+            return dt_error(DT_ERR_NOMEM, "no memory for layer %s", L->spec.name);
         if (L->fused) {
             const dt_pool_geom *pg = &m->layers[i + 1].pg;
             if (!(L->mask = malloc(dt_convpool_mask_words(pg, m->max_batch) * sizeof *L->mask)))
@@ -278,6 +305,7 @@ dt_status dt_model_create(const dt_model_spec *spec, int max_batch, dt_pool *poo
     m->n_layers = spec->n_layers;
     dt_arena_init(&m->params);
     dt_arena_init(&m->grads);
+    dt_arena_init(&m->state);
     dt_status st = DT_OK;
     /* The bias comes first in the arena: backward computes its gradient last, and gradients
      * become final from the arena's end toward its start (dt_grad_ready_fn). */
@@ -324,6 +352,7 @@ dt_status dt_model_create(const dt_model_spec *spec, int max_batch, dt_pool *poo
     plan_fusion(m, opts);
     struct buffer_plan plan = plan_buffers(m);
     if ((st = check_memory(m, &plan)) || (st = dt_arena_commit(&m->params)) ||
+        (st = dt_arena_commit(&m->state)) ||
         (st = dt_arena_mirror(&m->grads, &m->params, "")) || (st = allocate_buffers(m, &plan)))
         goto fail;
     *out = m;
@@ -344,6 +373,8 @@ void dt_model_destroy(dt_model *m)
         free(L->arg);
         free(L->mask);
         free(L->drop_mask);
+        free(L->bn_xhat);
+        free(L->bn_istd);
     }
     free(m->gbuf[0]);
     free(m->gbuf[1]);
@@ -362,6 +393,7 @@ void dt_model_destroy(dt_model *m)
     }
     dt_arena_free(&m->params);
     dt_arena_free(&m->grads);
+    dt_arena_free(&m->state);
     free(m);
 }
 
@@ -372,6 +404,15 @@ void dt_model_init_params(dt_model *m, uint64_t seed)
     memset(m->params.data, 0, m->params.n_elems * sizeof(float));
     for (int i = 0; i < m->n_layers; i++) {
         const struct layer_rt *L = &m->layers[i];
+        if (L->spec.kind == DT_LAYER_BATCHNORM) { /* gamma 1, beta 0; moving mean 0, var 1 */
+            size_t n = L->in_elems;
+            float *g = dt_arena_view_data(&m->params, L->w_view);
+            float *mm = dt_arena_view_data(&m->state, L->mm_view);
+            float *mv = dt_arena_view_data(&m->state, L->mv_view);
+            for (size_t k = 0; k < n; k++)
+                g[k] = 1.0f, mm[k] = 0.0f, mv[k] = 1.0f;
+            continue;
+        }
         if (L->w_view < 0)
             continue;
         const dt_view *v = &m->params.views[L->w_view];
@@ -392,6 +433,7 @@ void dt_model_init_params(dt_model *m, uint64_t seed)
 
 dt_arena *dt_model_params(dt_model *m) { return &m->params; }
 dt_arena *dt_model_grads(dt_model *m) { return &m->grads; }
+dt_arena *dt_model_state(dt_model *m) { return &m->state; }
 const dt_model_spec *dt_model_spec_of(const dt_model *m) { return &m->spec; }
 int dt_model_num_outputs(const dt_model *m) { return m->K; }
 int dt_model_max_batch(const dt_model *m) { return m->max_batch; }
@@ -458,6 +500,19 @@ static void forward_layer(dt_model *m, int i, int B, bool training)
                                                                : DT_ACT_TANH;
         memcpy(L->out, L->in, n_out * sizeof *L->out);
         dt_act_forward(act, n_out, L->out);
+        break;
+    }
+    case DT_LAYER_BATCHNORM: {
+        int C = (int)L->in_elems;
+        float *mm = dt_arena_view_data(&m->state, L->mm_view);
+        float *mv = dt_arena_view_data(&m->state, L->mv_view);
+        if (training)
+            dt_batchnorm_forward_train(B, C, L->in, P(m, L->w_view), P(m, L->b_view),
+                                       L->spec.epsilon, L->spec.momentum, mm, mv, L->out,
+                                       L->bn_xhat, L->bn_istd);
+        else
+            dt_batchnorm_forward_infer(B, C, L->in, P(m, L->w_view), P(m, L->b_view),
+                                       L->spec.epsilon, mm, mv, L->out);
         break;
     }
     case DT_LAYER_DROPOUT:
@@ -646,6 +701,10 @@ static float *backward_layer(dt_model *m, int i, int B, float *dy, float *dx)
     case DT_LAYER_DROPOUT:
         dt_dropout_backward(n_out, L->drop_mask, dy);
         return dy;
+    case DT_LAYER_BATCHNORM:
+        dt_batchnorm_backward(B, (int)L->in_elems, dy, L->bn_xhat, L->bn_istd, P(m, L->w_view),
+                              G(m, L->w_view), G(m, L->b_view), dx);
+        return dx;
     }
     return dx;
 }
@@ -784,6 +843,7 @@ static const char *class_name(const dt_layer_spec *s)
     case DT_LAYER_SIGMOID:
     case DT_LAYER_TANH: return "Activation";
     case DT_LAYER_DROPOUT: return "Dropout";
+    case DT_LAYER_BATCHNORM: return "BatchNormalization";
     }
     return "Layer";
 }

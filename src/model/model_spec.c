@@ -33,6 +33,7 @@ static const char *auto_name_base(dt_layer_kind kind)
     case DT_LAYER_SIGMOID:
     case DT_LAYER_TANH: return "activation";
     case DT_LAYER_DROPOUT: return "dropout";
+    case DT_LAYER_BATCHNORM: return "batch_normalization";
     }
     return "layer";
 }
@@ -142,6 +143,7 @@ void dt_ctr_spec_default(dt_ctr_spec *c)
         c->dropout_keep[i] = 0.5f;
     }
     c->init_stddev = 0.01f;
+    c->bn_decay = 0.9f;
 }
 
 /* The largest sizes a CTR model takes: F x K must stay a dense layer's input, rows a table's. */
@@ -161,6 +163,8 @@ static dt_status check_ctr(dt_arch arch, const dt_ctr_spec *c)
         field = "deep_layers", why = "1..16 layers";
     else if (!(c->init_stddev >= 0.0f && c->init_stddev < 10.0f))
         field = "init_stddev", why = "in [0, 10)";
+    else if (c->batch_norm && !(c->bn_decay >= 0.0f && c->bn_decay < 1.0f))
+        field = "bn_decay", why = "a decay in [0, 1)";
     for (int i = 0; !field && arch == DT_ARCH_DEEPFM && i < c->n_deep; i++) {
         if (c->deep_layers[i] < 1 || c->deep_layers[i] > (1 << 16))
             field = "deep_layers", why = "units in 1..65536";
@@ -197,6 +201,9 @@ dt_status dt_model_spec_ctr(dt_arch arch, const dt_ctr_spec *c, dt_model_spec *o
     int n = 0;
     for (int i = 0; i < c->n_deep; i++) {
         L[n++] = dense_layer(c->deep_layers[i], DT_ACT_RELU);
+        if (c->batch_norm)
+            L[n++] = (dt_layer_spec){.kind = DT_LAYER_BATCHNORM, .momentum = c->bn_decay,
+                                     .epsilon = 0.001f};
         if (c->dropout_keep[i] < 1.0f)
             L[n++] = (dt_layer_spec){.kind = DT_LAYER_DROPOUT, .rate = 1.0f - c->dropout_keep[i]};
     }
@@ -297,7 +304,8 @@ static dt_status parse_layer_type(const struct json_ctx *c, const cJSON *item, d
         {"Flatten", DT_LAYER_FLATTEN},       {"relu", DT_LAYER_RELU},
         {"ReLU", DT_LAYER_RELU},             {"sigmoid", DT_LAYER_SIGMOID},
         {"tanh", DT_LAYER_TANH},             {"dropout", DT_LAYER_DROPOUT},
-        {"Dropout", DT_LAYER_DROPOUT},
+        {"Dropout", DT_LAYER_DROPOUT},       {"batch_normalization", DT_LAYER_BATCHNORM},
+        {"BatchNormalization", DT_LAYER_BATCHNORM},
     };
     if (!cJSON_IsString(item))
         return field_error(c, "type", item ? "expected a string" : "missing");
@@ -322,6 +330,7 @@ static bool key_allowed(dt_layer_kind kind, const char *key)
                                        NULL};
     static const char *const pool[] = {"pool_size", "strides", "padding", NULL};
     static const char *const dropout[] = {"rate", NULL};
+    static const char *const batchnorm[] = {"momentum", "epsilon", NULL};
     static const char *const none[] = {NULL};
     const char *const *list = none;
     switch (kind) {
@@ -329,6 +338,7 @@ static bool key_allowed(dt_layer_kind kind, const char *key)
     case DT_LAYER_CONV2D: list = conv; break;
     case DT_LAYER_MAXPOOL2D: list = pool; break;
     case DT_LAYER_DROPOUT: list = dropout; break;
+    case DT_LAYER_BATCHNORM: list = batchnorm; break;
     default: break;
     }
     for (; *list; list++)
@@ -404,6 +414,20 @@ static dt_status parse_layer(struct json_ctx *c, const cJSON *obj, dt_layer_spec
         l->rate = (float)rate->valuedouble;
         return DT_OK;
     }
+    case DT_LAYER_BATCHNORM: {
+        const cJSON *mom = cJSON_GetObjectItemCaseSensitive(obj, "momentum");
+        const cJSON *eps = cJSON_GetObjectItemCaseSensitive(obj, "epsilon");
+        l->momentum = 0.99f, l->epsilon = 0.001f; /* Keras's defaults */
+        if (mom && (!cJSON_IsNumber(mom) || !(mom->valuedouble >= 0.0 && mom->valuedouble < 1.0)))
+            return field_error(c, "momentum", "expected a number in [0, 1)");
+        if (eps && (!cJSON_IsNumber(eps) || !(eps->valuedouble > 0.0 && eps->valuedouble < 1.0)))
+            return field_error(c, "epsilon", "expected a number in (0, 1)");
+        if (mom)
+            l->momentum = (float)mom->valuedouble;
+        if (eps)
+            l->epsilon = (float)eps->valuedouble;
+        return DT_OK;
+    }
     default:
         return DT_OK;
     }
@@ -447,7 +471,8 @@ static dt_status parse_ctr_object(struct json_ctx *c, const cJSON *root, dt_mode
 {
     static const char *const keys[] = {"type", "name", "field_size", "feature_size",
                                        "embedding_size", "deep_layers", "dropout_keep",
-                                       "dropout_rate", "init_stddev"};
+                                       "dropout_rate", "init_stddev", "batch_norm",
+                                       "bn_decay"};
     const cJSON *item;
     cJSON_ArrayForEach(item, root)
     {
@@ -457,7 +482,8 @@ static dt_status parse_ctr_object(struct json_ctx *c, const cJSON *root, dt_mode
         if (!ok)
             return field_error(c, item->string, "unknown key of a CTR model (type, name, "
                                "field_size, feature_size, embedding_size, deep_layers, "
-                               "dropout_keep, dropout_rate, init_stddev)");
+                               "dropout_keep, dropout_rate, init_stddev, batch_norm, "
+                               "bn_decay)");
     }
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "type");
     dt_arch arch;
@@ -483,6 +509,16 @@ static dt_status parse_ctr_object(struct json_ctx *c, const cJSON *root, dt_mode
         if (!cJSON_IsNumber(item) || !(item->valuedouble >= 0 && item->valuedouble < 10))
             return field_error(c, "init_stddev", "expected a number in [0, 10)");
         ctr.init_stddev = (float)item->valuedouble;
+    }
+    if ((item = cJSON_GetObjectItemCaseSensitive(root, "batch_norm"))) {
+        if (!cJSON_IsBool(item))
+            return field_error(c, "batch_norm", "expected true or false");
+        ctr.batch_norm = cJSON_IsTrue(item);
+    }
+    if ((item = cJSON_GetObjectItemCaseSensitive(root, "bn_decay"))) {
+        if (!cJSON_IsNumber(item) || !(item->valuedouble >= 0 && item->valuedouble < 1))
+            return field_error(c, "bn_decay", "expected a number in [0, 1)");
+        ctr.bn_decay = (float)item->valuedouble;
     }
     double units[DT_MAX_DEEP_LAYERS], drop[DT_MAX_DEEP_LAYERS];
     int n_units = ctr.n_deep, n_drop = 0;
@@ -672,6 +708,7 @@ static const char *layer_type_name(dt_layer_kind kind)
     case DT_LAYER_SIGMOID: return "sigmoid";
     case DT_LAYER_TANH: return "tanh";
     case DT_LAYER_DROPOUT: return "dropout";
+    case DT_LAYER_BATCHNORM: return "batch_normalization";
     }
     return "?";
 }
@@ -708,6 +745,10 @@ static bool add_layer_json(cJSON *layers, const dt_layer_spec *l)
     case DT_LAYER_DROPOUT:
         ok = ok && cJSON_AddNumberToObject(o, "rate", l->rate);
         break;
+    case DT_LAYER_BATCHNORM:
+        ok = ok && cJSON_AddNumberToObject(o, "momentum", l->momentum) &&
+             cJSON_AddNumberToObject(o, "epsilon", l->epsilon);
+        break;
     default:
         break;
     }
@@ -733,6 +774,9 @@ static bool add_ctr_json(cJSON *j, const dt_model_spec *spec)
         ok = units && cJSON_AddItemToObject(j, "deep_layers", units);
         cJSON *k = ok ? cJSON_CreateDoubleArray(keep, c->n_deep) : NULL;
         ok = k && cJSON_AddItemToObject(j, "dropout_keep", k);
+        if (ok && c->batch_norm)
+            ok = cJSON_AddTrueToObject(j, "batch_norm") &&
+                 cJSON_AddNumberToObject(j, "bn_decay", (double)c->bn_decay);
     }
     return ok;
 }

@@ -535,3 +535,67 @@ void dt_mse_backward(int B, int K, const float *pred, const float *targets, floa
     for (size_t i = 0; i < (size_t)B * K; i++)
         dpred[i] = s * (pred[i] - targets[i]);
 }
+
+/* ---- Batch normalisation ---- */
+
+// x, y, xhat (B, C); gamma, beta, moving_mean, moving_var, istd (C)
+void dt_batchnorm_forward_train(int B, int C, const float *x, const float *gamma,
+                                const float *beta, float eps, float momentum, float *moving_mean,
+                                float *moving_var, float *y, float *xhat, float *istd)
+{
+    for (int c = 0; c < C; c++) {
+        double sum = 0.0, sq = 0.0;
+        for (int i = 0; i < B; i++)
+            sum += x[(size_t)i * C + c];
+        double mean = sum / B;
+        for (int i = 0; i < B; i++) {
+            double d = x[(size_t)i * C + c] - mean;
+            sq += d * d;
+        }
+        double var = sq / B;
+        float is = (float)(1.0 / sqrt(var + eps));
+        istd[c] = is;
+        for (int i = 0; i < B; i++) {
+            size_t at = (size_t)i * C + c;
+            xhat[at] = (float)(x[at] - mean) * is;
+            y[at] = gamma[c] * xhat[at] + beta[c];
+        }
+        moving_mean[c] = momentum * moving_mean[c] + (1.0f - momentum) * (float)mean;
+        moving_var[c] = momentum * moving_var[c] + (1.0f - momentum) * (float)var;
+    }
+}
+
+void dt_batchnorm_forward_infer(int B, int C, const float *x, const float *gamma,
+                                const float *beta, float eps, const float *moving_mean,
+                                const float *moving_var, float *y)
+{
+    for (int c = 0; c < C; c++) {
+        float is = 1.0f / sqrtf(moving_var[c] + eps), m = moving_mean[c];
+        for (int i = 0; i < B; i++) {
+            size_t at = (size_t)i * C + c;
+            y[at] = gamma[c] * ((x[at] - m) * is) + beta[c];
+        }
+    }
+}
+
+void dt_batchnorm_backward(int B, int C, const float *dy, const float *xhat, const float *istd,
+                           const float *gamma, float *dgamma, float *dbeta, float *dx)
+{
+    for (int c = 0; c < C; c++) {
+        double sum_dy = 0.0, sum_dy_xhat = 0.0;
+        for (int i = 0; i < B; i++) {
+            size_t at = (size_t)i * C + c;
+            sum_dy += dy[at];
+            sum_dy_xhat += (double)dy[at] * xhat[at];
+        }
+        dgamma[c] += (float)sum_dy_xhat;
+        dbeta[c] += (float)sum_dy;
+        if (!dx)
+            continue;
+        double k = (double)gamma[c] * istd[c] / B;
+        for (int i = 0; i < B; i++) {
+            size_t at = (size_t)i * C + c;
+            dx[at] = (float)(k * (B * (double)dy[at] - sum_dy - xhat[at] * sum_dy_xhat));
+        }
+    }
+}

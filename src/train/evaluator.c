@@ -37,6 +37,7 @@ static dt_status model_of_checkpoint(const dt_ckpt *c, int batch, dt_pool *pool,
     if ((st = dt_model_create(&spec, batch, pool, NULL, &m)))
         return st;
     if ((st = dt_ckpt_restore_arena(c, dt_model_params(m))) ||
+        (dt_model_state(m)->n_views > 0 && (st = dt_ckpt_restore_arena(c, dt_model_state(m)))) ||
         (st = dt_ckpt_restore_tables(c, m, false))) {
         dt_model_destroy(m);
         return st;

@@ -19,7 +19,7 @@
 /* What a checkpoint holds: the parameters, the optimizer's slots (plain SGD has none), and each
  * table with its slots, as arenas over their storage. */
 typedef struct {
-    const dt_arena *list[2 + MAX_TABLE_ARENAS];
+    const dt_arena *list[3 + MAX_TABLE_ARENAS];
     dt_arena tables[MAX_TABLE_ARENAS];
     int n, n_tables;
 } ckpt_arenas;
@@ -102,6 +102,8 @@ dt_status dt_fit_save(dt_ckpt_manager *mgr, bool announce, const dt_fit_config *
     meta[n++] = (dt_ckpt_meta){"model_spec", spec};
     ckpt_arenas a = {.list = {dt_model_params(m), &o->state}};
     a.n = o->state.n_views > 0 ? 2 : 1; /* plain SGD has no slots */
+    if (dt_model_state(m)->n_views > 0) /* batch normalisation's moving averages */
+        a.list[a.n++] = dt_model_state(m);
     char path[4400];
     dt_status st = table_arenas(m, true, &a);
     if (st == DT_OK)
@@ -214,7 +216,8 @@ static dt_status apply_checkpoint(const dt_ckpt *c, const dt_fit_config *cfg, in
         return st;
     if (o->state.n_views > 0 && (st = dt_ckpt_restore_arena(c, &o->state)))
         return st;
-    if ((st = dt_ckpt_restore_tables(c, m, true)))
+    if ((dt_model_state(m)->n_views > 0 && (st = dt_ckpt_restore_arena(c, dt_model_state(m)))) ||
+        (st = dt_ckpt_restore_tables(c, m, true)))
         return st;
     const char *seed = dt_ckpt_meta_get(c, "seed");
     char mine[32];
