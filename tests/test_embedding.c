@@ -86,3 +86,32 @@ TEST(embedding_dedupe_of_large_ids_and_column_ranges)
     free(ids), free(uniq), free(uniq_ref), free(slot), free(vals), free(grad), free(whole);
     free(split), free(ref), free(scratch);
 }
+
+/* Places grouped by unique id and accumulated by row ranges equal the place-order sums. */
+TEST(embedding_grouped_accumulation_equals_place_order)
+{
+    enum { N = 3000, K = 5 };
+    dt_rng r;
+    dt_rng_seed(&r, 17);
+    int64_t *ids = malloc(sizeof(int64_t) * N), *uniq = malloc(sizeof(int64_t) * N);
+    uint32_t *slot = malloc(sizeof(uint32_t) * N), *offsets = malloc(sizeof(uint32_t) * (N + 1));
+    uint32_t *places = malloc(sizeof(uint32_t) * N);
+    float *vals = malloc(sizeof(float) * N), *grad = malloc(sizeof(float) * N * K);
+    float *a = malloc(sizeof(float) * N * K), *b = malloc(sizeof(float) * N * K);
+    void *scratch = malloc(dt_embedding_scratch_bytes(N));
+    for (int i = 0; i < N; i++) {
+        ids[i] = (int64_t)(dt_rng_below(&r, 400) * dt_rng_below(&r, 400) / 400);
+        vals[i] = uniform(&r);
+    }
+    for (int i = 0; i < N * K; i++)
+        grad[i] = uniform(&r);
+    size_t u = dt_embedding_dedupe(ids, N, scratch, uniq, slot);
+    dt_embedding_accumulate(slot, vals, N, K, grad, u, 0, K, a);
+    dt_embedding_group(slot, N, u, offsets, places);
+    CHECK(offsets[0] == 0 && offsets[u] == N);
+    dt_embedding_accumulate_grouped(offsets, places, vals, K, grad, 0, u / 3, b);
+    dt_embedding_accumulate_grouped(offsets, places, vals, K, grad, u / 3, u, b);
+    CHECK(memcmp(a, b, u * K * sizeof *a) == 0);
+    free(ids), free(uniq), free(slot), free(offsets), free(places), free(vals), free(grad);
+    free(a), free(b), free(scratch);
+}

@@ -31,6 +31,17 @@ void dt_embedding_accumulate(const uint32_t *slot, const float *vals, size_t n, 
                              const float *grad_out, size_t n_uniq, int k_lo, int k_hi,
                              float *uniq_rows);
 
+/* The places of each unique id, in order: places[offsets[u] .. offsets[u + 1]) are the places
+ * i with slot[i] = u, increasing (a counting sort). offsets (n_uniq + 1), places (n). */
+void dt_embedding_group(const uint32_t *slot, size_t n, size_t n_uniq, uint32_t *offsets,
+                        uint32_t *places);
+/* Rows [u_lo, u_hi) of the unique ids' gradient (n_uniq, K) from the grouped places: each row
+ * the sum over its places, in order, of vals[i] x grad_out[i], as dt_embedding_accumulate
+ * gives it, bit for bit. Row ranges are independent: threads may take one each. */
+void dt_embedding_accumulate_grouped(const uint32_t *offsets, const uint32_t *places,
+                                     const float *vals, int K, const float *grad_out,
+                                     size_t u_lo, size_t u_hi, float *uniq_rows);
+
 /* Both: the unique ids in increasing order and their gradient rows (n_unique, K), each summed
  * in the order of the places; slot (n) receives each place's row. Returns the number. */
 size_t dt_embedding_backward(const int64_t *ids, const float *vals, size_t n, int K,

@@ -27,10 +27,13 @@ struct dt_ctr {
     float *sums;     /* (B, K) */
     float *fm;       /* (B) */
     uint32_t *slot;  /* (B, F): each place's row among the unique ids */
+    uint32_t *offsets, *places; /* (B F + 1), (B F): the places grouped by unique id */
+    float *dgrad;    /* demb of the backward under way: the MLP's input gradient, or c->demb */
     int64_t *uniq;   /* (B, F) */
     void *scratch;   /* dt_embedding_scratch_bytes(B F) */
     dt_pool *pool;   /* of the last call */
-    const float *dlogits, *ddeep; /* of the backward under way */
+    const float *dlogits;         /* of the backward under way */
+    const float *ddeep;
 };
 
 static bool has_v(const dt_ctr *c) { return c->arch != DT_ARCH_LR; }
@@ -61,6 +64,8 @@ dt_status dt_ctr_create(const dt_model_spec *spec, int max_batch, dt_ctr **out)
     c->lin = malloc(n * sizeof *c->lin);
     c->slot = malloc(n * sizeof *c->slot);
     c->uniq = malloc(n * sizeof *c->uniq);
+    c->offsets = malloc((n + 1) * sizeof *c->offsets);
+    c->places = malloc(n * sizeof *c->places);
     c->scratch = malloc(dt_embedding_scratch_bytes(n));
     c->fm = calloc((size_t)max_batch, sizeof *c->fm);
     if (has_v(c)) {
@@ -69,6 +74,7 @@ dt_status dt_ctr_create(const dt_model_spec *spec, int max_batch, dt_ctr **out)
         c->sums = malloc((size_t)max_batch * (size_t)c->K * sizeof *c->sums);
     }
     if (!c->ids || !c->vals || !c->lin || !c->slot || !c->uniq || !c->scratch || !c->fm ||
+        !c->offsets || !c->places ||
         (has_v(c) && (!c->emb || !c->demb || !c->sums))) {
         st = dt_error(DT_ERR_NOMEM, "no memory for the CTR model's buffers at batch %d", max_batch);
         goto fail;
@@ -89,6 +95,7 @@ void dt_ctr_destroy(dt_ctr *c)
     dt_sparse_rows_free(&c->gw);
     dt_sparse_rows_free(&c->gv);
     free(c->ids), free(c->vals), free(c->lin), free(c->slot), free(c->uniq), free(c->scratch), free(c->fm);
+    free(c->offsets), free(c->places);
     free(c->emb), free(c->demb), free(c->sums);
     free(c);
 }
@@ -192,36 +199,34 @@ static void backward_examples(void *ctx, int task, int n_tasks)
         return;
     size_t K = (size_t)c->K, p0 = (size_t)lo * (size_t)c->F * K;
     size_t nk = (size_t)(hi - lo) * (size_t)c->F * K;
-    if (c->ddeep)
-        memcpy(c->demb + p0, c->ddeep + p0, nk * sizeof *c->demb);
-    else
-        memset(c->demb + p0, 0, nk * sizeof *c->demb);
+    if (!c->ddeep)
+        memset(c->dgrad + p0, 0, nk * sizeof *c->dgrad);
     dt_fm_backward((int)(hi - lo), c->F, c->K, c->emb + p0, c->sums + (size_t)lo * K,
-                   c->dlogits + lo, c->demb + p0);
+                   c->dlogits + lo, c->dgrad + p0);
 }
 
-/* Columns of the tables' gradient rows: task 0 also takes fm_w's one column. The sums run over
- * the places in order whatever the split, so the rows are the same bit for bit. */
-static void accumulate_columns(void *ctx, int task, int n_tasks)
+/* A range of the unique ids: their rows of both tables' gradients, each summed over its
+ * places in order whatever the split, so the rows are the same bit for bit. */
+static void accumulate_rows(void *ctx, int task, int n_tasks)
 {
     dt_ctr *c = ctx;
-    size_t n = (size_t)c->B * (size_t)c->F;
-    if (task == 0)
-        dt_embedding_accumulate(c->slot, c->vals, n, 1, c->lin, c->gw.n, 0, 1, c->gw.rows);
-    if (!has_v(c))
-        return;
     long lo, hi;
-    dt_pool_slice(c->K, task, n_tasks, &lo, &hi);
-    if (hi > lo)
-        dt_embedding_accumulate(c->slot, c->vals, n, c->K, c->demb, c->gv.n, (int)lo, (int)hi,
-                                c->gv.rows);
+    dt_pool_slice((long)c->gw.n, task, n_tasks, &lo, &hi);
+    dt_embedding_accumulate_grouped(c->offsets, c->places, c->vals, 1, c->lin, (size_t)lo,
+                                    (size_t)hi, c->gw.rows);
+    if (has_v(c))
+        dt_embedding_accumulate_grouped(c->offsets, c->places, c->vals, c->K, c->dgrad,
+                                        (size_t)lo, (size_t)hi, c->gv.rows);
 }
 
-float dt_ctr_backward(dt_ctr *c, int B, const float *dlogits, const float *ddeep, dt_pool *pool)
+float dt_ctr_backward(dt_ctr *c, int B, const float *dlogits, float *ddeep, dt_pool *pool)
 {
     size_t n = (size_t)B * (size_t)c->F;
     c->pool = pool;
     c->dlogits = dlogits, c->ddeep = ddeep;
+    /* The FM gradient adds into the MLP's input gradient where there is one (the model's
+     * scratch, not needed after): no copy of it. */
+    c->dgrad = ddeep ? ddeep : c->demb;
     double dbias = 0.0;
     for (int i = 0; i < B; i++)
         dbias += dlogits[i];
@@ -235,8 +240,10 @@ float dt_ctr_backward(dt_ctr *c, int B, const float *dlogits, const float *ddeep
         c->gv.n = u;
         memcpy(c->gv.ids, c->uniq, u * sizeof *c->uniq);
     }
-    int col_tasks = has_v(c) && c->K >= 8 ? dt_pool_size(pool) : 1;
-    dt_pool_run(col_tasks > 1 ? pool : NULL, accumulate_columns, c, col_tasks);
+    dt_embedding_group(c->slot, n, u, c->offsets, c->places);
+    int tasks_u = (int)(u / 256) < dt_pool_size(pool) ? (int)(u / 256) : dt_pool_size(pool);
+    tasks_u = tasks_u < 1 ? 1 : tasks_u;
+    dt_pool_run(tasks_u > 1 ? pool : NULL, accumulate_rows, c, tasks_u);
     return (float)dbias;
 }
 

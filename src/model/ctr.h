@@ -28,9 +28,10 @@ const float *dt_ctr_deep_input(const dt_ctr *c);
 /* logits (B) = bias + first-order + FM (+ deep (B), when not NULL). */
 void dt_ctr_logits(dt_ctr *c, int B, float bias, const float *deep, float *logits);
 
-/* From dlogits (B) and the MLP's input gradient ddeep (B, F x K; NULL without an MLP): the
- * tables' sparse gradients (dt_ctr_table_grad), and the bias's gradient, returned. */
-float dt_ctr_backward(dt_ctr *c, int B, const float *dlogits, const float *ddeep, dt_pool *pool);
+/* From dlogits (B) and the MLP's input gradient ddeep (B, F x K; NULL without an MLP), which
+ * it overwrites (the FM term's gradient is added into it): the tables' sparse gradients
+ * (dt_ctr_table_grad), and the bias's gradient, returned. */
+float dt_ctr_backward(dt_ctr *c, int B, const float *dlogits, float *ddeep, dt_pool *pool);
 
 /* Its tables (fm_w, then fm_v unless the model is lr) and their gradients of the last
  * backward. */

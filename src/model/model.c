@@ -711,7 +711,7 @@ static float *backward_layer(dt_model *m, int i, int B, float *dy, float *dx)
 
 /* After the MLP (if any): the CTR front's sparse gradients and the bias's. The bias is the
  * arena's first variable, so every dense gradient is final after it. */
-static void backward_ctr(dt_model *m, int B, const float *ddeep)
+static void backward_ctr(dt_model *m, int B, float *ddeep)
 {
     G(m, m->bias_view)[0] += dt_ctr_backward(m->ctr, B, m->dz, ddeep, m->pool);
     if (m->grad_hook)

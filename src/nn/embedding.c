@@ -140,6 +140,43 @@ void dt_embedding_accumulate(const uint32_t *slot, const float *vals, size_t n, 
     }
 }
 
+// slot (n); offsets (n_uniq + 1); places (n)
+void dt_embedding_group(const uint32_t *slot, size_t n, size_t n_uniq, uint32_t *offsets,
+                        uint32_t *places)
+{
+    memset(offsets, 0, (n_uniq + 1) * sizeof *offsets);
+    for (size_t i = 0; i < n; i++)
+        offsets[slot[i] + 1]++;
+    for (size_t u = 0; u < n_uniq; u++)
+        offsets[u + 1] += offsets[u];
+    /* Placed in increasing i, so each group keeps the places' order; offsets[u] moves to the
+     * group's end and is put back after. */
+    for (size_t i = 0; i < n; i++)
+        places[offsets[slot[i]]++] = (uint32_t)i;
+    for (size_t u = n_uniq; u > 0; u--)
+        offsets[u] = offsets[u - 1];
+    offsets[0] = 0;
+}
+
+// offsets (n_uniq + 1), places (n); vals (n); grad_out (n, K); uniq_rows (n_uniq, K)
+void dt_embedding_accumulate_grouped(const uint32_t *offsets, const uint32_t *places,
+                                     const float *vals, int K, const float *grad_out,
+                                     size_t u_lo, size_t u_hi, float *uniq_rows)
+{
+    for (size_t u = u_lo; u < u_hi; u++) {
+        float *row = uniq_rows + u * (size_t)K;
+        for (int k = 0; k < K; k++)
+            row[k] = 0.0f;
+        for (uint32_t a = offsets[u]; a < offsets[u + 1]; a++) {
+            uint32_t i = places[a];
+            const float *g = grad_out + (size_t)i * (size_t)K;
+            float v = vals[i];
+            for (int k = 0; k < K; k++)
+                row[k] += v * g[k];
+        }
+    }
+}
+
 // ids, vals (n); grad_out (n, K); scratch; slot (n); uniq_ids (n); uniq_rows (n, K)
 size_t dt_embedding_backward(const int64_t *ids, const float *vals, size_t n, int K,
                              const float *grad_out, void *scratch, uint32_t *slot,
