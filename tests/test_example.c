@@ -1091,3 +1091,38 @@ TEST(example_ctr_fields_zip_ids_and_values)
     }
     dt_rowbuf_free(&b);
 }
+
+/* CTR ids given as floats, or values as int64s, are named, not read as positions or ones. */
+TEST(example_ctr_fields_refuse_lists_of_the_wrong_kind)
+{
+    dt_example_spec spec;
+    memset(&spec, 0, sizeof spec);
+    snprintf(spec.features[0].key, DT_EXAMPLE_KEY_CAP, "ids");
+    snprintf(spec.features[1].key, DT_EXAMPLE_KEY_CAP, "values");
+    snprintf(spec.label_key, DT_EXAMPLE_KEY_CAP, "label");
+    spec.n_features = 2;
+    spec.ctr_fields = 2;
+    CHECK_OK(dt_example_spec_finalize(&spec));
+    float fids[2] = {1, 2}, vals[2] = {1, 1}, label = 0;
+    int64_t ids[2] = {1, 2};
+    dt_feature_value bad_ids[3] = {{"ids", DT_FEATURE_FLOAT, 2, fids, NULL, NULL},
+                                   {"values", DT_FEATURE_FLOAT, 2, vals, NULL, NULL},
+                                   {"label", DT_FEATURE_FLOAT, 1, &label, NULL, NULL}};
+    dt_feature_value bad_vals[3] = {{"ids", DT_FEATURE_INT64, 2, NULL, ids, NULL},
+                                    {"values", DT_FEATURE_INT64, 2, NULL, ids, NULL},
+                                    {"label", DT_FEATURE_FLOAT, 1, &label, NULL, NULL}};
+    const dt_feature_value *cases[2] = {bad_ids, bad_vals};
+    const char *needle[2] = {"'ids' is a float_list", "'values' is an int64_list"};
+    for (int k = 0; k < 2; k++) {
+        uint8_t *buf = NULL;
+        size_t len = 0, cap = 0;
+        CHECK_OK(dt_example_encode(cases[k], 3, &buf, &len, &cap));
+        dt_rowbuf b;
+        dt_rowbuf_init(&b, 0);
+        CHECK_MSG(dt_example_parse(&spec, buf, len, &b) == DT_ERR_FORMAT &&
+                  strstr(dt_last_error(), needle[k]) && b.n == 0, "case %d: %s", k,
+                  dt_last_error());
+        dt_rowbuf_free(&b);
+        free(buf);
+    }
+}

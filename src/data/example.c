@@ -1778,6 +1778,21 @@ static dt_status parse_ctr_columns(const dt_example_spec *spec, const rec *r, co
     return st;
 }
 
+/* A CTR record's ids must be an int64_list and its values a float_list: the sparse decoder
+ * would take either kind, and read positions for ids or ones for values. */
+static dt_status check_ctr_kind(const rec *r, const dt_example_spec *spec, int i,
+                                const entry_loc *el)
+{
+    feature_loc fl;
+    dt_status st = analyze_feature(r, el, &fl);
+    int want = i == 0 ? DT_FEATURE_INT64 : DT_FEATURE_FLOAT;
+    if (st || fl.kind == 0 || fl.kind == want)
+        return st;
+    return bad(r, el->e0, "feature '%s' is %s %s: CTR %s are %s", spec->features[i].key,
+               fl.kind == DT_FEATURE_INT64 ? "an" : "a", list_name[fl.kind],
+               i == 0 ? "ids" : "values", i == 0 ? "an int64_list" : "a float_list");
+}
+
 /* A CTR record's row: its n_ids ids (entries (id, 1)) and then its n_vals values (entries
  * (position, value)), as decoded, zipped into its fields' (id, value) entries and checked. */
 static dt_status zip_ctr_fields(const dt_example_spec *spec, float label, const size_t counts[2],
@@ -1874,6 +1889,8 @@ dt_status dt_example_parse(const dt_example_spec *spec, const uint8_t *data, siz
                 st = dt_error(DT_ERR_FORMAT, "feature '%s' missing", f->key);
             }
         } else if (have) {
+            if (spec->ctr_fields > 0 && (st = check_ctr_kind(&r, spec, i, &w.entry[i])))
+                goto fail;
             st = decode_sparse(&r, f, &w.entry[i], out);
         }
         if (st)

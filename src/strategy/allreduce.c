@@ -45,9 +45,9 @@ dt_status dt_allreduce_start(dt_replica *r, dt_model *m)
 {
     /* Every replica starts from the chief's variables, as TF's strategies and DDP do. */
     dt_arena *params = dt_model_params(m);
+    /* Tables need no broadcast: every replica draws each row from (seed, row) alike, and a
+     * table may be gigabytes. A restore broadcasts them (dt_allreduce_restored). */
     dt_status st = dt_comm_broadcast(r->comm, params->data, params->n_elems * sizeof(float), 0);
-    if (st == DT_OK)
-        st = dt_sparse_broadcast_tables(r, m, false);
     if (st)
         return dt_error_prefix(st, "broadcasting the initial parameters");
     return dt_allreduce_start_buckets(r, m);

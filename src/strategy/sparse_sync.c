@@ -95,6 +95,11 @@ static dt_status sync_table(dt_replica *r, dt_sparse_rows *g, float rescale, dt_
     int64_t most = 0;
     for (int k = 0; k < size; k++)
         most = counts[k] > most ? counts[k] : most;
+    if (most == 0) { /* no replica touched a row */
+        s->table_bytes += (int64_t)sizeof mine;
+        g->n = 0;
+        return DT_OK;
+    }
     size_t rec = record_bytes(g->dim), stride = (size_t)most * rec;
     void *buf = NULL;
     if ((st = scratch(r, stride * (size_t)(size + 1), &buf)))
