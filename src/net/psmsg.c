@@ -1,0 +1,255 @@
+/* The parameter server's messages (see psmsg.h). */
+#include "psmsg.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/bytes.h"
+#include "dtrain/crc32c.h"
+
+static const char *const type_names[] = {"?",    "PING",     "PONG",       "STOP",
+                                         "PULL_ROWS", "ROWS", "PUSH_ROWS", "PULL_DENSE",
+                                         "DENSE", "PUSH_DENSE", "ACK",    "ERROR"};
+
+const char *dt_psmsg_type_name(dt_psmsg_type type)
+{
+    return (unsigned)type < sizeof type_names / sizeof type_names[0] ? type_names[type] : "?";
+}
+
+void dt_psbuf_free(dt_psbuf *b)
+{
+    free(b->data);
+    memset(b, 0, sizeof *b);
+}
+
+static dt_status reserve(dt_psbuf *b, size_t more)
+{
+    if (b->len + more <= b->cap)
+        return DT_OK;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + more)
+        cap *= 2;
+    uint8_t *p = realloc(b->data, cap);
+    if (!p)
+        return dt_error(DT_ERR_NOMEM, "no memory for a %zu-byte ps message", b->len + more);
+    b->data = p, b->cap = cap;
+    return DT_OK;
+}
+
+static void put32(uint8_t *p, uint32_t v) { dt_store_le32(p, v); }
+static void put64(uint8_t *p, uint64_t v) { dt_store_le64(p, v); }
+static void putf(uint8_t *p, float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    put32(p, u);
+}
+
+/* The payload's size for m's type, or 0 with *bad set when a count is out of range. */
+static uint64_t payload_size(const dt_psmsg *m, bool *bad)
+{
+    *bad = false;
+    switch (m->type) {
+    case DT_PSMSG_PING: case DT_PSMSG_PONG: case DT_PSMSG_STOP: return 0;
+    case DT_PSMSG_PULL_ROWS: return 8 + 8ull * m->n;
+    case DT_PSMSG_ROWS: return 12 + 4ull * m->n * m->dim;
+    case DT_PSMSG_PUSH_ROWS: return 24 + 8ull * m->n + 4ull * m->n * m->dim;
+    case DT_PSMSG_PULL_DENSE: return 20;
+    case DT_PSMSG_DENSE: return 20 + 4 * m->count;
+    case DT_PSMSG_PUSH_DENSE: return 32 + 4 * m->count;
+    case DT_PSMSG_ACK: return 8;
+    case DT_PSMSG_ERROR: return 8 + (uint64_t)m->text_len;
+    }
+    *bad = true;
+    return 0;
+}
+
+dt_status dt_psmsg_encode(const dt_psmsg *m, const int64_t *ids_host, const float *values_host,
+                          dt_psbuf *out)
+{
+    bool bad;
+    uint64_t size = payload_size(m, &bad);
+    if (bad || m->n > DT_PSMSG_MAX_ROWS || m->dim > DT_PSMSG_MAX_DIM ||
+        m->text_len > DT_PSMSG_MAX_TEXT || size > DT_PSMSG_MAX_PAYLOAD)
+        return dt_error(DT_ERR_INVALID, "ps message %s: sizes beyond the limits (%u rows of %u, "
+                        "%llu values)", dt_psmsg_type_name(m->type), m->n, m->dim,
+                        (unsigned long long)m->count);
+    dt_status st = reserve(out, DT_PSMSG_HEADER_BYTES + (size_t)size);
+    if (st)
+        return st;
+    uint8_t *h = out->data + out->len, *p = h + DT_PSMSG_HEADER_BYTES;
+    size_t nv = m->type == DT_PSMSG_ROWS || m->type == DT_PSMSG_PUSH_ROWS
+                    ? (size_t)m->n * m->dim : (size_t)m->count;
+    uint8_t *at = p;
+    switch (m->type) {
+    case DT_PSMSG_PULL_ROWS: case DT_PSMSG_ROWS: case DT_PSMSG_PUSH_ROWS:
+        put32(at, m->table), put32(at + 4, m->n), at += 8;
+        if (m->type != DT_PSMSG_PULL_ROWS)
+            put32(at, m->dim), at += 4;
+        if (m->type == DT_PSMSG_PUSH_ROWS)
+            put64(at, (uint64_t)m->step), putf(at + 8, m->lr_scale), at += 12;
+        if (m->type != DT_PSMSG_ROWS)
+            for (uint32_t i = 0; i < m->n; i++, at += 8)
+                put64(at, (uint64_t)ids_host[i]);
+        break;
+    case DT_PSMSG_PULL_DENSE: case DT_PSMSG_DENSE: case DT_PSMSG_PUSH_DENSE:
+        put32(at, m->table), put64(at + 4, m->offset), put64(at + 12, m->count), at += 20;
+        if (m->type == DT_PSMSG_PUSH_DENSE)
+            put64(at, (uint64_t)m->step), putf(at + 8, m->lr_scale), at += 12;
+        break;
+    case DT_PSMSG_ACK:
+        put64(at, (uint64_t)m->clock), at += 8;
+        break;
+    case DT_PSMSG_ERROR:
+        put32(at, (uint32_t)m->status), put32(at + 4, m->text_len), at += 8;
+        memcpy(at, m->text, m->text_len), at += m->text_len;
+        break;
+    default:
+        break;
+    }
+    if (m->type == DT_PSMSG_ROWS || m->type == DT_PSMSG_PUSH_ROWS || m->type == DT_PSMSG_DENSE ||
+        m->type == DT_PSMSG_PUSH_DENSE)
+        for (size_t i = 0; i < nv; i++, at += 4)
+            putf(at, values_host[i]);
+    memcpy(h, "DTPS", 4);
+    h[4] = DT_PSMSG_VERSION & 0xff, h[5] = DT_PSMSG_VERSION >> 8;
+    h[6] = (uint8_t)m->type, h[7] = (uint8_t)(m->type >> 8);
+    put64(h + 8, m->request_id);
+    put32(h + 16, (uint32_t)size);
+    put32(h + 20, dt_crc32c(p, (size_t)size));
+    put32(h + 24, dt_crc32c(h, 24));
+    out->len += DT_PSMSG_HEADER_BYTES + (size_t)size;
+    return DT_OK;
+}
+
+static dt_status bad_msg(const char *peer, size_t offset, const char *what)
+{
+    return dt_error(DT_ERR_FORMAT, "%s: ps message, byte %zu: %s", peer, offset, what);
+}
+
+int64_t dt_psmsg_id(const dt_psmsg *m, size_t i) { return (int64_t)dt_load_le64(m->ids + 8 * i); }
+
+float dt_psmsg_value(const dt_psmsg *m, size_t i)
+{
+    uint32_t u = dt_load_le32(m->values + 4 * i);
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+dt_status dt_psmsg_decode(const uint8_t *buf, size_t n, const char *peer, dt_psmsg *out)
+{
+    memset(out, 0, sizeof *out);
+    if (n < DT_PSMSG_HEADER_BYTES)
+        return bad_msg(peer, n, "shorter than a header");
+    if (memcmp(buf, "DTPS", 4) != 0)
+        return bad_msg(peer, 0, "not a dtrain ps message (bad magic)");
+    if (dt_crc32c(buf, 24) != dt_load_le32(buf + 24))
+        return bad_msg(peer, 24, "header checksum mismatch");
+    uint16_t version = (uint16_t)(buf[4] | buf[5] << 8), type = (uint16_t)(buf[6] | buf[7] << 8);
+    if (version != DT_PSMSG_VERSION)
+        return bad_msg(peer, 4, "unsupported version");
+    if (type < DT_PSMSG_PING || type > DT_PSMSG_ERROR)
+        return bad_msg(peer, 6, "unknown message type");
+    out->type = (dt_psmsg_type)type;
+    out->request_id = dt_load_le64(buf + 8);
+    uint32_t size = dt_load_le32(buf + 16);
+    if ((uint64_t)size != (uint64_t)(n - DT_PSMSG_HEADER_BYTES))
+        return bad_msg(peer, 16, "the payload size is not the message's");
+    const uint8_t *p = buf + DT_PSMSG_HEADER_BYTES;
+    if (dt_crc32c(p, size) != dt_load_le32(buf + 20))
+        return bad_msg(peer, 20, "payload checksum mismatch");
+    const size_t H = DT_PSMSG_HEADER_BYTES;
+    size_t at = 0; /* within the payload */
+#define NEED(k, what)                                                                              \
+    do {                                                                                           \
+        if ((uint64_t)size - at < (uint64_t)(k))                                                   \
+            return bad_msg(peer, H + at, what);                                                    \
+    } while (0)
+    switch (out->type) {
+    case DT_PSMSG_PING: case DT_PSMSG_PONG: case DT_PSMSG_STOP:
+        break;
+    case DT_PSMSG_PULL_ROWS: case DT_PSMSG_ROWS: case DT_PSMSG_PUSH_ROWS:
+        NEED(8, "truncated table and row count");
+        out->table = dt_load_le32(p), out->n = dt_load_le32(p + 4), at = 8;
+        if (out->n > DT_PSMSG_MAX_ROWS)
+            return bad_msg(peer, H + 4, "more rows than a message carries");
+        if (out->type != DT_PSMSG_PULL_ROWS) {
+            NEED(4, "truncated row width");
+            out->dim = dt_load_le32(p + at), at += 4;
+            if (out->dim < 1 || out->dim > DT_PSMSG_MAX_DIM)
+                return bad_msg(peer, H + at - 4, "row width outside 1..65536");
+        }
+        if (out->type == DT_PSMSG_PUSH_ROWS) {
+            NEED(12, "truncated step and rate");
+            out->step = (int64_t)dt_load_le64(p + at);
+            uint32_t u = dt_load_le32(p + at + 8);
+            memcpy(&out->lr_scale, &u, 4);
+            if (!isfinite(out->lr_scale) || out->lr_scale < 0.0f)
+                return bad_msg(peer, H + at + 8, "the rate's scale is not a finite number >= 0");
+            at += 12;
+        }
+        if (out->type != DT_PSMSG_ROWS) {
+            NEED(8ull * out->n, "truncated ids");
+            out->ids = p + at;
+            for (uint32_t i = 0; i < out->n; i++)
+                if (dt_psmsg_id(out, i) < 0)
+                    return bad_msg(peer, H + at + 8 * i, "a negative id");
+            at += 8ull * out->n;
+        }
+        if (out->type != DT_PSMSG_PULL_ROWS) {
+            NEED(4ull * out->n * out->dim, "truncated rows");
+            out->values = p + at;
+            at += 4ull * out->n * out->dim;
+        }
+        break;
+    case DT_PSMSG_PULL_DENSE: case DT_PSMSG_DENSE: case DT_PSMSG_PUSH_DENSE:
+        NEED(20, "truncated variable, offset and count");
+        out->table = dt_load_le32(p), out->offset = dt_load_le64(p + 4);
+        out->count = dt_load_le64(p + 12), at = 20;
+        if (out->count > DT_PSMSG_MAX_PAYLOAD / 4 || out->offset > ((uint64_t)1 << 40))
+            return bad_msg(peer, H + 4, "offset or count beyond the limits");
+        if (out->type == DT_PSMSG_PUSH_DENSE) {
+            NEED(12, "truncated step and rate");
+            out->step = (int64_t)dt_load_le64(p + at);
+            uint32_t u = dt_load_le32(p + at + 8);
+            memcpy(&out->lr_scale, &u, 4);
+            if (!isfinite(out->lr_scale) || out->lr_scale < 0.0f)
+                return bad_msg(peer, H + at + 8, "the rate's scale is not a finite number >= 0");
+            at += 12;
+        }
+        if (out->type != DT_PSMSG_PULL_DENSE) {
+            NEED(4 * out->count, "truncated values");
+            out->values = p + at;
+            at += 4 * out->count;
+        }
+        break;
+    case DT_PSMSG_ACK:
+        NEED(8, "truncated clock");
+        out->clock = (int64_t)dt_load_le64(p), at = 8;
+        break;
+    case DT_PSMSG_ERROR:
+        NEED(8, "truncated status and length");
+        out->status = (int32_t)dt_load_le32(p), out->text_len = dt_load_le32(p + 4), at = 8;
+        if (out->text_len > DT_PSMSG_MAX_TEXT)
+            return bad_msg(peer, H + 4, "an error text longer than 1024 bytes");
+        NEED(out->text_len, "truncated error text");
+        out->text = (const char *)(p + at);
+        at += out->text_len;
+        break;
+    }
+#undef NEED
+    if (at != size)
+        return bad_msg(peer, H + at, "bytes after the payload's fields");
+    /* Pushed gradients must be numbers: one NaN would poison a shard for every worker. */
+    if (out->type == DT_PSMSG_PUSH_ROWS || out->type == DT_PSMSG_PUSH_DENSE) {
+        size_t nv = out->type == DT_PSMSG_PUSH_ROWS ? (size_t)out->n * out->dim : (size_t)out->count;
+        for (size_t i = 0; i < nv; i++)
+            if (!isfinite(dt_psmsg_value(out, i)))
+                return bad_msg(peer, (size_t)(out->values - buf) + 4 * i, "a pushed value that "
+                               "is not finite");
+    }
+    return DT_OK;
+}

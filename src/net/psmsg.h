@@ -1,0 +1,92 @@
+/* The parameter server's messages: requests from workers and the coordinator to ps tasks, and
+ * their replies. Pure functions over bytes, as wire.h, so a fuzzer drives the decoder directly;
+ * the transport (one message per frame) is another layer's.
+ *
+ * A message (little-endian):
+ *   header (28 bytes): magic "DTPS" | u16 version (1) | u16 type | u64 request id |
+ *                      u32 payload bytes | u32 CRC32C of the payload | u32 CRC32C of the 24
+ *                      header bytes before it
+ *   payload, by type:
+ *     PING, PONG, STOP             nothing
+ *     PULL_ROWS                    u32 table | u32 n | i64 ids[n]
+ *     ROWS                         u32 table | u32 n | u32 dim | f32 rows[n x dim]
+ *     PUSH_ROWS                    u32 table | u32 n | u32 dim | i64 step | f32 lr_scale |
+ *                                  i64 ids[n] | f32 rows[n x dim]
+ *     PULL_DENSE                   u32 var | u64 offset | u64 count
+ *     DENSE                        u32 var | u64 offset | u64 count | f32 values[count]
+ *     PUSH_DENSE                   u32 var | u64 offset | u64 count | i64 step | f32 lr_scale |
+ *                                  f32 values[count]
+ *     ACK                          i64 clock (the shard's updates applied so far)
+ *     ERROR                        i32 status | u32 n | n bytes of message (no NUL)
+ * The decoder checks everything before trusting a byte: the magic, version and both CRCs, the
+ * type, every count against the payload's size and the limits below, ids not negative, floats
+ * finite in pushes. Its views point into the message (no copy); errors name the peer, the field
+ * and the byte offset. */
+#ifndef DTRAIN_NET_PSMSG_H
+#define DTRAIN_NET_PSMSG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain/status.h"
+
+#define DT_PSMSG_HEADER_BYTES 28
+#define DT_PSMSG_VERSION 1
+/* Limits that keep a message's arrays within memory a peer can be asked to allocate. */
+#define DT_PSMSG_MAX_ROWS ((uint32_t)1 << 24)
+#define DT_PSMSG_MAX_DIM 65536u
+#define DT_PSMSG_MAX_PAYLOAD ((uint64_t)1 << 30)
+#define DT_PSMSG_MAX_TEXT 1024u
+
+typedef enum {
+    DT_PSMSG_PING = 1,
+    DT_PSMSG_PONG,
+    DT_PSMSG_STOP,
+    DT_PSMSG_PULL_ROWS,
+    DT_PSMSG_ROWS,
+    DT_PSMSG_PUSH_ROWS,
+    DT_PSMSG_PULL_DENSE,
+    DT_PSMSG_DENSE,
+    DT_PSMSG_PUSH_DENSE,
+    DT_PSMSG_ACK,
+    DT_PSMSG_ERROR,
+} dt_psmsg_type;
+
+typedef struct {
+    dt_psmsg_type type;
+    uint64_t request_id;
+    uint32_t table;       /* PULL_ROWS, ROWS, PUSH_ROWS; the variable for the dense kinds */
+    uint32_t n, dim;      /* rows */
+    uint64_t offset, count; /* dense */
+    int64_t step;         /* pushes: the global step the update belongs to */
+    float lr_scale;       /* pushes */
+    int64_t clock;        /* ACK */
+    int32_t status;       /* ERROR */
+    const uint8_t *ids;   /* n little-endian i64, unaligned: read with dt_psmsg_id */
+    const uint8_t *values; /* n x dim or count little-endian f32: dt_psmsg_value */
+    const char *text;     /* ERROR: text_len bytes */
+    uint32_t text_len;
+} dt_psmsg;
+
+/* Decodes one message of n bytes from peer (named in errors). DT_ERR_FORMAT for anything amiss. */
+dt_status dt_psmsg_decode(const uint8_t *buf, size_t n, const char *peer, dt_psmsg *out);
+
+int64_t dt_psmsg_id(const dt_psmsg *m, size_t i);
+float dt_psmsg_value(const dt_psmsg *m, size_t i);
+
+/* A growable output buffer: encoders append one message to it. */
+typedef struct {
+    uint8_t *data;
+    size_t len, cap;
+} dt_psbuf;
+
+void dt_psbuf_free(dt_psbuf *b);
+
+/* Appends m (its type's fields; ids and values taken as arrays of n or count elements in host
+ * order from ids_host and values_host, ignoring m->ids and m->values). */
+dt_status dt_psmsg_encode(const dt_psmsg *m, const int64_t *ids_host, const float *values_host,
+                          dt_psbuf *out);
+
+const char *dt_psmsg_type_name(dt_psmsg_type type);
+
+#endif

@@ -1,0 +1,111 @@
+/* The parameter server's messages: every type round-trips through encode and decode; every
+ * truncation, a flipped byte anywhere, and each out-of-range field is DT_ERR_FORMAT naming the
+ * peer and the byte. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/net/psmsg.h"
+#include "test.h"
+
+static const int64_t ids[3] = {7, 0, 1099511627775};
+static const float vals[6] = {0.5f, -1.0f, 2.0f, 3.0f, -0.25f, 1e-3f};
+
+/* One message of each type. */
+static void encode_all(dt_psbuf *b, size_t *ends)
+{
+    dt_psmsg m[11] = {
+        {.type = DT_PSMSG_PING, .request_id = 1},
+        {.type = DT_PSMSG_PONG, .request_id = 2},
+        {.type = DT_PSMSG_STOP, .request_id = 3},
+        {.type = DT_PSMSG_PULL_ROWS, .request_id = 4, .table = 1, .n = 3},
+        {.type = DT_PSMSG_ROWS, .request_id = 5, .table = 1, .n = 3, .dim = 2},
+        {.type = DT_PSMSG_PUSH_ROWS, .request_id = 6, .table = 2, .n = 3, .dim = 2, .step = 99,
+         .lr_scale = 0.5f},
+        {.type = DT_PSMSG_PULL_DENSE, .request_id = 7, .table = 3, .offset = 10, .count = 6},
+        {.type = DT_PSMSG_DENSE, .request_id = 8, .table = 3, .offset = 10, .count = 6},
+        {.type = DT_PSMSG_PUSH_DENSE, .request_id = 9, .table = 3, .offset = 0, .count = 6,
+         .step = 5, .lr_scale = 1.0f},
+        {.type = DT_PSMSG_ACK, .request_id = 10, .clock = 12345},
+        {.type = DT_PSMSG_ERROR, .request_id = 11, .status = -4, .text = "shard 2 is restoring",
+         .text_len = 20},
+    };
+    for (int k = 0; k < 11; k++) {
+        CHECK_OK(dt_psmsg_encode(&m[k], ids, vals, b));
+        ends[k] = b->len;
+    }
+}
+
+TEST(psmsg_every_type_round_trips)
+{
+    dt_psbuf b = {0};
+    size_t ends[11];
+    encode_all(&b, ends);
+    size_t at = 0;
+    for (int k = 0; k < 11; k++) {
+        dt_psmsg m;
+        CHECK_OK(dt_psmsg_decode(b.data + at, ends[k] - at, "ps:0", &m));
+        CHECK(m.type == (dt_psmsg_type)(k + 1) && m.request_id == (uint64_t)(k + 1));
+        if (m.ids)
+            for (int i = 0; i < 3; i++)
+                CHECK(dt_psmsg_id(&m, (size_t)i) == ids[i]);
+        if (m.values) {
+            size_t nv = m.n ? (size_t)m.n * m.dim : (size_t)m.count;
+            CHECK(nv == 6);
+            for (size_t i = 0; i < nv; i++)
+                CHECK(dt_psmsg_value(&m, i) == vals[i]);
+        }
+        if (m.type == DT_PSMSG_PUSH_ROWS)
+            CHECK(m.step == 99 && m.lr_scale == 0.5f && m.dim == 2 && m.table == 2);
+        if (m.type == DT_PSMSG_ACK)
+            CHECK(m.clock == 12345);
+        if (m.type == DT_PSMSG_ERROR)
+            CHECK(m.status == -4 && m.text_len == 20 && memcmp(m.text, "shard 2 is restoring", 20) == 0);
+        at = ends[k];
+    }
+    dt_psbuf_free(&b);
+}
+
+TEST(psmsg_truncations_and_flipped_bytes_are_named)
+{
+    dt_psbuf b = {0};
+    size_t ends[11];
+    encode_all(&b, ends);
+    size_t lo = ends[4], hi = ends[5]; /* the PUSH_ROWS message */
+    uint8_t *msg = b.data + lo;
+    size_t n = hi - lo;
+    dt_psmsg m;
+    for (size_t cut = 0; cut < n; cut++)
+        CHECK_MSG(dt_psmsg_decode(msg, cut, "worker:1", &m) == DT_ERR_FORMAT &&
+                  strstr(dt_last_error(), "worker:1: ps message, byte"), "cut %zu: %s", cut,
+                  dt_last_error());
+    for (size_t i = 0; i < n; i++) {
+        msg[i] ^= 0x20;
+        CHECK_MSG(dt_psmsg_decode(msg, n, "worker:1", &m) == DT_ERR_FORMAT, "byte %zu flipped", i);
+        msg[i] ^= 0x20;
+    }
+    CHECK_OK(dt_psmsg_decode(msg, n, "worker:1", &m));
+    dt_psbuf_free(&b);
+}
+
+/* Well-formed frames (valid checksums) whose fields are out of range. */
+TEST(psmsg_out_of_range_fields_are_refused)
+{
+    dt_psbuf b = {0};
+    dt_psmsg m;
+    int64_t neg[1] = {-5};
+    float nan1[2] = {NAN, 1.0f};
+    dt_psmsg pull = {.type = DT_PSMSG_PULL_ROWS, .n = 1};
+    CHECK_OK(dt_psmsg_encode(&pull, neg, NULL, &b));
+    CHECK(dt_psmsg_decode(b.data, b.len, "w", &m) == DT_ERR_FORMAT &&
+          strstr(dt_last_error(), "a negative id"));
+    b.len = 0;
+    dt_psmsg push = {.type = DT_PSMSG_PUSH_DENSE, .count = 2, .lr_scale = 1.0f};
+    CHECK_OK(dt_psmsg_encode(&push, NULL, nan1, &b));
+    CHECK(dt_psmsg_decode(b.data, b.len, "w", &m) == DT_ERR_FORMAT &&
+          strstr(dt_last_error(), "not finite"));
+    b.len = 0;
+    dt_psmsg huge = {.type = DT_PSMSG_ROWS, .n = DT_PSMSG_MAX_ROWS + 1, .dim = 1};
+    CHECK(dt_psmsg_encode(&huge, NULL, NULL, &b) == DT_ERR_INVALID);
+    dt_psbuf_free(&b);
+}
