@@ -24,7 +24,7 @@ CFLAGS := $(filter-out -O2,$(CFLAGS)) -O1 -g -fno-omit-frame-pointer \
 	-fsanitize=address,undefined -fno-sanitize-recover=undefined
 LDFLAGS += -fsanitize=address,undefined
 endif
-LDLIBS := -lopenblas -lcjson -lz -lcrypto -lm -pthread
+LDLIBS := -lopenblas -lcjson -lz -lcrypto -lzmq -lm -pthread
 # The shared library's version: programs link against the SONAME (its major number), which
 # changes only when the ABI does.
 VERSION := 0.1.0

@@ -1,0 +1,220 @@
+/* ZeroMQ links of the parameter server (see zlink.h). */
+#include "zlink.h"
+
+#include <errno.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+struct dt_zlink {
+    void *ctx, *sock;
+    char endpoint[256];
+    char peer[64];
+};
+
+static dt_status zmq_fail(const char *what, const char *where)
+{
+    return dt_error(DT_ERR_IO, "%s %s: %s", what, where, zmq_strerror(zmq_errno()));
+}
+
+/* A CURVE key pair from the secret and a label: the secret key is the HMAC, the public key
+ * Curve25519's of it; both in Z85 (40 characters and a NUL). */
+static dt_status derive_keys(const void *secret, size_t secret_len, const char *label,
+                             char public_z85[41], char secret_z85[41])
+{
+    uint8_t key[32];
+    unsigned len = 0;
+    if (!HMAC(EVP_sha256(), secret, (int)secret_len, (const uint8_t *)label, strlen(label), key,
+              &len) || len != 32 || !zmq_z85_encode(secret_z85, key, 32) ||
+        zmq_curve_public(public_z85, secret_z85) != 0)
+        return dt_error(DT_ERR_IO, "deriving the ps link's keys: %s", zmq_strerror(zmq_errno()));
+    return DT_OK;
+}
+
+static const char *const server_label = "dtrain ps curve server";
+static const char *const client_label = "dtrain ps curve client";
+
+static dt_status open_socket(int type, dt_zlink **out)
+{
+    dt_zlink *l = calloc(1, sizeof *l);
+    if (!l)
+        return dt_error(DT_ERR_NOMEM, "no memory for a ps link");
+    int zero = 0;
+    if (!(l->ctx = zmq_ctx_new()) || !(l->sock = zmq_socket(l->ctx, type)) ||
+        zmq_setsockopt(l->sock, ZMQ_LINGER, &zero, sizeof zero) != 0) {
+        dt_status st = zmq_fail("opening", "a ZeroMQ socket");
+        dt_zlink_close(l);
+        return st;
+    }
+    *out = l;
+    return DT_OK;
+}
+
+dt_status dt_zlink_server(const char *endpoint, const void *secret, size_t secret_len,
+                          dt_zlink **out)
+{
+    *out = NULL;
+    dt_zlink *l;
+    dt_status st = open_socket(ZMQ_ROUTER, &l);
+    if (st)
+        return st;
+    if (secret_len > 0) {
+        char pub[41], sec[41];
+        int one = 1;
+        if ((st = derive_keys(secret, secret_len, server_label, pub, sec)) ||
+            zmq_setsockopt(l->sock, ZMQ_CURVE_SERVER, &one, sizeof one) != 0 ||
+            zmq_setsockopt(l->sock, ZMQ_CURVE_SECRETKEY, sec, 40) != 0) {
+            st = st ? st : zmq_fail("setting CURVE on", endpoint);
+            goto fail;
+        }
+    }
+    size_t cap = sizeof l->endpoint;
+    if (zmq_bind(l->sock, endpoint) != 0 ||
+        zmq_getsockopt(l->sock, ZMQ_LAST_ENDPOINT, l->endpoint, &cap) != 0) {
+        st = zmq_fail("binding", endpoint);
+        goto fail;
+    }
+    *out = l;
+    return DT_OK;
+fail:
+    dt_zlink_close(l);
+    return st;
+}
+
+dt_status dt_zlink_client(const char *endpoint, const char *peer, const void *secret,
+                          size_t secret_len, dt_zlink **out)
+{
+    *out = NULL;
+    dt_zlink *l;
+    dt_status st = open_socket(ZMQ_DEALER, &l);
+    if (st)
+        return st;
+    snprintf(l->peer, sizeof l->peer, "%s", peer);
+    snprintf(l->endpoint, sizeof l->endpoint, "%s", endpoint);
+    if (secret_len > 0) {
+        char spub[41], ssec[41], cpub[41], csec[41];
+        if ((st = derive_keys(secret, secret_len, server_label, spub, ssec)) ||
+            (st = derive_keys(secret, secret_len, client_label, cpub, csec)) ||
+            zmq_setsockopt(l->sock, ZMQ_CURVE_SERVERKEY, spub, 40) != 0 ||
+            zmq_setsockopt(l->sock, ZMQ_CURVE_PUBLICKEY, cpub, 40) != 0 ||
+            zmq_setsockopt(l->sock, ZMQ_CURVE_SECRETKEY, csec, 40) != 0) {
+            st = st ? st : zmq_fail("setting CURVE for", peer);
+            goto fail;
+        }
+    }
+    if (zmq_connect(l->sock, endpoint) != 0) {
+        st = zmq_fail("connecting to", peer);
+        goto fail;
+    }
+    *out = l;
+    return DT_OK;
+fail:
+    dt_zlink_close(l);
+    return st;
+}
+
+void dt_zlink_close(dt_zlink *l)
+{
+    if (!l)
+        return;
+    if (l->sock)
+        zmq_close(l->sock);
+    if (l->ctx)
+        zmq_ctx_term(l->ctx);
+    free(l);
+}
+
+const char *dt_zlink_endpoint(const dt_zlink *l) { return l->endpoint; }
+
+/* Waits for a message within timeout seconds: DT_OK when one is there, DT_END when not. */
+static dt_status wait_readable(dt_zlink *l, double timeout)
+{
+    zmq_pollitem_t item = {.socket = l->sock, .events = ZMQ_POLLIN};
+    long ms = timeout <= 0 ? 0 : (long)(timeout * 1000.0 + 0.5);
+    int n;
+    do
+        n = zmq_poll(&item, 1, ms);
+    while (n < 0 && zmq_errno() == EINTR);
+    if (n < 0)
+        return zmq_fail("waiting on", l->peer[0] ? l->peer : l->endpoint);
+    return n == 0 ? DT_END : DT_OK;
+}
+
+/* The next frame into out (replacing its contents). */
+static dt_status recv_frame(dt_zlink *l, dt_psbuf *out, int *more)
+{
+    zmq_msg_t m;
+    zmq_msg_init(&m);
+    if (zmq_msg_recv(&m, l->sock, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&m);
+        return zmq_fail("receiving from", l->peer[0] ? l->peer : l->endpoint);
+    }
+    size_t n = zmq_msg_size(&m);
+    out->len = 0;
+    if (n > out->cap) {
+        uint8_t *p = realloc(out->data, n);
+        if (!p) {
+            zmq_msg_close(&m);
+            return dt_error(DT_ERR_NOMEM, "no memory for a %zu-byte ps message", n);
+        }
+        out->data = p, out->cap = n;
+    }
+    memcpy(out->data, zmq_msg_data(&m), n);
+    out->len = n;
+    *more = zmq_msg_more(&m);
+    zmq_msg_close(&m);
+    return DT_OK;
+}
+
+dt_status dt_zlink_request(dt_zlink *c, const dt_psbuf *request, double timeout,
+                           dt_psbuf *reply)
+{
+    if (zmq_send(c->sock, request->data, request->len, 0) < 0)
+        return zmq_fail("sending to", c->peer);
+    dt_status st = wait_readable(c, timeout);
+    if (st == DT_END)
+        return dt_error(DT_ERR_TIMEOUT, "%s at %s: no reply in %g s (gone, or it refused this "
+                        "task's handshake: is the cluster secret the same?)", c->peer,
+                        c->endpoint, timeout);
+    int more = 0;
+    if (st == DT_OK && (st = recv_frame(c, reply, &more)) == DT_OK && more)
+        st = dt_error(DT_ERR_PEER, "%s: a reply of several frames", c->peer);
+    return st;
+}
+
+dt_status dt_zlink_receive(dt_zlink *s, double timeout, dt_zpeer *from, dt_psbuf *msg)
+{
+    dt_status st = wait_readable(s, timeout);
+    if (st)
+        return st;
+    dt_psbuf id = {0};
+    int more = 0;
+    if ((st = recv_frame(s, &id, &more)) == DT_OK && !more)
+        st = dt_error(DT_ERR_PEER, "%s: a request without a body", s->endpoint);
+    if (st == DT_OK && id.len > sizeof from->id)
+        st = dt_error(DT_ERR_PEER, "%s: a peer identity of %zu bytes", s->endpoint, id.len);
+    if (st == DT_OK) {
+        memcpy(from->id, id.data, id.len);
+        from->len = id.len;
+        st = recv_frame(s, msg, &more);
+    }
+    /* Frames past the body: drained, the request refused. */
+    while (st == DT_OK && more) {
+        st = recv_frame(s, &id, &more);
+        if (st == DT_OK && !more)
+            st = dt_error(DT_ERR_PEER, "%s: a request of several frames", s->endpoint);
+    }
+    dt_psbuf_free(&id);
+    return st;
+}
+
+dt_status dt_zlink_reply(dt_zlink *s, const dt_zpeer *to, const dt_psbuf *msg)
+{
+    if (zmq_send(s->sock, to->id, to->len, ZMQ_SNDMORE) < 0 ||
+        zmq_send(s->sock, msg->data, msg->len, 0) < 0)
+        return zmq_fail("replying on", s->endpoint);
+    return DT_OK;
+}

@@ -1,0 +1,48 @@
+/* Request/reply links of the parameter server over ZeroMQ (libzmq, as ps-lite uses it): a
+ * server is a ROUTER bound to an endpoint, a client a DEALER connected to one, one message per
+ * frame (psmsg.h). Both sides use CURVE with keys derived from the cluster secret: the server's
+ * secret key is HMAC-SHA256(secret, "dtrain ps curve server"), every client's HMAC-SHA256(secret,
+ * "dtrain ps curve client"), and a client needs the server's public key to begin the handshake.
+ * So only a task holding the secret completes it: a stranger's connection, random bytes, a
+ * wrong secret or a replayed handshake never delivers a message, and the server goes on. With
+ * no secret (a loopback cluster), CURVE is off.
+ *
+ * Every receive has a deadline; sockets linger 0, so a close never waits on an absent peer. */
+#ifndef DTRAIN_NET_ZLINK_H
+#define DTRAIN_NET_ZLINK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dtrain/status.h"
+#include "psmsg.h"
+
+typedef struct dt_zlink dt_zlink;
+
+/* endpoint: "tcp://HOST:PORT" (PORT 0 or "*": any free port; dt_zlink_endpoint tells which). */
+dt_status dt_zlink_server(const char *endpoint, const void *secret, size_t secret_len,
+                          dt_zlink **out);
+/* peer names the server in errors ("ps:1"). */
+dt_status dt_zlink_client(const char *endpoint, const char *peer, const void *secret,
+                          size_t secret_len, dt_zlink **out);
+void dt_zlink_close(dt_zlink *l);
+
+/* The endpoint a server is bound to, its port resolved. */
+const char *dt_zlink_endpoint(const dt_zlink *l);
+
+/* A client's request and its reply within timeout seconds: DT_ERR_TIMEOUT naming the peer when
+ * none comes (the server is gone, or refused the handshake). */
+dt_status dt_zlink_request(dt_zlink *c, const dt_psbuf *request, double timeout,
+                           dt_psbuf *reply);
+
+/* Who sent a request to a server, for its reply. */
+typedef struct {
+    uint8_t id[256];
+    size_t len;
+} dt_zpeer;
+
+/* A server's next request within timeout seconds (DT_END when none came). */
+dt_status dt_zlink_receive(dt_zlink *s, double timeout, dt_zpeer *from, dt_psbuf *msg);
+dt_status dt_zlink_reply(dt_zlink *s, const dt_zpeer *to, const dt_psbuf *msg);
+
+#endif

@@ -1,0 +1,126 @@
+/* The parameter server's ZeroMQ links on loopback: a request and its reply; a client with the
+ * wrong secret, a stranger's random bytes and an absent server each end in a named error within
+ * the deadline, and the server goes on serving the right client. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "../src/net/zlink.h"
+#include "dtrain/clock.h"
+#include "test.h"
+
+static const char secret[] = "the cluster's secret";
+
+typedef struct {
+    dt_zlink *server;
+    int served;      /* requests answered */
+    int stop;        /* set by the test */
+} echo_ctx;
+
+/* Answers PING with PONG (same request id) until told to stop. */
+static void *echo(void *arg)
+{
+    echo_ctx *e = arg;
+    dt_psbuf in = {0}, out = {0};
+    while (!__atomic_load_n(&e->stop, __ATOMIC_ACQUIRE)) {
+        dt_zpeer from;
+        dt_status st = dt_zlink_receive(e->server, 0.05, &from, &in);
+        if (st != DT_OK)
+            continue;
+        dt_psmsg m;
+        if (dt_psmsg_decode(in.data, in.len, "client", &m) != DT_OK || m.type != DT_PSMSG_PING)
+            continue;
+        dt_psmsg pong = {.type = DT_PSMSG_PONG, .request_id = m.request_id};
+        out.len = 0;
+        if (dt_psmsg_encode(&pong, NULL, NULL, &out) == DT_OK &&
+            dt_zlink_reply(e->server, &from, &out) == DT_OK)
+            __atomic_add_fetch(&e->served, 1, __ATOMIC_ACQ_REL);
+    }
+    dt_psbuf_free(&in);
+    dt_psbuf_free(&out);
+    return NULL;
+}
+
+/* A PING with this id through c, and whether its PONG came back. */
+static dt_status ping(dt_zlink *c, uint64_t id, double timeout)
+{
+    dt_psbuf req = {0}, rep = {0};
+    dt_psmsg m = {.type = DT_PSMSG_PING, .request_id = id};
+    dt_status st = dt_psmsg_encode(&m, NULL, NULL, &req);
+    if (st == DT_OK)
+        st = dt_zlink_request(c, &req, timeout, &rep);
+    dt_psmsg r;
+    if (st == DT_OK && (st = dt_psmsg_decode(rep.data, rep.len, "ps:0", &r)) == DT_OK &&
+        (r.type != DT_PSMSG_PONG || r.request_id != id))
+        st = dt_error(DT_ERR_PEER, "ps:0: a reply of type %d to request %llu", (int)r.type,
+                      (unsigned long long)r.request_id);
+    dt_psbuf_free(&req);
+    dt_psbuf_free(&rep);
+    return st;
+}
+
+/* The port of an endpoint "tcp://127.0.0.1:PORT". */
+static int port_of(const char *endpoint)
+{
+    const char *colon = strrchr(endpoint, ':');
+    return colon ? atoi(colon + 1) : 0;
+}
+
+TEST(zlink_request_reply_and_strangers_refused)
+{
+    echo_ctx e = {0};
+    CHECK_OK(dt_zlink_server("tcp://127.0.0.1:*", secret, sizeof secret - 1, &e.server));
+    if (!e.server)
+        return;
+    pthread_t t;
+    pthread_create(&t, NULL, echo, &e);
+    const char *ep = dt_zlink_endpoint(e.server);
+
+    dt_zlink *good = NULL, *wrong = NULL, *plain = NULL;
+    CHECK_OK(dt_zlink_client(ep, "ps:0", secret, sizeof secret - 1, &good));
+    CHECK_OK(ping(good, 1, 5.0));
+
+    /* A wrong secret: the handshake never completes, the request times out, named. */
+    CHECK_OK(dt_zlink_client(ep, "ps:0", "another secret", 14, &wrong));
+    double t0 = dt_clock_now();
+    dt_status st = ping(wrong, 2, 0.5);
+    CHECK_MSG(st == DT_ERR_TIMEOUT && strstr(dt_last_error(), "ps:0") &&
+              strstr(dt_last_error(), "cluster secret"), "%d: %s", st, dt_last_error());
+    CHECK(dt_clock_now() - t0 < 3.0);
+    /* No secret at all (CURVE off on the client): refused as well. */
+    CHECK_OK(dt_zlink_client(ep, "ps:0", NULL, 0, &plain));
+    CHECK(ping(plain, 3, 0.5) == DT_ERR_TIMEOUT);
+
+    /* A stranger's random bytes on the port. */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port_of(ep))};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    CHECK(fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof a) == 0);
+    uint8_t junk[512];
+    for (size_t i = 0; i < sizeof junk; i++)
+        junk[i] = (uint8_t)(i * 131 + 7);
+    CHECK(write(fd, junk, sizeof junk) == (ssize_t)sizeof junk);
+    close(fd);
+
+    /* The right client is still served, and only it was. */
+    CHECK_OK(ping(good, 4, 5.0));
+    CHECK(__atomic_load_n(&e.served, __ATOMIC_ACQUIRE) == 2);
+    __atomic_store_n(&e.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(t, NULL);
+    dt_zlink_close(good), dt_zlink_close(wrong), dt_zlink_close(plain);
+
+    /* The server gone: a timeout naming it, within the deadline. */
+    char gone[256];
+    snprintf(gone, sizeof gone, "%s", ep);
+    dt_zlink_close(e.server);
+    dt_zlink *late = NULL;
+    CHECK_OK(dt_zlink_client(gone, "ps:3", secret, sizeof secret - 1, &late));
+    t0 = dt_clock_now();
+    CHECK(ping(late, 5, 0.3) == DT_ERR_TIMEOUT && strstr(dt_last_error(), "ps:3"));
+    CHECK(dt_clock_now() - t0 < 2.0);
+    dt_zlink_close(late);
+}
