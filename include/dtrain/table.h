@@ -52,6 +52,11 @@ size_t dt_table_bytes(const dt_table *t);
 /* Every row r gets dim values drawn from a normal of the given stddev by a generator seeded from
  * (seed, r); split over pool. */
 void dt_table_init_normal(dt_table *t, float stddev, uint64_t seed, dt_pool *pool);
+/* The same for a table holding some rows of a larger one: its row r is the larger table's row
+ * first + r x stride (a div shard: its first row and 1; a mod shard: its index and the shard
+ * count), and gets that row's values. */
+void dt_table_init_normal_rows(dt_table *t, float stddev, uint64_t seed, int64_t first,
+                               int64_t stride, dt_pool *pool);
 
 static inline float *dt_table_row(const dt_table *t, int64_t r)
 {

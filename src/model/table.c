@@ -94,6 +94,7 @@ typedef struct {
     dt_table *t;
     float stddev;
     uint64_t seed;
+    int64_t first, stride; /* local row r is global row first + r x stride */
 } init_job;
 
 /* Standard normals by Box-Muller, both of each pair used: two uniforms give two values. */
@@ -115,14 +116,21 @@ static void init_rows(void *ctx, int task, int n_tasks)
     dt_pool_slice((long)j->t->rows, task, n_tasks, &lo, &hi);
     for (long r = lo; r < hi; r++) {
         dt_rng rng;
-        dt_rng_derive(&rng, j->seed, 0x7461626c65ULL /* "table" */, (uint64_t)r);
+        uint64_t global = (uint64_t)(j->first + (int64_t)r * j->stride);
+        dt_rng_derive(&rng, j->seed, 0x7461626c65ULL /* "table" */, global);
         normals(&rng, dt_table_row(j->t, r), j->t->dim, j->stddev);
     }
 }
 
 void dt_table_init_normal(dt_table *t, float stddev, uint64_t seed, dt_pool *pool)
 {
-    init_job j = {t, stddev, seed};
+    dt_table_init_normal_rows(t, stddev, seed, 0, 1, pool);
+}
+
+void dt_table_init_normal_rows(dt_table *t, float stddev, uint64_t seed, int64_t first,
+                               int64_t stride, dt_pool *pool)
+{
+    init_job j = {t, stddev, seed, first, stride};
     dt_pool_run(pool, init_rows, &j, dt_pool_size(pool) * 4);
 }
 

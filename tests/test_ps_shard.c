@@ -1,0 +1,163 @@
+/* Parameter-server shards: tables split over shards (div and mod) start as the whole table and,
+ * fed the same pushes through the message codec, stay equal to it bit for bit; requests that do
+ * not fit a shard get an ERROR reply naming what is wrong. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../src/ps/shard.h"
+#include "dtrain/rng.h"
+#include "test.h"
+
+enum { ROWS = 101, DIM = 4 };
+
+/* Encodes m and decodes it again, as the wire would deliver it. */
+static void via_wire(const dt_psmsg *m, const int64_t *ids, const float *vals, dt_psbuf *buf,
+                     dt_psmsg *out)
+{
+    buf->len = 0;
+    CHECK_OK(dt_psmsg_encode(m, ids, vals, buf));
+    CHECK_OK(dt_psmsg_decode(buf->data, buf->len, "worker:0", out));
+}
+
+/* Pulls every row of the table from the shards into rows (ROWS x DIM). */
+static void pull_all(dt_ps_shard *shards, int n, dt_partition_strategy strat, float *rows)
+{
+    dt_psbuf req = {0}, rep = {0};
+    for (int k = 0; k < n; k++) {
+        int64_t ids[ROWS];
+        uint32_t count = 0;
+        for (int64_t id = 0; id < ROWS; id++) {
+            int64_t shard, row;
+            dt_partition_locate(strat, ROWS, n, id, &shard, &row);
+            if (shard == k)
+                ids[count++] = id;
+        }
+        dt_psmsg m = {.type = DT_PSMSG_PULL_ROWS, .table = 1, .n = count}, in, out;
+        via_wire(&m, ids, NULL, &req, &in);
+        rep.len = 0;
+        CHECK_OK(dt_ps_shard_handle(&shards[k], &in, &rep));
+        CHECK_OK(dt_psmsg_decode(rep.data, rep.len, "ps", &out));
+        CHECK(out.type == DT_PSMSG_ROWS && out.n == count && out.dim == DIM);
+        for (uint32_t i = 0; i < count && out.type == DT_PSMSG_ROWS; i++)
+            for (int d = 0; d < DIM; d++)
+                rows[ids[i] * DIM + d] = dt_psmsg_value(&out, (size_t)i * DIM + (size_t)d);
+    }
+    dt_psbuf_free(&req), dt_psbuf_free(&rep);
+}
+
+static void check_shards_follow_the_table(dt_partition_strategy strat, int n, dt_rowopt_kind kind)
+{
+    dt_rowopt_config opt;
+    dt_rowopt_config_default(&opt, kind);
+    opt.lr = 0.05f, opt.l2_reg = 0.01f, opt.l1 = 0.001f;
+    dt_table full;
+    CHECK_OK(dt_table_create(&full, "fm_v", ROWS, DIM));
+    CHECK_OK(dt_rowopt_setup(&opt, &full));
+    dt_table_init_normal(&full, 0.1f, 77, NULL);
+    dt_ps_shard shards[4];
+    for (int k = 0; k < n; k++) {
+        dt_ps_shard_init(&shards[k], NULL);
+        CHECK_OK(dt_ps_shard_add_table(&shards[k], 1, "fm_v", ROWS, DIM, n, k, strat, &opt, 0.1f,
+                                       77));
+    }
+    float *rows = malloc(sizeof(float) * ROWS * DIM);
+    pull_all(shards, n, strat, rows);
+    CHECK(memcmp(rows, full.data, sizeof(float) * ROWS * DIM) == 0);
+
+    dt_rng r;
+    dt_rng_seed(&r, 5);
+    dt_psbuf buf = {0}, rep = {0};
+    for (int step = 1; step <= 6; step++) {
+        /* A step's gradient: a sorted set of unique ids with rows. */
+        dt_sparse_rows g;
+        dt_sparse_rows_init(&g, DIM);
+        CHECK_OK(dt_sparse_rows_reserve(&g, ROWS));
+        for (int64_t id = 0; id < ROWS; id++)
+            if (dt_rng_below(&r, 3) == 0) {
+                g.ids[g.n] = id;
+                for (int d = 0; d < DIM; d++)
+                    g.rows[g.n * DIM + (size_t)d] = dt_rng_uniform(&r) - 0.5f;
+                g.n++;
+            }
+        dt_rowopt_update(&opt, opt.lr * 0.5f, step, &full, &g, NULL);
+        for (int k = 0; k < n; k++) {
+            int64_t ids[ROWS];
+            float vals[ROWS * DIM];
+            uint32_t count = 0;
+            for (size_t u = 0; u < g.n; u++) {
+                int64_t shard, row;
+                dt_partition_locate(strat, ROWS, n, g.ids[u], &shard, &row);
+                if (shard != k)
+                    continue;
+                ids[count] = g.ids[u];
+                memcpy(vals + (size_t)count * DIM, g.rows + u * DIM, sizeof(float) * DIM);
+                count++;
+            }
+            dt_psmsg m = {.type = DT_PSMSG_PUSH_ROWS, .table = 1, .n = count, .dim = DIM,
+                          .step = step, .lr_scale = 0.5f}, in, out;
+            via_wire(&m, ids, vals, &buf, &in);
+            rep.len = 0;
+            CHECK_OK(dt_ps_shard_handle(&shards[k], &in, &rep));
+            CHECK_OK(dt_psmsg_decode(rep.data, rep.len, "ps", &out));
+            CHECK(out.type == DT_PSMSG_ACK && out.clock == step);
+        }
+        dt_sparse_rows_free(&g);
+    }
+    pull_all(shards, n, strat, rows);
+    CHECK_MSG(memcmp(rows, full.data, sizeof(float) * ROWS * DIM) == 0,
+              "%s over %d %s shards: rows differ from the whole table's",
+              dt_rowopt_kind_name(kind), n, strat == DT_PARTITION_DIV ? "div" : "mod");
+    for (int k = 0; k < n; k++)
+        dt_ps_shard_free(&shards[k]);
+    dt_psbuf_free(&buf), dt_psbuf_free(&rep);
+    free(rows);
+    dt_table_free(&full);
+}
+
+TEST(ps_shards_train_as_the_whole_table)
+{
+    check_shards_follow_the_table(DT_PARTITION_DIV, 3, DT_ROWOPT_ADAM);
+    check_shards_follow_the_table(DT_PARTITION_MOD, 2, DT_ROWOPT_FTRL);
+    check_shards_follow_the_table(DT_PARTITION_DIV, 4, DT_ROWOPT_ADAGRAD);
+}
+
+/* One request that the shard refuses: its ERROR reply's text contains needle. */
+static void expect_refusal(dt_ps_shard *s, const dt_psmsg *m, const int64_t *ids,
+                           const float *vals, const char *needle)
+{
+    dt_psbuf buf = {0}, rep = {0};
+    dt_psmsg in, out;
+    via_wire(m, ids, vals, &buf, &in);
+    CHECK_OK(dt_ps_shard_handle(s, &in, &rep));
+    CHECK_OK(dt_psmsg_decode(rep.data, rep.len, "ps", &out));
+    CHECK_MSG(out.type == DT_PSMSG_ERROR && out.text_len > 0 &&
+              strstr(out.text, needle) != NULL, "'%s': type %d, '%.*s'", needle, (int)out.type,
+              (int)out.text_len, out.text ? out.text : "");
+    dt_psbuf_free(&buf), dt_psbuf_free(&rep);
+}
+
+TEST(ps_shard_refuses_requests_that_do_not_fit)
+{
+    dt_rowopt_config opt;
+    dt_rowopt_config_default(&opt, DT_ROWOPT_SGD);
+    dt_ps_shard s;
+    dt_ps_shard_init(&s, NULL);
+    CHECK_OK(dt_ps_shard_add_table(&s, 1, "fm_v", ROWS, DIM, 2, 0, DT_PARTITION_DIV, &opt, 0, 1));
+    int64_t mine[2] = {3, 9}, theirs[1] = {60}, outside[1] = {ROWS}, unsorted[2] = {9, 3};
+    float vals[8] = {0};
+    dt_psmsg pull = {.type = DT_PSMSG_PULL_ROWS, .table = 1, .n = 1};
+    expect_refusal(&s, &pull, theirs, NULL, "id 60 is not held by shard 0 of 2");
+    expect_refusal(&s, &pull, outside, NULL, "id 101 is not held");
+    pull.table = 7;
+    expect_refusal(&s, &pull, mine, NULL, "no table 7");
+    dt_psmsg push = {.type = DT_PSMSG_PUSH_ROWS, .table = 1, .n = 2, .dim = 2, .step = 1,
+                     .lr_scale = 1.0f};
+    expect_refusal(&s, &push, mine, vals, "rows of 2 values pushed, the table's are 4");
+    push.dim = DIM;
+    expect_refusal(&s, &push, unsorted, vals, "not unique and increasing");
+    push.step = 0;
+    expect_refusal(&s, &push, mine, vals, "step 0");
+    dt_psmsg stop = {.type = DT_PSMSG_DENSE};
+    expect_refusal(&s, &stop, NULL, vals, "does not answer DENSE");
+    dt_ps_shard_free(&s);
+}
