@@ -127,13 +127,18 @@ int cmd_convert(int argc, char **argv)
     int64_t hash_buckets;
     bool help;
     flag_def flags[] = {
-        {"from", FLAG_STRING, NULL, "input format: idx (IN = IMAGES,LABELS), libsvm or criteo (IN = GLOB)", &from, false},
+        {"from", FLAG_STRING, NULL,
+         "input format: idx (IN = IMAGES,LABELS), libsvm or criteo (IN = GLOB)", &from, false},
         {"to", FLAG_STRING, "tfrecord", "output format: tfrecord", &to, false},
         {"compression", FLAG_STRING, "none", "output compression: none, gzip, zlib", &compression, false},
         {"num-features", FLAG_INT, "0", "libsvm: write N dense floats as 'features' (0: sparse 'ids' and 'values')", &num_features, false},
         {"index-base", FLAG_INT, "1", "libsvm: the first feature index (1 as LibSVM counts)", &index_base, false},
-        {"field-size", FLAG_INT, "0", "libsvm: field-positional CTR rows of this many fields (0: plain LibSVM)", &field_size, false},
-        {"hash-buckets", FLAG_INT64, "0", "criteo, or field-positional libsvm: ids hashed with their field into this many rows", &hash_buckets, false},
+        {"field-size", FLAG_INT, "0",
+         "libsvm: field-positional CTR rows of this many fields (0: plain LibSVM)", &field_size,
+         false},
+        {"hash-buckets", FLAG_INT64, "0",
+         "criteo, or field-positional libsvm: ids hashed with their field into this many rows",
+         &hash_buckets, false},
         {"help", FLAG_BOOL, "false", "this text", &help, false},
     };
     int n_flags = (int)(sizeof flags / sizeof flags[0]);
@@ -290,7 +295,9 @@ static int cmd_gen_ctr(int argc, char **argv)
         {"seed", FLAG_INT64, "1", "picks the rows; the teacher is the same for every seed",
          &seed, false},
         {"format", FLAG_STRING, "libsvm", "libsvm (field-positional, as the DeepFM sample), "
-         "criteo (Criteo's TSV) or tfrecord (Examples of label, ids, values)", &format, false},
+         "criteo (Criteo's TSV), tfrecord (Examples of label, ids, values), tfrecord-columns "
+         "(Examples of I1..I13, C1..C26) or csv (the criteo columns under a header)", &format,
+         false},
         {"out", FLAG_STRING, NULL, "the file to write", &out, false},
         {"threads", FLAG_INT, "0", "threads (0: every core)", &threads, false},
         {"help", FLAG_BOOL, "false", "this text", &help, false},
@@ -299,8 +306,9 @@ static int cmd_gen_ctr(int argc, char **argv)
     if (flags_parse(flags, n_flags, argc, argv))
         return cli_fail(2, dt_last_error());
     if (help) {
-        printf("usage: dtrain data gen-ctr --rows N --seed S --format libsvm|criteo|tfrecord "
-               "--out FILE\n\nSynthetic Criteo-like click data (13 numeric and 26 categorical "
+        printf("usage: dtrain data gen-ctr --rows N --seed S --format "
+               "libsvm|criteo|tfrecord|tfrecord-columns|csv --out FILE\n\nSynthetic Criteo-like "
+               "click data (13 numeric and 26 categorical "
                "fields) labelled by a fixed teacher with pairwise interactions. Prints the "
                "teacher's AUC on the rows and the feature_size a model needs.\n\nflags:\n");
         flags_print_help(flags, n_flags, stdout);
@@ -333,8 +341,8 @@ int cmd_data(int argc, char **argv)
 {
     if (argc >= 1 && (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0)) {
         printf("usage: dtrain data head FILE --format idx|tfrecord|libsvm [-n N]\n"
-               "       dtrain data gen-ctr --rows N --seed S --format libsvm|criteo|tfrecord "
-               "--out FILE\n\n"
+               "       dtrain data gen-ctr --rows N --seed S --format "
+               "libsvm|criteo|tfrecord|tfrecord-columns|csv --out FILE\n\n"
                "subcommands:\n  head     the first records of a file, decoded, as JSON lines "
                "(dtrain data head --help)\n  gen-ctr  synthetic click data with a known teacher "
                "(dtrain data gen-ctr --help)\n");
