@@ -128,7 +128,7 @@ FUZZ_CFLAGS := -std=c11 -g -O1 -D_GNU_SOURCE -Iinclude -pthread \
 FUZZ_LIB_SRCS := $(sort $(wildcard src/core/*.c src/data/*.c)) src/net/wire.c src/net/psmsg.c
 FUZZ_BINS := $(patsubst fuzz/%.c,$(BUILD)/fuzz/%,$(sort $(wildcard fuzz/fuzz_*.c)))
 
-$(BUILD)/fuzz/%: fuzz/%.c $(FUZZ_LIB_SRCS) | $(BUILD)/.deps-build $(BUILD)/.deps-test
+$(BUILD)/fuzz/%: fuzz/%.c fuzz/fuzz.h $(FUZZ_LIB_SRCS) | $(BUILD)/.deps-build $(BUILD)/.deps-test
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $< $(FUZZ_LIB_SRCS) -lcjson -lz -lcrypto -lm
 

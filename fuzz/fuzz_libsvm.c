@@ -16,15 +16,7 @@
 #include <string.h>
 
 #include "dtrain/libsvm.h"
-
-#define REQUIRE(cond)                                                                              \
-    do {                                                                                           \
-        if (!(cond)) {                                                                             \
-            fprintf(stderr, "invariant failed: %s (%s:%d), last error: %s\n", #cond, __FILE__,    \
-                    __LINE__, dt_last_error());                                                    \
-            __builtin_trap();                                                                      \
-        }                                                                                          \
-    } while (0)
+#include "fuzz.h"
 
 static size_t count_newlines(const char *s, size_t n)
 {

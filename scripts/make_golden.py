@@ -107,7 +107,7 @@ def formula_param(t, shape, scale):
     u = h.astype(np.float64) / 4294967296.0
     v = (scale * (u - 0.5)).astype(np.float32)
     # The same in plain Python integers and floats, for a few elements.
-    for j in (0, 1, n // 2, n - 1):
+    for j in sorted({0, min(1, n - 1), n // 2, n - 1}):
         hj = (j * 2654435761 + 12345 * (t + 1)) % (1 << 32)
         hj ^= hj >> 16
         hj = (hj * 0x45D9F3B) % (1 << 32)

@@ -39,46 +39,20 @@ import os
 import struct
 import sys
 
-try:
-    import numpy as np
-    import torch
-except ImportError:
-    system_python = "/usr/bin/python3"
-    if os.path.realpath(sys.executable) != os.path.realpath(system_python) and \
-            os.path.exists(system_python):
-        os.execv(system_python, [system_python] + sys.argv)
-    raise
+# The CNN fixture's script brings the weights' formula, the CRC, and the re-run under
+# /usr/bin/python3 when this python3 lacks torch.
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from make_golden import crc32c, formula_param  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
 
 B, F, K, ROWS = 6, 5, 4, 40
 DEEP = [8, 6]
 
 
-def formula(t, n, scale):
-    out = np.empty(n, dtype=np.float32)
-    for i in range(n):
-        h = (i * 2654435761 + 12345 * (t + 1)) % 2**32
-        h ^= h >> 16
-        h = (h * 0x45D9F3B) % 2**32
-        h ^= h >> 16
-        out[i] = np.float32(scale * (h / 2.0**32 - 0.5))
-    return out
-
-
 def glorot(fan_in, fan_out):
     return 2.0 * (6.0 / (fan_in + fan_out)) ** 0.5
-
-
-def crc32c(data):
-    table = []
-    for i in range(256):
-        c = i
-        for _ in range(8):
-            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-        table.append(c)
-    crc = 0xFFFFFFFF
-    for b in data:
-        crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
 
 
 def main(path):
@@ -92,8 +66,7 @@ def main(path):
     names += ["fm_w", "fm_v"]
     shapes += [(ROWS, 1), (ROWS, K)]
     scales += [0.2, 1.0]
-    params = [torch.tensor(formula(t, int(np.prod(s)), sc).reshape(s).astype(np.float64),
-                           requires_grad=True)
+    params = [torch.tensor(formula_param(t, s, sc).astype(np.float64), requires_grad=True)
               for t, (s, sc) in enumerate(zip(shapes, scales))]
     ids = np.array([[(7 * b + 3 * f * f + b * f) % ROWS if f < 4 else b % 3 for f in range(F)]
                     for b in range(B)], dtype=np.int64)

@@ -731,8 +731,13 @@ dt_status dt_dataset_libsvm(const dt_file_list *files, const dt_libsvm_options *
     return dt_dataset_create(&libsvm_ops, NULL, s, out);
 }
 
-/* Criteo TSV: one line at a time; errors name the line. */
-static dt_status criteo_parse(struct text_state *s, size_t *consumed, uint64_t *lines)
+/* The complete lines of s->buf, each through line_fn, as a text format's parse: errors are
+ * prefixed with the line's number, and a final line without '\n' counts only at the end of the
+ * file. */
+typedef dt_status (*text_line_fn)(struct text_state *s, const char *line, size_t len);
+
+static dt_status each_line(struct text_state *s, text_line_fn line_fn, size_t *consumed,
+                           uint64_t *lines)
 {
     size_t at = 0;
     *consumed = 0, *lines = 0;
@@ -741,9 +746,7 @@ static dt_status criteo_parse(struct text_state *s, size_t *consumed, uint64_t *
         if (!nl && !(s->eof && at < s->len))
             return DT_OK;
         size_t end = nl ? (size_t)(nl - s->buf) : s->len;
-        dt_status st = dt_criteo_parse_line(s->buf + at, end - at, s->hash_buckets, &s->rows);
-        if (st == DT_END)
-            st = DT_OK;
+        dt_status st = line_fn(s, s->buf + at, end - at);
         if (st)
             return dt_error_prefix(st, "line %llu", (unsigned long long)(s->line + *lines));
         at = nl ? end + 1 : end;
@@ -752,6 +755,18 @@ static dt_status criteo_parse(struct text_state *s, size_t *consumed, uint64_t *
         if (!nl)
             return DT_OK;
     }
+}
+
+/* Criteo TSV: one row per line. */
+static dt_status criteo_line(struct text_state *s, const char *line, size_t len)
+{
+    dt_status st = dt_criteo_parse_line(line, len, s->hash_buckets, &s->rows);
+    return st == DT_END ? DT_OK : st;
+}
+
+static dt_status criteo_parse(struct text_state *s, size_t *consumed, uint64_t *lines)
+{
+    return each_line(s, criteo_line, consumed, lines);
 }
 
 dt_status dt_dataset_criteo(const dt_file_list *files, int64_t hash_buckets,
@@ -792,33 +807,20 @@ static dt_status ctr_csv_header(struct text_state *s, const char *line, size_t l
 }
 
 /* CTR CSV: a header line per file, then one row per line. */
+static dt_status ctr_csv_line(struct text_state *s, const char *line, size_t len)
+{
+    if (len == 0 || (len == 1 && line[0] == '\r'))
+        return DT_OK;
+    if (s->header_pending) {
+        s->header_pending = false;
+        return ctr_csv_header(s, line, len);
+    }
+    return dt_ctr_csv_parse_line(&s->ctr, line, len, &s->rows);
+}
+
 static dt_status ctr_csv_parse(struct text_state *s, size_t *consumed, uint64_t *lines)
 {
-    size_t at = 0;
-    *consumed = 0, *lines = 0;
-    for (;;) {
-        char *nl = memchr(s->buf + at, '\n', s->len - at);
-        if (!nl && !(s->eof && at < s->len))
-            return DT_OK;
-        size_t end = nl ? (size_t)(nl - s->buf) : s->len;
-        const char *line = s->buf + at;
-        size_t len = end - at;
-        bool blank = len == 0 || (len == 1 && line[0] == '\r');
-        dt_status st = DT_OK;
-        if (s->header_pending && !blank) {
-            st = ctr_csv_header(s, line, len);
-            s->header_pending = false;
-        } else if (!blank) {
-            st = dt_ctr_csv_parse_line(&s->ctr, line, len, &s->rows);
-        }
-        if (st)
-            return dt_error_prefix(st, "line %llu", (unsigned long long)(s->line + *lines));
-        at = nl ? end + 1 : end;
-        *consumed = at;
-        (*lines)++;
-        if (!nl)
-            return DT_OK;
-    }
+    return each_line(s, ctr_csv_line, consumed, lines);
 }
 
 dt_status dt_dataset_ctr_csv(const dt_file_list *files, const dt_ctr_csv_options *co,
@@ -836,64 +838,53 @@ dt_status dt_dataset_ctr_csv(const dt_file_list *files, const dt_ctr_csv_options
 }
 
 /* CSV: one line at a time through the CSV parser (numbers only; no quoted newlines). */
+static dt_status csv_header(struct text_state *s, const char *line, size_t len)
+{
+    char (*names)[DT_CSV_NAME_CAP] = malloc(4096 * sizeof *names);
+    int n = 0;
+    if (!names)
+        return dt_error(DT_ERR_NOMEM, "no memory for a CSV header");
+    dt_status st = dt_csv_parse_header(line, len, &s->co, names, 4096, &n);
+    if (st == DT_END) {
+        st = DT_OK; /* a blank line before the header: the header is still to come */
+    } else {
+        s->header_pending = false;
+        if (st == DT_OK && s->label_name && s->co.label_column < 0 && s->file == 0) {
+            s->co.label_column = dt_csv_find_column(names, n, s->label_name);
+            if (s->co.label_column < 0)
+                st = dt_error(DT_ERR_INVALID, "no column is called '%s'", s->label_name);
+        }
+        if (st == DT_OK && s->csv_columns == 0)
+            s->csv_columns = n;
+        else if (st == DT_OK && n != s->csv_columns)
+            st = dt_error(DT_ERR_FORMAT, "the header has %d columns, the first file had %d", n,
+                          s->csv_columns);
+    }
+    free(names);
+    return st;
+}
+
+static dt_status csv_line(struct text_state *s, const char *line, size_t len)
+{
+    if (s->header_pending)
+        return csv_header(s, line, len);
+    if (s->csv_columns == 0) {
+        int n = 0;
+        dt_status st = dt_csv_count_fields(line, len, &s->co, &n);
+        if (st != DT_OK && st != DT_END)
+            return st;
+        s->csv_columns = n;
+    }
+    if (s->rows.n_dense == 0 && s->csv_columns > 0)
+        s->rows.n_dense = s->csv_columns - (s->co.label_column >= 0 ? 1 : 0);
+    dt_status st = s->csv_columns ? dt_csv_parse_line(line, len, &s->co, s->csv_columns, &s->rows)
+                                  : DT_OK;
+    return st == DT_END ? DT_OK : st;
+}
+
 static dt_status csv_parse(struct text_state *s, size_t *consumed, uint64_t *lines)
 {
-    size_t at = 0;
-    *consumed = 0, *lines = 0;
-    for (;;) {
-        char *nl = memchr(s->buf + at, '\n', s->len - at);
-        if (!nl && !(s->eof && at < s->len))
-            return DT_OK;
-        size_t end = nl ? (size_t)(nl - s->buf) : s->len;
-        const char *line = s->buf + at;
-        size_t len = end - at;
-        uint64_t lineno = s->line + *lines;
-        dt_status st;
-        if (s->header_pending) {
-            char (*names)[DT_CSV_NAME_CAP] = malloc(4096 * sizeof *names);
-            int n = 0;
-            if (!names)
-                return dt_error(DT_ERR_NOMEM, "no memory for a CSV header");
-            st = dt_csv_parse_header(line, len, &s->co, names, 4096, &n);
-            if (st == DT_END) {
-                st = DT_OK; /* a blank line before the header: the header is still to come */
-            } else {
-                s->header_pending = false;
-                if (st == DT_OK && s->label_name && s->co.label_column < 0 && s->file == 0) {
-                    s->co.label_column = dt_csv_find_column(names, n, s->label_name);
-                    if (s->co.label_column < 0)
-                        st = dt_error(DT_ERR_INVALID, "no column is called '%s'", s->label_name);
-                }
-                if (st == DT_OK && s->csv_columns == 0)
-                    s->csv_columns = n;
-                else if (st == DT_OK && n != s->csv_columns)
-                    st = dt_error(DT_ERR_FORMAT, "the header has %d columns, the first file had %d",
-                                  n, s->csv_columns);
-            }
-            free(names);
-        } else {
-            if (s->csv_columns == 0) {
-                int n = 0;
-                st = dt_csv_count_fields(line, len, &s->co, &n);
-                if (st != DT_OK && st != DT_END)
-                    return dt_error_prefix(st, "line %llu", (unsigned long long)lineno);
-                s->csv_columns = n;
-            }
-            if (s->rows.n_dense == 0 && s->csv_columns > 0)
-                s->rows.n_dense = s->csv_columns - (s->co.label_column >= 0 ? 1 : 0);
-            st = s->csv_columns ? dt_csv_parse_line(line, len, &s->co, s->csv_columns, &s->rows)
-                                : DT_OK;
-            if (st == DT_END)
-                st = DT_OK;
-        }
-        if (st)
-            return dt_error_prefix(st, "line %llu", (unsigned long long)lineno);
-        at = nl ? end + 1 : end;
-        *consumed = at;
-        (*lines)++;
-        if (!nl)
-            return DT_OK;
-    }
+    return each_line(s, csv_line, consumed, lines);
 }
 
 dt_status dt_dataset_csv(const dt_file_list *files, const dt_csv_options *co,

@@ -139,6 +139,16 @@ float dt_psmsg_value(const dt_psmsg *m, size_t i)
     return f;
 }
 
+/* A push's step and rate scale (12 bytes at p); false when the scale is not a finite number
+ * >= 0. */
+static bool read_push(const uint8_t *p, dt_psmsg *out)
+{
+    out->step = (int64_t)dt_load_le64(p);
+    uint32_t u = dt_load_le32(p + 8);
+    memcpy(&out->lr_scale, &u, 4);
+    return isfinite(out->lr_scale) && out->lr_scale >= 0.0f;
+}
+
 dt_status dt_psmsg_decode(const uint8_t *buf, size_t n, const char *peer, dt_psmsg *out)
 {
     memset(out, 0, sizeof *out);
@@ -184,10 +194,7 @@ dt_status dt_psmsg_decode(const uint8_t *buf, size_t n, const char *peer, dt_psm
         }
         if (out->type == DT_PSMSG_PUSH_ROWS) {
             NEED(12, "truncated step and rate");
-            out->step = (int64_t)dt_load_le64(p + at);
-            uint32_t u = dt_load_le32(p + at + 8);
-            memcpy(&out->lr_scale, &u, 4);
-            if (!isfinite(out->lr_scale) || out->lr_scale < 0.0f)
+            if (!read_push(p + at, out))
                 return bad_msg(peer, H + at + 8, "the rate's scale is not a finite number >= 0");
             at += 12;
         }
@@ -213,10 +220,7 @@ dt_status dt_psmsg_decode(const uint8_t *buf, size_t n, const char *peer, dt_psm
             return bad_msg(peer, H + 4, "offset or count beyond the limits");
         if (out->type == DT_PSMSG_PUSH_DENSE) {
             NEED(12, "truncated step and rate");
-            out->step = (int64_t)dt_load_le64(p + at);
-            uint32_t u = dt_load_le32(p + at + 8);
-            memcpy(&out->lr_scale, &u, 4);
-            if (!isfinite(out->lr_scale) || out->lr_scale < 0.0f)
+            if (!read_push(p + at, out))
                 return bad_msg(peer, H + at + 8, "the rate's scale is not a finite number >= 0");
             at += 12;
         }
