@@ -319,3 +319,43 @@ TEST(dropout_keeps_the_expected_share_and_scales)
     CHECK_NEAR(sum / n, 1.0, 0.02); /* inverted dropout keeps the mean */
     free(y), free(mask);
 }
+
+/* The pooled dropout draws chunk c from stream (seed, key1, key2 + (c << 16)): the mask is the
+ * same on one thread and on three, and each chunk is what the single-stream kernel gives. */
+TEST(pooled_dropout_is_the_chunked_stream_whatever_the_threads)
+{
+    size_t n = 2 * DT_DROPOUT_CHUNK + 1000;
+    float *y1 = malloc(n * 4), *y3 = malloc(n * 4), *m1 = malloc(n * 4), *m3 = malloc(n * 4);
+    float *ref = malloc(n * 4), *mref = malloc(n * 4);
+    for (size_t i = 0; i < n; i++)
+        y1[i] = y3[i] = ref[i] = (float)i * 0.001f - 3.0f;
+    dt_pool *p3 = pool_of(3);
+    dt_dropout_forward_pool(NULL, n, 0.5f, 11, 7, 2, y1, m1);
+    dt_dropout_forward_pool(p3, n, 0.5f, 11, 7, 2, y3, m3);
+    CHECK(memcmp(m1, m3, n * 4) == 0 && memcmp(y1, y3, n * 4) == 0);
+    for (size_t c = 0; c * DT_DROPOUT_CHUNK < n; c++) {
+        size_t lo = c * DT_DROPOUT_CHUNK, len = n - lo < DT_DROPOUT_CHUNK ? n - lo : DT_DROPOUT_CHUNK;
+        dt_rng r;
+        dt_rng_derive(&r, 11, 7, 2 + ((uint64_t)c << 16));
+        dt_dropout_forward(len, 0.5f, &r, ref + lo, mref + lo);
+    }
+    CHECK(memcmp(m1, mref, n * 4) == 0 && memcmp(y1, ref, n * 4) == 0);
+    /* Backward and the activations: the same values as the one-thread kernels. */
+    memcpy(ref, y1, n * 4);
+    dt_dropout_backward_pool(p3, n, m3, y3);
+    dt_dropout_backward(n, m1, ref);
+    CHECK(memcmp(y3, ref, n * 4) == 0);
+    for (int a = DT_ACT_RELU; a <= DT_ACT_TANH; a++) {
+        for (size_t i = 0; i < n; i++)
+            y1[i] = ref[i] = (float)((i * 2654435761u) % 2001) * 0.003f - 3.0f, m1[i] = 0.5f,
+            m3[i] = 0.5f;
+        dt_act_forward_pool(p3, (dt_activation)a, n, y1);
+        dt_act_forward((dt_activation)a, n, ref);
+        CHECK_MSG(memcmp(y1, ref, n * 4) == 0, "activation %d forward", a);
+        dt_act_backward_pool(p3, (dt_activation)a, n, y1, m1);
+        dt_act_backward((dt_activation)a, n, ref, m3);
+        CHECK_MSG(memcmp(m1, m3, n * 4) == 0, "activation %d backward", a);
+    }
+    dt_pool_destroy(p3);
+    free(y1), free(y3), free(m1), free(m3), free(ref), free(mref);
+}

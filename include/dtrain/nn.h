@@ -36,6 +36,9 @@ void dt_dense_backward_ref(int B, int IN, int OUT, const float *x, const float *
 void dt_act_forward(dt_activation act, size_t n, float *y);
 /* y (n) the forward output; dy (n) *= act'(y) */
 void dt_act_backward(dt_activation act, size_t n, const float *y, float *dy);
+/* The same over a pool in slices of whole cache lines: the values do not depend on the split. */
+void dt_act_forward_pool(dt_pool *pool, dt_activation act, size_t n, float *y);
+void dt_act_backward_pool(dt_pool *pool, dt_activation act, size_t n, const float *y, float *dy);
 
 /* ---- Conv2D, NHWC, weights (KH, KW, C, OC) as Keras stores them ---- */
 
@@ -94,6 +97,15 @@ void dt_maxpool_backward(const dt_pool_geom *g, int B, const float *dy, const in
 void dt_dropout_forward(size_t n, float rate, dt_rng *rng, float *y, float *mask);
 /* mask (n); dy (n) *= mask */
 void dt_dropout_backward(size_t n, const float *mask, float *dy);
+
+/* Values per dropout chunk: chunk c (values [c x DT_DROPOUT_CHUNK, ...)) draws its mask from its
+ * own stream, dt_rng_derive(seed, key1, key2 + (c << 16)), so the chunks can be drawn on any
+ * threads and the mask depends on the keys alone (chunk 0 is the stream dt_dropout_forward would
+ * be given). key2 < 2^16 keeps the chunks' streams apart from other keys'. */
+#define DT_DROPOUT_CHUNK 16384
+void dt_dropout_forward_pool(dt_pool *pool, size_t n, float rate, uint64_t seed, uint64_t key1,
+                             uint64_t key2, float *y, float *mask);
+void dt_dropout_backward_pool(dt_pool *pool, size_t n, const float *mask, float *dy);
 
 /* Batch normalisation of B examples' C features (Keras's BatchNormalization, axis -1).
  * Training: each feature normalised by the batch's mean and (biased) variance,

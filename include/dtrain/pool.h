@@ -1,10 +1,10 @@
 /* A fixed pool of threads for intra-op parallelism (`--threads N`).
  *
- * dt_pool_run(pool, fn, ctx, n_tasks) calls fn(ctx, task, n_tasks) for task = 0..n_tasks-1,
- * task t on thread t % size (the caller is thread 0), and returns when all are done. The split of
- * work is a function of the task count alone, never of timing, so a kernel that gives each task a
- * fixed slice and combines partial results in task order is bit-reproducible for a given thread
- * count. Kernels receive a pool that may be NULL, meaning run on the calling thread. */
+ * dt_pool_run(pool, fn, ctx, n_tasks) calls fn(ctx, task, n_tasks) for task = 0..n_tasks-1 and
+ * returns when all are done. The threads (the caller among them) claim tasks in turn, so which
+ * thread runs a task depends on timing, but the split of work is a function of the task count
+ * alone: a kernel that gives each task a fixed slice, keeps per-task scratch by task index and
+ * combines partial results in task order is bit-reproducible for a given task count. Kernels receive a pool that may be NULL, meaning run on the calling thread. */
 #ifndef DTRAIN_POOL_H
 #define DTRAIN_POOL_H
 

@@ -31,27 +31,24 @@ struct dt_pool {
     void *ctx;
     int n_tasks;
     unsigned long generation; /* bumped per run; read by spinning workers */
+    int next_task;            /* the next task of this run not yet claimed */
     int pending;              /* workers yet to finish this run */
     int stop;
 };
 
-struct worker_arg {
-    dt_pool *pool;
-    int index;
-};
-
-static void run_my_tasks(dt_pool *p, int index)
+/* Threads claim tasks in turn until none is left: a thread the scheduler took away for a while
+ * (the input thread, another process) leaves its share to the others instead of holding up the
+ * run. Which thread runs a task never changes what the task computes. */
+static void run_tasks(dt_pool *p)
 {
-    for (int t = index; t < p->n_tasks; t += p->n_threads)
+    int t;
+    while ((t = __atomic_fetch_add(&p->next_task, 1, __ATOMIC_RELAXED)) < p->n_tasks)
         p->fn(p->ctx, t, p->n_tasks);
 }
 
 static void *worker_main(void *arg)
 {
-    struct worker_arg *wa = arg;
-    dt_pool *p = wa->pool;
-    int index = wa->index;
-    free(wa);
+    dt_pool *p = arg;
     unsigned long seen = 0;
     for (;;) {
         for (int i = 0; i < DT_POOL_SPIN; i++) {
@@ -70,7 +67,7 @@ static void *worker_main(void *arg)
         seen = p->generation;
         pthread_mutex_unlock(&p->mu);
 
-        run_my_tasks(p, index);
+        run_tasks(p);
 
         pthread_mutex_lock(&p->mu);
         if (__atomic_sub_fetch(&p->pending, 1, __ATOMIC_ACQ_REL) == 0)
@@ -107,13 +104,7 @@ dt_status dt_pool_create(int n_threads, dt_pool **out)
         if (!p->threads)
             goto fail_nomem;
         for (int i = 1; i < n_threads; i++) {
-            struct worker_arg *wa = malloc(sizeof *wa);
-            if (!wa)
-                goto fail_nomem;
-            wa->pool = p;
-            wa->index = i;
-            if (pthread_create(&p->threads[i], NULL, worker_main, wa) != 0) {
-                free(wa);
+            if (pthread_create(&p->threads[i], NULL, worker_main, p) != 0) {
                 p->n_threads = i; /* destroy joins only the threads that exist */
                 dt_pool_destroy(p);
                 return dt_error(DT_ERR_IO, "cannot start thread %d of %d", i, n_threads);
@@ -160,12 +151,13 @@ void dt_pool_run(dt_pool *p, dt_task_fn fn, void *ctx, int n_tasks)
     p->fn = fn;
     p->ctx = ctx;
     p->n_tasks = n_tasks;
+    p->next_task = 0;
     p->pending = p->n_threads - 1;
     __atomic_store_n(&p->generation, p->generation + 1, __ATOMIC_RELEASE);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
 
-    run_my_tasks(p, 0);
+    run_tasks(p);
 
     for (int i = 0; i < DT_POOL_SPIN && __atomic_load_n(&p->pending, __ATOMIC_ACQUIRE) > 0; i++)
         cpu_relax();

@@ -128,8 +128,9 @@ dt_status dt_ctr_check_batch(const dt_ctr *c, const dt_elem *e)
     return DT_OK;
 }
 
-/* Tasks per pool thread: examples are split in this many ranges per thread. */
-#define TASKS_PER_THREAD 2
+/* Tasks per pool thread: examples, and the unique ids, are split in this many ranges per thread,
+ * so that a thread held up for a while leaves its share to the others. */
+#define TASKS_PER_THREAD 4
 /* Examples per task below which a thread costs more than it saves. */
 #define MIN_EXAMPLES_PER_TASK 64
 
@@ -205,15 +206,38 @@ static void backward_examples(void *ctx, int task, int n_tasks)
                    c->dlogits + lo, c->dgrad + p0);
 }
 
-/* A range of the unique ids: their rows of both tables' gradients, each summed over its
+/* The first place of task `task`'s share when the batch's places are split evenly. */
+static size_t place_share(const dt_ctr *c, int task, int n_tasks)
+{
+    return (size_t)c->B * (size_t)c->F * (size_t)task / (size_t)n_tasks;
+}
+
+/* The first unique id (group) whose places start at or after place p: offsets ascend. */
+static size_t first_group_from(const uint32_t *offsets, size_t n_groups, size_t p)
+{
+    size_t lo = 0, hi = n_groups;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (offsets[mid] < p)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* A range of the unique ids, split by their places rather than their count (a few ids of a
+ * Zipf-like field hold most places): their rows of both tables' gradients, each summed over its
  * places in order whatever the split, so the rows are the same bit for bit. */
 static void accumulate_rows(void *ctx, int task, int n_tasks)
 {
     dt_ctr *c = ctx;
-    long lo, hi;
-    dt_pool_slice((long)c->gw.n, task, n_tasks, &lo, &hi);
-    dt_embedding_accumulate_grouped(c->offsets, c->places, c->vals, 1, c->lin, (size_t)lo,
-                                    (size_t)hi, c->gw.rows);
+    size_t lo = first_group_from(c->offsets, c->gw.n, place_share(c, task, n_tasks));
+    size_t hi = first_group_from(c->offsets, c->gw.n, place_share(c, task + 1, n_tasks));
+    if (lo == hi)
+        return;
+    dt_embedding_accumulate_grouped(c->offsets, c->places, c->vals, 1, c->lin, lo, hi,
+                                    c->gw.rows);
     if (has_v(c))
         dt_embedding_accumulate_grouped(c->offsets, c->places, c->vals, c->K, c->dgrad,
                                         (size_t)lo, (size_t)hi, c->gv.rows);
@@ -241,7 +265,8 @@ float dt_ctr_backward(dt_ctr *c, int B, const float *dlogits, float *ddeep, dt_p
         memcpy(c->gv.ids, c->uniq, u * sizeof *c->uniq);
     }
     dt_embedding_group(c->slot, n, u, c->offsets, c->places);
-    int tasks_u = (int)(u / 256) < dt_pool_size(pool) ? (int)(u / 256) : dt_pool_size(pool);
+    int tasks_u = dt_pool_size(pool) * TASKS_PER_THREAD;
+    tasks_u = (int)(u / 256) < tasks_u ? (int)(u / 256) : tasks_u;
     tasks_u = tasks_u < 1 ? 1 : tasks_u;
     dt_pool_run(tasks_u > 1 ? pool : NULL, accumulate_rows, c, tasks_u);
     return (float)dbias;

@@ -472,7 +472,7 @@ static void forward_layer(dt_model *m, int i, int B, bool training)
     case DT_LAYER_DENSE:
         dt_dense_forward(m->pool, B, (int)L->in_elems, L->spec.units, L->in, P(m, L->w_view),
                          P(m, L->b_view), L->out);
-        dt_act_forward(L->spec.activation, n_out, L->out);
+        dt_act_forward_pool(m->pool, L->spec.activation, n_out, L->out);
         break;
     case DT_LAYER_CONV2D:
         if (L->fused) {
@@ -483,7 +483,7 @@ static void forward_layer(dt_model *m, int i, int B, bool training)
         }
         dt_conv2d_forward(m->pool, &L->cg, B, L->in, P(m, L->w_view), P(m, L->b_view), L->out,
                           m->scratch);
-        dt_act_forward(L->spec.activation, n_out, L->out);
+        dt_act_forward_pool(m->pool, L->spec.activation, n_out, L->out);
         break;
     case DT_LAYER_MAXPOOL2D:
         dt_maxpool_forward(&L->pg, B, L->in, L->out, L->arg);
@@ -499,7 +499,7 @@ static void forward_layer(dt_model *m, int i, int B, bool training)
                             : L->spec.kind == DT_LAYER_SIGMOID ? DT_ACT_SIGMOID
                                                                : DT_ACT_TANH;
         memcpy(L->out, L->in, n_out * sizeof *L->out);
-        dt_act_forward(act, n_out, L->out);
+        dt_act_forward_pool(m->pool, act, n_out, L->out);
         break;
     }
     case DT_LAYER_BATCHNORM: {
@@ -518,9 +518,8 @@ static void forward_layer(dt_model *m, int i, int B, bool training)
     case DT_LAYER_DROPOUT:
         memcpy(L->out, L->in, n_out * sizeof *L->out);
         if (training && L->spec.rate > 0.0f) {
-            dt_rng rng;
-            dt_rng_derive(&rng, m->dropout_seed, m->training_forwards, (uint64_t)i);
-            dt_dropout_forward(n_out, L->spec.rate, &rng, L->out, L->drop_mask);
+            dt_dropout_forward_pool(m->pool, n_out, L->spec.rate, m->dropout_seed,
+                                    m->training_forwards, (uint64_t)i, L->out, L->drop_mask);
         } else {
             for (size_t k = 0; k < n_out; k++)
                 L->drop_mask[k] = 1.0f;
@@ -672,7 +671,7 @@ static float *backward_layer(dt_model *m, int i, int B, float *dy, float *dx)
     size_t n_out = (size_t)B * L->out_elems;
     switch (L->spec.kind) {
     case DT_LAYER_DENSE:
-        dt_act_backward(L->spec.activation, n_out, L->out, dy);
+        dt_act_backward_pool(m->pool, L->spec.activation, n_out, L->out, dy);
         dt_dense_backward(m->pool, B, (int)L->in_elems, L->spec.units, L->in, P(m, L->w_view), dy,
                           G(m, L->w_view), G(m, L->b_view), dx);
         return dx;
@@ -683,7 +682,7 @@ static float *backward_layer(dt_model *m, int i, int B, float *dy, float *dx)
                                  G(m, L->w_view), G(m, L->b_view), m->scratch);
             return NULL;
         }
-        dt_act_backward(L->spec.activation, n_out, L->out, dy);
+        dt_act_backward_pool(m->pool, L->spec.activation, n_out, L->out, dy);
         dt_conv2d_backward(m->pool, &L->cg, B, L->in, P(m, L->w_view), dy, G(m, L->w_view),
                            G(m, L->b_view), dx, m->scratch);
         return dx;
@@ -696,10 +695,10 @@ static float *backward_layer(dt_model *m, int i, int B, float *dy, float *dx)
     case DT_LAYER_RELU:
     case DT_LAYER_SIGMOID:
     case DT_LAYER_TANH:
-        dt_act_backward(act_of_layer(L->spec.kind), n_out, L->out, dy);
+        dt_act_backward_pool(m->pool, act_of_layer(L->spec.kind), n_out, L->out, dy);
         return dy;
     case DT_LAYER_DROPOUT:
-        dt_dropout_backward(n_out, L->drop_mask, dy);
+        dt_dropout_backward_pool(m->pool, n_out, L->drop_mask, dy);
         return dy;
     case DT_LAYER_BATCHNORM:
         dt_batchnorm_backward(B, (int)L->in_elems, dy, L->bn_xhat, L->bn_istd, P(m, L->w_view),

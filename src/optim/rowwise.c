@@ -176,7 +176,9 @@ void dt_rowopt_update(const dt_rowopt_config *c, float lr, int64_t step, dt_tabl
                       const dt_sparse_rows *g, dt_pool *pool)
 {
     update_job j = {c, rates_of(c, lr, step), t, g};
-    int tasks = dt_pool_size(pool);
+    /* A few tasks per thread: rows whose slot pages are touched for the first time cost a page
+     * fault each, so equal shares of rows are not equal shares of time. */
+    int tasks = dt_pool_size(pool) * 4;
     if ((size_t)tasks * MIN_ROWS_PER_TASK > g->n)
         tasks = (int)(g->n / MIN_ROWS_PER_TASK) + 1;
     dt_pool_run(tasks > 1 ? pool : NULL, update_rows, &j, tasks);
