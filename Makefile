@@ -96,7 +96,12 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libdtrain.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libdtrain.a $(LDLIBS)
 
-unit-tests: all $(BUILD)/tests/unit $(BUILD)/tests/coll_check
+unit-tests: all $(BUILD)/tests/unit $(BUILD)/tests/coll_check $(BUILD)/tests/ps_check
+
+# The chief's side of a ps cluster against dtrain server tasks (tests/ps.sh).
+$(BUILD)/tests/ps_check: tests/progs/ps_check.c $(BUILD)/libdtrain.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libdtrain.a $(LDLIBS)
 
 # TensorFlow's multi-worker tutorial on dtrain: two workers on this machine train the tutorial
 # CNN with multi_worker_mirrored (global batch 64, 32 per worker), the chief reporting.

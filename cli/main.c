@@ -25,6 +25,7 @@ static void print_usage(FILE *out)
           "  inspect    inspect CHECKPOINT|DIR: tensors, shapes, checksums and metadata\n"
           "  bench      bench allreduce [--sizes 4K..64M] [--comm tcp|mpi] [--check]\n"
           "  launch     launch -n N [--ps M] [--chief] [--evaluator] -- COMMAND: a local cluster\n"
+          "  server     serve the ps task TF_CONFIG names until the coordinator stops it\n"
           "\n"
           "  --help     this text\n"
           "  --version  the version\n",
@@ -80,6 +81,8 @@ int main(int argc, char **argv)
         return cmd_evaluate(argc - 2, argv + 2);
     if (strcmp(cmd, "inspect") == 0)
         return cmd_inspect(argc - 2, argv + 2);
+    if (strcmp(cmd, "server") == 0)
+        return cmd_server(argc - 2, argv + 2);
     char msg[256];
     snprintf(msg, sizeof msg, "unknown command '%s' (see dtrain --help)", cmd);
     return cli_fail(2, msg);

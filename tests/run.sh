@@ -31,6 +31,8 @@ run_suite ctr "$work/ctr" bash tests/ctr.sh "$build" "$work/ctr"
 run_suite mpi "$work/mpi" bash tests/mpi.sh "$build" "$work/mpi"
 run_suite launch "$work/launch" bash tests/launch.sh "$build" "$work/launch"
 run_suite net "$work/net" bash tests/net.sh "$build" "$work/net"
+# Parameter-server tasks (dtrain server) against a chief: shards, strangers, timeouts, kills.
+run_suite ps "$work/ps" bash tests/ps.sh "$build" "$work/ps"
 # Checkpoints, backups and resume, summaries, the sidecar evaluator, restarts after a kill.
 run_suite ckpt "$work/ckpt" bash tests/ckpt.sh "$build" "$work/ckpt"
 # make install into a temporary prefix, and programs built against it through pkg-config.

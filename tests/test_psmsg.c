@@ -109,3 +109,35 @@ TEST(psmsg_out_of_range_fields_are_refused)
     CHECK(dt_psmsg_encode(&huge, NULL, NULL, &b) == DT_ERR_INVALID);
     dt_psbuf_free(&b);
 }
+
+/* A TABLE message carries a shard's definition whole; a shard index outside the shards, a
+ * non-finite parameter or an unprintable name is refused naming its byte. */
+TEST(psmsg_table_definition_round_trips_and_is_checked)
+{
+    dt_psmsg m = {.type = DT_PSMSG_TABLE, .request_id = 5, .table = 3 << 16 | 2, .dim = 32,
+                  .rows_total = 1000, .n_shards = 5, .shard = 2, .strategy = 1, .optimizer = 2,
+                  .init_stddev = 0.01f, .seed = 77, .text = "fm_v", .text_len = 4};
+    for (int k = 0; k < DT_PSMSG_TABLE_PARAMS; k++)
+        m.params[k] = 0.5f * (float)k;
+    dt_psbuf b = {0};
+    CHECK(dt_psmsg_encode(&m, NULL, NULL, &b) == DT_OK);
+    dt_psmsg d;
+    CHECK(dt_psmsg_decode(b.data, b.len, "peer", &d) == DT_OK);
+    CHECK(d.type == DT_PSMSG_TABLE && d.table == m.table && d.dim == 32 && d.rows_total == 1000);
+    CHECK(d.n_shards == 5 && d.shard == 2 && d.strategy == 1 && d.optimizer == 2 && d.seed == 77);
+    CHECK(memcmp(d.params, m.params, sizeof m.params) == 0 && d.init_stddev == 0.01f);
+    CHECK(d.text_len == 4 && memcmp(d.text, "fm_v", 4) == 0);
+    struct { const char *what; dt_psmsg bad; } cases[] = {
+        {"a shard index", m}, {"optimizer parameter", m}, {"not printable", m}};
+    cases[0].bad.shard = 5;
+    cases[1].bad.params[3] = NAN;
+    cases[2].bad.text = "fm v";
+    for (int i = 0; i < 3; i++) {
+        b.len = 0;
+        CHECK(dt_psmsg_encode(&cases[i].bad, NULL, NULL, &b) == DT_OK);
+        CHECK(dt_psmsg_decode(b.data, b.len, "peer", &d) == DT_ERR_FORMAT);
+        CHECK_MSG(strstr(dt_last_error(), cases[i].what) && strstr(dt_last_error(), "byte "),
+                  "%s", dt_last_error());
+    }
+    dt_psbuf_free(&b);
+}

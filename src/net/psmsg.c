@@ -11,7 +11,8 @@
 
 static const char *const type_names[] = {"?",    "PING",     "PONG",       "STOP",
                                          "PULL_ROWS", "ROWS", "PUSH_ROWS", "PULL_DENSE",
-                                         "DENSE", "PUSH_DENSE", "ACK",    "ERROR"};
+                                         "DENSE", "PUSH_DENSE", "ACK",    "ERROR",
+                                         "TABLE"};
 
 const char *dt_psmsg_type_name(dt_psmsg_type type)
 {
@@ -47,6 +48,9 @@ static void putf(uint8_t *p, float v)
     put32(p, u);
 }
 
+/* A TABLE message's payload before its name. */
+#define TABLE_FIXED_BYTES (4 + 4 + 8 + 8 + 8 + 4 + 4 + 4 * DT_PSMSG_TABLE_PARAMS + 4 + 8 + 4)
+
 /* The payload's size for m's type, or 0 with *bad set when a count is out of range. */
 static uint64_t payload_size(const dt_psmsg *m, bool *bad)
 {
@@ -61,6 +65,7 @@ static uint64_t payload_size(const dt_psmsg *m, bool *bad)
     case DT_PSMSG_PUSH_DENSE: return 32 + 4 * m->count;
     case DT_PSMSG_ACK: return 8;
     case DT_PSMSG_ERROR: return 8 + (uint64_t)m->text_len;
+    case DT_PSMSG_TABLE: return TABLE_FIXED_BYTES + (uint64_t)m->text_len;
     }
     *bad = true;
     return 0;
@@ -72,7 +77,8 @@ dt_status dt_psmsg_encode(const dt_psmsg *m, const int64_t *ids_host, const floa
     bool bad;
     uint64_t size = payload_size(m, &bad);
     if (bad || m->n > DT_PSMSG_MAX_ROWS || m->dim > DT_PSMSG_MAX_DIM ||
-        m->text_len > DT_PSMSG_MAX_TEXT || size > DT_PSMSG_MAX_PAYLOAD)
+        m->text_len > DT_PSMSG_MAX_TEXT || size > DT_PSMSG_MAX_PAYLOAD ||
+        (m->type == DT_PSMSG_TABLE && m->text_len > DT_PSMSG_MAX_NAME))
         return dt_error(DT_ERR_INVALID, "ps message %s: sizes beyond the limits (%u rows of %u, "
                         "%llu values)", dt_psmsg_type_name(m->type), m->n, m->dim,
                         (unsigned long long)m->count);
@@ -106,6 +112,15 @@ dt_status dt_psmsg_encode(const dt_psmsg *m, const int64_t *ids_host, const floa
         put32(at, (uint32_t)m->status), put32(at + 4, m->text_len), at += 8;
         memcpy(at, m->text, m->text_len), at += m->text_len;
         break;
+    case DT_PSMSG_TABLE:
+        put32(at, m->table), put32(at + 4, m->dim), put64(at + 8, (uint64_t)m->rows_total);
+        put64(at + 16, (uint64_t)m->n_shards), put64(at + 24, (uint64_t)m->shard);
+        put32(at + 32, m->strategy), put32(at + 36, m->optimizer), at += 40;
+        for (int k = 0; k < DT_PSMSG_TABLE_PARAMS; k++, at += 4)
+            putf(at, m->params[k]);
+        putf(at, m->init_stddev), put64(at + 4, m->seed), put32(at + 12, m->text_len), at += 16;
+        memcpy(at, m->text, m->text_len), at += m->text_len;
+        break;
     default:
         break;
     }
@@ -129,24 +144,77 @@ static dt_status bad_msg(const char *peer, size_t offset, const char *what)
     return dt_error(DT_ERR_FORMAT, "%s: ps message, byte %zu: %s", peer, offset, what);
 }
 
-int64_t dt_psmsg_id(const dt_psmsg *m, size_t i) { return (int64_t)dt_load_le64(m->ids + 8 * i); }
-
-float dt_psmsg_value(const dt_psmsg *m, size_t i)
+static float loadf(const uint8_t *p)
 {
-    uint32_t u = dt_load_le32(m->values + 4 * i);
+    uint32_t u = dt_load_le32(p);
     float f;
     memcpy(&f, &u, 4);
     return f;
 }
+
+int64_t dt_psmsg_id(const dt_psmsg *m, size_t i) { return (int64_t)dt_load_le64(m->ids + 8 * i); }
+
+float dt_psmsg_value(const dt_psmsg *m, size_t i) { return loadf(m->values + 4 * i); }
 
 /* A push's step and rate scale (12 bytes at p); false when the scale is not a finite number
  * >= 0. */
 static bool read_push(const uint8_t *p, dt_psmsg *out)
 {
     out->step = (int64_t)dt_load_le64(p);
-    uint32_t u = dt_load_le32(p + 8);
-    memcpy(&out->lr_scale, &u, 4);
+    out->lr_scale = loadf(p + 8);
     return isfinite(out->lr_scale) && out->lr_scale >= 0.0f;
+}
+
+/* A TABLE payload (size bytes at p, at least its fixed part): the shard's numbers in range, the
+ * floats finite, the name 1..64 printable bytes. */
+static dt_status decode_table(const uint8_t *p, uint32_t size, const char *peer, dt_psmsg *out)
+{
+    const size_t H = DT_PSMSG_HEADER_BYTES;
+    out->table = dt_load_le32(p), out->dim = dt_load_le32(p + 4);
+    out->rows_total = (int64_t)dt_load_le64(p + 8), out->n_shards = (int64_t)dt_load_le64(p + 16);
+    out->shard = (int64_t)dt_load_le64(p + 24);
+    out->strategy = dt_load_le32(p + 32), out->optimizer = dt_load_le32(p + 36);
+    if (out->dim < 1 || out->dim > DT_PSMSG_MAX_DIM)
+        return bad_msg(peer, H + 4, "row width outside 1..65536");
+    if (out->rows_total < 1 || out->rows_total > ((int64_t)1 << 40))
+        return bad_msg(peer, H + 8, "table rows outside 1..2^40");
+    if (out->n_shards < 1 || out->n_shards > out->rows_total)
+        return bad_msg(peer, H + 16, "shards outside 1..the table's rows");
+    if (out->shard < 0 || out->shard >= out->n_shards)
+        return bad_msg(peer, H + 24, "a shard index outside 0..shards - 1");
+    size_t at = 40;
+    for (int k = 0; k < DT_PSMSG_TABLE_PARAMS; k++, at += 4)
+        if (!isfinite(out->params[k] = loadf(p + at)))
+            return bad_msg(peer, H + at, "an optimizer parameter that is not finite");
+    out->init_stddev = loadf(p + at);
+    if (!isfinite(out->init_stddev) || out->init_stddev < 0.0f)
+        return bad_msg(peer, H + at, "an initial stddev that is not a finite number >= 0");
+    out->seed = dt_load_le64(p + at + 4);
+    out->text_len = dt_load_le32(p + at + 12), at += 16;
+    if (out->text_len < 1 || out->text_len > DT_PSMSG_MAX_NAME)
+        return bad_msg(peer, H + at - 4, "a table name outside 1..64 bytes");
+    if ((uint64_t)size - at < out->text_len)
+        return bad_msg(peer, H + at, "truncated table name");
+    out->text = (const char *)(p + at);
+    for (uint32_t i = 0; i < out->text_len; i++)
+        if (p[at + i] < 0x21 || p[at + i] > 0x7e)
+            return bad_msg(peer, H + at + i, "a table name byte that is not printable");
+    return DT_OK;
+}
+
+dt_status dt_psmsg_peek(const uint8_t hdr[DT_PSMSG_HEADER_BYTES], const char *peer,
+                        uint32_t *payload_bytes)
+{
+    if (memcmp(hdr, "DTPS", 4) != 0)
+        return bad_msg(peer, 0, "not a dtrain ps message (bad magic)");
+    if (dt_crc32c(hdr, 24) != dt_load_le32(hdr + 24))
+        return bad_msg(peer, 24, "header checksum mismatch");
+    if ((uint16_t)(hdr[4] | hdr[5] << 8) != DT_PSMSG_VERSION)
+        return bad_msg(peer, 4, "unsupported version");
+    *payload_bytes = dt_load_le32(hdr + 16);
+    if (*payload_bytes > DT_PSMSG_MAX_PAYLOAD)
+        return bad_msg(peer, 16, "a payload beyond the limit");
+    return DT_OK;
 }
 
 dt_status dt_psmsg_decode(const uint8_t *buf, size_t n, const char *peer, dt_psmsg *out)
@@ -154,18 +222,15 @@ dt_status dt_psmsg_decode(const uint8_t *buf, size_t n, const char *peer, dt_psm
     memset(out, 0, sizeof *out);
     if (n < DT_PSMSG_HEADER_BYTES)
         return bad_msg(peer, n, "shorter than a header");
-    if (memcmp(buf, "DTPS", 4) != 0)
-        return bad_msg(peer, 0, "not a dtrain ps message (bad magic)");
-    if (dt_crc32c(buf, 24) != dt_load_le32(buf + 24))
-        return bad_msg(peer, 24, "header checksum mismatch");
-    uint16_t version = (uint16_t)(buf[4] | buf[5] << 8), type = (uint16_t)(buf[6] | buf[7] << 8);
-    if (version != DT_PSMSG_VERSION)
-        return bad_msg(peer, 4, "unsupported version");
-    if (type < DT_PSMSG_PING || type > DT_PSMSG_ERROR)
+    uint32_t size;
+    dt_status st = dt_psmsg_peek(buf, peer, &size);
+    if (st)
+        return st;
+    uint16_t type = (uint16_t)(buf[6] | buf[7] << 8);
+    if (type < DT_PSMSG_PING || type > DT_PSMSG_TABLE)
         return bad_msg(peer, 6, "unknown message type");
     out->type = (dt_psmsg_type)type;
     out->request_id = dt_load_le64(buf + 8);
-    uint32_t size = dt_load_le32(buf + 16);
     if ((uint64_t)size != (uint64_t)(n - DT_PSMSG_HEADER_BYTES))
         return bad_msg(peer, 16, "the payload size is not the message's");
     const uint8_t *p = buf + DT_PSMSG_HEADER_BYTES;
@@ -243,6 +308,14 @@ dt_status dt_psmsg_decode(const uint8_t *buf, size_t n, const char *peer, dt_psm
         out->text = (const char *)(p + at);
         at += out->text_len;
         break;
+    case DT_PSMSG_TABLE: {
+        NEED(TABLE_FIXED_BYTES, "truncated table definition");
+        st = decode_table(p, size, peer, out);
+        if (st)
+            return st;
+        at = TABLE_FIXED_BYTES + out->text_len;
+        break;
+    }
     }
 #undef NEED
     if (at != size)

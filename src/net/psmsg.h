@@ -18,6 +18,10 @@
  *                                  f32 values[count]
  *     ACK                          i64 clock (the shard's updates applied so far)
  *     ERROR                        i32 status | u32 n | n bytes of message (no NUL)
+ *     TABLE                        u32 table | u32 dim | i64 rows in the whole table |
+ *                                  i64 shards | i64 this shard | u32 partition strategy |
+ *                                  u32 optimizer | f32 params[10] | f32 init stddev | u64 seed |
+ *                                  u32 n | n bytes of name: the coordinator defines a shard
  * The decoder checks everything before trusting a byte: the magic, version and both CRCs, the
  * type, every count against the payload's size and the limits below, ids not negative, floats
  * finite in pushes. Its views point into the message (no copy); errors name the peer, the field
@@ -37,6 +41,8 @@
 #define DT_PSMSG_MAX_DIM 65536u
 #define DT_PSMSG_MAX_PAYLOAD ((uint64_t)1 << 30)
 #define DT_PSMSG_MAX_TEXT 1024u
+#define DT_PSMSG_MAX_NAME 64u
+#define DT_PSMSG_TABLE_PARAMS 10
 
 typedef enum {
     DT_PSMSG_PING = 1,
@@ -50,6 +56,7 @@ typedef enum {
     DT_PSMSG_PUSH_DENSE,
     DT_PSMSG_ACK,
     DT_PSMSG_ERROR,
+    DT_PSMSG_TABLE,
 } dt_psmsg_type;
 
 typedef struct {
@@ -64,12 +71,25 @@ typedef struct {
     int32_t status;       /* ERROR */
     const uint8_t *ids;   /* n little-endian i64, unaligned: read with dt_psmsg_id */
     const uint8_t *values; /* n x dim or count little-endian f32: dt_psmsg_value */
-    const char *text;     /* ERROR: text_len bytes */
+    const char *text;     /* ERROR: text_len bytes; TABLE: the name */
     uint32_t text_len;
+    /* TABLE: the shard of a table (dim and table above) and its optimizer, whose numbers the ps
+     * layer gives meaning to; the decoder checks the sizes, the shard's index and that the
+     * floats are finite. */
+    int64_t rows_total, n_shards, shard;
+    uint32_t strategy, optimizer;
+    float params[DT_PSMSG_TABLE_PARAMS];
+    float init_stddev;
+    uint64_t seed;
 } dt_psmsg;
 
 /* Decodes one message of n bytes from peer (named in errors). DT_ERR_FORMAT for anything amiss. */
 dt_status dt_psmsg_decode(const uint8_t *buf, size_t n, const char *peer, dt_psmsg *out);
+
+/* Checks a message's header alone (magic, header checksum, version, the payload within the
+ * limit) and gives its payload size: what a reader needs before it reads the rest. */
+dt_status dt_psmsg_peek(const uint8_t hdr[DT_PSMSG_HEADER_BYTES], const char *peer,
+                        uint32_t *payload_bytes);
 
 int64_t dt_psmsg_id(const dt_psmsg *m, size_t i);
 float dt_psmsg_value(const dt_psmsg *m, size_t i);

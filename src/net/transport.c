@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "conn.h"
+#include "dial.h"
 #include "dtrain/clock.h"
 #include "dtrain/log.h"
 #include "handshake.h"
@@ -115,40 +116,16 @@ static void mesh_on_peer(void *ctx, int fd, dt_job job, int index)
 /* Connects to rank r, retrying with backoff while it is not listening yet. */
 static dt_status connect_rank(setup *s, int r)
 {
-    const char *who = s->t->peers[r].name;
     dt_job job;
     int index;
     dt_cluster_rank_task(s->cl, r, &job, &index);
-    const dt_addr *a = dt_cluster_addr(s->cl, job, index);
-    double backoff = 0.05;
-    for (;;) {
-        double now = dt_clock_now();
-        if (now >= s->deadline)
-            return dt_error(DT_ERR_TIMEOUT, "could not connect to %s within %.0f s",
-                            who, s->o->connect_timeout);
-        double d = now + s->o->handshake_timeout;
-        if (d > s->deadline)
-            d = s->deadline;
-        int fd;
-        dt_status st = dt_sock_connect(a->host, a->port, d, &fd);
-        if (st == DT_OK) {
-            st = dt_handshake_connect(&s->me, fd, job, index, who, d);
-            if (st == DT_OK) {
-                s->t->peers[r].fd = fd;
-                return DT_OK;
-            }
-            dt_sock_close(fd);
-        }
-        if (st != DT_ERR_PEER && st != DT_ERR_TIMEOUT)
-            return st;
-        /* Not listening yet, or the connection broke: try again a little later. */
-        double wait = backoff;
-        if (dt_clock_now() + wait > s->deadline)
-            wait = s->deadline - dt_clock_now();
-        if (wait > 0)
-            usleep((useconds_t)(wait * 1e6));
-        backoff = backoff * 2 < 1.0 ? backoff * 2 : 1.0;
-    }
+    dt_status st = dt_dial_task(&s->me, dt_cluster_addr(s->cl, job, index), job, index,
+                                s->t->peers[r].name, s->o->handshake_timeout, s->deadline,
+                                &s->t->peers[r].fd);
+    if (st == DT_ERR_TIMEOUT)
+        return dt_error(st, "could not connect to %s within %.0f s", s->t->peers[r].name,
+                        s->o->connect_timeout);
+    return st;
 }
 
 /* Waits until every higher rank is in, the deadline passes or the listener fails. */

@@ -37,7 +37,7 @@ dt_status dt_ps_shard_add_table(dt_ps_shard *s, uint32_t id, const char *name,
     dt_ps_table_shard *ts = &s->tables[s->n_tables];
     memset(ts, 0, sizeof *ts);
     ts->id = id, ts->rows_total = rows_total, ts->n_shards = n_shards, ts->shard = shard;
-    ts->strategy = strategy, ts->opt = *opt;
+    ts->strategy = strategy, ts->opt = *opt, ts->init_stddev = init_stddev, ts->seed = seed;
     int64_t rows = dt_partition_shard_rows(strategy, rows_total, n_shards, shard);
     dt_status st = dt_table_create(&ts->t, name, rows, dim);
     if (st == DT_OK)
@@ -163,6 +163,69 @@ static dt_status push(dt_ps_shard *s, dt_ps_table_shard *ts, const dt_psmsg *req
     return dt_psmsg_encode(&ack, NULL, NULL, reply);
 }
 
+/* The optimizer's numbers in a TABLE message, in this order. */
+static void opt_params(const dt_rowopt_config *c, float p[DT_PSMSG_TABLE_PARAMS])
+{
+    const float v[DT_PSMSG_TABLE_PARAMS] = {c->lr, c->beta1, c->beta2, c->epsilon,
+                                            c->initial_accumulator, c->l1, c->l2, c->lr_power,
+                                            c->beta, c->l2_reg};
+    memcpy(p, v, sizeof v);
+}
+
+void dt_ps_table_msg(uint32_t id, const char *name, int64_t rows_total, int dim, int64_t n_shards,
+                     int64_t shard, dt_partition_strategy strategy, const dt_rowopt_config *opt,
+                     float init_stddev, uint64_t seed, dt_psmsg *m)
+{
+    memset(m, 0, sizeof *m);
+    m->type = DT_PSMSG_TABLE, m->table = id, m->dim = (uint32_t)dim, m->rows_total = rows_total;
+    m->n_shards = n_shards, m->shard = shard, m->strategy = (uint32_t)strategy;
+    m->optimizer = (uint32_t)opt->kind, m->init_stddev = init_stddev, m->seed = seed;
+    opt_params(opt, m->params);
+    m->text = name, m->text_len = (uint32_t)strlen(name);
+}
+
+static bool same_definition(const dt_ps_table_shard *ts, const dt_psmsg *req)
+{
+    float p[DT_PSMSG_TABLE_PARAMS];
+    opt_params(&ts->opt, p);
+    return ts->rows_total == req->rows_total && ts->t.dim == (int)req->dim &&
+           ts->n_shards == req->n_shards && ts->shard == req->shard &&
+           (uint32_t)ts->strategy == req->strategy && (uint32_t)ts->opt.kind == req->optimizer &&
+           memcmp(p, req->params, sizeof p) == 0 && ts->init_stddev == req->init_stddev &&
+           ts->seed == req->seed && strlen(ts->t.name) == req->text_len &&
+           memcmp(ts->t.name, req->text, req->text_len) == 0;
+}
+
+static dt_status define(dt_ps_shard *s, const dt_psmsg *req, dt_psbuf *reply)
+{
+    dt_ps_table_shard *ts = find(s, req->table);
+    if (ts && !same_definition(ts, req))
+        return reply_error(req, DT_ERR_INVALID, reply, "table %u is already held with another "
+                           "definition", req->table);
+    if (!ts) {
+        if (req->strategy > DT_PARTITION_MOD || req->optimizer > DT_ROWOPT_FTRL)
+            return reply_error(req, DT_ERR_INVALID, reply, "table %u: partition strategy %u or "
+                               "optimizer %u unknown", req->table, req->strategy, req->optimizer);
+        const float *p = req->params;
+        dt_rowopt_config c = {(dt_rowopt_kind)req->optimizer, p[0], p[1], p[2], p[3], p[4], p[5],
+                              p[6], p[7], p[8], p[9]};
+        char name[DT_PSMSG_MAX_NAME + 1];
+        memcpy(name, req->text, req->text_len);
+        name[req->text_len] = '\0';
+        dt_status st = dt_ps_shard_add_table(s, req->table, name, req->rows_total, (int)req->dim,
+                                             req->n_shards, req->shard,
+                                             (dt_partition_strategy)req->strategy, &c,
+                                             req->init_stddev, req->seed);
+        if (st == DT_ERR_NOMEM)
+            return st;
+        if (st)
+            return reply_error(req, st, reply, "%s", dt_last_error());
+        ts = find(s, req->table);
+    }
+    dt_psmsg ack = {.type = DT_PSMSG_ACK, .request_id = req->request_id, .clock = ts->clock};
+    return dt_psmsg_encode(&ack, NULL, NULL, reply);
+}
+
 dt_status dt_ps_shard_handle(dt_ps_shard *s, const dt_psmsg *req, dt_psbuf *reply)
 {
     switch (req->type) {
@@ -177,6 +240,8 @@ dt_status dt_ps_shard_handle(dt_ps_shard *s, const dt_psmsg *req, dt_psbuf *repl
             return reply_error(req, DT_ERR_INVALID, reply, "no table %u on this ps", req->table);
         return req->type == DT_PSMSG_PULL_ROWS ? pull(s, ts, req, reply) : push(s, ts, req, reply);
     }
+    case DT_PSMSG_TABLE:
+        return define(s, req, reply);
     default:
         return reply_error(req, DT_ERR_UNSUPPORTED, reply, "a ps does not answer %s",
                            dt_psmsg_type_name(req->type));

@@ -28,6 +28,8 @@ typedef struct {
     dt_partition_strategy strategy;
     dt_rowopt_config opt;
     dt_table t;                      /* this shard's rows */
+    float init_stddev;               /* as defined */
+    uint64_t seed;
     int64_t clock;                   /* pushes applied */
 } dt_ps_table_shard;
 
@@ -48,8 +50,15 @@ dt_status dt_ps_shard_add_table(dt_ps_shard *s, uint32_t id, const char *name,
                                 dt_partition_strategy strategy, const dt_rowopt_config *opt,
                                 float init_stddev, uint64_t seed);
 
-/* Answers one request, appending the reply (ROWS, ACK, PONG or ERROR) to reply. Fails only for
- * want of memory. */
+/* The TABLE message that defines shard `shard` of a table on its ps (the coordinator sends it;
+ * name must outlive m). */
+void dt_ps_table_msg(uint32_t id, const char *name, int64_t rows_total, int dim, int64_t n_shards,
+                     int64_t shard, dt_partition_strategy strategy, const dt_rowopt_config *opt,
+                     float init_stddev, uint64_t seed, dt_psmsg *m);
+
+/* Answers one request (TABLE defines a shard: again with the same definition, it is kept as
+ * it is), appending the reply (ROWS, ACK, PONG or ERROR) to reply. Fails only for want of
+ * memory. */
 dt_status dt_ps_shard_handle(dt_ps_shard *s, const dt_psmsg *request, dt_psbuf *reply);
 
 #endif

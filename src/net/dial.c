@@ -1,0 +1,40 @@
+/* Connecting to another task (see dial.h). */
+#include "dial.h"
+
+#include <unistd.h>
+
+#include "dtrain/clock.h"
+#include "sock.h"
+
+dt_status dt_dial_task(const dt_handshake_id *me, const dt_addr *a, dt_job job, int index,
+                       const char *who, double handshake_timeout, double deadline, int *fd)
+{
+    double backoff = 0.05, started = dt_clock_now();
+    *fd = -1;
+    for (;;) {
+        double now = dt_clock_now();
+        if (now >= deadline)
+            return dt_error(DT_ERR_TIMEOUT, "could not connect to %s within %.0f s", who,
+                            deadline - started);
+        double d = now + handshake_timeout < deadline ? now + handshake_timeout : deadline;
+        int s;
+        dt_status st = dt_sock_connect(a->host, a->port, d, &s);
+        if (st == DT_OK) {
+            st = dt_handshake_connect(me, s, job, index, who, d);
+            if (st == DT_OK) {
+                *fd = s;
+                return DT_OK;
+            }
+            dt_sock_close(s);
+        }
+        if (st != DT_ERR_PEER && st != DT_ERR_TIMEOUT)
+            return st;
+        /* Not listening yet, or the connection broke: try again a little later. */
+        double wait = backoff;
+        if (dt_clock_now() + wait > deadline)
+            wait = deadline - dt_clock_now();
+        if (wait > 0)
+            usleep((useconds_t)(wait * 1e6));
+        backoff = backoff * 2 < 1.0 ? backoff * 2 : 1.0;
+    }
+}

@@ -1,0 +1,33 @@
+/* The chief's and the workers' side of the ps tasks: one authenticated connection per ps task,
+ * tables defined shard by shard, and pulls and pushes whose ids are grouped by the shard that
+ * holds them, sent to every shard before any reply is read, so the shards work in parallel
+ * (internal to the library). Table t's shard k lives on ps task k mod (ps tasks). */
+#ifndef DTRAIN_PS_CLIENT_H
+#define DTRAIN_PS_CLIENT_H
+
+#include "../net/handshake.h"
+#include "dtrain/cluster.h"
+#include "dtrain/partition.h"
+#include "dtrain/rowopt.h"
+
+typedef struct dt_ps_client dt_ps_client;
+
+/* Connects to every ps task of cl as me, waiting up to connect_timeout seconds for each. */
+dt_status dt_ps_client_open(const dt_handshake_id *me, const dt_cluster *cl,
+                            double connect_timeout, double request_timeout, dt_ps_client **out);
+void dt_ps_client_close(dt_ps_client *c);
+
+/* Defines table id (rows x dim, n_shards shards placed as strategy says) on the ps tasks. */
+dt_status dt_ps_client_define(dt_ps_client *c, uint32_t id, const char *name, int64_t rows,
+                              int dim, int64_t n_shards, dt_partition_strategy strategy,
+                              const dt_rowopt_config *opt, float init_stddev, uint64_t seed);
+/* rows (n x dim) = the table's rows of ids (any order, repeats allowed). */
+dt_status dt_ps_client_pull(dt_ps_client *c, uint32_t id, const int64_t *ids, size_t n,
+                            float *rows);
+/* Applies one step's summed gradient rows (ids unique and increasing) at step and lr_scale. */
+dt_status dt_ps_client_push(dt_ps_client *c, uint32_t id, const int64_t *ids, size_t n,
+                            const float *rows, int64_t step, float lr_scale);
+/* Tells every ps task to stop (the chief only). */
+dt_status dt_ps_client_stop(dt_ps_client *c);
+
+#endif

@@ -1,0 +1,72 @@
+/* A ps task's life from its configuration (see include/dtrain/ps.h). */
+#include "dtrain/ps.h"
+
+#include <stdlib.h>
+
+#include "../net/transport.h"
+#include "dtrain/cluster.h"
+#include "dtrain/log.h"
+#include "service.h"
+
+void dt_ps_server_config_default(dt_ps_server_config *c)
+{
+    *c = (dt_ps_server_config){.coordinator_timeout = 120.0, .request_timeout = 60.0,
+                               .threads = 1};
+}
+
+static dt_status check_cluster(const dt_cluster *cl)
+{
+    if (!cl->has_cluster)
+        return dt_error(DT_ERR_INVALID, "TF_CONFIG: no cluster: a ps task needs TF_CONFIG's "
+                        "cluster and task (or --task)");
+    if (cl->task_type != DT_JOB_PS)
+        return dt_error(DT_ERR_INVALID, "TF_CONFIG: task %s:%d is not a ps task (this serves "
+                        "ps tasks)", dt_job_name(cl->task_type), cl->task_index);
+    if (cl->n_tasks[DT_JOB_CHIEF] != 1)
+        return dt_error(DT_ERR_INVALID, "TF_CONFIG: cluster.chief: parameter-server training "
+                        "needs one chief (the coordinator), found %d",
+                        cl->n_tasks[DT_JOB_CHIEF]);
+    return DT_OK;
+}
+
+dt_status dt_ps_server_run(const dt_ps_server_config *c, dt_ps_server_report *report)
+{
+    dt_cluster cl = {0};
+    uint8_t *secret = NULL;
+    size_t secret_len = 0;
+    dt_status st = dt_cluster_from_env(&cl);
+    if (st == DT_OK && c->task)
+        st = dt_cluster_set_task(&cl, c->task);
+    if (st == DT_OK)
+        st = check_cluster(&cl);
+    if (st == DT_OK)
+        st = dt_transport_load_secret(c->secret_file, &secret, &secret_len);
+    if (st == DT_OK && !secret && !dt_cluster_all_loopback(&cl) && !c->insecure)
+        st = dt_error(DT_ERR_AUTH, "this cluster has non-loopback addresses and no secret: set "
+                      "DTRAIN_CLUSTER_SECRET or give --secret-file (or --insecure to run "
+                      "unauthenticated)");
+    if (st)
+        goto done;
+    if (report)
+        dt_cluster_task_name(&cl, cl.task_type, cl.task_index, report->task, sizeof report->task);
+    if (!secret)
+        dt_log_to(NULL, DT_LOG_WARN, "dtrain: warning: no cluster secret: traffic between the tasks is "
+               "unauthenticated");
+    dt_ps_service_options o = {
+        .me = {secret, secret_len, cl.id, cl.task_type, cl.task_index},
+        .cluster = &cl,
+        .coordinator_timeout = c->coordinator_timeout,
+        .request_timeout = c->request_timeout,
+        .handshake_timeout = 10.0,
+        .threads = c->threads,
+    };
+    dt_ps_service_stats stats = {0};
+    st = dt_ps_serve(&o, &stats);
+    if (report)
+        report->requests = stats.requests, report->rows_pulled = stats.rows_pulled,
+        report->rows_pushed = stats.rows_pushed;
+done:
+    free(secret);
+    dt_cluster_free(&cl);
+    return st;
+}

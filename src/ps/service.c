@@ -1,0 +1,291 @@
+/* A parameter-server task's service (see service.h).
+ *
+ * The listener hands each authenticated connection to a thread of its own. A connection thread
+ * waits for a message in short slices (so that it sees the service stopping), then reads it whole
+ * before the request timeout, answers it under the shard's lock and sends the reply. The main
+ * thread waits for STOP or for the coordinator timeout, then stops the listener, shuts every
+ * connection down and joins the threads. */
+#include "service.h"
+
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "../net/listener.h"
+#include "../net/psconn.h"
+#include "../net/sock.h"
+#include "dtrain/clock.h"
+#include "dtrain/log.h"
+#include "shard.h"
+
+/* Connections a ps keeps at once: the chief, the workers and their reconnections. */
+#define MAX_CONNS 1024
+/* How often waiting threads look at the service's state, in milliseconds. */
+#define SLICE_MS 200
+
+typedef struct service service;
+
+typedef struct {
+    service *sv;
+    pthread_t thread;
+    int fd;
+    dt_job job;
+    int index;
+    char name[DT_HOST_CAP + 48];
+    volatile int done; /* the thread has finished */
+} conn;
+
+struct service {
+    const dt_ps_service_options *o;
+    FILE *log;
+    dt_ps_shard shard;
+    dt_pool *pool;
+    pthread_mutex_t shard_mu;
+    pthread_mutex_t mu; /* what follows */
+    pthread_cond_t changed;
+    int stop;
+    int chiefs;         /* chief connections open */
+    double chief_gone;  /* when the last one closed (or the service started) */
+    conn *conns[MAX_CONNS];
+    int n_conns;
+    dt_ps_service_stats stats;
+};
+
+static const char *ps_policy(void *ctx, dt_job job, int index, bool authenticated)
+{
+    (void)ctx, (void)index, (void)authenticated;
+    if (job == DT_JOB_CHIEF || job == DT_JOB_WORKER)
+        return NULL;
+    return "a ps task takes requests from the chief and the workers only";
+}
+
+/* Waits until fd is readable: 1 readable (or closed), 0 the service is stopping, -1 an error. */
+static int wait_request(conn *c)
+{
+    for (;;) {
+        pthread_mutex_lock(&c->sv->mu);
+        int stop = c->sv->stop;
+        pthread_mutex_unlock(&c->sv->mu);
+        if (stop)
+            return 0;
+        struct pollfd p = {.fd = c->fd, .events = POLLIN};
+        int k = poll(&p, 1, SLICE_MS);
+        if (k > 0)
+            return 1;
+        if (k < 0)
+            return -1;
+    }
+}
+
+static void count(service *sv, const dt_psmsg *req)
+{
+    pthread_mutex_lock(&sv->mu);
+    sv->stats.requests++;
+    if (req->type == DT_PSMSG_PULL_ROWS)
+        sv->stats.rows_pulled += req->n;
+    else if (req->type == DT_PSMSG_PUSH_ROWS)
+        sv->stats.rows_pushed += req->n;
+    pthread_mutex_unlock(&sv->mu);
+}
+
+/* Answers one request into reply: STOP from the chief stops the service, the rest goes to the
+ * shard. */
+static dt_status answer(conn *c, const dt_psmsg *req, dt_psbuf *reply)
+{
+    service *sv = c->sv;
+    if (req->type == DT_PSMSG_STOP) {
+        if (c->job != DT_JOB_CHIEF) {
+            dt_psmsg e = {.type = DT_PSMSG_ERROR, .request_id = req->request_id,
+                          .status = DT_ERR_INVALID, .text = "only the chief stops a ps",
+                          .text_len = (uint32_t)strlen("only the chief stops a ps")};
+            return dt_psmsg_encode(&e, NULL, NULL, reply);
+        }
+        pthread_mutex_lock(&sv->mu);
+        sv->stop = 1;
+        pthread_cond_broadcast(&sv->changed);
+        pthread_mutex_unlock(&sv->mu);
+        dt_psmsg ack = {.type = DT_PSMSG_ACK, .request_id = req->request_id};
+        return dt_psmsg_encode(&ack, NULL, NULL, reply);
+    }
+    pthread_mutex_lock(&sv->shard_mu);
+    dt_status st = dt_ps_shard_handle(&sv->shard, req, reply);
+    pthread_mutex_unlock(&sv->shard_mu);
+    count(sv, req);
+    return st;
+}
+
+static void *conn_main(void *arg)
+{
+    conn *c = arg;
+    service *sv = c->sv;
+    dt_psbuf in = {0}, reply = {0};
+    for (;;) {
+        int ready = wait_request(c);
+        if (ready <= 0)
+            break;
+        char probe;
+        if (recv(c->fd, &probe, 1, MSG_PEEK | MSG_DONTWAIT) == 0)
+            break; /* the peer closed between requests: its work is done */
+        dt_psmsg req;
+        double deadline = dt_clock_now() + sv->o->request_timeout;
+        dt_status st = dt_psconn_recv(c->fd, c->name, deadline, &in, &req);
+        if (st) {
+            /* A request that does not decode: its sender is broken or hostile. */
+            dt_log_to(sv->log, DT_LOG_WARN, "dtrain server: dropping %s: %s", c->name,
+                      dt_last_error());
+            break;
+        }
+        reply.len = 0;
+        if ((st = answer(c, &req, &reply)) ||
+            (st = dt_psconn_send(c->fd, &reply, c->name, dt_clock_now() + sv->o->request_timeout))) {
+            dt_log_to(sv->log, DT_LOG_WARN, "dtrain server: dropping %s: %s", c->name,
+                      dt_last_error());
+            break;
+        }
+    }
+    dt_psbuf_free(&in);
+    dt_psbuf_free(&reply);
+    pthread_mutex_lock(&sv->mu);
+    if (c->job == DT_JOB_CHIEF && --sv->chiefs == 0)
+        sv->chief_gone = dt_clock_now();
+    c->done = 1;
+    pthread_cond_broadcast(&sv->changed);
+    pthread_mutex_unlock(&sv->mu);
+    return NULL;
+}
+
+/* Joins and frees the connections whose threads have finished; sv->mu held. */
+static void reap(service *sv)
+{
+    int kept = 0;
+    for (int i = 0; i < sv->n_conns; i++) {
+        conn *c = sv->conns[i];
+        if (c->done) {
+            pthread_join(c->thread, NULL);
+            dt_sock_close(c->fd);
+            free(c);
+        } else {
+            sv->conns[kept++] = c;
+        }
+    }
+    sv->n_conns = kept;
+}
+
+static void on_peer(void *ctx, int fd, dt_job job, int index)
+{
+    service *sv = ctx;
+    conn *c = calloc(1, sizeof *c);
+    pthread_mutex_lock(&sv->mu);
+    reap(sv);
+    if (!c || sv->stop || sv->n_conns == MAX_CONNS) {
+        pthread_mutex_unlock(&sv->mu);
+        dt_sock_close(fd); /* stopping, full, or out of memory: the peer sees it closed */
+        free(c);
+        return;
+    }
+    c->sv = sv, c->fd = fd, c->job = job, c->index = index;
+    dt_cluster_task_name(sv->o->cluster, job, index, c->name, sizeof c->name);
+    if (pthread_create(&c->thread, NULL, conn_main, c) != 0) {
+        pthread_mutex_unlock(&sv->mu);
+        dt_sock_close(fd);
+        free(c);
+        return;
+    }
+    sv->conns[sv->n_conns++] = c;
+    if (job == DT_JOB_CHIEF)
+        sv->chiefs++;
+    pthread_mutex_unlock(&sv->mu);
+}
+
+static void wait_until_done(service *sv, dt_status *st)
+{
+    char task[DT_HOST_CAP + 48];
+    dt_cluster_task_name(sv->o->cluster, DT_JOB_CHIEF, 0, task, sizeof task);
+    pthread_mutex_lock(&sv->mu);
+    while (!sv->stop) {
+        double now = dt_clock_now();
+        if (sv->chiefs == 0 && now - sv->chief_gone >= sv->o->coordinator_timeout) {
+            *st = dt_error(DT_ERR_TIMEOUT, "the coordinator (%s) has not been connected for %.0f "
+                           "s (--coordinator-timeout): giving up", task,
+                           sv->o->coordinator_timeout);
+            break;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += SLICE_MS * 1000000L;
+        if (ts.tv_nsec >= 1000000000L)
+            ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&sv->changed, &sv->mu, &ts);
+        reap(sv);
+    }
+    sv->stop = 1;
+    pthread_mutex_unlock(&sv->mu);
+}
+
+/* Every connection thread sees the stop within a slice and ends (the one that took STOP after
+ * its reply is sent); one still in the middle of a message after a grace second is woken by a
+ * shutdown. */
+static void end_connections(service *sv)
+{
+    double grace = dt_clock_now() + 1.0;
+    pthread_mutex_lock(&sv->mu);
+    for (;;) {
+        int running = 0;
+        for (int i = 0; i < sv->n_conns; i++)
+            running += !sv->conns[i]->done;
+        if (running == 0 || dt_clock_now() >= grace)
+            break;
+        pthread_mutex_unlock(&sv->mu);
+        poll(NULL, 0, 10);
+        pthread_mutex_lock(&sv->mu);
+    }
+    for (int i = 0; i < sv->n_conns; i++)
+        if (!sv->conns[i]->done)
+            shutdown(sv->conns[i]->fd, SHUT_RDWR);
+    pthread_mutex_unlock(&sv->mu);
+    for (int i = 0; i < sv->n_conns; i++) {
+        pthread_join(sv->conns[i]->thread, NULL);
+        dt_sock_close(sv->conns[i]->fd);
+        free(sv->conns[i]);
+    }
+    sv->n_conns = 0;
+}
+
+dt_status dt_ps_serve(const dt_ps_service_options *o, dt_ps_service_stats *stats)
+{
+    service *sv = calloc(1, sizeof *sv);
+    if (!sv)
+        return dt_error(DT_ERR_NOMEM, "no memory for the ps service");
+    sv->o = o, sv->log = o->log;
+    sv->chief_gone = dt_clock_now();
+    pthread_mutex_init(&sv->shard_mu, NULL);
+    pthread_mutex_init(&sv->mu, NULL);
+    pthread_cond_init(&sv->changed, NULL);
+    dt_listener *l = NULL;
+    dt_status st = dt_pool_create(o->threads > 0 ? o->threads : 1, &sv->pool);
+    if (st == DT_OK) {
+        dt_ps_shard_init(&sv->shard, sv->pool);
+        const dt_addr *a = dt_cluster_addr(o->cluster, o->me.job, o->me.index);
+        dt_listener_options lo = {.me = o->me, .policy = ps_policy, .on_peer = on_peer,
+                                  .ctx = sv, .handshake_timeout = o->handshake_timeout,
+                                  .log = o->log};
+        st = dt_listener_start(a->host, a->port, &lo, &l);
+    }
+    if (st == DT_OK) {
+        wait_until_done(sv, &st);
+        dt_listener_stop(l);
+        end_connections(sv);
+    }
+    if (stats)
+        *stats = sv->stats;
+    dt_ps_shard_free(&sv->shard);
+    dt_pool_destroy(sv->pool);
+    pthread_cond_destroy(&sv->changed);
+    pthread_mutex_destroy(&sv->mu);
+    pthread_mutex_destroy(&sv->shard_mu);
+    free(sv);
+    return st;
+}

@@ -1,0 +1,33 @@
+/* A parameter-server task's service (`dtrain server` on a ps task): it listens on the task's
+ * address, admits the chief and the workers through the cluster's authenticated handshake,
+ * answers each connection's requests in order on a thread of its own against one dt_ps_shard,
+ * and returns when the chief sends STOP, or with a named error when no chief has been connected
+ * for coordinator_timeout seconds (a coordinator that died, or never came), so that a ps never
+ * outlives its job (internal to the library). */
+#ifndef DTRAIN_PS_SERVICE_H
+#define DTRAIN_PS_SERVICE_H
+
+#include <stdio.h>
+
+#include "../net/handshake.h"
+#include "dtrain/cluster.h"
+
+typedef struct {
+    dt_handshake_id me;          /* this ps task */
+    const dt_cluster *cluster;   /* for the address and the peers' names */
+    double coordinator_timeout;  /* seconds without a connected chief before giving up */
+    double request_timeout;      /* seconds a started message has to arrive whole */
+    double handshake_timeout;
+    int threads;                 /* for the row-wise updates */
+    FILE *log;                   /* NULL: the library's log */
+} dt_ps_service_options;
+
+typedef struct {
+    uint64_t requests;           /* answered */
+    uint64_t rows_pulled, rows_pushed;
+} dt_ps_service_stats;
+
+/* Serves until STOP (DT_OK) or the coordinator timeout (DT_ERR_TIMEOUT); stats may be NULL. */
+dt_status dt_ps_serve(const dt_ps_service_options *o, dt_ps_service_stats *stats);
+
+#endif

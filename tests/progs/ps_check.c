@@ -1,0 +1,123 @@
+/* The chief's side of a ps cluster, for tests/ps.sh: connects to every ps task of TF_CONFIG as
+ * chief:0, defines a table split over SHARDS shards, and for STEPS steps pulls the rows of random
+ * ids (repeats included) and pushes Adagrad gradients for the unique ones, doing the same to a
+ * whole table in this process; every pulled row and, at the end, every row of the table must
+ * equal the local one bit for bit. Then it stops the ps tasks (unless --no-stop) and prints
+ * "ps_check: ok ...". Exit 0 when all agree, 1 otherwise, with the reason.
+ * usage: ps_check ROWS DIM SHARDS div|mod STEPS [--no-stop] [--hold SECONDS] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../src/net/transport.h"
+#include "../../src/ps/client.h"
+#include "dtrain/crc32c.h"
+#include "dtrain/rng.h"
+#include "dtrain/table.h"
+
+static int fail(const char *what)
+{
+    fprintf(stderr, "ps_check: %s: %s\n", what, dt_last_error());
+    return 1;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 6)
+        return fprintf(stderr, "usage: ps_check ROWS DIM SHARDS div|mod STEPS [--no-stop] "
+                       "[--hold SECONDS]\n"), 2;
+    int64_t rows = atoll(argv[1]), shards = atoll(argv[3]);
+    int dim = atoi(argv[2]), steps = atoi(argv[5]), stop = 1;
+    double hold = 0;
+    dt_partition_strategy strategy = strcmp(argv[4], "mod") == 0 ? DT_PARTITION_MOD
+                                                                : DT_PARTITION_DIV;
+    for (int i = 6; i < argc; i++) {
+        if (strcmp(argv[i], "--no-stop") == 0)
+            stop = 0;
+        else if (strcmp(argv[i], "--hold") == 0 && i + 1 < argc)
+            hold = atof(argv[++i]);
+    }
+    dt_cluster cl = {0};
+    uint8_t *secret = NULL;
+    size_t secret_len = 0;
+    if (dt_cluster_from_env(&cl) || dt_cluster_set_task(&cl, "chief:0") ||
+        dt_transport_load_secret(NULL, &secret, &secret_len))
+        return fail("cluster");
+    dt_handshake_id me = {secret, secret_len, cl.id, DT_JOB_CHIEF, 0};
+    dt_ps_client *c;
+    if (dt_ps_client_open(&me, &cl, 30.0, 30.0, &c))
+        return fail("connect");
+    dt_rowopt_config opt;
+    dt_rowopt_config_default(&opt, DT_ROWOPT_ADAGRAD);
+    opt.lr = 0.1f;
+    if (dt_ps_client_define(c, 3, "fm_v", rows, dim, shards, strategy, &opt, 0.05f, 42))
+        return fail("define");
+    dt_table ref;
+    if (dt_table_create(&ref, "fm_v", rows, dim) || dt_rowopt_setup(&opt, &ref))
+        return fail("local table");
+    dt_table_init_normal(&ref, 0.05f, 42, NULL);
+    size_t n = 64;
+    int64_t *ids = malloc(n * sizeof *ids), *uniq = malloc(n * sizeof *uniq);
+    float *got = malloc(n * (size_t)dim * 4), *g = malloc(n * (size_t)dim * 4);
+    dt_sparse_rows grad;
+    dt_sparse_rows_init(&grad, dim);
+    dt_sparse_rows_reserve(&grad, n);
+    dt_rng rng;
+    dt_rng_seed(&rng, 9);
+    for (int step = 1; step <= steps; step++) {
+        for (size_t i = 0; i < n; i++)
+            ids[i] = (int64_t)dt_rng_below(&rng, (uint64_t)(rows < 200 ? rows : 200));
+        if (dt_ps_client_pull(c, 3, ids, n, got))
+            return fail("pull");
+        for (size_t i = 0; i < n; i++)
+            if (memcmp(got + i * (size_t)dim, dt_table_row(&ref, ids[i]), (size_t)dim * 4) != 0) {
+                fprintf(stderr, "ps_check: step %d: row %lld differs from the local table\n",
+                        step, (long long)ids[i]);
+                return 1;
+            }
+        memcpy(uniq, ids, n * sizeof *ids);
+        qsort(uniq, n, sizeof *uniq, cmp_i64);
+        size_t u = 0;
+        for (size_t i = 0; i < n; i++)
+            if (u == 0 || uniq[i] != uniq[u - 1])
+                uniq[u++] = uniq[i];
+        for (size_t i = 0; i < u * (size_t)dim; i++)
+            g[i] = dt_rng_uniform(&rng) - 0.5f;
+        if (dt_ps_client_push(c, 3, uniq, u, g, step, 1.0f))
+            return fail("push");
+        memcpy(grad.ids, uniq, u * sizeof *uniq);
+        memcpy(grad.rows, g, u * (size_t)dim * 4);
+        grad.n = u;
+        dt_rowopt_update(&opt, opt.lr, step, &ref, &grad, NULL);
+    }
+    /* Every row of the table, in one pull. */
+    int64_t *all = malloc((size_t)rows * sizeof *all);
+    float *whole = malloc((size_t)rows * (size_t)dim * 4);
+    for (int64_t r = 0; r < rows; r++)
+        all[r] = r;
+    if (dt_ps_client_pull(c, 3, all, (size_t)rows, whole))
+        return fail("final pull");
+    if (memcmp(whole, ref.data, (size_t)rows * (size_t)dim * 4) != 0) {
+        fprintf(stderr, "ps_check: the table on the ps tasks differs from the local one\n");
+        return 1;
+    }
+    if (hold > 0)
+        usleep((useconds_t)(hold * 1e6));
+    if (stop && dt_ps_client_stop(c))
+        return fail("stop");
+    printf("ps_check: ok rows=%lld dim=%d shards=%lld steps=%d crc=%08x\n", (long long)rows, dim,
+           (long long)shards, steps, dt_crc32c(whole, (size_t)rows * (size_t)dim * 4));
+    dt_ps_client_close(c);
+    dt_table_free(&ref);
+    dt_sparse_rows_free(&grad);
+    free(ids), free(uniq), free(got), free(g), free(all), free(whole), free(secret);
+    dt_cluster_free(&cl);
+    return 0;
+}
