@@ -161,3 +161,83 @@ TEST(ps_shard_refuses_requests_that_do_not_fit)
     expect_refusal(&s, &stop, NULL, vals, "does not answer DENSE");
     dt_ps_shard_free(&s);
 }
+
+/* Dense variables as slices over two ps shards (VAR, PULL_DENSE, PUSH_DENSE through the codec)
+ * follow dt_optim_step over the whole layout bit for bit, Adam's bias correction by the pushes'
+ * steps included; a slice that is not the one held, and a push at step 0, are refused. */
+TEST(ps_dense_slices_train_as_the_whole_layout)
+{
+    enum { TOTAL = 48, STEPS = 5 };
+    const uint64_t offs[3] = {0, 16, 32}, counts[3] = {10, 16, 7}; /* views, padding between */
+    dt_optim_config cfg;
+    dt_optim_config_default(&cfg, DT_OPT_ADAM);
+    cfg.lr = 0.01f;
+    dt_arena layout;
+    dt_arena_init(&layout);
+    int dims[1] = {TOTAL};
+    CHECK_OK(dt_arena_add(&layout, "dense", 1, dims, NULL));
+    CHECK_OK(dt_arena_commit(&layout));
+    dt_optim whole;
+    dt_optim_init(&whole);
+    CHECK_OK(dt_optim_setup(&whole, &cfg, &layout));
+    float *p = layout.data, grads[TOTAL], got[TOTAL];
+    dt_rng r;
+    dt_rng_seed(&r, 3);
+    for (int i = 0; i < TOTAL; i++)
+        p[i] = dt_rng_uniform(&r) - 0.5f;
+    dt_ps_shard ps[2];
+    dt_psbuf buf = {0}, rep = {0};
+    dt_psmsg m, in, out;
+    for (int k = 0; k < 2; k++)
+        dt_ps_shard_init(&ps[k], NULL);
+    for (uint32_t v = 0; v < 3; v++) {
+        dt_ps_var_msg(v, offs[v], counts[v], TOTAL, &cfg, NULL, &m);
+        via_wire(&m, NULL, p + offs[v], &buf, &in);
+        rep.len = 0;
+        CHECK_OK(dt_ps_shard_handle(&ps[v % 2], &in, &rep));
+        CHECK_OK(dt_psmsg_decode(rep.data, rep.len, "ps", &out));
+        CHECK(out.type == DT_PSMSG_ACK);
+    }
+    for (int step = 1; step <= STEPS + 1; step++) {
+        if (step <= STEPS) {
+            for (int i = 0; i < TOTAL; i++)
+                grads[i] = dt_rng_uniform(&r) - 0.5f;
+            dt_optim_step(&whole, NULL, p, grads, TOTAL);
+        }
+        for (uint32_t v = 0; v < 3; v++) {
+            dt_psmsg q = {.type = step <= STEPS ? DT_PSMSG_PUSH_DENSE : DT_PSMSG_PULL_DENSE,
+                          .table = v, .offset = offs[v], .count = counts[v], .step = step,
+                          .lr_scale = 1.0f};
+            via_wire(&q, NULL, grads + offs[v], &buf, &in);
+            rep.len = 0;
+            CHECK_OK(dt_ps_shard_handle(&ps[v % 2], &in, &rep));
+            CHECK_OK(dt_psmsg_decode(rep.data, rep.len, "ps", &out));
+            if (step <= STEPS) {
+                CHECK(out.type == DT_PSMSG_ACK && out.clock == step);
+            } else {
+                CHECK(out.type == DT_PSMSG_DENSE && out.count == counts[v]);
+                for (uint64_t i = 0; i < counts[v] && out.type == DT_PSMSG_DENSE; i++)
+                    got[offs[v] + i] = dt_psmsg_value(&out, i);
+            }
+        }
+    }
+    for (uint32_t v = 0; v < 3; v++)
+        CHECK_MSG(memcmp(got + offs[v], p + offs[v], counts[v] * sizeof(float)) == 0,
+                  "variable %u differs from the whole layout's update", v);
+    /* Another slice than the one held; a push at step 0. */
+    dt_psmsg bad[2] = {{.type = DT_PSMSG_PULL_DENSE, .table = 0, .offset = 0, .count = 9},
+                       {.type = DT_PSMSG_PUSH_DENSE, .table = 0, .offset = 0, .count = 10,
+                        .step = 0, .lr_scale = 1.0f}};
+    for (int i = 0; i < 2; i++) {
+        via_wire(&bad[i], NULL, grads, &buf, &in);
+        rep.len = 0;
+        CHECK_OK(dt_ps_shard_handle(&ps[0], &in, &rep));
+        CHECK_OK(dt_psmsg_decode(rep.data, rep.len, "ps", &out));
+        CHECK(out.type == DT_PSMSG_ERROR);
+    }
+    for (int k = 0; k < 2; k++)
+        dt_ps_shard_free(&ps[k]);
+    dt_psbuf_free(&buf), dt_psbuf_free(&rep);
+    dt_optim_free(&whole);
+    dt_arena_free(&layout);
+}

@@ -12,7 +12,7 @@
 static const char *const type_names[] = {"?",    "PING",     "PONG",       "STOP",
                                          "PULL_ROWS", "ROWS", "PUSH_ROWS", "PULL_DENSE",
                                          "DENSE", "PUSH_DENSE", "ACK",    "ERROR",
-                                         "TABLE"};
+                                         "TABLE", "VAR"};
 
 const char *dt_psmsg_type_name(dt_psmsg_type type)
 {
@@ -51,6 +51,9 @@ static void putf(uint8_t *p, float v)
 /* A TABLE message's payload before its name. */
 #define TABLE_FIXED_BYTES (4 + 4 + 8 + 8 + 8 + 4 + 4 + 4 * DT_PSMSG_TABLE_PARAMS + 4 + 8 + 4)
 
+/* A VAR message's payload before its values. */
+#define VAR_FIXED_BYTES (4 + 8 + 8 + 8 + 4 + 4 + 8 + 4 * DT_PSMSG_TABLE_PARAMS)
+
 /* The payload's size for m's type, or 0 with *bad set when a count is out of range. */
 static uint64_t payload_size(const dt_psmsg *m, bool *bad)
 {
@@ -66,6 +69,7 @@ static uint64_t payload_size(const dt_psmsg *m, bool *bad)
     case DT_PSMSG_ACK: return 8;
     case DT_PSMSG_ERROR: return 8 + (uint64_t)m->text_len;
     case DT_PSMSG_TABLE: return TABLE_FIXED_BYTES + (uint64_t)m->text_len;
+    case DT_PSMSG_VAR: return VAR_FIXED_BYTES + 4 * m->count;
     }
     *bad = true;
     return 0;
@@ -121,11 +125,18 @@ dt_status dt_psmsg_encode(const dt_psmsg *m, const int64_t *ids_host, const floa
         putf(at, m->init_stddev), put64(at + 4, m->seed), put32(at + 12, m->text_len), at += 16;
         memcpy(at, m->text, m->text_len), at += m->text_len;
         break;
+    case DT_PSMSG_VAR:
+        put32(at, m->table), put64(at + 4, m->offset), put64(at + 12, m->count);
+        put64(at + 20, m->total), put32(at + 28, m->optimizer), put32(at + 32, m->schedule);
+        put64(at + 36, (uint64_t)m->decay_steps), at += 44;
+        for (int k = 0; k < DT_PSMSG_TABLE_PARAMS; k++, at += 4)
+            putf(at, m->params[k]);
+        break;
     default:
         break;
     }
     if (m->type == DT_PSMSG_ROWS || m->type == DT_PSMSG_PUSH_ROWS || m->type == DT_PSMSG_DENSE ||
-        m->type == DT_PSMSG_PUSH_DENSE)
+        m->type == DT_PSMSG_PUSH_DENSE || m->type == DT_PSMSG_VAR)
         for (size_t i = 0; i < nv; i++, at += 4)
             putf(at, values_host[i]);
     memcpy(h, "DTPS", 4);
@@ -202,6 +213,28 @@ static dt_status decode_table(const uint8_t *p, uint32_t size, const char *peer,
     return DT_OK;
 }
 
+/* A VAR payload's fixed part (at least VAR_FIXED_BYTES at p): the slice within the whole, the
+ * parameters finite. */
+static dt_status decode_var(const uint8_t *p, const char *peer, dt_psmsg *out)
+{
+    const size_t H = DT_PSMSG_HEADER_BYTES;
+    out->table = dt_load_le32(p), out->offset = dt_load_le64(p + 4);
+    out->count = dt_load_le64(p + 12), out->total = dt_load_le64(p + 20);
+    out->optimizer = dt_load_le32(p + 28), out->schedule = dt_load_le32(p + 32);
+    out->decay_steps = (int64_t)dt_load_le64(p + 36);
+    if (out->total < 1 || out->total > DT_PSMSG_MAX_PAYLOAD / 4)
+        return bad_msg(peer, H + 20, "a dense size outside 1..2^28 floats");
+    if (out->count < 1 || out->offset >= out->total || out->count > out->total - out->offset)
+        return bad_msg(peer, H + 4, "a slice outside the dense variables");
+    if (out->decay_steps < 0)
+        return bad_msg(peer, H + 36, "negative decay steps");
+    size_t at = 44;
+    for (int k = 0; k < DT_PSMSG_TABLE_PARAMS; k++, at += 4)
+        if (!isfinite(out->params[k] = loadf(p + at)))
+            return bad_msg(peer, H + at, "an optimizer parameter that is not finite");
+    return DT_OK;
+}
+
 dt_status dt_psmsg_peek(const uint8_t hdr[DT_PSMSG_HEADER_BYTES], const char *peer,
                         uint32_t *payload_bytes)
 {
@@ -227,7 +260,7 @@ dt_status dt_psmsg_decode(const uint8_t *buf, size_t n, const char *peer, dt_psm
     if (st)
         return st;
     uint16_t type = (uint16_t)(buf[6] | buf[7] << 8);
-    if (type < DT_PSMSG_PING || type > DT_PSMSG_TABLE)
+    if (type < DT_PSMSG_PING || type > DT_PSMSG_VAR)
         return bad_msg(peer, 6, "unknown message type");
     out->type = (dt_psmsg_type)type;
     out->request_id = dt_load_le64(buf + 8);
@@ -308,6 +341,15 @@ dt_status dt_psmsg_decode(const uint8_t *buf, size_t n, const char *peer, dt_psm
         out->text = (const char *)(p + at);
         at += out->text_len;
         break;
+    case DT_PSMSG_VAR:
+        NEED(VAR_FIXED_BYTES, "truncated variable definition");
+        if ((st = decode_var(p, peer, out)))
+            return st;
+        at = VAR_FIXED_BYTES;
+        NEED(4 * out->count, "truncated values");
+        out->values = p + at;
+        at += 4 * out->count;
+        break;
     case DT_PSMSG_TABLE: {
         NEED(TABLE_FIXED_BYTES, "truncated table definition");
         st = decode_table(p, size, peer, out);
@@ -321,12 +363,13 @@ dt_status dt_psmsg_decode(const uint8_t *buf, size_t n, const char *peer, dt_psm
     if (at != size)
         return bad_msg(peer, H + at, "bytes after the payload's fields");
     /* Pushed gradients must be numbers: one NaN would poison a shard for every worker. */
-    if (out->type == DT_PSMSG_PUSH_ROWS || out->type == DT_PSMSG_PUSH_DENSE) {
+    if (out->type == DT_PSMSG_PUSH_ROWS || out->type == DT_PSMSG_PUSH_DENSE ||
+        out->type == DT_PSMSG_VAR) {
         size_t nv = out->type == DT_PSMSG_PUSH_ROWS ? (size_t)out->n * out->dim : (size_t)out->count;
         for (size_t i = 0; i < nv; i++)
             if (!isfinite(dt_psmsg_value(out, i)))
-                return bad_msg(peer, (size_t)(out->values - buf) + 4 * i, "a pushed value that "
-                               "is not finite");
+                return bad_msg(peer, (size_t)(out->values - buf) + 4 * i, "a value that is not "
+                               "finite");
     }
     return DT_OK;
 }

@@ -22,6 +22,11 @@
  *                                  i64 shards | i64 this shard | u32 partition strategy |
  *                                  u32 optimizer | f32 params[10] | f32 init stddev | u64 seed |
  *                                  u32 n | n bytes of name: the coordinator defines a shard
+ *     VAR                          u32 var | u64 offset | u64 count | u64 total | u32 optimizer |
+ *                                  u32 schedule | i64 decay steps | f32 params[10] |
+ *                                  f32 values[count]: a slice [offset, offset + count) of the
+ *                                  model's dense variables (total floats), its initial values
+ *                                  and the dense optimizer that updates it
  * The decoder checks everything before trusting a byte: the magic, version and both CRCs, the
  * type, every count against the payload's size and the limits below, ids not negative, floats
  * finite in pushes. Its views point into the message (no copy); errors name the peer, the field
@@ -57,6 +62,7 @@ typedef enum {
     DT_PSMSG_ACK,
     DT_PSMSG_ERROR,
     DT_PSMSG_TABLE,
+    DT_PSMSG_VAR,
 } dt_psmsg_type;
 
 typedef struct {
@@ -73,7 +79,7 @@ typedef struct {
     const uint8_t *values; /* n x dim or count little-endian f32: dt_psmsg_value */
     const char *text;     /* ERROR: text_len bytes; TABLE: the name */
     uint32_t text_len;
-    /* TABLE: the shard of a table (dim and table above) and its optimizer, whose numbers the ps
+    /* TABLE (and VAR: optimizer, params): the shard of a table (dim and table above) and its optimizer, whose numbers the ps
      * layer gives meaning to; the decoder checks the sizes, the shard's index and that the
      * floats are finite. */
     int64_t rows_total, n_shards, shard;
@@ -81,6 +87,10 @@ typedef struct {
     float params[DT_PSMSG_TABLE_PARAMS];
     float init_stddev;
     uint64_t seed;
+    /* VAR: offset, count and params above, with */
+    uint64_t total;
+    uint32_t schedule;
+    int64_t decay_steps;
 } dt_psmsg;
 
 /* Decodes one message of n bytes from peer (named in errors). DT_ERR_FORMAT for anything amiss. */

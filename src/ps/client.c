@@ -32,6 +32,10 @@ struct dt_ps_client {
     uint64_t next_request;
     table_info tables[MAX_TABLES];
     int n_tables;
+    /* The dense variables: view i at [offset[i], + count[i]) on ps i mod P. */
+    int n_vars;
+    uint64_t *var_offset, *var_count;
+    int *var_to;
     /* Per shard of the call under way: its ids and the places they came from. */
     int64_t *ids;
     size_t *places;
@@ -79,6 +83,7 @@ void dt_ps_client_close(dt_ps_client *c)
         dt_psbuf_free(&c->ps[k].in);
     }
     free(c->ps);
+    free(c->var_offset), free(c->var_count), free(c->var_to);
     free(c->ids);
     free(c->places);
     free(c->count);
@@ -99,23 +104,23 @@ static uint32_t wire_table(uint32_t id, int64_t shard) { return id << 16 | (uint
 
 static int ps_of_shard(const dt_ps_client *c, int64_t shard) { return (int)(shard % c->n_ps); }
 
-typedef dt_status (*reply_fn)(void *ctx, int64_t shard, const dt_psmsg *reply);
+typedef dt_status (*reply_fn)(void *ctx, int64_t msg, const dt_psmsg *reply);
 
-/* Sends the messages queued in each ps's buffer (shards[k] of them, for the shards in
- * increasing order), then reads every reply in the same order, checks its type and hands it to
- * on_reply with its shard. */
-static dt_status exchange(dt_ps_client *c, int64_t n_shards, const bool *has_msg,
-                          dt_psmsg_type want, reply_fn on_reply, void *ctx)
+/* Sends the messages queued in each ps's buffer, then reads their replies: message k (of n, in
+ * the order they were queued) went to ps to[k], or to none when to[k] < 0. Each reply's type is
+ * checked, and on_reply (if any) gets it with its message's number. */
+static dt_status exchange(dt_ps_client *c, int64_t n, const int *to, dt_psmsg_type want,
+                          reply_fn on_reply, void *ctx)
 {
     double deadline = dt_clock_now() + c->request_timeout;
     dt_status st = DT_OK;
     for (int k = 0; k < c->n_ps && st == DT_OK; k++)
         if (c->ps[k].out.len > 0)
             st = dt_psconn_send(c->ps[k].fd, &c->ps[k].out, c->ps[k].name, deadline);
-    for (int64_t s = 0; s < n_shards && st == DT_OK; s++) {
-        if (!has_msg[s])
+    for (int64_t m = 0; m < n && st == DT_OK; m++) {
+        if (to[m] < 0)
             continue;
-        ps_link *p = &c->ps[ps_of_shard(c, s)];
+        ps_link *p = &c->ps[to[m]];
         dt_psmsg r;
         if ((st = dt_psconn_recv(p->fd, p->name, deadline, &p->in, &r)))
             break;
@@ -126,7 +131,7 @@ static dt_status exchange(dt_ps_client *c, int64_t n_shards, const bool *has_msg
             st = dt_error(DT_ERR_PEER, "%s: a %s reply where %s was due", p->name,
                           dt_psmsg_type_name(r.type), dt_psmsg_type_name(want));
         else if (on_reply)
-            st = on_reply(ctx, s, &r);
+            st = on_reply(ctx, m, &r);
     }
     for (int k = 0; k < c->n_ps; k++)
         c->ps[k].out.len = 0;
@@ -193,8 +198,8 @@ dt_status dt_ps_client_define(dt_ps_client *c, uint32_t id, const char *name, in
     if (c->n_tables == MAX_TABLES || find(c, id) || id >= 65536 || n_shards > 65536)
         return dt_error(DT_ERR_INVALID, "ps: table %u: defined twice, more than %d tables, or "
                         "an id or shard count beyond 65535", id, MAX_TABLES);
-    bool *has = calloc((size_t)n_shards, sizeof *has);
-    if (!has)
+    int *to = malloc((size_t)n_shards * sizeof *to);
+    if (!to)
         return dt_error(DT_ERR_NOMEM, "no memory for %lld shards", (long long)n_shards);
     dt_status st = DT_OK;
     for (int64_t s = 0; s < n_shards && st == DT_OK; s++) {
@@ -202,12 +207,12 @@ dt_status dt_ps_client_define(dt_ps_client *c, uint32_t id, const char *name, in
         dt_ps_table_msg(wire_table(id, s), name, rows, dim, n_shards, s, strategy, opt,
                         init_stddev, seed, &m);
         m.request_id = ++c->next_request;
-        st = dt_psmsg_encode(&m, NULL, NULL, &c->ps[ps_of_shard(c, s)].out);
-        has[s] = true;
+        to[s] = ps_of_shard(c, s);
+        st = dt_psmsg_encode(&m, NULL, NULL, &c->ps[to[s]].out);
     }
     if (st == DT_OK)
-        st = exchange(c, n_shards, has, DT_PSMSG_ACK, NULL, NULL);
-    free(has);
+        st = exchange(c, n_shards, to, DT_PSMSG_ACK, NULL, NULL);
+    free(to);
     if (st == DT_OK)
         c->tables[c->n_tables++] = (table_info){id, rows, n_shards, dim, strategy};
     return st;
@@ -238,14 +243,14 @@ static dt_status scatter_rows(void *ctx, int64_t shard, const dt_psmsg *r)
 /* Queues one message per shard with ids: PULL_ROWS, or PUSH_ROWS with the rows at the ids'
  * places in rows. */
 static dt_status queue_requests(dt_ps_client *c, const table_info *t, dt_psmsg_type type,
-                                const float *rows, int64_t step, float lr_scale, bool *has)
+                                const float *rows, int64_t step, float lr_scale, int *to)
 {
     float *grouped = NULL;
     size_t dim = (size_t)t->dim;
     dt_status st = DT_OK;
     for (int64_t s = 0; s < t->n_shards && st == DT_OK; s++) {
         size_t lo = c->count[s], n = c->count[s + 1] - lo;
-        has[s] = n > 0;
+        to[s] = n > 0 ? ps_of_shard(c, s) : -1;
         if (n == 0)
             continue;
         dt_psmsg m = {.type = type, .request_id = ++c->next_request,
@@ -277,20 +282,20 @@ static dt_status rows_call(dt_ps_client *c, uint32_t id, const int64_t *ids, siz
     if (n > DT_PSMSG_MAX_ROWS)
         return dt_error(DT_ERR_INVALID, "ps: %zu ids in one request (at most %u)", n,
                         DT_PSMSG_MAX_ROWS);
-    bool *has = calloc((size_t)t->n_shards, sizeof *has);
-    if (!has)
+    int *to = malloc((size_t)t->n_shards * sizeof *to);
+    if (!to)
         return dt_error(DT_ERR_NOMEM, "no memory for %lld shards", (long long)t->n_shards);
     dt_status st = plan(c, t, ids, n);
     if (st == DT_OK)
-        st = queue_requests(c, t, type, in, step, lr_scale, has);
+        st = queue_requests(c, t, type, in, step, lr_scale, to);
     pull_ctx p = {c, t, out};
     if (st == DT_OK)
-        st = exchange(c, t->n_shards, has,
+        st = exchange(c, t->n_shards, to,
                       type == DT_PSMSG_PULL_ROWS ? DT_PSMSG_ROWS : DT_PSMSG_ACK,
                       type == DT_PSMSG_PULL_ROWS ? scatter_rows : NULL, &p);
     for (int k = 0; k < c->n_ps; k++)
         c->ps[k].out.len = 0;
-    free(has);
+    free(to);
     return st;
 }
 
@@ -308,14 +313,97 @@ dt_status dt_ps_client_push(dt_ps_client *c, uint32_t id, const int64_t *ids, si
 
 dt_status dt_ps_client_stop(dt_ps_client *c)
 {
-    bool has[c->n_ps];
+    int to[c->n_ps];
     for (int k = 0; k < c->n_ps; k++) {
         dt_psmsg m = {.type = DT_PSMSG_STOP, .request_id = ++c->next_request};
         dt_status st = dt_psmsg_encode(&m, NULL, NULL, &c->ps[k].out);
         if (st)
             return st;
-        has[k] = true;
+        to[k] = k;
     }
-    /* Shards 0..n_ps - 1 are the ps tasks themselves. */
-    return exchange(c, c->n_ps, has, DT_PSMSG_ACK, NULL, NULL);
+    return exchange(c, c->n_ps, to, DT_PSMSG_ACK, NULL, NULL);
+}
+
+dt_status dt_ps_client_use_dense(dt_ps_client *c, const dt_arena *params)
+{
+    free(c->var_offset), free(c->var_count), free(c->var_to);
+    int n = params->n_views;
+    c->var_offset = malloc(((size_t)n + 1) * sizeof *c->var_offset);
+    c->var_count = malloc(((size_t)n + 1) * sizeof *c->var_count);
+    c->var_to = malloc(((size_t)n + 1) * sizeof *c->var_to);
+    c->n_vars = 0;
+    if (!c->var_offset || !c->var_count || !c->var_to)
+        return dt_error(DT_ERR_NOMEM, "no memory for %d dense variables", n);
+    for (int i = 0; i < n; i++) {
+        c->var_offset[i] = params->views[i].offset, c->var_count[i] = params->views[i].n_elems;
+        c->var_to[i] = i % c->n_ps;
+    }
+    c->n_vars = n;
+    return DT_OK;
+}
+
+dt_status dt_ps_client_define_dense(dt_ps_client *c, const dt_arena *params,
+                                    const dt_optim_config *opt)
+{
+    dt_status st = dt_ps_client_use_dense(c, params);
+    for (int i = 0; i < c->n_vars && st == DT_OK; i++) {
+        dt_psmsg m;
+        dt_ps_var_msg((uint32_t)i, c->var_offset[i], c->var_count[i], params->n_elems, opt, NULL,
+                      &m);
+        m.request_id = ++c->next_request;
+        st = dt_psmsg_encode(&m, NULL, params->data + c->var_offset[i], &c->ps[c->var_to[i]].out);
+    }
+    if (st == DT_OK)
+        st = exchange(c, c->n_vars, c->var_to, DT_PSMSG_ACK, NULL, NULL);
+    return st;
+}
+
+typedef struct {
+    dt_ps_client *c;
+    float *params;
+} dense_ctx;
+
+static dt_status copy_dense(void *ctx, int64_t var, const dt_psmsg *r)
+{
+    dense_ctx *d = ctx;
+    if (r->offset != d->c->var_offset[var] || r->count != d->c->var_count[var])
+        return dt_error(DT_ERR_PEER, "%s: variable %lld came back as [%llu, +%llu)",
+                        d->c->ps[d->c->var_to[var]].name, (long long)var,
+                        (unsigned long long)r->offset, (unsigned long long)r->count);
+    for (uint64_t i = 0; i < r->count; i++)
+        d->params[r->offset + i] = dt_psmsg_value(r, i);
+    return DT_OK;
+}
+
+/* Queues one dense message per variable: PULL_DENSE, or PUSH_DENSE with grads. */
+static dt_status dense_call(dt_ps_client *c, dt_psmsg_type type, float *params,
+                            const float *grads, int64_t step, float lr_scale)
+{
+    dt_status st = DT_OK;
+    for (int i = 0; i < c->n_vars && st == DT_OK; i++) {
+        dt_psmsg m = {.type = type, .request_id = ++c->next_request, .table = (uint32_t)i,
+                      .offset = c->var_offset[i], .count = c->var_count[i], .step = step,
+                      .lr_scale = lr_scale};
+        st = dt_psmsg_encode(&m, NULL, grads ? grads + c->var_offset[i] : NULL,
+                             &c->ps[c->var_to[i]].out);
+    }
+    dense_ctx d = {c, params};
+    if (st == DT_OK)
+        st = exchange(c, c->n_vars, c->var_to,
+                      type == DT_PSMSG_PULL_DENSE ? DT_PSMSG_DENSE : DT_PSMSG_ACK,
+                      type == DT_PSMSG_PULL_DENSE ? copy_dense : NULL, &d);
+    for (int k = 0; k < c->n_ps; k++)
+        c->ps[k].out.len = 0;
+    return st;
+}
+
+dt_status dt_ps_client_pull_dense(dt_ps_client *c, float *params)
+{
+    return dense_call(c, DT_PSMSG_PULL_DENSE, params, NULL, 0, 0.0f);
+}
+
+dt_status dt_ps_client_push_dense(dt_ps_client *c, const float *grads, int64_t step,
+                                  float lr_scale)
+{
+    return dense_call(c, DT_PSMSG_PUSH_DENSE, NULL, grads, step, lr_scale);
 }

@@ -7,6 +7,8 @@
 
 #include "../net/handshake.h"
 #include "dtrain/cluster.h"
+#include "dtrain/arena.h"
+#include "dtrain/optim.h"
 #include "dtrain/partition.h"
 #include "dtrain/rowopt.h"
 
@@ -27,6 +29,19 @@ dt_status dt_ps_client_pull(dt_ps_client *c, uint32_t id, const int64_t *ids, si
 /* Applies one step's summed gradient rows (ids unique and increasing) at step and lr_scale. */
 dt_status dt_ps_client_push(dt_ps_client *c, uint32_t id, const int64_t *ids, size_t n,
                             const float *rows, int64_t step, float lr_scale);
+/* Places the dense variables (params' views; the layout's size is params->n_elems) round-robin
+ * over the ps tasks, view i on ps i mod P as TensorFlow places variables, with their values
+ * now and the dense optimizer that will update them. */
+dt_status dt_ps_client_define_dense(dt_ps_client *c, const dt_arena *params,
+                                    const dt_optim_config *opt);
+/* Reads every dense variable into params (the layout's data); the padding is left alone. */
+dt_status dt_ps_client_pull_dense(dt_ps_client *c, float *params);
+/* Pushes every dense variable's gradient (grads laid out as the variables) for step. */
+dt_status dt_ps_client_push_dense(dt_ps_client *c, const float *grads, int64_t step,
+                                  float lr_scale);
+/* The dense layout as the chief defined it, for a worker that did not: the same params. */
+dt_status dt_ps_client_use_dense(dt_ps_client *c, const dt_arena *params);
+
 /* Tells every ps task to stop (the chief only). */
 dt_status dt_ps_client_stop(dt_ps_client *c);
 

@@ -11,6 +11,7 @@ void dt_ps_shard_init(dt_ps_shard *s, dt_pool *pool)
 {
     memset(s, 0, sizeof *s);
     s->pool = pool;
+    dt_optim_init(&s->dense_opt);
 }
 
 void dt_ps_shard_free(dt_ps_shard *s)
@@ -19,6 +20,13 @@ void dt_ps_shard_free(dt_ps_shard *s)
         dt_table_free(&s->tables[i].t);
     dt_sparse_rows_free(&s->scratch);
     s->n_tables = 0;
+    free(s->dense);
+    free(s->dense_grad);
+    if (s->dense_total)
+        dt_optim_free(&s->dense_opt);
+    s->dense = s->dense_grad = NULL;
+    s->dense_total = 0;
+    s->n_slices = 0;
 }
 
 dt_status dt_ps_shard_add_table(dt_ps_shard *s, uint32_t id, const char *name,
@@ -226,6 +234,170 @@ static dt_status define(dt_ps_shard *s, const dt_psmsg *req, dt_psbuf *reply)
     return dt_psmsg_encode(&ack, NULL, NULL, reply);
 }
 
+/* ---- Dense slices ---- */
+
+/* The dense optimizer's numbers in a VAR message, in this order. */
+static void dense_params(const dt_optim_config *c, float p[DT_PSMSG_TABLE_PARAMS])
+{
+    const float v[DT_PSMSG_TABLE_PARAMS] = {c->lr, c->momentum, c->nesterov ? 1.0f : 0.0f,
+                                            c->beta1, c->beta2, c->epsilon,
+                                            c->initial_accumulator, c->decay_rate, c->alpha,
+                                            0.0f};
+    memcpy(p, v, sizeof v);
+}
+
+void dt_ps_var_msg(uint32_t id, uint64_t offset, uint64_t count, uint64_t total,
+                   const dt_optim_config *opt, const float *values, dt_psmsg *m)
+{
+    (void)values; /* encoded from the caller's array */
+    memset(m, 0, sizeof *m);
+    m->type = DT_PSMSG_VAR, m->table = id, m->offset = offset, m->count = count;
+    m->total = total, m->optimizer = (uint32_t)opt->kind, m->schedule = (uint32_t)opt->schedule;
+    m->decay_steps = opt->decay_steps;
+    dense_params(opt, m->params);
+}
+
+static dt_status dense_config_of(const dt_psmsg *req, dt_optim_config *c)
+{
+    if (req->optimizer > DT_OPT_ADAGRAD || req->schedule > DT_LR_COSINE)
+        return dt_error(DT_ERR_INVALID, "dense optimizer %u or schedule %u unknown",
+                        req->optimizer, req->schedule);
+    const float *p = req->params;
+    dt_optim_config_default(c, (dt_opt_kind)req->optimizer);
+    c->lr = p[0], c->momentum = p[1], c->nesterov = p[2] != 0.0f, c->beta1 = p[3];
+    c->beta2 = p[4], c->epsilon = p[5], c->initial_accumulator = p[6], c->decay_rate = p[7];
+    c->alpha = p[8], c->schedule = (dt_lr_kind)req->schedule, c->decay_steps = req->decay_steps;
+    return dt_optim_config_check(c);
+}
+
+/* The dense store and its optimizer, made by the first slice for the whole layout. */
+static dt_status setup_dense(dt_ps_shard *s, const dt_psmsg *req, const dt_optim_config *cfg)
+{
+    if (req->total > 2147483647u)
+        return dt_error(DT_ERR_INVALID, "%llu dense floats: more than one view holds",
+                        (unsigned long long)req->total);
+    dt_arena layout;
+    dt_arena_init(&layout);
+    int dims[1] = {(int)req->total};
+    dt_status st = dt_arena_add(&layout, "dense", 1, dims, NULL);
+    if (st == DT_OK)
+        st = dt_optim_setup(&s->dense_opt, cfg, &layout);
+    dt_arena_free(&layout);
+    if (st == DT_OK && (!(s->dense = calloc(req->total, sizeof *s->dense)) ||
+                        !(s->dense_grad = calloc(req->total, sizeof *s->dense_grad))))
+        st = dt_error(DT_ERR_NOMEM, "no memory for %llu dense floats",
+                      (unsigned long long)req->total);
+    if (st) {
+        dt_optim_free(&s->dense_opt);
+        dt_optim_init(&s->dense_opt);
+        free(s->dense), free(s->dense_grad);
+        s->dense = s->dense_grad = NULL;
+        return st;
+    }
+    s->dense_total = req->total;
+    return DT_OK;
+}
+
+static dt_ps_dense_slice *find_slice(dt_ps_shard *s, uint32_t id)
+{
+    for (int i = 0; i < s->n_slices; i++)
+        if (s->slices[i].id == id)
+            return &s->slices[i];
+    return NULL;
+}
+
+static bool same_dense_config(const dt_optim_config *a, const dt_optim_config *b)
+{
+    float pa[DT_PSMSG_TABLE_PARAMS], pb[DT_PSMSG_TABLE_PARAMS];
+    dense_params(a, pa), dense_params(b, pb);
+    return a->kind == b->kind && a->schedule == b->schedule &&
+           a->decay_steps == b->decay_steps && memcmp(pa, pb, sizeof pa) == 0;
+}
+
+static dt_status define_slice(dt_ps_shard *s, const dt_psmsg *req, dt_psbuf *reply)
+{
+    dt_optim_config cfg;
+    dt_status st = dense_config_of(req, &cfg);
+    if (st)
+        return reply_error(req, st, reply, "variable %u: %s", req->table, dt_last_error());
+    if (s->dense_total == 0 && (st = setup_dense(s, req, &cfg)))
+        return st == DT_ERR_NOMEM ? st : reply_error(req, st, reply, "%s", dt_last_error());
+    if (req->total != s->dense_total || !same_dense_config(&cfg, &s->dense_opt.cfg))
+        return reply_error(req, DT_ERR_INVALID, reply, "variable %u: another dense layout or "
+                           "optimizer than the first variable's", req->table);
+    dt_ps_dense_slice *v = find_slice(s, req->table);
+    if (v && (v->offset != req->offset || v->count != req->count))
+        return reply_error(req, DT_ERR_INVALID, reply, "variable %u is already held as another "
+                           "slice", req->table);
+    if (!v) {
+        for (int i = 0; i < s->n_slices; i++)
+            if (req->offset < s->slices[i].offset + s->slices[i].count &&
+                s->slices[i].offset < req->offset + req->count)
+                return reply_error(req, DT_ERR_INVALID, reply, "variable %u overlaps variable %u",
+                                   req->table, s->slices[i].id);
+        if (s->n_slices == DT_PS_MAX_SLICES)
+            return reply_error(req, DT_ERR_INVALID, reply, "more than %d variables on one ps",
+                               DT_PS_MAX_SLICES);
+        v = &s->slices[s->n_slices++];
+        *v = (dt_ps_dense_slice){req->table, req->offset, req->count, 0};
+        for (uint64_t i = 0; i < req->count; i++)
+            s->dense[req->offset + i] = dt_psmsg_value(req, i);
+    }
+    dt_psmsg ack = {.type = DT_PSMSG_ACK, .request_id = req->request_id, .clock = v->clock};
+    return dt_psmsg_encode(&ack, NULL, NULL, reply);
+}
+
+/* The slice a dense request names, or an ERROR reply. */
+static dt_ps_dense_slice *slice_of(dt_ps_shard *s, const dt_psmsg *req, dt_psbuf *reply,
+                                   dt_status *st)
+{
+    dt_ps_dense_slice *v = find_slice(s, req->table);
+    if (!v)
+        *st = reply_error(req, DT_ERR_INVALID, reply, "no variable %u on this ps", req->table);
+    else if (v->offset != req->offset || v->count != req->count)
+        *st = reply_error(req, DT_ERR_INVALID, reply, "variable %u is [%llu, +%llu), not [%llu, "
+                          "+%llu)", v->id, (unsigned long long)v->offset,
+                          (unsigned long long)v->count, (unsigned long long)req->offset,
+                          (unsigned long long)req->count);
+    else
+        return v;
+    return NULL;
+}
+
+static dt_status pull_dense(dt_ps_shard *s, const dt_psmsg *req, dt_psbuf *reply)
+{
+    dt_status st = DT_OK;
+    dt_ps_dense_slice *v = slice_of(s, req, reply, &st);
+    if (!v)
+        return st;
+    dt_psmsg m = {.type = DT_PSMSG_DENSE, .request_id = req->request_id, .table = v->id,
+                  .offset = v->offset, .count = v->count};
+    return dt_psmsg_encode(&m, NULL, s->dense + v->offset, reply);
+}
+
+static dt_status push_dense(dt_ps_shard *s, const dt_psmsg *req, dt_psbuf *reply)
+{
+    dt_status st = DT_OK;
+    dt_ps_dense_slice *v = slice_of(s, req, reply, &st);
+    if (!v)
+        return st;
+    if (req->step < 1)
+        return reply_error(req, DT_ERR_INVALID, reply, "variable %u: a push at step %lld (from "
+                           "1)", v->id, (long long)req->step);
+    float *g = s->dense_grad + v->offset;
+    for (uint64_t i = 0; i < v->count; i++)
+        g[i] = dt_psmsg_value(req, i);
+    /* The update of the push's step: its bias correction and scheduled rate. */
+    dt_optim *o = &s->dense_opt;
+    o->iterations = req->step - 1;
+    o->lr_now = req->lr_scale == 1.0f ? 0.0f
+                                      : dt_lr_schedule_at(&o->cfg, o->iterations) * req->lr_scale;
+    dt_optim_update_slice(o, s->pool, s->dense + v->offset, g, v->offset, v->offset + v->count);
+    v->clock++;
+    dt_psmsg ack = {.type = DT_PSMSG_ACK, .request_id = req->request_id, .clock = v->clock};
+    return dt_psmsg_encode(&ack, NULL, NULL, reply);
+}
+
 dt_status dt_ps_shard_handle(dt_ps_shard *s, const dt_psmsg *req, dt_psbuf *reply)
 {
     switch (req->type) {
@@ -242,6 +414,12 @@ dt_status dt_ps_shard_handle(dt_ps_shard *s, const dt_psmsg *req, dt_psbuf *repl
     }
     case DT_PSMSG_TABLE:
         return define(s, req, reply);
+    case DT_PSMSG_VAR:
+        return define_slice(s, req, reply);
+    case DT_PSMSG_PULL_DENSE:
+        return pull_dense(s, req, reply);
+    case DT_PSMSG_PUSH_DENSE:
+        return push_dense(s, req, reply);
     default:
         return reply_error(req, DT_ERR_UNSUPPORTED, reply, "a ps does not answer %s",
                            dt_psmsg_type_name(req->type));

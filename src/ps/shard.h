@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "../net/psmsg.h"
+#include "dtrain/optim.h"
 #include "dtrain/partition.h"
 #include "dtrain/pool.h"
 #include "dtrain/rowopt.h"
@@ -33,9 +34,27 @@ typedef struct {
     int64_t clock;                   /* pushes applied */
 } dt_ps_table_shard;
 
+#define DT_PS_MAX_SLICES 1024
+
+/* A slice [offset, offset + count) of the model's dense variables (one variable, as the
+ * coordinator places them round-robin). */
+typedef struct {
+    uint32_t id;
+    uint64_t offset, count;
+    int64_t clock;                   /* pushes applied */
+} dt_ps_dense_slice;
+
 typedef struct {
     int n_tables;
     dt_ps_table_shard tables[DT_PS_MAX_TABLES];
+    /* Dense slices share one optimizer over the whole dense layout (total floats), so a slice's
+     * slots sit where one_device's would and its update is theirs bit for bit. */
+    uint64_t dense_total;            /* 0 until the first slice */
+    float *dense;                    /* dense_total floats; the slices' ranges hold values */
+    float *dense_grad;               /* a push's values */
+    dt_optim dense_opt;
+    int n_slices;
+    dt_ps_dense_slice slices[DT_PS_MAX_SLICES];
     dt_pool *pool;                   /* borrowed; may be NULL */
     dt_sparse_rows scratch;          /* a push's rows, by local row */
 } dt_ps_shard;
@@ -56,9 +75,13 @@ void dt_ps_table_msg(uint32_t id, const char *name, int64_t rows_total, int dim,
                      int64_t shard, dt_partition_strategy strategy, const dt_rowopt_config *opt,
                      float init_stddev, uint64_t seed, dt_psmsg *m);
 
+/* The VAR message that defines a slice of the dense variables on its ps, with its values. */
+void dt_ps_var_msg(uint32_t id, uint64_t offset, uint64_t count, uint64_t total,
+                   const dt_optim_config *opt, const float *values, dt_psmsg *m);
+
 /* Answers one request (TABLE defines a shard: again with the same definition, it is kept as
  * it is), appending the reply (ROWS, ACK, PONG or ERROR) to reply. Fails only for want of
- * memory. */
+ * memory. VAR defines a dense slice, PULL_DENSE and PUSH_DENSE read and update one. */
 dt_status dt_ps_shard_handle(dt_ps_shard *s, const dt_psmsg *request, dt_psbuf *reply);
 
 #endif
