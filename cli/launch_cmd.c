@@ -801,9 +801,10 @@ static void print_help(const flag_def *flags, int n_flags)
     printf("usage: dtrain launch -n N [--ps M] [--chief] [--evaluator] [--comm tcp|mpi]\n"
            "                    [--max-restarts K] [--grace SECONDS] -- COMMAND [ARGS...]\n"
            "\n"
-           "Starts a local cluster: N training tasks (workers, or a chief and N-1 workers), M ps\n"
-           "tasks and an evaluator, each running COMMAND with its own TF_CONFIG on free 127.0.0.1\n"
-           "ports and a shared DTRAIN_CLUSTER_SECRET. Output lines are prefixed [worker:1]. One\n"
+           "Starts a local cluster: N training tasks (workers, or a chief and N-1 workers; with\n"
+           "--ps, a chief that coordinates and N workers), M ps tasks and an evaluator, each\n"
+           "running COMMAND with its own TF_CONFIG on free 127.0.0.1 ports and a shared\n"
+           "DTRAIN_CLUSTER_SECRET. Output lines are prefixed [worker:1]. One\n"
            "failing task stops the others; launch exits with its status.\n"
            "\n"
            "flags:\n");
@@ -1017,6 +1018,14 @@ int cmd_launch(int argc, char **argv)
     if (L.mpi && (L.n_ps > 0 || L.chief || L.evaluator))
         return cli_fail(2, L.n_ps > 0 ? "--ps needs --comm tcp" : L.chief ? "--chief needs "
                         "--comm tcp" : "--evaluator needs --comm tcp");
+    /* Parameter-server training: -n workers, and a chief beside them that coordinates. */
+    if (L.n_ps > 0 && !L.chief) {
+        if (L.n + 1 > MAX_JOB_TASKS)
+            return cli_fail(2, "-n: with --ps, the chief comes on top of the N workers: N too "
+                            "large");
+        L.chief = true;
+        L.n += 1;
+    }
 
     struct sigaction old[N_CAUGHT];
     bool installed[N_CAUGHT] = {false};

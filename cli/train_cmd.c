@@ -44,6 +44,10 @@ struct train_opts {
     double lr, momentum, beta1, beta2, epsilon, lr_decay_rate, lr_alpha, bucket_mb;
     bool nesterov, keep_remainder, validate, summary, no_fuse, help;
     cli_comm_flags comm;
+    /* parameter_server */
+    const char *ps_mode, *partitioner, *partition_strategy;
+    int steps_per_execution;
+    double coordinator_timeout, worker_timeout;
 };
 
 static int define_flags(flag_def *f, int cap, struct train_opts *o)
@@ -166,7 +170,21 @@ static int define_flags(flag_def *f, int cap, struct train_opts *o)
          "distribution strategy: one_device; mirrored (--replicas copies of the model on threads "
          "of this process); central_storage (replicas on threads sharing one copy of the "
          "variables); multi_worker_mirrored (the default when TF_CONFIG names a cluster of "
-         "several workers)", &o->strategy);
+         "several workers); parameter_server (the default when TF_CONFIG names ps tasks: "
+         "variables on ps tasks, steps scheduled on workers by the chief)", &o->strategy);
+    FLAG("ps-mode", FLAG_STRING, "async", "parameter_server: how workers see each other's "
+         "updates: async (TensorFlow's; ssp:S and hybrid to come)", &o->ps_mode);
+    FLAG("steps-per-execution", FLAG_INT, "1", "parameter_server: steps per function the "
+         "coordinator schedules on a worker", &o->steps_per_execution);
+    FLAG("partitioner", FLAG_STRING, NULL, "parameter_server: tables' shards, fixed:N, "
+         "min_size:BYTES[:MAX_SHARDS] or max_size:BYTES[:MAX_SHARDS] as TensorFlow's "
+         "partitioners (default: one shard per ps task)", &o->partitioner);
+    FLAG("partition-strategy", FLAG_STRING, "div", "parameter_server: rows over a table's shards, "
+         "div (contiguous ranges) or mod (id % shards)", &o->partition_strategy);
+    FLAG("coordinator-timeout", FLAG_FLOAT, "120", "parameter_server workers and ps: seconds "
+         "without the coordinator (the chief) before giving up", &o->coordinator_timeout);
+    FLAG("worker-timeout", FLAG_FLOAT, "300", "parameter_server coordinator: seconds a worker may "
+         "take over one scheduled function", &o->worker_timeout);
     FLAG("gradient-wire", FLAG_STRING, "f32", "multi-worker: gradients on the wire as f32, or "
          "compressed to bf16 or fp16 (as DDP's compression hooks; summed in float32)",
          &o->gradient_wire);
@@ -264,10 +282,21 @@ static dt_status check_ranges(const struct train_opts *o, const flag_def *flags,
         return dt_error(DT_ERR_INVALID, "--lr: must be positive, got %g", o->lr);
     if (o->model_file && flags_find(flags, n_flags, "model")->set)
         return dt_error(DT_ERR_INVALID, "--model and --model-file: give one, not both");
-    if (strcmp(o->strategy, "parameter_server") == 0)
-        return dt_error(DT_ERR_UNSUPPORTED, "--strategy: parameter_server is not available in "
-                        "this build (one_device, mirrored, central_storage, "
-                        "multi_worker_mirrored)");
+    if (o->steps_per_execution < 1 || o->steps_per_execution > 1000000)
+        return dt_error(DT_ERR_INVALID, "--steps-per-execution: must be in 1..1000000, got %d",
+                        o->steps_per_execution);
+    if (!(o->coordinator_timeout > 0.0 && o->coordinator_timeout <= 86400.0) ||
+        !(o->worker_timeout > 0.0 && o->worker_timeout <= 86400.0))
+        return dt_error(DT_ERR_INVALID, "--coordinator-timeout, --worker-timeout: must be in "
+                        "(0, 86400] seconds");
+    dt_ps_options pso;
+    dt_partition_strategy ps_strategy;
+    if (dt_ps_mode_parse(o->ps_mode, &pso))
+        return dt_error_prefix(DT_ERR_INVALID, "--ps-mode");
+    if (o->partitioner && dt_partitioner_parse(o->partitioner, &pso.partitioner))
+        return dt_error_prefix(DT_ERR_INVALID, "--partitioner");
+    if (dt_partition_strategy_parse(o->partition_strategy, &ps_strategy))
+        return dt_error_prefix(DT_ERR_INVALID, "--partition-strategy");
     dt_strategy_kind kind;
     if (dt_strategy_parse(o->strategy, &kind))
         return dt_error_prefix(DT_ERR_INVALID, "--strategy");
@@ -552,6 +581,15 @@ static void train_config(const struct train_opts *o, const flag_def *flags, int 
     c->optim = *ocfg;
     c->strategy = flags_find(flags, n_flags, "strategy")->set ? o->strategy : NULL;
     c->replicas = flags_find(flags, n_flags, "replicas")->set ? o->replicas : 0;
+    dt_ps_mode_parse(o->ps_mode, &c->ps); /* checked */
+    if (o->partitioner) {
+        dt_partitioner_parse(o->partitioner, &c->ps.partitioner);
+        c->ps.partitioner_given = true;
+    }
+    dt_partition_strategy_parse(o->partition_strategy, &c->ps.partition_strategy);
+    c->ps.steps_per_execution = o->steps_per_execution;
+    c->ps.coordinator_timeout = o->coordinator_timeout;
+    c->ps.worker_timeout = o->worker_timeout;
     c->comm = o->comm;
     dt_wire_dtype_parse(o->gradient_wire, &c->wire);
     c->bucket_bytes = (size_t)(o->bucket_mb * 1048576.0);
@@ -644,6 +682,10 @@ int cmd_train(int argc, char **argv)
     train_config(&o, flags, n_flags, shuffle_buffer, &ocfg, &io, &c);
     dt_train_report r;
     dt_status st = dt_train(&c, &r);
+    if (st == DT_OK && r.ps_task)
+        fprintf(stderr, "dtrain: %s stopped by the coordinator: %llu requests, %llu rows pulled, "
+                "%llu rows pushed\n", r.ps.task, (unsigned long long)r.ps.requests,
+                (unsigned long long)r.ps.rows_pulled, (unsigned long long)r.ps.rows_pushed);
     if (st == DT_OK && r.chief && !r.evaluator)
         st = report(&o, &r);
     return st ? cli_fail(1, dt_last_error()) : 0;

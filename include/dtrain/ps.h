@@ -12,7 +12,26 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "dtrain/partition.h"
 #include "dtrain/status.h"
+
+/* How the workers of --strategy parameter_server see each other's updates. */
+typedef enum { DT_PS_ASYNC = 0, DT_PS_SSP, DT_PS_HYBRID } dt_ps_mode;
+
+typedef struct {
+    dt_ps_mode mode;            /* async (TensorFlow's) */
+    int staleness;              /* ssp:S */
+    int steps_per_execution;    /* steps per function the coordinator schedules (1) */
+    double coordinator_timeout; /* workers and ps: seconds without the coordinator (120) */
+    double worker_timeout;      /* the coordinator: seconds a scheduled function may take (300) */
+    bool partitioner_given;     /* else one shard per ps task (fixed:P) */
+    dt_partitioner partitioner;
+    dt_partition_strategy partition_strategy; /* div */
+} dt_ps_options;
+
+void dt_ps_options_default(dt_ps_options *o);
+/* "async" | "ssp:S" | "hybrid" into o's mode and staleness; DT_ERR_INVALID quoting the text. */
+dt_status dt_ps_mode_parse(const char *text, dt_ps_options *o);
 
 typedef struct {
     const char *task;           /* "ps:0" overrides TF_CONFIG's task; NULL: TF_CONFIG's */

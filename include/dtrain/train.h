@@ -5,8 +5,9 @@
  *
  *  - An evaluator task of a TF_CONFIG cluster runs the sidecar evaluator over fit.model_dir
  *    (evaluator.h) instead of training.
- *  - A ps task, or any task of a cluster with ps tasks, is refused (DT_ERR_UNSUPPORTED): ps tasks
- *    serve the parameter_server strategy, which this build does not have yet.
+ *  - A cluster with ps tasks trains with parameter_server (src/train/ps_train.h): the chief
+ *    coordinates, the workers compute, the ps tasks serve the variables (dt_ps_server_run);
+ *    other strategies refuse such a cluster. Asynchronous updates only, so far.
  *  - With no strategy named, a cluster of several workers (TF_CONFIG, or the mpi backend) trains
  *    with multi_worker_mirrored, as TensorFlow does; otherwise one_device.
  *  - Workers and replicas on one machine share out its cores when threads is 0; when they have a
@@ -25,6 +26,7 @@
 #include "dtrain/input.h"
 #include "dtrain/model_spec.h"
 #include "dtrain/optim.h"
+#include "dtrain/ps.h"
 
 typedef struct {
     const char *model;        /* a built-in model (mnist_cnn, mlp), when model_file is NULL */
@@ -42,7 +44,9 @@ typedef struct {
     dt_optim_config optim;
     const char *strategy;     /* a strategy's name; NULL: chosen as above */
     int replicas;             /* mirrored, central_storage: 0 for one per core */
-    dt_comm_options comm;     /* multi_worker_mirrored: how to join the cluster */
+    dt_comm_options comm;     /* multi_worker_mirrored: how to join the cluster (parameter_server:
+                                 its task, secret and connect timeout) */
+    dt_ps_options ps;         /* parameter_server */
     dt_wire_dtype wire;       /* gradients on the wire */
     size_t bucket_bytes;      /* gradient buckets during backward; 0: one all-reduce after it */
     int threads;              /* intra-op threads; 0: every core, shared out */
@@ -57,6 +61,8 @@ void dt_train_config_default(dt_train_config *c);
 typedef struct {
     bool chief;               /* this process reported for the cluster; the rest is the chief's */
     bool evaluator;           /* this task ran the sidecar evaluator instead of training */
+    bool ps_task;             /* this task served as a ps task; ps holds what it did */
+    dt_ps_server_report ps;
     dt_fit_result fit;
     bool have_test;           /* test_* hold the whole test set's figures after training */
     double test_loss, test_accuracy;

@@ -12,7 +12,7 @@
 static const char *const type_names[] = {"?",    "PING",     "PONG",       "STOP",
                                          "PULL_ROWS", "ROWS", "PUSH_ROWS", "PULL_DENSE",
                                          "DENSE", "PUSH_DENSE", "ACK",    "ERROR",
-                                         "TABLE", "VAR"};
+                                         "TABLE", "VAR", "RUN", "RESULT"};
 
 const char *dt_psmsg_type_name(dt_psmsg_type type)
 {
@@ -70,6 +70,8 @@ static uint64_t payload_size(const dt_psmsg *m, bool *bad)
     case DT_PSMSG_ERROR: return 8 + (uint64_t)m->text_len;
     case DT_PSMSG_TABLE: return TABLE_FIXED_BYTES + (uint64_t)m->text_len;
     case DT_PSMSG_VAR: return VAR_FIXED_BYTES + 4 * m->count;
+    case DT_PSMSG_RUN: return 12;
+    case DT_PSMSG_RESULT: return 32;
     }
     *bad = true;
     return 0;
@@ -125,6 +127,16 @@ dt_status dt_psmsg_encode(const dt_psmsg *m, const int64_t *ids_host, const floa
         putf(at, m->init_stddev), put64(at + 4, m->seed), put32(at + 12, m->text_len), at += 16;
         memcpy(at, m->text, m->text_len), at += m->text_len;
         break;
+    case DT_PSMSG_RUN:
+        put64(at, (uint64_t)m->step), put32(at + 8, m->n), at += 12;
+        break;
+    case DT_PSMSG_RESULT: {
+        uint64_t loss_bits;
+        memcpy(&loss_bits, &m->loss, 8);
+        put32(at, m->n), put32(at + 4, m->done), put64(at + 8, (uint64_t)m->rows);
+        put64(at + 16, (uint64_t)m->correct), put64(at + 24, loss_bits), at += 32;
+        break;
+    }
     case DT_PSMSG_VAR:
         put32(at, m->table), put64(at + 4, m->offset), put64(at + 12, m->count);
         put64(at + 20, m->total), put32(at + 28, m->optimizer), put32(at + 32, m->schedule);
@@ -260,7 +272,7 @@ dt_status dt_psmsg_decode(const uint8_t *buf, size_t n, const char *peer, dt_psm
     if (st)
         return st;
     uint16_t type = (uint16_t)(buf[6] | buf[7] << 8);
-    if (type < DT_PSMSG_PING || type > DT_PSMSG_VAR)
+    if (type < DT_PSMSG_PING || type > DT_PSMSG_RESULT)
         return bad_msg(peer, 6, "unknown message type");
     out->type = (dt_psmsg_type)type;
     out->request_id = dt_load_le64(buf + 8);
@@ -341,6 +353,25 @@ dt_status dt_psmsg_decode(const uint8_t *buf, size_t n, const char *peer, dt_psm
         out->text = (const char *)(p + at);
         at += out->text_len;
         break;
+    case DT_PSMSG_RUN:
+        NEED(12, "truncated step and count");
+        out->step = (int64_t)dt_load_le64(p), out->n = dt_load_le32(p + 8), at = 12;
+        if (out->step < 1 || out->n < 1 || out->n > 1000000)
+            return bad_msg(peer, H, "a first step below 1 or a step count outside 1..10^6");
+        break;
+    case DT_PSMSG_RESULT: {
+        NEED(32, "truncated result");
+        out->n = dt_load_le32(p), out->done = dt_load_le32(p + 4);
+        out->rows = (int64_t)dt_load_le64(p + 8), out->correct = (int64_t)dt_load_le64(p + 16);
+        uint64_t loss_bits = dt_load_le64(p + 24);
+        memcpy(&out->loss, &loss_bits, 8);
+        at = 32;
+        if (out->done > 1 || out->rows < 0 || out->correct < 0 || out->correct > out->rows)
+            return bad_msg(peer, H + 4, "a result's flag, rows or correct count out of range");
+        if (!isfinite(out->loss))
+            return bad_msg(peer, H + 24, "a loss that is not finite");
+        break;
+    }
     case DT_PSMSG_VAR:
         NEED(VAR_FIXED_BYTES, "truncated variable definition");
         if ((st = decode_var(p, peer, out)))

@@ -27,6 +27,11 @@
  *                                  f32 values[count]: a slice [offset, offset + count) of the
  *                                  model's dense variables (total floats), its initial values
  *                                  and the dense optimizer that updates it
+ *     RUN                          i64 first step | u32 steps: the coordinator gives a worker
+ *                                  steps first .. first + steps - 1 to take
+ *     RESULT                       u32 steps taken | u32 done | i64 rows | i64 correct |
+ *                                  f64 summed loss: what a RUN did (done: the worker's data is
+ *                                  used up, every epoch of it)
  * The decoder checks everything before trusting a byte: the magic, version and both CRCs, the
  * type, every count against the payload's size and the limits below, ids not negative, floats
  * finite in pushes. Its views point into the message (no copy); errors name the peer, the field
@@ -63,6 +68,8 @@ typedef enum {
     DT_PSMSG_ERROR,
     DT_PSMSG_TABLE,
     DT_PSMSG_VAR,
+    DT_PSMSG_RUN,
+    DT_PSMSG_RESULT,
 } dt_psmsg_type;
 
 typedef struct {
@@ -91,6 +98,10 @@ typedef struct {
     uint64_t total;
     uint32_t schedule;
     int64_t decay_steps;
+    /* RUN: step and n (the first step and the steps); RESULT: n (steps taken) and */
+    uint32_t done;
+    int64_t rows, correct;
+    double loss;
 } dt_psmsg;
 
 /* Decodes one message of n bytes from peer (named in errors). DT_ERR_FORMAT for anything amiss. */

@@ -195,9 +195,10 @@ dt_status dt_ps_client_define(dt_ps_client *c, uint32_t id, const char *name, in
                               int dim, int64_t n_shards, dt_partition_strategy strategy,
                               const dt_rowopt_config *opt, float init_stddev, uint64_t seed)
 {
-    if (c->n_tables == MAX_TABLES || find(c, id) || id >= 65536 || n_shards > 65536)
+    if (c->n_tables == MAX_TABLES || find(c, id) || id >= 65536 || n_shards > 65536 ||
+        n_shards < 1 || n_shards > rows)
         return dt_error(DT_ERR_INVALID, "ps: table %u: defined twice, more than %d tables, or "
-                        "an id or shard count beyond 65535", id, MAX_TABLES);
+                        "an id or shard count out of range", id, MAX_TABLES);
     int *to = malloc((size_t)n_shards * sizeof *to);
     if (!to)
         return dt_error(DT_ERR_NOMEM, "no memory for %lld shards", (long long)n_shards);
@@ -214,8 +215,19 @@ dt_status dt_ps_client_define(dt_ps_client *c, uint32_t id, const char *name, in
         st = exchange(c, n_shards, to, DT_PSMSG_ACK, NULL, NULL);
     free(to);
     if (st == DT_OK)
-        c->tables[c->n_tables++] = (table_info){id, rows, n_shards, dim, strategy};
+        st = dt_ps_client_use_table(c, id, rows, dim, n_shards, strategy);
     return st;
+}
+
+dt_status dt_ps_client_use_table(dt_ps_client *c, uint32_t id, int64_t rows, int dim,
+                                 int64_t n_shards, dt_partition_strategy strategy)
+{
+    if (c->n_tables == MAX_TABLES || find(c, id) || id >= 65536 || n_shards > 65536 ||
+        n_shards < 1 || n_shards > rows)
+        return dt_error(DT_ERR_INVALID, "ps: table %u: given twice, more than %d tables, or an "
+                        "id or shard count out of range", id, MAX_TABLES);
+    c->tables[c->n_tables++] = (table_info){id, rows, n_shards, dim, strategy};
+    return DT_OK;
 }
 
 typedef struct {

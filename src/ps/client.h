@@ -23,6 +23,9 @@ void dt_ps_client_close(dt_ps_client *c);
 dt_status dt_ps_client_define(dt_ps_client *c, uint32_t id, const char *name, int64_t rows,
                               int dim, int64_t n_shards, dt_partition_strategy strategy,
                               const dt_rowopt_config *opt, float init_stddev, uint64_t seed);
+/* Table id as the chief defined it, for a worker that did not define it. */
+dt_status dt_ps_client_use_table(dt_ps_client *c, uint32_t id, int64_t rows, int dim,
+                                 int64_t n_shards, dt_partition_strategy strategy);
 /* rows (n x dim) = the table's rows of ids (any order, repeats allowed). */
 dt_status dt_ps_client_pull(dt_ps_client *c, uint32_t id, const int64_t *ids, size_t n,
                             float *rows);

@@ -2,6 +2,7 @@
 #include "dtrain/ps.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "../net/transport.h"
 #include "dtrain/cluster.h"
@@ -12,6 +13,35 @@ void dt_ps_server_config_default(dt_ps_server_config *c)
 {
     *c = (dt_ps_server_config){.coordinator_timeout = 120.0, .request_timeout = 60.0,
                                .threads = 1};
+}
+
+void dt_ps_options_default(dt_ps_options *o)
+{
+    *o = (dt_ps_options){.mode = DT_PS_ASYNC, .steps_per_execution = 1,
+                         .coordinator_timeout = 120.0, .worker_timeout = 300.0,
+                         .partition_strategy = DT_PARTITION_DIV};
+}
+
+dt_status dt_ps_mode_parse(const char *text, dt_ps_options *o)
+{
+    if (strcmp(text, "async") == 0) {
+        o->mode = DT_PS_ASYNC;
+        return DT_OK;
+    }
+    if (strcmp(text, "hybrid") == 0) {
+        o->mode = DT_PS_HYBRID;
+        return DT_OK;
+    }
+    char *end;
+    if (strncmp(text, "ssp:", 4) == 0) {
+        long sv = strtol(text + 4, &end, 10);
+        if (end != text + 4 && *end == '\0' && sv >= 0 && sv <= 1000000) {
+            o->mode = DT_PS_SSP, o->staleness = (int)sv;
+            return DT_OK;
+        }
+    }
+    return dt_error(DT_ERR_INVALID, "'%s' is not async, ssp:S (S a staleness 0..10^6) or hybrid",
+                    text);
 }
 
 static dt_status check_cluster(const dt_cluster *cl)

@@ -12,6 +12,7 @@
 #include "dtrain/model.h"
 #include "dtrain/pool.h"
 #include "dtrain/strategy.h"
+#include "ps_train.h"
 
 void dt_train_config_default(dt_train_config *c)
 {
@@ -22,6 +23,7 @@ void dt_train_config_default(dt_train_config *c)
     dt_input_options_default(&c->input);
     dt_optim_config_default(&c->optim, DT_OPT_SGD);
     dt_comm_options_default(&c->comm);
+    dt_ps_options_default(&c->ps);
     dt_fit_config_default(&c->fit);
 }
 
@@ -35,6 +37,10 @@ typedef struct {
     bool ps;           /* this task is a ps task */
     bool has_ps;       /* the cluster names ps tasks */
     int n_workers;     /* training tasks */
+    dt_job job;        /* this task */
+    int index;
+    int n_worker_tasks; /* the cluster's worker job */
+    bool loopback;     /* every task on this machine */
 } task_place;
 
 static dt_status read_task_place(const dt_comm_options *o, task_place *p)
@@ -53,6 +59,9 @@ static dt_status read_task_place(const dt_comm_options *o, task_place *p)
         p->ps = c.task_type == DT_JOB_PS;
         p->has_ps = c.n_tasks[DT_JOB_PS] > 0;
         p->n_workers = c.n_workers;
+        p->job = c.task_type, p->index = c.task_index;
+        p->n_worker_tasks = c.n_tasks[DT_JOB_WORKER];
+        p->loopback = dt_cluster_all_loopback(&c);
     }
     dt_cluster_free(&c);
     return st;
@@ -99,6 +108,30 @@ static dt_status plan_workers(const dt_train_config *c, run_plan *p)
     return DT_OK;
 }
 
+/* parameter_server: the coordinator (the chief) computes nothing, so it takes one thread; the
+ * workers on one machine share out its cores. Replicas in sync: the workers; rank 0 the
+ * coordinator, worker i rank i + 1. */
+static dt_status plan_ps(const dt_train_config *c, const task_place *place, run_plan *p)
+{
+    if (!place->has_ps)
+        return dt_error(DT_ERR_INVALID, "--strategy parameter_server: TF_CONFIG's cluster names "
+                        "no ps task (cluster.ps)");
+    if (c->ps.mode != DT_PS_ASYNC)
+        return dt_error(DT_ERR_UNSUPPORTED, "--ps-mode: only async is in this build (ssp:S and "
+                        "hybrid are not yet)");
+    if (strcmp(c->comm.backend, "tcp") != 0)
+        return dt_error(DT_ERR_INVALID, "--comm: parameter_server runs over tcp (TF_CONFIG)");
+    p->workers = place->n_worker_tasks;
+    if (place->job == DT_JOB_CHIEF) {
+        p->rank = 0, p->threads = 1;
+    } else {
+        p->rank = place->index + 1;
+        if (c->threads <= 0 && place->loopback && p->workers > 1)
+            p->threads = p->threads / p->workers > 0 ? p->threads / p->workers : 1;
+    }
+    return DT_OK;
+}
+
 static dt_status plan_run(const dt_train_config *c, const task_place *place, run_plan *p)
 {
     memset(p, 0, sizeof *p);
@@ -106,14 +139,21 @@ static dt_status plan_run(const dt_train_config *c, const task_place *place, run
     p->threads = c->threads > 0 ? c->threads : dt_cpu_count();
     p->prefetch = c->fit.prefetch;
     const char *name = c->strategy;
-    /* As TF: a cluster of several workers (TF_CONFIG, or mpi) means multi_worker_mirrored. */
+    /* As TF: a cluster of several workers (TF_CONFIG, or mpi) means multi_worker_mirrored, one
+     * with ps tasks parameter_server. */
     if (!name)
-        name = strcmp(c->comm.backend, "mpi") == 0 || place->n_workers > 1
+        name = place->has_ps ? "parameter_server"
+               : strcmp(c->comm.backend, "mpi") == 0 || place->n_workers > 1
                    ? "multi_worker_mirrored"
                    : "one_device";
     dt_status st = dt_strategy_parse(name, &p->kind);
     if (st)
         return dt_error_prefix(st, "--strategy");
+    if (p->kind == DT_STRATEGY_PARAMETER_SERVER)
+        return plan_ps(c, place, p);
+    if (place->has_ps)
+        return dt_error(DT_ERR_INVALID, "--strategy %s: TF_CONFIG's cluster names ps tasks, which "
+                        "only --strategy parameter_server uses", name);
     if (p->kind == DT_STRATEGY_MULTI_WORKER_MIRRORED)
         return plan_workers(c, p);
     p->on_threads = p->kind == DT_STRATEGY_MIRRORED || p->kind == DT_STRATEGY_CENTRAL_STORAGE;
@@ -288,6 +328,19 @@ static dt_status load_model_spec(const dt_train_config *c, const dt_input *in,
     return DT_OK;
 }
 
+/* A ps task of a cluster: it serves the coordinator and the workers until told to stop. */
+static dt_status run_ps_task(const dt_train_config *c, dt_train_report *out)
+{
+    dt_ps_server_config sc;
+    dt_ps_server_config_default(&sc);
+    sc.task = c->comm.task, sc.secret_file = c->comm.secret_file, sc.insecure = c->comm.insecure;
+    sc.coordinator_timeout = c->ps.coordinator_timeout;
+    sc.threads = c->threads > 0 ? c->threads : 1;
+    out->ps_task = true;
+    snprintf(out->strategy, sizeof out->strategy, "parameter_server");
+    return dt_ps_server_run(&sc, &out->ps);
+}
+
 /* The evaluator task of a cluster: TF's sidecar evaluator over the chief's model directory. */
 static dt_status run_evaluator(const dt_train_config *c, dt_train_report *out)
 {
@@ -360,11 +413,40 @@ static void describe(const dt_train_config *c, const run_plan *p, dt_model *m,
         return;
     if (c->summary)
         dt_model_summary(m, c->out);
-    if (p->workers > 1)
+    if (p->kind == DT_STRATEGY_PARAMETER_SERVER)
+        fprintf(c->out, "%s: %d workers, %d examples per worker step, asynchronous\n", name,
+                p->workers, c->fit.batch_size);
+    else if (p->workers > 1)
         fprintf(c->out, "%s: %d %s (%s), %d examples per %s per step\n", name, p->workers,
                 p->on_threads ? "replicas" : "workers",
                 p->on_threads ? "local" : dt_comm_describe(p->comm),
                 c->fit.batch_size / p->workers, p->on_threads ? "replica" : "worker");
+}
+
+/* The replicas of a synchronous strategy, trained with fit; out gets the chief's result. */
+static dt_status train_replicas(const dt_train_config *c, const run_plan *plan,
+                                const dt_model_spec *spec, const dt_fit_config *fcfg,
+                                const dt_input_options *io, dt_input *in, dt_model *model,
+                                dt_optim *opt, dt_pool *pool, dt_train_report *out)
+{
+    dt_strategy_options so;
+    dt_strategy_options_default(&so);
+    so.replicas = plan->on_threads ? plan->workers : 1;
+    so.timeout = c->comm.timeout;
+    so.comm = plan->comm;
+    so.bucket_bytes = c->bucket_bytes;
+    so.wire = c->wire;
+    replica_run run = {.c = c, .spec = spec, .fcfg = *fcfg, .io = *io, .chief_in = in,
+                       .chief_model = model, .chief_opt = opt, .chief_pool = pool,
+                       .plan = plan};
+    dt_strategy *strategy = NULL;
+    dt_status st = dt_strategy_create(plan->kind, &so, &strategy);
+    if (st == DT_OK)
+        st = dt_strategy_run(strategy, train_replica, &run);
+    dt_strategy_destroy(strategy);
+    out->fit = run.chief_res;
+    out->bad_records = run.other_bad_records;
+    return st;
 }
 
 dt_status dt_train(const dt_train_config *c, dt_train_report *out)
@@ -377,7 +459,6 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
     memset(&in, 0, sizeof in);
     dt_pool *pool = NULL;
     dt_model *model = NULL;
-    dt_strategy *strategy = NULL;
     dt_optim opt;
     dt_optim_init(&opt);
     dt_status st = read_task_place(&c->comm, &place);
@@ -385,14 +466,8 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
         return st;
     if (place.evaluator)
         return run_evaluator(c, out);
-    if (place.ps || place.has_ps)
-        return dt_error(DT_ERR_UNSUPPORTED, place.ps
-                            ? "this task is a ps task of TF_CONFIG's cluster: ps tasks serve "
-                              "--strategy parameter_server, which this build does not have yet "
-                              "(run the cluster without ps tasks)"
-                            : "TF_CONFIG's cluster names ps tasks: they serve --strategy "
-                              "parameter_server, which this build does not have yet (run the "
-                              "cluster without ps tasks)");
+    if (place.ps)
+        return run_ps_task(c, out);
     if ((st = plan_run(c, &place, &plan)))
         goto fail;
     const char *name = dt_strategy_name(plan.kind);
@@ -412,7 +487,12 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
     }
     dt_input_spec train_spec, test_spec;
     bool have_test;
+    bool ps = plan.kind == DT_STRATEGY_PARAMETER_SERVER;
+    /* A ps worker reads its own shard; the coordinator reads the data only for its size. */
     dt_input_context ctx = {plan.workers, plan.rank, plan.workers};
+    if (ps)
+        ctx = plan.rank == 0 ? (dt_input_context){1, 0, 1}
+                             : (dt_input_context){plan.workers, plan.rank - 1, plan.workers};
     dt_model_spec spec;
     if ((st = input_specs(c, &train_spec, &test_spec, &have_test)) ||
         (st = dt_input_open(&train_spec, have_test ? &test_spec : NULL, &io, &ctx, &in)) ||
@@ -438,29 +518,24 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
     if (in.train_images.n > 0 && ((st = dt_check_dataset(model, &in.train_images)) ||
                                   (in.test && (st = dt_check_dataset(model, &in.test_images)))))
         goto fail;
+    if (ps && plan.rank > 0) {
+        /* A worker: its variables come from the ps tasks, step by step. */
+        st = dt_ps_work(c, model, &in, &out->fit);
+        snprintf(out->strategy, sizeof out->strategy, "%s", name);
+        goto fail;
+    }
     dt_model_init_params(model, c->fit.seed);
-    if ((st = dt_model_setup_optimizer(model, &opt, &c->optim)))
+    if (!ps && (st = dt_model_setup_optimizer(model, &opt, &c->optim)))
         goto fail;
     describe(c, &plan, model, name);
-    dt_strategy_options so;
-    dt_strategy_options_default(&so);
-    so.replicas = plan.on_threads ? plan.workers : 1;
-    so.timeout = c->comm.timeout;
-    so.comm = plan.comm;
-    so.bucket_bytes = c->bucket_bytes;
-    so.wire = c->wire;
-    replica_run run = {.c = c, .spec = &spec, .fcfg = fcfg, .io = io, .chief_in = &in,
-                       .chief_model = model, .chief_opt = &opt, .chief_pool = pool,
-                       .plan = &plan};
-    if ((st = dt_strategy_create(plan.kind, &so, &strategy)) ||
-        (st = dt_strategy_run(strategy, train_replica, &run)))
+    if ((st = ps ? dt_ps_coordinate(c, model, &in, &out->fit)
+                 : train_replicas(c, &plan, &spec, &fcfg, &io, &in, model, &opt, pool, out)))
         goto fail;
-    out->fit = run.chief_res;
     out->chief = plan.rank == 0;
     out->threads = plan.threads, out->workers = plan.workers, out->prefetch = plan.prefetch;
     snprintf(out->strategy, sizeof out->strategy, "%s", name);
     snprintf(out->model, sizeof out->model, "%s", dt_model_spec_of(model)->name);
-    out->bad_records = in.bad_records + run.other_bad_records;
+    out->bad_records += in.bad_records;
     out->param_count = dt_arena_payload_elems(dt_model_params(model));
     out->param_checksum = dt_arena_checksum(dt_model_params(model));
     /* A CTR model's tables are parameters too: the count and the CRC go on over their rows. */
@@ -473,7 +548,6 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
     if (out->chief)
         st = final_test(c, &in, model, out);
 fail:
-    dt_strategy_destroy(strategy);
     dt_optim_free(&opt);
     dt_model_destroy(model);
     dt_pool_destroy(pool);

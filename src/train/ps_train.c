@@ -1,0 +1,564 @@
+/* Parameter-server training: the coordinator and the workers (see ps_train.h). */
+#include "ps_train.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../net/psmsg.h"
+#include "../net/transport.h"
+#include "../net/zlink.h"
+#include "../ps/client.h"
+#include "batch.h"
+#include "dtrain/clock.h"
+#include "dtrain/log.h"
+
+/* ---- What both sides know ---- */
+
+typedef struct {
+    dt_cluster cl;
+    uint8_t *secret;
+    size_t secret_len;
+    dt_handshake_id me;
+} ps_cluster;
+
+static void close_cluster(ps_cluster *pc)
+{
+    free(pc->secret);
+    dt_cluster_free(&pc->cl);
+    memset(pc, 0, sizeof *pc);
+}
+
+static dt_status open_cluster(const dt_train_config *c, ps_cluster *pc)
+{
+    memset(pc, 0, sizeof *pc);
+    dt_status st = dt_cluster_from_env(&pc->cl);
+    if (st == DT_OK && c->comm.task)
+        st = dt_cluster_set_task(&pc->cl, c->comm.task);
+    if (st == DT_OK)
+        st = dt_transport_load_secret(c->comm.secret_file, &pc->secret, &pc->secret_len);
+    if (st == DT_OK && !pc->secret && !dt_cluster_all_loopback(&pc->cl) && !c->comm.insecure)
+        st = dt_error(DT_ERR_AUTH, "this cluster has non-loopback addresses and no secret: set "
+                      "DTRAIN_CLUSTER_SECRET or give --secret-file (or --insecure to run "
+                      "unauthenticated)");
+    if (st) {
+        close_cluster(pc);
+        return st;
+    }
+    pc->me = (dt_handshake_id){pc->secret, pc->secret_len, pc->cl.id, pc->cl.task_type,
+                               pc->cl.task_index};
+    return DT_OK;
+}
+
+/* A task's ZeroMQ endpoint, from its TF_CONFIG address. */
+static void endpoint_of(const dt_addr *a, char *out, size_t cap)
+{
+    bool v6 = strchr(a->host, ':') != NULL;
+    snprintf(out, cap, "tcp://%s%s%s:%u", v6 ? "[" : "", a->host, v6 ? "]" : "", a->port);
+}
+
+/* The shards of table t: the partitioner's count, or one per ps task. */
+static int64_t shards_of(const dt_train_config *c, const dt_table *t, int n_ps)
+{
+    if (c->ps.partitioner_given)
+        return dt_partition_shards(&c->ps.partitioner, t->rows, (int64_t)t->dim * 4);
+    return n_ps < t->rows ? n_ps : t->rows;
+}
+
+/* Tells the client where the model's tables and dense variables are (define: and puts them
+ * there, with m's values, as the coordinator does). */
+static dt_status place_variables(const dt_train_config *c, dt_model *m, dt_ps_client *ps,
+                                 int n_ps, bool define)
+{
+    dt_rowopt_config rule;
+    dt_optim_table_rule(&c->optim, &rule);
+    dt_status st = DT_OK;
+    for (int t = 0; t < dt_model_num_tables(m) && st == DT_OK; t++) {
+        const dt_table *tab = dt_model_table(m, t);
+        int64_t shards = shards_of(c, tab, n_ps);
+        /* fm_v starts N(0, stddev^2) per row from the seed, fm_w at 0, as dt_model_init_params
+         * makes them (model_spec.h). */
+        float stddev = strcmp(tab->name, "fm_v") == 0 ? dt_model_spec_of(m)->ctr.init_stddev : 0;
+        st = define ? dt_ps_client_define(ps, (uint32_t)t, tab->name, tab->rows, tab->dim, shards,
+                                          c->ps.partition_strategy, &rule, stddev, c->fit.seed)
+                    : dt_ps_client_use_table(ps, (uint32_t)t, tab->rows, tab->dim, shards,
+                                             c->ps.partition_strategy);
+    }
+    if (st == DT_OK)
+        st = define ? dt_ps_client_define_dense(ps, dt_model_params(m), &c->optim)
+                    : dt_ps_client_use_dense(ps, dt_model_params(m));
+    return st;
+}
+
+static dt_status reply_msg(dt_zlink *z, const dt_zpeer *to, const dt_psmsg *m, dt_psbuf *buf)
+{
+    buf->len = 0;
+    dt_status st = dt_psmsg_encode(m, NULL, NULL, buf);
+    return st ? st : dt_zlink_reply(z, to, buf);
+}
+
+/* ---- The worker ---- */
+
+typedef struct {
+    const dt_train_config *c;
+    dt_model *m;
+    dt_input *in;
+    dt_ps_client *ps;
+    int32_t *labels;
+    int64_t *uniq;
+    float *rows;
+    size_t cap;
+    int epoch;             /* epochs of this worker's data begun */
+    int64_t in_epoch;      /* batches taken in this epoch */
+    bool done;             /* every epoch used up */
+} worker;
+
+/* The next batch of this worker's data, going on into its next epoch at the end of one; DT_END
+ * once its epochs are used up. */
+static dt_status next_batch(worker *w, dt_elem **e)
+{
+    const dt_fit_config *f = &w->c->fit;
+    for (;;) {
+        dt_status st = DT_END;
+        if (f->steps_per_epoch == 0 || w->in_epoch < f->steps_per_epoch)
+            st = dt_dataset_next(w->in->train, e);
+        if (st == DT_OK && (*e)->n > 0) {
+            w->in_epoch++;
+            return DT_OK;
+        }
+        if (st == DT_OK) {
+            dt_elem_free(*e);
+            continue;
+        }
+        if (st != DT_END)
+            return st;
+        if (w->in_epoch == 0 && w->epoch > 0)
+            return dt_error(DT_ERR_INVALID, "%s: this worker's shard of the data is empty",
+                            w->in->source);
+        if (++w->epoch >= f->epochs) {
+            w->done = true;
+            return DT_END;
+        }
+        w->in_epoch = 0;
+        if ((st = dt_dataset_reset(w->in->train)))
+            return st;
+    }
+}
+
+static int cmp_id(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static dt_status reserve_ids(worker *w, size_t n, int dim)
+{
+    if (n <= w->cap && w->rows)
+        return DT_OK;
+    free(w->uniq), free(w->rows);
+    w->uniq = malloc(n * sizeof *w->uniq);
+    w->rows = malloc(n * (size_t)dim * sizeof *w->rows);
+    w->cap = w->uniq && w->rows ? n : 0;
+    return w->cap ? DT_OK : dt_error(DT_ERR_NOMEM, "no memory for a batch of %zu ids", n);
+}
+
+/* The batch's rows of every table, and the dense variables, from the ps tasks. */
+static dt_status pull_variables(worker *w, const dt_elem *e)
+{
+    dt_model *m = w->m;
+    dt_status st = DT_OK;
+    if (dt_model_num_tables(m) > 0) {
+        size_t n = (size_t)(e->sp_row[e->n] - e->sp_row[0]), u = 0;
+        int max_dim = 1;
+        for (int t = 0; t < dt_model_num_tables(m); t++)
+            max_dim = dt_model_table(m, t)->dim > max_dim ? dt_model_table(m, t)->dim : max_dim;
+        if ((st = reserve_ids(w, n, max_dim)))
+            return st;
+        memcpy(w->uniq, e->sp_ids + e->sp_row[0], n * sizeof *w->uniq);
+        qsort(w->uniq, n, sizeof *w->uniq, cmp_id);
+        for (size_t i = 0; i < n; i++)
+            if (u == 0 || w->uniq[i] != w->uniq[u - 1])
+                w->uniq[u++] = w->uniq[i];
+        for (int t = 0; t < dt_model_num_tables(m) && st == DT_OK; t++) {
+            dt_table *tab = dt_model_table(m, t);
+            if ((st = dt_ps_client_pull(w->ps, (uint32_t)t, w->uniq, u, w->rows)))
+                break;
+            for (size_t i = 0; i < u; i++)
+                memcpy(dt_table_row(tab, w->uniq[i]), w->rows + i * (size_t)tab->dim,
+                       (size_t)tab->dim * sizeof(float));
+        }
+    }
+    return st ? st : dt_ps_client_pull_dense(w->ps, dt_model_params(m)->data);
+}
+
+/* One step, global step number `step`: the batch's loss summed into r. */
+static dt_status worker_step(worker *w, int64_t step, dt_psmsg *r)
+{
+    dt_model *m = w->m;
+    dt_elem *e = NULL;
+    dt_status st = next_batch(w, &e);
+    if (st)
+        return st;
+    int correct = 0;
+    if ((st = dt_check_batch(m, e)) || (st = dt_batch_labels(m, e, w->labels)) ||
+        (st = pull_variables(w, e)))
+        goto done;
+    dt_model_zero_grads(m);
+    if ((st = dt_model_forward_batch(m, e, true, NULL)))
+        goto done;
+    double loss = dt_model_loss(m, e->n, w->labels, 1.0f / (float)e->n, true, &correct);
+    if (!isfinite(loss)) {
+        st = dt_error(DT_ERR_NUMERIC, "step %lld: the loss is %g: training diverged (try a lower "
+                      "--lr)", (long long)step, loss);
+        goto done;
+    }
+    dt_model_backward(m, e->n);
+    /* The tables' rate follows the dense one's schedule, as dt_replica_update_tables has it. */
+    const dt_optim_config *oc = &w->c->optim;
+    float scale = dt_lr_schedule_at(oc, step - 1) / oc->lr;
+    for (int t = 0; t < dt_model_num_tables(m) && st == DT_OK; t++) {
+        const dt_sparse_rows *g = dt_model_table_grad(m, t);
+        st = dt_ps_client_push(w->ps, (uint32_t)t, g->ids, g->n, g->rows, step, scale);
+    }
+    if (st == DT_OK)
+        st = dt_ps_client_push_dense(w->ps, dt_model_grads(m)->data, step, 1.0f);
+    r->n++, r->rows += e->n, r->correct += correct, r->loss += loss;
+done:
+    dt_elem_free(e);
+    return st;
+}
+
+/* A RUN: its steps, until they are taken or the data is used up. */
+static dt_status run_function(worker *w, const dt_psmsg *req, dt_psmsg *r)
+{
+    *r = (dt_psmsg){.type = DT_PSMSG_RESULT, .request_id = req->request_id};
+    for (uint32_t k = 0; k < req->n && !w->done; k++) {
+        dt_status st = worker_step(w, req->step + k, r);
+        if (st == DT_END)
+            break;
+        if (st)
+            return st;
+    }
+    r->done = w->done;
+    return DT_OK;
+}
+
+/* Answers the coordinator's requests until STOP; a failure goes back to it as an ERROR too. */
+static dt_status serve(worker *w, dt_zlink *z, const char *coordinator)
+{
+    dt_psbuf in = {0}, out = {0};
+    double last = dt_clock_now();
+    dt_status st = DT_OK;
+    for (;;) {
+        dt_zpeer from;
+        st = dt_zlink_receive(z, 0.5, &from, &in);
+        if (st == DT_END) {
+            st = DT_OK;
+            if (dt_clock_now() - last >= w->c->ps.coordinator_timeout) {
+                st = dt_error(DT_ERR_TIMEOUT, "the coordinator (%s) has not been heard from for "
+                              "%.0f s (--coordinator-timeout): giving up", coordinator,
+                              w->c->ps.coordinator_timeout);
+                break;
+            }
+            continue;
+        }
+        if (st)
+            break;
+        last = dt_clock_now();
+        dt_psmsg req, r;
+        if ((st = dt_psmsg_decode(in.data, in.len, coordinator, &req)))
+            break;
+        if (req.type == DT_PSMSG_STOP || req.type == DT_PSMSG_PING) {
+            r = (dt_psmsg){.type = req.type == DT_PSMSG_STOP ? DT_PSMSG_ACK : DT_PSMSG_PONG,
+                           .request_id = req.request_id};
+            if ((st = reply_msg(z, &from, &r, &out)) || req.type == DT_PSMSG_STOP)
+                break;
+            continue;
+        }
+        if (req.type != DT_PSMSG_RUN) {
+            st = dt_error(DT_ERR_PEER, "%s: a %s request, a worker takes RUN, PING and STOP",
+                          coordinator, dt_psmsg_type_name(req.type));
+            break;
+        }
+        dt_status run = run_function(w, &req, &r);
+        if (run) {
+            /* The coordinator hears why, then this worker ends with the same error. */
+            char text[DT_PSMSG_MAX_TEXT];
+            int n = snprintf(text, sizeof text, "%s", dt_last_error());
+            r = (dt_psmsg){.type = DT_PSMSG_ERROR, .request_id = req.request_id, .status = run,
+                           .text = text,
+                           .text_len = (uint32_t)(n < (int)sizeof text ? n : (int)sizeof text - 1)};
+            reply_msg(z, &from, &r, &out);
+            dt_error(run, "%s", text);
+            st = run;
+            break;
+        }
+        last = dt_clock_now();
+        if ((st = reply_msg(z, &from, &r, &out)))
+            break;
+    }
+    dt_psbuf_free(&in);
+    dt_psbuf_free(&out);
+    return st;
+}
+
+dt_status dt_ps_work(const dt_train_config *c, dt_model *m, dt_input *in, dt_fit_result *res)
+{
+    memset(res, 0, sizeof *res);
+    ps_cluster pc;
+    dt_status st = open_cluster(c, &pc);
+    if (st)
+        return st;
+    worker w = {.c = c, .m = m, .in = in};
+    dt_zlink *z = NULL;
+    char endpoint[DT_HOST_CAP + 32], coordinator[DT_HOST_CAP + 48];
+    endpoint_of(dt_cluster_addr(&pc.cl, pc.cl.task_type, pc.cl.task_index), endpoint,
+                sizeof endpoint);
+    dt_cluster_task_name(&pc.cl, DT_JOB_CHIEF, 0, coordinator, sizeof coordinator);
+    if (!(w.labels = malloc((size_t)dt_model_max_batch(m) * sizeof *w.labels)))
+        st = dt_error(DT_ERR_NOMEM, "no memory for a batch's labels");
+    if (st == DT_OK)
+        st = dt_zlink_server(endpoint, pc.secret, pc.secret_len, &z);
+    if (st == DT_OK)
+        st = dt_ps_client_open(&pc.me, &pc.cl, c->comm.connect_timeout,
+                               c->ps.worker_timeout, &w.ps);
+    if (st == DT_OK)
+        st = place_variables(c, m, w.ps, pc.cl.n_tasks[DT_JOB_PS], false);
+    dt_model_set_dropout_seed(m, c->fit.seed);
+    if (st == DT_OK)
+        st = serve(&w, z, coordinator);
+    dt_zlink_close(z);
+    dt_ps_client_close(w.ps);
+    free(w.labels), free(w.uniq), free(w.rows);
+    close_cluster(&pc);
+    return st;
+}
+
+/* ---- The coordinator ---- */
+
+typedef struct coordinator coordinator;
+
+typedef struct {
+    coordinator *co;
+    int index;                 /* worker:index */
+    char name[DT_HOST_CAP + 48];
+    char endpoint[DT_HOST_CAP + 32];
+    pthread_t thread;
+    dt_status st;
+} worker_link;
+
+struct coordinator {
+    const dt_train_config *c;
+    const ps_cluster *pc;
+    pthread_mutex_t mu;
+    int64_t dispatched;        /* steps given out */
+    int64_t limit;             /* steps to give out at most */
+    int64_t steps, rows, correct;
+    double loss;
+    double t0;
+    int64_t next_log;          /* the step count of the next progress line */
+    bool failed;               /* a worker failed: the others stop taking functions */
+    /* The last epoch's worth of results, for the final loss. */
+    double window_loss;
+    int64_t window_rows;
+};
+
+/* The next function's first step and step count; false when every step is given out. */
+static bool take_function(coordinator *co, int64_t *first, uint32_t *n)
+{
+    pthread_mutex_lock(&co->mu);
+    bool go = !co->failed && co->dispatched < co->limit;
+    if (go) {
+        int64_t k = co->c->ps.steps_per_execution;
+        if (k > co->limit - co->dispatched)
+            k = co->limit - co->dispatched;
+        *first = co->dispatched + 1, *n = (uint32_t)k;
+        co->dispatched += k;
+    }
+    pthread_mutex_unlock(&co->mu);
+    return go;
+}
+
+static void add_result(coordinator *co, const dt_psmsg *r)
+{
+    pthread_mutex_lock(&co->mu);
+    co->steps += r->n, co->rows += r->rows, co->correct += r->correct, co->loss += r->loss;
+    co->window_loss += r->loss, co->window_rows += r->rows;
+    FILE *p = co->c->fit.progress;
+    if (p && co->steps >= co->next_log) {
+        double secs = dt_clock_now() - co->t0;
+        fprintf(p, "step %lld: loss %.4f, %.0f samples/s\n", (long long)co->steps,
+                co->window_rows > 0 ? co->window_loss / (double)co->window_rows : 0.0,
+                secs > 0 ? (double)co->rows / secs : 0.0);
+        fflush(p);
+        co->next_log += 100;
+        co->window_loss = 0, co->window_rows = 0;
+    }
+    pthread_mutex_unlock(&co->mu);
+}
+
+static dt_status request(dt_zlink *z, const dt_psmsg *m, double timeout, dt_psbuf *out,
+                         dt_psbuf *in, const char *who, dt_psmsg_type want, dt_psmsg *reply)
+{
+    out->len = 0;
+    dt_status st = dt_psmsg_encode(m, NULL, NULL, out);
+    if (st == DT_OK)
+        st = dt_zlink_request(z, out, timeout, in);
+    if (st == DT_OK)
+        st = dt_psmsg_decode(in->data, in->len, who, reply);
+    if (st == DT_OK && reply->type == DT_PSMSG_ERROR)
+        st = dt_error((dt_status)(reply->status > 0 ? reply->status : DT_ERR_PEER), "%s: %.*s",
+                      who, (int)reply->text_len, reply->text);
+    else if (st == DT_OK && reply->type != want)
+        st = dt_error(DT_ERR_PEER, "%s: a %s reply where %s was due", who,
+                      dt_psmsg_type_name(reply->type), dt_psmsg_type_name(want));
+    return st;
+}
+
+/* One worker's thread: it waits for the worker, then takes functions until none is left or
+ * the worker's data is used up. */
+static void *drive_worker(void *arg)
+{
+    worker_link *l = arg;
+    coordinator *co = l->co;
+    const dt_train_config *c = co->c;
+    dt_zlink *z = NULL;
+    dt_psbuf out = {0}, in = {0};
+    dt_psmsg reply;
+    uint64_t id = 0;
+    dt_status st = dt_zlink_client(l->endpoint, l->name, co->pc->secret, co->pc->secret_len, &z);
+    if (st == DT_OK) {
+        dt_psmsg ping = {.type = DT_PSMSG_PING, .request_id = ++id};
+        st = request(z, &ping, c->comm.connect_timeout, &out, &in, l->name, DT_PSMSG_PONG,
+                     &reply);
+    }
+    int64_t first;
+    uint32_t n;
+    while (st == DT_OK && take_function(co, &first, &n)) {
+        dt_psmsg run = {.type = DT_PSMSG_RUN, .request_id = ++id, .step = first, .n = n};
+        if ((st = request(z, &run, c->ps.worker_timeout, &out, &in, l->name, DT_PSMSG_RESULT,
+                          &reply)))
+            break;
+        add_result(co, &reply);
+        if (reply.done)
+            break;
+    }
+    if (st) {
+        pthread_mutex_lock(&co->mu);
+        co->failed = true;
+        pthread_mutex_unlock(&co->mu);
+        l->st = st;
+        dt_log_to(NULL, DT_LOG_WARN, "dtrain: %s", dt_last_error());
+    }
+    /* Every worker is stopped, the failed ones too if they can still hear it. */
+    if (z) {
+        dt_psmsg stop = {.type = DT_PSMSG_STOP, .request_id = ++id};
+        request(z, &stop, st ? 1.0 : 10.0, &out, &in, l->name, DT_PSMSG_ACK, &reply);
+    }
+    dt_zlink_close(z);
+    dt_psbuf_free(&out);
+    dt_psbuf_free(&in);
+    return NULL;
+}
+
+/* Reads every variable back from the ps tasks into m: dense, then the tables a million rows at
+ * a time. */
+static dt_status read_back(dt_ps_client *ps, dt_model *m)
+{
+    dt_status st = dt_ps_client_pull_dense(ps, dt_model_params(m)->data);
+    const size_t chunk = (size_t)1 << 20;
+    int64_t *ids = NULL;
+    for (int t = 0; t < dt_model_num_tables(m) && st == DT_OK; t++) {
+        dt_table *tab = dt_model_table(m, t);
+        if (!ids && !(ids = malloc(chunk * sizeof *ids)))
+            return dt_error(DT_ERR_NOMEM, "no memory to read the tables back");
+        for (int64_t lo = 0; lo < tab->rows && st == DT_OK; lo += (int64_t)chunk) {
+            size_t n = (size_t)(tab->rows - lo) < chunk ? (size_t)(tab->rows - lo) : chunk;
+            for (size_t i = 0; i < n; i++)
+                ids[i] = lo + (int64_t)i;
+            st = dt_ps_client_pull(ps, (uint32_t)t, ids, n, dt_table_row(tab, lo));
+        }
+    }
+    free(ids);
+    return st;
+}
+
+static dt_status drive_workers(coordinator *co, int n)
+{
+    worker_link *links = calloc((size_t)n, sizeof *links);
+    if (!links)
+        return dt_error(DT_ERR_NOMEM, "no memory for %d workers", n);
+    int started = 0;
+    dt_status st = DT_OK;
+    for (int i = 0; i < n; i++) {
+        worker_link *l = &links[i];
+        l->co = co, l->index = i;
+        dt_cluster_task_name(&co->pc->cl, DT_JOB_WORKER, i, l->name, sizeof l->name);
+        endpoint_of(dt_cluster_addr(&co->pc->cl, DT_JOB_WORKER, i), l->endpoint,
+                    sizeof l->endpoint);
+        if (pthread_create(&l->thread, NULL, drive_worker, l) != 0) {
+            st = dt_error(DT_ERR_IO, "cannot start the thread of %s", l->name);
+            pthread_mutex_lock(&co->mu);
+            co->failed = true;
+            pthread_mutex_unlock(&co->mu);
+            break;
+        }
+        started++;
+    }
+    for (int i = 0; i < started; i++)
+        pthread_join(links[i].thread, NULL);
+    for (int i = 0; i < started && st == DT_OK; i++)
+        if (links[i].st)
+            st = dt_error(links[i].st, "%s failed: training stopped", links[i].name);
+    free(links);
+    return st;
+}
+
+dt_status dt_ps_coordinate(const dt_train_config *c, dt_model *m, const dt_input *in,
+                           dt_fit_result *res)
+{
+    memset(res, 0, sizeof *res);
+    ps_cluster pc;
+    dt_status st = open_cluster(c, &pc);
+    if (st)
+        return st;
+    dt_ps_client *ps = NULL;
+    coordinator co = {.c = c, .pc = &pc, .limit = c->fit.max_steps > 0 ? c->fit.max_steps
+                                                                       : INT64_MAX,
+                      .next_log = 100};
+    pthread_mutex_init(&co.mu, NULL);
+    int n_workers = pc.cl.n_tasks[DT_JOB_WORKER];
+    (void)in;
+    if (n_workers < 1)
+        st = dt_error(DT_ERR_INVALID, "TF_CONFIG: cluster.worker: parameter_server training "
+                      "needs at least one worker task");
+    if (st == DT_OK)
+        st = dt_ps_client_open(&pc.me, &pc.cl, c->comm.connect_timeout, c->ps.worker_timeout,
+                               &ps);
+    if (st == DT_OK)
+        st = place_variables(c, m, ps, pc.cl.n_tasks[DT_JOB_PS], true);
+    co.t0 = dt_clock_now();
+    dt_status run = st ? st : drive_workers(&co, n_workers);
+    res->train_seconds = dt_clock_now() - co.t0;
+    res->steps = co.steps, res->samples = co.rows;
+    res->epochs = c->fit.epochs;
+    res->final_loss = co.rows > 0 ? co.loss / (double)co.rows : NAN;
+    res->final_accuracy = co.rows > 0 ? (double)co.correct / (double)co.rows : NAN;
+    res->val_auc = NAN;
+    if (run == DT_OK)
+        st = read_back(ps, m);
+    else
+        st = run;
+    /* The ps tasks stop whatever happened: none outlives the job. */
+    if (ps) {
+        dt_status stop = dt_ps_client_stop(ps);
+        if (st == DT_OK)
+            st = stop;
+    }
+    dt_ps_client_close(ps);
+    pthread_mutex_destroy(&co.mu);
+    close_cluster(&pc);
+    return st;
+}

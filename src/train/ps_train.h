@@ -1,0 +1,33 @@
+/* Parameter-server training, the worker's and the coordinator's parts (internal to src/train;
+ * dt_train calls them for --strategy parameter_server, the ps tasks run dt_ps_server_run).
+ *
+ * The coordinator (the chief) defines the variables on the ps tasks: each table split into
+ * shards by the partitioner (one per ps task unless --partitioner), shard s on ps s mod P, rows
+ * starting as one_device's would; each dense variable whole on ps v mod P (TensorFlow's
+ * round-robin), with its initial values. It then schedules functions of steps_per_execution
+ * steps on the workers, one thread per worker taking the next function as soon as its worker is
+ * free, numbering the steps globally (Adam's bias correction and the learning-rate schedule
+ * follow that number). A worker runs a function's steps on its own shard of the data (its
+ * epochs one after the other): per step it pulls the rows of the batch's unique ids and the
+ * dense variables, computes, and pushes the tables' row gradients and the dense gradients, which
+ * the ps tasks apply at once (asynchronous training). When every worker's data is used up (or
+ * max_steps are taken) the coordinator reads every variable back into its model, for the
+ * report, the test set and the checksum, and stops the workers and the ps tasks. A worker or ps
+ * with no coordinator for coordinator_timeout seconds gives up, naming it. */
+#ifndef DTRAIN_TRAIN_PS_TRAIN_H
+#define DTRAIN_TRAIN_PS_TRAIN_H
+
+#include "dtrain/fit.h"
+#include "dtrain/input.h"
+#include "dtrain/model.h"
+#include "dtrain/train.h"
+
+/* The coordinator: m initialised (its values are what the ps tasks start from); on return m
+ * holds the trained variables. */
+dt_status dt_ps_coordinate(const dt_train_config *c, dt_model *m, const dt_input *in,
+                           dt_fit_result *res);
+
+/* A worker task: serves the coordinator's functions over in->train until it stops it. */
+dt_status dt_ps_work(const dt_train_config *c, dt_model *m, dt_input *in, dt_fit_result *res);
+
+#endif
