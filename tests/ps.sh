@@ -153,4 +153,128 @@ TF_CONFIG="{\"cluster\":$(cluster "$base" 2),\"task\":{\"type\":\"ps\",\"index\"
 kill "$holder" 2>/dev/null
 wait "$holder" 2>/dev/null
 
+
+# ---- training: dtrain train --strategy parameter_server under dtrain launch ----
+"$dtrain" data gen-ctr --rows 8000 --seed 11 --out "$tmp/train.svm" > "$tmp/gen" 2>&1
+"$dtrain" data gen-ctr --rows 2000 --seed 12 --out "$tmp/test.svm" > /dev/null 2>&1
+fs=$(sed -n 's/.*feature_size=\([0-9]*\).*/\1/p' "$tmp/gen")
+ctr=(train --data "libsvm:$tmp/train.svm" --test-data "libsvm:$tmp/test.svm" --feature-size "$fs"
+     --model deepfm --optimizer adam --lr 5e-4 --batch-size 128 --shuffle-buffer 0 --progress none
+     --seed 1 --threads 1)
+# metrics NAME FILE: "checksum auc steps" of a run's --metrics-out.
+metrics() { echo "$(json_field "$2" param_checksum) $(json_field "$2" test_auc) $(json_field "$2" steps)"; }
+run "$dtrain" "${ctr[@]}" --metrics-out "$tmp/one.json"
+read -r one_sum one_auc one_steps <<< "$(metrics one "$tmp/one.json")"
+# One worker: every step pulls what the last one pushed, so the parameters are one_device's, bit
+# for bit, however the tables are split and whatever the steps per function.
+for spec in "1|" "2|--partition-strategy mod --partitioner fixed:3 --steps-per-execution 4"; do
+    nps=${spec%%|*} extra=${spec#*|}
+    # shellcheck disable=SC2086
+    run timeout 120 "$dtrain" launch -n 1 --ps "$nps" -- "$dtrain" "${ctr[@]}" --strategy parameter_server \
+        $extra --metrics-out "$tmp/ps.json"
+    name="ps_train_one_worker_${nps}ps_equals_one_device"
+    if [ "$status" -ne 0 ]; then
+        fail "$name" "exit $status: $(tail -3 "$tmp/err")"
+    else
+        read -r sum auc steps <<< "$(metrics ps "$tmp/ps.json")"
+        if [ "$sum" = "$one_sum" ] && [ "$steps" = "$one_steps" ]; then
+            ok "$name" "checksum=$sum steps=$steps"
+        else
+            fail "$name" "checksum $sum steps $steps, one_device $one_sum steps $one_steps"
+        fi
+    fi
+done
+# A dense model (the MLP on Fashion-MNIST), its variables round-robin over 2 ps tasks.
+mlp=(train --model mlp --data fashion-mnist --max-steps 20 --batch-size 64 --optimizer adam
+     --lr 0.001 --seed 7 --test-data none --progress none --threads 1)
+run "$dtrain" "${mlp[@]}" --metrics-out "$tmp/mlp1.json"
+run timeout 120 "$dtrain" launch -n 1 --ps 2 -- "$dtrain" "${mlp[@]}" --metrics-out "$tmp/mlp2.json"
+a=$(json_field "$tmp/mlp1.json" param_checksum) b=$(json_field "$tmp/mlp2.json" param_checksum 2>/dev/null)
+if [ "$status" -eq 0 ] && [ -n "$a" ] && [ "$a" = "$b" ]; then
+    ok ps_train_dense_model_equals_one_device "checksum=$a"
+else
+    fail ps_train_dense_model_equals_one_device "exit $status, checksums $a and $b: $(tail -3 "$tmp/err")"
+fi
+# Two workers, two ps: asynchronous, the same examples; the AUC close to one_device's.
+run timeout 120 "$dtrain" launch -n 2 --ps 2 -- "$dtrain" "${ctr[@]}" --metrics-out "$tmp/ps22.json"
+if [ "$status" -ne 0 ]; then
+    fail ps_train_async_2_workers_2_ps "exit $status: $(tail -3 "$tmp/err")"
+else
+    read -r sum auc steps <<< "$(metrics ps "$tmp/ps22.json")"
+    gap=$(python3 -c "print(abs($auc - $one_auc))")
+    if [ "$steps" = "$one_steps" ] && python3 -c "import sys; sys.exit(0 if $gap <= 0.01 else 1)"; then
+        ok ps_train_async_2_workers_2_ps "auc=$auc one_device=$one_auc gap=$gap steps=$steps"
+    else
+        fail ps_train_async_2_workers_2_ps "auc $auc vs one_device $one_auc, steps $steps vs $one_steps"
+    fi
+fi
+
+# ---- failures: a worker or the coordinator killed mid-run; nothing hangs or stays ----
+"$dtrain" data gen-ctr --rows 200000 --seed 13 --out "$tmp/long.svm" > "$tmp/gen2" 2>&1
+fs2=$(sed -n 's/.*feature_size=\([0-9]*\).*/\1/p' "$tmp/gen2")
+long=(train --data "libsvm:$tmp/long.svm" --test-data none --feature-size "$fs2" --model deepfm
+      --batch-size 64 --epochs 5 --progress none --threads 1 --coordinator-timeout 3
+      --worker-timeout 3 --connect-timeout 20)
+# start_cluster BASE: the chief, 2 workers and 1 ps of a cluster at BASE..BASE+3.
+start_cluster() {
+    local base=$1 job i
+    local cl="{\"chief\":[\"127.0.0.1:$base\"],\"worker\":[\"127.0.0.1:$((base + 1))\",\"127.0.0.1:$((base + 2))\"],\"ps\":[\"127.0.0.1:$((base + 3))\"]}"
+    for task in chief:0 worker:0 worker:1 ps:0; do
+        job=${task%%:*} i=${task#*:}
+        TF_CONFIG="{\"cluster\":$cl,\"task\":{\"type\":\"$job\",\"index\":$i}}" \
+            "$dtrain" "${long[@]}" > "$tmp/$job$i.out" 2> "$tmp/$job$i.err" &
+        task_pid[$task]=$!
+        pids+=($!)
+    done
+}
+declare -A task_pid
+# wait_tasks SECONDS: every task's exit status into task_status.
+declare -A task_status
+wait_tasks() {
+    for task in chief:0 worker:0 worker:1 ps:0; do
+        wait_pid "${task_pid[$task]}" "$1"
+        task_status[$task]=$status
+    done
+}
+base=$(free_base 4)
+start_cluster "$base"
+sleep 3
+kill -9 "${task_pid[worker:1]}"
+wait_tasks 30
+if [ "${task_status[chief:0]}" -eq 1 ] && grep -q "worker:1" "$tmp/chief0.err" &&
+    [ "${task_status[worker:0]}" -eq 0 ] && [ "${task_status[ps:0]}" -eq 0 ]; then
+    ok ps_train_worker_killed_fails_naming_it "$(grep -o 'worker:1[^:]*' "$tmp/chief0.err" | head -1)"
+else
+    fail ps_train_worker_killed_fails_naming_it "chief ${task_status[chief:0]} ($(tail -1 "$tmp/chief0.err")), worker:0 ${task_status[worker:0]} ($(tail -1 "$tmp/worker0.err")), ps ${task_status[ps:0]} ($(tail -1 "$tmp/ps0.err"))"
+fi
+no_leftovers ps_train_worker_killed_leaves_nothing "$base" 3
+base=$(free_base 4)
+start_cluster "$base"
+sleep 3
+kill -9 "${task_pid[chief:0]}"
+wait_tasks 30
+bad=""
+for task in worker:0 worker:1 ps:0; do
+    f="$tmp/${task%%:*}${task#*:}.err"
+    [ "${task_status[$task]}" -eq 1 ] && grep -q "coordinator (chief:0" "$f" ||
+        bad="$bad $task exit ${task_status[$task]} ($(tail -1 "$f"))"
+done
+if [ -z "$bad" ]; then ok ps_train_coordinator_killed_tasks_exit; else fail ps_train_coordinator_killed_tasks_exit "$bad"; fi
+no_leftovers ps_train_coordinator_killed_leaves_nothing "$base" 3
+
+# ---- invalid parameter-server clusters and flags: named errors at once ----
+base=$(free_base 4)
+psc="{\"chief\":[\"127.0.0.1:$base\"],\"worker\":[\"127.0.0.1:$((base + 1))\"],\"ps\":[\"127.0.0.1:$((base + 2))\"]}"
+TF_CONFIG="{\"cluster\":{\"worker\":[\"127.0.0.1:$base\"],\"ps\":[\"127.0.0.1:$((base + 1))\"]},\"task\":{\"type\":\"worker\",\"index\":0}}" \
+    expect_error ps_train_without_chief 1 "needs one chief" "${ctr[@]}"
+TF_CONFIG="{\"cluster\":$psc,\"task\":{\"type\":\"worker\",\"index\":0}}" \
+    expect_error ps_train_other_strategy 1 "only --strategy parameter_server" "${ctr[@]}" --strategy multi_worker_mirrored
+TF_CONFIG="{\"cluster\":{\"chief\":[\"127.0.0.1:$base\"],\"worker\":[\"127.0.0.1:$((base + 1))\"]},\"task\":{\"type\":\"chief\",\"index\":0}}" \
+    expect_error ps_train_without_ps 1 "names no ps task" "${ctr[@]}" --strategy parameter_server
+TF_CONFIG="{\"cluster\":$psc,\"task\":{\"type\":\"chief\",\"index\":0}}" \
+    expect_error ps_train_unreachable_ps 1 "could not connect to ps:0" "${ctr[@]}" --connect-timeout 1
+expect_error ps_train_bad_mode 2 "--ps-mode" "${ctr[@]}" --ps-mode sometimes
+expect_error ps_train_bad_partitioner 2 "--partitioner" "${ctr[@]}" --partitioner fixed:0
+no_leftovers ps_train_errors_leave_nothing "$base" 3
+
 echo "$passed $failed" > "$counts"

@@ -158,8 +158,12 @@ static dt_status image_train_pipeline(const dt_image_dataset *images, const dt_i
                                       const dt_input_context *ctx, dt_dataset **out)
 {
     int workers = ctx ? ctx->num_input_pipelines : 1, me = ctx ? ctx->input_pipeline_id : 0;
-    return dt_image_pipeline_sharded(images, o->batch_size, !o->keep_remainder,
-                                     o->shuffle_buffer, o->seed, o->prefetch, workers, me, out);
+    /* Each worker's block is its replicas' share of the global batch: the whole batch when the
+     * workers' steps are their own (parameter-server training, one replica in sync). */
+    int replicas = ctx ? ctx->num_replicas_in_sync : 1;
+    int64_t batch = (int64_t)o->batch_size * workers / replicas;
+    return dt_image_pipeline_sharded(images, batch, !o->keep_remainder, o->shuffle_buffer,
+                                     o->seed, o->prefetch, workers, me, out);
 }
 
 static dt_status open_images(dt_input *in, const dt_input_spec *test, const dt_input_options *o,
@@ -508,6 +512,8 @@ static dt_status file_pipeline(dt_input *in, const dt_input_spec *s, const char 
     so.skip_bad_records = o->skip_bad_records;
     so.bad_records = &in->bad_records;
     int workers = training && ctx ? ctx->num_input_pipelines : 1;
+    /* A pipeline feeds one replica: the global batch over the replicas in sync. */
+    int replicas = training && ctx ? ctx->num_replicas_in_sync : 1;
     dt_autoshard_policy applied = DT_AUTOSHARD_OFF;
     dt_dataset *p = NULL;
     dt_status st = dt_file_list_glob(s->path, files);
@@ -526,7 +532,7 @@ static dt_status file_pipeline(dt_input *in, const dt_input_spec *s, const char 
     if (st == DT_OK && training && o->shuffle_buffer > 1)
         st = dt_dataset_shuffle(p, o->shuffle_buffer, o->seed, true, &p);
     if (st == DT_OK)
-        st = dt_dataset_batch(p, o->batch_size / workers, training && !o->keep_remainder, &p);
+        st = dt_dataset_batch(p, o->batch_size / replicas, training && !o->keep_remainder, &p);
     if (st == DT_OK && src->after_batch)
         st = src->after_batch(in, p, o, files, &so, &p);
     if (st == DT_OK && o->prefetch > 0)

@@ -40,6 +40,7 @@ typedef struct {
     dt_job job;        /* this task */
     int index;
     int n_worker_tasks; /* the cluster's worker job */
+    int n_chief_tasks;
     bool loopback;     /* every task on this machine */
 } task_place;
 
@@ -61,6 +62,7 @@ static dt_status read_task_place(const dt_comm_options *o, task_place *p)
         p->n_workers = c.n_workers;
         p->job = c.task_type, p->index = c.task_index;
         p->n_worker_tasks = c.n_tasks[DT_JOB_WORKER];
+        p->n_chief_tasks = c.n_tasks[DT_JOB_CHIEF];
         p->loopback = dt_cluster_all_loopback(&c);
     }
     dt_cluster_free(&c);
@@ -116,6 +118,12 @@ static dt_status plan_ps(const dt_train_config *c, const task_place *place, run_
     if (!place->has_ps)
         return dt_error(DT_ERR_INVALID, "--strategy parameter_server: TF_CONFIG's cluster names "
                         "no ps task (cluster.ps)");
+    if (place->n_chief_tasks != 1)
+        return dt_error(DT_ERR_INVALID, "TF_CONFIG: cluster.chief: parameter-server training needs "
+                        "one chief (the coordinator), found %d", place->n_chief_tasks);
+    if (place->n_worker_tasks < 1)
+        return dt_error(DT_ERR_INVALID, "TF_CONFIG: cluster.worker: parameter-server training "
+                        "needs at least one worker task");
     if (c->ps.mode != DT_PS_ASYNC)
         return dt_error(DT_ERR_UNSUPPORTED, "--ps-mode: only async is in this build (ssp:S and "
                         "hybrid are not yet)");
@@ -488,11 +496,12 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
     dt_input_spec train_spec, test_spec;
     bool have_test;
     bool ps = plan.kind == DT_STRATEGY_PARAMETER_SERVER;
-    /* A ps worker reads its own shard; the coordinator reads the data only for its size. */
+    /* A ps worker reads its own shard in batches of the whole --batch-size (its steps are its
+     * own, not a share of a global step); the coordinator reads the data only for its size. */
     dt_input_context ctx = {plan.workers, plan.rank, plan.workers};
     if (ps)
         ctx = plan.rank == 0 ? (dt_input_context){1, 0, 1}
-                             : (dt_input_context){plan.workers, plan.rank - 1, plan.workers};
+                             : (dt_input_context){plan.workers, plan.rank - 1, 1};
     dt_model_spec spec;
     if ((st = input_specs(c, &train_spec, &test_spec, &have_test)) ||
         (st = dt_input_open(&train_spec, have_test ? &test_spec : NULL, &io, &ctx, &in)) ||
