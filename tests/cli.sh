@@ -87,12 +87,13 @@ for entry in "${bad_configs[@]}"; do
             "$needle" train --max-steps 1 --test-data none ${strategy:+--strategy "$strategy"}
     done
 done
-# ps tasks are named, not met with a rank error, until the parameter-server strategy exists.
+# A cluster with ps tasks trains with parameter_server, which needs a chief: every task of one
+# without says so at once (tests/ps.sh trains real ones).
 ps_cluster='{"cluster":{"worker":["127.0.0.1:1","127.0.0.1:2"],"ps":["127.0.0.1:3"]},'
-TF_CONFIG="$ps_cluster"'"task":{"type":"ps","index":0}}' expect_error ps_task_is_named 1 \
-    "this task is a ps task" train --max-steps 1
-TF_CONFIG="$ps_cluster"'"task":{"type":"worker","index":1}}' expect_error cluster_with_ps_is_named 1 \
-    "cluster names ps tasks: they serve --strategy parameter_server" train --max-steps 1
+TF_CONFIG="$ps_cluster"'"task":{"type":"ps","index":0}}' expect_error ps_task_needs_chief 1 \
+    "parameter-server training needs one chief" train --max-steps 1
+TF_CONFIG="$ps_cluster"'"task":{"type":"worker","index":1}}' expect_error ps_worker_needs_chief 1 \
+    "parameter-server training needs one chief" train --max-steps 1
 expect_error unknown_flag 2 "unknown flag '--epoch'" train --epoch 3
 expect_error flag_without_value 2 "--epochs: missing value" train --epochs
 expect_error non_numeric_epochs 2 "--epochs: expected an integer, got 'five'" train --epochs five
@@ -124,7 +125,8 @@ expect_error replicas_need_mirrored 2 "--replicas: 1..256 model copies, with --s
     train --replicas 2
 expect_error replicas_divide_the_batch 1 "the global batch 64 is not divisible by the 3 replicas" \
     train --strategy mirrored --replicas 3 --max-steps 1
-expect_error later_strategy 2 "--strategy: parameter_server is not available" train --strategy parameter_server
+expect_error parameter_server_needs_ps 1 "--strategy parameter_server: TF_CONFIG's cluster names no ps task" \
+    train --strategy parameter_server
 expect_error unknown_strategy 2 "--strategy: unknown strategy 'horovod'" train --strategy horovod
 expect_error model_and_model_file 2 "give one, not both" train --model mlp --model-file x.json
 

@@ -366,8 +366,9 @@ dt_status dt_psmsg_decode(const uint8_t *buf, size_t n, const char *peer, dt_psm
         uint64_t loss_bits = dt_load_le64(p + 24);
         memcpy(&out->loss, &loss_bits, 8);
         at = 32;
-        if (out->done > 1 || out->rows < 0 || out->correct < 0 || out->correct > out->rows)
-            return bad_msg(peer, H + 4, "a result's flag, rows or correct count out of range");
+        if (out->n > 1000000 || out->done > 1 || out->rows < 0 || out->correct < 0 ||
+            out->correct > out->rows)
+            return bad_msg(peer, H, "a result's steps, flag, rows or correct count out of range");
         if (!isfinite(out->loss))
             return bad_msg(peer, H + 24, "a loss that is not finite");
         break;
