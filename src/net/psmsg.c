@@ -48,6 +48,27 @@ static void putf(uint8_t *p, float v)
     put32(p, u);
 }
 
+/* n floats (or i64 ids) little-endian at p: one copy on a little-endian host. */
+static void put_floats(uint8_t *p, const float *v, size_t n)
+{
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(p, v, 4 * n);
+#else
+    for (size_t i = 0; i < n; i++)
+        putf(p + 4 * i, v[i]);
+#endif
+}
+
+static void put_ids(uint8_t *p, const int64_t *ids, size_t n)
+{
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(p, ids, 8 * n);
+#else
+    for (size_t i = 0; i < n; i++)
+        put64(p + 8 * i, (uint64_t)ids[i]);
+#endif
+}
+
 /* A TABLE message's payload before its name. */
 #define TABLE_FIXED_BYTES (4 + 4 + 8 + 8 + 8 + 4 + 4 + 4 * DT_PSMSG_TABLE_PARAMS + 4 + 8 + 4)
 
@@ -103,8 +124,7 @@ dt_status dt_psmsg_encode(const dt_psmsg *m, const int64_t *ids_host, const floa
         if (m->type == DT_PSMSG_PUSH_ROWS)
             put64(at, (uint64_t)m->step), putf(at + 8, m->lr_scale), at += 12;
         if (m->type != DT_PSMSG_ROWS)
-            for (uint32_t i = 0; i < m->n; i++, at += 8)
-                put64(at, (uint64_t)ids_host[i]);
+            put_ids(at, ids_host, m->n), at += 8 * (size_t)m->n;
         break;
     case DT_PSMSG_PULL_DENSE: case DT_PSMSG_DENSE: case DT_PSMSG_PUSH_DENSE:
         put32(at, m->table), put64(at + 4, m->offset), put64(at + 12, m->count), at += 20;
@@ -149,8 +169,7 @@ dt_status dt_psmsg_encode(const dt_psmsg *m, const int64_t *ids_host, const floa
     }
     if (m->type == DT_PSMSG_ROWS || m->type == DT_PSMSG_PUSH_ROWS || m->type == DT_PSMSG_DENSE ||
         m->type == DT_PSMSG_PUSH_DENSE || m->type == DT_PSMSG_VAR)
-        for (size_t i = 0; i < nv; i++, at += 4)
-            putf(at, values_host[i]);
+        put_floats(at, values_host, nv), at += 4 * nv;
     memcpy(h, "DTPS", 4);
     h[4] = DT_PSMSG_VERSION & 0xff, h[5] = DT_PSMSG_VERSION >> 8;
     h[6] = (uint8_t)m->type, h[7] = (uint8_t)(m->type >> 8);
@@ -178,6 +197,17 @@ static float loadf(const uint8_t *p)
 int64_t dt_psmsg_id(const dt_psmsg *m, size_t i) { return (int64_t)dt_load_le64(m->ids + 8 * i); }
 
 float dt_psmsg_value(const dt_psmsg *m, size_t i) { return loadf(m->values + 4 * i); }
+
+void dt_psmsg_values(const dt_psmsg *m, size_t first, size_t n, float *out)
+{
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    memcpy(out, m->values + 4 * first, 4 * n);
+#else
+    for (size_t i = 0; i < n; i++)
+        out[i] = loadf(m->values + 4 * (first + i));
+#endif
+}
+
 
 /* A push's step and rate scale (12 bytes at p); false when the scale is not a finite number
  * >= 0. */

@@ -114,6 +114,8 @@ dt_status dt_psmsg_peek(const uint8_t hdr[DT_PSMSG_HEADER_BYTES], const char *pe
 
 int64_t dt_psmsg_id(const dt_psmsg *m, size_t i);
 float dt_psmsg_value(const dt_psmsg *m, size_t i);
+/* Values [first, first + n) into out in host order: one copy on a little-endian host. */
+void dt_psmsg_values(const dt_psmsg *m, size_t first, size_t n, float *out);
 
 /* A growable output buffer: encoders append one message to it. */
 typedef struct {

@@ -18,12 +18,31 @@ typedef struct {
     dt_psbuf out, in;
 } ps_link;
 
+/* A table as the chief placed it, and the plan of the round under way: its ids grouped by
+ * shard (shard s's are ids[count[s] .. count[s + 1]), taken from places places[...] of the
+ * caller's list), and where pulled rows go. */
 typedef struct {
     uint32_t id;
     int64_t rows, n_shards;
     int dim;
     dt_partition_strategy strategy;
+    int64_t *ids, *shard_of;
+    size_t *places, *count, *fill; /* count and fill: n_shards + 1 */
+    size_t cap;
+    float *dest_rows;   /* by place */
+    dt_table *dest_tab; /* by id */
 } table_info;
+
+/* What the reply to a queued message is, in the order the messages were queued. */
+typedef enum { REPLY_ACK, REPLY_ROWS, REPLY_DENSE } reply_kind;
+
+typedef struct {
+    int to;            /* the ps */
+    reply_kind kind;
+    int table;         /* ROWS: index in tables */
+    int64_t shard;
+    int var;           /* DENSE */
+} pending;
 
 struct dt_ps_client {
     int n_ps;
@@ -36,11 +55,12 @@ struct dt_ps_client {
     int n_vars;
     uint64_t *var_offset, *var_count;
     int *var_to;
-    /* Per shard of the call under way: its ids and the places they came from. */
-    int64_t *ids;
-    size_t *places;
-    size_t *count;
-    size_t cap;
+    /* The round under way: messages queued in the links' out buffers, their replies due. */
+    pending *due;
+    size_t n_due, due_cap;
+    float *dense_dest;
+    float *grouped;   /* a push's rows, in shard order */
+    size_t grouped_cap;
 };
 
 dt_status dt_ps_client_open(const dt_handshake_id *me, const dt_cluster *cl,
@@ -84,18 +104,21 @@ void dt_ps_client_close(dt_ps_client *c)
     }
     free(c->ps);
     free(c->var_offset), free(c->var_count), free(c->var_to);
-    free(c->ids);
-    free(c->places);
-    free(c->count);
+    for (int t = 0; t < c->n_tables; t++) {
+        table_info *ti = &c->tables[t];
+        free(ti->ids), free(ti->shard_of), free(ti->places), free(ti->count), free(ti->fill);
+    }
+    free(c->due);
+    free(c->grouped);
     free(c);
 }
 
-static const table_info *find(const dt_ps_client *c, uint32_t id)
+static int find(const dt_ps_client *c, uint32_t id)
 {
     for (int i = 0; i < c->n_tables; i++)
         if (c->tables[i].id == id)
-            return &c->tables[i];
-    return NULL;
+            return i;
+    return -1;
 }
 
 /* Shard s of table id travels as table (id << 16 | s): a ps holding several shards of one table
@@ -104,237 +127,304 @@ static uint32_t wire_table(uint32_t id, int64_t shard) { return id << 16 | (uint
 
 static int ps_of_shard(const dt_ps_client *c, int64_t shard) { return (int)(shard % c->n_ps); }
 
-typedef dt_status (*reply_fn)(void *ctx, int64_t msg, const dt_psmsg *reply);
+/* ---- Rounds: every message queued, then sent, then every reply read ---- */
 
-/* Sends the messages queued in each ps's buffer, then reads their replies: message k (of n, in
- * the order they were queued) went to ps to[k], or to none when to[k] < 0. Each reply's type is
- * checked, and on_reply (if any) gets it with its message's number. */
-static dt_status exchange(dt_ps_client *c, int64_t n, const int *to, dt_psmsg_type want,
-                          reply_fn on_reply, void *ctx)
+static dt_status queue(dt_ps_client *c, pending p, dt_psmsg *m, const int64_t *ids,
+                       const float *values)
 {
+    if (c->n_due == c->due_cap) {
+        size_t cap = c->due_cap ? 2 * c->due_cap : 64;
+        pending *d = realloc(c->due, cap * sizeof *d);
+        if (!d)
+            return dt_error(DT_ERR_NOMEM, "no memory for %zu ps requests", cap);
+        c->due = d, c->due_cap = cap;
+    }
+    m->request_id = ++c->next_request;
+    dt_status st = dt_psmsg_encode(m, ids, values, &c->ps[p.to].out);
+    if (st == DT_OK)
+        c->due[c->n_due++] = p;
+    return st;
+}
+
+static dt_status take_rows(dt_ps_client *c, const pending *p, const dt_psmsg *r)
+{
+    table_info *t = &c->tables[p->table];
+    size_t lo = t->count[p->shard], n = t->count[p->shard + 1] - lo, dim = (size_t)t->dim;
+    if (r->n != n || r->dim != (uint32_t)t->dim)
+        return dt_error(DT_ERR_PEER, "%s: %u rows of %u for a pull of %zu rows of %d",
+                        c->ps[p->to].name, r->n, r->dim, n, t->dim);
+    for (size_t i = 0; i < n; i++) {
+        float *dst = t->dest_tab ? dt_table_row(t->dest_tab, t->ids[lo + i])
+                                 : t->dest_rows + t->places[lo + i] * dim;
+        dt_psmsg_values(r, i * dim, dim, dst);
+    }
+    return DT_OK;
+}
+
+static dt_status take_dense(dt_ps_client *c, const pending *p, const dt_psmsg *r)
+{
+    if (r->offset != c->var_offset[p->var] || r->count != c->var_count[p->var])
+        return dt_error(DT_ERR_PEER, "%s: variable %d came back as [%llu, +%llu)",
+                        c->ps[p->to].name, p->var, (unsigned long long)r->offset,
+                        (unsigned long long)r->count);
+    dt_psmsg_values(r, 0, r->count, c->dense_dest + r->offset);
+    return DT_OK;
+}
+
+/* Sends what is queued and reads every reply in the order the messages were queued (each ps
+ * answers its own in order), handing rows and values to their destinations. */
+static dt_status run_round(dt_ps_client *c)
+{
+    static const dt_psmsg_type want[] = {DT_PSMSG_ACK, DT_PSMSG_ROWS, DT_PSMSG_DENSE};
     double deadline = dt_clock_now() + c->request_timeout;
     dt_status st = DT_OK;
     for (int k = 0; k < c->n_ps && st == DT_OK; k++)
         if (c->ps[k].out.len > 0)
             st = dt_psconn_send(c->ps[k].fd, &c->ps[k].out, c->ps[k].name, deadline);
-    for (int64_t m = 0; m < n && st == DT_OK; m++) {
-        if (to[m] < 0)
-            continue;
-        ps_link *p = &c->ps[to[m]];
+    for (size_t m = 0; m < c->n_due && st == DT_OK; m++) {
+        const pending *p = &c->due[m];
+        ps_link *l = &c->ps[p->to];
         dt_psmsg r;
-        if ((st = dt_psconn_recv(p->fd, p->name, deadline, &p->in, &r)))
+        if ((st = dt_psconn_recv(l->fd, l->name, deadline, &l->in, &r)))
             break;
         if (r.type == DT_PSMSG_ERROR)
-            st = dt_error((dt_status)(r.status > 0 ? r.status : DT_ERR_PEER), "%s: %.*s", p->name,
+            st = dt_error((dt_status)(r.status > 0 ? r.status : DT_ERR_PEER), "%s: %.*s", l->name,
                           (int)r.text_len, r.text);
-        else if (r.type != want)
-            st = dt_error(DT_ERR_PEER, "%s: a %s reply where %s was due", p->name,
-                          dt_psmsg_type_name(r.type), dt_psmsg_type_name(want));
-        else if (on_reply)
-            st = on_reply(ctx, m, &r);
+        else if (r.type != want[p->kind])
+            st = dt_error(DT_ERR_PEER, "%s: a %s reply where %s was due", l->name,
+                          dt_psmsg_type_name(r.type), dt_psmsg_type_name(want[p->kind]));
+        else if (p->kind == REPLY_ROWS)
+            st = take_rows(c, p, &r);
+        else if (p->kind == REPLY_DENSE)
+            st = take_dense(c, p, &r);
     }
     for (int k = 0; k < c->n_ps; k++)
         c->ps[k].out.len = 0;
+    c->n_due = 0;
     return st;
 }
 
-static dt_status reserve_plan(dt_ps_client *c, size_t n, int64_t n_shards)
+/* Groups ids by the shard that holds each (a counting sort, stable, so ids that ascend ascend
+ * within each shard too). */
+static dt_status plan(table_info *t, const int64_t *ids, size_t n)
 {
-    size_t need = n > (size_t)n_shards + 1 ? n : (size_t)n_shards + 1;
-    if (need <= c->cap)
-        return DT_OK;
-    free(c->ids), free(c->places), free(c->count);
-    c->ids = malloc(need * sizeof *c->ids);
-    c->places = malloc(need * sizeof *c->places);
-    c->count = malloc(need * sizeof *c->count);
-    c->cap = c->ids && c->places && c->count ? need : 0;
-    if (!c->cap)
-        return dt_error(DT_ERR_NOMEM, "no memory for a ps request of %zu ids", n);
+    if (n > t->cap || !t->ids) {
+        size_t cap = n > 1 ? n : 1;
+        free(t->ids), free(t->places), free(t->shard_of);
+        t->ids = malloc(cap * sizeof *t->ids);
+        t->places = malloc(cap * sizeof *t->places);
+        t->shard_of = malloc(cap * sizeof *t->shard_of);
+        t->cap = t->ids && t->places && t->shard_of ? cap : 0;
+        if (!t->cap)
+            return dt_error(DT_ERR_NOMEM, "no memory for a ps request of %zu ids", n);
+    }
+    size_t *count = t->count, *fill = t->fill;
+    memset(count, 0, ((size_t)t->n_shards + 1) * sizeof *count);
+    for (size_t i = 0; i < n; i++) {
+        int64_t shard, row;
+        if (ids[i] < 0 || ids[i] >= t->rows)
+            return dt_error(DT_ERR_INVALID, "ps: table %u: id %lld outside its %lld rows", t->id,
+                            (long long)ids[i], (long long)t->rows);
+        dt_partition_locate(t->strategy, t->rows, t->n_shards, ids[i], &shard, &row);
+        t->shard_of[i] = shard;
+        count[shard + 1]++;
+    }
+    for (int64_t s = 0; s < t->n_shards; s++)
+        count[s + 1] += count[s];
+    memcpy(fill, count, (size_t)t->n_shards * sizeof *fill);
+    for (size_t i = 0; i < n; i++) {
+        size_t at = fill[t->shard_of[i]]++;
+        t->ids[at] = ids[i], t->places[at] = i;
+    }
     return DT_OK;
 }
 
-/* Groups ids by shard (a counting sort, stable): shard s's ids are c->ids[count[s] ..
- * count[s + 1]), from places c->places[...]. */
-static dt_status plan(dt_ps_client *c, const table_info *t, const int64_t *ids, size_t n)
+/* One PULL_ROWS per shard with ids; rows go to t's destination. */
+static dt_status queue_pull(dt_ps_client *c, int ti)
 {
-    dt_status st = reserve_plan(c, n, t->n_shards);
-    if (st)
-        return st;
-    int64_t *shard_of = (int64_t *)malloc((n + 1) * sizeof *shard_of);
-    if (!shard_of)
-        return dt_error(DT_ERR_NOMEM, "no memory for a ps request of %zu ids", n);
-    memset(c->count, 0, ((size_t)t->n_shards + 1) * sizeof *c->count);
-    for (size_t i = 0; i < n; i++) {
-        int64_t row;
-        if (ids[i] < 0 || ids[i] >= t->rows) {
-            free(shard_of);
-            return dt_error(DT_ERR_INVALID, "ps: table %u: id %lld outside its %lld rows", t->id,
-                            (long long)ids[i], (long long)t->rows);
-        }
-        dt_partition_locate(t->strategy, t->rows, t->n_shards, ids[i], &shard_of[i], &row);
-        c->count[shard_of[i] + 1]++;
+    table_info *t = &c->tables[ti];
+    dt_status st = DT_OK;
+    for (int64_t s = 0; s < t->n_shards && st == DT_OK; s++) {
+        size_t lo = t->count[s], n = t->count[s + 1] - lo;
+        if (n == 0)
+            continue;
+        dt_psmsg m = {.type = DT_PSMSG_PULL_ROWS, .table = wire_table(t->id, s),
+                      .n = (uint32_t)n};
+        st = queue(c, (pending){ps_of_shard(c, s), REPLY_ROWS, ti, s, 0}, &m, t->ids + lo, NULL);
     }
-    for (int64_t s = 0; s < t->n_shards; s++)
-        c->count[s + 1] += c->count[s];
-    size_t *fill = malloc(((size_t)t->n_shards + 1) * sizeof *fill);
-    if (!fill) {
-        free(shard_of);
-        return dt_error(DT_ERR_NOMEM, "no memory for a ps request of %zu ids", n);
-    }
-    memcpy(fill, c->count, ((size_t)t->n_shards + 1) * sizeof *fill);
-    for (size_t i = 0; i < n; i++) {
-        size_t at = fill[shard_of[i]]++;
-        c->ids[at] = ids[i], c->places[at] = i;
-    }
-    free(fill);
-    free(shard_of);
-    return DT_OK;
+    return st;
 }
+
+/* One PUSH_ROWS per shard with ids, their rows taken from rows (by place). */
+static dt_status queue_push(dt_ps_client *c, int ti, const float *rows, int64_t step,
+                            float lr_scale)
+{
+    table_info *t = &c->tables[ti];
+    size_t dim = (size_t)t->dim, total = t->count[t->n_shards];
+    if (total * dim > c->grouped_cap) {
+        float *g = realloc(c->grouped, total * dim * sizeof *g);
+        if (!g)
+            return dt_error(DT_ERR_NOMEM, "no memory for a push of %zu rows", total);
+        c->grouped = g, c->grouped_cap = total * dim;
+    }
+    for (size_t i = 0; i < total; i++)
+        memcpy(c->grouped + i * dim, rows + t->places[i] * dim, dim * sizeof *rows);
+    dt_status st = DT_OK;
+    for (int64_t s = 0; s < t->n_shards && st == DT_OK; s++) {
+        size_t lo = t->count[s], n = t->count[s + 1] - lo;
+        if (n == 0)
+            continue;
+        dt_psmsg m = {.type = DT_PSMSG_PUSH_ROWS, .table = wire_table(t->id, s),
+                      .n = (uint32_t)n, .dim = (uint32_t)dim, .step = step,
+                      .lr_scale = lr_scale};
+        st = queue(c, (pending){ps_of_shard(c, s), REPLY_ACK, ti, s, 0}, &m, t->ids + lo,
+                   c->grouped + lo * dim);
+    }
+    return st;
+}
+
+/* One PULL_DENSE (values NULL) or PUSH_DENSE per dense variable. */
+static dt_status queue_dense(dt_ps_client *c, const float *grads, int64_t step, float lr_scale)
+{
+    dt_status st = DT_OK;
+    for (int i = 0; i < c->n_vars && st == DT_OK; i++) {
+        dt_psmsg m = {.type = grads ? DT_PSMSG_PUSH_DENSE : DT_PSMSG_PULL_DENSE,
+                      .table = (uint32_t)i, .offset = c->var_offset[i],
+                      .count = c->var_count[i], .step = step, .lr_scale = lr_scale};
+        st = queue(c, (pending){c->var_to[i], grads ? REPLY_ACK : REPLY_DENSE, 0, 0, i}, &m,
+                   NULL, grads ? grads + c->var_offset[i] : NULL);
+    }
+    return st;
+}
+
+/* ---- Tables ---- */
 
 dt_status dt_ps_client_define(dt_ps_client *c, uint32_t id, const char *name, int64_t rows,
                               int dim, int64_t n_shards, dt_partition_strategy strategy,
                               const dt_rowopt_config *opt, float init_stddev, uint64_t seed)
 {
-    if (c->n_tables == MAX_TABLES || find(c, id) || id >= 65536 || n_shards > 65536 ||
-        n_shards < 1 || n_shards > rows)
-        return dt_error(DT_ERR_INVALID, "ps: table %u: defined twice, more than %d tables, or "
-                        "an id or shard count out of range", id, MAX_TABLES);
-    int *to = malloc((size_t)n_shards * sizeof *to);
-    if (!to)
-        return dt_error(DT_ERR_NOMEM, "no memory for %lld shards", (long long)n_shards);
-    dt_status st = DT_OK;
+    dt_status st = dt_ps_client_use_table(c, id, rows, dim, n_shards, strategy);
     for (int64_t s = 0; s < n_shards && st == DT_OK; s++) {
         dt_psmsg m;
         dt_ps_table_msg(wire_table(id, s), name, rows, dim, n_shards, s, strategy, opt,
                         init_stddev, seed, &m);
-        m.request_id = ++c->next_request;
-        to[s] = ps_of_shard(c, s);
-        st = dt_psmsg_encode(&m, NULL, NULL, &c->ps[to[s]].out);
+        st = queue(c, (pending){ps_of_shard(c, s), REPLY_ACK, 0, 0, 0}, &m, NULL, NULL);
     }
-    if (st == DT_OK)
-        st = exchange(c, n_shards, to, DT_PSMSG_ACK, NULL, NULL);
-    free(to);
-    if (st == DT_OK)
-        st = dt_ps_client_use_table(c, id, rows, dim, n_shards, strategy);
-    return st;
+    return st ? st : run_round(c);
 }
 
 dt_status dt_ps_client_use_table(dt_ps_client *c, uint32_t id, int64_t rows, int dim,
                                  int64_t n_shards, dt_partition_strategy strategy)
 {
-    if (c->n_tables == MAX_TABLES || find(c, id) || id >= 65536 || n_shards > 65536 ||
-        n_shards < 1 || n_shards > rows)
+    if (c->n_tables == MAX_TABLES || find(c, id) >= 0 || id >= 65536 || n_shards > 65536 ||
+        n_shards < 1 || n_shards > rows || dim < 1)
         return dt_error(DT_ERR_INVALID, "ps: table %u: given twice, more than %d tables, or an "
-                        "id or shard count out of range", id, MAX_TABLES);
-    c->tables[c->n_tables++] = (table_info){id, rows, n_shards, dim, strategy};
+                        "id, width or shard count out of range", id, MAX_TABLES);
+    table_info *t = &c->tables[c->n_tables];
+    *t = (table_info){.id = id, .rows = rows, .n_shards = n_shards, .dim = dim,
+                      .strategy = strategy};
+    t->count = calloc((size_t)n_shards + 1, sizeof *t->count);
+    t->fill = calloc((size_t)n_shards + 1, sizeof *t->fill);
+    if (!t->count || !t->fill) {
+        free(t->count), free(t->fill);
+        return dt_error(DT_ERR_NOMEM, "no memory for %lld shards", (long long)n_shards);
+    }
+    c->n_tables++;
     return DT_OK;
 }
 
-typedef struct {
-    dt_ps_client *c;
-    const table_info *t;
-    float *rows;
-} pull_ctx;
-
-static dt_status scatter_rows(void *ctx, int64_t shard, const dt_psmsg *r)
+static dt_status table_of(const dt_ps_client *c, uint32_t id, size_t n, int *ti)
 {
-    pull_ctx *p = ctx;
-    size_t lo = p->c->count[shard], n = p->c->count[shard + 1] - lo;
-    if (r->n != n || r->dim != (uint32_t)p->t->dim)
-        return dt_error(DT_ERR_PEER, "%s: %u rows of %u for a pull of %zu rows of %d",
-                        p->c->ps[ps_of_shard(p->c, shard)].name, r->n, r->dim, n, p->t->dim);
-    size_t dim = (size_t)p->t->dim;
-    for (size_t i = 0; i < n; i++) {
-        float *dst = p->rows + p->c->places[lo + i] * dim;
-        for (size_t k = 0; k < dim; k++)
-            dst[k] = dt_psmsg_value(r, i * dim + k);
-    }
-    return DT_OK;
-}
-
-/* Queues one message per shard with ids: PULL_ROWS, or PUSH_ROWS with the rows at the ids'
- * places in rows. */
-static dt_status queue_requests(dt_ps_client *c, const table_info *t, dt_psmsg_type type,
-                                const float *rows, int64_t step, float lr_scale, int *to)
-{
-    float *grouped = NULL;
-    size_t dim = (size_t)t->dim;
-    dt_status st = DT_OK;
-    for (int64_t s = 0; s < t->n_shards && st == DT_OK; s++) {
-        size_t lo = c->count[s], n = c->count[s + 1] - lo;
-        to[s] = n > 0 ? ps_of_shard(c, s) : -1;
-        if (n == 0)
-            continue;
-        dt_psmsg m = {.type = type, .request_id = ++c->next_request,
-                      .table = wire_table(t->id, s), .n = (uint32_t)n, .dim = (uint32_t)dim,
-                      .step = step, .lr_scale = lr_scale};
-        if (type == DT_PSMSG_PUSH_ROWS) {
-            float *g = realloc(grouped, n * dim * sizeof *g);
-            if (!g) {
-                st = dt_error(DT_ERR_NOMEM, "no memory for a push of %zu rows", n);
-                break;
-            }
-            grouped = g;
-            for (size_t i = 0; i < n; i++)
-                memcpy(g + i * dim, rows + c->places[lo + i] * dim, dim * sizeof *g);
-        }
-        st = dt_psmsg_encode(&m, c->ids + lo, grouped, &c->ps[ps_of_shard(c, s)].out);
-    }
-    free(grouped);
-    return st;
-}
-
-static dt_status rows_call(dt_ps_client *c, uint32_t id, const int64_t *ids, size_t n,
-                           dt_psmsg_type type, float *out, const float *in, int64_t step,
-                           float lr_scale)
-{
-    const table_info *t = find(c, id);
-    if (!t)
+    if ((*ti = find(c, id)) < 0)
         return dt_error(DT_ERR_INVALID, "ps: no table %u defined", id);
     if (n > DT_PSMSG_MAX_ROWS)
         return dt_error(DT_ERR_INVALID, "ps: %zu ids in one request (at most %u)", n,
                         DT_PSMSG_MAX_ROWS);
-    int *to = malloc((size_t)t->n_shards * sizeof *to);
-    if (!to)
-        return dt_error(DT_ERR_NOMEM, "no memory for %lld shards", (long long)t->n_shards);
-    dt_status st = plan(c, t, ids, n);
-    if (st == DT_OK)
-        st = queue_requests(c, t, type, in, step, lr_scale, to);
-    pull_ctx p = {c, t, out};
-    if (st == DT_OK)
-        st = exchange(c, t->n_shards, to,
-                      type == DT_PSMSG_PULL_ROWS ? DT_PSMSG_ROWS : DT_PSMSG_ACK,
-                      type == DT_PSMSG_PULL_ROWS ? scatter_rows : NULL, &p);
-    for (int k = 0; k < c->n_ps; k++)
-        c->ps[k].out.len = 0;
-    free(to);
-    return st;
+    return DT_OK;
 }
 
 dt_status dt_ps_client_pull(dt_ps_client *c, uint32_t id, const int64_t *ids, size_t n,
                             float *rows)
 {
-    return rows_call(c, id, ids, n, DT_PSMSG_PULL_ROWS, rows, NULL, 0, 0.0f);
+    int ti;
+    dt_status st = table_of(c, id, n, &ti);
+    if (st == DT_OK && (st = plan(&c->tables[ti], ids, n)) == DT_OK) {
+        c->tables[ti].dest_rows = rows, c->tables[ti].dest_tab = NULL;
+        st = queue_pull(c, ti);
+    }
+    return st ? (run_round(c), st) : run_round(c);
+}
+
+dt_status dt_ps_client_pull_into(dt_ps_client *c, uint32_t id, const int64_t *ids, size_t n,
+                                 dt_table *tab)
+{
+    int ti;
+    dt_status st = table_of(c, id, n, &ti);
+    if (st == DT_OK && (st = plan(&c->tables[ti], ids, n)) == DT_OK) {
+        c->tables[ti].dest_rows = NULL, c->tables[ti].dest_tab = tab;
+        st = queue_pull(c, ti);
+    }
+    return st ? (run_round(c), st) : run_round(c);
 }
 
 dt_status dt_ps_client_push(dt_ps_client *c, uint32_t id, const int64_t *ids, size_t n,
                             const float *rows, int64_t step, float lr_scale)
 {
-    return rows_call(c, id, ids, n, DT_PSMSG_PUSH_ROWS, NULL, rows, step, lr_scale);
+    int ti;
+    dt_status st = table_of(c, id, n, &ti);
+    if (st == DT_OK && (st = plan(&c->tables[ti], ids, n)) == DT_OK)
+        st = queue_push(c, ti, rows, step, lr_scale);
+    return st ? (run_round(c), st) : run_round(c);
+}
+
+dt_status dt_ps_client_pull_step(dt_ps_client *c, const int64_t *ids, size_t n,
+                                 dt_table *const *tables, float *dense)
+{
+    dt_status st = DT_OK;
+    for (int ti = 0; ti < c->n_tables && st == DT_OK; ti++) {
+        if (!tables[ti])
+            continue;
+        if ((st = plan(&c->tables[ti], ids, n)))
+            break;
+        c->tables[ti].dest_rows = NULL, c->tables[ti].dest_tab = tables[ti];
+        st = queue_pull(c, ti);
+    }
+    if (st == DT_OK && dense) {
+        c->dense_dest = dense;
+        st = queue_dense(c, NULL, 0, 0.0f);
+    }
+    return st ? (run_round(c), st) : run_round(c);
+}
+
+dt_status dt_ps_client_push_step(dt_ps_client *c, const dt_sparse_rows *const *grads,
+                                 const float *dense, int64_t step, float table_scale)
+{
+    dt_status st = DT_OK;
+    for (int ti = 0; ti < c->n_tables && st == DT_OK; ti++) {
+        const dt_sparse_rows *g = grads[ti];
+        if (!g || g->n == 0)
+            continue;
+        if ((st = plan(&c->tables[ti], g->ids, g->n)))
+            break;
+        st = queue_push(c, ti, g->rows, step, table_scale);
+    }
+    if (st == DT_OK && dense)
+        st = queue_dense(c, dense, step, 1.0f);
+    return st ? (run_round(c), st) : run_round(c);
 }
 
 dt_status dt_ps_client_stop(dt_ps_client *c)
 {
-    int to[c->n_ps];
     for (int k = 0; k < c->n_ps; k++) {
-        dt_psmsg m = {.type = DT_PSMSG_STOP, .request_id = ++c->next_request};
-        dt_status st = dt_psmsg_encode(&m, NULL, NULL, &c->ps[k].out);
+        dt_psmsg m = {.type = DT_PSMSG_STOP};
+        dt_status st = queue(c, (pending){k, REPLY_ACK, 0, 0, 0}, &m, NULL, NULL);
         if (st)
-            return st;
-        to[k] = k;
+            return run_round(c), st;
     }
-    return exchange(c, c->n_ps, to, DT_PSMSG_ACK, NULL, NULL);
+    return run_round(c);
 }
+
+/* ---- Dense variables ---- */
 
 dt_status dt_ps_client_use_dense(dt_ps_client *c, const dt_arena *params)
 {
@@ -362,60 +452,22 @@ dt_status dt_ps_client_define_dense(dt_ps_client *c, const dt_arena *params,
         dt_psmsg m;
         dt_ps_var_msg((uint32_t)i, c->var_offset[i], c->var_count[i], params->n_elems, opt, NULL,
                       &m);
-        m.request_id = ++c->next_request;
-        st = dt_psmsg_encode(&m, NULL, params->data + c->var_offset[i], &c->ps[c->var_to[i]].out);
+        st = queue(c, (pending){c->var_to[i], REPLY_ACK, 0, 0, i}, &m, NULL,
+                   params->data + c->var_offset[i]);
     }
-    if (st == DT_OK)
-        st = exchange(c, c->n_vars, c->var_to, DT_PSMSG_ACK, NULL, NULL);
-    return st;
-}
-
-typedef struct {
-    dt_ps_client *c;
-    float *params;
-} dense_ctx;
-
-static dt_status copy_dense(void *ctx, int64_t var, const dt_psmsg *r)
-{
-    dense_ctx *d = ctx;
-    if (r->offset != d->c->var_offset[var] || r->count != d->c->var_count[var])
-        return dt_error(DT_ERR_PEER, "%s: variable %lld came back as [%llu, +%llu)",
-                        d->c->ps[d->c->var_to[var]].name, (long long)var,
-                        (unsigned long long)r->offset, (unsigned long long)r->count);
-    for (uint64_t i = 0; i < r->count; i++)
-        d->params[r->offset + i] = dt_psmsg_value(r, i);
-    return DT_OK;
-}
-
-/* Queues one dense message per variable: PULL_DENSE, or PUSH_DENSE with grads. */
-static dt_status dense_call(dt_ps_client *c, dt_psmsg_type type, float *params,
-                            const float *grads, int64_t step, float lr_scale)
-{
-    dt_status st = DT_OK;
-    for (int i = 0; i < c->n_vars && st == DT_OK; i++) {
-        dt_psmsg m = {.type = type, .request_id = ++c->next_request, .table = (uint32_t)i,
-                      .offset = c->var_offset[i], .count = c->var_count[i], .step = step,
-                      .lr_scale = lr_scale};
-        st = dt_psmsg_encode(&m, NULL, grads ? grads + c->var_offset[i] : NULL,
-                             &c->ps[c->var_to[i]].out);
-    }
-    dense_ctx d = {c, params};
-    if (st == DT_OK)
-        st = exchange(c, c->n_vars, c->var_to,
-                      type == DT_PSMSG_PULL_DENSE ? DT_PSMSG_DENSE : DT_PSMSG_ACK,
-                      type == DT_PSMSG_PULL_DENSE ? copy_dense : NULL, &d);
-    for (int k = 0; k < c->n_ps; k++)
-        c->ps[k].out.len = 0;
-    return st;
+    return st ? (run_round(c), st) : run_round(c);
 }
 
 dt_status dt_ps_client_pull_dense(dt_ps_client *c, float *params)
 {
-    return dense_call(c, DT_PSMSG_PULL_DENSE, params, NULL, 0, 0.0f);
+    c->dense_dest = params;
+    dt_status st = queue_dense(c, NULL, 0, 0.0f);
+    return st ? (run_round(c), st) : run_round(c);
 }
 
 dt_status dt_ps_client_push_dense(dt_ps_client *c, const float *grads, int64_t step,
                                   float lr_scale)
 {
-    return dense_call(c, DT_PSMSG_PUSH_DENSE, NULL, grads, step, lr_scale);
+    dt_status st = queue_dense(c, grads, step, lr_scale);
+    return st ? (run_round(c), st) : run_round(c);
 }

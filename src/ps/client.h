@@ -11,6 +11,7 @@
 #include "dtrain/optim.h"
 #include "dtrain/partition.h"
 #include "dtrain/rowopt.h"
+#include "dtrain/table.h"
 
 typedef struct dt_ps_client dt_ps_client;
 
@@ -29,6 +30,9 @@ dt_status dt_ps_client_use_table(dt_ps_client *c, uint32_t id, int64_t rows, int
 /* rows (n x dim) = the table's rows of ids (any order, repeats allowed). */
 dt_status dt_ps_client_pull(dt_ps_client *c, uint32_t id, const int64_t *ids, size_t n,
                             float *rows);
+/* The same, each row written into tab at its id (a worker's local copy of the table). */
+dt_status dt_ps_client_pull_into(dt_ps_client *c, uint32_t id, const int64_t *ids, size_t n,
+                                 dt_table *tab);
 /* Applies one step's summed gradient rows (ids unique and increasing) at step and lr_scale. */
 dt_status dt_ps_client_push(dt_ps_client *c, uint32_t id, const int64_t *ids, size_t n,
                             const float *rows, int64_t step, float lr_scale);
@@ -44,6 +48,15 @@ dt_status dt_ps_client_push_dense(dt_ps_client *c, const float *grads, int64_t s
                                   float lr_scale);
 /* The dense layout as the chief defined it, for a worker that did not: the same params. */
 dt_status dt_ps_client_use_dense(dt_ps_client *c, const dt_arena *params);
+
+/* A worker's step in one round each way, every shard of every ps at once: the rows of ids (n)
+ * of every table t into tables[t] at their ids (tables[t] NULL: not pulled) and the dense
+ * variables into dense (NULL: not pulled); then each table's gradient (grads[t], NULL or empty:
+ * none) at table_scale times its rate, and the dense gradients (NULL: none), for step. */
+dt_status dt_ps_client_pull_step(dt_ps_client *c, const int64_t *ids, size_t n,
+                                 dt_table *const *tables, float *dense);
+dt_status dt_ps_client_push_step(dt_ps_client *c, const dt_sparse_rows *const *grads,
+                                 const float *dense, int64_t step, float table_scale);
 
 /* Tells every ps task to stop (the chief only). */
 dt_status dt_ps_client_stop(dt_ps_client *c);

@@ -159,8 +159,7 @@ static dt_status push(dt_ps_shard *s, dt_ps_table_shard *ts, const dt_psmsg *req
             return reply_error(req, DT_ERR_INVALID, reply, "table %u: pushed ids are not unique "
                                "and increasing", ts->id);
     size_t nv = (size_t)req->n * (size_t)ts->t.dim;
-    for (size_t k = 0; k < nv; k++)
-        g->rows[k] = dt_psmsg_value(req, k);
+    dt_psmsg_values(req, 0, nv, g->rows);
     g->n = req->n;
     if (req->step < 1)
         return reply_error(req, DT_ERR_INVALID, reply, "table %u: a push at step %lld (from 1)",
@@ -340,8 +339,7 @@ static dt_status define_slice(dt_ps_shard *s, const dt_psmsg *req, dt_psbuf *rep
                                DT_PS_MAX_SLICES);
         v = &s->slices[s->n_slices++];
         *v = (dt_ps_dense_slice){req->table, req->offset, req->count, 0};
-        for (uint64_t i = 0; i < req->count; i++)
-            s->dense[req->offset + i] = dt_psmsg_value(req, i);
+        dt_psmsg_values(req, 0, req->count, s->dense + req->offset);
     }
     dt_psmsg ack = {.type = DT_PSMSG_ACK, .request_id = req->request_id, .clock = v->clock};
     return dt_psmsg_encode(&ack, NULL, NULL, reply);
@@ -385,8 +383,7 @@ static dt_status push_dense(dt_ps_shard *s, const dt_psmsg *req, dt_psbuf *reply
         return reply_error(req, DT_ERR_INVALID, reply, "variable %u: a push at step %lld (from "
                            "1)", v->id, (long long)req->step);
     float *g = s->dense_grad + v->offset;
-    for (uint64_t i = 0; i < v->count; i++)
-        g[i] = dt_psmsg_value(req, i);
+    dt_psmsg_values(req, 0, v->count, g);
     /* The update of the push's step: its bias correction and scheduled rate. */
     dt_optim *o = &s->dense_opt;
     o->iterations = req->step - 1;

@@ -13,6 +13,7 @@
 #include "../ps/client.h"
 #include "batch.h"
 #include "dtrain/clock.h"
+#include "dtrain/embedding.h"
 #include "dtrain/log.h"
 
 /* ---- What both sides know ---- */
@@ -101,14 +102,18 @@ static dt_status reply_msg(dt_zlink *z, const dt_zpeer *to, const dt_psmsg *m, d
 
 /* ---- The worker ---- */
 
+/* A CTR model's tables: fm_w and fm_v. */
+#define DT_PS_WORKER_MAX_TABLES 16
+
 typedef struct {
     const dt_train_config *c;
     dt_model *m;
     dt_input *in;
     dt_ps_client *ps;
     int32_t *labels;
-    int64_t *uniq;
-    float *rows;
+    int64_t *uniq;       /* the batch's unique ids */
+    uint32_t *slot;
+    void *scratch;
     size_t cap;
     int epoch;             /* epochs of this worker's data begun */
     int64_t in_epoch;      /* batches taken in this epoch */
@@ -147,50 +152,34 @@ static dt_status next_batch(worker *w, dt_elem **e)
     }
 }
 
-static int cmp_id(const void *a, const void *b)
+static dt_status reserve_ids(worker *w, size_t n)
 {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
-static dt_status reserve_ids(worker *w, size_t n, int dim)
-{
-    if (n <= w->cap && w->rows)
+    if (n <= w->cap && w->uniq)
         return DT_OK;
-    free(w->uniq), free(w->rows);
+    free(w->uniq), free(w->slot), free(w->scratch);
     w->uniq = malloc(n * sizeof *w->uniq);
-    w->rows = malloc(n * (size_t)dim * sizeof *w->rows);
-    w->cap = w->uniq && w->rows ? n : 0;
+    w->slot = malloc(n * sizeof *w->slot);
+    w->scratch = malloc(dt_embedding_scratch_bytes(n));
+    w->cap = w->uniq && w->slot && w->scratch ? n : 0;
     return w->cap ? DT_OK : dt_error(DT_ERR_NOMEM, "no memory for a batch of %zu ids", n);
 }
 
-/* The batch's rows of every table, and the dense variables, from the ps tasks. */
+/* The batch's rows of every table and the dense variables, from the ps tasks in one round. */
 static dt_status pull_variables(worker *w, const dt_elem *e)
 {
     dt_model *m = w->m;
-    dt_status st = DT_OK;
+    dt_table *tables[DT_PS_WORKER_MAX_TABLES] = {0};
+    size_t u = 0;
     if (dt_model_num_tables(m) > 0) {
-        size_t n = (size_t)(e->sp_row[e->n] - e->sp_row[0]), u = 0;
-        int max_dim = 1;
-        for (int t = 0; t < dt_model_num_tables(m); t++)
-            max_dim = dt_model_table(m, t)->dim > max_dim ? dt_model_table(m, t)->dim : max_dim;
-        if ((st = reserve_ids(w, n, max_dim)))
+        size_t n = (size_t)(e->sp_row[e->n] - e->sp_row[0]);
+        dt_status st = reserve_ids(w, n);
+        if (st)
             return st;
-        memcpy(w->uniq, e->sp_ids + e->sp_row[0], n * sizeof *w->uniq);
-        qsort(w->uniq, n, sizeof *w->uniq, cmp_id);
-        for (size_t i = 0; i < n; i++)
-            if (u == 0 || w->uniq[i] != w->uniq[u - 1])
-                w->uniq[u++] = w->uniq[i];
-        for (int t = 0; t < dt_model_num_tables(m) && st == DT_OK; t++) {
-            dt_table *tab = dt_model_table(m, t);
-            if ((st = dt_ps_client_pull(w->ps, (uint32_t)t, w->uniq, u, w->rows)))
-                break;
-            for (size_t i = 0; i < u; i++)
-                memcpy(dt_table_row(tab, w->uniq[i]), w->rows + i * (size_t)tab->dim,
-                       (size_t)tab->dim * sizeof(float));
-        }
+        u = dt_embedding_dedupe(e->sp_ids + e->sp_row[0], n, w->scratch, w->uniq, w->slot);
+        for (int t = 0; t < dt_model_num_tables(m); t++)
+            tables[t] = dt_model_table(m, t);
     }
-    return st ? st : dt_ps_client_pull_dense(w->ps, dt_model_params(m)->data);
+    return dt_ps_client_pull_step(w->ps, w->uniq, u, tables, dt_model_params(m)->data);
 }
 
 /* One step, global step number `step`: the batch's loss summed into r. */
@@ -218,12 +207,10 @@ static dt_status worker_step(worker *w, int64_t step, dt_psmsg *r)
     /* The tables' rate follows the dense one's schedule, as dt_replica_update_tables has it. */
     const dt_optim_config *oc = &w->c->optim;
     float scale = dt_lr_schedule_at(oc, step - 1) / oc->lr;
-    for (int t = 0; t < dt_model_num_tables(m) && st == DT_OK; t++) {
-        const dt_sparse_rows *g = dt_model_table_grad(m, t);
-        st = dt_ps_client_push(w->ps, (uint32_t)t, g->ids, g->n, g->rows, step, scale);
-    }
-    if (st == DT_OK)
-        st = dt_ps_client_push_dense(w->ps, dt_model_grads(m)->data, step, 1.0f);
+    const dt_sparse_rows *grads[DT_PS_WORKER_MAX_TABLES] = {0};
+    for (int t = 0; t < dt_model_num_tables(m); t++)
+        grads[t] = dt_model_table_grad(m, t);
+    st = dt_ps_client_push_step(w->ps, grads, dt_model_grads(m)->data, step, scale);
     r->n++, r->rows += e->n, r->correct += correct, r->loss += loss;
 done:
     dt_elem_free(e);
@@ -331,7 +318,7 @@ dt_status dt_ps_work(const dt_train_config *c, dt_model *m, dt_input *in, dt_fit
         st = serve(&w, z, coordinator);
     dt_zlink_close(z);
     dt_ps_client_close(w.ps);
-    free(w.labels), free(w.uniq), free(w.rows);
+    free(w.labels), free(w.uniq), free(w.slot), free(w.scratch);
     close_cluster(&pc);
     return st;
 }
