@@ -8,8 +8,9 @@
  *                          variables (dt_model_share_params); replica 0 applies the updates
  *   multi_worker_mirrored  one replica per process of a cluster, through the communicator given
  *                          (tcp or mpi); every process calls dt_strategy_run itself
- *   parameter_server       variables on ps tasks, steps scheduled by a coordinator (not in this
- *                          build: dt_strategy_create refuses it)
+ *   parameter_server       variables on ps tasks, steps scheduled by a coordinator on worker
+ *                          processes: dt_train runs it (train.h), whose processes are not
+ *                          replicas of one loop, so dt_strategy_create refuses it
  *
  * dt_strategy_run calls fn once per local replica with that replica's handle: fn builds or finds
  * its replica's model and data and trains, with dt_fit_replica (fit.h) or its own step loop that

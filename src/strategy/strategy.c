@@ -46,8 +46,9 @@ dt_status dt_strategy_create(dt_strategy_kind kind, const dt_strategy_options *o
     if ((unsigned)kind >= (unsigned)N_KINDS)
         return dt_error(DT_ERR_INVALID, "strategy kind %d", (int)kind);
     if (!tables[kind])
-        return dt_error(DT_ERR_UNSUPPORTED, "%s is not available in this build (one_device, "
-                        "mirrored, central_storage, multi_worker_mirrored)", names[kind]);
+        return dt_error(DT_ERR_UNSUPPORTED, "%s is not a strategy of replicas in one loop: "
+                        "dt_train runs it (one_device, mirrored, central_storage and "
+                        "multi_worker_mirrored are)", names[kind]);
     dt_status st = tables[kind]->check(o);
     if (st)
         return st;
