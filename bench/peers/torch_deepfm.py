@@ -17,6 +17,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from ctr_common import auc, load_libsvm
+
 ap = argparse.ArgumentParser()
 ap.add_argument("--train", required=True)
 ap.add_argument("--test", required=True)
@@ -36,15 +38,6 @@ args = ap.parse_args()
 torch.set_num_threads(args.threads)
 torch.manual_seed(args.seed)
 F = args.field_size
-
-
-def load(path):
-    """labels (n,), ids (n, F) int64, values (n, F) float32."""
-    text = open(path, "rb").read().replace(b":", b" ")
-    flat = np.array(text.split(), dtype=np.float64)
-    rows = flat.reshape(-1, 1 + 2 * F)
-    return (rows[:, 0].astype(np.float32), rows[:, 1::2].astype(np.int64),
-            rows[:, 2::2].astype(np.float32))
 
 
 class DeepFM(nn.Module):
@@ -80,27 +73,8 @@ class DeepFM(nn.Module):
         return z
 
 
-def auc(scores, labels):
-    """Exact, ties counted half (average ranks)."""
-    order = np.argsort(scores, kind="mergesort")
-    s = scores[order]
-    ranks = np.empty(len(s))
-    i = 0
-    while i < len(s):
-        j = i
-        while j + 1 < len(s) and s[j + 1] == s[i]:
-            j += 1
-        ranks[i:j + 1] = (i + j) / 2.0 + 1.0
-        i = j + 1
-    r = np.empty(len(s))
-    r[order] = ranks
-    pos = labels == 1
-    n_pos, n_neg = pos.sum(), (~pos).sum()
-    return (r[pos].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg)
-
-
-ytr, itr, vtr = load(args.train)
-yte, ite, vte = load(args.test)
+ytr, itr, vtr = load_libsvm(args.train, F)
+yte, ite, vte = load_libsvm(args.test, F)
 model = DeepFM()
 tables = [p for n, p in model.named_parameters() if n.startswith(("w.", "v."))]
 dense = [p for n, p in model.named_parameters() if not n.startswith(("w.", "v."))]

@@ -27,6 +27,8 @@ import torch
 import torch.distributed.rpc as rpc
 import torch.nn as nn
 
+from ctr_common import auc, load_libsvm
+
 ap = argparse.ArgumentParser()
 ap.add_argument("--train", required=True)
 ap.add_argument("--test")
@@ -49,14 +51,6 @@ torch.set_num_threads(1)
 F, K, P, W = args.field_size, args.embedding_size, args.ps, args.workers
 WORLD = P + W + 1
 COORD = P + W
-
-
-def load(path, every=1, first=0):
-    """labels (n,), ids (n, F) int64, values (n, F) float32: rows first, first + every, ..."""
-    text = open(path, "rb").read().replace(b":", b" ")
-    rows = np.array(text.split(), dtype=np.float64).reshape(-1, 1 + 2 * F)[first::every]
-    return (rows[:, 0].astype(np.float32), rows[:, 1::2].astype(np.int64),
-            rows[:, 2::2].astype(np.float32))
 
 
 def dense_shapes():
@@ -144,7 +138,7 @@ def whole_shard():
 
 def work(me):
     """Trains on rows me, me + W, ...; returns (rows, seconds)."""
-    y, ids, vals = load(args.train, W, me)
+    y, ids, vals = load_libsvm(args.train, F, W, me)
     ps = [rpc.get_worker_info(f"ps{k}") for k in range(P)]
     lossf = nn.BCEWithLogitsLoss()
     B, seen = args.batch_size, 0
@@ -178,24 +172,6 @@ def work(me):
 
 # ---- the coordinator ----
 
-def auc(scores, labels):
-    """Exact, ties counted half (average ranks)."""
-    order = np.argsort(scores, kind="mergesort")
-    s = scores[order]
-    ranks = np.empty(len(s))
-    i = 0
-    while i < len(s):
-        j = i
-        while j + 1 < len(s) and s[j + 1] == s[i]:
-            j += 1
-        ranks[i:j + 1] = (i + j) / 2.0 + 1.0
-        i = j + 1
-    r = np.empty(len(s))
-    r[order] = ranks
-    pos = labels == 1
-    n_pos, n_neg = pos.sum(), (~pos).sum()
-    return (r[pos].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg)
-
 
 def coordinate():
     futs = [rpc.rpc_async(f"worker{i}", work, args=(i,)) for i in range(W)]
@@ -209,7 +185,7 @@ def coordinate():
             wk, vk = rpc.rpc_sync(f"ps{k}", whole_shard)
             w[k::P], v[k::P] = wk, vk
         dense = rpc.rpc_sync("ps0", pull_dense)
-        y, ids, vals = load(args.test)
+        y, ids, vals = load_libsvm(args.test, F)
         with torch.no_grad():
             z = torch.cat([logits(dense[0], w[torch.from_numpy(ids[i:i + 8192])],
                                   v[torch.from_numpy(ids[i:i + 8192])], dense,
