@@ -213,8 +213,8 @@ fi
 "$dtrain" data gen-ctr --rows 200000 --seed 13 --out "$tmp/long.svm" > "$tmp/gen2" 2>&1
 fs2=$(sed -n 's/.*feature_size=\([0-9]*\).*/\1/p' "$tmp/gen2")
 long=(train --data "libsvm:$tmp/long.svm" --test-data none --feature-size "$fs2" --model deepfm
-      --batch-size 64 --epochs 5 --progress none --threads 1 --coordinator-timeout 3
-      --worker-timeout 3 --connect-timeout 20)
+      --batch-size 64 --epochs 5 --progress none --threads 1 --coordinator-timeout 8
+      --worker-timeout 5 --connect-timeout 30)
 # start_cluster BASE: the chief, 2 workers and 1 ps of a cluster at BASE..BASE+3.
 start_cluster() {
     local base=$1 job i
@@ -240,7 +240,7 @@ base=$(free_base 4)
 start_cluster "$base"
 sleep 3
 kill -9 "${task_pid[worker:1]}"
-wait_tasks 30
+wait_tasks 60
 if [ "${task_status[chief:0]}" -eq 1 ] && grep -q "worker:1" "$tmp/chief0.err" &&
     [ "${task_status[worker:0]}" -eq 0 ] && [ "${task_status[ps:0]}" -eq 0 ]; then
     ok ps_train_worker_killed_fails_naming_it "$(grep -o 'worker:1[^:]*' "$tmp/chief0.err" | head -1)"
@@ -252,7 +252,7 @@ base=$(free_base 4)
 start_cluster "$base"
 sleep 3
 kill -9 "${task_pid[chief:0]}"
-wait_tasks 30
+wait_tasks 60
 bad=""
 for task in worker:0 worker:1 ps:0; do
     f="$tmp/${task%%:*}${task#*:}.err"

@@ -33,8 +33,12 @@ dt_status dt_model_create(const dt_model_spec *spec, int max_batch, dt_pool *poo
                           const dt_model_options *opts, dt_model **out);
 void dt_model_destroy(dt_model *m);
 
-/* Keras's default initialisers: Glorot-uniform kernels, zero biases, drawn from seed. */
+/* Keras's default initialisers: Glorot-uniform kernels, zero biases, drawn from seed; a CTR
+ * model's tables as model_spec.h says. */
 void dt_model_init_params(dt_model *m, uint64_t seed);
+/* The same for the parameter arena alone, the tables left as they are (a parameter-server
+ * coordinator, whose ps tasks draw the tables' rows themselves). */
+void dt_model_init_dense_params(dt_model *m, uint64_t seed);
 
 dt_arena *dt_model_params(dt_model *m);
 dt_arena *dt_model_grads(dt_model *m);

@@ -399,6 +399,13 @@ void dt_model_destroy(dt_model *m)
 
 void dt_model_init_params(dt_model *m, uint64_t seed)
 {
+    dt_model_init_dense_params(m, seed);
+    if (m->ctr)
+        dt_ctr_init(m->ctr, seed, m->pool);
+}
+
+void dt_model_init_dense_params(dt_model *m, uint64_t seed)
+{
     dt_rng rng;
     dt_rng_seed(&rng, seed);
     memset(m->params.data, 0, m->params.n_elems * sizeof(float));
@@ -427,8 +434,6 @@ void dt_model_init_params(dt_model *m, uint64_t seed)
         for (size_t k = 0; k < v->n_elems; k++)
             w[k] = (2.0f * dt_rng_uniform(&rng) - 1.0f) * limit;
     }
-    if (m->ctr)
-        dt_ctr_init(m->ctr, seed, m->pool);
 }
 
 dt_arena *dt_model_params(dt_model *m) { return &m->params; }

@@ -533,7 +533,11 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
         snprintf(out->strategy, sizeof out->strategy, "%s", name);
         goto fail;
     }
-    dt_model_init_params(model, c->fit.seed);
+    /* The coordinator's tables are only read back into at the end: the ps tasks draw the rows. */
+    if (ps)
+        dt_model_init_dense_params(model, c->fit.seed);
+    else
+        dt_model_init_params(model, c->fit.seed);
     if (!ps && (st = dt_model_setup_optimizer(model, &opt, &c->optim)))
         goto fail;
     describe(c, &plan, model, name);
