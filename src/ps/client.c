@@ -355,18 +355,6 @@ dt_status dt_ps_client_pull(dt_ps_client *c, uint32_t id, const int64_t *ids, si
     return st ? (run_round(c), st) : run_round(c);
 }
 
-dt_status dt_ps_client_pull_into(dt_ps_client *c, uint32_t id, const int64_t *ids, size_t n,
-                                 dt_table *tab)
-{
-    int ti;
-    dt_status st = table_of(c, id, n, &ti);
-    if (st == DT_OK && (st = plan(&c->tables[ti], ids, n)) == DT_OK) {
-        c->tables[ti].dest_rows = NULL, c->tables[ti].dest_tab = tab;
-        st = queue_pull(c, ti);
-    }
-    return st ? (run_round(c), st) : run_round(c);
-}
-
 dt_status dt_ps_client_push(dt_ps_client *c, uint32_t id, const int64_t *ids, size_t n,
                             const float *rows, int64_t step, float lr_scale)
 {

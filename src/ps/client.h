@@ -30,9 +30,6 @@ dt_status dt_ps_client_use_table(dt_ps_client *c, uint32_t id, int64_t rows, int
 /* rows (n x dim) = the table's rows of ids (any order, repeats allowed). */
 dt_status dt_ps_client_pull(dt_ps_client *c, uint32_t id, const int64_t *ids, size_t n,
                             float *rows);
-/* The same, each row written into tab at its id (a worker's local copy of the table). */
-dt_status dt_ps_client_pull_into(dt_ps_client *c, uint32_t id, const int64_t *ids, size_t n,
-                                 dt_table *tab);
 /* Applies one step's summed gradient rows (ids unique and increasing) at step and lr_scale. */
 dt_status dt_ps_client_push(dt_ps_client *c, uint32_t id, const int64_t *ids, size_t n,
                             const float *rows, int64_t step, float lr_scale);
