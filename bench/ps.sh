@@ -48,6 +48,9 @@ for rep in $(seq 1 "$repeat"); do
     # every row of both tables at the end.
     sed -n 's/.*: [0-9]* requests, \([0-9]*\) rows pulled, \([0-9]*\) rows pushed/\1 \2/p' \
         "$work/ps.out" >> "$work/ps_rows"
+    # Each worker's pull times and traffic per sample.
+    sed -n 's/.*pulls p50 \([0-9.]*\) ms, p99 \([0-9.]*\) ms; \([0-9]*\) bytes per sample to the ps tasks, \([0-9]*\) from them/\1 \2 \3 \4/p' \
+        "$work/ps.out" >> "$work/ps_workers"
     "$build/dtrain" launch -n 2 -- "$build/dtrain" "${common[@]}" \
         --metrics-out "$work/mwm.json" > "$work/mwm.out" 2>&1 ||
         die "multi_worker_mirrored failed: $(tail -3 "$work/mwm.out")"
@@ -83,6 +86,11 @@ print(f"AUC async - synchronous multi_worker_mirrored: {med('ps', 1) - med('mwm'
 served = [r[0] - 2 * fs for r in rows("ps_rows")]
 updated = [r[1] for r in rows("ps_rows")]
 secs = [r[2] for r in rows("ps")]
+w = rows("ps_workers")
+print(f"workers: a step's pull (rows and dense variables from the ps) p50 "
+      f"{statistics.median(r[0] for r in w):.2f} ms, p99 {statistics.median(r[1] for r in w):.2f} "
+      f"ms; per sample {statistics.median(r[2] for r in w):,.0f} bytes to the ps, "
+      f"{statistics.median(r[3] for r in w):,.0f} from it")
 print(f"ps: {statistics.median(s / t for s, t in zip(served, secs)) / 1e6:.2f} M rows served/s, "
       f"{statistics.median(u / t for u, t in zip(updated, secs)) / 1e6:.2f} M rows updated/s "
       f"(rows of both tables, 1 ps task)")

@@ -50,6 +50,9 @@ struct stream {
     char buf[LINE_CAP];
 };
 
+/* Seconds ps tasks have to end on their own once training is done, before SIGTERM. */
+#define PS_OWN_STOP_SECONDS 2.0
+
 struct task {
     char name[40];   /* "worker:1": the output prefix and DTRAIN_TASK */
     const char *job; /* "chief", "worker", "ps", "evaluator", or "mpi" (mpirun itself) */
@@ -61,6 +64,7 @@ struct task {
     bool stop_asked; /* sent a stopping signal: SIGKILL at kill_at */
     bool killed;     /* sent SIGKILL */
     double kill_at;
+    double term_at;  /* a ps task once training is done: SIGTERM then, unless it ended */
     bool exited_ok;  /* reaped with status 0 */
     struct stream out, err;
 };
@@ -583,11 +587,12 @@ static void task_exited(struct launch *L, int i, pid_t pid, int wstatus)
     for (int k = 0; k < L->n_tasks; k++)
         if (L->tasks[k].training && !L->tasks[k].exited_ok)
             return;
-    /* Training is done: ps tasks serve until told otherwise. */
+    /* Training is done: ps tasks serve until told otherwise. A parameter-server chief has told
+     * them (they end on their own within a second or two); for any other command, SIGTERM. */
     L->ps_stopping = true;
     for (int k = 0; k < L->n_tasks; k++)
         if (L->tasks[k].is_ps)
-            signal_task(L, &L->tasks[k], SIGTERM);
+            L->tasks[k].term_at = dt_clock_now() + PS_OWN_STOP_SECONDS;
 }
 
 /* Reaps every task that has exited. */
@@ -646,12 +651,19 @@ static void handle_signals(struct launch *L)
     stop_all(L, SIGKILL);
 }
 
-/* SIGKILL for the tasks whose grace period is over; returns the next deadline (0: none). */
+/* SIGTERM for the ps tasks still serving after training, SIGKILL for the tasks whose grace
+ * period is over; returns the next deadline (0: none). */
 static double enforce_deadlines(struct launch *L, double now)
 {
     double next = 0;
     for (int i = 0; i < L->n_tasks; i++) {
         struct task *t = &L->tasks[i];
+        if (t->pid > 0 && t->term_at > 0 && !t->stop_asked) {
+            if (now >= t->term_at)
+                signal_task(L, t, SIGTERM);
+            else if (next == 0 || t->term_at < next)
+                next = t->term_at;
+        }
         if (t->pid <= 0 || !t->stop_asked || t->killed)
             continue;
         if (now >= t->kill_at) {
@@ -688,6 +700,7 @@ static int run_attempt(struct launch *L, bool *restartable)
         struct task *t = &L->tasks[i];
         t->pid = 0;
         t->stop_asked = t->killed = t->exited_ok = false;
+        t->term_at = 0;
         t->out.fd = t->err.fd = -1;
     }
     for (int i = 0; i < L->n_tasks && !L->stopping; i++) {

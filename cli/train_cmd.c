@@ -173,7 +173,9 @@ static int define_flags(flag_def *f, int cap, struct train_opts *o)
          "several workers); parameter_server (the default when TF_CONFIG names ps tasks: "
          "variables on ps tasks, steps scheduled on workers by the chief)", &o->strategy);
     FLAG("ps-mode", FLAG_STRING, "async", "parameter_server: how workers see each other's "
-         "updates: async (TensorFlow's; ssp:S and hybrid to come)", &o->ps_mode);
+         "updates: async (TensorFlow's), or ssp:S (bounded staleness: a worker at step c of its "
+         "own sees every update of steps <= c - S - 1 of every worker; ssp:0 is lockstep)",
+         &o->ps_mode);
     FLAG("steps-per-execution", FLAG_INT, "1", "parameter_server: steps per function the "
          "coordinator schedules on a worker", &o->steps_per_execution);
     FLAG("partitioner", FLAG_STRING, NULL, "parameter_server: tables' shards, fixed:N, "
@@ -686,6 +688,12 @@ int cmd_train(int argc, char **argv)
         fprintf(stderr, "dtrain: %s stopped by the coordinator: %llu requests, %llu rows pulled, "
                 "%llu rows pushed\n", r.ps.task, (unsigned long long)r.ps.requests,
                 (unsigned long long)r.ps.rows_pulled, (unsigned long long)r.ps.rows_pushed);
+    if (st == DT_OK && r.ps_worker && r.worker.samples > 0)
+        fprintf(stderr, "dtrain: %s: %lld steps, %lld samples; pulls p50 %.2f ms, p99 %.2f ms; "
+                "%.0f bytes per sample to the ps tasks, %.0f from them\n", r.worker.task,
+                (long long)r.worker.steps, (long long)r.worker.samples, r.worker.pull_p50_ms,
+                r.worker.pull_p99_ms, (double)r.worker.bytes_sent / (double)r.worker.samples,
+                (double)r.worker.bytes_received / (double)r.worker.samples);
     if (st == DT_OK && r.chief && !r.evaluator)
         st = report(&o, &r);
     return st ? cli_fail(1, dt_last_error()) : 0;

@@ -127,7 +127,8 @@ run "$dtrain" launch -n 3 --chief --ps 2 --evaluator -- sh "$tmp/record.sh" "$tm
 check=$(python3 "$tmp/check_tf.py" "$tmp/c1" chief=1 worker=2 ps=2 evaluator=1 2>&1)
 if [ "$status" -eq 0 ] && [ -z "$check" ]; then ok tf_config_per_task; \
 else fail tf_config_per_task "exit $status: $check $(head -c 300 "$tmp/err")"; fi
-# ps tasks sleep until told to stop: launch stops them as soon as training is done.
+# ps tasks sleep until told to stop: launch stops them (SIGTERM) 2 s after training is done,
+# the time a parameter-server chief gives its ps tasks to end on their own.
 if [ "$status" -eq 0 ] && [ "$ms" -lt 5000 ] && ! grep -q "error" "$tmp/err"; then ok ps_stopped_after_training; \
 else fail ps_stopped_after_training "exit $status in $ms ms: $(head -c 300 "$tmp/err")"; fi
 if left=$(all_dead "$tmp"/c1/pid.*); then ok tf_config_no_process_left; \

@@ -167,12 +167,13 @@ run "$dtrain" "${ctr[@]}" --metrics-out "$tmp/one.json"
 read -r one_sum one_auc one_steps <<< "$(metrics one "$tmp/one.json")"
 # One worker: every step pulls what the last one pushed, so the parameters are one_device's, bit
 # for bit, however the tables are split and whatever the steps per function.
-for spec in "1|" "2|--partition-strategy mod --partitioner fixed:3 --steps-per-execution 4"; do
-    nps=${spec%%|*} extra=${spec#*|}
+for spec in "1ps|1|" "2ps_mod_fixed3_4steps|2|--partition-strategy mod --partitioner fixed:3 --steps-per-execution 4" \
+    "1ps_ssp0|1|--ps-mode ssp:0"; do
+    IFS='|' read -r label nps extra <<< "$spec"
     # shellcheck disable=SC2086
     run timeout 120 "$dtrain" launch -n 1 --ps "$nps" -- "$dtrain" "${ctr[@]}" --strategy parameter_server \
         $extra --metrics-out "$tmp/ps.json"
-    name="ps_train_one_worker_${nps}ps_equals_one_device"
+    name="ps_train_one_worker_${label}_equals_one_device"
     if [ "$status" -ne 0 ]; then
         fail "$name" "exit $status: $(tail -3 "$tmp/err")"
     else
@@ -208,6 +209,26 @@ else
         fail ps_train_async_2_workers_2_ps "auc $auc vs one_device $one_auc, steps $steps vs $one_steps"
     fi
 fi
+
+# Bounded staleness over two workers: ssp:0 keeps them in lockstep, ssp:2 lets one run ahead by
+# at most 2 steps; both train to one_device's AUC.
+for mode in ssp:0 ssp:2; do
+    run timeout 120 "$dtrain" launch -n 2 --ps 1 -- "$dtrain" "${ctr[@]}" --ps-mode "$mode" \
+        --metrics-out "$tmp/ssp.json"
+    name="ps_train_${mode/:/}_2_workers"
+    if [ "$status" -ne 0 ]; then
+        fail "$name" "exit $status: $(tail -3 "$tmp/err")"
+    else
+        read -r sum auc steps <<< "$(metrics ps "$tmp/ssp.json")"
+        gap=$(python3 -c "print(abs($auc - $one_auc))")
+        if grep -q "bounded staleness ${mode#ssp:}" "$tmp/out" && [ "$steps" = "$one_steps" ] &&
+            python3 -c "import sys; sys.exit(0 if $gap <= 0.01 else 1)"; then
+            ok "$name" "auc=$auc gap=$gap"
+        else
+            fail "$name" "auc $auc vs $one_auc, steps $steps vs $one_steps: $(grep parameter_server "$tmp/out")"
+        fi
+    fi
+done
 
 # ---- failures: a worker or the coordinator killed mid-run; nothing hangs or stays ----
 "$dtrain" data gen-ctr --rows 200000 --seed 13 --out "$tmp/long.svm" > "$tmp/gen2" 2>&1

@@ -63,6 +63,13 @@ typedef struct {
     bool evaluator;           /* this task ran the sidecar evaluator instead of training */
     bool ps_task;             /* this task served as a ps task; ps holds what it did */
     dt_ps_server_report ps;
+    bool ps_worker;           /* this task was a parameter-server worker: */
+    struct {
+        char task[300];       /* "worker:0 (127.0.0.1:4001)" */
+        int64_t steps, samples;
+        double pull_p50_ms, pull_p99_ms; /* a step's pull round: rows and dense variables */
+        uint64_t bytes_sent, bytes_received; /* to and from the ps tasks */
+    } worker;
     dt_fit_result fit;
     bool have_test;           /* test_* hold the whole test set's figures after training */
     double test_loss, test_accuracy;

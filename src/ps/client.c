@@ -61,6 +61,7 @@ struct dt_ps_client {
     float *dense_dest;
     float *grouped;   /* a push's rows, in shard order */
     size_t grouped_cap;
+    uint64_t bytes_sent, bytes_received;
 };
 
 dt_status dt_ps_client_open(const dt_handshake_id *me, const dt_cluster *cl,
@@ -179,14 +180,17 @@ static dt_status run_round(dt_ps_client *c)
     double deadline = dt_clock_now() + c->request_timeout;
     dt_status st = DT_OK;
     for (int k = 0; k < c->n_ps && st == DT_OK; k++)
-        if (c->ps[k].out.len > 0)
+        if (c->ps[k].out.len > 0) {
             st = dt_psconn_send(c->ps[k].fd, &c->ps[k].out, c->ps[k].name, deadline);
+            c->bytes_sent += c->ps[k].out.len;
+        }
     for (size_t m = 0; m < c->n_due && st == DT_OK; m++) {
         const pending *p = &c->due[m];
         ps_link *l = &c->ps[p->to];
         dt_psmsg r;
         if ((st = dt_psconn_recv(l->fd, l->name, deadline, &l->in, &r)))
             break;
+        c->bytes_received += l->in.len;
         if (r.type == DT_PSMSG_ERROR)
             st = dt_error((dt_status)(r.status > 0 ? r.status : DT_ERR_PEER), "%s: %.*s", l->name,
                           (int)r.text_len, r.text);
@@ -458,4 +462,9 @@ dt_status dt_ps_client_push_dense(dt_ps_client *c, const float *grads, int64_t s
 {
     dt_status st = queue_dense(c, grads, step, lr_scale);
     return st ? (run_round(c), st) : run_round(c);
+}
+
+void dt_ps_client_traffic(const dt_ps_client *c, uint64_t *sent, uint64_t *received)
+{
+    *sent = c->bytes_sent, *received = c->bytes_received;
 }

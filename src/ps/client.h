@@ -55,6 +55,9 @@ dt_status dt_ps_client_pull_step(dt_ps_client *c, const int64_t *ids, size_t n,
 dt_status dt_ps_client_push_step(dt_ps_client *c, const dt_sparse_rows *const *grads,
                                  const float *dense, int64_t step, float table_scale);
 
+/* Bytes sent to and received from the ps tasks so far (messages, headers included). */
+void dt_ps_client_traffic(const dt_ps_client *c, uint64_t *sent, uint64_t *received);
+
 /* Tells every ps task to stop (the chief only). */
 dt_status dt_ps_client_stop(dt_ps_client *c);
 

@@ -115,6 +115,9 @@ typedef struct {
     uint32_t *slot;
     void *scratch;
     size_t cap;
+    double *pull_ms;       /* each step's pull round */
+    size_t n_pulls, pulls_cap;
+    int64_t steps, samples;
     int epoch;             /* epochs of this worker's data begun */
     int64_t in_epoch;      /* batches taken in this epoch */
     bool done;             /* every epoch used up */
@@ -179,7 +182,39 @@ static dt_status pull_variables(worker *w, const dt_elem *e)
         for (int t = 0; t < dt_model_num_tables(m); t++)
             tables[t] = dt_model_table(m, t);
     }
-    return dt_ps_client_pull_step(w->ps, w->uniq, u, tables, dt_model_params(m)->data);
+    if (w->n_pulls == w->pulls_cap) {
+        size_t cap = w->pulls_cap ? 2 * w->pulls_cap : 1024;
+        double *p = realloc(w->pull_ms, cap * sizeof *p);
+        if (!p)
+            return dt_error(DT_ERR_NOMEM, "no memory for %zu pull times", cap);
+        w->pull_ms = p, w->pulls_cap = cap;
+    }
+    double t0 = dt_clock_now();
+    dt_status st = dt_ps_client_pull_step(w->ps, w->uniq, u, tables, dt_model_params(m)->data);
+    w->pull_ms[w->n_pulls++] = (dt_clock_now() - t0) * 1e3;
+    return st;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The worker's figures for the report: steps, samples, pull times and traffic. */
+static void worker_figures(worker *w, const ps_cluster *pc, dt_train_report *out)
+{
+    out->ps_worker = true;
+    dt_cluster_task_name(&pc->cl, pc->cl.task_type, pc->cl.task_index, out->worker.task,
+                         sizeof out->worker.task);
+    out->worker.steps = w->steps, out->worker.samples = w->samples;
+    if (w->n_pulls > 0) {
+        qsort(w->pull_ms, w->n_pulls, sizeof *w->pull_ms, cmp_double);
+        out->worker.pull_p50_ms = w->pull_ms[(w->n_pulls - 1) / 2];
+        out->worker.pull_p99_ms = w->pull_ms[(w->n_pulls - 1) * 99 / 100];
+    }
+    if (w->ps)
+        dt_ps_client_traffic(w->ps, &out->worker.bytes_sent, &out->worker.bytes_received);
 }
 
 /* One step, global step number `step`: the batch's loss summed into r. */
@@ -212,6 +247,7 @@ static dt_status worker_step(worker *w, int64_t step, dt_psmsg *r)
         grads[t] = dt_model_table_grad(m, t);
     st = dt_ps_client_push_step(w->ps, grads, dt_model_grads(m)->data, step, scale);
     r->n++, r->rows += e->n, r->correct += correct, r->loss += loss;
+    w->steps++, w->samples += e->n;
 done:
     dt_elem_free(e);
     return st;
@@ -291,9 +327,8 @@ static dt_status serve(worker *w, dt_zlink *z, const char *coordinator)
     return st;
 }
 
-dt_status dt_ps_work(const dt_train_config *c, dt_model *m, dt_input *in, dt_fit_result *res)
+dt_status dt_ps_work(const dt_train_config *c, dt_model *m, dt_input *in, dt_train_report *out)
 {
-    memset(res, 0, sizeof *res);
     ps_cluster pc;
     dt_status st = open_cluster(c, &pc);
     if (st)
@@ -316,9 +351,10 @@ dt_status dt_ps_work(const dt_train_config *c, dt_model *m, dt_input *in, dt_fit
     dt_model_set_dropout_seed(m, c->fit.seed);
     if (st == DT_OK)
         st = serve(&w, z, coordinator);
+    worker_figures(&w, &pc, out);
     dt_zlink_close(z);
     dt_ps_client_close(w.ps);
-    free(w.labels), free(w.uniq), free(w.slot), free(w.scratch);
+    free(w.labels), free(w.uniq), free(w.slot), free(w.scratch), free(w.pull_ms);
     close_cluster(&pc);
     return st;
 }
@@ -334,12 +370,17 @@ typedef struct {
     char endpoint[DT_HOST_CAP + 32];
     pthread_t thread;
     dt_status st;
+    int64_t completed;         /* steps this worker has taken (its clock) */
+    bool active;               /* still taking functions */
 } worker_link;
 
 struct coordinator {
     const dt_train_config *c;
     const ps_cluster *pc;
     pthread_mutex_t mu;
+    pthread_cond_t changed;    /* a clock moved, or a worker stopped */
+    worker_link *links;
+    int n_links;
     int64_t dispatched;        /* steps given out */
     int64_t limit;             /* steps to give out at most */
     int64_t steps, rows, correct;
@@ -352,13 +393,34 @@ struct coordinator {
     int64_t window_rows;
 };
 
-/* The next function's first step and step count; false when every step is given out. */
-static bool take_function(coordinator *co, int64_t *first, uint32_t *n)
+/* The steps worker l may take now under bounded staleness: a worker at clock c must see every
+ * update from clocks <= c - S - 1, so every other active worker must have taken c - S steps.
+ * Unbounded when asynchronous. */
+static int64_t steps_allowed(const coordinator *co, const worker_link *l)
+{
+    if (co->c->ps.mode != DT_PS_SSP)
+        return INT64_MAX;
+    int64_t slowest = INT64_MAX;
+    for (int i = 0; i < co->n_links; i++)
+        if (co->links[i].active && co->links[i].completed < slowest)
+            slowest = co->links[i].completed;
+    return slowest + co->c->ps.staleness - l->completed + 1;
+}
+
+/* The next function's first step and step count for worker l, once its clock allows one;
+ * false when every step is given out or a worker failed. */
+static bool take_function(coordinator *co, worker_link *l, int64_t *first, uint32_t *n)
 {
     pthread_mutex_lock(&co->mu);
-    bool go = !co->failed && co->dispatched < co->limit;
+    bool go;
+    int64_t allowed;
+    while ((go = !co->failed && co->dispatched < co->limit) &&
+           (allowed = steps_allowed(co, l)) < 1)
+        pthread_cond_wait(&co->changed, &co->mu);
     if (go) {
         int64_t k = co->c->ps.steps_per_execution;
+        if (k > allowed)
+            k = allowed;
         if (k > co->limit - co->dispatched)
             k = co->limit - co->dispatched;
         *first = co->dispatched + 1, *n = (uint32_t)k;
@@ -368,9 +430,22 @@ static bool take_function(coordinator *co, int64_t *first, uint32_t *n)
     return go;
 }
 
-static void add_result(coordinator *co, const dt_psmsg *r)
+/* Worker l takes no more functions (done, failed, or nothing left): the others stop waiting
+ * for its clock. */
+static void retire(coordinator *co, worker_link *l, bool failed)
 {
     pthread_mutex_lock(&co->mu);
+    l->active = false;
+    co->failed = co->failed || failed;
+    pthread_cond_broadcast(&co->changed);
+    pthread_mutex_unlock(&co->mu);
+}
+
+static void add_result(coordinator *co, worker_link *l, const dt_psmsg *r)
+{
+    pthread_mutex_lock(&co->mu);
+    l->completed += r->n;
+    pthread_cond_broadcast(&co->changed);
     co->steps += r->n, co->rows += r->rows, co->correct += r->correct, co->loss += r->loss;
     co->window_loss += r->loss, co->window_rows += r->rows;
     FILE *p = co->c->fit.progress;
@@ -423,19 +498,17 @@ static void *drive_worker(void *arg)
     }
     int64_t first;
     uint32_t n;
-    while (st == DT_OK && take_function(co, &first, &n)) {
+    while (st == DT_OK && take_function(co, l, &first, &n)) {
         dt_psmsg run = {.type = DT_PSMSG_RUN, .request_id = ++id, .step = first, .n = n};
         if ((st = request(z, &run, c->ps.worker_timeout, &out, &in, l->name, DT_PSMSG_RESULT,
                           &reply)))
             break;
-        add_result(co, &reply);
+        add_result(co, l, &reply);
         if (reply.done)
             break;
     }
+    retire(co, l, st != DT_OK);
     if (st) {
-        pthread_mutex_lock(&co->mu);
-        co->failed = true;
-        pthread_mutex_unlock(&co->mu);
         l->st = st;
         dt_log_to(NULL, DT_LOG_WARN, "dtrain: %s", dt_last_error());
     }
@@ -479,6 +552,11 @@ static dt_status drive_workers(coordinator *co, int n)
         return dt_error(DT_ERR_NOMEM, "no memory for %d workers", n);
     int started = 0;
     dt_status st = DT_OK;
+    pthread_mutex_lock(&co->mu);
+    co->links = links, co->n_links = n;
+    for (int i = 0; i < n; i++)
+        links[i].active = true;
+    pthread_mutex_unlock(&co->mu);
     for (int i = 0; i < n; i++) {
         worker_link *l = &links[i];
         l->co = co, l->index = i;
@@ -487,9 +565,8 @@ static dt_status drive_workers(coordinator *co, int n)
                     sizeof l->endpoint);
         if (pthread_create(&l->thread, NULL, drive_worker, l) != 0) {
             st = dt_error(DT_ERR_IO, "cannot start the thread of %s", l->name);
-            pthread_mutex_lock(&co->mu);
-            co->failed = true;
-            pthread_mutex_unlock(&co->mu);
+            for (int k = i; k < n; k++)
+                retire(co, &links[k], true);
             break;
         }
         started++;
@@ -499,6 +576,9 @@ static dt_status drive_workers(coordinator *co, int n)
     for (int i = 0; i < started && st == DT_OK; i++)
         if (links[i].st)
             st = dt_error(links[i].st, "%s failed: training stopped", links[i].name);
+    pthread_mutex_lock(&co->mu);
+    co->links = NULL, co->n_links = 0;
+    pthread_mutex_unlock(&co->mu);
     free(links);
     return st;
 }
@@ -516,6 +596,7 @@ dt_status dt_ps_coordinate(const dt_train_config *c, dt_model *m, const dt_input
                                                                        : INT64_MAX,
                       .next_log = 100};
     pthread_mutex_init(&co.mu, NULL);
+    pthread_cond_init(&co.changed, NULL);
     int n_workers = pc.cl.n_tasks[DT_JOB_WORKER];
     (void)in;
     if (n_workers < 1)
@@ -545,6 +626,7 @@ dt_status dt_ps_coordinate(const dt_train_config *c, dt_model *m, const dt_input
             st = stop;
     }
     dt_ps_client_close(ps);
+    pthread_cond_destroy(&co.changed);
     pthread_mutex_destroy(&co.mu);
     close_cluster(&pc);
     return st;

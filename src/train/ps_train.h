@@ -10,7 +10,10 @@
  * follow that number). A worker runs a function's steps on its own shard of the data (its
  * epochs one after the other): per step it pulls the rows of the batch's unique ids and the
  * dense variables, computes, and pushes the tables' row gradients and the dense gradients, which
- * the ps tasks apply at once (asynchronous training). When every worker's data is used up (or
+ * the ps tasks apply at once (asynchronous training). Under bounded staleness (ssp:S) the
+ * coordinator gives a worker steps only while no other worker is more than S steps behind it:
+ * a function's steps all keep to that bound, and each step's pushes are applied before the
+ * worker's result comes back. When every worker's data is used up (or
  * max_steps are taken) the coordinator reads every variable back into its model, for the
  * report, the test set and the checksum, and stops the workers and the ps tasks. A worker or ps
  * with no coordinator for coordinator_timeout seconds gives up, naming it. */
@@ -27,7 +30,8 @@
 dt_status dt_ps_coordinate(const dt_train_config *c, dt_model *m, const dt_input *in,
                            dt_fit_result *res);
 
-/* A worker task: serves the coordinator's functions over in->train until it stops it. */
-dt_status dt_ps_work(const dt_train_config *c, dt_model *m, dt_input *in, dt_fit_result *res);
+/* A worker task: serves the coordinator's functions over in->train until it stops it; out gets
+ * its figures (steps, samples, pull times, traffic). */
+dt_status dt_ps_work(const dt_train_config *c, dt_model *m, dt_input *in, dt_train_report *out);
 
 #endif

@@ -124,9 +124,9 @@ static dt_status plan_ps(const dt_train_config *c, const task_place *place, run_
     if (place->n_worker_tasks < 1)
         return dt_error(DT_ERR_INVALID, "TF_CONFIG: cluster.worker: parameter-server training "
                         "needs at least one worker task");
-    if (c->ps.mode != DT_PS_ASYNC)
-        return dt_error(DT_ERR_UNSUPPORTED, "--ps-mode: only async is in this build (ssp:S and "
-                        "hybrid are not yet)");
+    if (c->ps.mode == DT_PS_HYBRID)
+        return dt_error(DT_ERR_UNSUPPORTED, "--ps-mode: hybrid is not in this build yet (async "
+                        "and ssp:S are)");
     if (strcmp(c->comm.backend, "tcp") != 0)
         return dt_error(DT_ERR_INVALID, "--comm: parameter_server runs over tcp (TF_CONFIG)");
     p->workers = place->n_worker_tasks;
@@ -421,7 +421,10 @@ static void describe(const dt_train_config *c, const run_plan *p, dt_model *m,
         return;
     if (c->summary)
         dt_model_summary(m, c->out);
-    if (p->kind == DT_STRATEGY_PARAMETER_SERVER)
+    if (p->kind == DT_STRATEGY_PARAMETER_SERVER && c->ps.mode == DT_PS_SSP)
+        fprintf(c->out, "%s: %d workers, %d examples per worker step, bounded staleness %d\n",
+                name, p->workers, c->fit.batch_size, c->ps.staleness);
+    else if (p->kind == DT_STRATEGY_PARAMETER_SERVER)
         fprintf(c->out, "%s: %d workers, %d examples per worker step, asynchronous\n", name,
                 p->workers, c->fit.batch_size);
     else if (p->workers > 1)
@@ -529,7 +532,7 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
         goto fail;
     if (ps && plan.rank > 0) {
         /* A worker: its variables come from the ps tasks, step by step. */
-        st = dt_ps_work(c, model, &in, &out->fit);
+        st = dt_ps_work(c, model, &in, out);
         snprintf(out->strategy, sizeof out->strategy, "%s", name);
         goto fail;
     }
