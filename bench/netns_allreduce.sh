@@ -9,7 +9,8 @@
 # Steps: (1) the TCP rate one python3 stream really gets between two namespaces (~2 s), the
 # reference for the result; (2) four such streams at once, rank i -> rank i+1, the traffic of a
 # ring all-reduce, one per link (~2 s); (3) `dtrain bench allreduce --shm=false --sizes 1M..64M
-# --factor 4 --iters 5` on the 4 ranks (over TCP: the namespaces share one /dev/shm), rank 0's table; (4) the 64 MiB busbw against the measured link.
+# --factor 4 --iters 5` on the 4 ranks (over TCP: the namespaces share one /dev/shm), rank 0's
+# table; (4) the 64 MiB busbw against the measured link.
 # About 25 s in all. Progress goes to stderr, the report to stdout.
 #
 # The shaping. tbf counts the bytes of each frame as the kernel sees it (1514 for a full one), not
