@@ -191,7 +191,7 @@ TEST(ps_dense_slices_train_as_the_whole_layout)
     for (int k = 0; k < 2; k++)
         dt_ps_shard_init(&ps[k], NULL);
     for (uint32_t v = 0; v < 3; v++) {
-        dt_ps_var_msg(v, offs[v], counts[v], TOTAL, &cfg, NULL, &m);
+        dt_ps_var_msg(v, offs[v], counts[v], TOTAL, &cfg, &m);
         via_wire(&m, NULL, p + offs[v], &buf, &in);
         rep.len = 0;
         CHECK_OK(dt_ps_shard_handle(&ps[v % 2], &in, &rep));

@@ -442,7 +442,7 @@ dt_status dt_ps_client_define_dense(dt_ps_client *c, const dt_arena *params,
     dt_status st = dt_ps_client_use_dense(c, params);
     for (int i = 0; i < c->n_vars && st == DT_OK; i++) {
         dt_psmsg m;
-        dt_ps_var_msg((uint32_t)i, c->var_offset[i], c->var_count[i], params->n_elems, opt, NULL,
+        dt_ps_var_msg((uint32_t)i, c->var_offset[i], c->var_count[i], params->n_elems, opt,
                       &m);
         st = queue(c, (pending){c->var_to[i], REPLY_ACK, 0, 0, i}, &m, NULL,
                    params->data + c->var_offset[i]);

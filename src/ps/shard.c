@@ -246,9 +246,8 @@ static void dense_params(const dt_optim_config *c, float p[DT_PSMSG_TABLE_PARAMS
 }
 
 void dt_ps_var_msg(uint32_t id, uint64_t offset, uint64_t count, uint64_t total,
-                   const dt_optim_config *opt, const float *values, dt_psmsg *m)
+                   const dt_optim_config *opt, dt_psmsg *m)
 {
-    (void)values; /* encoded from the caller's array */
     memset(m, 0, sizeof *m);
     m->type = DT_PSMSG_VAR, m->table = id, m->offset = offset, m->count = count;
     m->total = total, m->optimizer = (uint32_t)opt->kind, m->schedule = (uint32_t)opt->schedule;

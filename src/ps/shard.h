@@ -75,9 +75,10 @@ void dt_ps_table_msg(uint32_t id, const char *name, int64_t rows_total, int dim,
                      int64_t shard, dt_partition_strategy strategy, const dt_rowopt_config *opt,
                      float init_stddev, uint64_t seed, dt_psmsg *m);
 
-/* The VAR message that defines a slice of the dense variables on its ps, with its values. */
+/* The VAR message that defines a slice of the dense variables on its ps (its values are given
+ * to dt_psmsg_encode). */
 void dt_ps_var_msg(uint32_t id, uint64_t offset, uint64_t count, uint64_t total,
-                   const dt_optim_config *opt, const float *values, dt_psmsg *m);
+                   const dt_optim_config *opt, dt_psmsg *m);
 
 /* Answers one request (TABLE defines a shard: again with the same definition, it is kept as
  * it is), appending the reply (ROWS, ACK, PONG or ERROR) to reply. Fails only for want of

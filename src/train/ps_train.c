@@ -583,8 +583,7 @@ static dt_status drive_workers(coordinator *co, int n)
     return st;
 }
 
-dt_status dt_ps_coordinate(const dt_train_config *c, dt_model *m, const dt_input *in,
-                           dt_fit_result *res)
+dt_status dt_ps_coordinate(const dt_train_config *c, dt_model *m, dt_fit_result *res)
 {
     memset(res, 0, sizeof *res);
     ps_cluster pc;
@@ -598,7 +597,6 @@ dt_status dt_ps_coordinate(const dt_train_config *c, dt_model *m, const dt_input
     pthread_mutex_init(&co.mu, NULL);
     pthread_cond_init(&co.changed, NULL);
     int n_workers = pc.cl.n_tasks[DT_JOB_WORKER];
-    (void)in;
     if (n_workers < 1)
         st = dt_error(DT_ERR_INVALID, "TF_CONFIG: cluster.worker: parameter_server training "
                       "needs at least one worker task");

@@ -27,8 +27,7 @@
 
 /* The coordinator: m initialised (its values are what the ps tasks start from); on return m
  * holds the trained variables. */
-dt_status dt_ps_coordinate(const dt_train_config *c, dt_model *m, const dt_input *in,
-                           dt_fit_result *res);
+dt_status dt_ps_coordinate(const dt_train_config *c, dt_model *m, dt_fit_result *res);
 
 /* A worker task: serves the coordinator's functions over in->train until it stops it; out gets
  * its figures (steps, samples, pull times, traffic). */

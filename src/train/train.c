@@ -544,7 +544,7 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
     if (!ps && (st = dt_model_setup_optimizer(model, &opt, &c->optim)))
         goto fail;
     describe(c, &plan, model, name);
-    if ((st = ps ? dt_ps_coordinate(c, model, &in, &out->fit)
+    if ((st = ps ? dt_ps_coordinate(c, model, &out->fit)
                  : train_replicas(c, &plan, &spec, &fcfg, &io, &in, model, &opt, pool, out)))
         goto fail;
     out->chief = plan.rank == 0;
