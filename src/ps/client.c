@@ -30,7 +30,6 @@ typedef struct {
     size_t *places, *count, *fill; /* count and fill: n_shards + 1 */
     size_t cap;
     float *dest_rows;   /* by place */
-    dt_table *dest_tab; /* by id */
 } table_info;
 
 /* What the reply to a queued message is, in the order the messages were queued. */
@@ -155,9 +154,7 @@ static dt_status take_rows(dt_ps_client *c, const pending *p, const dt_psmsg *r)
         return dt_error(DT_ERR_PEER, "%s: %u rows of %u for a pull of %zu rows of %d",
                         c->ps[p->to].name, r->n, r->dim, n, t->dim);
     for (size_t i = 0; i < n; i++) {
-        float *dst = t->dest_tab ? dt_table_row(t->dest_tab, t->ids[lo + i])
-                                 : t->dest_rows + t->places[lo + i] * dim;
-        dt_psmsg_values(r, i * dim, dim, dst);
+        dt_psmsg_values(r, i * dim, dim, t->dest_rows + t->places[lo + i] * dim);
     }
     return DT_OK;
 }
@@ -353,7 +350,7 @@ dt_status dt_ps_client_pull(dt_ps_client *c, uint32_t id, const int64_t *ids, si
     int ti;
     dt_status st = table_of(c, id, n, &ti);
     if (st == DT_OK && (st = plan(&c->tables[ti], ids, n)) == DT_OK) {
-        c->tables[ti].dest_rows = rows, c->tables[ti].dest_tab = NULL;
+        c->tables[ti].dest_rows = rows;
         st = queue_pull(c, ti);
     }
     return st ? (run_round(c), st) : run_round(c);
@@ -370,15 +367,15 @@ dt_status dt_ps_client_push(dt_ps_client *c, uint32_t id, const int64_t *ids, si
 }
 
 dt_status dt_ps_client_pull_step(dt_ps_client *c, const int64_t *ids, size_t n,
-                                 dt_table *const *tables, float *dense)
+                                 float *const *rows, float *dense)
 {
     dt_status st = DT_OK;
     for (int ti = 0; ti < c->n_tables && st == DT_OK; ti++) {
-        if (!tables[ti])
+        if (!rows[ti])
             continue;
         if ((st = plan(&c->tables[ti], ids, n)))
             break;
-        c->tables[ti].dest_rows = NULL, c->tables[ti].dest_tab = tables[ti];
+        c->tables[ti].dest_rows = rows[ti];
         st = queue_pull(c, ti);
     }
     if (st == DT_OK && dense) {

@@ -47,11 +47,12 @@ dt_status dt_ps_client_push_dense(dt_ps_client *c, const float *grads, int64_t s
 dt_status dt_ps_client_use_dense(dt_ps_client *c, const dt_arena *params);
 
 /* A worker's step in one round each way, every shard of every ps at once: the rows of ids (n)
- * of every table t into tables[t] at their ids (tables[t] NULL: not pulled) and the dense
- * variables into dense (NULL: not pulled); then each table's gradient (grads[t], NULL or empty:
- * none) at table_scale times its rate, and the dense gradients (NULL: none), for step. */
+ * of every table t into rows[t] (n x dim, in the order of ids; rows[t] NULL: not pulled) and
+ * the dense variables into dense (NULL: not pulled); then each table's gradient (grads[t], NULL
+ * or empty: none) at table_scale times its rate, and the dense gradients (NULL: none), for
+ * step. */
 dt_status dt_ps_client_pull_step(dt_ps_client *c, const int64_t *ids, size_t n,
-                                 dt_table *const *tables, float *dense);
+                                 float *const *rows, float *dense);
 dt_status dt_ps_client_push_step(dt_ps_client *c, const dt_sparse_rows *const *grads,
                                  const float *dense, int64_t step, float table_scale);
 

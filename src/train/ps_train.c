@@ -61,30 +61,31 @@ static void endpoint_of(const dt_addr *a, char *out, size_t cap)
 }
 
 /* The shards of table t: the partitioner's count, or one per ps task. */
-static int64_t shards_of(const dt_train_config *c, const dt_table *t, int n_ps)
+static int64_t shards_of(const dt_train_config *c, int64_t rows, int dim, int n_ps)
 {
     if (c->ps.partitioner_given)
-        return dt_partition_shards(&c->ps.partitioner, t->rows, (int64_t)t->dim * 4);
-    return n_ps < t->rows ? n_ps : t->rows;
+        return dt_partition_shards(&c->ps.partitioner, rows, (int64_t)dim * 4);
+    return n_ps < rows ? n_ps : rows;
 }
 
 /* Tells the client where the model's tables and dense variables are (define: and puts them
  * there, with m's values, as the coordinator does). */
 static dt_status place_variables(const dt_train_config *c, dt_model *m, dt_ps_client *ps,
-                                 int n_ps, bool define)
+                                 int n_ps, bool define, int64_t table_rows)
 {
     dt_rowopt_config rule;
     dt_optim_table_rule(&c->optim, &rule);
     dt_status st = DT_OK;
     for (int t = 0; t < dt_model_num_tables(m) && st == DT_OK; t++) {
         const dt_table *tab = dt_model_table(m, t);
-        int64_t shards = shards_of(c, tab, n_ps);
+        int64_t rows = table_rows > 0 ? table_rows : tab->rows;
+        int64_t shards = shards_of(c, rows, tab->dim, n_ps);
         /* fm_v starts N(0, stddev^2) per row from the seed, fm_w at 0, as dt_model_init_params
          * makes them (model_spec.h). */
         float stddev = strcmp(tab->name, "fm_v") == 0 ? dt_model_spec_of(m)->ctr.init_stddev : 0;
-        st = define ? dt_ps_client_define(ps, (uint32_t)t, tab->name, tab->rows, tab->dim, shards,
+        st = define ? dt_ps_client_define(ps, (uint32_t)t, tab->name, rows, tab->dim, shards,
                                           c->ps.partition_strategy, &rule, stddev, c->fit.seed)
-                    : dt_ps_client_use_table(ps, (uint32_t)t, tab->rows, tab->dim, shards,
+                    : dt_ps_client_use_table(ps, (uint32_t)t, rows, tab->dim, shards,
                                              c->ps.partition_strategy);
     }
     if (st == DT_OK)
@@ -112,6 +113,8 @@ typedef struct {
     dt_ps_client *ps;
     int32_t *labels;
     int64_t *uniq;       /* the batch's unique ids */
+    size_t n_uniq;
+    int64_t *gids;       /* the tables' gradient rows' ids, table t's from t x cap */
     uint32_t *slot;
     void *scratch;
     size_t cap;
@@ -159,28 +162,34 @@ static dt_status reserve_ids(worker *w, size_t n)
 {
     if (n <= w->cap && w->uniq)
         return DT_OK;
-    free(w->uniq), free(w->slot), free(w->scratch);
+    free(w->uniq), free(w->slot), free(w->scratch), free(w->gids);
     w->uniq = malloc(n * sizeof *w->uniq);
+    w->gids = malloc(n * DT_PS_WORKER_MAX_TABLES * sizeof *w->gids);
     w->slot = malloc(n * sizeof *w->slot);
     w->scratch = malloc(dt_embedding_scratch_bytes(n));
-    w->cap = w->uniq && w->slot && w->scratch ? n : 0;
+    w->cap = w->uniq && w->gids && w->slot && w->scratch ? n : 0;
     return w->cap ? DT_OK : dt_error(DT_ERR_NOMEM, "no memory for a batch of %zu ids", n);
 }
 
-/* The batch's rows of every table and the dense variables, from the ps tasks in one round. */
-static dt_status pull_variables(worker *w, const dt_elem *e)
+/* The batch's rows of every table and the dense variables, from the ps tasks in one round. The
+ * worker's tables hold one batch's rows: the batch's ids become their index among its unique
+ * ids (the element is the worker's own), and the pulled rows land there. */
+static dt_status pull_variables(worker *w, dt_elem *e)
 {
     dt_model *m = w->m;
-    dt_table *tables[DT_PS_WORKER_MAX_TABLES] = {0};
-    size_t u = 0;
+    float *rows[DT_PS_WORKER_MAX_TABLES] = {0};
+    w->n_uniq = 0;
     if (dt_model_num_tables(m) > 0) {
         size_t n = (size_t)(e->sp_row[e->n] - e->sp_row[0]);
+        int64_t *ids = e->sp_ids + e->sp_row[0];
         dt_status st = reserve_ids(w, n);
         if (st)
             return st;
-        u = dt_embedding_dedupe(e->sp_ids + e->sp_row[0], n, w->scratch, w->uniq, w->slot);
+        w->n_uniq = dt_embedding_dedupe(ids, n, w->scratch, w->uniq, w->slot);
+        for (size_t i = 0; i < n; i++)
+            ids[i] = (int64_t)w->slot[i];
         for (int t = 0; t < dt_model_num_tables(m); t++)
-            tables[t] = dt_model_table(m, t);
+            rows[t] = dt_model_table(m, t)->data;
     }
     if (w->n_pulls == w->pulls_cap) {
         size_t cap = w->pulls_cap ? 2 * w->pulls_cap : 1024;
@@ -190,9 +199,29 @@ static dt_status pull_variables(worker *w, const dt_elem *e)
         w->pull_ms = p, w->pulls_cap = cap;
     }
     double t0 = dt_clock_now();
-    dt_status st = dt_ps_client_pull_step(w->ps, w->uniq, u, tables, dt_model_params(m)->data);
+    dt_status st = dt_ps_client_pull_step(w->ps, w->uniq, w->n_uniq, rows,
+                                          dt_model_params(m)->data);
     w->pull_ms[w->n_pulls++] = (dt_clock_now() - t0) * 1e3;
     return st;
+}
+
+/* The tables' gradients with the batch's ids again (local row k is unique id k: increasing
+ * stays increasing), pushed with the dense gradients. */
+static dt_status push_gradients(worker *w, int64_t step, float table_scale)
+{
+    dt_model *m = w->m;
+    dt_sparse_rows global[DT_PS_WORKER_MAX_TABLES];
+    const dt_sparse_rows *grads[DT_PS_WORKER_MAX_TABLES] = {0};
+    for (int t = 0; t < dt_model_num_tables(m); t++) {
+        const dt_sparse_rows *g = dt_model_table_grad(m, t);
+        int64_t *gids = w->gids + (size_t)t * w->cap;
+        for (size_t k = 0; k < g->n; k++)
+            gids[k] = w->uniq[g->ids[k]];
+        global[t] = *g;
+        global[t].ids = gids;
+        grads[t] = &global[t];
+    }
+    return dt_ps_client_push_step(w->ps, grads, dt_model_grads(m)->data, step, table_scale);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -242,10 +271,7 @@ static dt_status worker_step(worker *w, int64_t step, dt_psmsg *r)
     /* The tables' rate follows the dense one's schedule, as dt_replica_update_tables has it. */
     const dt_optim_config *oc = &w->c->optim;
     float scale = dt_lr_schedule_at(oc, step - 1) / oc->lr;
-    const dt_sparse_rows *grads[DT_PS_WORKER_MAX_TABLES] = {0};
-    for (int t = 0; t < dt_model_num_tables(m); t++)
-        grads[t] = dt_model_table_grad(m, t);
-    st = dt_ps_client_push_step(w->ps, grads, dt_model_grads(m)->data, step, scale);
+    st = push_gradients(w, step, scale);
     r->n++, r->rows += e->n, r->correct += correct, r->loss += loss;
     w->steps++, w->samples += e->n;
 done:
@@ -327,7 +353,8 @@ static dt_status serve(worker *w, dt_zlink *z, const char *coordinator)
     return st;
 }
 
-dt_status dt_ps_work(const dt_train_config *c, dt_model *m, dt_input *in, dt_train_report *out)
+dt_status dt_ps_work(const dt_train_config *c, dt_model *m, dt_input *in, int64_t table_rows,
+                     dt_train_report *out)
 {
     ps_cluster pc;
     dt_status st = open_cluster(c, &pc);
@@ -347,14 +374,14 @@ dt_status dt_ps_work(const dt_train_config *c, dt_model *m, dt_input *in, dt_tra
         st = dt_ps_client_open(&pc.me, &pc.cl, c->comm.connect_timeout,
                                c->ps.worker_timeout, &w.ps);
     if (st == DT_OK)
-        st = place_variables(c, m, w.ps, pc.cl.n_tasks[DT_JOB_PS], false);
+        st = place_variables(c, m, w.ps, pc.cl.n_tasks[DT_JOB_PS], false, table_rows);
     dt_model_set_dropout_seed(m, c->fit.seed);
     if (st == DT_OK)
         st = serve(&w, z, coordinator);
     worker_figures(&w, &pc, out);
     dt_zlink_close(z);
     dt_ps_client_close(w.ps);
-    free(w.labels), free(w.uniq), free(w.slot), free(w.scratch), free(w.pull_ms);
+    free(w.labels), free(w.uniq), free(w.gids), free(w.slot), free(w.scratch), free(w.pull_ms);
     close_cluster(&pc);
     return st;
 }
@@ -604,7 +631,7 @@ dt_status dt_ps_coordinate(const dt_train_config *c, dt_model *m, dt_fit_result 
         st = dt_ps_client_open(&pc.me, &pc.cl, c->comm.connect_timeout, c->ps.worker_timeout,
                                &ps);
     if (st == DT_OK)
-        st = place_variables(c, m, ps, pc.cl.n_tasks[DT_JOB_PS], true);
+        st = place_variables(c, m, ps, pc.cl.n_tasks[DT_JOB_PS], true, 0);
     co.t0 = dt_clock_now();
     dt_status run = st ? st : drive_workers(&co, n_workers);
     res->train_seconds = dt_clock_now() - co.t0;

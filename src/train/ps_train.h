@@ -30,7 +30,9 @@
 dt_status dt_ps_coordinate(const dt_train_config *c, dt_model *m, dt_fit_result *res);
 
 /* A worker task: serves the coordinator's functions over in->train until it stops it; out gets
- * its figures (steps, samples, pull times, traffic). */
-dt_status dt_ps_work(const dt_train_config *c, dt_model *m, dt_input *in, dt_train_report *out);
+ * its figures (steps, samples, pull times, traffic). m's tables hold one batch's unique rows
+ * (max_batch x fields rows); table_rows is the rows the tables really have. */
+dt_status dt_ps_work(const dt_train_config *c, dt_model *m, dt_input *in, int64_t table_rows,
+                     dt_train_report *out);
 
 #endif

@@ -520,6 +520,10 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
         dt_error_prefix(st, "%s", in.source);
         goto fail;
     }
+    /* A ps worker's tables hold one batch's rows, pulled step by step. */
+    int64_t table_rows = spec.ctr.feature_size;
+    if (ps && plan.rank > 0 && spec.arch != DT_ARCH_SEQUENTIAL)
+        spec.ctr.feature_size = (int64_t)in.eval_batch * spec.ctr.field_size;
     /* No batch is larger than the training set: the buffers are sized for what will be used. */
     dt_model_options mopts = {.no_fuse = c->no_fuse};
     if ((st = dt_pool_create(plan.threads, &pool)) ||
@@ -532,7 +536,7 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
         goto fail;
     if (ps && plan.rank > 0) {
         /* A worker: its variables come from the ps tasks, step by step. */
-        st = dt_ps_work(c, model, &in, out);
+        st = dt_ps_work(c, model, &in, table_rows, out);
         snprintf(out->strategy, sizeof out->strategy, "%s", name);
         goto fail;
     }
