@@ -292,8 +292,17 @@ TF_CONFIG="{\"cluster\":$psc,\"task\":{\"type\":\"worker\",\"index\":0}}" \
     expect_error ps_train_other_strategy 1 "only --strategy parameter_server" "${ctr[@]}" --strategy multi_worker_mirrored
 TF_CONFIG="{\"cluster\":{\"chief\":[\"127.0.0.1:$base\"],\"worker\":[\"127.0.0.1:$((base + 1))\"]},\"task\":{\"type\":\"chief\",\"index\":0}}" \
     expect_error ps_train_without_ps 1 "names no ps task" "${ctr[@]}" --strategy parameter_server
+# No ps answers: the chief fails naming it, and tells the waiting worker to stop at once rather
+# than leave it to its --coordinator-timeout.
+TF_CONFIG="{\"cluster\":$psc,\"task\":{\"type\":\"worker\",\"index\":0}}" \
+    "$dtrain" "${ctr[@]}" --coordinator-timeout 60 > "$tmp/w.out" 2> "$tmp/w.err" &
+wpid=$!
+pids+=("$wpid")
 TF_CONFIG="{\"cluster\":$psc,\"task\":{\"type\":\"chief\",\"index\":0}}" \
     expect_error ps_train_unreachable_ps 1 "could not connect to ps:0" "${ctr[@]}" --connect-timeout 1
+wait_pid "$wpid" 20
+if [ "$status" -eq 0 ]; then ok ps_train_chief_failing_stops_workers;
+else fail ps_train_chief_failing_stops_workers "worker exit $status (124: still waiting 20 s later): $(tail -1 "$tmp/w.err")"; fi
 expect_error ps_train_bad_mode 2 "--ps-mode" "${ctr[@]}" --ps-mode sometimes
 expect_error ps_train_bad_partitioner 2 "--partitioner" "${ctr[@]}" --partitioner fixed:0
 no_leftovers ps_train_errors_leave_nothing "$base" 3

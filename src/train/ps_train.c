@@ -108,9 +108,11 @@ static dt_status reply_msg(dt_zlink *z, const dt_zpeer *to, const dt_psmsg *m, d
 
 typedef struct {
     const dt_train_config *c;
+    const ps_cluster *pc;
+    int64_t table_rows;    /* the tables' rows on the ps tasks */
     dt_model *m;
     dt_input *in;
-    dt_ps_client *ps;
+    dt_ps_client *ps;      /* opened at the first function */
     int32_t *labels;
     int64_t *uniq;       /* the batch's unique ids */
     size_t n_uniq;
@@ -283,6 +285,18 @@ done:
 static dt_status run_function(worker *w, const dt_psmsg *req, dt_psmsg *r)
 {
     *r = (dt_psmsg){.type = DT_PSMSG_RESULT, .request_id = req->request_id};
+    /* The ps tasks are reached at the first function: until then a worker answers PING and
+     * STOP at once (a coordinator that failed to start stops it without waiting). */
+    if (!w->ps) {
+        const dt_train_config *c = w->c;
+        dt_status st = dt_ps_client_open(&w->pc->me, &w->pc->cl, c->comm.connect_timeout,
+                                         c->ps.worker_timeout, &w->ps);
+        if (st == DT_OK)
+            st = place_variables(c, w->m, w->ps, w->pc->cl.n_tasks[DT_JOB_PS], false,
+                                 w->table_rows);
+        if (st)
+            return st;
+    }
     for (uint32_t k = 0; k < req->n && !w->done; k++) {
         dt_status st = worker_step(w, req->step + k, r);
         if (st == DT_END)
@@ -370,11 +384,7 @@ dt_status dt_ps_work(const dt_train_config *c, dt_model *m, dt_input *in, int64_
         st = dt_error(DT_ERR_NOMEM, "no memory for a batch's labels");
     if (st == DT_OK)
         st = dt_zlink_server(endpoint, pc.secret, pc.secret_len, &z);
-    if (st == DT_OK)
-        st = dt_ps_client_open(&pc.me, &pc.cl, c->comm.connect_timeout,
-                               c->ps.worker_timeout, &w.ps);
-    if (st == DT_OK)
-        st = place_variables(c, m, w.ps, pc.cl.n_tasks[DT_JOB_PS], false, table_rows);
+    w.pc = &pc, w.table_rows = table_rows;
     dt_model_set_dropout_seed(m, c->fit.seed);
     if (st == DT_OK)
         st = serve(&w, z, coordinator);
@@ -550,6 +560,24 @@ static void *drive_worker(void *arg)
     return NULL;
 }
 
+/* Best effort, a second each: tells every worker to stop, when training could not begin. */
+static void stop_workers(const coordinator *co, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char name[DT_HOST_CAP + 48], endpoint[DT_HOST_CAP + 32];
+        dt_cluster_task_name(&co->pc->cl, DT_JOB_WORKER, i, name, sizeof name);
+        endpoint_of(dt_cluster_addr(&co->pc->cl, DT_JOB_WORKER, i), endpoint, sizeof endpoint);
+        dt_zlink *z = NULL;
+        dt_psbuf out = {0}, in = {0};
+        dt_psmsg stop = {.type = DT_PSMSG_STOP, .request_id = 1}, reply;
+        if (dt_zlink_client(endpoint, name, co->pc->secret, co->pc->secret_len, &z) == DT_OK)
+            request(z, &stop, 1.0, &out, &in, name, DT_PSMSG_ACK, &reply);
+        dt_zlink_close(z);
+        dt_psbuf_free(&out);
+        dt_psbuf_free(&in);
+    }
+}
+
 /* Reads every variable back from the ps tasks into m: dense, then the tables a million rows at
  * a time. */
 static dt_status read_back(dt_ps_client *ps, dt_model *m)
@@ -634,6 +662,11 @@ dt_status dt_ps_coordinate(const dt_train_config *c, dt_model *m, dt_fit_result 
         st = place_variables(c, m, ps, pc.cl.n_tasks[DT_JOB_PS], true, 0);
     co.t0 = dt_clock_now();
     dt_status run = st ? st : drive_workers(&co, n_workers);
+    /* The first error is the one reported, whatever stopping the others says. */
+    char first[DT_PSMSG_MAX_TEXT];
+    snprintf(first, sizeof first, "%s", run ? dt_last_error() : "");
+    if (st)
+        stop_workers(&co, n_workers); /* they waited for functions that will not come */
     res->train_seconds = dt_clock_now() - co.t0;
     res->steps = co.steps, res->samples = co.rows;
     res->epochs = c->fit.epochs;
@@ -650,6 +683,8 @@ dt_status dt_ps_coordinate(const dt_train_config *c, dt_model *m, dt_fit_result 
         if (st == DT_OK)
             st = stop;
     }
+    if (run)
+        dt_error(run, "%s", first);
     dt_ps_client_close(ps);
     pthread_cond_destroy(&co.changed);
     pthread_mutex_destroy(&co.mu);
