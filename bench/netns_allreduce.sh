@@ -59,26 +59,15 @@ workers=""
 for ((i = 0; i < N; i++)); do workers="$workers${workers:+,}\"$(ip_of "$i"):$PORT\""; done
 secret=$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')
 echo "running dtrain bench allreduce on $N ranks ..." >&2
-rank_pids=()
+run_pids=() run_names=()
 for ((i = 0; i < N; i++)); do
     TF_CONFIG="{\"cluster\":{\"worker\":[$workers]},\"task\":{\"type\":\"worker\",\"index\":$i}}" \
         DTRAIN_CLUSTER_SECRET=$secret \
         ip netns exec "${ns[$i]}" "$dtrain" bench allreduce --shm=false --sizes 1M..64M --factor 4 \
         --iters "$ITERS" --connect-timeout 20 --timeout 30 > "$tmp/r$i.out" 2> "$tmp/r$i.err" &
-    rank_pids+=($!); pids+=($!)
+    run_pids+=($!); run_names+=("rank $i"); pids+=($!)
 done
-deadline=$((SECONDS + 100))
-failed=""
-for ((i = 0; i < N; i++)); do
-    while kill -0 "${rank_pids[$i]}" 2> /dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
-    if kill -0 "${rank_pids[$i]}" 2> /dev/null; then
-        failed="$failed rank $i did not finish in time;"
-        kill -9 "${rank_pids[$i]}" 2> /dev/null
-    fi
-    wait "${rank_pids[$i]}"
-    st=$?
-    [ "$st" -eq 0 ] || failed="$failed rank $i exit $st: $(head -c 300 "$tmp/r$i.err");"
-done
+wait_tasks 100 "$tmp/r"
 
 echo
 delay_note=${DELAY:+, netem delay $DELAY per shaped egress}

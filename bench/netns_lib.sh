@@ -176,3 +176,23 @@ streams() {
     done
 }
 
+
+# wait_tasks SECONDS ERR_PREFIX: waits up to SECONDS in all for the processes in run_pids (named
+# by run_names), killing those still running then; failed lists "NAME did not finish in time;" or
+# "NAME exit S: <the start of ERR_PREFIX<i>.err>;" for each that did not end well.
+wait_tasks() {
+    local deadline=$((SECONDS + $1)) prefix=$2 i st
+    failed=""
+    for i in "${!run_pids[@]}"; do
+        while kill -0 "${run_pids[$i]}" 2> /dev/null && [ $SECONDS -lt $deadline ]; do
+            sleep 0.2
+        done
+        if kill -0 "${run_pids[$i]}" 2> /dev/null; then
+            failed="$failed ${run_names[$i]} did not finish in time;"
+            kill -9 "${run_pids[$i]}" 2> /dev/null
+        fi
+        wait "${run_pids[$i]}"
+        st=$?
+        [ "$st" -eq 0 ] || failed="$failed ${run_names[$i]} exit $st: $(head -c 300 "$prefix$i.err");"
+    done
+}

@@ -41,26 +41,15 @@ cluster="{\"chief\":[$(addr 0)],\"worker\":[$(addr 1),$(addr 2)],\"ps\":[$(addr 
 jobs=("chief 0" "worker 0" "worker 1" "ps 0")
 
 echo "training on the emulated network ..." >&2
-task_pids=()
+run_pids=() run_names=()
 for ((i = 0; i < N; i++)); do
     read -r job index <<< "${jobs[$i]}"
     TF_CONFIG="{\"cluster\":$cluster,\"task\":{\"type\":\"$job\",\"index\":$index}}" \
         DTRAIN_CLUSTER_SECRET=$secret ip netns exec "${ns[$i]}" "$dtrain" "${common[@]}" \
         > "$tmp/t$i.out" 2> "$tmp/t$i.err" &
-    task_pids+=($!); pids+=($!)
+    run_pids+=($!); run_names+=("${jobs[$i]}"); pids+=($!)
 done
-deadline=$((SECONDS + 600))
-failed=""
-for ((i = 0; i < N; i++)); do
-    while kill -0 "${task_pids[$i]}" 2> /dev/null && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
-    if kill -0 "${task_pids[$i]}" 2> /dev/null; then
-        failed="$failed ${jobs[$i]} did not finish in time;"
-        kill -9 "${task_pids[$i]}" 2> /dev/null
-    fi
-    wait "${task_pids[$i]}"
-    st=$?
-    [ "$st" -eq 0 ] || failed="$failed ${jobs[$i]} exit $st: $(head -c 300 "$tmp/t$i.err");"
-done
+wait_tasks 600 "$tmp/t"
 [ -z "$failed" ] || die "the emulated run failed:$failed"
 net=$("$python" -c "import json; print(json.load(open('$tmp/chief.json'))['samples_per_sec'])")
 cat "$tmp/t1.err" "$tmp/t2.err" | grep "bytes per sample" > "$tmp/workers"
