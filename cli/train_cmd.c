@@ -174,7 +174,9 @@ static int define_flags(flag_def *f, int cap, struct train_opts *o)
          "variables on ps tasks, steps scheduled on workers by the chief)", &o->strategy);
     FLAG("ps-mode", FLAG_STRING, "async", "parameter_server: how workers see each other's "
          "updates: async (TensorFlow's), or ssp:S (bounded staleness: a worker at step c of its "
-         "own sees every update of steps <= c - S - 1 of every worker; ssp:0 is lockstep)",
+         "own sees every update of steps <= c - S - 1 of every worker; ssp:0 is lockstep), or "
+         "hybrid (tables on the ps tasks, dense variables all-reduced among the workers, "
+         "synchronously)",
          &o->ps_mode);
     FLAG("steps-per-execution", FLAG_INT, "1", "parameter_server: steps per function the "
          "coordinator schedules on a worker", &o->steps_per_execution);

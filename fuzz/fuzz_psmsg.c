@@ -56,10 +56,19 @@ static void check(const uint8_t *data, size_t size)
         ids[i] = dt_psmsg_id(&m, i);
     for (size_t i = 0; i < nv; i++)
         vals[i] = dt_psmsg_value(&m, i);
+    uint16_t *ports = NULL;
+    if (m.type == DT_PSMSG_RING) {
+        REQUIRE(m.n <= DT_PSMSG_MAX_RING && m.ports >= data && m.ports + 2 * (size_t)m.n <= data + size);
+        REQUIRE((ports = malloc((m.n ? m.n : 1) * sizeof *ports)));
+        for (uint32_t i = 0; i < m.n; i++)
+            REQUIRE((ports[i] = dt_psmsg_port(&m, i)) != 0);
+        m.ports_host = ports;
+    }
     dt_psbuf b = {0};
     REQUIRE(dt_psmsg_encode(&m, ids, vals, &b) == DT_OK);
     REQUIRE(b.len == size && memcmp(b.data, data, size) == 0);
     dt_psbuf_free(&b);
+    free(ports);
     free(ids);
     free(vals);
 }

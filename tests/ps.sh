@@ -230,20 +230,52 @@ for mode in ssp:0 ssp:2; do
     fi
 done
 
+# Hybrid: the dense variables all-reduced among the workers over a ring of their own, the
+# tables on the ps tasks. One worker is one_device bit for bit; with two, each step's pushes are
+# in before the all-reduce lets a worker on, so plain SGD gives multi_worker_mirrored's model up
+# to rounding (the tables' two updates against one of the summed rows, in either order): the
+# AUCs agree within 1e-4 or so.
+run timeout 120 "$dtrain" launch -n 1 --ps 1 -- "$dtrain" "${ctr[@]}" --ps-mode hybrid \
+    --metrics-out "$tmp/h1.json"
+read -r sum auc steps <<< "$(metrics ps "$tmp/h1.json" 2>/dev/null)"
+if [ "$status" -eq 0 ] && [ "$sum" = "$one_sum" ] && [ "$steps" = "$one_steps" ] &&
+    grep -q "hybrid (dense variables all-reduced among the workers" "$tmp/out"; then
+    ok ps_train_hybrid_one_worker_equals_one_device "checksum=$sum"
+else
+    fail ps_train_hybrid_one_worker_equals_one_device "exit $status, checksum $sum steps $steps, one_device $one_sum $one_steps: $(tail -3 "$tmp/err")"
+fi
+sgd=()
+for a in "${ctr[@]}"; do
+    case $a in adam) sgd+=(sgd) ;; 5e-4) sgd+=(0.05) ;; *) sgd+=("$a") ;; esac
+done
+run timeout 120 "$dtrain" launch -n 2 -- "$dtrain" "${sgd[@]}" --metrics-out "$tmp/m2.json"
+read -r msum mauc msteps <<< "$(metrics mwm "$tmp/m2.json" 2>/dev/null)"
+run timeout 120 "$dtrain" launch -n 2 --ps 2 -- "$dtrain" "${sgd[@]}" --ps-mode hybrid \
+    --metrics-out "$tmp/h2.json"
+read -r sum auc steps <<< "$(metrics ps "$tmp/h2.json" 2>/dev/null)"
+gap=$(python3 -c "print(abs(${auc:-0} - ${mauc:-1}))")
+if [ "$status" -eq 0 ] && [ -n "$mauc" ] && [ "$steps" = "$msteps" ] &&
+    python3 -c "import sys; sys.exit(0 if $gap <= 1e-3 else 1)"; then
+    ok ps_train_hybrid_2_workers_2_ps_is_multi_worker_mirrored "auc=$auc mwm=$mauc gap=$gap steps=$steps"
+else
+    fail ps_train_hybrid_2_workers_2_ps_is_multi_worker_mirrored "exit $status, auc $auc steps $steps vs mwm $mauc $msteps: $(tail -3 "$tmp/err")"
+fi
+
 # ---- failures: a worker or the coordinator killed mid-run; nothing hangs or stays ----
 "$dtrain" data gen-ctr --rows 200000 --seed 13 --out "$tmp/long.svm" > "$tmp/gen2" 2>&1
 fs2=$(sed -n 's/.*feature_size=\([0-9]*\).*/\1/p' "$tmp/gen2")
 long=(train --data "libsvm:$tmp/long.svm" --test-data none --feature-size "$fs2" --model deepfm
       --batch-size 64 --epochs 5 --progress none --threads 1 --coordinator-timeout 8
       --worker-timeout 5 --connect-timeout 30)
-# start_cluster BASE: the chief, 2 workers and 1 ps of a cluster at BASE..BASE+3.
+# start_cluster BASE [FLAGS...]: the chief, 2 workers and 1 ps of a cluster at BASE..BASE+3.
 start_cluster() {
     local base=$1 job i
+    shift
     local cl="{\"chief\":[\"127.0.0.1:$base\"],\"worker\":[\"127.0.0.1:$((base + 1))\",\"127.0.0.1:$((base + 2))\"],\"ps\":[\"127.0.0.1:$((base + 3))\"]}"
     for task in chief:0 worker:0 worker:1 ps:0; do
         job=${task%%:*} i=${task#*:}
         TF_CONFIG="{\"cluster\":$cl,\"task\":{\"type\":\"$job\",\"index\":$i}}" \
-            "$dtrain" "${long[@]}" > "$tmp/$job$i.out" 2> "$tmp/$job$i.err" &
+            "$dtrain" "${long[@]}" "$@" > "$tmp/$job$i.out" 2> "$tmp/$job$i.err" &
         task_pid[$task]=$!
         pids+=($!)
     done
@@ -269,6 +301,20 @@ else
     fail ps_train_worker_killed_fails_naming_it "chief ${task_status[chief:0]} ($(tail -1 "$tmp/chief0.err")), worker:0 ${task_status[worker:0]} ($(tail -1 "$tmp/worker0.err")), ps ${task_status[ps:0]} ($(tail -1 "$tmp/ps0.err"))"
 fi
 no_leftovers ps_train_worker_killed_leaves_nothing "$base" 3
+# Hybrid: the other worker's all-reduce fails at once naming the lost one; every task ends.
+base=$(free_base 4)
+start_cluster "$base" --ps-mode hybrid
+sleep 3
+kill -9 "${task_pid[worker:1]}"
+wait_tasks 60
+if [ "${task_status[chief:0]}" -eq 1 ] && tail -1 "$tmp/chief0.err" | grep -q "worker:1" &&
+    [ "${task_status[worker:0]}" -eq 1 ] && grep -q "worker:1" "$tmp/worker0.err" &&
+    [ "${task_status[ps:0]}" -eq 0 ]; then
+    ok ps_train_hybrid_worker_killed_fails_naming_it "$(tail -1 "$tmp/chief0.err" | head -c 160)"
+else
+    fail ps_train_hybrid_worker_killed_fails_naming_it "chief ${task_status[chief:0]} ($(tail -1 "$tmp/chief0.err")), worker:0 ${task_status[worker:0]} ($(tail -1 "$tmp/worker0.err")), ps ${task_status[ps:0]} ($(tail -1 "$tmp/ps0.err"))"
+fi
+no_leftovers ps_train_hybrid_worker_killed_leaves_nothing "$base" 3
 base=$(free_base 4)
 start_cluster "$base"
 sleep 3

@@ -505,3 +505,37 @@ TEST(cluster_task_flag_overrides_tf_config)
     CHECK_ERR(dt_cluster_set_task(&local, "worker:0"), DT_ERR_INVALID, "there is no cluster");
     dt_cluster_free(&local);
 }
+
+/* Hybrid parameter-server workers all-reduce over a ring of their own: the workers alone, each
+ * at its host and the port it told; this task keeps its index (and is rank = index); the id is
+ * the same for every worker of the cluster and no other cluster's. A ps task has no ring. */
+TEST(cluster_workers_ring)
+{
+    dt_cluster c, ring, ring2, other;
+    CHECK_OK(dt_cluster_parse(
+        J("{" TF_EXAMPLE_CLUSTER ", 'task': {'type': 'worker', 'index': 1}}"), &c));
+    const uint16_t ports[3] = {5001, 5002, 5003};
+    CHECK_OK(dt_cluster_workers_ring(&c, ports, &ring));
+    CHECK(ring.has_cluster && ring.n_tasks[DT_JOB_CHIEF] == 0 && ring.n_tasks[DT_JOB_PS] == 0);
+    CHECK(ring.n_tasks[DT_JOB_WORKER] == 3 && ring.n_workers == 3);
+    CHECK(ring.task_type == DT_JOB_WORKER && ring.task_index == 1 && ring.rank == 1);
+    for (int i = 0; i < 3; i++) {
+        const dt_addr *a = dt_cluster_addr(&ring, DT_JOB_WORKER, i);
+        const dt_addr *b = dt_cluster_addr(&c, DT_JOB_WORKER, i);
+        CHECK(a && strcmp(a->host, b->host) == 0 && a->port == ports[i]);
+    }
+    CHECK(ring.id != c.id);
+    CHECK_OK(dt_cluster_set_task(&c, "worker:2"));
+    CHECK_OK(dt_cluster_workers_ring(&c, ports, &ring2));
+    CHECK(ring2.id == ring.id && ring2.rank == 2);
+    const uint16_t moved[3] = {5001, 5002, 5004};
+    CHECK_OK(dt_cluster_workers_ring(&c, moved, &other));
+    CHECK(other.id != ring.id);
+    dt_cluster_free(&other);
+    CHECK_OK(dt_cluster_set_task(&c, "ps:0"));
+    CHECK(dt_cluster_workers_ring(&c, ports, &other) == DT_ERR_INVALID);
+    CHECK(strstr(dt_last_error(), "ps:0 is not a worker"));
+    dt_cluster_free(&ring2);
+    dt_cluster_free(&ring);
+    dt_cluster_free(&c);
+}

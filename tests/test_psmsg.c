@@ -141,3 +141,31 @@ TEST(psmsg_table_definition_round_trips_and_is_checked)
     }
     dt_psbuf_free(&b);
 }
+
+/* A RING message carries the workers' ring ports (none, one, or every worker's); port 0 and a
+ * count beyond the payload are refused. */
+TEST(psmsg_ring_ports_round_trip_and_are_checked)
+{
+    const uint16_t ports[3] = {4001, 65535, 1};
+    dt_psbuf b = {0};
+    dt_psmsg d;
+    for (uint32_t n = 0; n <= 3; n++) {
+        b.len = 0;
+        dt_psmsg m = {.type = DT_PSMSG_RING, .request_id = 9, .n = n, .ports_host = ports};
+        CHECK_OK(dt_psmsg_encode(&m, NULL, NULL, &b));
+        CHECK_OK(dt_psmsg_decode(b.data, b.len, "worker:0", &d));
+        CHECK(d.type == DT_PSMSG_RING && d.n == n);
+        for (uint32_t i = 0; i < n; i++)
+            CHECK(dt_psmsg_port(&d, i) == ports[i]);
+    }
+    const uint16_t zero[2] = {4001, 0};
+    b.len = 0;
+    dt_psmsg bad = {.type = DT_PSMSG_RING, .n = 2, .ports_host = zero};
+    CHECK_OK(dt_psmsg_encode(&bad, NULL, NULL, &b));
+    CHECK(dt_psmsg_decode(b.data, b.len, "worker:0", &d) == DT_ERR_FORMAT);
+    CHECK_MSG(strstr(dt_last_error(), "port 0") && strstr(dt_last_error(), "byte 34"), "%s",
+              dt_last_error());
+    dt_psmsg many = {.type = DT_PSMSG_RING, .n = DT_PSMSG_MAX_RING + 1, .ports_host = ports};
+    CHECK(dt_psmsg_encode(&many, NULL, NULL, &b) == DT_ERR_INVALID);
+    dt_psbuf_free(&b);
+}

@@ -61,6 +61,12 @@ void dt_cluster_rank_task(const dt_cluster *c, int rank, dt_job *job, int *index
  * no such task. */
 int dt_cluster_rank_of(const dt_cluster *c, dt_job job, int index);
 
+/* The cluster of c's workers alone, worker i at its own host and ports[i]: the ring over which
+ * the workers of hybrid parameter-server training all-reduce, beside the ports TF_CONFIG gives
+ * them. This task (a worker of c) is the same task there; the ring's id is derived from c's, so
+ * every worker derives the same one and no other cluster has it. Free out with dt_cluster_free. */
+dt_status dt_cluster_workers_ring(const dt_cluster *c, const uint16_t *ports, dt_cluster *out);
+
 /* A task's name for messages: "ps:1 (127.0.0.1:4003)"; "(?:0)" for an address the cluster does
  * not have. */
 void dt_cluster_task_name(const dt_cluster *c, dt_job job, int index, char *out, size_t cap);

@@ -516,6 +516,29 @@ dt_status dt_cluster_set_task(dt_cluster *c, const char *task)
     return DT_OK;
 }
 
+dt_status dt_cluster_workers_ring(const dt_cluster *c, const uint16_t *ports, dt_cluster *out)
+{
+    memset(out, 0, sizeof *out);
+    int n = c->n_tasks[DT_JOB_WORKER];
+    if (c->task_type != DT_JOB_WORKER || n < 1)
+        return dt_error(DT_ERR_INVALID, "the workers' ring: %s:%d is not a worker",
+                        dt_job_name(c->task_type), c->task_index);
+    if (!(out->tasks[DT_JOB_WORKER] = malloc((size_t)n * sizeof(dt_addr))))
+        return dt_error(DT_ERR_NOMEM, "no memory for the workers' ring");
+    for (int i = 0; i < n; i++) {
+        out->tasks[DT_JOB_WORKER][i] = c->tasks[DT_JOB_WORKER][i];
+        out->tasks[DT_JOB_WORKER][i].port = ports[i];
+    }
+    out->has_cluster = true;
+    out->n_tasks[DT_JOB_WORKER] = n;
+    out->task_type = DT_JOB_WORKER, out->task_index = c->task_index;
+    assign_roles(out);
+    char salt[64];
+    snprintf(salt, sizeof salt, "workers' ring of %016llx\n", (unsigned long long)c->id);
+    out->id = fnv1a(cluster_id(out), salt);
+    return DT_OK;
+}
+
 int dt_cluster_rank_of(const dt_cluster *c, dt_job job, int index)
 {
     int chiefs = c->n_tasks[DT_JOB_CHIEF];

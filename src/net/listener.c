@@ -71,19 +71,30 @@ dt_status dt_listener_start(const char *host, uint16_t port, const dt_listener_o
                             dt_listener **out)
 {
     *out = NULL;
+    int fd = -1;
+    uint16_t bound;
+    dt_status st = dt_sock_listen(host, port, &fd, &bound);
+    return st ? st : dt_listener_adopt(fd, o, out);
+}
+
+dt_status dt_listener_adopt(int fd, const dt_listener_options *o, dt_listener **out)
+{
+    *out = NULL;
     dt_listener *l = calloc(1, sizeof *l);
-    if (!l)
+    if (!l) {
+        dt_sock_close(fd);
         return dt_error(DT_ERR_NOMEM, "no memory for a listener");
+    }
     l->o = *o;
     if (l->o.handshake_timeout <= 0)
         l->o.handshake_timeout = 10.0;
+    l->fd = fd;
+    dt_status st = dt_sock_local_port(fd, &l->port);
     pthread_mutex_init(&l->mu, NULL);
-    dt_status st = dt_sock_listen(host, port, &l->fd, &l->port);
     if (st == DT_OK && pthread_create(&l->thread, NULL, accept_loop, l) != 0)
         st = dt_error(DT_ERR_IO, "cannot start the thread that accepts peers");
     if (st) {
-        if (st != DT_OK && l->fd >= 0)
-            dt_sock_close(l->fd);
+        dt_sock_close(l->fd);
         pthread_mutex_destroy(&l->mu);
         free(l);
         return st;

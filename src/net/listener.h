@@ -35,6 +35,9 @@ dt_status dt_listener_start(const char *host, uint16_t port, const dt_listener_o
                             dt_listener **out);
 /* The port it listens on. */
 uint16_t dt_listener_port(const dt_listener *l);
+/* The same on fd, a socket already listening (dt_sock_listen), which it takes over: closed on
+ * failure too. A task that must tell its port before its peers connect binds it first. */
+dt_status dt_listener_adopt(int fd, const dt_listener_options *o, dt_listener **out);
 /* The first error of the accepting thread itself (not of a refused peer), DT_OK while none;
  * the message in msg. */
 dt_status dt_listener_failed(dt_listener *l, char *msg, size_t cap);

@@ -12,7 +12,7 @@
 static const char *const type_names[] = {"?",    "PING",     "PONG",       "STOP",
                                          "PULL_ROWS", "ROWS", "PUSH_ROWS", "PULL_DENSE",
                                          "DENSE", "PUSH_DENSE", "ACK",    "ERROR",
-                                         "TABLE", "VAR", "RUN", "RESULT"};
+                                         "TABLE", "VAR", "RUN", "RESULT", "RING"};
 
 const char *dt_psmsg_type_name(dt_psmsg_type type)
 {
@@ -93,6 +93,7 @@ static uint64_t payload_size(const dt_psmsg *m, bool *bad)
     case DT_PSMSG_VAR: return VAR_FIXED_BYTES + 4 * m->count;
     case DT_PSMSG_RUN: return 12;
     case DT_PSMSG_RESULT: return 32;
+    case DT_PSMSG_RING: return 4 + 2 * (uint64_t)m->n;
     }
     *bad = true;
     return 0;
@@ -104,6 +105,7 @@ dt_status dt_psmsg_encode(const dt_psmsg *m, const int64_t *ids_host, const floa
     bool bad;
     uint64_t size = payload_size(m, &bad);
     if (bad || m->n > DT_PSMSG_MAX_ROWS || m->dim > DT_PSMSG_MAX_DIM ||
+        (m->type == DT_PSMSG_RING && m->n > DT_PSMSG_MAX_RING) ||
         m->text_len > DT_PSMSG_MAX_TEXT || size > DT_PSMSG_MAX_PAYLOAD ||
         (m->type == DT_PSMSG_TABLE && m->text_len > DT_PSMSG_MAX_NAME))
         return dt_error(DT_ERR_INVALID, "ps message %s: sizes beyond the limits (%u rows of %u, "
@@ -157,6 +159,11 @@ dt_status dt_psmsg_encode(const dt_psmsg *m, const int64_t *ids_host, const floa
         put64(at + 16, (uint64_t)m->correct), put64(at + 24, loss_bits), at += 32;
         break;
     }
+    case DT_PSMSG_RING:
+        put32(at, m->n), at += 4;
+        for (uint32_t i = 0; i < m->n; i++, at += 2)
+            at[0] = (uint8_t)m->ports_host[i], at[1] = (uint8_t)(m->ports_host[i] >> 8);
+        break;
     case DT_PSMSG_VAR:
         put32(at, m->table), put64(at + 4, m->offset), put64(at + 12, m->count);
         put64(at + 20, m->total), put32(at + 28, m->optimizer), put32(at + 32, m->schedule);
@@ -197,6 +204,11 @@ static float loadf(const uint8_t *p)
 int64_t dt_psmsg_id(const dt_psmsg *m, size_t i) { return (int64_t)dt_load_le64(m->ids + 8 * i); }
 
 float dt_psmsg_value(const dt_psmsg *m, size_t i) { return loadf(m->values + 4 * i); }
+
+uint16_t dt_psmsg_port(const dt_psmsg *m, size_t i)
+{
+    return (uint16_t)(m->ports[2 * i] | m->ports[2 * i + 1] << 8);
+}
 
 void dt_psmsg_values(const dt_psmsg *m, size_t first, size_t n, float *out)
 {
@@ -320,7 +332,7 @@ dt_status dt_psmsg_decode(const uint8_t *buf, size_t n, const char *peer, dt_psm
     if (st)
         return st;
     uint16_t type = (uint16_t)(buf[6] | buf[7] << 8);
-    if (type < DT_PSMSG_PING || type > DT_PSMSG_RESULT)
+    if (type < DT_PSMSG_PING || type > DT_PSMSG_RING)
         return bad_msg(peer, 6, "unknown message type");
     out->type = (dt_psmsg_type)type;
     out->request_id = dt_load_le64(buf + 8);
@@ -421,6 +433,18 @@ dt_status dt_psmsg_decode(const uint8_t *buf, size_t n, const char *peer, dt_psm
             return bad_msg(peer, H + 24, "a loss that is not finite");
         break;
     }
+    case DT_PSMSG_RING:
+        NEED(4, "truncated port count");
+        out->n = dt_load_le32(p), at = 4;
+        if (out->n > DT_PSMSG_MAX_RING)
+            return bad_msg(peer, H, "more ring ports than the limit");
+        NEED(2ull * out->n, "truncated ports");
+        out->ports = p + at;
+        for (uint32_t i = 0; i < out->n; i++)
+            if (dt_psmsg_port(out, i) == 0)
+                return bad_msg(peer, H + at + 2 * i, "port 0 in the ring");
+        at += 2ull * out->n;
+        break;
     case DT_PSMSG_VAR:
         NEED(VAR_FIXED_BYTES, "truncated variable definition");
         if ((st = decode_var(p, peer, out)))

@@ -32,6 +32,10 @@
  *     RESULT                       u32 steps taken | u32 done | i64 rows | i64 correct |
  *                                  f64 summed loss: what a RUN did (done: the worker's data is
  *                                  used up, every epoch of it)
+ *     RING                         u32 n | u16 ports[n]: the workers' ring of hybrid training
+ *                                  (n 0: the coordinator asks a worker which port its ring
+ *                                  listens on; n 1: the worker's answer; n W: every worker's
+ *                                  ring port, worker i's at i, for the worker to join the ring)
  * The decoder checks everything before trusting a byte: the magic, version and both CRCs, the
  * type, every count against the payload's size and the limits below, ids not negative, floats
  * finite in pushes. Its views point into the message (no copy); errors name the peer, the field
@@ -53,6 +57,7 @@
 #define DT_PSMSG_MAX_TEXT 1024u
 #define DT_PSMSG_MAX_NAME 64u
 #define DT_PSMSG_TABLE_PARAMS 10
+#define DT_PSMSG_MAX_RING 65536u
 
 typedef enum {
     DT_PSMSG_PING = 1,
@@ -70,6 +75,7 @@ typedef enum {
     DT_PSMSG_VAR,
     DT_PSMSG_RUN,
     DT_PSMSG_RESULT,
+    DT_PSMSG_RING,
 } dt_psmsg_type;
 
 typedef struct {
@@ -102,6 +108,9 @@ typedef struct {
     uint32_t done;
     int64_t rows, correct;
     double loss;
+    /* RING: n ports, each 1..65535; decoded as a view (dt_psmsg_port), encoded from ports_host */
+    const uint8_t *ports;
+    const uint16_t *ports_host;
 } dt_psmsg;
 
 /* Decodes one message of n bytes from peer (named in errors). DT_ERR_FORMAT for anything amiss. */
@@ -114,6 +123,7 @@ dt_status dt_psmsg_peek(const uint8_t hdr[DT_PSMSG_HEADER_BYTES], const char *pe
 
 int64_t dt_psmsg_id(const dt_psmsg *m, size_t i);
 float dt_psmsg_value(const dt_psmsg *m, size_t i);
+uint16_t dt_psmsg_port(const dt_psmsg *m, size_t i);
 /* Values [first, first + n) into out in host order: one copy on a little-endian host. */
 void dt_psmsg_values(const dt_psmsg *m, size_t first, size_t n, float *out);
 

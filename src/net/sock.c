@@ -109,14 +109,22 @@ dt_status dt_sock_listen(const char *host, uint16_t port, int *fd, uint16_t *bou
         close(s);
         return st;
     }
-    if (bound_port) {
-        struct sockaddr_storage sa;
-        socklen_t len = sizeof sa;
-        getsockname(s, (struct sockaddr *)&sa, &len);
-        *bound_port = sa.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&sa)->sin6_port)
-                                               : ntohs(((struct sockaddr_in *)&sa)->sin_port);
+    if (bound_port && (st = dt_sock_local_port(s, bound_port))) {
+        close(s);
+        return st;
     }
     *fd = s;
+    return DT_OK;
+}
+
+dt_status dt_sock_local_port(int fd, uint16_t *port)
+{
+    struct sockaddr_storage sa;
+    socklen_t len = sizeof sa;
+    if (getsockname(fd, (struct sockaddr *)&sa, &len) != 0)
+        return dt_error(DT_ERR_IO, "cannot tell a socket's port: %s", strerror(errno));
+    *port = sa.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&sa)->sin6_port)
+                                     : ntohs(((struct sockaddr_in *)&sa)->sin_port);
     return DT_OK;
 }
 

@@ -18,6 +18,8 @@
 
 /* Listens on host:port (port 0: any free port, read back into *bound_port). */
 dt_status dt_sock_listen(const char *host, uint16_t port, int *fd, uint16_t *bound_port);
+/* The local port fd is bound to. */
+dt_status dt_sock_local_port(int fd, uint16_t *port);
 /* Accepts one connection before deadline; *peer receives "ip:port". DT_END when the deadline
  * passed with no connection (not an error: the caller decides). */
 dt_status dt_sock_accept(int listen_fd, double deadline, int *fd, char *peer, size_t peer_cap);

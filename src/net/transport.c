@@ -28,6 +28,7 @@ void dt_transport_options_default(dt_transport_options *o)
     o->connect_timeout = 300.0;
     o->handshake_timeout = 10.0;
     o->max_frame_bytes = (uint64_t)64 << 20;
+    o->listen_fd = -1;
 }
 
 dt_status dt_transport_load_secret(const char *secret_file, uint8_t **secret, size_t *secret_len)
@@ -186,12 +187,17 @@ dt_status dt_transport_open(const dt_cluster *cl, const dt_transport_options *o,
 {
     *out = NULL;
     FILE *log = o->log; /* NULL: the library's log (log.h) */
-    if (cl->rank < 0)
+    int listen_fd = o->listen_fd;
+    dt_status st;
+    if (cl->rank < 0) {
+        dt_sock_close(listen_fd);
         return dt_error(DT_ERR_INVALID, "%s:%d is not a training task: it has no rank",
                         dt_job_name(cl->task_type), cl->task_index);
-    dt_status st = check_security(cl, o, log);
-    if (st)
+    }
+    if ((st = check_security(cl, o, log))) {
+        dt_sock_close(listen_fd);
         return st;
+    }
     setup s;
     memset(&s, 0, sizeof s);
     pthread_mutex_init(&s.mu, NULL);
@@ -220,7 +226,10 @@ dt_status dt_transport_open(const dt_cluster *cl, const dt_transport_options *o,
         dt_listener_options lo = {.me = s.me, .policy = mesh_policy, .policy_ctx = &s,
                                   .on_peer = mesh_on_peer, .ctx = &s,
                                   .handshake_timeout = o->handshake_timeout, .log = log};
-        if ((st = dt_listener_start(me->host, me->port, &lo, &listener)))
+        st = listen_fd >= 0 ? dt_listener_adopt(listen_fd, &lo, &listener)
+                            : dt_listener_start(me->host, me->port, &lo, &listener);
+        listen_fd = -1;
+        if (st)
             goto fail;
     }
     /* Lower ranks, nearest first: the ring's neighbour is ready soonest. */
@@ -238,11 +247,13 @@ dt_status dt_transport_open(const dt_cluster *cl, const dt_transport_options *o,
             goto fail;
         }
     }
+    dt_sock_close(listen_fd); /* the highest rank is connected to by no one */
     pthread_cond_destroy(&s.cv);
     pthread_mutex_destroy(&s.mu);
     *out = t;
     return DT_OK;
 fail:
+    dt_sock_close(listen_fd);
     dt_listener_stop(listener);
     pthread_cond_destroy(&s.cv);
     pthread_mutex_destroy(&s.mu);

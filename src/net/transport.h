@@ -29,6 +29,10 @@ typedef struct {
     double handshake_timeout; /* seconds an incoming connection has to finish it (default 10) */
     uint64_t max_frame_bytes; /* largest payload accepted from an authenticated peer (64 MiB) */
     FILE *log;                /* where refusals and warnings go (NULL: the library's log) */
+    int listen_fd;            /* -1 (default): listen on this task's address in the cluster;
+                                 else a socket already listening there (dt_sock_listen), which
+                                 dt_transport_open takes over, whatever happens: a task whose
+                                 port was told to its peers before they connect */
 } dt_transport_options;
 
 void dt_transport_options_default(dt_transport_options *o);

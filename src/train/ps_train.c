@@ -7,7 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../coll/agree.h"
+#include "../coll/comm_tcp.h"
 #include "../net/psmsg.h"
+#include "../net/sock.h"
 #include "../net/transport.h"
 #include "../net/zlink.h"
 #include "../ps/client.h"
@@ -88,7 +91,8 @@ static dt_status place_variables(const dt_train_config *c, dt_model *m, dt_ps_cl
                     : dt_ps_client_use_table(ps, (uint32_t)t, rows, tab->dim, shards,
                                              c->ps.partition_strategy);
     }
-    if (st == DT_OK)
+    /* Hybrid: the dense variables are the workers' own, all-reduced among them. */
+    if (st == DT_OK && c->ps.mode != DT_PS_HYBRID)
         st = define ? dt_ps_client_define_dense(ps, dt_model_params(m), &c->optim)
                     : dt_ps_client_use_dense(ps, dt_model_params(m));
     return st;
@@ -126,6 +130,15 @@ typedef struct {
     int epoch;             /* epochs of this worker's data begun */
     int64_t in_epoch;      /* batches taken in this epoch */
     bool done;             /* every epoch used up */
+    /* Hybrid: the dense variables are this worker's, their gradients all-reduced over the
+     * workers' ring (its own listener, beside the ZeroMQ one at the TF_CONFIG address), and
+     * updated here. */
+    dt_pool *pool;
+    int ring_fd;           /* the ring's listening socket, until the ring is joined */
+    uint16_t ring_port;
+    dt_cluster ring_cluster;
+    dt_comm *ring;
+    dt_optim opt;
 } worker;
 
 /* The next batch of this worker's data, going on into its next epoch at the end of one; DT_END
@@ -202,7 +215,7 @@ static dt_status pull_variables(worker *w, dt_elem *e)
     }
     double t0 = dt_clock_now();
     dt_status st = dt_ps_client_pull_step(w->ps, w->uniq, w->n_uniq, rows,
-                                          dt_model_params(m)->data);
+                                          w->ring ? NULL : dt_model_params(m)->data);
     w->pull_ms[w->n_pulls++] = (dt_clock_now() - t0) * 1e3;
     return st;
 }
@@ -223,7 +236,41 @@ static dt_status push_gradients(worker *w, int64_t step, float table_scale)
         global[t].ids = gids;
         grads[t] = &global[t];
     }
-    return dt_ps_client_push_step(w->ps, grads, dt_model_grads(m)->data, step, table_scale);
+    return dt_ps_client_push_step(w->ps, grads, w->ring ? NULL : dt_model_grads(m)->data, step,
+                                  table_scale);
+}
+
+/* Hybrid, before a step: the workers learn the global batch, and stop together as soon as one
+ * worker's data is used up (shards may differ by a batch). DT_END then. */
+static dt_status agree_on_batch(worker *w, dt_status got, int64_t rows, int64_t step,
+                                int64_t *global_rows)
+{
+    dt_agree_msg m = {.type = DT_AGREE_BEFORE_STEP, .n_ints = 2,
+                      .ints = {got == DT_OK ? rows : 0, got == DT_OK ? 0 : 1}};
+    dt_status st = dt_comm_agree(w->ring, &m);
+    if (st)
+        return dt_error_prefix(st, "step %lld", (long long)step);
+    *global_rows = m.ints[0];
+    if (m.ints[1] > 0) {
+        w->done = true;
+        return DT_END;
+    }
+    return DT_OK;
+}
+
+/* Hybrid, after backward: the dense gradients summed over the workers (each scaled by
+ * 1 / global batch), then this worker's copy updated with step's rates, as every other's. */
+static dt_status update_dense(worker *w, int64_t step)
+{
+    dt_arena *p = dt_model_params(w->m), *g = dt_model_grads(w->m);
+    dt_status st = w->ring->size > 1
+                       ? dt_comm_allreduce(w->ring, g->data, g->n_elems, DT_REDUCE_SUM, DT_WIRE_F32)
+                       : DT_OK;
+    if (st)
+        return dt_error_prefix(st, "step %lld", (long long)step);
+    w->opt.iterations = step - 1;
+    dt_optim_step(&w->opt, w->pool, p->data, g->data, p->n_elems);
+    return DT_OK;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -254,8 +301,15 @@ static dt_status worker_step(worker *w, int64_t step, dt_psmsg *r)
     dt_model *m = w->m;
     dt_elem *e = NULL;
     dt_status st = next_batch(w, &e);
-    if (st)
+    int64_t global_rows = st == DT_OK ? e->n : 0;
+    if (w->ring && (st == DT_OK || st == DT_END)) {
+        dt_status agreed = agree_on_batch(w, st, global_rows, step, &global_rows);
+        st = agreed ? agreed : st;
+    }
+    if (st) {
+        dt_elem_free(e);
         return st;
+    }
     int correct = 0;
     if ((st = dt_check_batch(m, e)) || (st = dt_batch_labels(m, e, w->labels)) ||
         (st = pull_variables(w, e)))
@@ -263,7 +317,9 @@ static dt_status worker_step(worker *w, int64_t step, dt_psmsg *r)
     dt_model_zero_grads(m);
     if ((st = dt_model_forward_batch(m, e, true, NULL)))
         goto done;
-    double loss = dt_model_loss(m, e->n, w->labels, 1.0f / (float)e->n, true, &correct);
+    /* Hybrid sums the workers' gradients: each scaled by 1 / global batch, as
+     * multi_worker_mirrored's. */
+    double loss = dt_model_loss(m, e->n, w->labels, 1.0f / (float)global_rows, true, &correct);
     if (!isfinite(loss)) {
         st = dt_error(DT_ERR_NUMERIC, "step %lld: the loss is %g: training diverged (try a lower "
                       "--lr)", (long long)step, loss);
@@ -274,6 +330,10 @@ static dt_status worker_step(worker *w, int64_t step, dt_psmsg *r)
     const dt_optim_config *oc = &w->c->optim;
     float scale = dt_lr_schedule_at(oc, step - 1) / oc->lr;
     st = push_gradients(w, step, scale);
+    if (st == DT_OK && w->ring)
+        st = update_dense(w, step);
+    if (st)
+        goto done;
     r->n++, r->rows += e->n, r->correct += correct, r->loss += loss;
     w->steps++, w->samples += e->n;
 done:
@@ -297,6 +357,9 @@ static dt_status run_function(worker *w, const dt_psmsg *req, dt_psmsg *r)
         if (st)
             return st;
     }
+    if (w->c->ps.mode == DT_PS_HYBRID && !w->ring)
+        return dt_error(DT_ERR_PEER, "this worker runs --ps-mode hybrid, and the coordinator "
+                        "gives it steps without the workers' ring (does it run another mode?)");
     for (uint32_t k = 0; k < req->n && !w->done; k++) {
         dt_status st = worker_step(w, req->step + k, r);
         if (st == DT_END)
@@ -305,6 +368,72 @@ static dt_status run_function(worker *w, const dt_psmsg *req, dt_psmsg *r)
             return st;
     }
     r->done = w->done;
+    return DT_OK;
+}
+
+/* Hybrid: the port this worker's ring listens on (bound at the first question), or the ring
+ * joined once the coordinator tells every worker's port: the dense variables start as worker
+ * 0's everywhere. */
+static dt_status answer_ring(worker *w, const dt_psmsg *req, dt_psmsg *r)
+{
+    const dt_cluster *cl = &w->pc->cl;
+    int n = cl->n_tasks[DT_JOB_WORKER];
+    *r = (dt_psmsg){.type = DT_PSMSG_ACK, .request_id = req->request_id};
+    if (w->c->ps.mode != DT_PS_HYBRID)
+        return dt_error(DT_ERR_PEER, "the coordinator asks for the workers' ring, which only "
+                        "--ps-mode hybrid has (this worker runs another mode)");
+    if (req->n == 0) {
+        const dt_addr *me = dt_cluster_addr(cl, cl->task_type, cl->task_index);
+        dt_status st = w->ring_fd >= 0 || w->ring
+                           ? DT_OK
+                           : dt_sock_listen(me->host, 0, &w->ring_fd, &w->ring_port);
+        if (st)
+            return dt_error_prefix(st, "the workers' ring");
+        *r = (dt_psmsg){.type = DT_PSMSG_RING, .request_id = req->request_id, .n = 1,
+                        .ports_host = &w->ring_port};
+        return DT_OK;
+    }
+    if (w->ring || w->ring_fd < 0 || req->n != (uint32_t)n)
+        return dt_error(DT_ERR_PEER, "the coordinator's ring of %u ports: %d workers, and this "
+                        "one %s", req->n, n, w->ring ? "has joined it already"
+                        : w->ring_fd < 0 ? "was not asked its port" : "is in the cluster");
+    uint16_t *ports = malloc((size_t)n * sizeof *ports);
+    if (!ports)
+        return dt_error(DT_ERR_NOMEM, "no memory for the ring's ports");
+    for (int i = 0; i < n; i++)
+        ports[i] = dt_psmsg_port(req, (size_t)i);
+    dt_status st = dt_cluster_workers_ring(cl, ports, &w->ring_cluster);
+    free(ports);
+    if (st)
+        return st;
+    const dt_comm_options *co = &w->c->comm;
+    dt_tcp_options o;
+    dt_tcp_options_default(&o);
+    o.timeout = co->timeout, o.stall_warn = co->timeout / 2, o.shm = co->shm;
+    if (co->segment_bytes)
+        o.segment_bytes = co->segment_bytes;
+    o.transport.secret = w->pc->secret, o.transport.secret_len = w->pc->secret_len;
+    o.transport.insecure = co->insecure, o.transport.connect_timeout = co->connect_timeout;
+    o.transport.listen_fd = w->ring_fd;
+    w->ring_fd = -1; /* the transport's now, whatever happens */
+    dt_arena *p = dt_model_params(w->m);
+    if ((st = dt_comm_tcp(&w->ring_cluster, &o, &w->ring)) ||
+        (st = dt_comm_broadcast(w->ring, p->data, p->n_elems * sizeof(float), 0)))
+        return dt_error_prefix(st, "the workers' ring");
+    return DT_OK;
+}
+
+/* Hybrid: the dense variables, which only the workers hold, for the coordinator at the end. */
+static dt_status answer_dense(worker *w, const dt_psmsg *req, dt_psmsg *r)
+{
+    const dt_arena *p = dt_model_params(w->m);
+    if (!w->ring || req->offset != 0 || req->count != p->n_elems)
+        return dt_error(DT_ERR_PEER, "the coordinator asks for %llu dense values from %llu: "
+                        "this worker %s %zu", (unsigned long long)req->count,
+                        (unsigned long long)req->offset,
+                        w->ring ? "has" : "holds none of its own (not hybrid), of", p->n_elems);
+    *r = (dt_psmsg){.type = DT_PSMSG_DENSE, .request_id = req->request_id, .table = req->table,
+                    .offset = 0, .count = p->n_elems};
     return DT_OK;
 }
 
@@ -340,12 +469,18 @@ static dt_status serve(worker *w, dt_zlink *z, const char *coordinator)
                 break;
             continue;
         }
-        if (req.type != DT_PSMSG_RUN) {
-            st = dt_error(DT_ERR_PEER, "%s: a %s request, a worker takes RUN, PING and STOP",
-                          coordinator, dt_psmsg_type_name(req.type));
+        dt_status run;
+        if (req.type == DT_PSMSG_RUN) {
+            run = run_function(w, &req, &r);
+        } else if (req.type == DT_PSMSG_RING) {
+            run = answer_ring(w, &req, &r);
+        } else if (req.type == DT_PSMSG_PULL_DENSE) {
+            run = answer_dense(w, &req, &r);
+        } else {
+            st = dt_error(DT_ERR_PEER, "%s: a %s request, a worker takes RUN, RING, PULL_DENSE, "
+                          "PING and STOP", coordinator, dt_psmsg_type_name(req.type));
             break;
         }
-        dt_status run = run_function(w, &req, &r);
         if (run) {
             /* The coordinator hears why, then this worker ends with the same error. */
             char text[DT_PSMSG_MAX_TEXT];
@@ -359,7 +494,10 @@ static dt_status serve(worker *w, dt_zlink *z, const char *coordinator)
             break;
         }
         last = dt_clock_now();
-        if ((st = reply_msg(z, &from, &r, &out)))
+        out.len = 0;
+        st = dt_psmsg_encode(&r, NULL, r.type == DT_PSMSG_DENSE ? dt_model_params(w->m)->data
+                                                                : NULL, &out);
+        if (st || (st = dt_zlink_reply(z, &from, &out)))
             break;
     }
     dt_psbuf_free(&in);
@@ -367,20 +505,26 @@ static dt_status serve(worker *w, dt_zlink *z, const char *coordinator)
     return st;
 }
 
-dt_status dt_ps_work(const dt_train_config *c, dt_model *m, dt_input *in, int64_t table_rows,
-                     dt_train_report *out)
+dt_status dt_ps_work(const dt_train_config *c, dt_model *m, dt_pool *pool, dt_input *in,
+                     int64_t table_rows, dt_train_report *out)
 {
     ps_cluster pc;
     dt_status st = open_cluster(c, &pc);
     if (st)
         return st;
-    worker w = {.c = c, .m = m, .in = in};
+    worker w = {.c = c, .m = m, .in = in, .pool = pool, .ring_fd = -1};
+    dt_optim_init(&w.opt);
+    /* Hybrid: the dense variables start as one_device's (worker 0's go to all at the ring). */
+    if (c->ps.mode == DT_PS_HYBRID) {
+        dt_model_init_dense_params(m, c->fit.seed);
+        st = dt_optim_setup(&w.opt, &c->optim, dt_model_params(m));
+    }
     dt_zlink *z = NULL;
     char endpoint[DT_HOST_CAP + 32], coordinator[DT_HOST_CAP + 48];
     endpoint_of(dt_cluster_addr(&pc.cl, pc.cl.task_type, pc.cl.task_index), endpoint,
                 sizeof endpoint);
     dt_cluster_task_name(&pc.cl, DT_JOB_CHIEF, 0, coordinator, sizeof coordinator);
-    if (!(w.labels = malloc((size_t)dt_model_max_batch(m) * sizeof *w.labels)))
+    if (st == DT_OK && !(w.labels = malloc((size_t)dt_model_max_batch(m) * sizeof *w.labels)))
         st = dt_error(DT_ERR_NOMEM, "no memory for a batch's labels");
     if (st == DT_OK)
         st = dt_zlink_server(endpoint, pc.secret, pc.secret_len, &z);
@@ -391,6 +535,10 @@ dt_status dt_ps_work(const dt_train_config *c, dt_model *m, dt_input *in, int64_
     worker_figures(&w, &pc, out);
     dt_zlink_close(z);
     dt_ps_client_close(w.ps);
+    dt_comm_destroy(w.ring);
+    dt_cluster_free(&w.ring_cluster);
+    dt_sock_close(w.ring_fd);
+    dt_optim_free(&w.opt);
     free(w.labels), free(w.uniq), free(w.gids), free(w.slot), free(w.scratch), free(w.pull_ms);
     close_cluster(&pc);
     return st;
@@ -406,14 +554,18 @@ typedef struct {
     char name[DT_HOST_CAP + 48];
     char endpoint[DT_HOST_CAP + 32];
     pthread_t thread;
-    dt_status st;
     int64_t completed;         /* steps this worker has taken (its clock) */
+    int64_t dispatched;        /* hybrid: steps given to this worker (to every worker alike) */
     bool active;               /* still taking functions */
 } worker_link;
 
 struct coordinator {
     const dt_train_config *c;
     const ps_cluster *pc;
+    dt_model *m;               /* hybrid: receives the dense variables from worker 0 */
+    bool hybrid;
+    uint16_t *ring_ports;      /* hybrid: each worker's ring port, once it told it */
+    int ports_known;
     pthread_mutex_t mu;
     pthread_cond_t changed;    /* a clock moved, or a worker stopped */
     worker_link *links;
@@ -425,6 +577,9 @@ struct coordinator {
     double t0;
     int64_t next_log;          /* the step count of the next progress line */
     bool failed;               /* a worker failed: the others stop taking functions */
+    int first_failed;          /* the worker whose failure came first (-1: none), and why */
+    dt_status first_status;
+    char first_error[DT_PSMSG_MAX_TEXT];
     /* The last epoch's worth of results, for the final loss. */
     double window_loss;
     int64_t window_rows;
@@ -435,6 +590,8 @@ struct coordinator {
  * Unbounded when asynchronous. */
 static int64_t steps_allowed(const coordinator *co, const worker_link *l)
 {
+    if (co->hybrid) /* the workers' ring keeps them in step */
+        return INT64_MAX;
     if (co->c->ps.mode != DT_PS_SSP)
         return INT64_MAX;
     int64_t slowest = INT64_MAX;
@@ -451,17 +608,21 @@ static bool take_function(coordinator *co, worker_link *l, int64_t *first, uint3
     pthread_mutex_lock(&co->mu);
     bool go;
     int64_t allowed;
-    while ((go = !co->failed && co->dispatched < co->limit) &&
+    while ((go = !co->failed && (co->hybrid || co->dispatched < co->limit)) &&
            (allowed = steps_allowed(co, l)) < 1)
         pthread_cond_wait(&co->changed, &co->mu);
+    /* Hybrid: every worker takes every step (a step is one batch from each), so each gets the
+     * same functions. */
+    int64_t *given = co->hybrid ? &l->dispatched : &co->dispatched;
+    go = go && *given < co->limit;
     if (go) {
         int64_t k = co->c->ps.steps_per_execution;
         if (k > allowed)
             k = allowed;
-        if (k > co->limit - co->dispatched)
-            k = co->limit - co->dispatched;
-        *first = co->dispatched + 1, *n = (uint32_t)k;
-        co->dispatched += k;
+        if (k > co->limit - *given)
+            k = co->limit - *given;
+        *first = *given + 1, *n = (uint32_t)k;
+        *given += k;
     }
     pthread_mutex_unlock(&co->mu);
     return go;
@@ -483,7 +644,10 @@ static void add_result(coordinator *co, worker_link *l, const dt_psmsg *r)
     pthread_mutex_lock(&co->mu);
     l->completed += r->n;
     pthread_cond_broadcast(&co->changed);
-    co->steps += r->n, co->rows += r->rows, co->correct += r->correct, co->loss += r->loss;
+    /* Hybrid: a step is every worker's batch at once, counted with worker 0's. */
+    if (!co->hybrid || l->index == 0)
+        co->steps += r->n;
+    co->rows += r->rows, co->correct += r->correct, co->loss += r->loss;
     co->window_loss += r->loss, co->window_rows += r->rows;
     FILE *p = co->c->fit.progress;
     if (p && co->steps >= co->next_log) {
@@ -516,6 +680,54 @@ static dt_status request(dt_zlink *z, const dt_psmsg *m, double timeout, dt_psbu
     return st;
 }
 
+/* Hybrid, before the first function: every worker's ring port, then the ring they all join at
+ * once. DT_END when another worker failed first. */
+static dt_status join_ring(coordinator *co, worker_link *l, dt_zlink *z, uint64_t *id,
+                           dt_psbuf *out, dt_psbuf *in)
+{
+    const dt_train_config *c = co->c;
+    dt_psmsg ask = {.type = DT_PSMSG_RING, .request_id = ++*id}, reply;
+    dt_status st = request(z, &ask, c->comm.connect_timeout, out, in, l->name, DT_PSMSG_RING,
+                           &reply);
+    if (st == DT_OK && reply.n != 1)
+        st = dt_error(DT_ERR_PEER, "%s: %u ring ports where its own was due", l->name, reply.n);
+    if (st)
+        return st;
+    pthread_mutex_lock(&co->mu);
+    co->ring_ports[l->index] = dt_psmsg_port(&reply, 0);
+    co->ports_known++;
+    pthread_cond_broadcast(&co->changed);
+    while (co->ports_known < co->n_links && !co->failed)
+        pthread_cond_wait(&co->changed, &co->mu);
+    bool go = !co->failed;
+    pthread_mutex_unlock(&co->mu);
+    if (!go)
+        return DT_END;
+    dt_psmsg ring = {.type = DT_PSMSG_RING, .request_id = ++*id, .n = (uint32_t)co->n_links,
+                     .ports_host = co->ring_ports};
+    /* The worker answers once every worker is in the ring, within its connect timeout. */
+    return request(z, &ring, c->comm.connect_timeout + 10.0, out, in, l->name, DT_PSMSG_ACK,
+                   &reply);
+}
+
+/* Hybrid, at the end: worker 0's dense variables (every worker holds the same) into m. */
+static dt_status read_dense(coordinator *co, worker_link *l, dt_zlink *z, uint64_t *id,
+                            dt_psbuf *out, dt_psbuf *in)
+{
+    dt_arena *p = dt_model_params(co->m);
+    dt_psmsg ask = {.type = DT_PSMSG_PULL_DENSE, .request_id = ++*id, .count = p->n_elems},
+             reply;
+    dt_status st = request(z, &ask, co->c->ps.worker_timeout, out, in, l->name, DT_PSMSG_DENSE,
+                           &reply);
+    if (st == DT_OK && (reply.offset != 0 || reply.count != p->n_elems))
+        st = dt_error(DT_ERR_PEER, "%s: %llu dense values from %llu where %zu from 0 were due",
+                      l->name, (unsigned long long)reply.count,
+                      (unsigned long long)reply.offset, p->n_elems);
+    if (st == DT_OK)
+        dt_psmsg_values(&reply, 0, p->n_elems, p->data);
+    return st;
+}
+
 /* One worker's thread: it waits for the worker, then takes functions until none is left or
  * the worker's data is used up. */
 static void *drive_worker(void *arg)
@@ -533,9 +745,12 @@ static void *drive_worker(void *arg)
         st = request(z, &ping, c->comm.connect_timeout, &out, &in, l->name, DT_PSMSG_PONG,
                      &reply);
     }
+    bool cancelled = false;
+    if (st == DT_OK && co->hybrid && (st = join_ring(co, l, z, &id, &out, &in)) == DT_END)
+        st = DT_OK, cancelled = true;
     int64_t first;
     uint32_t n;
-    while (st == DT_OK && take_function(co, l, &first, &n)) {
+    while (st == DT_OK && !cancelled && take_function(co, l, &first, &n)) {
         dt_psmsg run = {.type = DT_PSMSG_RUN, .request_id = ++id, .step = first, .n = n};
         if ((st = request(z, &run, c->ps.worker_timeout, &out, &in, l->name, DT_PSMSG_RESULT,
                           &reply)))
@@ -544,11 +759,18 @@ static void *drive_worker(void *arg)
         if (reply.done)
             break;
     }
-    retire(co, l, st != DT_OK);
+    if (st == DT_OK && !cancelled && co->hybrid && l->index == 0)
+        st = read_dense(co, l, z, &id, &out, &in);
     if (st) {
-        l->st = st;
         dt_log_to(NULL, DT_LOG_WARN, "dtrain: %s", dt_last_error());
+        pthread_mutex_lock(&co->mu);
+        if (co->first_failed < 0) {
+            co->first_failed = l->index, co->first_status = st;
+            snprintf(co->first_error, sizeof co->first_error, "%s", dt_last_error());
+        }
+        pthread_mutex_unlock(&co->mu);
     }
+    retire(co, l, st != DT_OK);
     /* Every worker is stopped, the failed ones too if they can still hear it. */
     if (z) {
         dt_psmsg stop = {.type = DT_PSMSG_STOP, .request_id = ++id};
@@ -580,9 +802,9 @@ static void stop_workers(const coordinator *co, int n)
 
 /* Reads every variable back from the ps tasks into m: dense, then the tables a million rows at
  * a time. */
-static dt_status read_back(dt_ps_client *ps, dt_model *m)
+static dt_status read_back(dt_ps_client *ps, dt_model *m, bool dense)
 {
-    dt_status st = dt_ps_client_pull_dense(ps, dt_model_params(m)->data);
+    dt_status st = dense ? dt_ps_client_pull_dense(ps, dt_model_params(m)->data) : DT_OK;
     const size_t chunk = (size_t)1 << 20;
     int64_t *ids = NULL;
     for (int t = 0; t < dt_model_num_tables(m) && st == DT_OK; t++) {
@@ -603,8 +825,12 @@ static dt_status read_back(dt_ps_client *ps, dt_model *m)
 static dt_status drive_workers(coordinator *co, int n)
 {
     worker_link *links = calloc((size_t)n, sizeof *links);
-    if (!links)
+    co->ring_ports = calloc((size_t)n, sizeof *co->ring_ports);
+    if (!links || !co->ring_ports) {
+        free(links), free(co->ring_ports);
+        co->ring_ports = NULL;
         return dt_error(DT_ERR_NOMEM, "no memory for %d workers", n);
+    }
     int started = 0;
     dt_status st = DT_OK;
     pthread_mutex_lock(&co->mu);
@@ -628,13 +854,15 @@ static dt_status drive_workers(coordinator *co, int n)
     }
     for (int i = 0; i < started; i++)
         pthread_join(links[i].thread, NULL);
-    for (int i = 0; i < started && st == DT_OK; i++)
-        if (links[i].st)
-            st = dt_error(links[i].st, "%s failed: training stopped", links[i].name);
+    /* The first failure is the cause; the others' may only be its echo (hybrid's ring). */
+    if (st == DT_OK && co->first_failed >= 0)
+        st = dt_error(co->first_status, "%s; training stopped", co->first_error);
     pthread_mutex_lock(&co->mu);
     co->links = NULL, co->n_links = 0;
     pthread_mutex_unlock(&co->mu);
     free(links);
+    free(co->ring_ports);
+    co->ring_ports = NULL;
     return st;
 }
 
@@ -646,9 +874,9 @@ dt_status dt_ps_coordinate(const dt_train_config *c, dt_model *m, dt_fit_result 
     if (st)
         return st;
     dt_ps_client *ps = NULL;
-    coordinator co = {.c = c, .pc = &pc, .limit = c->fit.max_steps > 0 ? c->fit.max_steps
-                                                                       : INT64_MAX,
-                      .next_log = 100};
+    coordinator co = {.c = c, .pc = &pc, .m = m, .hybrid = c->ps.mode == DT_PS_HYBRID,
+                      .limit = c->fit.max_steps > 0 ? c->fit.max_steps : INT64_MAX,
+                      .next_log = 100, .first_failed = -1};
     pthread_mutex_init(&co.mu, NULL);
     pthread_cond_init(&co.changed, NULL);
     int n_workers = pc.cl.n_tasks[DT_JOB_WORKER];
@@ -674,7 +902,7 @@ dt_status dt_ps_coordinate(const dt_train_config *c, dt_model *m, dt_fit_result 
     res->final_accuracy = co.rows > 0 ? (double)co.correct / (double)co.rows : NAN;
     res->val_auc = NAN;
     if (run == DT_OK)
-        st = read_back(ps, m);
+        st = read_back(ps, m, !co.hybrid); /* hybrid: worker 0 gave the dense ones */
     else
         st = run;
     /* The ps tasks stop whatever happened: none outlives the job. */

@@ -13,7 +13,12 @@
  * the ps tasks apply at once (asynchronous training). Under bounded staleness (ssp:S) the
  * coordinator gives a worker steps only while no other worker is more than S steps behind it:
  * a function's steps all keep to that bound, and each step's pushes are applied before the
- * worker's result comes back. When every worker's data is used up (or
+ * worker's result comes back. Hybrid keeps the tables on the ps tasks, as async, but the dense
+ * variables on the workers: each worker's copy starts as one_device's, and each step the
+ * workers (every one takes every step, on its share of the global batch) sum their dense
+ * gradients over a ring of their own (a listener beside the ZeroMQ one, its port told through
+ * the coordinator) and update their copies alike; the coordinator reads them from worker 0 at
+ * the end. When every worker's data is used up (or
  * max_steps are taken) the coordinator reads every variable back into its model, for the
  * report, the test set and the checksum, and stops the workers and the ps tasks. A worker or ps
  * with no coordinator for coordinator_timeout seconds gives up, naming it. */
@@ -32,7 +37,7 @@ dt_status dt_ps_coordinate(const dt_train_config *c, dt_model *m, dt_fit_result 
 /* A worker task: serves the coordinator's functions over in->train until it stops it; out gets
  * its figures (steps, samples, pull times, traffic). m's tables hold one batch's unique rows
  * (max_batch x fields rows); table_rows is the rows the tables really have. */
-dt_status dt_ps_work(const dt_train_config *c, dt_model *m, dt_input *in, int64_t table_rows,
-                     dt_train_report *out);
+dt_status dt_ps_work(const dt_train_config *c, dt_model *m, dt_pool *pool, dt_input *in,
+                     int64_t table_rows, dt_train_report *out);
 
 #endif

@@ -124,9 +124,6 @@ static dt_status plan_ps(const dt_train_config *c, const task_place *place, run_
     if (place->n_worker_tasks < 1)
         return dt_error(DT_ERR_INVALID, "TF_CONFIG: cluster.worker: parameter-server training "
                         "needs at least one worker task");
-    if (c->ps.mode == DT_PS_HYBRID)
-        return dt_error(DT_ERR_UNSUPPORTED, "--ps-mode: hybrid is not in this build yet (async "
-                        "and ssp:S are)");
     if (strcmp(c->comm.backend, "tcp") != 0)
         return dt_error(DT_ERR_INVALID, "--comm: parameter_server runs over tcp (TF_CONFIG)");
     p->workers = place->n_worker_tasks;
@@ -424,6 +421,10 @@ static void describe(const dt_train_config *c, const run_plan *p, dt_model *m,
     if (p->kind == DT_STRATEGY_PARAMETER_SERVER && c->ps.mode == DT_PS_SSP)
         fprintf(c->out, "%s: %d workers, %d examples per worker step, bounded staleness %d\n",
                 name, p->workers, c->fit.batch_size, c->ps.staleness);
+    else if (p->kind == DT_STRATEGY_PARAMETER_SERVER && c->ps.mode == DT_PS_HYBRID)
+        fprintf(c->out, "%s: %d workers, %d examples per worker per step, hybrid (dense variables "
+                "all-reduced among the workers, tables on the ps tasks)\n", name, p->workers,
+                c->fit.batch_size / p->workers);
     else if (p->kind == DT_STRATEGY_PARAMETER_SERVER)
         fprintf(c->out, "%s: %d workers, %d examples per worker step, asynchronous\n", name,
                 p->workers, c->fit.batch_size);
@@ -500,11 +501,16 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
     bool have_test;
     bool ps = plan.kind == DT_STRATEGY_PARAMETER_SERVER;
     /* A ps worker reads its own shard in batches of the whole --batch-size (its steps are its
-     * own, not a share of a global step); the coordinator reads the data only for its size. */
+     * own, not a share of a global step), but in hybrid mode, whose steps are synchronous, in
+     * its share of the global batch; the coordinator reads the data only for its size. */
     dt_input_context ctx = {plan.workers, plan.rank, plan.workers};
+    if (ps && c->ps.mode == DT_PS_HYBRID && (st = check_divides(c->fit.batch_size, plan.workers,
+                                                                 "workers")))
+        goto fail;
     if (ps)
         ctx = plan.rank == 0 ? (dt_input_context){1, 0, 1}
-                             : (dt_input_context){plan.workers, plan.rank - 1, 1};
+                             : (dt_input_context){plan.workers, plan.rank - 1,
+                                                  c->ps.mode == DT_PS_HYBRID ? plan.workers : 1};
     dt_model_spec spec;
     if ((st = input_specs(c, &train_spec, &test_spec, &have_test)) ||
         (st = dt_input_open(&train_spec, have_test ? &test_spec : NULL, &io, &ctx, &in)) ||
@@ -536,7 +542,7 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
         goto fail;
     if (ps && plan.rank > 0) {
         /* A worker: its variables come from the ps tasks, step by step. */
-        st = dt_ps_work(c, model, &in, table_rows, out);
+        st = dt_ps_work(c, model, pool, &in, table_rows, out);
         snprintf(out->strategy, sizeof out->strategy, "%s", name);
         goto fail;
     }
