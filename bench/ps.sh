@@ -3,6 +3,7 @@
 # 0.5, Adagrad 0.05, batch 1024) on ROWS generated training rows and ROWS/5 test rows, one epoch:
 #   - dtrain one_device, 2 threads (the single-process figure the goal is stated against);
 #   - dtrain parameter_server, async, 1 ps + 2 workers (dtrain launch -n 2 --ps 1);
+#   - the same in hybrid mode (tables on the ps, dense variables all-reduced by the workers);
 #   - dtrain multi_worker_mirrored, 2 workers (synchronous, the AUC to compare with);
 #   - PyTorch, 1 ps + 2 workers (bench/peers/torch_ps_deepfm.py: torch.distributed.rpc).
 # All on this machine's cores: the chief, the workers and the ps tasks share them (the workers
@@ -51,6 +52,10 @@ for rep in $(seq 1 "$repeat"); do
     # Each worker's pull times and traffic per sample.
     sed -n 's/.*pulls p50 \([0-9.]*\) ms, p99 \([0-9.]*\) ms; \([0-9]*\) bytes per sample to the ps tasks, \([0-9]*\) from them/\1 \2 \3 \4/p' \
         "$work/ps.out" >> "$work/ps_workers"
+    "$build/dtrain" launch -n 2 --ps 1 -- "$build/dtrain" "${common[@]}" \
+        --strategy parameter_server --ps-mode hybrid --metrics-out "$work/hyb.json" \
+        > "$work/hyb.out" 2>&1 || die "hybrid failed: $(tail -3 "$work/hyb.out")"
+    record hyb "$work/hyb.json"
     "$build/dtrain" launch -n 2 -- "$build/dtrain" "${common[@]}" \
         --metrics-out "$work/mwm.json" > "$work/mwm.out" 2>&1 ||
         die "multi_worker_mirrored failed: $(tail -3 "$work/mwm.out")"
@@ -73,6 +78,7 @@ one, ps, mwm, pt = (med(n, 0) for n in ("one", "ps", "mwm", "torch"))
 print(f"{'':50} {'samples/s':>10} {'test AUC':>9}")
 for label, name in (("dtrain one_device, 2 threads", "one"),
                     ("dtrain parameter_server async, 1 ps + 2 workers", "ps"),
+                    ("dtrain parameter_server hybrid, 1 ps + 2 workers", "hyb"),
                     ("dtrain multi_worker_mirrored, 2 workers", "mwm"),
                     ("PyTorch rpc parameter server, 1 ps + 2 workers", "torch")):
     print(f"{label:50} {med(name, 0):10,.0f} {med(name, 1):9.4f}")
@@ -81,6 +87,8 @@ print(f"dtrain ps / dtrain one_device 2 threads: {100 * ps / one:.0f}% (goal >= 
 print(f"AUC dtrain ps - PyTorch ps: {med('ps', 1) - med('torch', 1):+.4f} (goal >= -0.002)")
 print(f"AUC async - synchronous multi_worker_mirrored: {med('ps', 1) - med('mwm', 1):+.4f} "
       f"(goal within 0.002)")
+print(f"AUC hybrid - synchronous multi_worker_mirrored: {med('hyb', 1) - med('mwm', 1):+.4f} "
+      f"(goal within 0.001)")
 # Rows the ps served and updated while training (the final read-back of both tables excluded),
 # per second of training, on the one core it shares with the others.
 served = [r[0] - 2 * fs for r in rows("ps_rows")]
