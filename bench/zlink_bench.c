@@ -101,7 +101,7 @@ static void bench_zmq(bool curve, size_t reply, int reps)
     pthread_t t;
     pthread_create(&t, NULL, zserver, &s);
     dt_zlink *c = NULL;
-    dt_zlink_client(dt_zlink_endpoint(s.server), "ps:0", secret, slen, &c);
+    dt_zlink_client(dt_zlink_endpoint(s.server), "ps:0", secret, slen, 0, &c);
     dt_psbuf req = {0}, rep = {0};
     dt_psmsg ping = {.type = DT_PSMSG_PING};
     dt_psmsg_encode(&ping, NULL, NULL, &req);

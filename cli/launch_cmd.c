@@ -6,7 +6,10 @@
  * printed with a "[worker:1] " prefix) and their life: one failing task stops the others, ps
  * tasks are told to stop once training is done, a Ctrl-C or SIGTERM is forwarded, and every child
  * is reaped on every path. With --max-restarts the whole cluster is started again after a
- * failure; with --comm mpi the training tasks are started by mpirun instead. */
+ * failure; with --comm mpi the training tasks are started by mpirun instead. A parameter-server
+ * cluster (--ps) is the exception: its chief survives a lost worker, so a failed worker or ps
+ * task alone is started again (up to --max-restarts times each) while the others go on, and a
+ * worker past its restarts is left out; the chief's end is the run's. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -66,6 +69,8 @@ struct task {
     double kill_at;
     double term_at;  /* a ps task once training is done: SIGTERM then, unless it ended */
     bool exited_ok;  /* reaped with status 0 */
+    int restarts;    /* parameter-server cluster: times this task alone was started again */
+    bool restart_pending;
     struct stream out, err;
 };
 
@@ -558,6 +563,44 @@ static int status_code(int wstatus)
     return WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 128 + WTERMSIG(wstatus);
 }
 
+/* A parameter-server cluster: a chief coordinating workers and ps tasks. */
+static bool ps_cluster(const struct launch *L)
+{
+    return L->n_ps > 0 && L->chief && !L->mpi;
+}
+
+/* "exited with status 3", "was killed by signal 9 (SIGKILL)" */
+static void describe_exit(int wstatus, char *out, size_t cap)
+{
+    if (WIFEXITED(wstatus))
+        snprintf(out, cap, "exited with status %d", WEXITSTATUS(wstatus));
+    else
+        snprintf(out, cap, "was killed by signal %d (SIG%s)", WTERMSIG(wstatus),
+                 signal_name(WTERMSIG(wstatus)));
+}
+
+/* In a parameter-server cluster a worker or ps task that failed is started again while
+ * restarts are left (a worker then rejoins, a ps restores its shards), and a worker past them is
+ * left out: the chief goes on without it. True when the failure is dealt with so. */
+static bool outlive_task_failure(struct launch *L, struct task *t, pid_t pid, const char *how)
+{
+    if (!ps_cluster(L) || strcmp(t->job, "chief") == 0 || strcmp(t->job, "evaluator") == 0 ||
+        L->ps_stopping)
+        return false;
+    if (t->restarts < L->max_restarts) {
+        t->restarts++;
+        t->restart_pending = true;
+        fprintf(stderr, "dtrain: task %s (pid %ld) %s: starting it again (%d of %d); the other "
+                "tasks go on\n", t->name, (long)pid, how, t->restarts, L->max_restarts);
+        return true;
+    }
+    if (t->is_ps)
+        return false;
+    fprintf(stderr, "dtrain: warning: task %s (pid %ld) %s%s; the chief goes on without it\n",
+            t->name, (long)pid, how, L->max_restarts > 0 ? ", past --max-restarts" : "");
+    return true;
+}
+
 /* Decides what a task's exit means for the run. */
 static void task_exited(struct launch *L, int i, pid_t pid, int wstatus)
 {
@@ -566,17 +609,16 @@ static void task_exited(struct launch *L, int i, pid_t pid, int wstatus)
     t->exited_ok = ok;
     if (L->stopping)
         return; /* stopped by us, or dying of the same cause */
-    if (t->is_ps && L->ps_stopping) {
+    if ((t->is_ps || (ps_cluster(L) && t->training)) && L->ps_stopping) {
         t->exited_ok = true; /* told to stop: its end is the end of the run */
         return;
     }
     if (!ok) {
-        if (WIFEXITED(wstatus))
-            fprintf(stderr, "dtrain: error: task %s (pid %ld) exited with status %d\n", t->name,
-                    (long)pid, WEXITSTATUS(wstatus));
-        else
-            fprintf(stderr, "dtrain: error: task %s (pid %ld) was killed by signal %d (SIG%s)\n",
-                    t->name, (long)pid, WTERMSIG(wstatus), signal_name(WTERMSIG(wstatus)));
+        char how[64];
+        describe_exit(wstatus, how, sizeof how);
+        if (outlive_task_failure(L, t, pid, how))
+            return;
+        fprintf(stderr, "dtrain: error: task %s (pid %ld) %s\n", t->name, (long)pid, how);
         L->failed = i;
         L->fail_status = status_code(wstatus);
         stop_all(L, SIGTERM);
@@ -584,15 +626,36 @@ static void task_exited(struct launch *L, int i, pid_t pid, int wstatus)
     }
     if (!t->training)
         return;
-    for (int k = 0; k < L->n_tasks; k++)
+    /* A parameter-server cluster's training is the chief's: the workers it stopped end on
+     * their own, and one it went on without never will. */
+    bool chief_done = ps_cluster(L) && strcmp(t->job, "chief") == 0;
+    for (int k = 0; k < L->n_tasks && !chief_done; k++)
         if (L->tasks[k].training && !L->tasks[k].exited_ok)
             return;
     /* Training is done: ps tasks serve until told otherwise. A parameter-server chief has told
      * them (they end on their own within a second or two); for any other command, SIGTERM. */
     L->ps_stopping = true;
     for (int k = 0; k < L->n_tasks; k++)
-        if (L->tasks[k].is_ps)
+        if (L->tasks[k].is_ps || (chief_done && L->tasks[k].pid > 0))
             L->tasks[k].term_at = dt_clock_now() + PS_OWN_STOP_SECONDS;
+}
+
+/* Starts again the tasks whose failure a parameter-server cluster outlives. */
+static void restart_pending(struct launch *L)
+{
+    for (int i = 0; i < L->n_tasks && !L->stopping; i++) {
+        struct task *t = &L->tasks[i];
+        if (!t->restart_pending || t->pid > 0)
+            continue;
+        t->restart_pending = false;
+        t->stop_asked = t->killed = t->exited_ok = false;
+        t->term_at = 0;
+        int status = start_task(L, t);
+        if (status) {
+            L->launch_status = cli_fail(status, dt_last_error());
+            stop_all(L, SIGTERM);
+        }
+    }
 }
 
 /* Reaps every task that has exited. */
@@ -699,6 +762,7 @@ static int run_attempt(struct launch *L, bool *restartable)
     for (int i = 0; i < L->n_tasks; i++) {
         struct task *t = &L->tasks[i];
         t->pid = 0;
+        t->restarts = 0, t->restart_pending = false;
         t->stop_asked = t->killed = t->exited_ok = false;
         t->term_at = 0;
         t->out.fd = t->err.fd = -1;
@@ -720,6 +784,7 @@ static int run_attempt(struct launch *L, bool *restartable)
     for (;;) {
         handle_signals(L);
         reap(L);
+        restart_pending(L);
         double now = dt_clock_now();
         double deadline = enforce_deadlines(L, now);
         bool running = false;
@@ -952,7 +1017,8 @@ int cmd_launch(int argc, char **argv)
          &L.evaluator, false},
         {"comm", FLAG_STRING, "tcp", "tcp (TF_CONFIG tasks) or mpi (mpirun -np N COMMAND)", &comm,
          false},
-        {"max-restarts", FLAG_INT, "0", "restart the whole cluster up to K times after a failure",
+        {"max-restarts", FLAG_INT, "0", "restart the whole cluster up to K times after a failure "
+         "(with --ps, a failed worker or ps task alone, up to K times each)",
          &L.max_restarts, false},
         {"grace", FLAG_FLOAT, "10", "seconds between SIGTERM and SIGKILL when stopping tasks",
          &L.grace, false},

@@ -47,7 +47,7 @@ struct train_opts {
     /* parameter_server */
     const char *ps_mode, *partitioner, *partition_strategy;
     int steps_per_execution;
-    double coordinator_timeout, worker_timeout;
+    double coordinator_timeout, worker_timeout, heartbeat_timeout;
 };
 
 static int define_flags(flag_def *f, int cap, struct train_opts *o)
@@ -189,6 +189,10 @@ static int define_flags(flag_def *f, int cap, struct train_opts *o)
          "without the coordinator (the chief) before giving up", &o->coordinator_timeout);
     FLAG("worker-timeout", FLAG_FLOAT, "300", "parameter_server coordinator: seconds a worker may "
          "take over one scheduled function", &o->worker_timeout);
+    FLAG("heartbeat-timeout", FLAG_FLOAT, "10", "parameter_server coordinator: seconds of "
+         "silence (ZeroMQ heartbeats unanswered) after which a worker counts as lost: its "
+         "function goes to the other workers, and it may rejoin; a closed connection counts at "
+         "once", &o->heartbeat_timeout);
     FLAG("gradient-wire", FLAG_STRING, "f32", "multi-worker: gradients on the wire as f32, or "
          "compressed to bf16 or fp16 (as DDP's compression hooks; summed in float32)",
          &o->gradient_wire);
@@ -290,9 +294,10 @@ static dt_status check_ranges(const struct train_opts *o, const flag_def *flags,
         return dt_error(DT_ERR_INVALID, "--steps-per-execution: must be in 1..1000000, got %d",
                         o->steps_per_execution);
     if (!(o->coordinator_timeout > 0.0 && o->coordinator_timeout <= 86400.0) ||
-        !(o->worker_timeout > 0.0 && o->worker_timeout <= 86400.0))
+        !(o->worker_timeout > 0.0 && o->worker_timeout <= 86400.0) ||
+        !(o->heartbeat_timeout >= 0.5 && o->heartbeat_timeout <= 6553.0))
         return dt_error(DT_ERR_INVALID, "--coordinator-timeout, --worker-timeout: must be in "
-                        "(0, 86400] seconds");
+                        "(0, 86400] seconds; --heartbeat-timeout in [0.5, 6553]");
     dt_ps_options pso;
     dt_partition_strategy ps_strategy;
     if (dt_ps_mode_parse(o->ps_mode, &pso))
@@ -594,6 +599,7 @@ static void train_config(const struct train_opts *o, const flag_def *flags, int 
     c->ps.steps_per_execution = o->steps_per_execution;
     c->ps.coordinator_timeout = o->coordinator_timeout;
     c->ps.worker_timeout = o->worker_timeout;
+    c->ps.heartbeat_timeout = o->heartbeat_timeout;
     c->comm = o->comm;
     dt_wire_dtype_parse(o->gradient_wire, &c->wire);
     c->bucket_bytes = (size_t)(o->bucket_mb * 1048576.0);

@@ -3,8 +3,11 @@
 # shards (div and mod placement) and train it against tests/progs/ps_check as the chief, bit for
 # bit as one table in one process; they exit 0 when the chief stops them, and 1 naming the
 # coordinator when it never comes or is killed (--coordinator-timeout); strangers (random bytes,
-# a wrong secret) are refused while the job completes; invalid clusters are named errors. After
-# each check no process of ours and no listening port is left. usage: tests/ps.sh BUILD COUNTS
+# a wrong secret) are refused while the job completes; invalid clusters are named errors.
+# Training under `dtrain launch`: one worker equals one_device bit for bit in every mode, hybrid
+# equals multi_worker_mirrored; a worker killed or gone silent is lost, its function re-queued,
+# and it rejoins when started again. After each check no process of ours, no listening port and
+# no shared-memory segment is left. usage: tests/ps.sh BUILD COUNTS
 set -u
 build=$1
 counts=$2
@@ -44,10 +47,12 @@ start_ps() {
     done
 }
 
-# no_leftovers NAME BASE N: none of our processes runs and no port BASE..BASE+N listens.
+# no_leftovers NAME BASE N: none of our processes runs, no port BASE..BASE+N listens, and no
+# shared-memory segment of a dtrain process (hybrid's ring meets in one) is left.
 no_leftovers() {
     local name=$1 base=$2 n=$3 p live="" port
     for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && live="$live $p"; done
+    for p in /dev/shm/dtrain-*; do [ -e "$p" ] && live="$live $p"; done
     for ((port = base; port <= base + n; port++)); do
         ss -ltnH "sport = :$port" 2>/dev/null | grep -q . && live="$live port:$port"
     done
@@ -263,10 +268,10 @@ fi
 
 # ---- failures: a worker or the coordinator killed mid-run; nothing hangs or stays ----
 "$dtrain" data gen-ctr --rows 200000 --seed 13 --out "$tmp/long.svm" > "$tmp/gen2" 2>&1
+"$dtrain" data gen-ctr --rows 20000 --seed 14 --out "$tmp/long_test.svm" > /dev/null 2>&1
 fs2=$(sed -n 's/.*feature_size=\([0-9]*\).*/\1/p' "$tmp/gen2")
-long=(train --data "libsvm:$tmp/long.svm" --test-data none --feature-size "$fs2" --model deepfm
-      --batch-size 64 --epochs 5 --progress none --threads 1 --coordinator-timeout 8
-      --worker-timeout 5 --connect-timeout 30)
+long=(train --data "libsvm:$tmp/long.svm" --feature-size "$fs2" --model deepfm --batch-size 64
+      --progress none --threads 1 --coordinator-timeout 8 --connect-timeout 30)
 # start_cluster BASE [FLAGS...]: the chief, 2 workers and 1 ps of a cluster at BASE..BASE+3.
 start_cluster() {
     local base=$1 job i
@@ -275,7 +280,7 @@ start_cluster() {
     for task in chief:0 worker:0 worker:1 ps:0; do
         job=${task%%:*} i=${task#*:}
         TF_CONFIG="{\"cluster\":$cl,\"task\":{\"type\":\"$job\",\"index\":$i}}" \
-            "$dtrain" "${long[@]}" "$@" > "$tmp/$job$i.out" 2> "$tmp/$job$i.err" &
+            "$dtrain" "${long[@]}" --test-data none "$@" > "$tmp/$job$i.out" 2> "$tmp/$job$i.err" &
         task_pid[$task]=$!
         pids+=($!)
     done
@@ -289,21 +294,92 @@ wait_tasks() {
         task_status[$task]=$status
     done
 }
+# A worker killed: the coordinator sees its connection close at once, gives its function to the
+# other worker, and the job completes without it; every task that is left exits 0.
 base=$(free_base 4)
-start_cluster "$base"
-sleep 3
+start_cluster "$base" --epochs 1
+sleep 2
 kill -9 "${task_pid[worker:1]}"
 wait_tasks 60
-if [ "${task_status[chief:0]}" -eq 1 ] && grep -q "worker:1" "$tmp/chief0.err" &&
-    [ "${task_status[worker:0]}" -eq 0 ] && [ "${task_status[ps:0]}" -eq 0 ]; then
-    ok ps_train_worker_killed_fails_naming_it "$(grep -o 'worker:1[^:]*' "$tmp/chief0.err" | head -1)"
+if [ "${task_status[chief:0]}" -eq 0 ] && [ "${task_status[worker:0]}" -eq 0 ] &&
+    [ "${task_status[ps:0]}" -eq 0 ] &&
+    grep -q "worker:1 (127.0.0.1:$((base + 2))) lost: .* closed the connection.*; its steps [0-9]*-[0-9]* go back to the queue" "$tmp/chief0.err" &&
+    grep -q "worker:0 (127.0.0.1:$((base + 1))) takes steps [0-9]*-[0-9]* again" "$tmp/chief0.err"; then
+    ok ps_train_worker_killed_job_goes_on "$(grep -o 'its steps [0-9-]*' "$tmp/chief0.err")"
 else
-    fail ps_train_worker_killed_fails_naming_it "chief ${task_status[chief:0]} ($(tail -1 "$tmp/chief0.err")), worker:0 ${task_status[worker:0]} ($(tail -1 "$tmp/worker0.err")), ps ${task_status[ps:0]} ($(tail -1 "$tmp/ps0.err"))"
+    fail ps_train_worker_killed_job_goes_on "chief ${task_status[chief:0]} ($(tail -2 "$tmp/chief0.err")), worker:0 ${task_status[worker:0]} ($(tail -1 "$tmp/worker0.err")), ps ${task_status[ps:0]} ($(tail -1 "$tmp/ps0.err"))"
 fi
 no_leftovers ps_train_worker_killed_leaves_nothing "$base" 3
+# A worker gone silent (stopped: its connection stays open, its heartbeats stop) is lost after
+# --heartbeat-timeout; once it runs again it answers, rejoins and takes steps.
+base=$(free_base 4)
+start_cluster "$base" --epochs 2 --heartbeat-timeout 1.5 --worker-timeout 60
+sleep 2
+kill -STOP "${task_pid[worker:1]}"
+t0=$(date +%s%N)
+for _ in $(seq 1 100); do grep -q "worker:1 .* lost" "$tmp/chief0.err" && break; sleep 0.1; done
+lost_ms=$((($(date +%s%N) - t0) / 1000000))
+kill -CONT "${task_pid[worker:1]}"
+wait_tasks 60
+if [ "${task_status[chief:0]}" -eq 0 ] && [ "$lost_ms" -lt 8000 ] &&
+    grep -q "worker:1 .* lost: .*silent for 1.5 s" "$tmp/chief0.err" &&
+    grep -q "worker:1 .* rejoined: it takes steps again" "$tmp/chief0.err" &&
+    grep -q "worker:1 .* took steps [0-9]*-[0-9]* after rejoining" "$tmp/chief0.err"; then
+    ok ps_train_silent_worker_lost_by_heartbeat_then_rejoins "lost after ${lost_ms} ms"
+else
+    fail ps_train_silent_worker_lost_by_heartbeat_then_rejoins "chief ${task_status[chief:0]}, lost after ${lost_ms} ms: $(grep -c . "$tmp/chief0.err") lines: $(tail -3 "$tmp/chief0.err")"
+fi
+no_leftovers ps_train_silent_worker_leaves_nothing "$base" 3
+# dtrain launch --max-restarts 1: the killed worker alone is started again, rejoins and takes
+# steps; the job ends 0, its AUC within 0.003 of an uninterrupted run's.
+lt=("${long[@]}" --test-data "libsvm:$tmp/long_test.svm" --epochs 1 --metrics-out)
+run timeout 120 "$dtrain" launch -n 2 --ps 2 -- "$dtrain" "${lt[@]}" "$tmp/whole.json"
+whole_auc=$(json_field "$tmp/whole.json" test_auc 2>/dev/null)
+# launch_and_kill RESTARTS METRICS: a launched job whose worker:1 is killed 2 s in; the victim's
+# pid in victim, launch's status in status, its stderr in $tmp/launch.err.
+launch_and_kill() {
+    timeout 120 "$dtrain" launch -n 2 --ps 2 --max-restarts "$1" -- "$dtrain" "${lt[@]}" "$2" \
+        > "$tmp/launch.out" 2> "$tmp/launch.err" &
+    local lpid=$! c
+    pids+=("$lpid")
+    victim=""
+    for _ in $(seq 1 50); do
+        sleep 0.1
+        # timeout's child is launch, whose children are the tasks.
+        for c in $(pgrep -P "$(pgrep -P "$lpid" | head -1)" 2>/dev/null); do
+            tr '\0' '\n' < "/proc/$c/environ" 2>/dev/null | grep -qx "DTRAIN_TASK=worker:1" && victim=$c
+        done
+        [ -n "$victim" ] && break
+    done
+    sleep 2
+    [ -n "$victim" ] && kill -9 "$victim"
+    wait_pid "$lpid" 120
+}
+launch_and_kill 1 "$tmp/killed.json"
+killed_auc=$(json_field "$tmp/killed.json" test_auc 2>/dev/null)
+gap=$(python3 -c "print(abs(${killed_auc:-0} - ${whole_auc:-1}))")
+if [ "$status" -eq 0 ] && [ -n "$victim" ] &&
+    grep -q "task worker:1 (pid $victim) was killed by signal 9 (SIGKILL): starting it again (1 of 1)" "$tmp/launch.err" &&
+    grep -q "worker:1 .* rejoined" "$tmp/launch.err" && grep -q "worker:1 .* after rejoining" "$tmp/launch.err" &&
+    grep -q "\[worker:1\] dtrain: skipped the first [0-9]* batches" "$tmp/launch.err" &&
+    python3 -c "import sys; sys.exit(0 if $gap <= 0.003 else 1)"; then
+    ok ps_train_launch_restarts_a_killed_worker "auc=$killed_auc uninterrupted=$whole_auc gap=$gap"
+else
+    fail ps_train_launch_restarts_a_killed_worker "exit $status, victim '$victim', auc $killed_auc vs $whole_auc: $(grep -v 'bytes per sample' "$tmp/launch.err" | tail -4)"
+fi
+# Without restarts launch leaves the killed worker out, and the job still ends 0.
+launch_and_kill 0 "$tmp/killed0.json"
+if [ "$status" -eq 0 ] && [ -n "$victim" ] &&
+    grep -q "warning: task worker:1 (pid $victim) was killed by signal 9 (SIGKILL); the chief goes on without it" "$tmp/launch.err" &&
+    [ -n "$(json_field "$tmp/killed0.json" test_auc 2>/dev/null)" ]; then
+    ok ps_train_launch_goes_on_without_a_killed_worker
+else
+    fail ps_train_launch_goes_on_without_a_killed_worker "exit $status, victim '$victim': $(grep -v 'bytes per sample' "$tmp/launch.err" | tail -4)"
+fi
+no_leftovers ps_train_launch_kills_leave_nothing "$base" 3
 # Hybrid: the other worker's all-reduce fails at once naming the lost one; every task ends.
 base=$(free_base 4)
-start_cluster "$base" --ps-mode hybrid
+start_cluster "$base" --ps-mode hybrid --epochs 5
 sleep 3
 kill -9 "${task_pid[worker:1]}"
 wait_tasks 60
@@ -316,7 +392,7 @@ else
 fi
 no_leftovers ps_train_hybrid_worker_killed_leaves_nothing "$base" 3
 base=$(free_base 4)
-start_cluster "$base"
+start_cluster "$base" --epochs 5
 sleep 3
 kill -9 "${task_pid[chief:0]}"
 wait_tasks 60

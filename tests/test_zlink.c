@@ -81,18 +81,18 @@ TEST(zlink_request_reply_and_strangers_refused)
     const char *ep = dt_zlink_endpoint(e.server);
 
     dt_zlink *good = NULL, *wrong = NULL, *plain = NULL;
-    CHECK_OK(dt_zlink_client(ep, "ps:0", secret, sizeof secret - 1, &good));
+    CHECK_OK(dt_zlink_client(ep, "ps:0", secret, sizeof secret - 1, 0, &good));
     CHECK_OK(ping(good, 1, 5.0));
 
     /* A wrong secret: the handshake never completes, the request times out, named. */
-    CHECK_OK(dt_zlink_client(ep, "ps:0", "another secret", 14, &wrong));
+    CHECK_OK(dt_zlink_client(ep, "ps:0", "another secret", 14, 0, &wrong));
     double t0 = dt_clock_now();
     dt_status st = ping(wrong, 2, 0.5);
     CHECK_MSG(st == DT_ERR_TIMEOUT && strstr(dt_last_error(), "ps:0") &&
               strstr(dt_last_error(), "cluster secret"), "%d: %s", st, dt_last_error());
     CHECK(dt_clock_now() - t0 < 3.0);
     /* No secret at all (CURVE off on the client): refused as well. */
-    CHECK_OK(dt_zlink_client(ep, "ps:0", NULL, 0, &plain));
+    CHECK_OK(dt_zlink_client(ep, "ps:0", NULL, 0, 0, &plain));
     CHECK(ping(plain, 3, 0.5) == DT_ERR_TIMEOUT);
 
     /* A stranger's random bytes on the port. */
@@ -118,7 +118,7 @@ TEST(zlink_request_reply_and_strangers_refused)
     snprintf(gone, sizeof gone, "%s", ep);
     dt_zlink_close(e.server);
     dt_zlink *late = NULL;
-    CHECK_OK(dt_zlink_client(gone, "ps:3", secret, sizeof secret - 1, &late));
+    CHECK_OK(dt_zlink_client(gone, "ps:3", secret, sizeof secret - 1, 0, &late));
     t0 = dt_clock_now();
     CHECK(ping(late, 5, 0.3) == DT_ERR_TIMEOUT && strstr(dt_last_error(), "ps:3"));
     CHECK(dt_clock_now() - t0 < 2.0);

@@ -24,6 +24,8 @@ typedef struct {
     int steps_per_execution;    /* steps per function the coordinator schedules (1) */
     double coordinator_timeout; /* workers and ps: seconds without the coordinator (120) */
     double worker_timeout;      /* the coordinator: seconds a scheduled function may take (300) */
+    double heartbeat_timeout;   /* the coordinator: seconds of a worker's silence (its host gone,
+                                   its network cut) before it counts as lost (10) */
     bool partitioner_given;     /* else one shard per ps task (fixed:P) */
     dt_partitioner partitioner;
     dt_partition_strategy partition_strategy; /* div */

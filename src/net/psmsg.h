@@ -27,8 +27,11 @@
  *                                  f32 values[count]: a slice [offset, offset + count) of the
  *                                  model's dense variables (total floats), its initial values
  *                                  and the dense optimizer that updates it
- *     RUN                          i64 first step | u32 steps: the coordinator gives a worker
- *                                  steps first .. first + steps - 1 to take
+ *     RUN                          i64 first step | u32 steps | i64 position: the coordinator
+ *                                  gives a worker steps first .. first + steps - 1 to take;
+ *                                  position is the batches of its data whose steps the
+ *                                  coordinator has seen it complete (a restarted worker skips
+ *                                  them)
  *     RESULT                       u32 steps taken | u32 done | i64 rows | i64 correct |
  *                                  f64 summed loss: what a RUN did (done: the worker's data is
  *                                  used up, every epoch of it)
@@ -104,7 +107,9 @@ typedef struct {
     uint64_t total;
     uint32_t schedule;
     int64_t decay_steps;
-    /* RUN: step and n (the first step and the steps); RESULT: n (steps taken) and */
+    /* RUN: step and n (the first step and the steps), and */
+    int64_t position;
+    /* RESULT: n (steps taken) and */
     uint32_t done;
     int64_t rows, correct;
     double loss;

@@ -2,6 +2,7 @@
 #include "zlink.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <stdio.h>
@@ -9,10 +10,16 @@
 #include <string.h>
 #include <zmq.h>
 
+#include "dtrain/clock.h"
+
 struct dt_zlink {
     void *ctx, *sock;
+    void *monitor;   /* client: the socket's connection events (a PAIR on an inproc monitor) */
     char endpoint[256];
     char peer[64];
+    double heartbeat; /* client: seconds of silence after which the connection is dropped */
+    bool connected;   /* client: a handshake succeeded, and the connection holds */
+    bool lost;        /* client: the connection closed since (until another handshake) */
 };
 
 static dt_status zmq_fail(const char *what, const char *where)
@@ -84,8 +91,76 @@ fail:
     return st;
 }
 
+/* A client's view of its connection: ZeroMQ reconnects on its own, so a closed connection is
+ * seen only in the socket's events. Heartbeats make silence one too: a peer whose host is gone
+ * or cut off stops answering ZMTP PINGs, and the connection is dropped after the timeout. Only
+ * completed connections take messages (ZMQ_IMMEDIATE), so none is queued for a dead peer and
+ * delivered to its successor. */
+static dt_status watch_connection(dt_zlink *l, double heartbeat)
+{
+    char addr[64];
+    snprintf(addr, sizeof addr, "inproc://dtrain-zlink-%p", (void *)l);
+    int one = 1;
+    if (zmq_setsockopt(l->sock, ZMQ_IMMEDIATE, &one, sizeof one) != 0 ||
+        zmq_socket_monitor(l->sock, addr,
+                           ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED) != 0 ||
+        !(l->monitor = zmq_socket(l->ctx, ZMQ_PAIR)) || zmq_connect(l->monitor, addr) != 0)
+        return zmq_fail("watching the connection to", l->peer);
+    l->heartbeat = heartbeat;
+    if (heartbeat > 0) {
+        int timeout = heartbeat * 1000.0 > 6553500.0 ? 6553500 : (int)(heartbeat * 1000.0);
+        int ivl = timeout / 4 > 100 ? timeout / 4 : 100;
+        if (zmq_setsockopt(l->sock, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl) != 0 ||
+            zmq_setsockopt(l->sock, ZMQ_HEARTBEAT_TIMEOUT, &timeout, sizeof timeout) != 0 ||
+            zmq_setsockopt(l->sock, ZMQ_HEARTBEAT_TTL, &timeout, sizeof timeout) != 0)
+            return zmq_fail("setting heartbeats for", l->peer);
+    }
+    return DT_OK;
+}
+
+/* Takes in the connection events that came: a handshake done, or the connection closed. */
+static void read_events(dt_zlink *l)
+{
+    for (;;) {
+        zmq_msg_t m;
+        zmq_msg_init(&m);
+        if (zmq_msg_recv(&m, l->monitor, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&m);
+            return;
+        }
+        uint16_t event = 0;
+        if (zmq_msg_size(&m) >= 2)
+            memcpy(&event, zmq_msg_data(&m), 2); /* host order, as libzmq writes it */
+        bool more = zmq_msg_more(&m);
+        zmq_msg_close(&m);
+        while (more) { /* the endpoint's frame */
+            zmq_msg_init(&m);
+            more = zmq_msg_recv(&m, l->monitor, ZMQ_DONTWAIT) >= 0 && zmq_msg_more(&m);
+            zmq_msg_close(&m);
+        }
+        if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
+            l->connected = true, l->lost = false;
+        else if (event == ZMQ_EVENT_DISCONNECTED && l->connected)
+            l->connected = false, l->lost = true;
+    }
+}
+
+static dt_status lost_error(const dt_zlink *c)
+{
+    if (c->heartbeat > 0)
+        return dt_error(DT_ERR_PEER, "%s at %s closed the connection, or was silent for %g s "
+                        "(--heartbeat-timeout)", c->peer, c->endpoint, c->heartbeat);
+    return dt_error(DT_ERR_PEER, "%s at %s closed the connection", c->peer, c->endpoint);
+}
+
+bool dt_zlink_lost(dt_zlink *c)
+{
+    read_events(c);
+    return c->lost;
+}
+
 dt_status dt_zlink_client(const char *endpoint, const char *peer, const void *secret,
-                          size_t secret_len, dt_zlink **out)
+                          size_t secret_len, double heartbeat, dt_zlink **out)
 {
     *out = NULL;
     dt_zlink *l;
@@ -94,6 +169,8 @@ dt_status dt_zlink_client(const char *endpoint, const char *peer, const void *se
         return st;
     snprintf(l->peer, sizeof l->peer, "%s", peer);
     snprintf(l->endpoint, sizeof l->endpoint, "%s", endpoint);
+    if ((st = watch_connection(l, heartbeat)))
+        goto fail;
     if (secret_len > 0) {
         char spub[41], ssec[41], cpub[41], csec[41];
         if ((st = derive_keys(secret, secret_len, server_label, spub, ssec)) ||
@@ -122,6 +199,8 @@ void dt_zlink_close(dt_zlink *l)
         return;
     if (l->sock)
         zmq_close(l->sock);
+    if (l->monitor)
+        zmq_close(l->monitor);
     if (l->ctx)
         zmq_ctx_term(l->ctx);
     free(l);
@@ -169,20 +248,72 @@ static dt_status recv_frame(dt_zlink *l, dt_psbuf *out, int *more)
     return DT_OK;
 }
 
-dt_status dt_zlink_request(dt_zlink *c, const dt_psbuf *request, double timeout,
-                           dt_psbuf *reply)
+static dt_status no_reply(const dt_zlink *c, double timeout)
 {
-    if (zmq_send(c->sock, request->data, request->len, 0) < 0)
-        return zmq_fail("sending to", c->peer);
-    dt_status st = wait_readable(c, timeout);
+    return dt_error(DT_ERR_TIMEOUT, "%s at %s: no reply in %g s (gone, or it refused this "
+                    "task's handshake: is the cluster secret the same?)", c->peer, c->endpoint,
+                    timeout);
+}
+
+/* Waits until the socket is readable (events: ZMQ_POLLIN) or writable (ZMQ_POLLOUT) before
+ * deadline: DT_END when it passed, DT_ERR_PEER when the connection closed meanwhile. */
+static dt_status wait_for(dt_zlink *c, short events, double deadline)
+{
+    for (;;) {
+        read_events(c);
+        if (c->lost)
+            return lost_error(c);
+        zmq_pollitem_t items[2] = {{.socket = c->sock, .events = events},
+                                   {.socket = c->monitor, .events = ZMQ_POLLIN}};
+        double left = deadline - dt_clock_now();
+        if (left <= 0)
+            return DT_END;
+        int n = zmq_poll(items, 2, (long)(left * 1000.0) + 1);
+        if (n < 0 && zmq_errno() != EINTR)
+            return zmq_fail("waiting on", c->peer);
+        if (n > 0 && (items[0].revents & events))
+            return DT_OK;
+    }
+}
+
+dt_status dt_zlink_send(dt_zlink *c, const dt_psbuf *request, double timeout)
+{
+    double deadline = dt_clock_now() + timeout;
+    for (;;) {
+        if (zmq_send(c->sock, request->data, request->len, ZMQ_DONTWAIT) >= 0)
+            return DT_OK;
+        if (zmq_errno() != EAGAIN && zmq_errno() != EINTR)
+            return zmq_fail("sending to", c->peer);
+        /* No connection yet (or any more): wait for one. */
+        dt_status st = wait_for(c, ZMQ_POLLOUT, deadline);
+        if (st == DT_END)
+            return no_reply(c, timeout);
+        if (st)
+            return st;
+    }
+}
+
+dt_status dt_zlink_await(dt_zlink *c, double timeout, dt_psbuf *reply)
+{
+    /* A reply already in is taken even when the connection closed after it. */
+    zmq_pollitem_t item = {.socket = c->sock, .events = ZMQ_POLLIN};
+    dt_status st = zmq_poll(&item, 1, 0) > 0 ? DT_OK
+                                             : wait_for(c, ZMQ_POLLIN, dt_clock_now() + timeout);
     if (st == DT_END)
-        return dt_error(DT_ERR_TIMEOUT, "%s at %s: no reply in %g s (gone, or it refused this "
-                        "task's handshake: is the cluster secret the same?)", c->peer,
-                        c->endpoint, timeout);
+        return no_reply(c, timeout);
     int more = 0;
     if (st == DT_OK && (st = recv_frame(c, reply, &more)) == DT_OK && more)
         st = dt_error(DT_ERR_PEER, "%s: a reply of several frames", c->peer);
     return st;
+}
+
+dt_status dt_zlink_request(dt_zlink *c, const dt_psbuf *request, double timeout,
+                           dt_psbuf *reply)
+{
+    double t0 = dt_clock_now();
+    dt_status st = dt_zlink_send(c, request, timeout);
+    double left = timeout - (dt_clock_now() - t0);
+    return st ? st : dt_zlink_await(c, left > 0 ? left : 0, reply);
 }
 
 dt_status dt_zlink_receive(dt_zlink *s, double timeout, dt_zpeer *from, dt_psbuf *msg)

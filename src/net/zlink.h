@@ -11,6 +11,7 @@
 #ifndef DTRAIN_NET_ZLINK_H
 #define DTRAIN_NET_ZLINK_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -22,18 +23,31 @@ typedef struct dt_zlink dt_zlink;
 /* endpoint: "tcp://HOST:PORT" (PORT 0 or "*": any free port; dt_zlink_endpoint tells which). */
 dt_status dt_zlink_server(const char *endpoint, const void *secret, size_t secret_len,
                           dt_zlink **out);
-/* peer names the server in errors ("ps:1"). */
+/* peer names the server in errors ("ps:1"). A client sees its connection close (the peer's
+ * process ended, or its host was cut off): at once when the peer's kernel closes it, and after
+ * heartbeat seconds of silence when heartbeat > 0 (ZMTP heartbeats, answered by the peer's
+ * ZeroMQ thread even while it computes). Requests then fail with DT_ERR_PEER naming the peer;
+ * ZeroMQ goes on reconnecting, and a new handshake (a restarted peer) makes the link good
+ * again. Messages wait only on completed connections, so none is kept for a successor. */
 dt_status dt_zlink_client(const char *endpoint, const char *peer, const void *secret,
-                          size_t secret_len, dt_zlink **out);
+                          size_t secret_len, double heartbeat, dt_zlink **out);
 void dt_zlink_close(dt_zlink *l);
 
 /* The endpoint a server is bound to, its port resolved. */
 const char *dt_zlink_endpoint(const dt_zlink *l);
 
 /* A client's request and its reply within timeout seconds: DT_ERR_TIMEOUT naming the peer when
- * none comes (the server is gone, or refused the handshake). */
+ * none comes (the server is gone, or refused the handshake), DT_ERR_PEER when the connection
+ * closed. */
 dt_status dt_zlink_request(dt_zlink *c, const dt_psbuf *request, double timeout,
                            dt_psbuf *reply);
+/* Its halves: the request sent once a connection takes it, within timeout; the next message
+ * from the server within timeout (a late reply to an earlier request is the caller's to tell
+ * from the one it waits for). */
+dt_status dt_zlink_send(dt_zlink *c, const dt_psbuf *request, double timeout);
+dt_status dt_zlink_await(dt_zlink *c, double timeout, dt_psbuf *reply);
+/* Whether the client's connection closed since its last handshake. */
+bool dt_zlink_lost(dt_zlink *c);
 
 /* Who sent a request to a server, for its reply. */
 typedef struct {

@@ -19,6 +19,7 @@ void dt_ps_options_default(dt_ps_options *o)
 {
     *o = (dt_ps_options){.mode = DT_PS_ASYNC, .steps_per_execution = 1,
                          .coordinator_timeout = 120.0, .worker_timeout = 300.0,
+                         .heartbeat_timeout = 10.0,
                          .partition_strategy = DT_PARTITION_DIV};
 }
 

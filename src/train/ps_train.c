@@ -129,6 +129,7 @@ typedef struct {
     int64_t steps, samples;
     int epoch;             /* epochs of this worker's data begun */
     int64_t in_epoch;      /* batches taken in this epoch */
+    int64_t taken;         /* batches taken from the data, trained on or skipped */
     bool done;             /* every epoch used up */
     /* Hybrid: the dense variables are this worker's, their gradients all-reduced over the
      * workers' ring (its own listener, beside the ZeroMQ one at the TF_CONFIG address), and
@@ -151,7 +152,7 @@ static dt_status next_batch(worker *w, dt_elem **e)
         if (f->steps_per_epoch == 0 || w->in_epoch < f->steps_per_epoch)
             st = dt_dataset_next(w->in->train, e);
         if (st == DT_OK && (*e)->n > 0) {
-            w->in_epoch++;
+            w->in_epoch++, w->taken++;
             return DT_OK;
         }
         if (st == DT_OK) {
@@ -341,6 +342,28 @@ done:
     return st;
 }
 
+/* A restarted worker picks its data up where the coordinator last heard from its predecessor:
+ * the batches whose steps it completed are skipped, not trained on twice. */
+static dt_status skip_to(worker *w, int64_t position)
+{
+    if (w->taken >= position)
+        return DT_OK;
+    int64_t skipped = position - w->taken;
+    while (w->taken < position && !w->done) {
+        dt_elem *e = NULL;
+        dt_status st = next_batch(w, &e);
+        dt_elem_free(e);
+        if (st == DT_END)
+            break;
+        if (st)
+            return st;
+    }
+    dt_log_to(NULL, DT_LOG_WARN, "dtrain: skipped the first %lld batches of this worker's "
+              "data, which the coordinator had seen trained on before it restarted",
+              (long long)skipped);
+    return DT_OK;
+}
+
 /* A RUN: its steps, until they are taken or the data is used up. */
 static dt_status run_function(worker *w, const dt_psmsg *req, dt_psmsg *r)
 {
@@ -360,6 +383,9 @@ static dt_status run_function(worker *w, const dt_psmsg *req, dt_psmsg *r)
     if (w->c->ps.mode == DT_PS_HYBRID && !w->ring)
         return dt_error(DT_ERR_PEER, "this worker runs --ps-mode hybrid, and the coordinator "
                         "gives it steps without the workers' ring (does it run another mode?)");
+    dt_status st = skip_to(w, req->position);
+    if (st)
+        return st;
     for (uint32_t k = 0; k < req->n && !w->done; k++) {
         dt_status st = worker_step(w, req->step + k, r);
         if (st == DT_END)
@@ -556,8 +582,16 @@ typedef struct {
     pthread_t thread;
     int64_t completed;         /* steps this worker has taken (its clock) */
     int64_t dispatched;        /* hybrid: steps given to this worker (to every worker alike) */
-    bool active;               /* still taking functions */
+    int64_t position;          /* batches of its data this worker completed steps on */
+    bool active;               /* taking functions (not lost, not finished) */
+    bool lost;                 /* its connection closed or fell silent: it may rejoin */
 } worker_link;
+
+/* A function given back by a worker that was lost with it, for the others to take. */
+typedef struct {
+    int64_t first;
+    uint32_t n;
+} function;
 
 struct coordinator {
     const dt_train_config *c;
@@ -577,6 +611,11 @@ struct coordinator {
     double t0;
     int64_t next_log;          /* the step count of the next progress line */
     bool failed;               /* a worker failed: the others stop taking functions */
+    int n_active, n_lost;      /* links taking functions; links lost and not back */
+    int n_finished;            /* links whose worker is done, or had nothing left to take */
+    double all_lost_at;        /* when the last active worker was lost (0: one is active) */
+    function *requeued;        /* functions of lost workers, taken before new ones */
+    int n_requeued, requeued_cap;
     int first_failed;          /* the worker whose failure came first (-1: none), and why */
     dt_status first_status;
     char first_error[DT_PSMSG_MAX_TEXT];
@@ -601,16 +640,26 @@ static int64_t steps_allowed(const coordinator *co, const worker_link *l)
     return slowest + co->c->ps.staleness - l->completed + 1;
 }
 
-/* The next function's first step and step count for worker l, once its clock allows one;
- * false when every step is given out or a worker failed. */
-static bool take_function(coordinator *co, worker_link *l, int64_t *first, uint32_t *n)
+/* The next function's first step and step count for worker l, once its clock allows one: a
+ * lost worker's function first (*again set), else new steps; false when every step is given
+ * out or a worker failed. */
+static bool take_function(coordinator *co, worker_link *l, int64_t *first, uint32_t *n,
+                          bool *again)
 {
     pthread_mutex_lock(&co->mu);
     bool go;
     int64_t allowed;
-    while ((go = !co->failed && (co->hybrid || co->dispatched < co->limit)) &&
+    *again = false;
+    while ((go = !co->failed &&
+                 (co->hybrid || co->n_requeued > 0 || co->dispatched < co->limit)) &&
            (allowed = steps_allowed(co, l)) < 1)
         pthread_cond_wait(&co->changed, &co->mu);
+    if (go && co->n_requeued > 0) {
+        function f = co->requeued[--co->n_requeued];
+        *first = f.first, *n = f.n, *again = true;
+        pthread_mutex_unlock(&co->mu);
+        return true;
+    }
     /* Hybrid: every worker takes every step (a step is one batch from each), so each gets the
      * same functions. */
     int64_t *given = co->hybrid ? &l->dispatched : &co->dispatched;
@@ -633,7 +682,13 @@ static bool take_function(coordinator *co, worker_link *l, int64_t *first, uint3
 static void retire(coordinator *co, worker_link *l, bool failed)
 {
     pthread_mutex_lock(&co->mu);
-    l->active = false;
+    if (l->active) {
+        co->n_active--;
+        co->n_finished += !failed;
+    }
+    if (l->lost)
+        co->n_lost--;
+    l->active = l->lost = false;
     co->failed = co->failed || failed;
     pthread_cond_broadcast(&co->changed);
     pthread_mutex_unlock(&co->mu);
@@ -642,7 +697,7 @@ static void retire(coordinator *co, worker_link *l, bool failed)
 static void add_result(coordinator *co, worker_link *l, const dt_psmsg *r)
 {
     pthread_mutex_lock(&co->mu);
-    l->completed += r->n;
+    l->completed += r->n, l->position += r->n;
     pthread_cond_broadcast(&co->changed);
     /* Hybrid: a step is every worker's batch at once, counted with worker 0's. */
     if (!co->hybrid || l->index == 0)
@@ -662,15 +717,31 @@ static void add_result(coordinator *co, worker_link *l, const dt_psmsg *r)
     pthread_mutex_unlock(&co->mu);
 }
 
-static dt_status request(dt_zlink *z, const dt_psmsg *m, double timeout, dt_psbuf *out,
-                         dt_psbuf *in, const char *who, dt_psmsg_type want, dt_psmsg *reply)
+/* m to a worker and its reply within timeout seconds. A late reply to an earlier request (one
+ * given up on) is dropped. *unheard (may be NULL) tells a failure of the link itself (closed,
+ * silent, or no reply in time) from a reply that is an error. */
+static dt_status request_or_unheard(dt_zlink *z, const dt_psmsg *m, double timeout,
+                                    dt_psbuf *out, dt_psbuf *in, const char *who,
+                                    dt_psmsg_type want, dt_psmsg *reply, bool *unheard)
 {
     out->len = 0;
+    bool link_failed = false;
+    double deadline = dt_clock_now() + timeout;
     dt_status st = dt_psmsg_encode(m, NULL, NULL, out);
     if (st == DT_OK)
-        st = dt_zlink_request(z, out, timeout, in);
-    if (st == DT_OK)
-        st = dt_psmsg_decode(in->data, in->len, who, reply);
+        link_failed = (st = dt_zlink_send(z, out, timeout)) != DT_OK;
+    while (st == DT_OK) {
+        double left = deadline - dt_clock_now();
+        if ((st = dt_zlink_await(z, left > 0 ? left : 0, in))) {
+            link_failed = true;
+            break;
+        }
+        if ((st = dt_psmsg_decode(in->data, in->len, who, reply)) ||
+            reply->request_id == m->request_id)
+            break;
+    }
+    if (unheard)
+        *unheard = link_failed;
     if (st == DT_OK && reply->type == DT_PSMSG_ERROR)
         st = dt_error((dt_status)(reply->status > 0 ? reply->status : DT_ERR_PEER), "%s: %.*s",
                       who, (int)reply->text_len, reply->text);
@@ -678,6 +749,12 @@ static dt_status request(dt_zlink *z, const dt_psmsg *m, double timeout, dt_psbu
         st = dt_error(DT_ERR_PEER, "%s: a %s reply where %s was due", who,
                       dt_psmsg_type_name(reply->type), dt_psmsg_type_name(want));
     return st;
+}
+
+static dt_status request(dt_zlink *z, const dt_psmsg *m, double timeout, dt_psbuf *out,
+                         dt_psbuf *in, const char *who, dt_psmsg_type want, dt_psmsg *reply)
+{
+    return request_or_unheard(z, m, timeout, out, in, who, want, reply, NULL);
 }
 
 /* Hybrid, before the first function: every worker's ring port, then the ring they all join at
@@ -728,8 +805,101 @@ static dt_status read_dense(coordinator *co, worker_link *l, dt_zlink *z, uint64
     return st;
 }
 
+/* Worker l was lost (why: the last error) with the function [first, first + n) unfinished: the
+ * function goes back to the queue, for the other workers, and l stops counting among the
+ * active ones (bounded staleness no longer waits for its clock). */
+static dt_status lose_worker(coordinator *co, worker_link *l, int64_t first, uint32_t n)
+{
+    char why[DT_PSMSG_MAX_TEXT];
+    snprintf(why, sizeof why, "%s", dt_last_error());
+    pthread_mutex_lock(&co->mu);
+    if (co->n_requeued == co->requeued_cap) {
+        int cap = co->requeued_cap ? 2 * co->requeued_cap : 16;
+        function *f = realloc(co->requeued, (size_t)cap * sizeof *f);
+        if (!f) {
+            pthread_mutex_unlock(&co->mu);
+            return dt_error(DT_ERR_NOMEM, "%s lost (%s), and no memory to queue its steps", l->name,
+                            why);
+        }
+        co->requeued = f, co->requeued_cap = cap;
+    }
+    co->requeued[co->n_requeued++] = (function){first, n};
+    l->active = false, l->lost = true;
+    co->n_active--, co->n_lost++;
+    if (co->n_active == 0)
+        co->all_lost_at = dt_clock_now();
+    pthread_cond_broadcast(&co->changed);
+    pthread_mutex_unlock(&co->mu);
+    dt_log_to(NULL, DT_LOG_WARN, "dtrain: %s lost: %s; its steps %lld-%lld go back to the queue "
+              "for the other workers", l->name, why, (long long)first,
+              (long long)(first + n - 1));
+    return DT_OK;
+}
+
+/* Lost worker l back (it answered): it counts as active again, its clock at the slowest
+ * active worker's so bounded staleness neither waits for it nor lets it run ahead. */
+static void rejoin(coordinator *co, worker_link *l)
+{
+    pthread_mutex_lock(&co->mu);
+    int64_t slowest = -1;
+    for (int i = 0; i < co->n_links; i++)
+        if (co->links[i].active && (slowest < 0 || co->links[i].completed < slowest))
+            slowest = co->links[i].completed;
+    if (slowest >= 0)
+        l->completed = slowest;
+    l->lost = false, l->active = true;
+    co->n_lost--, co->n_active++;
+    co->all_lost_at = 0;
+    pthread_cond_broadcast(&co->changed);
+    pthread_mutex_unlock(&co->mu);
+    dt_log_to(NULL, DT_LOG_WARN, "dtrain: %s rejoined: it takes steps again", l->name);
+}
+
+/* While training goes on, pings lost worker l every second until it answers (restarted, or
+ * reachable again): DT_OK when it is back, DT_END when training ended without it, an error
+ * when every worker has been lost for worker_timeout seconds. */
+static dt_status await_rejoin(coordinator *co, worker_link *l, dt_zlink *z, uint64_t *id,
+                              dt_psbuf *out, dt_psbuf *in)
+{
+    const double timeout = co->c->ps.worker_timeout;
+    for (;;) {
+        pthread_mutex_lock(&co->mu);
+        bool over = co->failed || (co->n_active == 0 && co->n_finished > 0);
+        double all_lost_at = co->n_active == 0 ? co->all_lost_at : 0;
+        pthread_mutex_unlock(&co->mu);
+        if (over)
+            return DT_END;
+        double t0 = dt_clock_now();
+        if (all_lost_at > 0 && t0 - all_lost_at > timeout)
+            return dt_error(DT_ERR_TIMEOUT, "every worker has been lost for %.0f s "
+                            "(--worker-timeout): training cannot go on", timeout);
+        dt_psmsg ping = {.type = DT_PSMSG_PING, .request_id = ++*id}, reply;
+        if (request(z, &ping, 1.0, out, in, l->name, DT_PSMSG_PONG, &reply) == DT_OK) {
+            rejoin(co, l);
+            return DT_OK;
+        }
+        double left = 1.0 - (dt_clock_now() - t0);
+        if (left > 0)
+            dt_sleep(left);
+    }
+}
+
+/* A failure that ends the job: logged, and kept when it is the first. */
+static void record_failure(coordinator *co, worker_link *l, dt_status st)
+{
+    dt_log_to(NULL, DT_LOG_WARN, "dtrain: %s", dt_last_error());
+    pthread_mutex_lock(&co->mu);
+    if (co->first_failed < 0) {
+        co->first_failed = l->index, co->first_status = st;
+        snprintf(co->first_error, sizeof co->first_error, "%s", dt_last_error());
+    }
+    pthread_mutex_unlock(&co->mu);
+}
+
 /* One worker's thread: it waits for the worker, then takes functions until none is left or
- * the worker's data is used up. */
+ * the worker's data is used up. A worker whose link closes or falls silent mid-function is
+ * lost, not failed (but in hybrid mode, whose ring cannot go on without it): its function goes
+ * to the others, and it may come back. */
 static void *drive_worker(void *arg)
 {
     worker_link *l = arg;
@@ -739,42 +909,56 @@ static void *drive_worker(void *arg)
     dt_psbuf out = {0}, in = {0};
     dt_psmsg reply;
     uint64_t id = 0;
-    dt_status st = dt_zlink_client(l->endpoint, l->name, co->pc->secret, co->pc->secret_len, &z);
+    dt_status st = dt_zlink_client(l->endpoint, l->name, co->pc->secret, co->pc->secret_len,
+                                   c->ps.heartbeat_timeout, &z);
     if (st == DT_OK) {
         dt_psmsg ping = {.type = DT_PSMSG_PING, .request_id = ++id};
         st = request(z, &ping, c->comm.connect_timeout, &out, &in, l->name, DT_PSMSG_PONG,
                      &reply);
     }
-    bool cancelled = false;
+    bool cancelled = false, back = false;
     if (st == DT_OK && co->hybrid && (st = join_ring(co, l, z, &id, &out, &in)) == DT_END)
         st = DT_OK, cancelled = true;
     int64_t first;
     uint32_t n;
-    while (st == DT_OK && !cancelled && take_function(co, l, &first, &n)) {
-        dt_psmsg run = {.type = DT_PSMSG_RUN, .request_id = ++id, .step = first, .n = n};
-        if ((st = request(z, &run, c->ps.worker_timeout, &out, &in, l->name, DT_PSMSG_RESULT,
-                          &reply)))
+    bool again;
+    while (st == DT_OK && !cancelled && take_function(co, l, &first, &n, &again)) {
+        if (again)
+            dt_log_to(NULL, DT_LOG_WARN, "dtrain: %s takes steps %lld-%lld again (a lost "
+                      "worker's)", l->name, (long long)first, (long long)(first + n - 1));
+        /* position: only l's thread writes it. */
+        dt_psmsg run = {.type = DT_PSMSG_RUN, .request_id = ++id, .step = first, .n = n,
+                        .position = l->position};
+        bool unheard;
+        st = request_or_unheard(z, &run, c->ps.worker_timeout, &out, &in, l->name,
+                                DT_PSMSG_RESULT, &reply, &unheard);
+        if (st == DT_OK) {
+            add_result(co, l, &reply);
+            if (back)
+                dt_log_to(NULL, DT_LOG_WARN, "dtrain: %s took steps %lld-%lld after rejoining",
+                          l->name, (long long)first, (long long)(first + reply.n - 1));
+            back = false;
+            if (reply.done)
+                break;
+            continue;
+        }
+        if (!unheard || co->hybrid || (st = lose_worker(co, l, first, n)))
             break;
-        add_result(co, l, &reply);
-        if (reply.done)
-            break;
+        st = await_rejoin(co, l, z, &id, &out, &in);
+        if (st == DT_END)
+            st = DT_OK, cancelled = true; /* training ended without it */
+        back = st == DT_OK;
     }
     if (st == DT_OK && !cancelled && co->hybrid && l->index == 0)
         st = read_dense(co, l, z, &id, &out, &in);
-    if (st) {
-        dt_log_to(NULL, DT_LOG_WARN, "dtrain: %s", dt_last_error());
-        pthread_mutex_lock(&co->mu);
-        if (co->first_failed < 0) {
-            co->first_failed = l->index, co->first_status = st;
-            snprintf(co->first_error, sizeof co->first_error, "%s", dt_last_error());
-        }
-        pthread_mutex_unlock(&co->mu);
-    }
+    if (st)
+        record_failure(co, l, st);
     retire(co, l, st != DT_OK);
-    /* Every worker is stopped, the failed ones too if they can still hear it. */
+    /* Every worker is stopped, the failed and lost ones too if they can still hear it. */
     if (z) {
         dt_psmsg stop = {.type = DT_PSMSG_STOP, .request_id = ++id};
-        request(z, &stop, st ? 1.0 : 10.0, &out, &in, l->name, DT_PSMSG_ACK, &reply);
+        request(z, &stop, st || cancelled ? 1.0 : 10.0, &out, &in, l->name, DT_PSMSG_ACK,
+                &reply);
     }
     dt_zlink_close(z);
     dt_psbuf_free(&out);
@@ -792,7 +976,7 @@ static void stop_workers(const coordinator *co, int n)
         dt_zlink *z = NULL;
         dt_psbuf out = {0}, in = {0};
         dt_psmsg stop = {.type = DT_PSMSG_STOP, .request_id = 1}, reply;
-        if (dt_zlink_client(endpoint, name, co->pc->secret, co->pc->secret_len, &z) == DT_OK)
+        if (dt_zlink_client(endpoint, name, co->pc->secret, co->pc->secret_len, 0, &z) == DT_OK)
             request(z, &stop, 1.0, &out, &in, name, DT_PSMSG_ACK, &reply);
         dt_zlink_close(z);
         dt_psbuf_free(&out);
@@ -834,7 +1018,7 @@ static dt_status drive_workers(coordinator *co, int n)
     int started = 0;
     dt_status st = DT_OK;
     pthread_mutex_lock(&co->mu);
-    co->links = links, co->n_links = n;
+    co->links = links, co->n_links = n, co->n_active = n;
     for (int i = 0; i < n; i++)
         links[i].active = true;
     pthread_mutex_unlock(&co->mu);
@@ -863,6 +1047,8 @@ static dt_status drive_workers(coordinator *co, int n)
     free(links);
     free(co->ring_ports);
     co->ring_ports = NULL;
+    free(co->requeued);
+    co->requeued = NULL, co->n_requeued = co->requeued_cap = 0;
     return st;
 }
 
