@@ -18,7 +18,10 @@
  * workers (every one takes every step, on its share of the global batch) sum their dense
  * gradients over a ring of their own (a listener beside the ZeroMQ one, its port told through
  * the coordinator) and update their copies alike; the coordinator reads them from worker 0 at
- * the end. When every worker's data is used up (or
+ * the end. A worker whose link closes or falls silent (ZeroMQ heartbeats) is lost, not failed
+ * (but in hybrid mode): its function goes back to a queue the other workers take from first,
+ * and when it answers again it rejoins, a restarted one skipping the batches the coordinator
+ * saw it train on. When every worker's data is used up (or
  * max_steps are taken) the coordinator reads every variable back into its model, for the
  * report, the test set and the checksum, and stops the workers and the ps tasks. A worker or ps
  * with no coordinator for coordinator_timeout seconds gives up, naming it. */
