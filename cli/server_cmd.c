@@ -22,6 +22,11 @@ int cmd_server(int argc, char **argv)
         {"request-timeout", FLAG_FLOAT, "60", "seconds a request that has begun has to arrive",
          &c.request_timeout, false},
         {"threads", FLAG_INT, "1", "threads for the row-wise updates", &c.threads, false},
+        {"snapshot-dir", FLAG_STRING, NULL, "snapshots of this task's shards go to "
+         "DIR/ps-INDEX.snapshot; started again, the task restores them from there (the updates "
+         "after the snapshot are lost); removed when the job ends", &c.snapshot_dir, false},
+        {"snapshot-secs", FLAG_FLOAT, "30", "--snapshot-dir: seconds between snapshots (0: "
+         "none)", &c.snapshot_secs, false},
         {"help", FLAG_BOOL, "false", "this text", &help, false},
     };
     int n_flags = (int)(sizeof flags / sizeof flags[0]);
@@ -42,6 +47,8 @@ int cmd_server(int argc, char **argv)
         return cli_fail(2, "--request-timeout: must be in (0, 3600] seconds");
     if (c.threads < 1 || c.threads > 256)
         return cli_fail(2, "--threads: must be in 1..256");
+    if (!(c.snapshot_secs >= 0.0 && c.snapshot_secs <= 86400.0))
+        return cli_fail(2, "--snapshot-secs: must be in [0, 86400] seconds");
     dt_ps_server_report r = {0};
     if (dt_ps_server_run(&c, &r))
         return cli_fail(1, dt_last_error());

@@ -47,7 +47,8 @@ struct train_opts {
     /* parameter_server */
     const char *ps_mode, *partitioner, *partition_strategy;
     int steps_per_execution;
-    double coordinator_timeout, worker_timeout, heartbeat_timeout;
+    double coordinator_timeout, worker_timeout, heartbeat_timeout, ps_snapshot_secs;
+    double ps_recovery_timeout;
 };
 
 static int define_flags(flag_def *f, int cap, struct train_opts *o)
@@ -193,6 +194,12 @@ static int define_flags(flag_def *f, int cap, struct train_opts *o)
          "silence (ZeroMQ heartbeats unanswered) after which a worker counts as lost: its "
          "function goes to the other workers, and it may rejoin; a closed connection counts at "
          "once", &o->heartbeat_timeout);
+    FLAG("ps-snapshot-secs", FLAG_FLOAT, "30", "parameter_server ps tasks with --model-dir: "
+         "seconds between snapshots of their shards (in --model-dir/ps; 0: none), which a ps "
+         "task started again restores", &o->ps_snapshot_secs);
+    FLAG("ps-recovery-timeout", FLAG_FLOAT, "60", "parameter_server: seconds the workers and "
+         "the coordinator wait for a lost ps task to be back before the job fails",
+         &o->ps_recovery_timeout);
     FLAG("gradient-wire", FLAG_STRING, "f32", "multi-worker: gradients on the wire as f32, or "
          "compressed to bf16 or fp16 (as DDP's compression hooks; summed in float32)",
          &o->gradient_wire);
@@ -295,9 +302,12 @@ static dt_status check_ranges(const struct train_opts *o, const flag_def *flags,
                         o->steps_per_execution);
     if (!(o->coordinator_timeout > 0.0 && o->coordinator_timeout <= 86400.0) ||
         !(o->worker_timeout > 0.0 && o->worker_timeout <= 86400.0) ||
-        !(o->heartbeat_timeout >= 0.5 && o->heartbeat_timeout <= 6553.0))
-        return dt_error(DT_ERR_INVALID, "--coordinator-timeout, --worker-timeout: must be in "
-                        "(0, 86400] seconds; --heartbeat-timeout in [0.5, 6553]");
+        !(o->heartbeat_timeout >= 0.5 && o->heartbeat_timeout <= 6553.0) ||
+        !(o->ps_snapshot_secs >= 0.0 && o->ps_snapshot_secs <= 86400.0) ||
+        !(o->ps_recovery_timeout > 0.0 && o->ps_recovery_timeout <= 86400.0))
+        return dt_error(DT_ERR_INVALID, "--coordinator-timeout, --worker-timeout, "
+                        "--ps-recovery-timeout: must be in (0, 86400] seconds; "
+                        "--heartbeat-timeout in [0.5, 6553]; --ps-snapshot-secs in [0, 86400]");
     dt_ps_options pso;
     dt_partition_strategy ps_strategy;
     if (dt_ps_mode_parse(o->ps_mode, &pso))
@@ -600,6 +610,8 @@ static void train_config(const struct train_opts *o, const flag_def *flags, int 
     c->ps.coordinator_timeout = o->coordinator_timeout;
     c->ps.worker_timeout = o->worker_timeout;
     c->ps.heartbeat_timeout = o->heartbeat_timeout;
+    c->ps.snapshot_secs = o->ps_snapshot_secs;
+    c->ps.recovery_timeout = o->ps_recovery_timeout;
     c->comm = o->comm;
     dt_wire_dtype_parse(o->gradient_wire, &c->wire);
     c->bucket_bytes = (size_t)(o->bucket_mb * 1048576.0);

@@ -335,27 +335,47 @@ no_leftovers ps_train_silent_worker_leaves_nothing "$base" 3
 lt=("${long[@]}" --test-data "libsvm:$tmp/long_test.svm" --epochs 1 --metrics-out)
 run timeout 120 "$dtrain" launch -n 2 --ps 2 -- "$dtrain" "${lt[@]}" "$tmp/whole.json"
 whole_auc=$(json_field "$tmp/whole.json" test_auc 2>/dev/null)
-# launch_and_kill RESTARTS METRICS: a launched job whose worker:1 is killed 2 s in; the victim's
-# pid in victim, launch's status in status, its stderr in $tmp/launch.err.
+# task_pid_of LAUNCH_PID TASK: the pid of a task of the launch under `timeout` LAUNCH_PID.
+task_pid_of() {
+    local c
+    # timeout's child is launch, whose children are the tasks.
+    for c in $(pgrep -P "$(pgrep -P "$1" | head -1)" 2>/dev/null); do
+        tr '\0' '\n' < "/proc/$c/environ" 2>/dev/null | grep -qx "DTRAIN_TASK=$2" && echo "$c"
+    done
+}
+# launch_and_kill TASK RESTARTS METRICS [FLAGS...]: a launched job whose TASK is killed 2 s in;
+# the victim's pid in victim, the chief's in chief_before and chief_after (alive after the
+# kill), launch's status in status, its stderr in $tmp/launch.err.
 launch_and_kill() {
-    timeout 120 "$dtrain" launch -n 2 --ps 2 --max-restarts "$1" -- "$dtrain" "${lt[@]}" "$2" \
-        > "$tmp/launch.out" 2> "$tmp/launch.err" &
-    local lpid=$! c
+    local task=$1 restarts=$2 metrics=$3
+    shift 3
+    timeout 120 "$dtrain" launch -n 2 --ps 2 --max-restarts "$restarts" -- "$dtrain" "${lt[@]}" \
+        "$metrics" "$@" > "$tmp/launch.out" 2> "$tmp/launch.err" &
+    local lpid=$!
     pids+=("$lpid")
     victim=""
     for _ in $(seq 1 50); do
         sleep 0.1
-        # timeout's child is launch, whose children are the tasks.
-        for c in $(pgrep -P "$(pgrep -P "$lpid" | head -1)" 2>/dev/null); do
-            tr '\0' '\n' < "/proc/$c/environ" 2>/dev/null | grep -qx "DTRAIN_TASK=worker:1" && victim=$c
-        done
+        victim=$(task_pid_of "$lpid" "$task")
         [ -n "$victim" ] && break
     done
+    chief_before=$(task_pid_of "$lpid" chief:0)
     sleep 2
     [ -n "$victim" ] && kill -9 "$victim"
+    local t0
+    t0=$(date +%s%N)
+    sleep 1
+    chief_after=$(task_pid_of "$lpid" chief:0)
+    # Until the job ends: when a restored ps first applied an update again, from the kill.
+    recovered_ms=""
+    while kill -0 "$lpid" 2>/dev/null; do
+        [ -z "$recovered_ms" ] && grep -q "restored shards updated again" "$tmp/launch.err" &&
+            recovered_ms=$((($(date +%s%N) - t0) / 1000000))
+        sleep 0.1
+    done
     wait_pid "$lpid" 120
 }
-launch_and_kill 1 "$tmp/killed.json"
+launch_and_kill worker:1 1 "$tmp/killed.json"
 killed_auc=$(json_field "$tmp/killed.json" test_auc 2>/dev/null)
 gap=$(python3 -c "print(abs(${killed_auc:-0} - ${whole_auc:-1}))")
 if [ "$status" -eq 0 ] && [ -n "$victim" ] &&
@@ -368,13 +388,30 @@ else
     fail ps_train_launch_restarts_a_killed_worker "exit $status, victim '$victim', auc $killed_auc vs $whole_auc: $(grep -v 'bytes per sample' "$tmp/launch.err" | tail -4)"
 fi
 # Without restarts launch leaves the killed worker out, and the job still ends 0.
-launch_and_kill 0 "$tmp/killed0.json"
+launch_and_kill worker:1 0 "$tmp/killed0.json"
 if [ "$status" -eq 0 ] && [ -n "$victim" ] &&
     grep -q "warning: task worker:1 (pid $victim) was killed by signal 9 (SIGKILL); the chief goes on without it" "$tmp/launch.err" &&
     [ -n "$(json_field "$tmp/killed0.json" test_auc 2>/dev/null)" ]; then
     ok ps_train_launch_goes_on_without_a_killed_worker
 else
     fail ps_train_launch_goes_on_without_a_killed_worker "exit $status, victim '$victim': $(grep -v 'bytes per sample' "$tmp/launch.err" | tail -4)"
+fi
+# A ps killed with --max-restarts 1: launch starts it again, it restores its shards from its
+# snapshot (--model-dir/ps), the workers and the coordinator (the same process throughout) wait
+# for it and go on; the job ends 0 with the AUC of an uninterrupted run, the snapshot removed.
+launch_and_kill ps:1 1 "$tmp/pskilled.json" --model-dir "$tmp/md" --ps-snapshot-secs 0.5
+ps_auc=$(json_field "$tmp/pskilled.json" test_auc 2>/dev/null)
+gap=$(python3 -c "print(abs(${ps_auc:-0} - ${whole_auc:-1}))")
+if [ "$status" -eq 0 ] && [ -n "$victim" ] && [ -n "$chief_before" ] && [ "$chief_before" = "$chief_after" ] &&
+    grep -q "task ps:1 (pid $victim) was killed by signal 9 (SIGKILL): starting it again (1 of 1)" "$tmp/launch.err" &&
+    grep -q "\[ps:1\] dtrain server: restored 2 table shards and [0-9]* dense variables from .*ps-1.snapshot (taken .*, updates up to step [0-9]*): the updates after it are lost" "$tmp/launch.err" &&
+    grep -q "\[chief:0\] dtrain: the ps tasks are back [0-9.]* s after" "$tmp/launch.err" &&
+    grep -q "\[ps:1\] dtrain server: restored shards updated again" "$tmp/launch.err" &&
+    ! grep -q "starting it again.*chief\|task chief:0.*starting it again" "$tmp/launch.err" &&
+    [ ! -e "$tmp/md/ps/ps-1.snapshot" ] && python3 -c "import sys; sys.exit(0 if $gap <= 0.003 else 1)"; then
+    ok ps_train_ps_killed_restores_its_snapshot "kill to the first update on the restored ps ${recovered_ms} ms, $(grep -o 'updates up to step [0-9]*' "$tmp/launch.err"), $(grep -o 'up to step [0-9]* are lost' "$tmp/launch.err"), auc=$ps_auc gap=$gap"
+else
+    fail ps_train_ps_killed_restores_its_snapshot "exit $status, victim '$victim', chief $chief_before/$chief_after, auc $ps_auc vs $whole_auc: $(grep -v 'bytes per sample' "$tmp/launch.err" | grep -v '^\[ps:[0-9]\] dtrain server: dropping' | head -20)"
 fi
 no_leftovers ps_train_launch_kills_leave_nothing "$base" 3
 # Hybrid: the other worker's all-reduce fails at once naming the lost one; every task ends.

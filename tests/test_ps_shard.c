@@ -1,10 +1,14 @@
 /* Parameter-server shards: tables split over shards (div and mod) start as the whole table and,
  * fed the same pushes through the message codec, stay equal to it bit for bit; requests that do
  * not fit a shard get an ERROR reply naming what is wrong. */
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../src/ps/shard.h"
+#include "../src/ps/snapshot.h"
 #include "dtrain/rng.h"
 #include "test.h"
 
@@ -240,4 +244,121 @@ TEST(ps_dense_slices_train_as_the_whole_layout)
     dt_psbuf_free(&buf), dt_psbuf_free(&rep);
     dt_optim_free(&whole);
     dt_arena_free(&layout);
+}
+
+/* Feeds s one message and expects an ACK. */
+static void feed(dt_ps_shard *s, const dt_psmsg *m, const int64_t *ids, const float *vals)
+{
+    dt_psbuf buf = {0}, rep = {0};
+    dt_psmsg in, out;
+    via_wire(m, ids, vals, &buf, &in);
+    CHECK_OK(dt_ps_shard_handle(s, &in, &rep));
+    CHECK_OK(dt_psmsg_decode(rep.data, rep.len, "ps", &out));
+    CHECK_MSG(out.type == DT_PSMSG_ACK, "%s: %.*s", dt_psmsg_type_name(out.type),
+              (int)out.text_len, out.text ? out.text : "");
+    dt_psbuf_free(&buf), dt_psbuf_free(&rep);
+}
+
+static bool same_floats(const float *a, const float *b, size_t n)
+{
+    return memcmp(a, b, n * sizeof *a) == 0;
+}
+
+/* A snapshot holds a ps task's shards whole: rows, optimizer slots, clocks, dense slices and
+ * their optimizer state come back bit for bit, and the restored shard trains on as the original
+ * does. A flipped byte, a cut, another ps's file and no file are named refusals. */
+TEST(ps_snapshot_restores_every_shard_bit_for_bit)
+{
+    enum { TOTAL = 40, N = 70000 }; /* N rows: the values span two ROWS messages */
+    char path[] = "/tmp/dtrain-snap-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    dt_rowopt_config ro;
+    dt_rowopt_config_default(&ro, DT_ROWOPT_ADAM);
+    ro.lr = 0.02f;
+    dt_optim_config dc;
+    dt_optim_config_default(&dc, DT_OPT_ADAM);
+    dt_ps_shard a, b;
+    dt_ps_shard_init(&a, NULL);
+    dt_ps_shard_init(&b, NULL);
+    dt_psmsg def;
+    dt_ps_table_msg(1 << 16 | 1, "fm_v", 2 * N + 1, DIM, 2, 1, DT_PARTITION_MOD, &ro, 0.1f, 9, &def);
+    feed(&a, &def, NULL, NULL);
+    float dense[TOTAL], grads[TOTAL];
+    for (int i = 0; i < TOTAL; i++)
+        dense[i] = 0.01f * (float)i, grads[i] = 0.5f - 0.02f * (float)i;
+    dt_ps_var_msg(3, 8, 20, TOTAL, &dc, &def);
+    feed(&a, &def, NULL, dense + 8);
+    int64_t ids[3] = {1, 7, 2 * N - 1};
+    float rows[3 * DIM];
+    for (int i = 0; i < 3 * DIM; i++)
+        rows[i] = 0.1f * (float)(i - 5);
+    for (int step = 1; step <= 3; step++) {
+        dt_psmsg push = {.type = DT_PSMSG_PUSH_ROWS, .table = 1 << 16 | 1, .n = 3, .dim = DIM,
+                         .step = step, .lr_scale = 1.0f};
+        feed(&a, &push, ids, rows);
+        dt_psmsg pd = {.type = DT_PSMSG_PUSH_DENSE, .table = 3, .offset = 8, .count = 20,
+                       .step = step, .lr_scale = 1.0f};
+        feed(&a, &pd, NULL, grads + 8);
+    }
+    CHECK_OK(dt_ps_snapshot_save(&a, 1, path));
+    dt_ps_snapshot_info info;
+    CHECK_OK(dt_ps_snapshot_load(&b, 1, path, &info));
+    CHECK(info.last_step == 3 && info.n_tables == 1 && info.n_slices == 1 && b.last_step == 3);
+    const dt_ps_table_shard *ta = &a.tables[0], *tb = &b.tables[0];
+    size_t n = (size_t)ta->t.rows * DIM;
+    CHECK(b.n_tables == 1 && tb->t.rows == ta->t.rows && tb->clock == 3 && tb->t.n_slots == 2);
+    CHECK(same_floats(ta->t.data, tb->t.data, n));
+    for (int k = 0; k < 2; k++)
+        CHECK(same_floats(ta->t.slots[k], tb->t.slots[k], n));
+    CHECK(b.n_slices == 1 && b.slices[0].clock == 3 && b.dense_total == TOTAL);
+    CHECK(same_floats(a.dense + 8, b.dense + 8, 20));
+    CHECK(same_floats(a.dense_opt.state.data, b.dense_opt.state.data, a.dense_opt.state.n_elems));
+    /* Both train on alike. */
+    dt_psmsg push = {.type = DT_PSMSG_PUSH_ROWS, .table = 1 << 16 | 1, .n = 3, .dim = DIM,
+                     .step = 4, .lr_scale = 1.0f};
+    feed(&a, &push, ids, rows);
+    feed(&b, &push, ids, rows);
+    CHECK(same_floats(ta->t.data, tb->t.data, n) && same_floats(ta->t.slots[1], tb->t.slots[1], n));
+
+    /* A flipped byte (in the header, in a message) and a cut: refused, naming the file and the
+     * byte, the shard left empty. */
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL);
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fclose(f);
+    const long flips[3] = {20, 40 + 30, size - 3};
+    for (int i = 0; i < 3; i++) {
+        f = fopen(path, "r+b");
+        fseek(f, flips[i], SEEK_SET);
+        int c = fgetc(f);
+        fseek(f, flips[i], SEEK_SET);
+        fputc(c ^ 0x10, f);
+        fclose(f);
+        dt_ps_shard c_shard;
+        dt_ps_shard_init(&c_shard, NULL);
+        CHECK(dt_ps_snapshot_load(&c_shard, 1, path, &info) == DT_ERR_FORMAT);
+        CHECK_MSG(strstr(dt_last_error(), path) && strstr(dt_last_error(), "byte"), "%s",
+                  dt_last_error());
+        CHECK(c_shard.n_tables == 0 && c_shard.n_slices == 0);
+        dt_ps_shard_free(&c_shard);
+        f = fopen(path, "r+b");
+        fseek(f, flips[i], SEEK_SET);
+        fputc(c, f);
+        fclose(f);
+    }
+    CHECK(truncate(path, size - 100) == 0);
+    dt_ps_shard c_shard;
+    dt_ps_shard_init(&c_shard, NULL);
+    CHECK(dt_ps_snapshot_load(&c_shard, 1, path, &info) == DT_ERR_FORMAT);
+    CHECK(strstr(dt_last_error(), "truncated"));
+    CHECK(dt_ps_snapshot_load(&c_shard, 0, path, &info) == DT_ERR_FORMAT);
+    CHECK(strstr(dt_last_error(), "another ps task"));
+    unlink(path);
+    CHECK(dt_ps_snapshot_load(&c_shard, 1, path, &info) == DT_END);
+    dt_ps_shard_free(&c_shard);
+    dt_ps_shard_free(&a);
+    dt_ps_shard_free(&b);
 }

@@ -26,6 +26,9 @@ typedef struct {
     double worker_timeout;      /* the coordinator: seconds a scheduled function may take (300) */
     double heartbeat_timeout;   /* the coordinator: seconds of a worker's silence (its host gone,
                                    its network cut) before it counts as lost (10) */
+    double snapshot_secs;       /* ps tasks with --model-dir: seconds between snapshots (30) */
+    double recovery_timeout;    /* workers and coordinator: seconds to wait for a lost ps to be
+                                   back (restarted, its shards restored) (60) */
     bool partitioner_given;     /* else one shard per ps task (fixed:P) */
     dt_partitioner partitioner;
     dt_partition_strategy partition_strategy; /* div */
@@ -42,12 +45,18 @@ typedef struct {
     double coordinator_timeout; /* seconds without a connected chief before giving up (120) */
     double request_timeout;     /* seconds a started request has to arrive whole (60) */
     int threads;                /* for the row-wise updates (1) */
+    /* Snapshots: with a directory, the task's shards go to DIR/ps-<index>.snapshot every
+     * snapshot_secs seconds (0: never; 30), a task started again restores them from there
+     * (the updates after the snapshot are lost, and said), and a job that ends removes it. */
+    const char *snapshot_dir;
+    double snapshot_secs;
 } dt_ps_server_config;
 
 typedef struct {
     char task[300];             /* "ps:0 (127.0.0.1:4003)" */
     uint64_t requests;          /* answered */
     uint64_t rows_pulled, rows_pushed;
+    int snapshots;              /* written */
 } dt_ps_server_report;
 
 void dt_ps_server_config_default(dt_ps_server_config *c);

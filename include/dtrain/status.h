@@ -23,6 +23,8 @@ enum {
     DT_ERR_PEER = -7,        /* a peer closed its connection, died or broke the protocol */
     DT_ERR_TIMEOUT = -8,     /* a deadline passed: a peer stopped answering */
     DT_ERR_AUTH = -9,        /* a peer failed the handshake: wrong secret, version or cluster */
+    DT_ERR_UNAVAILABLE = -10, /* a peer cannot serve it yet (a ps started again whose variables
+                                 are not defined again yet): worth asking again */
 };
 
 /* The message of the last error set on this thread ("" if none). */

@@ -56,6 +56,7 @@ const char *dt_status_name(dt_status code)
     case DT_ERR_PEER: return "peer error";
     case DT_ERR_TIMEOUT: return "timeout";
     case DT_ERR_AUTH: return "authentication error";
+    case DT_ERR_UNAVAILABLE: return "unavailable";
     default: return "unknown error";
     }
 }

@@ -19,6 +19,12 @@ const char *dt_psmsg_type_name(dt_psmsg_type type)
     return (unsigned)type < sizeof type_names / sizeof type_names[0] ? type_names[type] : "?";
 }
 
+dt_status dt_psmsg_status(const dt_psmsg *m)
+{
+    return m->status <= DT_ERR_INVALID && m->status >= DT_ERR_UNAVAILABLE ? (dt_status)m->status
+                                                                          : DT_ERR_PEER;
+}
+
 void dt_psbuf_free(dt_psbuf *b)
 {
     free(b->data);

@@ -147,4 +147,8 @@ dt_status dt_psmsg_encode(const dt_psmsg *m, const int64_t *ids_host, const floa
 
 const char *dt_psmsg_type_name(dt_psmsg_type type);
 
+/* The status an ERROR message carries, when it is one this build knows (DT_ERR_INVALID ..
+ * DT_ERR_UNAVAILABLE); DT_ERR_PEER otherwise. */
+dt_status dt_psmsg_status(const dt_psmsg *m);
+
 #endif

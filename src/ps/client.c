@@ -33,7 +33,7 @@ typedef struct {
 } table_info;
 
 /* What the reply to a queued message is, in the order the messages were queued. */
-typedef enum { REPLY_ACK, REPLY_ROWS, REPLY_DENSE } reply_kind;
+typedef enum { REPLY_ACK, REPLY_ROWS, REPLY_DENSE, REPLY_PONG } reply_kind;
 
 typedef struct {
     int to;            /* the ps */
@@ -46,6 +46,9 @@ typedef struct {
 struct dt_ps_client {
     int n_ps;
     ps_link *ps;
+    dt_handshake_id me;        /* for connecting again */
+    const dt_cluster *cl;
+    bool broken;               /* a link failed mid-round: every link is out of step */
     double request_timeout;
     uint64_t next_request;
     table_info tables[MAX_TABLES];
@@ -75,23 +78,43 @@ dt_status dt_ps_client_open(const dt_handshake_id *me, const dt_cluster *cl,
         free(c);
         return dt_error(DT_ERR_NOMEM, "no memory for the ps connections");
     }
-    c->n_ps = n, c->request_timeout = request_timeout;
-    for (int k = 0; k < n; k++)
-        c->ps[k].fd = -1;
-    double deadline = dt_clock_now() + connect_timeout;
+    c->n_ps = n, c->request_timeout = request_timeout, c->me = *me, c->cl = cl;
     for (int k = 0; k < n; k++) {
-        ps_link *p = &c->ps[k];
-        dt_cluster_task_name(cl, DT_JOB_PS, k, p->name, sizeof p->name);
-        dt_status st = dt_dial_task(me, dt_cluster_addr(cl, DT_JOB_PS, k), DT_JOB_PS, k, p->name,
-                                    10.0, deadline, &p->fd);
-        if (st) {
-            dt_ps_client_close(c);
-            return st;
-        }
+        c->ps[k].fd = -1;
+        dt_cluster_task_name(cl, DT_JOB_PS, k, c->ps[k].name, sizeof c->ps[k].name);
+    }
+    dt_status st = dt_ps_client_reconnect(c, connect_timeout);
+    if (st) {
+        dt_ps_client_close(c);
+        return st;
     }
     *out = c;
     return DT_OK;
 }
+
+dt_status dt_ps_client_reconnect(dt_ps_client *c, double timeout)
+{
+    double deadline = dt_clock_now() + timeout;
+    for (int k = 0; k < c->n_ps; k++) {
+        dt_sock_close(c->ps[k].fd);
+        c->ps[k].fd = -1;
+        c->ps[k].out.len = c->ps[k].in.len = 0;
+    }
+    c->n_due = 0;
+    for (int k = 0; k < c->n_ps; k++) {
+        ps_link *p = &c->ps[k];
+        dt_status st = dt_dial_task(&c->me, dt_cluster_addr(c->cl, DT_JOB_PS, k), DT_JOB_PS, k,
+                                    p->name, 10.0, deadline, &p->fd);
+        if (st) {
+            c->broken = true;
+            return st;
+        }
+    }
+    c->broken = false;
+    return DT_OK;
+}
+
+bool dt_ps_client_broken(const dt_ps_client *c) { return c->broken; }
 
 void dt_ps_client_close(dt_ps_client *c)
 {
@@ -173,23 +196,29 @@ static dt_status take_dense(dt_ps_client *c, const pending *p, const dt_psmsg *r
  * answers its own in order), handing rows and values to their destinations. */
 static dt_status run_round(dt_ps_client *c)
 {
-    static const dt_psmsg_type want[] = {DT_PSMSG_ACK, DT_PSMSG_ROWS, DT_PSMSG_DENSE};
+    static const dt_psmsg_type want[] = {DT_PSMSG_ACK, DT_PSMSG_ROWS, DT_PSMSG_DENSE,
+                                         DT_PSMSG_PONG};
     double deadline = dt_clock_now() + c->request_timeout;
-    dt_status st = DT_OK;
+    dt_status st = c->broken ? dt_error(DT_ERR_PEER, "the links to the ps tasks are broken: "
+                                        "connect again first")
+                             : DT_OK;
     for (int k = 0; k < c->n_ps && st == DT_OK; k++)
         if (c->ps[k].out.len > 0) {
             st = dt_psconn_send(c->ps[k].fd, &c->ps[k].out, c->ps[k].name, deadline);
             c->bytes_sent += c->ps[k].out.len;
+            c->broken = st != DT_OK;
         }
     for (size_t m = 0; m < c->n_due && st == DT_OK; m++) {
         const pending *p = &c->due[m];
         ps_link *l = &c->ps[p->to];
         dt_psmsg r;
-        if ((st = dt_psconn_recv(l->fd, l->name, deadline, &l->in, &r)))
+        if ((st = dt_psconn_recv(l->fd, l->name, deadline, &l->in, &r))) {
+            c->broken = true;
             break;
+        }
         c->bytes_received += l->in.len;
         if (r.type == DT_PSMSG_ERROR)
-            st = dt_error((dt_status)(r.status > 0 ? r.status : DT_ERR_PEER), "%s: %.*s", l->name,
+            st = dt_error(dt_psmsg_status(&r), "%s: %.*s", l->name,
                           (int)r.text_len, r.text);
         else if (r.type != want[p->kind])
             st = dt_error(DT_ERR_PEER, "%s: a %s reply where %s was due", l->name,
@@ -304,7 +333,16 @@ dt_status dt_ps_client_define(dt_ps_client *c, uint32_t id, const char *name, in
                               int dim, int64_t n_shards, dt_partition_strategy strategy,
                               const dt_rowopt_config *opt, float init_stddev, uint64_t seed)
 {
-    dt_status st = dt_ps_client_use_table(c, id, rows, dim, n_shards, strategy);
+    /* Defined again (a ps started again): the ps tasks that hold it already take it as a
+     * no-op, one that lost it starts it afresh. */
+    int known = find(c, id);
+    dt_status st = known >= 0 && (c->tables[known].rows != rows || c->tables[known].dim != dim ||
+                                  c->tables[known].n_shards != n_shards ||
+                                  c->tables[known].strategy != strategy)
+                       ? dt_error(DT_ERR_INVALID, "ps: table %u defined again with another shape",
+                                  id)
+                   : known >= 0 ? DT_OK
+                                : dt_ps_client_use_table(c, id, rows, dim, n_shards, strategy);
     for (int64_t s = 0; s < n_shards && st == DT_OK; s++) {
         dt_psmsg m;
         dt_ps_table_msg(wire_table(id, s), name, rows, dim, n_shards, s, strategy, opt,
@@ -400,6 +438,17 @@ dt_status dt_ps_client_push_step(dt_ps_client *c, const dt_sparse_rows *const *g
     if (st == DT_OK && dense)
         st = queue_dense(c, dense, step, 1.0f);
     return st ? (run_round(c), st) : run_round(c);
+}
+
+dt_status dt_ps_client_ping(dt_ps_client *c)
+{
+    for (int k = 0; k < c->n_ps; k++) {
+        dt_psmsg m = {.type = DT_PSMSG_PING};
+        dt_status st = queue(c, (pending){k, REPLY_PONG, 0, 0, 0}, &m, NULL, NULL);
+        if (st)
+            return run_round(c), st;
+    }
+    return run_round(c);
 }
 
 dt_status dt_ps_client_stop(dt_ps_client *c)

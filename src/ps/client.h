@@ -20,7 +20,17 @@ dt_status dt_ps_client_open(const dt_handshake_id *me, const dt_cluster *cl,
                             double connect_timeout, double request_timeout, dt_ps_client **out);
 void dt_ps_client_close(dt_ps_client *c);
 
-/* Defines table id (rows x dim, n_shards shards placed as strategy says) on the ps tasks. */
+/* After a ps task was lost: a link that fails mid-round leaves every link out of step, and the
+ * client broken (dt_ps_client_broken) until dt_ps_client_reconnect closes them all and
+ * connects to every ps task again, waiting up to timeout seconds for one started again. me
+ * and cl, given to open, must outlive the client. */
+dt_status dt_ps_client_reconnect(dt_ps_client *c, double timeout);
+bool dt_ps_client_broken(const dt_ps_client *c);
+/* A PING to every ps task, and their PONGs. */
+dt_status dt_ps_client_ping(dt_ps_client *c);
+
+/* Defines table id (rows x dim, n_shards shards placed as strategy says) on the ps tasks; again
+ * (the same shape) after a ps was started again: a shard held already is left as it is. */
 dt_status dt_ps_client_define(dt_ps_client *c, uint32_t id, const char *name, int64_t rows,
                               int dim, int64_t n_shards, dt_partition_strategy strategy,
                               const dt_rowopt_config *opt, float init_stddev, uint64_t seed);

@@ -1,8 +1,11 @@
 /* A ps task's life from its configuration (see include/dtrain/ps.h). */
 #include "dtrain/ps.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "../net/transport.h"
 #include "dtrain/cluster.h"
@@ -12,14 +15,15 @@
 void dt_ps_server_config_default(dt_ps_server_config *c)
 {
     *c = (dt_ps_server_config){.coordinator_timeout = 120.0, .request_timeout = 60.0,
-                               .threads = 1};
+                               .threads = 1, .snapshot_secs = 30.0};
 }
 
 void dt_ps_options_default(dt_ps_options *o)
 {
     *o = (dt_ps_options){.mode = DT_PS_ASYNC, .steps_per_execution = 1,
                          .coordinator_timeout = 120.0, .worker_timeout = 300.0,
-                         .heartbeat_timeout = 10.0,
+                         .heartbeat_timeout = 10.0, .snapshot_secs = 30.0,
+                         .recovery_timeout = 60.0,
                          .partition_strategy = DT_PARTITION_DIV};
 }
 
@@ -83,6 +87,14 @@ dt_status dt_ps_server_run(const dt_ps_server_config *c, dt_ps_server_report *re
     if (!secret)
         dt_log_to(NULL, DT_LOG_WARN, "dtrain: warning: no cluster secret: traffic between the tasks is "
                "unauthenticated");
+    char path[4200];
+    if (c->snapshot_dir) {
+        snprintf(path, sizeof path, "%s/ps-%d.snapshot", c->snapshot_dir, cl.task_index);
+        if (mkdir(c->snapshot_dir, 0755) != 0 && errno != EEXIST) {
+            st = dt_error(DT_ERR_IO, "--snapshot-dir %s: %s", c->snapshot_dir, strerror(errno));
+            goto done;
+        }
+    }
     dt_ps_service_options o = {
         .me = {secret, secret_len, cl.id, cl.task_type, cl.task_index},
         .cluster = &cl,
@@ -90,12 +102,14 @@ dt_status dt_ps_server_run(const dt_ps_server_config *c, dt_ps_server_report *re
         .request_timeout = c->request_timeout,
         .handshake_timeout = 10.0,
         .threads = c->threads,
+        .snapshot_path = c->snapshot_dir ? path : NULL,
+        .snapshot_secs = c->snapshot_secs,
     };
     dt_ps_service_stats stats = {0};
     st = dt_ps_serve(&o, &stats);
     if (report)
         report->requests = stats.requests, report->rows_pulled = stats.rows_pulled,
-        report->rows_pushed = stats.rows_pushed;
+        report->rows_pushed = stats.rows_pushed, report->snapshots = stats.snapshots;
 done:
     free(secret);
     dt_cluster_free(&cl);

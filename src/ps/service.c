@@ -8,6 +8,8 @@
 #include "service.h"
 
 #include <poll.h>
+#include <time.h>
+#include <unistd.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +22,7 @@
 #include "dtrain/clock.h"
 #include "dtrain/log.h"
 #include "shard.h"
+#include "snapshot.h"
 
 /* Connections a ps keeps at once: the chief, the workers and their reconnections. */
 #define MAX_CONNS 1024
@@ -52,6 +55,8 @@ struct service {
     conn *conns[MAX_CONNS];
     int n_conns;
     dt_ps_service_stats stats;
+    double started;
+    bool first_update_logged;
 };
 
 static const char *ps_policy(void *ctx, dt_job job, int index, bool authenticated)
@@ -84,6 +89,14 @@ static void count(service *sv, const dt_psmsg *req)
 {
     pthread_mutex_lock(&sv->mu);
     sv->stats.requests++;
+    /* A restored ps tells when it applies an update again: the end of its recovery. */
+    if (sv->stats.restored && !sv->first_update_logged &&
+        (req->type == DT_PSMSG_PUSH_ROWS || req->type == DT_PSMSG_PUSH_DENSE)) {
+        sv->first_update_logged = true;
+        dt_log_to(sv->log, DT_LOG_WARN, "dtrain server: restored shards updated again (step "
+                  "%lld), %.2f s after this task started", (long long)req->step,
+                  dt_clock_now() - sv->started);
+    }
     if (req->type == DT_PSMSG_PULL_ROWS)
         sv->stats.rows_pulled += req->n;
     else if (req->type == DT_PSMSG_PUSH_ROWS)
@@ -200,13 +213,39 @@ static void on_peer(void *ctx, int fd, dt_job job, int index)
     pthread_mutex_unlock(&sv->mu);
 }
 
+/* The shards written to the snapshot, held still meanwhile (the requests wait). A failure is
+ * logged, and serving goes on: the previous snapshot stays. */
+static void take_snapshot(service *sv)
+{
+    pthread_mutex_lock(&sv->shard_mu);
+    double t0 = dt_clock_now();
+    dt_status st = dt_ps_snapshot_save(&sv->shard, sv->o->me.index, sv->o->snapshot_path);
+    double secs = dt_clock_now() - t0;
+    pthread_mutex_unlock(&sv->shard_mu);
+    if (st)
+        dt_log_to(sv->log, DT_LOG_WARN, "dtrain server: warning: snapshot not written (the "
+                  "previous one stays): %s", dt_last_error());
+    else if (sv->stats.snapshots++ == 0)
+        dt_log_to(sv->log, DT_LOG_WARN, "dtrain server: snapshots of this ps go to %s every "
+                  "%g s (the first took %.2f s)", sv->o->snapshot_path, sv->o->snapshot_secs,
+                  secs);
+}
+
 static void wait_until_done(service *sv, dt_status *st)
 {
     char task[DT_HOST_CAP + 48];
     dt_cluster_task_name(sv->o->cluster, DT_JOB_CHIEF, 0, task, sizeof task);
+    double next_snapshot = dt_clock_now() + sv->o->snapshot_secs;
     pthread_mutex_lock(&sv->mu);
     while (!sv->stop) {
         double now = dt_clock_now();
+        if (sv->o->snapshot_path && sv->o->snapshot_secs > 0 && now >= next_snapshot) {
+            pthread_mutex_unlock(&sv->mu);
+            take_snapshot(sv);
+            pthread_mutex_lock(&sv->mu);
+            next_snapshot = dt_clock_now() + sv->o->snapshot_secs;
+            continue;
+        }
         if (sv->chiefs == 0 && now - sv->chief_gone >= sv->o->coordinator_timeout) {
             *st = dt_error(DT_ERR_TIMEOUT, "the coordinator (%s) has not been connected for %.0f "
                            "s (--coordinator-timeout): giving up", task,
@@ -254,13 +293,37 @@ static void end_connections(service *sv)
     sv->n_conns = 0;
 }
 
+/* A ps started again holds what its snapshot holds: the updates after it are lost, and said. */
+static dt_status restore(service *sv)
+{
+    if (!sv->o->snapshot_path)
+        return DT_OK;
+    dt_ps_snapshot_info info;
+    dt_status st = dt_ps_snapshot_load(&sv->shard, sv->o->me.index, sv->o->snapshot_path, &info);
+    if (st == DT_END)
+        return DT_OK;
+    if (st)
+        return dt_error_prefix(st, "restoring this ps task's shards");
+    sv->stats.restored = true, sv->stats.restored_step = info.last_step;
+    char when[32] = "?";
+    time_t t = (time_t)info.unix_time;
+    struct tm tm;
+    if (gmtime_r(&t, &tm))
+        strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S UTC", &tm);
+    dt_log_to(sv->log, DT_LOG_WARN, "dtrain server: restored %d table shards and %d dense "
+              "variables from %s (taken %s, updates up to step %lld): the updates after it are "
+              "lost", info.n_tables, info.n_slices, sv->o->snapshot_path, when,
+              (long long)info.last_step);
+    return DT_OK;
+}
+
 dt_status dt_ps_serve(const dt_ps_service_options *o, dt_ps_service_stats *stats)
 {
     service *sv = calloc(1, sizeof *sv);
     if (!sv)
         return dt_error(DT_ERR_NOMEM, "no memory for the ps service");
     sv->o = o, sv->log = o->log;
-    sv->chief_gone = dt_clock_now();
+    sv->chief_gone = sv->started = dt_clock_now();
     pthread_mutex_init(&sv->shard_mu, NULL);
     pthread_mutex_init(&sv->mu, NULL);
     pthread_cond_init(&sv->changed, NULL);
@@ -268,6 +331,9 @@ dt_status dt_ps_serve(const dt_ps_service_options *o, dt_ps_service_stats *stats
     dt_status st = dt_pool_create(o->threads > 0 ? o->threads : 1, &sv->pool);
     if (st == DT_OK) {
         dt_ps_shard_init(&sv->shard, sv->pool);
+        st = restore(sv);
+    }
+    if (st == DT_OK) {
         const dt_addr *a = dt_cluster_addr(o->cluster, o->me.job, o->me.index);
         dt_listener_options lo = {.me = o->me, .policy = ps_policy, .on_peer = on_peer,
                                   .ctx = sv, .handshake_timeout = o->handshake_timeout,
@@ -278,6 +344,9 @@ dt_status dt_ps_serve(const dt_ps_service_options *o, dt_ps_service_stats *stats
         wait_until_done(sv, &st);
         dt_listener_stop(l);
         end_connections(sv);
+        /* The job is over: its snapshot must not come back in another one. */
+        if (st == DT_OK && o->snapshot_path)
+            unlink(o->snapshot_path);
     }
     if (stats)
         *stats = sv->stats;

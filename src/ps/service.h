@@ -7,6 +7,8 @@
 #ifndef DTRAIN_PS_SERVICE_H
 #define DTRAIN_PS_SERVICE_H
 
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "../net/handshake.h"
@@ -20,11 +22,19 @@ typedef struct {
     double handshake_timeout;
     int threads;                 /* for the row-wise updates */
     FILE *log;                   /* NULL: the library's log */
+    /* Snapshots (snapshot.h): with a path, the shards are restored from it at the start when
+     * it exists, written to it every snapshot_secs seconds (0: never) while held still, and it
+     * is removed once the chief has stopped the job. */
+    const char *snapshot_path;
+    double snapshot_secs;
 } dt_ps_service_options;
 
 typedef struct {
     uint64_t requests;           /* answered */
     uint64_t rows_pulled, rows_pushed;
+    int snapshots;               /* written */
+    bool restored;               /* the shards came from a snapshot at the start */
+    int64_t restored_step;       /* its latest step */
 } dt_ps_service_stats;
 
 /* Serves until STOP (DT_OK) or the coordinator timeout (DT_ERR_TIMEOUT); stats may be NULL. */

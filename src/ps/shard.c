@@ -166,6 +166,8 @@ static dt_status push(dt_ps_shard *s, dt_ps_table_shard *ts, const dt_psmsg *req
                            ts->id, (long long)req->step);
     dt_rowopt_update(&ts->opt, ts->opt.lr * req->lr_scale, req->step, &ts->t, g, s->pool);
     ts->clock++;
+    if (req->step > s->last_step)
+        s->last_step = req->step;
     dt_psmsg ack = {.type = DT_PSMSG_ACK, .request_id = req->request_id, .clock = ts->clock};
     return dt_psmsg_encode(&ack, NULL, NULL, reply);
 }
@@ -350,7 +352,8 @@ static dt_ps_dense_slice *slice_of(dt_ps_shard *s, const dt_psmsg *req, dt_psbuf
 {
     dt_ps_dense_slice *v = find_slice(s, req->table);
     if (!v)
-        *st = reply_error(req, DT_ERR_INVALID, reply, "no variable %u on this ps", req->table);
+        *st = reply_error(req, DT_ERR_UNAVAILABLE, reply, "no variable %u on this ps (yet)",
+                          req->table);
     else if (v->offset != req->offset || v->count != req->count)
         *st = reply_error(req, DT_ERR_INVALID, reply, "variable %u is [%llu, +%llu), not [%llu, "
                           "+%llu)", v->id, (unsigned long long)v->offset,
@@ -390,6 +393,8 @@ static dt_status push_dense(dt_ps_shard *s, const dt_psmsg *req, dt_psbuf *reply
                                       : dt_lr_schedule_at(&o->cfg, o->iterations) * req->lr_scale;
     dt_optim_update_slice(o, s->pool, s->dense + v->offset, g, v->offset, v->offset + v->count);
     v->clock++;
+    if (req->step > s->last_step)
+        s->last_step = req->step;
     dt_psmsg ack = {.type = DT_PSMSG_ACK, .request_id = req->request_id, .clock = v->clock};
     return dt_psmsg_encode(&ack, NULL, NULL, reply);
 }
@@ -405,7 +410,8 @@ dt_status dt_ps_shard_handle(dt_ps_shard *s, const dt_psmsg *req, dt_psbuf *repl
     case DT_PSMSG_PUSH_ROWS: {
         dt_ps_table_shard *ts = find(s, req->table);
         if (!ts)
-            return reply_error(req, DT_ERR_INVALID, reply, "no table %u on this ps", req->table);
+            return reply_error(req, DT_ERR_UNAVAILABLE, reply, "no table %u on this ps (yet)",
+                               req->table);
         return req->type == DT_PSMSG_PULL_ROWS ? pull(s, ts, req, reply) : push(s, ts, req, reply);
     }
     case DT_PSMSG_TABLE:

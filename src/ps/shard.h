@@ -55,6 +55,7 @@ typedef struct {
     dt_optim dense_opt;
     int n_slices;
     dt_ps_dense_slice slices[DT_PS_MAX_SLICES];
+    int64_t last_step;               /* the latest step of a push applied */
     dt_pool *pool;                   /* borrowed; may be NULL */
     dt_sparse_rows scratch;          /* a push's rows, by local row */
 } dt_ps_shard;

@@ -187,26 +187,31 @@ static dt_status reserve_ids(worker *w, size_t n)
     return w->cap ? DT_OK : dt_error(DT_ERR_NOMEM, "no memory for a batch of %zu ids", n);
 }
 
-/* The batch's rows of every table and the dense variables, from the ps tasks in one round. The
- * worker's tables hold one batch's rows: the batch's ids become their index among its unique
- * ids (the element is the worker's own), and the pulled rows land there. */
-static dt_status pull_variables(worker *w, dt_elem *e)
+/* The worker's tables hold one batch's rows: the batch's ids become their index among its
+ * unique ids (the element is the worker's own), and the pulled rows land there. */
+static dt_status renumber_ids(worker *w, dt_elem *e)
+{
+    w->n_uniq = 0;
+    if (dt_model_num_tables(w->m) == 0)
+        return DT_OK;
+    size_t n = (size_t)(e->sp_row[e->n] - e->sp_row[0]);
+    int64_t *ids = e->sp_ids + e->sp_row[0];
+    dt_status st = reserve_ids(w, n);
+    if (st)
+        return st;
+    w->n_uniq = dt_embedding_dedupe(ids, n, w->scratch, w->uniq, w->slot);
+    for (size_t i = 0; i < n; i++)
+        ids[i] = (int64_t)w->slot[i];
+    return DT_OK;
+}
+
+/* The batch's rows of every table and the dense variables, from the ps tasks in one round. */
+static dt_status pull_variables(worker *w)
 {
     dt_model *m = w->m;
     float *rows[DT_PS_WORKER_MAX_TABLES] = {0};
-    w->n_uniq = 0;
-    if (dt_model_num_tables(m) > 0) {
-        size_t n = (size_t)(e->sp_row[e->n] - e->sp_row[0]);
-        int64_t *ids = e->sp_ids + e->sp_row[0];
-        dt_status st = reserve_ids(w, n);
-        if (st)
-            return st;
-        w->n_uniq = dt_embedding_dedupe(ids, n, w->scratch, w->uniq, w->slot);
-        for (size_t i = 0; i < n; i++)
-            ids[i] = (int64_t)w->slot[i];
-        for (int t = 0; t < dt_model_num_tables(m); t++)
-            rows[t] = dt_model_table(m, t)->data;
-    }
+    for (int t = 0; t < dt_model_num_tables(m) && w->n_uniq > 0; t++)
+        rows[t] = dt_model_table(m, t)->data;
     if (w->n_pulls == w->pulls_cap) {
         size_t cap = w->pulls_cap ? 2 * w->pulls_cap : 1024;
         double *p = realloc(w->pull_ms, cap * sizeof *p);
@@ -296,6 +301,38 @@ static void worker_figures(worker *w, const ps_cluster *pc, dt_train_report *out
         dt_ps_client_traffic(w->ps, &out->worker.bytes_sent, &out->worker.bytes_received);
 }
 
+/* After an exchange with the ps tasks failed (st): when a link broke (a ps task died), connects
+ * again within the recovery deadline (set at the first failure) and returns DT_OK for the
+ * exchange to be tried again; a ps task that does not hold a variable yet (started again, its
+ * shards not defined again yet: DT_ERR_UNAVAILABLE), and any refusal while recovering, are
+ * waited out the same way. Anything else is st. */
+static dt_status await_ps(worker *w, dt_status st, double *deadline)
+{
+    bool broken = dt_ps_client_broken(w->ps);
+    if (!broken && *deadline == 0 && st != DT_ERR_UNAVAILABLE)
+        return st;
+    char why[DT_PSMSG_MAX_TEXT];
+    snprintf(why, sizeof why, "%s", dt_last_error());
+    double now = dt_clock_now(), limit = w->c->ps.recovery_timeout;
+    if (*deadline == 0) {
+        *deadline = now + limit;
+        dt_log_to(NULL, DT_LOG_WARN, "dtrain: %s: waiting up to %.0f s for the ps tasks "
+                  "(--ps-recovery-timeout)", why, limit);
+    }
+    if (now >= *deadline)
+        return dt_error(st, "the ps tasks were not back within %.0f s (--ps-recovery-timeout): "
+                        "%s", limit, why);
+    if (!broken) {
+        dt_sleep(0.1);
+        return DT_OK;
+    }
+    st = dt_ps_client_reconnect(w->ps, *deadline - now);
+    if (st)
+        return dt_error(st, "the ps tasks were not back within %.0f s (--ps-recovery-timeout): "
+                        "%s", limit, dt_last_error());
+    return DT_OK;
+}
+
 /* One step, global step number `step`: the batch's loss summed into r. */
 static dt_status worker_step(worker *w, int64_t step, dt_psmsg *r)
 {
@@ -312,8 +349,13 @@ static dt_status worker_step(worker *w, int64_t step, dt_psmsg *r)
         return st;
     }
     int correct = 0;
+    double recovery = 0; /* the deadline for lost ps tasks to be back, once one was lost */
     if ((st = dt_check_batch(m, e)) || (st = dt_batch_labels(m, e, w->labels)) ||
-        (st = pull_variables(w, e)))
+        (st = renumber_ids(w, e)))
+        goto done;
+    while ((st = pull_variables(w)) && (st = await_ps(w, st, &recovery)) == DT_OK) {
+    }
+    if (st)
         goto done;
     dt_model_zero_grads(m);
     if ((st = dt_model_forward_batch(m, e, true, NULL)))
@@ -330,7 +372,12 @@ static dt_status worker_step(worker *w, int64_t step, dt_psmsg *r)
     /* The tables' rate follows the dense one's schedule, as dt_replica_update_tables has it. */
     const dt_optim_config *oc = &w->c->optim;
     float scale = dt_lr_schedule_at(oc, step - 1) / oc->lr;
-    st = push_gradients(w, step, scale);
+    /* A push lost with a ps is pushed again (to every ps: at least once). */
+    while ((st = push_gradients(w, step, scale)) && (st = await_ps(w, st, &recovery)) == DT_OK) {
+    }
+    if (recovery > 0 && st == DT_OK)
+        dt_log_to(NULL, DT_LOG_WARN, "dtrain: the ps tasks are back: step %lld goes on",
+                  (long long)step);
     if (st == DT_OK && w->ring)
         st = update_dense(w, step);
     if (st)
@@ -743,7 +790,7 @@ static dt_status request_or_unheard(dt_zlink *z, const dt_psmsg *m, double timeo
     if (unheard)
         *unheard = link_failed;
     if (st == DT_OK && reply->type == DT_PSMSG_ERROR)
-        st = dt_error((dt_status)(reply->status > 0 ? reply->status : DT_ERR_PEER), "%s: %.*s",
+        st = dt_error(dt_psmsg_status(reply), "%s: %.*s",
                       who, (int)reply->text_len, reply->text);
     else if (st == DT_OK && reply->type != want)
         st = dt_error(DT_ERR_PEER, "%s: a %s reply where %s was due", who,
@@ -884,15 +931,18 @@ static dt_status await_rejoin(coordinator *co, worker_link *l, dt_zlink *z, uint
     }
 }
 
-/* A failure that ends the job: logged, and kept when it is the first. */
-static void record_failure(coordinator *co, worker_link *l, dt_status st)
+/* A failure that ends the job (of worker `index`, or -2: a ps task's): logged, kept when it is
+ * the first, and every worker stops taking functions. */
+static void record_failure(coordinator *co, int index, dt_status st)
 {
     dt_log_to(NULL, DT_LOG_WARN, "dtrain: %s", dt_last_error());
     pthread_mutex_lock(&co->mu);
-    if (co->first_failed < 0) {
-        co->first_failed = l->index, co->first_status = st;
+    if (co->first_failed == -1) {
+        co->first_failed = index, co->first_status = st;
         snprintf(co->first_error, sizeof co->first_error, "%s", dt_last_error());
     }
+    co->failed = true;
+    pthread_cond_broadcast(&co->changed);
     pthread_mutex_unlock(&co->mu);
 }
 
@@ -952,7 +1002,7 @@ static void *drive_worker(void *arg)
     if (st == DT_OK && !cancelled && co->hybrid && l->index == 0)
         st = read_dense(co, l, z, &id, &out, &in);
     if (st)
-        record_failure(co, l, st);
+        record_failure(co, l->index, st);
     retire(co, l, st != DT_OK);
     /* Every worker is stopped, the failed and lost ones too if they can still hear it. */
     if (z) {
@@ -1039,7 +1089,7 @@ static dt_status drive_workers(coordinator *co, int n)
     for (int i = 0; i < started; i++)
         pthread_join(links[i].thread, NULL);
     /* The first failure is the cause; the others' may only be its echo (hybrid's ring). */
-    if (st == DT_OK && co->first_failed >= 0)
+    if (st == DT_OK && co->first_failed != -1)
         st = dt_error(co->first_status, "%s; training stopped", co->first_error);
     pthread_mutex_lock(&co->mu);
     co->links = NULL, co->n_links = 0;
@@ -1050,6 +1100,58 @@ static dt_status drive_workers(coordinator *co, int n)
     free(co->requeued);
     co->requeued = NULL, co->n_requeued = co->requeued_cap = 0;
     return st;
+}
+
+/* The ps tasks watched while the workers train. */
+typedef struct {
+    coordinator *co;
+    dt_ps_client *ps;
+    dt_model *m;
+    int n_ps;
+    pthread_t thread;
+    int over;          /* set (atomically) when training is over */
+} ps_watch;
+
+static bool watch_over(ps_watch *pw) { return __atomic_load_n(&pw->over, __ATOMIC_ACQUIRE); }
+
+/* Every second a PING to every ps task. A lost one is waited for up to --ps-recovery-timeout
+ * (started again by its operator or by dtrain launch, its shards restored from its snapshot);
+ * back, it gets the variables' definitions again: a no-op for the shards it restored, the
+ * initial values for what it lost. Not back in time: the job fails, naming it. */
+static void *watch_ps(void *arg)
+{
+    ps_watch *pw = arg;
+    coordinator *co = pw->co;
+    const dt_train_config *c = co->c;
+    while (!watch_over(pw)) {
+        for (int i = 0; i < 10 && !watch_over(pw); i++)
+            dt_sleep(0.1);
+        if (watch_over(pw) || dt_ps_client_ping(pw->ps) == DT_OK)
+            continue;
+        char why[DT_PSMSG_MAX_TEXT];
+        snprintf(why, sizeof why, "%s", dt_last_error());
+        pthread_mutex_lock(&co->mu);
+        int64_t steps = co->steps;
+        pthread_mutex_unlock(&co->mu);
+        double t0 = dt_clock_now();
+        dt_log_to(NULL, DT_LOG_WARN, "dtrain: a ps task is lost after %lld steps (%s): waiting up "
+                  "to %.0f s for it (--ps-recovery-timeout)", (long long)steps, why,
+                  c->ps.recovery_timeout);
+        dt_status st = dt_ps_client_reconnect(pw->ps, c->ps.recovery_timeout);
+        if (st == DT_OK)
+            st = place_variables(c, pw->m, pw->ps, pw->n_ps, true, 0);
+        if (st) {
+            dt_error(st, "%s, and not back within %.0f s (--ps-recovery-timeout): %s", why,
+                     c->ps.recovery_timeout, dt_last_error());
+            record_failure(co, -2, st);
+            break;
+        }
+        dt_log_to(NULL, DT_LOG_WARN, "dtrain: the ps tasks are back %.1f s after the loss was "
+                  "seen; a ps task started again holds its last snapshot (its log names the "
+                  "step), the updates after it up to step %lld are lost", dt_clock_now() - t0,
+                  (long long)steps);
+    }
+    return NULL;
 }
 
 dt_status dt_ps_coordinate(const dt_train_config *c, dt_model *m, dt_fit_result *res)
@@ -1074,8 +1176,25 @@ dt_status dt_ps_coordinate(const dt_train_config *c, dt_model *m, dt_fit_result 
                                &ps);
     if (st == DT_OK)
         st = place_variables(c, m, ps, pc.cl.n_tasks[DT_JOB_PS], true, 0);
+    /* A ps lost while the variables were being placed: waited for as during training. */
+    if (st && ps && dt_ps_client_broken(ps)) {
+        dt_log_to(NULL, DT_LOG_WARN, "dtrain: %s: waiting up to %.0f s for the ps task "
+                  "(--ps-recovery-timeout)", dt_last_error(), c->ps.recovery_timeout);
+        if ((st = dt_ps_client_reconnect(ps, c->ps.recovery_timeout)) == DT_OK)
+            st = place_variables(c, m, ps, pc.cl.n_tasks[DT_JOB_PS], true, 0);
+    }
     co.t0 = dt_clock_now();
+    ps_watch pw = {.co = &co, .ps = ps, .m = m, .n_ps = pc.cl.n_tasks[DT_JOB_PS]};
+    bool watching = st == DT_OK && pthread_create(&pw.thread, NULL, watch_ps, &pw) == 0;
     dt_status run = st ? st : drive_workers(&co, n_workers);
+    if (watching) {
+        __atomic_store_n(&pw.over, 1, __ATOMIC_RELEASE);
+        pthread_join(pw.thread, NULL);
+        /* A ps lost at the very end: the reading back waits for it as the steps would have. */
+        if (run == DT_OK && dt_ps_client_broken(ps) &&
+            (run = dt_ps_client_reconnect(ps, c->ps.recovery_timeout)) == DT_OK)
+            run = place_variables(c, m, ps, pc.cl.n_tasks[DT_JOB_PS], true, 0);
+    }
     /* The first error is the one reported, whatever stopping the others says. */
     char first[DT_PSMSG_MAX_TEXT];
     snprintf(first, sizeof first, "%s", run ? dt_last_error() : "");

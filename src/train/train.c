@@ -1,10 +1,12 @@
 /* Training as `dtrain train` does it, from one call (see include/dtrain/train.h). */
 #include "dtrain/train.h"
 
-#include <stdio.h>
+#include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "dtrain/cluster.h"
 #include "dtrain/crc32c.h"
@@ -341,6 +343,15 @@ static dt_status run_ps_task(const dt_train_config *c, dt_train_report *out)
     sc.task = c->comm.task, sc.secret_file = c->comm.secret_file, sc.insecure = c->comm.insecure;
     sc.coordinator_timeout = c->ps.coordinator_timeout;
     sc.threads = c->threads > 0 ? c->threads : 1;
+    /* Snapshots beside the chief's checkpoints: --model-dir/ps. */
+    char dir[4200];
+    if (c->fit.model_dir) {
+        snprintf(dir, sizeof dir, "%s/ps", c->fit.model_dir);
+        if (mkdir(c->fit.model_dir, 0755) != 0 && errno != EEXIST)
+            return dt_error(DT_ERR_IO, "--model-dir %s: %s", c->fit.model_dir, strerror(errno));
+        sc.snapshot_dir = dir;
+    }
+    sc.snapshot_secs = c->ps.snapshot_secs;
     out->ps_task = true;
     snprintf(out->strategy, sizeof out->strategy, "parameter_server");
     return dt_ps_server_run(&sc, &out->ps);
