@@ -169,3 +169,26 @@ TEST(psmsg_ring_ports_round_trip_and_are_checked)
     CHECK(dt_psmsg_encode(&many, NULL, NULL, &b) == DT_ERR_INVALID);
     dt_psbuf_free(&b);
 }
+
+/* SAVE names the checkpoint's step and the directory its shard goes to; an empty directory or
+ * one with a control byte is refused. */
+TEST(psmsg_save_round_trips_and_is_checked)
+{
+    dt_psbuf b = {0};
+    dt_psmsg d, m = {.type = DT_PSMSG_SAVE, .request_id = 3, .step = 938, .text = "/models/ctr",
+                     .text_len = 11};
+    CHECK_OK(dt_psmsg_encode(&m, NULL, NULL, &b));
+    CHECK_OK(dt_psmsg_decode(b.data, b.len, "chief:0", &d));
+    CHECK(d.type == DT_PSMSG_SAVE && d.step == 938 && d.text_len == 11 &&
+          memcmp(d.text, "/models/ctr", 11) == 0);
+    dt_psmsg bad[2] = {m, m};
+    bad[0].text_len = 0;
+    bad[1].text = "/models\nctr";
+    for (int i = 0; i < 2; i++) {
+        b.len = 0;
+        CHECK_OK(dt_psmsg_encode(&bad[i], NULL, NULL, &b));
+        CHECK(dt_psmsg_decode(b.data, b.len, "chief:0", &d) == DT_ERR_FORMAT);
+    }
+    CHECK(strstr(dt_last_error(), "not printable") && strstr(dt_last_error(), "byte 47"));
+    dt_psbuf_free(&b);
+}

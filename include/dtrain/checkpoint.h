@@ -112,6 +112,12 @@ dt_status dt_ckpt_manager_save(dt_ckpt_manager *m, int64_t step, const dt_arena 
  * decreasing N. DT_END when dir has none that opens (a missing dir included). */
 dt_status dt_ckpt_open_latest(const char *dir, FILE *log, dt_ckpt **out);
 
+/* A sharded checkpoint (parameter-server training): each ps task k of n writes its shards to
+ * "ckpt-<step>.ps-<k>-of-<n>.safetensors" beside the manifest ckpt-<step>.safetensors, which
+ * the coordinator writes once every shard file is in, so a checkpoint the state file names is
+ * whole. The manager deletes the shard files with their manifest. */
+void dt_ckpt_shard_name(char *out, size_t cap, int64_t step, int k, int n);
+
 /* The step in a name of the form ckpt-<step>.safetensors, or -1. */
 int64_t dt_ckpt_step_of_name(const char *name);
 

@@ -1092,6 +1092,32 @@ static dt_status write_state(const dt_ckpt_manager *m)
     return st;
 }
 
+void dt_ckpt_shard_name(char *out, size_t cap, int64_t step, int k, int n)
+{
+    snprintf(out, cap, "ckpt-%lld.ps-%d-of-%d.safetensors", (long long)step, k, n);
+}
+
+/* A sharded checkpoint's shard files, deleted with its manifest. */
+static void remove_shards(const dt_ckpt_manager *m, int64_t step)
+{
+    DIR *d = opendir(m->dir);
+    if (!d)
+        return;
+    char prefix[64], path[PATH_CAP];
+    int n = snprintf(prefix, sizeof prefix, "ckpt-%lld.ps-", (long long)step);
+    for (struct dirent *e; (e = readdir(d));) {
+        size_t len = strlen(e->d_name);
+        if (strncmp(e->d_name, prefix, (size_t)n) != 0 || len < 12 ||
+            strcmp(e->d_name + len - 12, ".safetensors") != 0)
+            continue;
+        if (build_path(path, sizeof path, m->dir, e->d_name) == DT_OK && unlink(path) != 0 &&
+            errno != ENOENT && m->log)
+            dt_log_to(m->log, DT_LOG_WARN, "dtrain: warning: %s: unlink: %s", path,
+                      strerror(errno));
+    }
+    closedir(d);
+}
+
 /* TF's sweep: the oldest beyond max_to_keep leave the list; each one's file is deleted unless it
  * is the first at least keep_checkpoint_every_n_hours after the last one preserved. */
 static void sweep(dt_ckpt_manager *m)
@@ -1114,6 +1140,7 @@ static void sweep(dt_ckpt_manager *m)
             errno != ENOENT && m->log)
             dt_log_to(m->log, DT_LOG_WARN, "dtrain: warning: %s: unlink: %s", path,
                       strerror(errno));
+        remove_shards(m, step);
     }
     m->n_kept = l.n;
 }

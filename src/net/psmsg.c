@@ -12,7 +12,7 @@
 static const char *const type_names[] = {"?",    "PING",     "PONG",       "STOP",
                                          "PULL_ROWS", "ROWS", "PUSH_ROWS", "PULL_DENSE",
                                          "DENSE", "PUSH_DENSE", "ACK",    "ERROR",
-                                         "TABLE", "VAR", "RUN", "RESULT", "RING"};
+                                         "TABLE", "VAR", "RUN", "RESULT", "RING", "SAVE"};
 
 const char *dt_psmsg_type_name(dt_psmsg_type type)
 {
@@ -100,6 +100,7 @@ static uint64_t payload_size(const dt_psmsg *m, bool *bad)
     case DT_PSMSG_RUN: return 20;
     case DT_PSMSG_RESULT: return 32;
     case DT_PSMSG_RING: return 4 + 2 * (uint64_t)m->n;
+    case DT_PSMSG_SAVE: return 12 + (uint64_t)m->text_len;
     }
     *bad = true;
     return 0;
@@ -166,6 +167,10 @@ dt_status dt_psmsg_encode(const dt_psmsg *m, const int64_t *ids_host, const floa
         put64(at + 16, (uint64_t)m->correct), put64(at + 24, loss_bits), at += 32;
         break;
     }
+    case DT_PSMSG_SAVE:
+        put64(at, (uint64_t)m->step), put32(at + 8, m->text_len), at += 12;
+        memcpy(at, m->text, m->text_len), at += m->text_len;
+        break;
     case DT_PSMSG_RING:
         put32(at, m->n), at += 4;
         for (uint32_t i = 0; i < m->n; i++, at += 2)
@@ -339,7 +344,7 @@ dt_status dt_psmsg_decode(const uint8_t *buf, size_t n, const char *peer, dt_psm
     if (st)
         return st;
     uint16_t type = (uint16_t)(buf[6] | buf[7] << 8);
-    if (type < DT_PSMSG_PING || type > DT_PSMSG_RING)
+    if (type < DT_PSMSG_PING || type > DT_PSMSG_SAVE)
         return bad_msg(peer, 6, "unknown message type");
     out->type = (dt_psmsg_type)type;
     out->request_id = dt_load_le64(buf + 8);
@@ -442,6 +447,19 @@ dt_status dt_psmsg_decode(const uint8_t *buf, size_t n, const char *peer, dt_psm
             return bad_msg(peer, H + 24, "a loss that is not finite");
         break;
     }
+    case DT_PSMSG_SAVE:
+        NEED(12, "truncated step and directory length");
+        out->step = (int64_t)dt_load_le64(p), out->text_len = dt_load_le32(p + 8), at = 12;
+        if (out->step < 0 || out->text_len < 1 || out->text_len > DT_PSMSG_MAX_TEXT)
+            return bad_msg(peer, H, "a negative step, or a directory of 0 or more than 1024 "
+                           "bytes");
+        NEED(out->text_len, "truncated directory");
+        out->text = (const char *)(p + at);
+        for (uint32_t i = 0; i < out->text_len; i++)
+            if (p[at + i] < 0x20 || p[at + i] == 0x7f)
+                return bad_msg(peer, H + at + i, "a directory byte that is not printable");
+        at += out->text_len;
+        break;
     case DT_PSMSG_RING:
         NEED(4, "truncated port count");
         out->n = dt_load_le32(p), at = 4;

@@ -35,6 +35,9 @@
  *     RESULT                       u32 steps taken | u32 done | i64 rows | i64 correct |
  *                                  f64 summed loss: what a RUN did (done: the worker's data is
  *                                  used up, every epoch of it)
+ *     SAVE                         i64 step | u32 n | n bytes of a directory: the coordinator
+ *                                  has a ps write its shards of checkpoint `step` there
+ *                                  (checkpoint.h names the file)
  *     RING                         u32 n | u16 ports[n]: the workers' ring of hybrid training
  *                                  (n 0: the coordinator asks a worker which port its ring
  *                                  listens on; n 1: the worker's answer; n W: every worker's
@@ -79,6 +82,7 @@ typedef enum {
     DT_PSMSG_RUN,
     DT_PSMSG_RESULT,
     DT_PSMSG_RING,
+    DT_PSMSG_SAVE,
 } dt_psmsg_type;
 
 typedef struct {

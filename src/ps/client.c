@@ -440,6 +440,18 @@ dt_status dt_ps_client_push_step(dt_ps_client *c, const dt_sparse_rows *const *g
     return st ? (run_round(c), st) : run_round(c);
 }
 
+dt_status dt_ps_client_save(dt_ps_client *c, int64_t step, const char *dir)
+{
+    for (int k = 0; k < c->n_ps; k++) {
+        dt_psmsg m = {.type = DT_PSMSG_SAVE, .step = step, .text = dir,
+                      .text_len = (uint32_t)strlen(dir)};
+        dt_status st = queue(c, (pending){k, REPLY_ACK, 0, 0, 0}, &m, NULL, NULL);
+        if (st)
+            return run_round(c), st;
+    }
+    return run_round(c);
+}
+
 dt_status dt_ps_client_ping(dt_ps_client *c)
 {
     for (int k = 0; k < c->n_ps; k++) {

@@ -26,6 +26,9 @@ void dt_ps_client_close(dt_ps_client *c);
  * and cl, given to open, must outlive the client. */
 dt_status dt_ps_client_reconnect(dt_ps_client *c, double timeout);
 bool dt_ps_client_broken(const dt_ps_client *c);
+/* Every ps task writes its shards of checkpoint step into dir (a directory they all reach), at
+ * once; DT_OK when every one has. */
+dt_status dt_ps_client_save(dt_ps_client *c, int64_t step, const char *dir);
 /* A PING to every ps task, and their PONGs. */
 dt_status dt_ps_client_ping(dt_ps_client *c);
 

@@ -22,7 +22,9 @@
 #include "dtrain/clock.h"
 #include "dtrain/log.h"
 #include "shard.h"
+#include "shard_ckpt.h"
 #include "snapshot.h"
+#include "dtrain/checkpoint.h"
 
 /* Connections a ps keeps at once: the chief, the workers and their reconnections. */
 #define MAX_CONNS 1024
@@ -104,8 +106,40 @@ static void count(service *sv, const dt_psmsg *req)
     pthread_mutex_unlock(&sv->mu);
 }
 
-/* Answers one request into reply: STOP from the chief stops the service, the rest goes to the
- * shard. */
+/* SAVE from the chief: this task's shards as its file of the checkpoint, held still meanwhile.
+ * A failure goes back as an ERROR: the chief then writes no manifest, and the previous
+ * checkpoint stays the latest. */
+static dt_status save(conn *c, const dt_psmsg *req, dt_psbuf *reply)
+{
+    service *sv = c->sv;
+    char dir[DT_PSMSG_MAX_TEXT + 1], name[96], path[DT_PSMSG_MAX_TEXT + 100];
+    memcpy(dir, req->text, req->text_len);
+    dir[req->text_len] = '\0';
+    dt_ckpt_shard_name(name, sizeof name, req->step, sv->o->me.index,
+                       sv->o->cluster->n_tasks[DT_JOB_PS]);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    dt_status st = c->job == DT_JOB_CHIEF ? DT_OK
+                                          : dt_error(DT_ERR_INVALID, "only the chief saves");
+    if (st == DT_OK) {
+        pthread_mutex_lock(&sv->shard_mu);
+        st = dt_ps_shard_save_ckpt(&sv->shard, path, req->step, sv->o->me.index,
+                                   sv->o->cluster->n_tasks[DT_JOB_PS]);
+        pthread_mutex_unlock(&sv->shard_mu);
+    }
+    if (st) {
+        char text[DT_PSMSG_MAX_TEXT];
+        int n = snprintf(text, sizeof text, "%s", dt_last_error());
+        dt_psmsg e = {.type = DT_PSMSG_ERROR, .request_id = req->request_id, .status = st,
+                      .text = text,
+                      .text_len = (uint32_t)(n < (int)sizeof text ? n : (int)sizeof text - 1)};
+        return dt_psmsg_encode(&e, NULL, NULL, reply);
+    }
+    dt_psmsg ack = {.type = DT_PSMSG_ACK, .request_id = req->request_id};
+    return dt_psmsg_encode(&ack, NULL, NULL, reply);
+}
+
+/* Answers one request into reply: STOP from the chief stops the service, SAVE writes the
+ * shards, the rest goes to the shard. */
 static dt_status answer(conn *c, const dt_psmsg *req, dt_psbuf *reply)
 {
     service *sv = c->sv;
@@ -123,6 +157,8 @@ static dt_status answer(conn *c, const dt_psmsg *req, dt_psbuf *reply)
         dt_psmsg ack = {.type = DT_PSMSG_ACK, .request_id = req->request_id};
         return dt_psmsg_encode(&ack, NULL, NULL, reply);
     }
+    if (req->type == DT_PSMSG_SAVE)
+        return save(c, req, reply);
     pthread_mutex_lock(&sv->shard_mu);
     dt_status st = dt_ps_shard_handle(&sv->shard, req, reply);
     pthread_mutex_unlock(&sv->shard_mu);

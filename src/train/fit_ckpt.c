@@ -11,6 +11,7 @@
 #include "dtrain/clock.h"
 #include "dtrain/log.h"
 #include "dtrain/comm.h"
+#include "ps_ckpt.h"
 
 /* ---- The tensors ---- */
 
@@ -53,6 +54,8 @@ static dt_status table_arenas(dt_model *m, bool slots, ckpt_arenas *a)
 
 dt_status dt_ckpt_restore_tables(const dt_ckpt *c, dt_model *m, bool slots)
 {
+    if (dt_ps_ckpt_is_sharded(c)) /* the tables are in the ps tasks' files */
+        return dt_ps_ckpt_restore(c, m, NULL);
     ckpt_arenas a = {.n = 0};
     dt_status st = table_arenas(m, slots, &a);
     for (int i = 0; st == DT_OK && i < a.n_tables; i++)
@@ -214,10 +217,13 @@ static dt_status apply_checkpoint(const dt_ckpt *c, const dt_fit_config *cfg, in
         st = read_position(c, msg);
     if (st || (st = dt_ckpt_restore_arena(c, dt_model_params(m))))
         return st;
-    if (o->state.n_views > 0 && (st = dt_ckpt_restore_arena(c, &o->state)))
+    /* A sharded checkpoint (parameter-server training) keeps the tables and the optimizer's
+     * slots in its ps tasks' files. */
+    bool sharded = dt_ps_ckpt_is_sharded(c);
+    if (o->state.n_views > 0 && !sharded && (st = dt_ckpt_restore_arena(c, &o->state)))
         return st;
     if ((dt_model_state(m)->n_views > 0 && (st = dt_ckpt_restore_arena(c, dt_model_state(m)))) ||
-        (st = dt_ckpt_restore_tables(c, m, true)))
+        (st = sharded ? dt_ps_ckpt_restore(c, m, o) : dt_ckpt_restore_tables(c, m, true)))
         return st;
     const char *seed = dt_ckpt_meta_get(c, "seed");
     char mine[32];

@@ -14,6 +14,7 @@
 #include "../net/transport.h"
 #include "../net/zlink.h"
 #include "../ps/client.h"
+#include "ps_ckpt.h"
 #include "batch.h"
 #include "dtrain/clock.h"
 #include "dtrain/embedding.h"
@@ -663,6 +664,13 @@ struct coordinator {
     double all_lost_at;        /* when the last active worker was lost (0: one is active) */
     function *requeued;        /* functions of lost workers, taken before new ones */
     int n_requeued, requeued_cap;
+    int in_flight;             /* functions given out and not answered yet */
+    bool pausing;              /* a checkpoint is being taken: no function is given out */
+    /* Checkpoints (--model-dir): sharded, each ps writing its own shards. */
+    bool checkpoints;
+    dt_ckpt_manager mgr;
+    int64_t saved_step;
+    double saved_at;
     int first_failed;          /* the worker whose failure came first (-1: none), and why */
     dt_status first_status;
     char first_error[DT_PSMSG_MAX_TEXT];
@@ -699,11 +707,12 @@ static bool take_function(coordinator *co, worker_link *l, int64_t *first, uint3
     *again = false;
     while ((go = !co->failed &&
                  (co->hybrid || co->n_requeued > 0 || co->dispatched < co->limit)) &&
-           (allowed = steps_allowed(co, l)) < 1)
+           (co->pausing || (allowed = steps_allowed(co, l)) < 1))
         pthread_cond_wait(&co->changed, &co->mu);
     if (go && co->n_requeued > 0) {
         function f = co->requeued[--co->n_requeued];
         *first = f.first, *n = f.n, *again = true;
+        co->in_flight++;
         pthread_mutex_unlock(&co->mu);
         return true;
     }
@@ -719,9 +728,19 @@ static bool take_function(coordinator *co, worker_link *l, int64_t *first, uint3
             k = co->limit - *given;
         *first = *given + 1, *n = (uint32_t)k;
         *given += k;
+        co->in_flight++;
     }
     pthread_mutex_unlock(&co->mu);
     return go;
+}
+
+/* A function given out was answered (or its worker lost, or failed). */
+static void function_done(coordinator *co)
+{
+    pthread_mutex_lock(&co->mu);
+    co->in_flight--;
+    pthread_cond_broadcast(&co->changed);
+    pthread_mutex_unlock(&co->mu);
 }
 
 /* Worker l takes no more functions (done, failed, or nothing left): the others stop waiting
@@ -982,8 +1001,10 @@ static void *drive_worker(void *arg)
         bool unheard;
         st = request_or_unheard(z, &run, c->ps.worker_timeout, &out, &in, l->name,
                                 DT_PSMSG_RESULT, &reply, &unheard);
-        if (st == DT_OK) {
+        if (st == DT_OK)
             add_result(co, l, &reply);
+        function_done(co);
+        if (st == DT_OK) {
             if (back)
                 dt_log_to(NULL, DT_LOG_WARN, "dtrain: %s took steps %lld-%lld after rejoining",
                           l->name, (long long)first, (long long)(first + reply.n - 1));
@@ -1114,6 +1135,58 @@ typedef struct {
 
 static bool watch_over(ps_watch *pw) { return __atomic_load_n(&pw->over, __ATOMIC_ACQUIRE); }
 
+/* Whether a checkpoint is due: every save_checkpoints_steps steps, else every
+ * save_checkpoints_secs seconds. */
+static bool checkpoint_due(coordinator *co)
+{
+    const dt_fit_config *f = &co->c->fit;
+    if (!co->checkpoints)
+        return false;
+    pthread_mutex_lock(&co->mu);
+    int64_t steps = co->steps;
+    pthread_mutex_unlock(&co->mu);
+    if (f->save_checkpoints_steps > 0)
+        return steps >= co->saved_step + f->save_checkpoints_steps;
+    return f->save_checkpoints_secs > 0 && steps > co->saved_step &&
+           dt_clock_now() - co->saved_at >= f->save_checkpoints_secs;
+}
+
+/* A checkpoint of the steps completed: no function is given out until every one in flight is
+ * answered, so every update of those steps is in and none of a later one; then every ps task
+ * writes its shards, and the manifest (with the dense variables, read back) follows. */
+static dt_status save_checkpoint(coordinator *co, dt_ps_client *ps, dt_model *m, int n_ps,
+                                 bool final)
+{
+    const dt_train_config *c = co->c;
+    pthread_mutex_lock(&co->mu);
+    co->pausing = true;
+    while (co->in_flight > 0 && !co->failed)
+        pthread_cond_wait(&co->changed, &co->mu);
+    int64_t step = co->steps;
+    pthread_mutex_unlock(&co->mu);
+    dt_status st = DT_OK;
+    if (step > co->saved_step || (final && step > 0)) {
+        double t0 = dt_clock_now();
+        st = dt_ps_client_pull_dense(ps, dt_model_params(m)->data);
+        if (st == DT_OK)
+            st = dt_ps_ckpt_save(&co->mgr, ps, n_ps, &c->fit, m, &c->optim, step,
+                                 co->n_links, final);
+        if (st == DT_OK) {
+            co->saved_step = step;
+            if (c->fit.log)
+                dt_log_to(c->fit.log, DT_LOG_INFO, "Saving checkpoints for %lld into %s "
+                          "(%d ps shard files, %.2f s).", (long long)step, co->mgr.dir, n_ps,
+                          dt_clock_now() - t0);
+        }
+    }
+    co->saved_at = dt_clock_now();
+    pthread_mutex_lock(&co->mu);
+    co->pausing = false;
+    pthread_cond_broadcast(&co->changed);
+    pthread_mutex_unlock(&co->mu);
+    return st;
+}
+
 /* Every second a PING to every ps task. A lost one is waited for up to --ps-recovery-timeout
  * (started again by its operator or by dtrain launch, its shards restored from its snapshot);
  * back, it gets the variables' definitions again: a no-op for the shards it restored, the
@@ -1126,7 +1199,15 @@ static void *watch_ps(void *arg)
     while (!watch_over(pw)) {
         for (int i = 0; i < 10 && !watch_over(pw); i++)
             dt_sleep(0.1);
-        if (watch_over(pw) || dt_ps_client_ping(pw->ps) == DT_OK)
+        if (watch_over(pw))
+            continue;
+        dt_status ok = dt_ps_client_ping(pw->ps);
+        if (ok == DT_OK && checkpoint_due(co) &&
+            (ok = save_checkpoint(co, pw->ps, pw->m, pw->n_ps, false)) && !dt_ps_client_broken(pw->ps)) {
+            record_failure(co, -2, ok);
+            break;
+        }
+        if (ok == DT_OK)
             continue;
         char why[DT_PSMSG_MAX_TEXT];
         snprintf(why, sizeof why, "%s", dt_last_error());
@@ -1183,6 +1264,15 @@ dt_status dt_ps_coordinate(const dt_train_config *c, dt_model *m, dt_fit_result 
         if ((st = dt_ps_client_reconnect(ps, c->ps.recovery_timeout)) == DT_OK)
             st = place_variables(c, m, ps, pc.cl.n_tasks[DT_JOB_PS], true, 0);
     }
+    if (st == DT_OK && c->fit.model_dir && co.hybrid)
+        dt_log_to(NULL, DT_LOG_WARN, "dtrain: warning: --ps-mode hybrid writes no checkpoints "
+                  "(its dense variables live on the workers)");
+    else if (st == DT_OK && c->fit.model_dir) {
+        st = dt_ckpt_manager_open(&co.mgr, c->fit.model_dir, c->fit.keep_checkpoint_max,
+                                  c->fit.keep_checkpoint_every_n_hours, c->fit.log);
+        co.checkpoints = st == DT_OK;
+        co.saved_at = dt_clock_now();
+    }
     co.t0 = dt_clock_now();
     ps_watch pw = {.co = &co, .ps = ps, .m = m, .n_ps = pc.cl.n_tasks[DT_JOB_PS]};
     bool watching = st == DT_OK && pthread_create(&pw.thread, NULL, watch_ps, &pw) == 0;
@@ -1195,6 +1285,8 @@ dt_status dt_ps_coordinate(const dt_train_config *c, dt_model *m, dt_fit_result 
             (run = dt_ps_client_reconnect(ps, c->ps.recovery_timeout)) == DT_OK)
             run = place_variables(c, m, ps, pc.cl.n_tasks[DT_JOB_PS], true, 0);
     }
+    if (run == DT_OK && co.checkpoints)
+        run = save_checkpoint(&co, ps, m, pc.cl.n_tasks[DT_JOB_PS], true);
     /* The first error is the one reported, whatever stopping the others says. */
     char first[DT_PSMSG_MAX_TEXT];
     snprintf(first, sizeof first, "%s", run ? dt_last_error() : "");
@@ -1219,6 +1311,8 @@ dt_status dt_ps_coordinate(const dt_train_config *c, dt_model *m, dt_fit_result 
     if (run)
         dt_error(run, "%s", first);
     dt_ps_client_close(ps);
+    if (co.checkpoints)
+        dt_ckpt_manager_close(&co.mgr);
     pthread_cond_destroy(&co.changed);
     pthread_mutex_destroy(&co.mu);
     close_cluster(&pc);

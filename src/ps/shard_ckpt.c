@@ -1,0 +1,132 @@
+/* A ps task's part of a sharded checkpoint (see shard_ckpt.h). */
+#include "shard_ckpt.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain/checkpoint.h"
+
+enum { DESC_CAP = 320 };
+
+/* One tensor: an arena of one view over storage it does not own. */
+typedef struct {
+    dt_arena *arenas;
+    const dt_arena **list;
+    dt_ckpt_meta *meta;
+    char (*keys)[DT_VIEW_NAME_CAP + 32], (*values)[DESC_CAP];
+    int n, n_meta, cap;
+} tensors;
+
+static dt_status add_tensor(tensors *t, const char *name, int n_dims, const int *dims,
+                            const float *data)
+{
+    dt_arena *a = &t->arenas[t->n];
+    dt_arena_init(a);
+    dt_status st = dt_arena_add(a, name, n_dims, dims, NULL);
+    if (st)
+        return st;
+    a->data = (float *)data; /* borrowed: released without freeing it */
+    t->list[t->n++] = a;
+    return DT_OK;
+}
+
+static void add_meta(tensors *t, const char *key, const char *value)
+{
+    snprintf(t->keys[t->n_meta], sizeof t->keys[0], "%s", key);
+    snprintf(t->values[t->n_meta], sizeof t->values[0], "%s", value);
+    t->meta[t->n_meta] = (dt_ckpt_meta){t->keys[t->n_meta], t->values[t->n_meta]};
+    t->n_meta++;
+}
+
+static dt_status add_table(tensors *t, const dt_ps_table_shard *ts)
+{
+    char name[DT_VIEW_NAME_CAP + 32], desc[DESC_CAP];
+    int dims[2] = {(int)ts->t.rows, ts->t.dim};
+    if (ts->t.rows > 2147483647)
+        return dt_error(DT_ERR_UNSUPPORTED, "table %s: a shard of %lld rows, more than a "
+                        "checkpoint tensor holds", ts->t.name, (long long)ts->t.rows);
+    snprintf(name, sizeof name, "%s/part_%lld", ts->t.name, (long long)ts->shard);
+    dt_status st = add_tensor(t, name, 2, dims, ts->t.data);
+    int n = snprintf(desc, sizeof desc, "rows_total=%lld dim=%d shards=%lld shard=%lld "
+                     "strategy=%s optimizer=%s slots=", (long long)ts->rows_total, ts->t.dim,
+                     (long long)ts->n_shards, (long long)ts->shard,
+                     ts->strategy == DT_PARTITION_MOD ? "mod" : "div",
+                     dt_rowopt_kind_name(ts->opt.kind));
+    for (int k = 0; k < ts->t.n_slots && st == DT_OK; k++) {
+        char slot[DT_VIEW_NAME_CAP + 32];
+        snprintf(slot, sizeof slot, "%s/part_%lld", ts->t.slot_names[k], (long long)ts->shard);
+        st = add_tensor(t, slot, 2, dims, ts->t.slots[k]);
+        n += snprintf(desc + n, sizeof desc - (size_t)n, "%s%s", k ? "," : "",
+                      ts->t.slot_names[k]);
+    }
+    add_meta(t, name, desc);
+    return st;
+}
+
+static dt_status add_slice(tensors *t, const dt_ps_shard *s, const dt_ps_dense_slice *v)
+{
+    char name[DT_VIEW_NAME_CAP + 32], desc[DESC_CAP];
+    int dims[1] = {(int)v->count};
+    int n_slots = s->dense_opt.n_slots;
+    snprintf(name, sizeof name, "dense/var_%u", v->id);
+    dt_status st = add_tensor(t, name, 1, dims, s->dense + v->offset);
+    size_t stride = n_slots ? s->dense_opt.state.n_elems / (size_t)n_slots : 0;
+    for (int k = 0; k < n_slots && st == DT_OK; k++) {
+        char slot[DT_VIEW_NAME_CAP + 48];
+        snprintf(slot, sizeof slot, "dense/var_%u/slot_%d", v->id, k);
+        st = add_tensor(t, slot, 1, dims,
+                        s->dense_opt.state.data + (size_t)k * stride + v->offset);
+    }
+    /* The slots' names as the optimizer gives them over the layout ("adam/m/dense"), less the
+     * layout's: a reader names slot k of view NAME "adam/m/NAME", as one_device does. */
+    int n = snprintf(desc, sizeof desc, "offset=%llu count=%llu total=%llu slots=%d names=",
+                     (unsigned long long)v->offset, (unsigned long long)v->count,
+                     (unsigned long long)s->dense_total, n_slots);
+    for (int k = 0; k < n_slots && k < s->dense_opt.state.n_views && n < (int)sizeof desc; k++) {
+        const char *name_k = s->dense_opt.state.views[k].name;
+        const char *cut = strrchr(name_k, '/');
+        n += snprintf(desc + n, sizeof desc - (size_t)n, "%s%.*s", k ? "," : "",
+                      cut ? (int)(cut - name_k) : (int)strlen(name_k), name_k);
+    }
+    add_meta(t, name, desc);
+    return st;
+}
+
+dt_status dt_ps_shard_save_ckpt(const dt_ps_shard *s, const char *path, int64_t step,
+                                int ps_index, int n_ps)
+{
+    int cap = 0;
+    for (int i = 0; i < s->n_tables; i++)
+        cap += 1 + s->tables[i].t.n_slots;
+    cap += s->n_slices * (1 + s->dense_opt.n_slots);
+    int meta_cap = s->n_tables + s->n_slices + 4;
+    tensors t = {.cap = cap};
+    t.arenas = calloc((size_t)cap + 1, sizeof *t.arenas);
+    t.list = calloc((size_t)cap + 1, sizeof *t.list);
+    t.meta = calloc((size_t)meta_cap, sizeof *t.meta);
+    t.keys = calloc((size_t)meta_cap, sizeof *t.keys);
+    t.values = calloc((size_t)meta_cap, sizeof *t.values);
+    dt_status st = t.arenas && t.list && t.meta && t.keys && t.values
+                       ? DT_OK
+                       : dt_error(DT_ERR_NOMEM, "no memory for a checkpoint of %d tensors", cap);
+    if (st == DT_OK) {
+        char v[32];
+        add_meta(&t, "format_ps", "dtrain-ps-shard-1");
+        snprintf(v, sizeof v, "%lld", (long long)step), add_meta(&t, "global_step", v);
+        snprintf(v, sizeof v, "%d", ps_index), add_meta(&t, "ps_task", v);
+        snprintf(v, sizeof v, "%d", n_ps), add_meta(&t, "ps_tasks", v);
+    }
+    for (int i = 0; i < s->n_tables && st == DT_OK; i++)
+        st = add_table(&t, &s->tables[i]);
+    for (int i = 0; i < s->n_slices && st == DT_OK; i++)
+        st = add_slice(&t, s, &s->slices[i]);
+    if (st == DT_OK)
+        st = dt_ckpt_save(path, t.list, t.n, t.meta, t.n_meta);
+    for (int i = 0; i < t.n; i++) {
+        t.arenas[i].data = NULL; /* borrowed */
+        dt_arena_free(&t.arenas[i]);
+    }
+    free(t.arenas), free(t.list), free(t.meta), free(t.keys), free(t.values);
+    return st;
+}

@@ -1,0 +1,261 @@
+/* Sharded checkpoints of parameter-server training (see ps_ckpt.h). */
+#include "ps_ckpt.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtrain/partition.h"
+
+enum { MAX_SHARD_FILES = 4096, VALUE_CAP = 48 };
+
+bool dt_ps_ckpt_is_sharded(const dt_ckpt *c) { return dt_ckpt_meta_get(c, "ps_shards") != NULL; }
+
+/* ---- Saving ---- */
+
+dt_status dt_ps_ckpt_save(dt_ckpt_manager *mgr, dt_ps_client *ps, int n_ps,
+                          const dt_fit_config *cfg, dt_model *m, const dt_optim_config *o,
+                          int64_t step, int workers, bool final)
+{
+    dt_status st = dt_ps_client_save(ps, step, mgr->dir);
+    if (st)
+        return dt_error_prefix(st, "checkpoint %lld", (long long)step);
+    char *spec = dt_model_spec_to_json(dt_model_spec_of(m));
+    size_t list_cap = (size_t)n_ps * 64 + 1;
+    char *list = malloc(list_cap);
+    if (!spec || !list) {
+        free(spec), free(list);
+        return dt_error(DT_ERR_NOMEM, "no memory for a checkpoint's metadata");
+    }
+    size_t at = 0;
+    for (int k = 0; k < n_ps; k++) {
+        char name[96];
+        dt_ckpt_shard_name(name, sizeof name, step, k, n_ps);
+        at += (size_t)snprintf(list + at, list_cap - at, "%s%s", k ? "," : "", name);
+    }
+    /* What a one_device checkpoint says, so that one_device restores it: the position is the
+     * step alone (each worker read its own shard of the data). */
+    char v[20][VALUE_CAP];
+    dt_ckpt_meta meta[24];
+    int n = 0;
+#define META(key, fmt, val) (snprintf(v[n], VALUE_CAP, fmt, val), meta[n] = (dt_ckpt_meta){key, v[n]}, n++)
+    META("global_step", "%" PRId64, step);
+    META("epoch", "%d", 0);
+    META("step_in_epoch", "%d", 0);
+    META("epoch_loss", "%d", 0);
+    META("epoch_correct", "%d", 0);
+    META("epoch_samples", "%d", 0);
+    META("samples", "%d", 0);
+    META("early_stopping_best", "%s", "inf");
+    META("early_stopping_waited", "%d", 0);
+    META("optimizer", "%s", dt_opt_kind_name(o->kind));
+    META("optimizer_iterations", "%" PRId64, step);
+    META("learning_rate", "%.9g", (double)dt_lr_schedule_at(o, step));
+    META("seed", "%" PRIu64, cfg->seed);
+    META("dropout_position", "%d", 0);
+    META("batch_size", "%d", cfg->batch_size);
+    META("workers", "%d", 1);
+    META("final", "%d", final ? 1 : 0);
+    META("input_position", "%s", "{\"iteration\": 0, \"batches\": 0}");
+    META("ps_tasks", "%d", n_ps);
+    META("parameter_server_workers", "%d", workers);
+#undef META
+    meta[n++] = (dt_ckpt_meta){"model_spec", spec};
+    meta[n++] = (dt_ckpt_meta){"ps_shards", list};
+    const dt_arena *arenas[1] = {dt_model_params(m)};
+    char path[4400];
+    st = dt_ckpt_manager_save(mgr, step, arenas, 1, meta, n, path, sizeof path);
+    free(spec), free(list);
+    return st;
+}
+
+/* ---- Restoring ---- */
+
+typedef struct {
+    dt_ckpt *files[MAX_SHARD_FILES];
+    int n;
+} shard_files;
+
+static void close_files(shard_files *f)
+{
+    for (int i = 0; i < f->n; i++)
+        dt_ckpt_close(f->files[i]);
+    f->n = 0;
+}
+
+/* Opens every file the manifest lists, beside it. */
+static dt_status open_files(const dt_ckpt *c, shard_files *f)
+{
+    const char *list = dt_ckpt_meta_get(c, "ps_shards"), *path = dt_ckpt_path(c);
+    const char *slash = strrchr(path, '/');
+    int dir_len = slash ? (int)(slash - path) : 1;
+    const char *dir = slash ? path : ".";
+    f->n = 0;
+    for (const char *p = list; p && *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        char file[4400];
+        if (len == 0 || len > 200 || f->n == MAX_SHARD_FILES) {
+            close_files(f);
+            return dt_error(DT_ERR_FORMAT, "%s: __metadata__.ps_shards: an empty or overlong "
+                            "name, or more than %d files", path, MAX_SHARD_FILES);
+        }
+        snprintf(file, sizeof file, "%.*s/%.*s", dir_len, dir, (int)len, p);
+        dt_status st = dt_ckpt_open(file, &f->files[f->n]);
+        if (st) {
+            close_files(f);
+            return dt_error_prefix(st, "%s names its shard file", path);
+        }
+        f->n++;
+        p = end ? end + 1 : p + len;
+    }
+    return DT_OK;
+}
+
+/* A table part's description ("rows_total=R dim=D shards=S shard=s strategy=div ..."). */
+typedef struct {
+    int64_t rows_total, shards, shard;
+    int dim;
+    dt_partition_strategy strategy;
+} part_desc;
+
+static dt_status parse_part(const dt_ckpt *f, const char *key, part_desc *d)
+{
+    const char *v = dt_ckpt_meta_get(f, key);
+    char strategy[8] = "";
+    long long rows, shards, shard;
+    if (!v || sscanf(v, "rows_total=%lld dim=%d shards=%lld shard=%lld strategy=%7s", &rows,
+                     &d->dim, &shards, &shard, strategy) != 5 || rows < 1 || shards < 1 ||
+        shard < 0 || shard >= shards || d->dim < 1 ||
+        (strcmp(strategy, "div") != 0 && strcmp(strategy, "mod") != 0))
+        return dt_error(DT_ERR_FORMAT, "%s: __metadata__.%s: %s", dt_ckpt_path(f), key,
+                        v ? "not a shard's description" : "missing");
+    d->rows_total = rows, d->shards = shards, d->shard = shard;
+    d->strategy = strcmp(strategy, "mod") == 0 ? DT_PARTITION_MOD : DT_PARTITION_DIV;
+    return DT_OK;
+}
+
+/* Copies a shard's rows of one tensor (values or a slot) into the whole table's storage. */
+static dt_status copy_part(const dt_ckpt *f, const char *name, const part_desc *d, float *whole,
+                           int64_t expect_rows)
+{
+    const dt_ckpt_tensor *t = dt_ckpt_find(f, name);
+    if (!t || strcmp(t->dtype, "F32") != 0 || t->n_dims != 2 || t->dims[0] != expect_rows ||
+        t->dims[1] != d->dim)
+        return dt_error(DT_ERR_FORMAT, "%s: tensor %s: %s", dt_ckpt_path(f), name,
+                        t ? "not F32 [shard rows, dim]" : "missing");
+    int64_t lo = d->shard, hi, stride = d->shards;
+    if (d->strategy == DT_PARTITION_DIV)
+        dt_partition_range(d->rows_total, d->shards, d->shard, &lo, &hi), stride = 1;
+    const float *src = t->data;
+    for (int64_t i = 0; i < expect_rows; i++)
+        memcpy(whole + (size_t)(lo + i * stride) * (size_t)d->dim,
+               src + (size_t)i * (size_t)d->dim, (size_t)d->dim * sizeof(float));
+    return DT_OK;
+}
+
+/* Table tab (with its slots) from every part of it in the files: each shard once, together
+ * covering every row. */
+static dt_status restore_table(const shard_files *f, dt_table *tab)
+{
+    char prefix[DT_VIEW_NAME_CAP + 16];
+    int plen = snprintf(prefix, sizeof prefix, "%s/part_", tab->name);
+    int64_t covered = 0, n_shards = -1;
+    for (int i = 0; i < f->n; i++) {
+        for (int j = 0; j < dt_ckpt_n_tensors(f->files[i]); j++) {
+            const char *name = dt_ckpt_tensor_at(f->files[i], j)->name;
+            if (strncmp(name, prefix, (size_t)plen) != 0 || strchr(name + plen, '/'))
+                continue;
+            part_desc d;
+            dt_status st = parse_part(f->files[i], name, &d);
+            if (st)
+                return st;
+            if (d.rows_total != tab->rows || d.dim != tab->dim ||
+                (n_shards >= 0 && d.shards != n_shards))
+                return dt_error(DT_ERR_INVALID, "%s: %s: a shard of a %lld x %d table over %lld "
+                                "shards, this model's %s is %lld x %d", dt_ckpt_path(f->files[i]),
+                                name, (long long)d.rows_total, d.dim, (long long)d.shards,
+                                tab->name, (long long)tab->rows, tab->dim);
+            n_shards = d.shards;
+            int64_t rows = dt_partition_shard_rows(d.strategy, d.rows_total, d.shards, d.shard);
+            if ((st = copy_part(f->files[i], name, &d, tab->data, rows)))
+                return st;
+            for (int k = 0; k < tab->n_slots; k++) {
+                char slot[DT_VIEW_NAME_CAP + 48];
+                snprintf(slot, sizeof slot, "%s/part_%lld", tab->slot_names[k],
+                         (long long)d.shard);
+                if ((st = copy_part(f->files[i], slot, &d, tab->slots[k], rows)))
+                    return st;
+            }
+            covered += rows;
+        }
+    }
+    if (covered != tab->rows)
+        return dt_error(DT_ERR_FORMAT, "table %s: the shard files hold %lld of its %lld rows "
+                        "(a shard missing, or given twice)", tab->name, (long long)covered,
+                        (long long)tab->rows);
+    return DT_OK;
+}
+
+/* o's slots over dense variable v (the parameters' view v) from the file that holds it. */
+static dt_status restore_dense_slots(const shard_files *f, const dt_arena *params, dt_optim *o)
+{
+    size_t stride = o->state.n_elems / (size_t)o->n_slots;
+    int found = 0;
+    for (int i = 0; i < f->n; i++)
+        for (int v = 0; v < params->n_views; v++) {
+            char key[64];
+            snprintf(key, sizeof key, "dense/var_%d", v);
+            const char *desc = dt_ckpt_meta_get(f->files[i], key);
+            if (!desc)
+                continue;
+            unsigned long long off, count, total;
+            int slots;
+            if (sscanf(desc, "offset=%llu count=%llu total=%llu slots=%d", &off, &count, &total,
+                       &slots) != 4 || off != params->views[v].offset ||
+                count != params->views[v].n_elems || slots != o->n_slots)
+                return dt_error(DT_ERR_INVALID, "%s: %s (%s): not this model's view %d (%zu "
+                                "values from %zu) with %d optimizer slots",
+                                dt_ckpt_path(f->files[i]), key, desc, v,
+                                params->views[v].n_elems, params->views[v].offset, o->n_slots);
+            for (int k = 0; k < slots; k++) {
+                char name[80];
+                snprintf(name, sizeof name, "dense/var_%d/slot_%d", v, k);
+                const dt_ckpt_tensor *t = dt_ckpt_find(f->files[i], name);
+                if (!t || strcmp(t->dtype, "F32") != 0 || t->n_bytes != count * sizeof(float))
+                    return dt_error(DT_ERR_FORMAT, "%s: tensor %s: %s",
+                                    dt_ckpt_path(f->files[i]), name,
+                                    t ? "not F32 of the variable's size" : "missing");
+                memcpy(o->state.data + (size_t)k * stride + off, t->data, t->n_bytes);
+            }
+            found++;
+        }
+    if (found != params->n_views)
+        return dt_error(DT_ERR_FORMAT, "the shard files hold the optimizer slots of %d of the "
+                        "%d dense variables", found, params->n_views);
+    return DT_OK;
+}
+
+dt_status dt_ps_ckpt_restore(const dt_ckpt *c, dt_model *m, dt_optim *o)
+{
+    shard_files *f = malloc(sizeof *f);
+    if (!f)
+        return dt_error(DT_ERR_NOMEM, "no memory to read a sharded checkpoint");
+    dt_status st = open_files(c, f);
+    for (int t = 0; t < dt_model_num_tables(m) && st == DT_OK; t++)
+        st = restore_table(f, dt_model_table(m, t));
+    if (st == DT_OK && o && o->n_slots > 0)
+        st = restore_dense_slots(f, dt_model_params(m), o);
+    if (st == DT_OK)
+        close_files(f);
+    else if (f->n > 0) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", dt_last_error());
+        close_files(f);
+        dt_error(st, "%s", msg);
+    }
+    free(f);
+    return st;
+}

@@ -1,0 +1,44 @@
+/* Sharded checkpoints of parameter-server training (internal to src/train).
+ *
+ * A save: every ps task writes its shards at once (src/ps/shard_ckpt.h: one safetensors file
+ * each), then the coordinator writes the manifest ckpt-<step>.safetensors through the checkpoint
+ * manager: the dense variables as they stand, the metadata a restore needs (as a one_device
+ * checkpoint's: model_spec, optimizer, global_step, ...), and "ps_shards", the shard files'
+ * names, comma-separated. The state file names a checkpoint only once its manifest is in, and
+ * the manifest comes after every shard file: a crash at any moment leaves the previous
+ * checkpoint the latest, whole.
+ *
+ * A restore reassembles each table, and its optimizer slots, row by row from whichever shards
+ * held them (whatever the number of ps tasks that wrote them and the partition strategy), and
+ * the dense optimizer's slots from the ps files (dense variable v is the parameters' view v):
+ * into one_device's model and optimizer (serving, fine-tuning), or into a coordinator that
+ * places them on any number of ps tasks. */
+#ifndef DTRAIN_TRAIN_PS_CKPT_H
+#define DTRAIN_TRAIN_PS_CKPT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../ps/client.h"
+#include "dtrain/checkpoint.h"
+#include "dtrain/fit.h"
+#include "dtrain/model.h"
+#include "dtrain/optim.h"
+
+/* Whether c is a sharded checkpoint's manifest. */
+bool dt_ps_ckpt_is_sharded(const dt_ckpt *c);
+
+/* Saves checkpoint `step`: every ps task's shards into mgr's directory, then the manifest with
+ * m's dense variables (the caller's current values) and cfg's, o's and m's metadata. n_ps: the
+ * ps tasks. final marks the run's last. */
+dt_status dt_ps_ckpt_save(dt_ckpt_manager *mgr, dt_ps_client *ps, int n_ps,
+                          const dt_fit_config *cfg, dt_model *m, const dt_optim_config *o,
+                          int64_t step, int workers, bool final);
+
+/* From sharded checkpoint c: m's tables with their slots, and o's slots (o set up over m's
+ * parameters with the optimizer c was written with; NULL: not restored). The dense values are
+ * c's own tensors (dt_ckpt_restore_arena). Every shard file is checked as a checkpoint is;
+ * errors name the file and the tensor. */
+dt_status dt_ps_ckpt_restore(const dt_ckpt *c, dt_model *m, dt_optim *o);
+
+#endif
