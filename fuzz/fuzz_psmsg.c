@@ -44,7 +44,10 @@ static void check(const uint8_t *data, size_t size)
     }
     REQUIRE(m.n <= DT_PSMSG_MAX_ROWS && m.dim <= DT_PSMSG_MAX_DIM && m.text_len <= DT_PSMSG_MAX_TEXT);
     size_t n_ids = m.ids ? m.n : 0;
-    size_t nv = m.values ? (m.n ? (size_t)m.n * m.dim : (size_t)m.count) : 0;
+    size_t nv = !m.values                    ? 0
+                : m.type == DT_PSMSG_ASSIGN ? (size_t)m.count * (1 + (size_t)m.slots)
+                : m.n                       ? (size_t)m.n * m.dim
+                                            : (size_t)m.count;
     if (m.ids)
         REQUIRE(m.ids >= data && m.ids + 8 * n_ids <= data + size);
     if (m.values)

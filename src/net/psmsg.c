@@ -12,7 +12,8 @@
 static const char *const type_names[] = {"?",    "PING",     "PONG",       "STOP",
                                          "PULL_ROWS", "ROWS", "PUSH_ROWS", "PULL_DENSE",
                                          "DENSE", "PUSH_DENSE", "ACK",    "ERROR",
-                                         "TABLE", "VAR", "RUN", "RESULT", "RING", "SAVE"};
+                                         "TABLE", "VAR", "RUN", "RESULT", "RING", "SAVE",
+                                         "ASSIGN"};
 
 const char *dt_psmsg_type_name(dt_psmsg_type type)
 {
@@ -101,6 +102,7 @@ static uint64_t payload_size(const dt_psmsg *m, bool *bad)
     case DT_PSMSG_RESULT: return 32;
     case DT_PSMSG_RING: return 4 + 2 * (uint64_t)m->n;
     case DT_PSMSG_SAVE: return 12 + (uint64_t)m->text_len;
+    case DT_PSMSG_ASSIGN: return 28 + 4 * m->count * (1 + (uint64_t)m->slots);
     }
     *bad = true;
     return 0;
@@ -113,6 +115,7 @@ dt_status dt_psmsg_encode(const dt_psmsg *m, const int64_t *ids_host, const floa
     uint64_t size = payload_size(m, &bad);
     if (bad || m->n > DT_PSMSG_MAX_ROWS || m->dim > DT_PSMSG_MAX_DIM ||
         (m->type == DT_PSMSG_RING && m->n > DT_PSMSG_MAX_RING) ||
+        (m->type == DT_PSMSG_ASSIGN && (m->slots > DT_PSMSG_MAX_SLOTS || m->target > 1)) ||
         m->text_len > DT_PSMSG_MAX_TEXT || size > DT_PSMSG_MAX_PAYLOAD ||
         (m->type == DT_PSMSG_TABLE && m->text_len > DT_PSMSG_MAX_NAME))
         return dt_error(DT_ERR_INVALID, "ps message %s: sizes beyond the limits (%u rows of %u, "
@@ -123,7 +126,9 @@ dt_status dt_psmsg_encode(const dt_psmsg *m, const int64_t *ids_host, const floa
         return st;
     uint8_t *h = out->data + out->len, *p = h + DT_PSMSG_HEADER_BYTES;
     size_t nv = m->type == DT_PSMSG_ROWS || m->type == DT_PSMSG_PUSH_ROWS
-                    ? (size_t)m->n * m->dim : (size_t)m->count;
+                    ? (size_t)m->n * m->dim
+                : m->type == DT_PSMSG_ASSIGN ? (size_t)m->count * (1 + (size_t)m->slots)
+                                             : (size_t)m->count;
     uint8_t *at = p;
     switch (m->type) {
     case DT_PSMSG_PULL_ROWS: case DT_PSMSG_ROWS: case DT_PSMSG_PUSH_ROWS:
@@ -167,6 +172,10 @@ dt_status dt_psmsg_encode(const dt_psmsg *m, const int64_t *ids_host, const floa
         put64(at + 16, (uint64_t)m->correct), put64(at + 24, loss_bits), at += 32;
         break;
     }
+    case DT_PSMSG_ASSIGN:
+        put32(at, m->target), put32(at + 4, m->table), put64(at + 8, m->offset);
+        put64(at + 16, m->count), put32(at + 24, m->slots), at += 28;
+        break;
     case DT_PSMSG_SAVE:
         put64(at, (uint64_t)m->step), put32(at + 8, m->text_len), at += 12;
         memcpy(at, m->text, m->text_len), at += m->text_len;
@@ -187,7 +196,7 @@ dt_status dt_psmsg_encode(const dt_psmsg *m, const int64_t *ids_host, const floa
         break;
     }
     if (m->type == DT_PSMSG_ROWS || m->type == DT_PSMSG_PUSH_ROWS || m->type == DT_PSMSG_DENSE ||
-        m->type == DT_PSMSG_PUSH_DENSE || m->type == DT_PSMSG_VAR)
+        m->type == DT_PSMSG_PUSH_DENSE || m->type == DT_PSMSG_VAR || m->type == DT_PSMSG_ASSIGN)
         put_floats(at, values_host, nv), at += 4 * nv;
     memcpy(h, "DTPS", 4);
     h[4] = DT_PSMSG_VERSION & 0xff, h[5] = DT_PSMSG_VERSION >> 8;
@@ -344,7 +353,7 @@ dt_status dt_psmsg_decode(const uint8_t *buf, size_t n, const char *peer, dt_psm
     if (st)
         return st;
     uint16_t type = (uint16_t)(buf[6] | buf[7] << 8);
-    if (type < DT_PSMSG_PING || type > DT_PSMSG_SAVE)
+    if (type < DT_PSMSG_PING || type > DT_PSMSG_ASSIGN)
         return bad_msg(peer, 6, "unknown message type");
     out->type = (dt_psmsg_type)type;
     out->request_id = dt_load_le64(buf + 8);
@@ -472,6 +481,18 @@ dt_status dt_psmsg_decode(const uint8_t *buf, size_t n, const char *peer, dt_psm
                 return bad_msg(peer, H + at + 2 * i, "port 0 in the ring");
         at += 2ull * out->n;
         break;
+    case DT_PSMSG_ASSIGN:
+        NEED(28, "truncated assignment");
+        out->target = dt_load_le32(p), out->table = dt_load_le32(p + 4);
+        out->offset = dt_load_le64(p + 8), out->count = dt_load_le64(p + 16);
+        out->slots = dt_load_le32(p + 24), at = 28;
+        if (out->target > 1 || out->slots > DT_PSMSG_MAX_SLOTS ||
+            out->count > DT_PSMSG_MAX_PAYLOAD / 4)
+            return bad_msg(peer, H, "an assignment's target, slot count or size out of range");
+        NEED(4 * out->count * (1 + (uint64_t)out->slots), "truncated values");
+        out->values = p + at;
+        at += 4 * out->count * (1 + (size_t)out->slots);
+        break;
     case DT_PSMSG_VAR:
         NEED(VAR_FIXED_BYTES, "truncated variable definition");
         if ((st = decode_var(p, peer, out)))
@@ -495,8 +516,10 @@ dt_status dt_psmsg_decode(const uint8_t *buf, size_t n, const char *peer, dt_psm
         return bad_msg(peer, H + at, "bytes after the payload's fields");
     /* Pushed gradients must be numbers: one NaN would poison a shard for every worker. */
     if (out->type == DT_PSMSG_PUSH_ROWS || out->type == DT_PSMSG_PUSH_DENSE ||
-        out->type == DT_PSMSG_VAR) {
-        size_t nv = out->type == DT_PSMSG_PUSH_ROWS ? (size_t)out->n * out->dim : (size_t)out->count;
+        out->type == DT_PSMSG_VAR || out->type == DT_PSMSG_ASSIGN) {
+        size_t nv = out->type == DT_PSMSG_PUSH_ROWS ? (size_t)out->n * out->dim
+                    : out->type == DT_PSMSG_ASSIGN ? (size_t)out->count * (1 + (size_t)out->slots)
+                                                   : (size_t)out->count;
         size_t i = first_not_finite(out->values, nv);
         if (i < nv)
             return bad_msg(peer, (size_t)(out->values - buf) + 4 * i, "a value that is not "

@@ -38,6 +38,12 @@
  *     SAVE                         i64 step | u32 n | n bytes of a directory: the coordinator
  *                                  has a ps write its shards of checkpoint `step` there
  *                                  (checkpoint.h names the file)
+ *     ASSIGN                       u32 target (0 a table shard, 1 a dense variable) | u32 table
+ *                                  or variable | u64 offset | u64 count | u32 slots |
+ *                                  f32 values[count] then each optimizer slot's [count]: the
+ *                                  coordinator sets [offset, offset + count) of a shard's
+ *                                  rows (row-major, its own order) or of a dense variable,
+ *                                  with their slots, restoring a checkpoint
  *     RING                         u32 n | u16 ports[n]: the workers' ring of hybrid training
  *                                  (n 0: the coordinator asks a worker which port its ring
  *                                  listens on; n 1: the worker's answer; n W: every worker's
@@ -64,6 +70,7 @@
 #define DT_PSMSG_MAX_NAME 64u
 #define DT_PSMSG_TABLE_PARAMS 10
 #define DT_PSMSG_MAX_RING 65536u
+#define DT_PSMSG_MAX_SLOTS 4u
 
 typedef enum {
     DT_PSMSG_PING = 1,
@@ -83,6 +90,7 @@ typedef enum {
     DT_PSMSG_RESULT,
     DT_PSMSG_RING,
     DT_PSMSG_SAVE,
+    DT_PSMSG_ASSIGN,
 } dt_psmsg_type;
 
 typedef struct {
@@ -120,6 +128,8 @@ typedef struct {
     /* RING: n ports, each 1..65535; decoded as a view (dt_psmsg_port), encoded from ports_host */
     const uint8_t *ports;
     const uint16_t *ports_host;
+    /* ASSIGN: what (0 table shard, 1 dense variable), and how many slots follow the values */
+    uint32_t target, slots;
 } dt_psmsg;
 
 /* Decodes one message of n bytes from peer (named in errors). DT_ERR_FORMAT for anything amiss. */

@@ -440,6 +440,77 @@ dt_status dt_ps_client_push_step(dt_ps_client *c, const dt_sparse_rows *const *g
     return st ? (run_round(c), st) : run_round(c);
 }
 
+/* ---- Restoring a checkpoint ---- */
+
+#define ASSIGN_CHUNK_ROWS 65536
+
+dt_status dt_ps_client_assign_table(dt_ps_client *c, uint32_t id, const dt_table *t)
+{
+    int ti = find(c, id);
+    if (ti < 0)
+        return dt_error(DT_ERR_INVALID, "ps: no table %u defined", id);
+    const table_info *info = &c->tables[ti];
+    if (info->rows != t->rows || info->dim != t->dim || t->n_slots > (int)DT_PSMSG_MAX_SLOTS)
+        return dt_error(DT_ERR_INVALID, "ps: table %u is %lld x %d, not %lld x %d", id,
+                        (long long)info->rows, info->dim, (long long)t->rows, t->dim);
+    size_t dim = (size_t)t->dim, per = (size_t)(1 + t->n_slots);
+    float *buf = malloc((size_t)ASSIGN_CHUNK_ROWS * dim * per * sizeof *buf);
+    if (!buf)
+        return dt_error(DT_ERR_NOMEM, "no memory to restore table %u", id);
+    dt_status st = DT_OK;
+    for (int64_t s = 0; s < info->n_shards && st == DT_OK; s++) {
+        int64_t rows = dt_partition_shard_rows(info->strategy, info->rows, info->n_shards, s);
+        int64_t first = s, hi, stride = info->n_shards;
+        if (info->strategy == DT_PARTITION_DIV)
+            dt_partition_range(info->rows, info->n_shards, s, &first, &hi), stride = 1;
+        for (int64_t lo = 0; lo < rows && st == DT_OK; lo += ASSIGN_CHUNK_ROWS) {
+            size_t n = (size_t)(rows - lo < ASSIGN_CHUNK_ROWS ? rows - lo : ASSIGN_CHUNK_ROWS);
+            /* The shard's local rows lo .. lo + n in its own order: values, then each slot. */
+            for (size_t i = 0; i < n; i++) {
+                size_t g = (size_t)(first + (lo + (int64_t)i) * stride);
+                memcpy(buf + i * dim, t->data + g * dim, dim * sizeof *buf);
+                for (int k = 0; k < t->n_slots; k++)
+                    memcpy(buf + ((size_t)(k + 1) * n + i) * dim, t->slots[k] + g * dim,
+                           dim * sizeof *buf);
+            }
+            dt_psmsg m = {.type = DT_PSMSG_ASSIGN, .target = 0, .table = wire_table(id, s),
+                          .offset = (uint64_t)lo * dim, .count = n * dim,
+                          .slots = (uint32_t)t->n_slots};
+            st = queue(c, (pending){ps_of_shard(c, s), REPLY_ACK, 0, 0, 0}, &m, NULL, buf);
+            st = st ? (run_round(c), st) : run_round(c);
+        }
+    }
+    free(buf);
+    return st;
+}
+
+dt_status dt_ps_client_assign_dense(dt_ps_client *c, const dt_arena *params, const dt_optim *o)
+{
+    if (o->n_slots > (int)DT_PSMSG_MAX_SLOTS)
+        return dt_error(DT_ERR_INVALID, "ps: %d optimizer slots", o->n_slots);
+    size_t stride = o->n_slots ? o->state.n_elems / (size_t)o->n_slots : 0, most = 0;
+    for (int i = 0; i < c->n_vars; i++)
+        most = c->var_count[i] > most ? c->var_count[i] : most;
+    float *buf = malloc((most * (size_t)(1 + o->n_slots) + 1) * sizeof *buf);
+    if (!buf)
+        return dt_error(DT_ERR_NOMEM, "no memory to restore the dense variables");
+    dt_status st = DT_OK;
+    for (int i = 0; i < c->n_vars && st == DT_OK; i++) {
+        size_t off = c->var_offset[i], n = c->var_count[i];
+        memcpy(buf, params->data + off, n * sizeof *buf);
+        for (int k = 0; k < o->n_slots; k++)
+            memcpy(buf + (size_t)(k + 1) * n, o->state.data + (size_t)k * stride + off,
+                   n * sizeof *buf);
+        dt_psmsg m = {.type = DT_PSMSG_ASSIGN, .target = 1, .table = (uint32_t)i, .offset = off,
+                      .count = n, .slots = (uint32_t)o->n_slots};
+        /* Each in a round of its own: queue copies the values, buf is refilled. */
+        st = queue(c, (pending){c->var_to[i], REPLY_ACK, 0, 0, i}, &m, NULL, buf);
+        st = st ? (run_round(c), st) : run_round(c);
+    }
+    free(buf);
+    return st;
+}
+
 dt_status dt_ps_client_save(dt_ps_client *c, int64_t step, const char *dir)
 {
     for (int k = 0; k < c->n_ps; k++) {

@@ -26,6 +26,11 @@ void dt_ps_client_close(dt_ps_client *c);
  * and cl, given to open, must outlive the client. */
 dt_status dt_ps_client_reconnect(dt_ps_client *c, double timeout);
 bool dt_ps_client_broken(const dt_ps_client *c);
+/* Restoring a checkpoint: table id's rows and optimizer slots set to t's (a whole table, its
+ * slots as the ps tasks' shards hold them), shard by shard; every dense variable and the dense
+ * optimizer's slots over it set to params' and o's (o over params' layout). */
+dt_status dt_ps_client_assign_table(dt_ps_client *c, uint32_t id, const dt_table *t);
+dt_status dt_ps_client_assign_dense(dt_ps_client *c, const dt_arena *params, const dt_optim *o);
 /* Every ps task writes its shards of checkpoint step into dir (a directory they all reach), at
  * once; DT_OK when every one has. */
 dt_status dt_ps_client_save(dt_ps_client *c, int64_t step, const char *dir);

@@ -399,6 +399,55 @@ static dt_status push_dense(dt_ps_shard *s, const dt_psmsg *req, dt_psbuf *reply
     return dt_psmsg_encode(&ack, NULL, NULL, reply);
 }
 
+/* ---- Restoring a checkpoint ---- */
+
+/* ASSIGN: values (and slots) set where the coordinator restores them. */
+static dt_status assign(dt_ps_shard *s, const dt_psmsg *req, dt_psbuf *reply)
+{
+    float *values, *slot[DT_PSMSG_MAX_SLOTS];
+    uint64_t room;
+    int n_slots;
+    if (req->target == 0) {
+        dt_ps_table_shard *ts = find(s, req->table);
+        if (!ts)
+            return reply_error(req, DT_ERR_UNAVAILABLE, reply, "no table %u on this ps (yet)",
+                               req->table);
+        room = (uint64_t)ts->t.rows * (uint64_t)ts->t.dim;
+        n_slots = ts->t.n_slots;
+        values = ts->t.data;
+        for (int k = 0; k < n_slots; k++)
+            slot[k] = ts->t.slots[k];
+    } else {
+        dt_ps_dense_slice *v = find_slice(s, req->table);
+        if (!v)
+            return reply_error(req, DT_ERR_UNAVAILABLE, reply, "no variable %u on this ps (yet)",
+                               req->table);
+        if (req->offset != v->offset || req->count != v->count)
+            return reply_error(req, DT_ERR_INVALID, reply, "variable %u is [%llu, +%llu), not "
+                               "[%llu, +%llu)", v->id, (unsigned long long)v->offset,
+                               (unsigned long long)v->count,
+                               (unsigned long long)req->offset, (unsigned long long)req->count);
+        room = s->dense_total;
+        n_slots = s->dense_opt.n_slots;
+        values = s->dense;
+        size_t stride = n_slots ? s->dense_opt.state.n_elems / (size_t)n_slots : 0;
+        for (int k = 0; k < n_slots; k++)
+            slot[k] = s->dense_opt.state.data + (size_t)k * stride;
+    }
+    if (req->offset > room || req->count > room - req->offset || req->slots != (uint32_t)n_slots)
+        return reply_error(req, DT_ERR_INVALID, reply, "%s %u: %llu values from %llu with %u "
+                           "slots, it holds %llu with %d", req->target ? "variable" : "table",
+                           req->table, (unsigned long long)req->count,
+                           (unsigned long long)req->offset, req->slots,
+                           (unsigned long long)room, n_slots);
+    dt_psmsg_values(req, 0, req->count, values + req->offset);
+    for (int k = 0; k < n_slots; k++)
+        dt_psmsg_values(req, (size_t)req->count * (size_t)(k + 1), req->count,
+                        slot[k] + req->offset);
+    dt_psmsg ack = {.type = DT_PSMSG_ACK, .request_id = req->request_id};
+    return dt_psmsg_encode(&ack, NULL, NULL, reply);
+}
+
 dt_status dt_ps_shard_handle(dt_ps_shard *s, const dt_psmsg *req, dt_psbuf *reply)
 {
     switch (req->type) {
@@ -422,6 +471,8 @@ dt_status dt_ps_shard_handle(dt_ps_shard *s, const dt_psmsg *req, dt_psbuf *repl
         return pull_dense(s, req, reply);
     case DT_PSMSG_PUSH_DENSE:
         return push_dense(s, req, reply);
+    case DT_PSMSG_ASSIGN:
+        return assign(s, req, reply);
     default:
         return reply_error(req, DT_ERR_UNSUPPORTED, reply, "a ps does not answer %s",
                            dt_psmsg_type_name(req->type));

@@ -238,6 +238,51 @@ static dt_status restore_dense_slots(const shard_files *f, const dt_arena *param
     return DT_OK;
 }
 
+dt_status dt_ps_ckpt_load(const dt_ckpt *c, dt_model *m, dt_optim *o, int64_t *step)
+{
+    char *spec = dt_model_spec_to_json(dt_model_spec_of(m));
+    if (!spec)
+        return dt_error(DT_ERR_NOMEM, "no memory for the model spec");
+    const char *saved = dt_ckpt_meta_get(c, "model_spec"), *opt = dt_ckpt_meta_get(c, "optimizer");
+    const char *gs = dt_ckpt_meta_get(c, "global_step");
+    bool same = saved && strcmp(saved, spec) == 0;
+    free(spec);
+    char *end = NULL;
+    long long s = gs ? strtoll(gs, &end, 10) : -1;
+    if (!same)
+        return dt_error(DT_ERR_INVALID, "%s: written for another model (%s)", dt_ckpt_path(c),
+                        saved ? saved : "no model_spec in its metadata");
+    if (!opt || strcmp(opt, dt_opt_kind_name(o->cfg.kind)) != 0)
+        return dt_error(DT_ERR_INVALID, "%s: written with optimizer %s, this run uses %s",
+                        dt_ckpt_path(c), opt ? opt : "(none)", dt_opt_kind_name(o->cfg.kind));
+    if (!gs || *end || s < 0)
+        return dt_error(DT_ERR_FORMAT, "%s: __metadata__.global_step: missing or not a step",
+                        dt_ckpt_path(c));
+    *step = s;
+    dt_rowopt_config rule;
+    dt_optim_table_rule(&o->cfg, &rule);
+    dt_status st = dt_model_setup_tables(m, &rule);
+    if (st == DT_OK)
+        st = dt_ckpt_restore_arena(c, dt_model_params(m));
+    if (st == DT_OK && dt_ps_ckpt_is_sharded(c))
+        return dt_ps_ckpt_restore(c, m, o);
+    if (st == DT_OK && o->state.n_views > 0)
+        st = dt_ckpt_restore_arena(c, &o->state);
+    if (st)
+        return st;
+    /* One_device's checkpoint: whole tables, with their slots. */
+    for (int t = 0; t < dt_model_num_tables(m) && st == DT_OK; t++) {
+        dt_table *tab = dt_model_table(m, t);
+        for (int k = -1; k < tab->n_slots && st == DT_OK; k++) {
+            dt_arena a;
+            if ((st = dt_table_arena(tab, k, &a)) == DT_OK)
+                st = dt_ckpt_restore_arena(c, &a);
+            dt_table_arena_release(&a);
+        }
+    }
+    return st;
+}
+
 dt_status dt_ps_ckpt_restore(const dt_ckpt *c, dt_model *m, dt_optim *o)
 {
     shard_files *f = malloc(sizeof *f);

@@ -41,4 +41,10 @@ dt_status dt_ps_ckpt_save(dt_ckpt_manager *mgr, dt_ps_client *ps, int n_ps,
  * errors name the file and the tensor. */
 dt_status dt_ps_ckpt_restore(const dt_ckpt *c, dt_model *m, dt_optim *o);
 
+/* Any checkpoint of this model (sharded, or one_device's) into m (its tables given slots of
+ * o's table rule) and o (set up over m's parameters with the run's optimizer): what a
+ * coordinator places on its ps tasks, however many. DT_ERR_INVALID naming the file when it was
+ * written for another model or optimizer. *step: its global step. */
+dt_status dt_ps_ckpt_load(const dt_ckpt *c, dt_model *m, dt_optim *o, int64_t *step);
+
 #endif

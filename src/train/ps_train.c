@@ -620,6 +620,52 @@ dt_status dt_ps_work(const dt_train_config *c, dt_model *m, dt_pool *pool, dt_in
 
 /* ---- The coordinator ---- */
 
+/* The checkpoint to start from: the model directory's latest (a coordinator started again
+ * resumes from it, as Estimator does), else --restore-checkpoint. Its variables and their
+ * optimizer slots go to the ps tasks, however many there are now; *step: where the steps go on
+ * from (0: no checkpoint). */
+static dt_status restore_start(const dt_train_config *c, dt_ps_client *ps, dt_model *m,
+                               int n_ps, int64_t *step)
+{
+    *step = 0;
+    dt_ckpt *ck = NULL;
+    dt_status st = DT_END;
+    if (c->fit.model_dir)
+        st = dt_ckpt_open_latest(c->fit.model_dir, c->fit.log, &ck);
+    if (st == DT_END && c->fit.restore_path)
+        st = dt_ckpt_open(c->fit.restore_path, &ck);
+    if (st == DT_END)
+        return DT_OK;
+    if (st)
+        return st;
+    if (c->ps.mode == DT_PS_HYBRID) {
+        dt_log_to(NULL, DT_LOG_WARN, "dtrain: warning: --ps-mode hybrid does not restore %s "
+                  "(its dense variables live on the workers): training starts afresh",
+                  dt_ckpt_path(ck));
+        dt_ckpt_close(ck);
+        return DT_OK;
+    }
+    double t0 = dt_clock_now();
+    dt_optim o;
+    dt_optim_init(&o);
+    st = dt_optim_setup(&o, &c->optim, dt_model_params(m));
+    if (st == DT_OK)
+        st = dt_ps_ckpt_load(ck, m, &o, step);
+    for (int t = 0; t < dt_model_num_tables(m) && st == DT_OK; t++)
+        st = dt_ps_client_assign_table(ps, (uint32_t)t, dt_model_table(m, t));
+    if (st == DT_OK)
+        st = dt_ps_client_assign_dense(ps, dt_model_params(m), &o);
+    if (st == DT_OK && c->fit.log)
+        dt_log_to(c->fit.log, DT_LOG_INFO, "Restoring parameters from %s (global step %lld) onto "
+                  "%d ps task%s (%.2f s)", dt_ckpt_path(ck), (long long)*step, n_ps,
+                  n_ps == 1 ? "" : "s", dt_clock_now() - t0);
+    if (st)
+        dt_error_prefix(st, "restoring %s", dt_ckpt_path(ck));
+    dt_optim_free(&o);
+    dt_ckpt_close(ck);
+    return st;
+}
+
 typedef struct coordinator coordinator;
 
 typedef struct {
@@ -1264,6 +1310,10 @@ dt_status dt_ps_coordinate(const dt_train_config *c, dt_model *m, dt_fit_result 
         if ((st = dt_ps_client_reconnect(ps, c->ps.recovery_timeout)) == DT_OK)
             st = place_variables(c, m, ps, pc.cl.n_tasks[DT_JOB_PS], true, 0);
     }
+    int64_t start = 0;
+    if (st == DT_OK && (st = restore_start(c, ps, m, pc.cl.n_tasks[DT_JOB_PS], &start)) == DT_OK)
+        co.dispatched = co.steps = co.saved_step = start;
+    co.next_log = (start / 100 + 1) * 100;
     if (st == DT_OK && c->fit.model_dir && co.hybrid)
         dt_log_to(NULL, DT_LOG_WARN, "dtrain: warning: --ps-mode hybrid writes no checkpoints "
                   "(its dense variables live on the workers)");
