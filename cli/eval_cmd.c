@@ -120,11 +120,48 @@ static void print_tensor(const dt_ckpt_tensor *t)
            dt_crc32c(t->data, t->n_bytes));
 }
 
+/* A sharded checkpoint's manifest: each ps task's file and the table shards it holds. */
+static dt_status print_sharding(const dt_ckpt *c)
+{
+    const char *list = dt_ckpt_meta_get(c, "ps_shards"), *path = dt_ckpt_path(c);
+    if (!list)
+        return DT_OK;
+    const char *slash = strrchr(path, '/');
+    printf("sharding (parameter-server checkpoint):\n");
+    for (const char *p = list; *p;) {
+        const char *end = strchr(p, ',');
+        int len = end ? (int)(end - p) : (int)strlen(p);
+        char file[4400];
+        snprintf(file, sizeof file, "%.*s%.*s", slash ? (int)(slash - path + 1) : 0, path, len,
+                 p);
+        dt_ckpt *f = NULL;
+        if (dt_ckpt_open(file, &f))
+            return DT_ERR_FORMAT;
+        const char *task = dt_ckpt_meta_get(f, "ps_task");
+        int dense = 0;
+        printf("  %.*s (ps:%s, %d tensors)\n", len, p, task ? task : "?", dt_ckpt_n_tensors(f));
+        for (int i = 0; i < dt_ckpt_n_meta(f); i++) {
+            const char *k, *v;
+            dt_ckpt_meta_at(f, i, &k, &v);
+            if (strstr(k, "/part_"))
+                printf("    %-28s %s\n", k, v);
+            dense += strncmp(k, "dense/var_", 10) == 0;
+        }
+        if (dense)
+            printf("    %d dense variable%s, with the optimizer's slots over them\n", dense,
+                   dense == 1 ? "" : "s");
+        dt_ckpt_close(f);
+        p = end ? end + 1 : p + len;
+    }
+    return DT_OK;
+}
+
 int cmd_inspect(int argc, char **argv)
 {
     if (argc == 1 && (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0)) {
         printf("usage: dtrain inspect CHECKPOINT|MODEL_DIR\n\nPrints every tensor's name, "
-               "shape, dtype, size and CRC32C, then the metadata.\n");
+               "shape, dtype, size and CRC32C, then the metadata; for a parameter-server\n"
+               "checkpoint, each ps task's file and the table shards it holds.\n");
         return 0;
     }
     if (argc != 1)
@@ -153,7 +190,10 @@ int cmd_inspect(int argc, char **argv)
         dt_ckpt_meta_at(c, i, &k, &v);
         printf("  %s = %s\n", k, v);
     }
+    st = print_sharding(c);
     dt_ckpt_close(c);
+    if (st)
+        return cli_fail(1, dt_last_error());
     if (fflush(stdout) != 0 || ferror(stdout))
         return cli_fail(1, "stdout: write failed");
     return 0;

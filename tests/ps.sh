@@ -266,6 +266,47 @@ else
     fail ps_train_hybrid_2_workers_2_ps_is_multi_worker_mirrored "exit $status, auc $auc steps $steps vs mwm $mauc $msteps: $(tail -3 "$tmp/err")"
 fi
 
+# ---- sharded checkpoints: written by 2 ps, restored with 1 and 3 and into one_device ----
+# Hashed into 3000 rows of 8: small files, the same code paths.
+ck=(train --data "libsvm:$tmp/train.svm" --test-data "libsvm:$tmp/test.svm" --hash-buckets 3000
+    --embedding-size 8 --deep-layers 16 --model deepfm --optimizer adam --lr 5e-4 --batch-size 128
+    --shuffle-buffer 0 --progress none --seed 1 --threads 1 --max-steps 40)
+reassemble="$(dirname "$0")/progs/ps_ckpt.py"
+run timeout 120 "$dtrain" launch -n 2 --ps 2 -- "$dtrain" "${ck[@]}" --model-dir "$tmp/ck2" \
+    --metrics-out "$tmp/ck2.json"
+sum2=$(json_field "$tmp/ck2.json" param_checksum 2>/dev/null)
+if [ "$status" -eq 0 ] && [ -f "$tmp/ck2/ckpt-40.safetensors" ] && [ -f "$tmp/ck2/ckpt-40.ps-0-of-2.safetensors" ] &&
+    [ -f "$tmp/ck2/ckpt-40.ps-1-of-2.safetensors" ] && grep -q "Saving checkpoints for 40 into" "$tmp/out" &&
+    "$dtrain" inspect "$tmp/ck2" 2> /dev/null | grep -q "fm_v/part_1 .*rows_total=3000 dim=8 shards=2 shard=1 strategy=div"; then
+    ok ps_checkpoint_written_shard_by_shard "checksum=$sum2"
+else
+    fail ps_checkpoint_written_shard_by_shard "exit $status: $(ls "$tmp/ck2" 2>&1 | tr '\n' ' ') $(tail -2 "$tmp/err")"
+fi
+run "$dtrain" "${ck[@]}" --restore-checkpoint "$tmp/ck2/ckpt-40.safetensors" --model-dir "$tmp/ck1d" \
+    --metrics-out "$tmp/ck1d.json"
+sum1d=$(json_field "$tmp/ck1d.json" param_checksum 2>/dev/null)
+/usr/bin/python3 "$reassemble" "$tmp/ck2/ckpt-40.safetensors" --compare "$tmp/ck1d/ckpt-40.safetensors" > "$tmp/re" 2>&1
+rc=$?
+if [ "$status" -eq 0 ] && [ -n "$sum2" ] && [ "$sum1d" = "$sum2" ] && [ "$rc" -eq 0 ] && grep -q "bit for bit" "$tmp/re"; then
+    ok ps_checkpoint_restores_into_one_device "checksum=$sum1d, $(tail -1 "$tmp/re")"
+else
+    fail ps_checkpoint_restores_into_one_device "exit $status, checksum $sum1d vs $sum2, numpy: $(tail -1 "$tmp/re")"
+fi
+for nps in 1 3; do
+    run timeout 120 "$dtrain" launch -n 1 --ps "$nps" -- "$dtrain" "${ck[@]}" \
+        --restore-checkpoint "$tmp/ck2/ckpt-40.safetensors" --model-dir "$tmp/ck$nps" \
+        --metrics-out "$tmp/ck$nps.json"
+    /usr/bin/python3 "$reassemble" "$tmp/ck$nps/ckpt-40.safetensors" --compare "$tmp/ck1d/ckpt-40.safetensors" > "$tmp/re" 2>&1
+    rc=$?
+    if [ "$status" -eq 0 ] && [ "$rc" -eq 0 ] && grep -q "in $nps shards" "$tmp/re" &&
+        grep -q "Restoring parameters from .*ckpt-40.safetensors (global step 40) onto $nps ps task" "$tmp/out" &&
+        [ "$(json_field "$tmp/ck$nps.json" param_checksum)" = "$sum2" ]; then
+        ok "ps_checkpoint_of_2_ps_restores_on_${nps}_ps" "$(tail -1 "$tmp/re")"
+    else
+        fail "ps_checkpoint_of_2_ps_restores_on_${nps}_ps" "exit $status: $(tail -2 "$tmp/err") numpy: $(tail -1 "$tmp/re")"
+    fi
+done
+
 # ---- failures: a worker or the coordinator killed mid-run; nothing hangs or stays ----
 "$dtrain" data gen-ctr --rows 200000 --seed 13 --out "$tmp/long.svm" > "$tmp/gen2" 2>&1
 "$dtrain" data gen-ctr --rows 20000 --seed 14 --out "$tmp/long_test.svm" > /dev/null 2>&1

@@ -1,6 +1,7 @@
 /* The client side of the ps tasks (see client.h). */
 #include "client.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -208,6 +209,10 @@ static dt_status run_round(dt_ps_client *c)
             c->bytes_sent += c->ps[k].out.len;
             c->broken = st != DT_OK;
         }
+    /* A refusal (an ERROR reply) is kept, and the other replies are still read, so that every
+     * link stays in step for the next round; anything else leaves the links broken. */
+    dt_status refused = DT_OK;
+    char why[DT_PSMSG_MAX_TEXT + DT_HOST_CAP + 64];
     for (size_t m = 0; m < c->n_due && st == DT_OK; m++) {
         const pending *p = &c->due[m];
         ps_link *l = &c->ps[p->to];
@@ -217,20 +222,27 @@ static dt_status run_round(dt_ps_client *c)
             break;
         }
         c->bytes_received += l->in.len;
-        if (r.type == DT_PSMSG_ERROR)
-            st = dt_error(dt_psmsg_status(&r), "%s: %.*s", l->name,
-                          (int)r.text_len, r.text);
-        else if (r.type != want[p->kind])
+        if (r.type == DT_PSMSG_ERROR) {
+            if (refused == DT_OK) {
+                refused = dt_psmsg_status(&r);
+                snprintf(why, sizeof why, "%s: %.*s", l->name, (int)r.text_len, r.text);
+            }
+            continue;
+        }
+        if (r.type != want[p->kind])
             st = dt_error(DT_ERR_PEER, "%s: a %s reply where %s was due", l->name,
                           dt_psmsg_type_name(r.type), dt_psmsg_type_name(want[p->kind]));
         else if (p->kind == REPLY_ROWS)
             st = take_rows(c, p, &r);
         else if (p->kind == REPLY_DENSE)
             st = take_dense(c, p, &r);
+        c->broken = st != DT_OK;
     }
     for (int k = 0; k < c->n_ps; k++)
         c->ps[k].out.len = 0;
     c->n_due = 0;
+    if (st == DT_OK && refused)
+        st = dt_error(refused, "%s", why);
     return st;
 }
 

@@ -1216,7 +1216,7 @@ static dt_status save_checkpoint(coordinator *co, dt_ps_client *ps, dt_model *m,
         st = dt_ps_client_pull_dense(ps, dt_model_params(m)->data);
         if (st == DT_OK)
             st = dt_ps_ckpt_save(&co->mgr, ps, n_ps, &c->fit, m, &c->optim, step,
-                                 co->n_links, final);
+                                 co->pc->cl.n_tasks[DT_JOB_WORKER], final);
         if (st == DT_OK) {
             co->saved_step = step;
             if (c->fit.log)
