@@ -313,17 +313,23 @@ done
 fs2=$(sed -n 's/.*feature_size=\([0-9]*\).*/\1/p' "$tmp/gen2")
 long=(train --data "libsvm:$tmp/long.svm" --feature-size "$fs2" --model deepfm --batch-size 64
       --progress none --threads 1 --coordinator-timeout 8 --connect-timeout 30)
+# start_task BASE TASK OUT ARGS...: one task (chief:0, worker:0, worker:1 or ps:0) of the cluster
+# at BASE..BASE+3 running dtrain ARGS, its output in $tmp/OUT.out and .err.
+start_task() {
+    local base=$1 task=$2 out=$3
+    shift 3
+    local cl="{\"chief\":[\"127.0.0.1:$base\"],\"worker\":[\"127.0.0.1:$((base + 1))\",\"127.0.0.1:$((base + 2))\"],\"ps\":[\"127.0.0.1:$((base + 3))\"]}"
+    TF_CONFIG="{\"cluster\":$cl,\"task\":{\"type\":\"${task%%:*}\",\"index\":${task#*:}}}" \
+        "$dtrain" "$@" > "$tmp/$out.out" 2> "$tmp/$out.err" &
+    task_pid[$task]=$!
+    pids+=($!)
+}
 # start_cluster BASE [FLAGS...]: the chief, 2 workers and 1 ps of a cluster at BASE..BASE+3.
 start_cluster() {
-    local base=$1 job i
+    local base=$1 task
     shift
-    local cl="{\"chief\":[\"127.0.0.1:$base\"],\"worker\":[\"127.0.0.1:$((base + 1))\",\"127.0.0.1:$((base + 2))\"],\"ps\":[\"127.0.0.1:$((base + 3))\"]}"
     for task in chief:0 worker:0 worker:1 ps:0; do
-        job=${task%%:*} i=${task#*:}
-        TF_CONFIG="{\"cluster\":$cl,\"task\":{\"type\":\"$job\",\"index\":$i}}" \
-            "$dtrain" "${long[@]}" --test-data none "$@" > "$tmp/$job$i.out" 2> "$tmp/$job$i.err" &
-        task_pid[$task]=$!
-        pids+=($!)
+        start_task "$base" "$task" "${task%%:*}${task#*:}" "${long[@]}" --test-data none "$@"
     done
 }
 declare -A task_pid
@@ -482,6 +488,35 @@ for task in worker:0 worker:1 ps:0; do
 done
 if [ -z "$bad" ]; then ok ps_train_coordinator_killed_tasks_exit; else fail ps_train_coordinator_killed_tasks_exit "$bad"; fi
 no_leftovers ps_train_coordinator_killed_leaves_nothing "$base" 3
+# The coordinator killed in the middle of a checkpoint (its ps still writing its shards): the
+# ps and workers keep serving; the chief started again restores the previous checkpoint, which
+# the state file still names, and the job completes.
+rs=(train --data "libsvm:$tmp/long.svm" --test-data none --hash-buckets 300000 --embedding-size 64
+    --deep-layers 16 --model deepfm --batch-size 64 --epochs 2 --progress none --threads 1
+    --coordinator-timeout 20 --connect-timeout 30 --model-dir "$tmp/mdk" --save-checkpoints-secs 0.5)
+base=$(free_base 4)
+for task in chief:0 worker:0 worker:1 ps:0; do start_task "$base" "$task" "${task%%:*}${task#*:}" "${rs[@]}"; done
+caught=""
+for _ in $(seq 1 400); do
+    for f in "$tmp"/mdk/ckpt-*.ps-0-of-1.safetensors.tmp.*; do
+        [ -e "$f" ] && [ -s "$tmp/mdk/checkpoint" ] && caught=$f && break 2
+    done
+    sleep 0.02
+done
+[ -n "$caught" ] && kill -9 "${task_pid[chief:0]}"
+torn=$(basename "${caught%%.ps-*}")
+before=$(sed -n 's/^model_checkpoint_path: "\(.*\)"/\1/p' "$tmp/mdk/checkpoint" 2>/dev/null)
+sleep 1
+start_task "$base" chief:0 chief0b "${rs[@]}"
+wait_tasks 120
+if [ -n "$caught" ] && [ "${task_status[chief:0]}" -eq 0 ] && [ "${task_status[worker:0]}" -eq 0 ] &&
+    [ "${task_status[ps:0]}" -eq 0 ] && [ ! -e "$tmp/mdk/$torn.safetensors" -o "$torn.safetensors" != "$before" ] &&
+    grep -q "Restoring parameters from .*$before (global step" "$tmp/chief0b.out"; then
+    ok ps_train_coordinator_killed_mid_save_restarts_from_the_previous "killed while $torn was written; restored $before"
+else
+    fail ps_train_coordinator_killed_mid_save_restarts_from_the_previous "caught '$caught', before '$before', chief ${task_status[chief:0]}: $(tail -2 "$tmp/chief0b.err") $(head -3 "$tmp/chief0b.out")"
+fi
+no_leftovers ps_train_coordinator_restart_leaves_nothing "$base" 3
 
 # ---- invalid parameter-server clusters and flags: named errors at once ----
 base=$(free_base 4)
