@@ -307,6 +307,19 @@ for nps in 1 3; do
     fi
 done
 
+# The sidecar evaluator of a launched parameter-server job reads its sharded checkpoints: its
+# AUC of the last one is the chief's.
+run timeout 120 "$dtrain" launch -n 2 --ps 2 --evaluator -- "$dtrain" "${ck[@]:0:${#ck[@]}-2}" \
+    --max-steps 60 --model-dir "$tmp/cke" --save-checkpoints-steps 20
+eval_auc=$(sed -n 's/^\[evaluator:0\] Saving dict for global step 60: .*auc = \([0-9.]*\),.*/\1/p' "$tmp/out")
+chief_auc=$(sed -n 's/^\[chief:0\] .*test AUC: \([0-9.]*\).*/\1/p' "$tmp/out")
+if [ "$status" -eq 0 ] && [ -n "$eval_auc" ] &&
+    python3 -c "import sys; sys.exit(0 if abs($eval_auc - ${chief_auc:-9}) < 1e-4 else 1)"; then
+    ok ps_sidecar_evaluator_reads_sharded_checkpoints "auc=$eval_auc chief=$chief_auc"
+else
+    fail ps_sidecar_evaluator_reads_sharded_checkpoints "exit $status, evaluator '$eval_auc', chief '$chief_auc': $(tail -3 "$tmp/err")"
+fi
+
 # ---- failures: a worker or the coordinator killed mid-run; nothing hangs or stays ----
 "$dtrain" data gen-ctr --rows 200000 --seed 13 --out "$tmp/long.svm" > "$tmp/gen2" 2>&1
 "$dtrain" data gen-ctr --rows 20000 --seed 14 --out "$tmp/long_test.svm" > /dev/null 2>&1
