@@ -48,11 +48,17 @@ start_ps() {
 }
 
 # no_leftovers NAME BASE N: none of our processes runs, no port BASE..BASE+N listens, and no
-# shared-memory segment of a dtrain process (hybrid's ring meets in one) is left.
+# shared-memory segment (hybrid's ring meets in one, named dtrain-<creator pid>-...) outlived
+# the process that made it.
 no_leftovers() {
-    local name=$1 base=$2 n=$3 p live="" port
+    local name=$1 base=$2 n=$3 p live="" port owner
     for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && live="$live $p"; done
-    for p in /dev/shm/dtrain-*; do [ -e "$p" ] && live="$live $p"; done
+    for p in /dev/shm/dtrain-*; do
+        [ -e "$p" ] || continue
+        owner=${p#/dev/shm/dtrain-}
+        owner=${owner%%-*}
+        kill -0 "$owner" 2>/dev/null || live="$live $p"
+    done
     for ((port = base; port <= base + n; port++)); do
         ss -ltnH "sport = :$port" 2>/dev/null | grep -q . && live="$live port:$port"
     done
@@ -308,9 +314,16 @@ for nps in 1 3; do
 done
 
 # The sidecar evaluator of a launched parameter-server job reads its sharded checkpoints: its
-# AUC of the last one is the chief's.
+# AUC of the last one is the chief's. The chief writes TensorBoard's training scalars.
 run timeout 120 "$dtrain" launch -n 2 --ps 2 --evaluator -- "$dtrain" "${ck[@]:0:${#ck[@]}-2}" \
-    --max-steps 60 --model-dir "$tmp/cke" --save-checkpoints-steps 20
+    --max-steps 60 --model-dir "$tmp/cke" --save-checkpoints-steps 20 --save-summary-steps 20
+/usr/bin/python3 "$(dirname "$0")/progs/read_events.py" "$tmp"/cke/events.out.tfevents.* > "$tmp/ev" 2>&1
+if grep -q "^scalar 20 loss" "$tmp/ev" && grep -q "^scalar 60 global_step/sec" "$tmp/ev" &&
+    [ "$(grep -c '^scalar' "$tmp/ev")" -eq 12 ]; then
+    ok ps_chief_writes_tensorboard_scalars "$(grep '^scalar 60 loss' "$tmp/ev")"
+else
+    fail ps_chief_writes_tensorboard_scalars "$(head -c 300 "$tmp/ev")"
+fi
 eval_auc=$(sed -n 's/^\[evaluator:0\] Saving dict for global step 60: .*auc = \([0-9.]*\),.*/\1/p' "$tmp/out")
 chief_auc=$(sed -n 's/^\[chief:0\] .*test AUC: \([0-9.]*\).*/\1/p' "$tmp/out")
 if [ "$status" -eq 0 ] && [ -n "$eval_auc" ] &&

@@ -19,6 +19,7 @@
 #include "dtrain/clock.h"
 #include "dtrain/embedding.h"
 #include "dtrain/log.h"
+#include "dtrain/summary.h"
 
 /* ---- What both sides know ---- */
 
@@ -723,6 +724,10 @@ struct coordinator {
     /* The last epoch's worth of results, for the final loss. */
     double window_loss;
     int64_t window_rows;
+    /* TensorBoard (--model-dir, every save_summary_steps steps): the figures since the last. */
+    dt_summary_writer *summary;
+    int64_t next_summary, summary_rows, summary_correct, summary_step;
+    double summary_loss, summary_t;
 };
 
 /* The steps worker l may take now under bounded staleness: a worker at clock c must see every
@@ -806,6 +811,40 @@ static void retire(coordinator *co, worker_link *l, bool failed)
     pthread_mutex_unlock(&co->mu);
 }
 
+/* The training scalars one_device writes (loss, accuracy, learning_rate, global_step/sec) from
+ * the results since the last ones, every save_summary_steps steps; the caller holds co->mu. A
+ * failure to write is logged once, and the job goes on. */
+static void summarize(coordinator *co, const dt_psmsg *r)
+{
+    if (!co->summary)
+        return;
+    co->summary_loss += r->loss, co->summary_rows += r->rows, co->summary_correct += r->correct;
+    if (co->steps < co->next_summary || co->summary_rows == 0)
+        return;
+    const dt_optim_config *oc = &co->c->optim;
+    double now = dt_clock_now(), secs = now - co->summary_t;
+    double rate = secs > 0 ? (double)(co->steps - co->summary_step) / secs : 0.0;
+    dt_status st;
+    if ((st = dt_summary_scalar(co->summary, "loss", co->steps,
+                                (float)(co->summary_loss / (double)co->summary_rows))) ||
+        (st = dt_summary_scalar(co->summary, "accuracy", co->steps,
+                                (float)co->summary_correct / (float)co->summary_rows)) ||
+        (st = dt_summary_scalar(co->summary, "learning_rate", co->steps,
+                                dt_lr_schedule_at(oc, co->steps))) ||
+        (st = dt_summary_scalar(co->summary, "global_step/sec", co->steps, (float)rate)) ||
+        (st = dt_summary_flush(co->summary))) {
+        dt_log_to(NULL, DT_LOG_WARN, "dtrain: warning: TensorBoard summaries stop: %s",
+                  dt_last_error());
+        dt_summary_close(co->summary);
+        co->summary = NULL;
+        return;
+    }
+    int64_t every = co->c->fit.save_summary_steps;
+    co->next_summary = (co->steps / every + 1) * every;
+    co->summary_loss = 0, co->summary_rows = co->summary_correct = 0;
+    co->summary_step = co->steps, co->summary_t = now;
+}
+
 static void add_result(coordinator *co, worker_link *l, const dt_psmsg *r)
 {
     pthread_mutex_lock(&co->mu);
@@ -816,6 +855,7 @@ static void add_result(coordinator *co, worker_link *l, const dt_psmsg *r)
         co->steps += r->n;
     co->rows += r->rows, co->correct += r->correct, co->loss += r->loss;
     co->window_loss += r->loss, co->window_rows += r->rows;
+    summarize(co, r);
     FILE *p = co->c->fit.progress;
     if (p && co->steps >= co->next_log) {
         double secs = dt_clock_now() - co->t0;
@@ -1323,6 +1363,13 @@ dt_status dt_ps_coordinate(const dt_train_config *c, dt_model *m, dt_fit_result 
         co.checkpoints = st == DT_OK;
         co.saved_at = dt_clock_now();
     }
+    /* TensorBoard, as one_device writes it into the model directory. */
+    if (st == DT_OK && c->fit.model_dir && c->fit.save_summary_steps > 0) {
+        st = dt_summary_open(c->fit.model_dir, &co.summary);
+        int64_t every = c->fit.save_summary_steps;
+        co.next_summary = (co.steps / every + 1) * every;
+        co.summary_step = co.steps, co.summary_t = dt_clock_now();
+    }
     co.t0 = dt_clock_now();
     ps_watch pw = {.co = &co, .ps = ps, .m = m, .n_ps = pc.cl.n_tasks[DT_JOB_PS]};
     bool watching = st == DT_OK && pthread_create(&pw.thread, NULL, watch_ps, &pw) == 0;
@@ -1363,6 +1410,7 @@ dt_status dt_ps_coordinate(const dt_train_config *c, dt_model *m, dt_fit_result 
     dt_ps_client_close(ps);
     if (co.checkpoints)
         dt_ckpt_manager_close(&co.mgr);
+    dt_summary_close(co.summary);
     pthread_cond_destroy(&co.changed);
     pthread_mutex_destroy(&co.mu);
     close_cluster(&pc);
