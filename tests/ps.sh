@@ -59,8 +59,15 @@ no_leftovers() {
         owner=${owner%%-*}
         kill -0 "$owner" 2>/dev/null || live="$live $p"
     done
-    for ((port = base; port <= base + n; port++)); do
-        ss -ltnH "sport = :$port" 2>/dev/null | grep -q . && live="$live port:$port"
+    # A port something still listens on cannot be bound, even with SO_REUSEADDR.
+    for port in $(python3 -c "
+import socket, sys
+for p in range($base, $base + $n + 1):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try: s.bind(('127.0.0.1', p))
+    except OSError: print(p)
+    s.close()"); do
+        live="$live port:$port"
     done
     if [ -z "$live" ]; then ok "$name"; else fail "$name" "left behind:$live"; fi
 }
