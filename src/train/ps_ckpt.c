@@ -40,7 +40,8 @@ dt_status dt_ps_ckpt_save(dt_ckpt_manager *mgr, dt_ps_client *ps, int n_ps,
     char v[20][VALUE_CAP];
     dt_ckpt_meta meta[24];
     int n = 0;
-#define META(key, fmt, val) (snprintf(v[n], VALUE_CAP, fmt, val), meta[n] = (dt_ckpt_meta){key, v[n]}, n++)
+#define META(key, fmt, val)                                                                        \
+    (snprintf(v[n], VALUE_CAP, fmt, val), meta[n] = (dt_ckpt_meta){key, v[n]}, n++)
     META("global_step", "%" PRId64, step);
     META("epoch", "%d", 0);
     META("step_in_epoch", "%d", 0);

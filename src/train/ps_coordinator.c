@@ -1,625 +1,16 @@
-/* Parameter-server training: the coordinator and the workers (see ps_train.h). */
-#include "ps_train.h"
-
+/* Parameter-server training: the coordinator (see ps_train.h). */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../coll/agree.h"
-#include "../coll/comm_tcp.h"
-#include "../net/psmsg.h"
-#include "../net/sock.h"
-#include "../net/transport.h"
-#include "../net/zlink.h"
-#include "../ps/client.h"
-#include "ps_ckpt.h"
-#include "batch.h"
 #include "dtrain/clock.h"
-#include "dtrain/embedding.h"
 #include "dtrain/log.h"
 #include "dtrain/summary.h"
-
-/* ---- What both sides know ---- */
-
-typedef struct {
-    dt_cluster cl;
-    uint8_t *secret;
-    size_t secret_len;
-    dt_handshake_id me;
-} ps_cluster;
-
-static void close_cluster(ps_cluster *pc)
-{
-    free(pc->secret);
-    dt_cluster_free(&pc->cl);
-    memset(pc, 0, sizeof *pc);
-}
-
-static dt_status open_cluster(const dt_train_config *c, ps_cluster *pc)
-{
-    memset(pc, 0, sizeof *pc);
-    dt_status st = dt_cluster_from_env(&pc->cl);
-    if (st == DT_OK && c->comm.task)
-        st = dt_cluster_set_task(&pc->cl, c->comm.task);
-    if (st == DT_OK)
-        st = dt_transport_load_secret(c->comm.secret_file, &pc->secret, &pc->secret_len);
-    if (st == DT_OK && !pc->secret && !dt_cluster_all_loopback(&pc->cl) && !c->comm.insecure)
-        st = dt_error(DT_ERR_AUTH, "this cluster has non-loopback addresses and no secret: set "
-                      "DTRAIN_CLUSTER_SECRET or give --secret-file (or --insecure to run "
-                      "unauthenticated)");
-    if (st) {
-        close_cluster(pc);
-        return st;
-    }
-    pc->me = (dt_handshake_id){pc->secret, pc->secret_len, pc->cl.id, pc->cl.task_type,
-                               pc->cl.task_index};
-    return DT_OK;
-}
-
-/* A task's ZeroMQ endpoint, from its TF_CONFIG address. */
-static void endpoint_of(const dt_addr *a, char *out, size_t cap)
-{
-    bool v6 = strchr(a->host, ':') != NULL;
-    snprintf(out, cap, "tcp://%s%s%s:%u", v6 ? "[" : "", a->host, v6 ? "]" : "", a->port);
-}
-
-/* The shards of table t: the partitioner's count, or one per ps task. */
-static int64_t shards_of(const dt_train_config *c, int64_t rows, int dim, int n_ps)
-{
-    if (c->ps.partitioner_given)
-        return dt_partition_shards(&c->ps.partitioner, rows, (int64_t)dim * 4);
-    return n_ps < rows ? n_ps : rows;
-}
-
-/* Tells the client where the model's tables and dense variables are (define: and puts them
- * there, with m's values, as the coordinator does). */
-static dt_status place_variables(const dt_train_config *c, dt_model *m, dt_ps_client *ps,
-                                 int n_ps, bool define, int64_t table_rows)
-{
-    dt_rowopt_config rule;
-    dt_optim_table_rule(&c->optim, &rule);
-    dt_status st = DT_OK;
-    for (int t = 0; t < dt_model_num_tables(m) && st == DT_OK; t++) {
-        const dt_table *tab = dt_model_table(m, t);
-        int64_t rows = table_rows > 0 ? table_rows : tab->rows;
-        int64_t shards = shards_of(c, rows, tab->dim, n_ps);
-        /* fm_v starts N(0, stddev^2) per row from the seed, fm_w at 0, as dt_model_init_params
-         * makes them (model_spec.h). */
-        float stddev = strcmp(tab->name, "fm_v") == 0 ? dt_model_spec_of(m)->ctr.init_stddev : 0;
-        st = define ? dt_ps_client_define(ps, (uint32_t)t, tab->name, rows, tab->dim, shards,
-                                          c->ps.partition_strategy, &rule, stddev, c->fit.seed)
-                    : dt_ps_client_use_table(ps, (uint32_t)t, rows, tab->dim, shards,
-                                             c->ps.partition_strategy);
-    }
-    /* Hybrid: the dense variables are the workers' own, all-reduced among them. */
-    if (st == DT_OK && c->ps.mode != DT_PS_HYBRID)
-        st = define ? dt_ps_client_define_dense(ps, dt_model_params(m), &c->optim)
-                    : dt_ps_client_use_dense(ps, dt_model_params(m));
-    return st;
-}
-
-static dt_status reply_msg(dt_zlink *z, const dt_zpeer *to, const dt_psmsg *m, dt_psbuf *buf)
-{
-    buf->len = 0;
-    dt_status st = dt_psmsg_encode(m, NULL, NULL, buf);
-    return st ? st : dt_zlink_reply(z, to, buf);
-}
-
-/* ---- The worker ---- */
-
-/* A CTR model's tables: fm_w and fm_v. */
-#define DT_PS_WORKER_MAX_TABLES 16
-
-typedef struct {
-    const dt_train_config *c;
-    const ps_cluster *pc;
-    int64_t table_rows;    /* the tables' rows on the ps tasks */
-    dt_model *m;
-    dt_input *in;
-    dt_ps_client *ps;      /* opened at the first function */
-    int32_t *labels;
-    int64_t *uniq;       /* the batch's unique ids */
-    size_t n_uniq;
-    int64_t *gids;       /* the tables' gradient rows' ids, table t's from t x cap */
-    uint32_t *slot;
-    void *scratch;
-    size_t cap;
-    double *pull_ms;       /* each step's pull round */
-    size_t n_pulls, pulls_cap;
-    int64_t steps, samples;
-    int epoch;             /* epochs of this worker's data begun */
-    int64_t in_epoch;      /* batches taken in this epoch */
-    int64_t taken;         /* batches taken from the data, trained on or skipped */
-    bool done;             /* every epoch used up */
-    /* Hybrid: the dense variables are this worker's, their gradients all-reduced over the
-     * workers' ring (its own listener, beside the ZeroMQ one at the TF_CONFIG address), and
-     * updated here. */
-    dt_pool *pool;
-    int ring_fd;           /* the ring's listening socket, until the ring is joined */
-    uint16_t ring_port;
-    dt_cluster ring_cluster;
-    dt_comm *ring;
-    dt_optim opt;
-} worker;
-
-/* The next batch of this worker's data, going on into its next epoch at the end of one; DT_END
- * once its epochs are used up. */
-static dt_status next_batch(worker *w, dt_elem **e)
-{
-    const dt_fit_config *f = &w->c->fit;
-    for (;;) {
-        dt_status st = DT_END;
-        if (f->steps_per_epoch == 0 || w->in_epoch < f->steps_per_epoch)
-            st = dt_dataset_next(w->in->train, e);
-        if (st == DT_OK && (*e)->n > 0) {
-            w->in_epoch++, w->taken++;
-            return DT_OK;
-        }
-        if (st == DT_OK) {
-            dt_elem_free(*e);
-            continue;
-        }
-        if (st != DT_END)
-            return st;
-        if (w->in_epoch == 0 && w->epoch > 0)
-            return dt_error(DT_ERR_INVALID, "%s: this worker's shard of the data is empty",
-                            w->in->source);
-        if (++w->epoch >= f->epochs) {
-            w->done = true;
-            return DT_END;
-        }
-        w->in_epoch = 0;
-        if ((st = dt_dataset_reset(w->in->train)))
-            return st;
-    }
-}
-
-static dt_status reserve_ids(worker *w, size_t n)
-{
-    if (n <= w->cap && w->uniq)
-        return DT_OK;
-    free(w->uniq), free(w->slot), free(w->scratch), free(w->gids);
-    w->uniq = malloc(n * sizeof *w->uniq);
-    w->gids = malloc(n * DT_PS_WORKER_MAX_TABLES * sizeof *w->gids);
-    w->slot = malloc(n * sizeof *w->slot);
-    w->scratch = malloc(dt_embedding_scratch_bytes(n));
-    w->cap = w->uniq && w->gids && w->slot && w->scratch ? n : 0;
-    return w->cap ? DT_OK : dt_error(DT_ERR_NOMEM, "no memory for a batch of %zu ids", n);
-}
-
-/* The worker's tables hold one batch's rows: the batch's ids become their index among its
- * unique ids (the element is the worker's own), and the pulled rows land there. */
-static dt_status renumber_ids(worker *w, dt_elem *e)
-{
-    w->n_uniq = 0;
-    if (dt_model_num_tables(w->m) == 0)
-        return DT_OK;
-    size_t n = (size_t)(e->sp_row[e->n] - e->sp_row[0]);
-    int64_t *ids = e->sp_ids + e->sp_row[0];
-    dt_status st = reserve_ids(w, n);
-    if (st)
-        return st;
-    w->n_uniq = dt_embedding_dedupe(ids, n, w->scratch, w->uniq, w->slot);
-    for (size_t i = 0; i < n; i++)
-        ids[i] = (int64_t)w->slot[i];
-    return DT_OK;
-}
-
-/* The batch's rows of every table and the dense variables, from the ps tasks in one round. */
-static dt_status pull_variables(worker *w)
-{
-    dt_model *m = w->m;
-    float *rows[DT_PS_WORKER_MAX_TABLES] = {0};
-    for (int t = 0; t < dt_model_num_tables(m) && w->n_uniq > 0; t++)
-        rows[t] = dt_model_table(m, t)->data;
-    if (w->n_pulls == w->pulls_cap) {
-        size_t cap = w->pulls_cap ? 2 * w->pulls_cap : 1024;
-        double *p = realloc(w->pull_ms, cap * sizeof *p);
-        if (!p)
-            return dt_error(DT_ERR_NOMEM, "no memory for %zu pull times", cap);
-        w->pull_ms = p, w->pulls_cap = cap;
-    }
-    double t0 = dt_clock_now();
-    dt_status st = dt_ps_client_pull_step(w->ps, w->uniq, w->n_uniq, rows,
-                                          w->ring ? NULL : dt_model_params(m)->data);
-    w->pull_ms[w->n_pulls++] = (dt_clock_now() - t0) * 1e3;
-    return st;
-}
-
-/* The tables' gradients with the batch's ids again (local row k is unique id k: increasing
- * stays increasing), pushed with the dense gradients. */
-static dt_status push_gradients(worker *w, int64_t step, float table_scale)
-{
-    dt_model *m = w->m;
-    dt_sparse_rows global[DT_PS_WORKER_MAX_TABLES];
-    const dt_sparse_rows *grads[DT_PS_WORKER_MAX_TABLES] = {0};
-    for (int t = 0; t < dt_model_num_tables(m); t++) {
-        const dt_sparse_rows *g = dt_model_table_grad(m, t);
-        int64_t *gids = w->gids + (size_t)t * w->cap;
-        for (size_t k = 0; k < g->n; k++)
-            gids[k] = w->uniq[g->ids[k]];
-        global[t] = *g;
-        global[t].ids = gids;
-        grads[t] = &global[t];
-    }
-    return dt_ps_client_push_step(w->ps, grads, w->ring ? NULL : dt_model_grads(m)->data, step,
-                                  table_scale);
-}
-
-/* Hybrid, before a step: the workers learn the global batch, and stop together as soon as one
- * worker's data is used up (shards may differ by a batch). DT_END then. */
-static dt_status agree_on_batch(worker *w, dt_status got, int64_t rows, int64_t step,
-                                int64_t *global_rows)
-{
-    dt_agree_msg m = {.type = DT_AGREE_BEFORE_STEP, .n_ints = 2,
-                      .ints = {got == DT_OK ? rows : 0, got == DT_OK ? 0 : 1}};
-    dt_status st = dt_comm_agree(w->ring, &m);
-    if (st)
-        return dt_error_prefix(st, "step %lld", (long long)step);
-    *global_rows = m.ints[0];
-    if (m.ints[1] > 0) {
-        w->done = true;
-        return DT_END;
-    }
-    return DT_OK;
-}
-
-/* Hybrid, after backward: the dense gradients summed over the workers (each scaled by
- * 1 / global batch), then this worker's copy updated with step's rates, as every other's. */
-static dt_status update_dense(worker *w, int64_t step)
-{
-    dt_arena *p = dt_model_params(w->m), *g = dt_model_grads(w->m);
-    dt_status st = w->ring->size > 1
-                       ? dt_comm_allreduce(w->ring, g->data, g->n_elems, DT_REDUCE_SUM, DT_WIRE_F32)
-                       : DT_OK;
-    if (st)
-        return dt_error_prefix(st, "step %lld", (long long)step);
-    w->opt.iterations = step - 1;
-    dt_optim_step(&w->opt, w->pool, p->data, g->data, p->n_elems);
-    return DT_OK;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* The worker's figures for the report: steps, samples, pull times and traffic. */
-static void worker_figures(worker *w, const ps_cluster *pc, dt_train_report *out)
-{
-    out->ps_worker = true;
-    dt_cluster_task_name(&pc->cl, pc->cl.task_type, pc->cl.task_index, out->worker.task,
-                         sizeof out->worker.task);
-    out->worker.steps = w->steps, out->worker.samples = w->samples;
-    if (w->n_pulls > 0) {
-        qsort(w->pull_ms, w->n_pulls, sizeof *w->pull_ms, cmp_double);
-        out->worker.pull_p50_ms = w->pull_ms[(w->n_pulls - 1) / 2];
-        out->worker.pull_p99_ms = w->pull_ms[(w->n_pulls - 1) * 99 / 100];
-    }
-    if (w->ps)
-        dt_ps_client_traffic(w->ps, &out->worker.bytes_sent, &out->worker.bytes_received);
-}
-
-/* After an exchange with the ps tasks failed (st): when a link broke (a ps task died), connects
- * again within the recovery deadline (set at the first failure) and returns DT_OK for the
- * exchange to be tried again; a ps task that does not hold a variable yet (started again, its
- * shards not defined again yet: DT_ERR_UNAVAILABLE), and any refusal while recovering, are
- * waited out the same way. Anything else is st. */
-static dt_status await_ps(worker *w, dt_status st, double *deadline)
-{
-    bool broken = dt_ps_client_broken(w->ps);
-    if (!broken && *deadline == 0 && st != DT_ERR_UNAVAILABLE)
-        return st;
-    char why[DT_PSMSG_MAX_TEXT];
-    snprintf(why, sizeof why, "%s", dt_last_error());
-    double now = dt_clock_now(), limit = w->c->ps.recovery_timeout;
-    if (*deadline == 0) {
-        *deadline = now + limit;
-        dt_log_to(NULL, DT_LOG_WARN, "dtrain: %s: waiting up to %.0f s for the ps tasks "
-                  "(--ps-recovery-timeout)", why, limit);
-    }
-    if (now >= *deadline)
-        return dt_error(st, "the ps tasks were not back within %.0f s (--ps-recovery-timeout): "
-                        "%s", limit, why);
-    if (!broken) {
-        dt_sleep(0.1);
-        return DT_OK;
-    }
-    st = dt_ps_client_reconnect(w->ps, *deadline - now);
-    if (st)
-        return dt_error(st, "the ps tasks were not back within %.0f s (--ps-recovery-timeout): "
-                        "%s", limit, dt_last_error());
-    return DT_OK;
-}
-
-/* One step, global step number `step`: the batch's loss summed into r. */
-static dt_status worker_step(worker *w, int64_t step, dt_psmsg *r)
-{
-    dt_model *m = w->m;
-    dt_elem *e = NULL;
-    dt_status st = next_batch(w, &e);
-    int64_t global_rows = st == DT_OK ? e->n : 0;
-    if (w->ring && (st == DT_OK || st == DT_END)) {
-        dt_status agreed = agree_on_batch(w, st, global_rows, step, &global_rows);
-        st = agreed ? agreed : st;
-    }
-    if (st) {
-        dt_elem_free(e);
-        return st;
-    }
-    int correct = 0;
-    double recovery = 0; /* the deadline for lost ps tasks to be back, once one was lost */
-    if ((st = dt_check_batch(m, e)) || (st = dt_batch_labels(m, e, w->labels)) ||
-        (st = renumber_ids(w, e)))
-        goto done;
-    while ((st = pull_variables(w)) && (st = await_ps(w, st, &recovery)) == DT_OK) {
-    }
-    if (st)
-        goto done;
-    dt_model_zero_grads(m);
-    if ((st = dt_model_forward_batch(m, e, true, NULL)))
-        goto done;
-    /* Hybrid sums the workers' gradients: each scaled by 1 / global batch, as
-     * multi_worker_mirrored's. */
-    double loss = dt_model_loss(m, e->n, w->labels, 1.0f / (float)global_rows, true, &correct);
-    if (!isfinite(loss)) {
-        st = dt_error(DT_ERR_NUMERIC, "step %lld: the loss is %g: training diverged (try a lower "
-                      "--lr)", (long long)step, loss);
-        goto done;
-    }
-    dt_model_backward(m, e->n);
-    /* The tables' rate follows the dense one's schedule, as dt_replica_update_tables has it. */
-    const dt_optim_config *oc = &w->c->optim;
-    float scale = dt_lr_schedule_at(oc, step - 1) / oc->lr;
-    /* A push lost with a ps is pushed again (to every ps: at least once). */
-    while ((st = push_gradients(w, step, scale)) && (st = await_ps(w, st, &recovery)) == DT_OK) {
-    }
-    if (recovery > 0 && st == DT_OK)
-        dt_log_to(NULL, DT_LOG_WARN, "dtrain: the ps tasks are back: step %lld goes on",
-                  (long long)step);
-    if (st == DT_OK && w->ring)
-        st = update_dense(w, step);
-    if (st)
-        goto done;
-    r->n++, r->rows += e->n, r->correct += correct, r->loss += loss;
-    w->steps++, w->samples += e->n;
-done:
-    dt_elem_free(e);
-    return st;
-}
-
-/* A restarted worker picks its data up where the coordinator last heard from its predecessor:
- * the batches whose steps it completed are skipped, not trained on twice. */
-static dt_status skip_to(worker *w, int64_t position)
-{
-    if (w->taken >= position)
-        return DT_OK;
-    int64_t skipped = position - w->taken;
-    while (w->taken < position && !w->done) {
-        dt_elem *e = NULL;
-        dt_status st = next_batch(w, &e);
-        dt_elem_free(e);
-        if (st == DT_END)
-            break;
-        if (st)
-            return st;
-    }
-    dt_log_to(NULL, DT_LOG_WARN, "dtrain: skipped the first %lld batches of this worker's "
-              "data, which the coordinator had seen trained on before it restarted",
-              (long long)skipped);
-    return DT_OK;
-}
-
-/* A RUN: its steps, until they are taken or the data is used up. */
-static dt_status run_function(worker *w, const dt_psmsg *req, dt_psmsg *r)
-{
-    *r = (dt_psmsg){.type = DT_PSMSG_RESULT, .request_id = req->request_id};
-    /* The ps tasks are reached at the first function: until then a worker answers PING and
-     * STOP at once (a coordinator that failed to start stops it without waiting). */
-    if (!w->ps) {
-        const dt_train_config *c = w->c;
-        dt_status st = dt_ps_client_open(&w->pc->me, &w->pc->cl, c->comm.connect_timeout,
-                                         c->ps.worker_timeout, &w->ps);
-        if (st == DT_OK)
-            st = place_variables(c, w->m, w->ps, w->pc->cl.n_tasks[DT_JOB_PS], false,
-                                 w->table_rows);
-        if (st)
-            return st;
-    }
-    if (w->c->ps.mode == DT_PS_HYBRID && !w->ring)
-        return dt_error(DT_ERR_PEER, "this worker runs --ps-mode hybrid, and the coordinator "
-                        "gives it steps without the workers' ring (does it run another mode?)");
-    dt_status st = skip_to(w, req->position);
-    if (st)
-        return st;
-    for (uint32_t k = 0; k < req->n && !w->done; k++) {
-        dt_status st = worker_step(w, req->step + k, r);
-        if (st == DT_END)
-            break;
-        if (st)
-            return st;
-    }
-    r->done = w->done;
-    return DT_OK;
-}
-
-/* Hybrid: the port this worker's ring listens on (bound at the first question), or the ring
- * joined once the coordinator tells every worker's port: the dense variables start as worker
- * 0's everywhere. */
-static dt_status answer_ring(worker *w, const dt_psmsg *req, dt_psmsg *r)
-{
-    const dt_cluster *cl = &w->pc->cl;
-    int n = cl->n_tasks[DT_JOB_WORKER];
-    *r = (dt_psmsg){.type = DT_PSMSG_ACK, .request_id = req->request_id};
-    if (w->c->ps.mode != DT_PS_HYBRID)
-        return dt_error(DT_ERR_PEER, "the coordinator asks for the workers' ring, which only "
-                        "--ps-mode hybrid has (this worker runs another mode)");
-    if (req->n == 0) {
-        const dt_addr *me = dt_cluster_addr(cl, cl->task_type, cl->task_index);
-        dt_status st = w->ring_fd >= 0 || w->ring
-                           ? DT_OK
-                           : dt_sock_listen(me->host, 0, &w->ring_fd, &w->ring_port);
-        if (st)
-            return dt_error_prefix(st, "the workers' ring");
-        *r = (dt_psmsg){.type = DT_PSMSG_RING, .request_id = req->request_id, .n = 1,
-                        .ports_host = &w->ring_port};
-        return DT_OK;
-    }
-    if (w->ring || w->ring_fd < 0 || req->n != (uint32_t)n)
-        return dt_error(DT_ERR_PEER, "the coordinator's ring of %u ports: %d workers, and this "
-                        "one %s", req->n, n, w->ring ? "has joined it already"
-                        : w->ring_fd < 0 ? "was not asked its port" : "is in the cluster");
-    uint16_t *ports = malloc((size_t)n * sizeof *ports);
-    if (!ports)
-        return dt_error(DT_ERR_NOMEM, "no memory for the ring's ports");
-    for (int i = 0; i < n; i++)
-        ports[i] = dt_psmsg_port(req, (size_t)i);
-    dt_status st = dt_cluster_workers_ring(cl, ports, &w->ring_cluster);
-    free(ports);
-    if (st)
-        return st;
-    const dt_comm_options *co = &w->c->comm;
-    dt_tcp_options o;
-    dt_tcp_options_default(&o);
-    o.timeout = co->timeout, o.stall_warn = co->timeout / 2, o.shm = co->shm;
-    if (co->segment_bytes)
-        o.segment_bytes = co->segment_bytes;
-    o.transport.secret = w->pc->secret, o.transport.secret_len = w->pc->secret_len;
-    o.transport.insecure = co->insecure, o.transport.connect_timeout = co->connect_timeout;
-    o.transport.listen_fd = w->ring_fd;
-    w->ring_fd = -1; /* the transport's now, whatever happens */
-    dt_arena *p = dt_model_params(w->m);
-    if ((st = dt_comm_tcp(&w->ring_cluster, &o, &w->ring)) ||
-        (st = dt_comm_broadcast(w->ring, p->data, p->n_elems * sizeof(float), 0)))
-        return dt_error_prefix(st, "the workers' ring");
-    return DT_OK;
-}
-
-/* Hybrid: the dense variables, which only the workers hold, for the coordinator at the end. */
-static dt_status answer_dense(worker *w, const dt_psmsg *req, dt_psmsg *r)
-{
-    const dt_arena *p = dt_model_params(w->m);
-    if (!w->ring || req->offset != 0 || req->count != p->n_elems)
-        return dt_error(DT_ERR_PEER, "the coordinator asks for %llu dense values from %llu: "
-                        "this worker %s %zu", (unsigned long long)req->count,
-                        (unsigned long long)req->offset,
-                        w->ring ? "has" : "holds none of its own (not hybrid), of", p->n_elems);
-    *r = (dt_psmsg){.type = DT_PSMSG_DENSE, .request_id = req->request_id, .table = req->table,
-                    .offset = 0, .count = p->n_elems};
-    return DT_OK;
-}
-
-/* Answers the coordinator's requests until STOP; a failure goes back to it as an ERROR too. */
-static dt_status serve(worker *w, dt_zlink *z, const char *coordinator)
-{
-    dt_psbuf in = {0}, out = {0};
-    double last = dt_clock_now();
-    dt_status st = DT_OK;
-    for (;;) {
-        dt_zpeer from;
-        st = dt_zlink_receive(z, 0.5, &from, &in);
-        if (st == DT_END) {
-            st = DT_OK;
-            if (dt_clock_now() - last >= w->c->ps.coordinator_timeout) {
-                st = dt_error(DT_ERR_TIMEOUT, "the coordinator (%s) has not been heard from for "
-                              "%.0f s (--coordinator-timeout): giving up", coordinator,
-                              w->c->ps.coordinator_timeout);
-                break;
-            }
-            continue;
-        }
-        if (st)
-            break;
-        last = dt_clock_now();
-        dt_psmsg req, r;
-        if ((st = dt_psmsg_decode(in.data, in.len, coordinator, &req)))
-            break;
-        if (req.type == DT_PSMSG_STOP || req.type == DT_PSMSG_PING) {
-            r = (dt_psmsg){.type = req.type == DT_PSMSG_STOP ? DT_PSMSG_ACK : DT_PSMSG_PONG,
-                           .request_id = req.request_id};
-            if ((st = reply_msg(z, &from, &r, &out)) || req.type == DT_PSMSG_STOP)
-                break;
-            continue;
-        }
-        dt_status run;
-        if (req.type == DT_PSMSG_RUN) {
-            run = run_function(w, &req, &r);
-        } else if (req.type == DT_PSMSG_RING) {
-            run = answer_ring(w, &req, &r);
-        } else if (req.type == DT_PSMSG_PULL_DENSE) {
-            run = answer_dense(w, &req, &r);
-        } else {
-            st = dt_error(DT_ERR_PEER, "%s: a %s request, a worker takes RUN, RING, PULL_DENSE, "
-                          "PING and STOP", coordinator, dt_psmsg_type_name(req.type));
-            break;
-        }
-        if (run) {
-            /* The coordinator hears why, then this worker ends with the same error. */
-            char text[DT_PSMSG_MAX_TEXT];
-            int n = snprintf(text, sizeof text, "%s", dt_last_error());
-            r = (dt_psmsg){.type = DT_PSMSG_ERROR, .request_id = req.request_id, .status = run,
-                           .text = text,
-                           .text_len = (uint32_t)(n < (int)sizeof text ? n : (int)sizeof text - 1)};
-            reply_msg(z, &from, &r, &out);
-            dt_error(run, "%s", text);
-            st = run;
-            break;
-        }
-        last = dt_clock_now();
-        out.len = 0;
-        st = dt_psmsg_encode(&r, NULL, r.type == DT_PSMSG_DENSE ? dt_model_params(w->m)->data
-                                                                : NULL, &out);
-        if (st || (st = dt_zlink_reply(z, &from, &out)))
-            break;
-    }
-    dt_psbuf_free(&in);
-    dt_psbuf_free(&out);
-    return st;
-}
-
-dt_status dt_ps_work(const dt_train_config *c, dt_model *m, dt_pool *pool, dt_input *in,
-                     int64_t table_rows, dt_train_report *out)
-{
-    ps_cluster pc;
-    dt_status st = open_cluster(c, &pc);
-    if (st)
-        return st;
-    worker w = {.c = c, .m = m, .in = in, .pool = pool, .ring_fd = -1};
-    dt_optim_init(&w.opt);
-    /* Hybrid: the dense variables start as one_device's (worker 0's go to all at the ring). */
-    if (c->ps.mode == DT_PS_HYBRID) {
-        dt_model_init_dense_params(m, c->fit.seed);
-        st = dt_optim_setup(&w.opt, &c->optim, dt_model_params(m));
-    }
-    dt_zlink *z = NULL;
-    char endpoint[DT_HOST_CAP + 32], coordinator[DT_HOST_CAP + 48];
-    endpoint_of(dt_cluster_addr(&pc.cl, pc.cl.task_type, pc.cl.task_index), endpoint,
-                sizeof endpoint);
-    dt_cluster_task_name(&pc.cl, DT_JOB_CHIEF, 0, coordinator, sizeof coordinator);
-    if (st == DT_OK && !(w.labels = malloc((size_t)dt_model_max_batch(m) * sizeof *w.labels)))
-        st = dt_error(DT_ERR_NOMEM, "no memory for a batch's labels");
-    if (st == DT_OK)
-        st = dt_zlink_server(endpoint, pc.secret, pc.secret_len, &z);
-    w.pc = &pc, w.table_rows = table_rows;
-    dt_model_set_dropout_seed(m, c->fit.seed);
-    if (st == DT_OK)
-        st = serve(&w, z, coordinator);
-    worker_figures(&w, &pc, out);
-    dt_zlink_close(z);
-    dt_ps_client_close(w.ps);
-    dt_comm_destroy(w.ring);
-    dt_cluster_free(&w.ring_cluster);
-    dt_sock_close(w.ring_fd);
-    dt_optim_free(&w.opt);
-    free(w.labels), free(w.uniq), free(w.gids), free(w.slot), free(w.scratch), free(w.pull_ms);
-    close_cluster(&pc);
-    return st;
-}
-
-/* ---- The coordinator ---- */
+#include "ps_ckpt.h"
+#include "ps_task.h"
+#include "ps_train.h"
 
 /* The checkpoint to start from: the model directory's latest (a coordinator started again
  * resumes from it, as Estimator does), else --restore-checkpoint. Its variables and their
@@ -1129,7 +520,7 @@ static void stop_workers(const coordinator *co, int n)
     for (int i = 0; i < n; i++) {
         char name[DT_HOST_CAP + 48], endpoint[DT_HOST_CAP + 32];
         dt_cluster_task_name(&co->pc->cl, DT_JOB_WORKER, i, name, sizeof name);
-        endpoint_of(dt_cluster_addr(&co->pc->cl, DT_JOB_WORKER, i), endpoint, sizeof endpoint);
+        ps_endpoint_of(dt_cluster_addr(&co->pc->cl, DT_JOB_WORKER, i), endpoint, sizeof endpoint);
         dt_zlink *z = NULL;
         dt_psbuf out = {0}, in = {0};
         dt_psmsg stop = {.type = DT_PSMSG_STOP, .request_id = 1}, reply;
@@ -1183,7 +574,7 @@ static dt_status drive_workers(coordinator *co, int n)
         worker_link *l = &links[i];
         l->co = co, l->index = i;
         dt_cluster_task_name(&co->pc->cl, DT_JOB_WORKER, i, l->name, sizeof l->name);
-        endpoint_of(dt_cluster_addr(&co->pc->cl, DT_JOB_WORKER, i), l->endpoint,
+        ps_endpoint_of(dt_cluster_addr(&co->pc->cl, DT_JOB_WORKER, i), l->endpoint,
                     sizeof l->endpoint);
         if (pthread_create(&l->thread, NULL, drive_worker, l) != 0) {
             st = dt_error(DT_ERR_IO, "cannot start the thread of %s", l->name);
@@ -1289,7 +680,8 @@ static void *watch_ps(void *arg)
             continue;
         dt_status ok = dt_ps_client_ping(pw->ps);
         if (ok == DT_OK && checkpoint_due(co) &&
-            (ok = save_checkpoint(co, pw->ps, pw->m, pw->n_ps, false)) && !dt_ps_client_broken(pw->ps)) {
+            (ok = save_checkpoint(co, pw->ps, pw->m, pw->n_ps, false)) &&
+            !dt_ps_client_broken(pw->ps)) {
             record_failure(co, -2, ok);
             break;
         }
@@ -1306,7 +698,7 @@ static void *watch_ps(void *arg)
                   c->ps.recovery_timeout);
         dt_status st = dt_ps_client_reconnect(pw->ps, c->ps.recovery_timeout);
         if (st == DT_OK)
-            st = place_variables(c, pw->m, pw->ps, pw->n_ps, true, 0);
+            st = ps_place_variables(c, pw->m, pw->ps, pw->n_ps, true, 0);
         if (st) {
             dt_error(st, "%s, and not back within %.0f s (--ps-recovery-timeout): %s", why,
                      c->ps.recovery_timeout, dt_last_error());
@@ -1325,7 +717,7 @@ dt_status dt_ps_coordinate(const dt_train_config *c, dt_model *m, dt_fit_result 
 {
     memset(res, 0, sizeof *res);
     ps_cluster pc;
-    dt_status st = open_cluster(c, &pc);
+    dt_status st = ps_open_cluster(c, &pc);
     if (st)
         return st;
     dt_ps_client *ps = NULL;
@@ -1342,13 +734,13 @@ dt_status dt_ps_coordinate(const dt_train_config *c, dt_model *m, dt_fit_result 
         st = dt_ps_client_open(&pc.me, &pc.cl, c->comm.connect_timeout, c->ps.worker_timeout,
                                &ps);
     if (st == DT_OK)
-        st = place_variables(c, m, ps, pc.cl.n_tasks[DT_JOB_PS], true, 0);
+        st = ps_place_variables(c, m, ps, pc.cl.n_tasks[DT_JOB_PS], true, 0);
     /* A ps lost while the variables were being placed: waited for as during training. */
     if (st && ps && dt_ps_client_broken(ps)) {
         dt_log_to(NULL, DT_LOG_WARN, "dtrain: %s: waiting up to %.0f s for the ps task "
                   "(--ps-recovery-timeout)", dt_last_error(), c->ps.recovery_timeout);
         if ((st = dt_ps_client_reconnect(ps, c->ps.recovery_timeout)) == DT_OK)
-            st = place_variables(c, m, ps, pc.cl.n_tasks[DT_JOB_PS], true, 0);
+            st = ps_place_variables(c, m, ps, pc.cl.n_tasks[DT_JOB_PS], true, 0);
     }
     int64_t start = 0;
     if (st == DT_OK && (st = restore_start(c, ps, m, pc.cl.n_tasks[DT_JOB_PS], &start)) == DT_OK)
@@ -1380,7 +772,7 @@ dt_status dt_ps_coordinate(const dt_train_config *c, dt_model *m, dt_fit_result 
         /* A ps lost at the very end: the reading back waits for it as the steps would have. */
         if (run == DT_OK && dt_ps_client_broken(ps) &&
             (run = dt_ps_client_reconnect(ps, c->ps.recovery_timeout)) == DT_OK)
-            run = place_variables(c, m, ps, pc.cl.n_tasks[DT_JOB_PS], true, 0);
+            run = ps_place_variables(c, m, ps, pc.cl.n_tasks[DT_JOB_PS], true, 0);
     }
     if (run == DT_OK && co.checkpoints)
         run = save_checkpoint(&co, ps, m, pc.cl.n_tasks[DT_JOB_PS], true);
@@ -1413,6 +805,6 @@ dt_status dt_ps_coordinate(const dt_train_config *c, dt_model *m, dt_fit_result 
     dt_summary_close(co.summary);
     pthread_cond_destroy(&co.changed);
     pthread_mutex_destroy(&co.mu);
-    close_cluster(&pc);
+    ps_close_cluster(&pc);
     return st;
 }

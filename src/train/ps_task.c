@@ -1,0 +1,86 @@
+/* What a parameter-server job's coordinator and workers both know (see ps_task.h). */
+#include "ps_task.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../net/transport.h"
+#include "dtrain/model_spec.h"
+#include "dtrain/optim.h"
+#include "dtrain/partition.h"
+
+void ps_close_cluster(ps_cluster *pc)
+{
+    free(pc->secret);
+    dt_cluster_free(&pc->cl);
+    memset(pc, 0, sizeof *pc);
+}
+
+dt_status ps_open_cluster(const dt_train_config *c, ps_cluster *pc)
+{
+    memset(pc, 0, sizeof *pc);
+    dt_status st = dt_cluster_from_env(&pc->cl);
+    if (st == DT_OK && c->comm.task)
+        st = dt_cluster_set_task(&pc->cl, c->comm.task);
+    if (st == DT_OK)
+        st = dt_transport_load_secret(c->comm.secret_file, &pc->secret, &pc->secret_len);
+    if (st == DT_OK && !pc->secret && !dt_cluster_all_loopback(&pc->cl) && !c->comm.insecure)
+        st = dt_error(DT_ERR_AUTH, "this cluster has non-loopback addresses and no secret: set "
+                      "DTRAIN_CLUSTER_SECRET or give --secret-file (or --insecure to run "
+                      "unauthenticated)");
+    if (st) {
+        ps_close_cluster(pc);
+        return st;
+    }
+    pc->me = (dt_handshake_id){pc->secret, pc->secret_len, pc->cl.id, pc->cl.task_type,
+                               pc->cl.task_index};
+    return DT_OK;
+}
+
+void ps_endpoint_of(const dt_addr *a, char *out, size_t cap)
+{
+    bool v6 = strchr(a->host, ':') != NULL;
+    snprintf(out, cap, "tcp://%s%s%s:%u", v6 ? "[" : "", a->host, v6 ? "]" : "", a->port);
+}
+
+/* The shards of table t: the partitioner's count, or one per ps task. */
+static int64_t shards_of(const dt_train_config *c, int64_t rows, int dim, int n_ps)
+{
+    if (c->ps.partitioner_given)
+        return dt_partition_shards(&c->ps.partitioner, rows, (int64_t)dim * 4);
+    return n_ps < rows ? n_ps : rows;
+}
+
+dt_status ps_place_variables(const dt_train_config *c, dt_model *m, dt_ps_client *ps, int n_ps,
+                             bool define, int64_t table_rows)
+{
+    dt_rowopt_config rule;
+    dt_optim_table_rule(&c->optim, &rule);
+    dt_status st = DT_OK;
+    for (int t = 0; t < dt_model_num_tables(m) && st == DT_OK; t++) {
+        const dt_table *tab = dt_model_table(m, t);
+        int64_t rows = table_rows > 0 ? table_rows : tab->rows;
+        int64_t shards = shards_of(c, rows, tab->dim, n_ps);
+        /* fm_v starts N(0, stddev^2) per row from the seed, fm_w at 0, as dt_model_init_params
+         * makes them (model_spec.h). */
+        float stddev = strcmp(tab->name, "fm_v") == 0 ? dt_model_spec_of(m)->ctr.init_stddev : 0;
+        st = define ? dt_ps_client_define(ps, (uint32_t)t, tab->name, rows, tab->dim, shards,
+                                          c->ps.partition_strategy, &rule, stddev, c->fit.seed)
+                    : dt_ps_client_use_table(ps, (uint32_t)t, rows, tab->dim, shards,
+                                             c->ps.partition_strategy);
+    }
+    /* Hybrid: the dense variables are the workers' own, all-reduced among them. */
+    if (st == DT_OK && c->ps.mode != DT_PS_HYBRID)
+        st = define ? dt_ps_client_define_dense(ps, dt_model_params(m), &c->optim)
+                    : dt_ps_client_use_dense(ps, dt_model_params(m));
+    return st;
+}
+
+dt_status ps_reply_msg(dt_zlink *z, const dt_zpeer *to, const dt_psmsg *m, dt_psbuf *buf)
+{
+    buf->len = 0;
+    dt_status st = dt_psmsg_encode(m, NULL, NULL, buf);
+    return st ? st : dt_zlink_reply(z, to, buf);
+}
+
