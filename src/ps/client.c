@@ -523,38 +523,35 @@ dt_status dt_ps_client_assign_dense(dt_ps_client *c, const dt_arena *params, con
     return st;
 }
 
-dt_status dt_ps_client_save(dt_ps_client *c, int64_t step, const char *dir)
+/* One round of the same message to every ps task, each answering with `kind`. */
+static dt_status to_every_ps(dt_ps_client *c, const dt_psmsg *m, reply_kind kind)
 {
     for (int k = 0; k < c->n_ps; k++) {
-        dt_psmsg m = {.type = DT_PSMSG_SAVE, .step = step, .text = dir,
-                      .text_len = (uint32_t)strlen(dir)};
-        dt_status st = queue(c, (pending){k, REPLY_ACK, 0, 0, 0}, &m, NULL, NULL);
+        dt_psmsg mk = *m;
+        dt_status st = queue(c, (pending){k, kind, 0, 0, 0}, &mk, NULL, NULL);
         if (st)
             return run_round(c), st;
     }
     return run_round(c);
+}
+
+dt_status dt_ps_client_save(dt_ps_client *c, int64_t step, const char *dir)
+{
+    dt_psmsg m = {.type = DT_PSMSG_SAVE, .step = step, .text = dir,
+                  .text_len = (uint32_t)strlen(dir)};
+    return to_every_ps(c, &m, REPLY_ACK);
 }
 
 dt_status dt_ps_client_ping(dt_ps_client *c)
 {
-    for (int k = 0; k < c->n_ps; k++) {
-        dt_psmsg m = {.type = DT_PSMSG_PING};
-        dt_status st = queue(c, (pending){k, REPLY_PONG, 0, 0, 0}, &m, NULL, NULL);
-        if (st)
-            return run_round(c), st;
-    }
-    return run_round(c);
+    dt_psmsg m = {.type = DT_PSMSG_PING};
+    return to_every_ps(c, &m, REPLY_PONG);
 }
 
 dt_status dt_ps_client_stop(dt_ps_client *c)
 {
-    for (int k = 0; k < c->n_ps; k++) {
-        dt_psmsg m = {.type = DT_PSMSG_STOP};
-        dt_status st = queue(c, (pending){k, REPLY_ACK, 0, 0, 0}, &m, NULL, NULL);
-        if (st)
-            return run_round(c), st;
-    }
-    return run_round(c);
+    dt_psmsg m = {.type = DT_PSMSG_STOP};
+    return to_every_ps(c, &m, REPLY_ACK);
 }
 
 /* ---- Dense variables ---- */
