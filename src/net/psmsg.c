@@ -98,7 +98,7 @@ static uint64_t payload_size(const dt_psmsg *m, bool *bad)
     case DT_PSMSG_ERROR: return 8 + (uint64_t)m->text_len;
     case DT_PSMSG_TABLE: return TABLE_FIXED_BYTES + (uint64_t)m->text_len;
     case DT_PSMSG_VAR: return VAR_FIXED_BYTES + 4 * m->count;
-    case DT_PSMSG_RUN: return 20;
+    case DT_PSMSG_RUN: return 24;
     case DT_PSMSG_RESULT: return 32;
     case DT_PSMSG_RING: return 4 + 2 * (uint64_t)m->n;
     case DT_PSMSG_SAVE: return 12 + (uint64_t)m->text_len;
@@ -163,7 +163,7 @@ dt_status dt_psmsg_encode(const dt_psmsg *m, const int64_t *ids_host, const floa
         break;
     case DT_PSMSG_RUN:
         put64(at, (uint64_t)m->step), put32(at + 8, m->n), put64(at + 12, (uint64_t)m->position);
-        at += 20;
+        put32(at + 20, (uint32_t)m->shard), at += 24;
         break;
     case DT_PSMSG_RESULT: {
         uint64_t loss_bits;
@@ -435,9 +435,10 @@ dt_status dt_psmsg_decode(const uint8_t *buf, size_t n, const char *peer, dt_psm
         at += out->text_len;
         break;
     case DT_PSMSG_RUN:
-        NEED(20, "truncated step, count and position");
+        NEED(24, "truncated step, count, position and data shard");
         out->step = (int64_t)dt_load_le64(p), out->n = dt_load_le32(p + 8);
-        out->position = (int64_t)dt_load_le64(p + 12), at = 20;
+        out->position = (int64_t)dt_load_le64(p + 12), out->shard = (int64_t)dt_load_le32(p + 20);
+        at = 24;
         if (out->step < 1 || out->n < 1 || out->n > 1000000 || out->position < 0)
             return bad_msg(peer, H, "a first step below 1, a step count outside 1..10^6 or a "
                            "negative position");

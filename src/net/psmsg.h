@@ -27,11 +27,12 @@
  *                                  f32 values[count]: a slice [offset, offset + count) of the
  *                                  model's dense variables (total floats), its initial values
  *                                  and the dense optimizer that updates it
- *     RUN                          i64 first step | u32 steps | i64 position: the coordinator
- *                                  gives a worker steps first .. first + steps - 1 to take;
- *                                  position is the batches of its data whose steps the
- *                                  coordinator has seen it complete (a restarted worker skips
- *                                  them)
+ *     RUN                          i64 first step | u32 steps | i64 position | u32 data
+ *                                  shard: the coordinator gives a worker steps first .. first +
+ *                                  steps - 1 to take on a shard of the data (its own, or a lost
+ *                                  worker's it takes over); position is the batches of that
+ *                                  shard whose steps the coordinator has seen completed (which
+ *                                  the worker skips when it has not read them)
  *     RESULT                       u32 steps taken | u32 done | i64 rows | i64 correct |
  *                                  f64 summed loss: what a RUN did (done: the worker's data is
  *                                  used up, every epoch of it)
@@ -119,7 +120,7 @@ typedef struct {
     uint64_t total;
     uint32_t schedule;
     int64_t decay_steps;
-    /* RUN: step and n (the first step and the steps), and */
+    /* RUN: step and n (the first step and the steps), shard above (the data shard), and */
     int64_t position;
     /* RESULT: n (steps taken) and */
     uint32_t done;

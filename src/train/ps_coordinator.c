@@ -68,10 +68,18 @@ typedef struct {
     pthread_t thread;
     int64_t completed;         /* steps this worker has taken (its clock) */
     int64_t dispatched;        /* hybrid: steps given to this worker (to every worker alike) */
-    int64_t position;          /* batches of its data this worker completed steps on */
+    int shard;                 /* the data shard it reads (its own at first; -1: none) */
     bool active;               /* taking functions (not lost, not finished) */
     bool lost;                 /* its connection closed or fell silent: it may rejoin */
 } worker_link;
+
+/* A worker's shard of the data: the batches of it whose steps were completed, whether it is
+ * used up, and which worker reads it (-1: its worker was lost, another may take it over). */
+typedef struct {
+    int64_t position;
+    bool done;
+    int owner;
+} data_shard;
 
 /* A function given back by a worker that was lost with it, for the others to take. */
 typedef struct {
@@ -100,6 +108,7 @@ struct coordinator {
     int n_active, n_lost;      /* links taking functions; links lost and not back */
     int n_finished;            /* links whose worker is done, or had nothing left to take */
     double all_lost_at;        /* when the last active worker was lost (0: one is active) */
+    data_shard *shards;        /* one per worker */
     function *requeued;        /* functions of lost workers, taken before new ones */
     int n_requeued, requeued_cap;
     int in_flight;             /* functions given out and not answered yet */
@@ -137,16 +146,42 @@ static int64_t steps_allowed(const coordinator *co, const worker_link *l)
     return slowest + co->c->ps.staleness - l->completed + 1;
 }
 
+/* Whether worker l has data to read (the caller holds co->mu): its shard, or, once that is
+ * used up, a lost worker's that no one reads, which it takes over (*adopted: its index), so
+ * that the data of a worker that never comes back is still trained on. */
+static bool has_data(coordinator *co, worker_link *l, int *adopted)
+{
+    if (co->hybrid || (l->shard >= 0 && !co->shards[l->shard].done))
+        return true;
+    for (int j = 0; j < co->n_links; j++)
+        if (co->shards[j].owner < 0 && !co->shards[j].done) {
+            co->shards[j].owner = l->index;
+            l->shard = *adopted = j;
+            return true;
+        }
+    return false;
+}
+
 /* The next function's first step and step count for worker l, once its clock allows one: a
  * lost worker's function first (*again set), else new steps; false when every step is given
- * out or a worker failed. */
+ * out, l has no data left, or a worker failed. *position: the batches of l's data shard
+ * already trained on. */
 static bool take_function(coordinator *co, worker_link *l, int64_t *first, uint32_t *n,
-                          bool *again)
+                          bool *again, int64_t *position)
 {
     pthread_mutex_lock(&co->mu);
     bool go;
     int64_t allowed;
+    int adopted = -1;
     *again = false;
+    if (!has_data(co, l, &adopted)) {
+        pthread_mutex_unlock(&co->mu);
+        return false;
+    }
+    *position = co->shards[l->shard].position;
+    if (adopted >= 0)
+        dt_log_to(NULL, DT_LOG_WARN, "dtrain: %s takes over the data of worker:%d, lost, from "
+                  "its batch %lld", l->name, adopted, (long long)*position);
     while ((go = !co->failed &&
                  (co->hybrid || co->n_requeued > 0 || co->dispatched < co->limit)) &&
            (co->pausing || (allowed = steps_allowed(co, l)) < 1))
@@ -239,7 +274,9 @@ static void summarize(coordinator *co, const dt_psmsg *r)
 static void add_result(coordinator *co, worker_link *l, const dt_psmsg *r)
 {
     pthread_mutex_lock(&co->mu);
-    l->completed += r->n, l->position += r->n;
+    l->completed += r->n;
+    co->shards[l->shard].position += r->n;
+    co->shards[l->shard].done = co->shards[l->shard].done || r->done;
     pthread_cond_broadcast(&co->changed);
     /* Hybrid: a step is every worker's batch at once, counted with worker 0's. */
     if (!co->hybrid || l->index == 0)
@@ -367,6 +404,9 @@ static dt_status lose_worker(coordinator *co, worker_link *l, int64_t first, uin
         co->requeued = f, co->requeued_cap = cap;
     }
     co->requeued[co->n_requeued++] = (function){first, n};
+    if (l->shard >= 0)
+        co->shards[l->shard].owner = -1; /* another worker may take its data over */
+    l->shard = -1;
     l->active = false, l->lost = true;
     co->n_active--, co->n_lost++;
     if (co->n_active == 0)
@@ -390,6 +430,10 @@ static void rejoin(coordinator *co, worker_link *l)
             slowest = co->links[i].completed;
     if (slowest >= 0)
         l->completed = slowest;
+    /* Its own data again, unless another worker took it over meanwhile. */
+    data_shard *own = &co->shards[l->index];
+    if (own->owner < 0 && !own->done)
+        own->owner = l->index, l->shard = l->index;
     l->lost = false, l->active = true;
     co->n_lost--, co->n_active++;
     co->all_lost_at = 0;
@@ -465,16 +509,15 @@ static void *drive_worker(void *arg)
     bool cancelled = false, back = false;
     if (st == DT_OK && co->hybrid && (st = join_ring(co, l, z, &id, &out, &in)) == DT_END)
         st = DT_OK, cancelled = true;
-    int64_t first;
+    int64_t first, position;
     uint32_t n;
     bool again;
-    while (st == DT_OK && !cancelled && take_function(co, l, &first, &n, &again)) {
+    while (st == DT_OK && !cancelled && take_function(co, l, &first, &n, &again, &position)) {
         if (again)
             dt_log_to(NULL, DT_LOG_WARN, "dtrain: %s takes steps %lld-%lld again (a lost "
                       "worker's)", l->name, (long long)first, (long long)(first + n - 1));
-        /* position: only l's thread writes it. */
         dt_psmsg run = {.type = DT_PSMSG_RUN, .request_id = ++id, .step = first, .n = n,
-                        .position = l->position};
+                        .position = position, .shard = co->hybrid ? l->index : l->shard};
         bool unheard;
         st = request_or_unheard(z, &run, c->ps.worker_timeout, &out, &in, l->name,
                                 DT_PSMSG_RESULT, &reply, &unheard);
@@ -486,7 +529,9 @@ static void *drive_worker(void *arg)
                 dt_log_to(NULL, DT_LOG_WARN, "dtrain: %s took steps %lld-%lld after rejoining",
                           l->name, (long long)first, (long long)(first + reply.n - 1));
             back = false;
-            if (reply.done)
+            /* Its data used up: hybrid's workers end together; another may take over a lost
+             * worker's data. */
+            if (reply.done && co->hybrid)
                 break;
             continue;
         }
@@ -558,17 +603,20 @@ static dt_status drive_workers(coordinator *co, int n)
 {
     worker_link *links = calloc((size_t)n, sizeof *links);
     co->ring_ports = calloc((size_t)n, sizeof *co->ring_ports);
-    if (!links || !co->ring_ports) {
-        free(links), free(co->ring_ports);
-        co->ring_ports = NULL;
+    co->shards = calloc((size_t)n, sizeof *co->shards);
+    if (!links || !co->ring_ports || !co->shards) {
+        free(links), free(co->ring_ports), free(co->shards);
+        co->ring_ports = NULL, co->shards = NULL;
         return dt_error(DT_ERR_NOMEM, "no memory for %d workers", n);
     }
     int started = 0;
     dt_status st = DT_OK;
     pthread_mutex_lock(&co->mu);
     co->links = links, co->n_links = n, co->n_active = n;
-    for (int i = 0; i < n; i++)
-        links[i].active = true;
+    for (int i = 0; i < n; i++) {
+        links[i].active = true, links[i].shard = i;
+        co->shards[i].owner = i;
+    }
     pthread_mutex_unlock(&co->mu);
     for (int i = 0; i < n; i++) {
         worker_link *l = &links[i];
@@ -593,8 +641,8 @@ static dt_status drive_workers(coordinator *co, int n)
     co->links = NULL, co->n_links = 0;
     pthread_mutex_unlock(&co->mu);
     free(links);
-    free(co->ring_ports);
-    co->ring_ports = NULL;
+    free(co->ring_ports), free(co->shards);
+    co->ring_ports = NULL, co->shards = NULL;
     free(co->requeued);
     co->requeued = NULL, co->n_requeued = co->requeued_cap = 0;
     return st;

@@ -41,6 +41,6 @@ dt_status dt_ps_coordinate(const dt_train_config *c, dt_model *m, dt_fit_result 
  * its figures (steps, samples, pull times, traffic). m's tables hold one batch's unique rows
  * (max_batch x fields rows); table_rows is the rows the tables really have. */
 dt_status dt_ps_work(const dt_train_config *c, dt_model *m, dt_pool *pool, dt_input *in,
-                     int64_t table_rows, dt_train_report *out);
+                     const dt_input_options *io, int64_t table_rows, dt_train_report *out);
 
 #endif

@@ -17,12 +17,27 @@
 /* A CTR model's tables: fm_w and fm_v. */
 #define DT_PS_WORKER_MAX_TABLES 16
 
+/* A shard of the data and where this worker is in it: its own, or a lost worker's it took
+ * over. */
+typedef struct {
+    dt_input *in;          /* the worker's own input, or `owned` */
+    dt_input owned;
+    bool opened;           /* owned holds an input this worker opened */
+    int epoch;             /* epochs of it begun */
+    int64_t in_epoch;      /* batches taken in this epoch */
+    int64_t taken;         /* batches taken, trained on or skipped */
+    bool done;             /* every epoch used up */
+} reader;
+
 typedef struct {
     const dt_train_config *c;
     const ps_cluster *pc;
     int64_t table_rows;    /* the tables' rows on the ps tasks */
     dt_model *m;
-    dt_input *in;
+    const dt_input_options *io; /* for opening another worker's shard */
+    reader *readers;       /* by data shard (one per worker) */
+    int n_readers;
+    reader *rd;            /* the one the current function reads */
     dt_ps_client *ps;      /* opened at the first function */
     int32_t *labels;
     int64_t *uniq;       /* the batch's unique ids */
@@ -34,10 +49,7 @@ typedef struct {
     double *pull_ms;       /* each step's pull round */
     size_t n_pulls, pulls_cap;
     int64_t steps, samples;
-    int epoch;             /* epochs of this worker's data begun */
-    int64_t in_epoch;      /* batches taken in this epoch */
-    int64_t taken;         /* batches taken from the data, trained on or skipped */
-    bool done;             /* every epoch used up */
+    bool done;             /* the current shard's epochs are used up */
     /* Hybrid: the dense variables are this worker's, their gradients all-reduced over the
      * workers' ring (its own listener, beside the ZeroMQ one at the TF_CONFIG address), and
      * updated here. */
@@ -49,17 +61,18 @@ typedef struct {
     dt_optim opt;
 } worker;
 
-/* The next batch of this worker's data, going on into its next epoch at the end of one; DT_END
+/* The next batch of the current shard, going on into its next epoch at the end of one; DT_END
  * once its epochs are used up. */
 static dt_status next_batch(worker *w, dt_elem **e)
 {
     const dt_fit_config *f = &w->c->fit;
+    reader *r = w->rd;
     for (;;) {
         dt_status st = DT_END;
-        if (f->steps_per_epoch == 0 || w->in_epoch < f->steps_per_epoch)
-            st = dt_dataset_next(w->in->train, e);
+        if (f->steps_per_epoch == 0 || r->in_epoch < f->steps_per_epoch)
+            st = dt_dataset_next(r->in->train, e);
         if (st == DT_OK && (*e)->n > 0) {
-            w->in_epoch++, w->taken++;
+            r->in_epoch++, r->taken++;
             return DT_OK;
         }
         if (st == DT_OK) {
@@ -68,17 +81,39 @@ static dt_status next_batch(worker *w, dt_elem **e)
         }
         if (st != DT_END)
             return st;
-        if (w->in_epoch == 0 && w->epoch > 0)
-            return dt_error(DT_ERR_INVALID, "%s: this worker's shard of the data is empty",
-                            w->in->source);
-        if (++w->epoch >= f->epochs) {
-            w->done = true;
+        if (r->in_epoch == 0 && r->epoch > 0)
+            return dt_error(DT_ERR_INVALID, "%s: this shard of the data is empty",
+                            r->in->source);
+        if (++r->epoch >= f->epochs) {
+            r->done = w->done = true;
             return DT_END;
         }
-        w->in_epoch = 0;
-        if ((st = dt_dataset_reset(w->in->train)))
+        r->in_epoch = 0;
+        if ((st = dt_dataset_reset(r->in->train)))
             return st;
     }
+}
+
+/* The reader of data shard k (a lost worker's: opened at the first function on it). */
+static dt_status use_shard(worker *w, int64_t k)
+{
+    if (k < 0 || k >= w->n_readers)
+        return dt_error(DT_ERR_PEER, "the coordinator asks for data shard %lld of %d",
+                        (long long)k, w->n_readers);
+    reader *r = &w->readers[k];
+    if (!r->in) {
+        const dt_input_spec *spec = &w->readers[w->pc->cl.task_index].in->train_spec;
+        dt_input_context ctx = {w->n_readers, (int)k, 1};
+        dt_status st = dt_input_open(spec, NULL, w->io, &ctx, &r->owned);
+        if (st)
+            return dt_error_prefix(st, "opening data shard %lld", (long long)k);
+        r->in = &r->owned, r->opened = true;
+        dt_log_to(NULL, DT_LOG_WARN, "dtrain: takes over data shard %lld (a lost worker's)",
+                  (long long)k);
+    }
+    w->rd = r;
+    w->done = r->done;
+    return DT_OK;
 }
 
 static dt_status reserve_ids(worker *w, size_t n)
@@ -165,7 +200,7 @@ static dt_status agree_on_batch(worker *w, dt_status got, int64_t rows, int64_t 
         return dt_error_prefix(st, "step %lld", (long long)step);
     *global_rows = m.ints[0];
     if (m.ints[1] > 0) {
-        w->done = true;
+        w->done = w->rd->done = true;
         return DT_END;
     }
     return DT_OK;
@@ -300,10 +335,10 @@ done:
  * the batches whose steps it completed are skipped, not trained on twice. */
 static dt_status skip_to(worker *w, int64_t position)
 {
-    if (w->taken >= position)
+    if (w->rd->taken >= position)
         return DT_OK;
-    int64_t skipped = position - w->taken;
-    while (w->taken < position && !w->done) {
+    int64_t skipped = position - w->rd->taken;
+    while (w->rd->taken < position && !w->done) {
         dt_elem *e = NULL;
         dt_status st = next_batch(w, &e);
         dt_elem_free(e);
@@ -312,9 +347,9 @@ static dt_status skip_to(worker *w, int64_t position)
         if (st)
             return st;
     }
-    dt_log_to(NULL, DT_LOG_WARN, "dtrain: skipped the first %lld batches of this worker's "
-              "data, which the coordinator had seen trained on before it restarted",
-              (long long)skipped);
+    dt_log_to(NULL, DT_LOG_WARN, "dtrain: skipped the first %lld batches of data shard %td, "
+              "which the coordinator had seen trained on", (long long)skipped,
+              w->rd - w->readers);
     return DT_OK;
 }
 
@@ -337,7 +372,9 @@ static dt_status run_function(worker *w, const dt_psmsg *req, dt_psmsg *r)
     if (w->c->ps.mode == DT_PS_HYBRID && !w->ring)
         return dt_error(DT_ERR_PEER, "this worker runs --ps-mode hybrid, and the coordinator "
                         "gives it steps without the workers' ring (does it run another mode?)");
-    dt_status st = skip_to(w, req->position);
+    dt_status st = w->c->ps.mode == DT_PS_HYBRID ? DT_OK : use_shard(w, req->shard);
+    if (st == DT_OK)
+        st = skip_to(w, req->position);
     if (st)
         return st;
     for (uint32_t k = 0; k < req->n && !w->done; k++) {
@@ -486,14 +523,22 @@ static dt_status serve(worker *w, dt_zlink *z, const char *coordinator)
 }
 
 dt_status dt_ps_work(const dt_train_config *c, dt_model *m, dt_pool *pool, dt_input *in,
-                     int64_t table_rows, dt_train_report *out)
+                     const dt_input_options *io, int64_t table_rows, dt_train_report *out)
 {
     ps_cluster pc;
     dt_status st = ps_open_cluster(c, &pc);
     if (st)
         return st;
-    worker w = {.c = c, .m = m, .in = in, .pool = pool, .ring_fd = -1};
+    worker w = {.c = c, .m = m, .io = io, .pool = pool, .ring_fd = -1};
     dt_optim_init(&w.opt);
+    /* One reader per data shard: this worker's own, the others opened if it takes one over. */
+    w.n_readers = pc.cl.n_tasks[DT_JOB_WORKER];
+    if (!(w.readers = calloc((size_t)w.n_readers, sizeof *w.readers))) {
+        ps_close_cluster(&pc);
+        return dt_error(DT_ERR_NOMEM, "no memory for %d data shards", w.n_readers);
+    }
+    w.rd = &w.readers[pc.cl.task_index];
+    w.rd->in = in;
     /* Hybrid: the dense variables start as one_device's (worker 0's go to all at the ring). */
     if (c->ps.mode == DT_PS_HYBRID) {
         dt_model_init_dense_params(m, c->fit.seed);
@@ -520,6 +565,10 @@ dt_status dt_ps_work(const dt_train_config *c, dt_model *m, dt_pool *pool, dt_in
     dt_sock_close(w.ring_fd);
     dt_optim_free(&w.opt);
     free(w.labels), free(w.uniq), free(w.gids), free(w.slot), free(w.scratch), free(w.pull_ms);
+    for (int k = 0; k < w.n_readers; k++)
+        if (w.readers[k].opened)
+            dt_input_free(&w.readers[k].owned);
+    free(w.readers);
     ps_close_cluster(&pc);
     return st;
 }

@@ -553,7 +553,7 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
         goto fail;
     if (ps && plan.rank > 0) {
         /* A worker: its variables come from the ps tasks, step by step. */
-        st = dt_ps_work(c, model, pool, &in, table_rows, out);
+        st = dt_ps_work(c, model, pool, &in, &io, table_rows, out);
         snprintf(out->strategy, sizeof out->strategy, "%s", name);
         goto fail;
     }
