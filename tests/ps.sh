@@ -554,6 +554,38 @@ else
     fail ps_train_coordinator_killed_mid_save_restarts_from_the_previous "caught '$caught', before '$before', chief ${task_status[chief:0]}: $(tail -2 "$tmp/chief0b.err") $(head -3 "$tmp/chief0b.out")"
 fi
 no_leftovers ps_train_coordinator_restart_leaves_nothing "$base" 3
+# The ps killed in the middle of a checkpoint, and started again: the checkpoint it was writing
+# never gets a manifest, the job goes on and completes, and every checkpoint the state file
+# names is whole.
+rp=(train --data "libsvm:$tmp/long.svm" --test-data none --hash-buckets 300000 --embedding-size 64
+    --deep-layers 16 --model deepfm --batch-size 64 --epochs 2 --progress none --threads 1
+    --coordinator-timeout 20 --connect-timeout 30 --model-dir "$tmp/mdp" --save-checkpoints-secs 0.5
+    --ps-snapshot-secs 0)
+base=$(free_base 4)
+for task in chief:0 worker:0 worker:1 ps:0; do start_task "$base" "$task" "${task%%:*}${task#*:}" "${rp[@]}"; done
+caught=""
+for _ in $(seq 1 400); do
+    for f in "$tmp"/mdp/ckpt-*.ps-0-of-1.safetensors.tmp.*; do
+        [ -e "$f" ] && [ -s "$tmp/mdp/checkpoint" ] && caught=$f && break 2
+    done
+    sleep 0.02
+done
+[ -n "$caught" ] && kill -9 "${task_pid[ps:0]}"
+sleep 0.5
+start_task "$base" ps:0 ps0b "${rp[@]}"
+wait_tasks 120
+whole=yes
+for m in $(sed -n 's/^all_model_checkpoint_paths: "\(.*\)\.safetensors"/\1/p' "$tmp/mdp/checkpoint" 2>/dev/null); do
+    [ -e "$tmp/mdp/$m.safetensors" ] && [ -e "$tmp/mdp/$m.ps-0-of-1.safetensors" ] || whole="no: $m"
+done
+if [ -n "$caught" ] && [ "${task_status[chief:0]}" -eq 0 ] && [ "${task_status[ps:0]}" -eq 0 ] &&
+    [ "$whole" = yes ] && grep -q "a ps task is lost" "$tmp/chief0.err" &&
+    "$dtrain" inspect "$tmp/mdp" > /dev/null 2>&1; then
+    ok ps_train_ps_killed_mid_save_leaves_whole_checkpoints "killed while $(basename "${caught%%.ps-*}") was written"
+else
+    fail ps_train_ps_killed_mid_save_leaves_whole_checkpoints "caught '$caught', chief ${task_status[chief:0]}, ps ${task_status[ps:0]}, whole $whole: $(tail -2 "$tmp/chief0.err")"
+fi
+no_leftovers ps_train_ps_restart_leaves_nothing "$base" 3
 
 # ---- invalid parameter-server clusters and flags: named errors at once ----
 base=$(free_base 4)
