@@ -21,8 +21,11 @@
  * the end. A worker whose link closes or falls silent (ZeroMQ heartbeats) is lost, not failed
  * (but in hybrid mode): its function goes back to a queue the other workers take from first,
  * and when it answers again it rejoins, a restarted one skipping the batches the coordinator
- * saw it train on. When every worker's data is used up (or
- * max_steps are taken) the coordinator reads every variable back into its model, for the
+ * saw it train on; one that does not come back leaves its shard of the data to the first worker
+ * to use up its own. A lost ps task is waited for (started again, its snapshot restored) and
+ * its variables defined again. With a model directory the coordinator writes sharded
+ * checkpoints (ps_ckpt.h) and starts from the latest one. When every worker's data is used up
+ * (or max_steps are taken) the coordinator reads every variable back into its model, for the
  * report, the test set and the checksum, and stops the workers and the ps tasks. A worker or ps
  * with no coordinator for coordinator_timeout seconds gives up, naming it. */
 #ifndef DTRAIN_TRAIN_PS_TRAIN_H
