@@ -8,23 +8,22 @@
 #include "service.h"
 
 #include <poll.h>
-#include <time.h>
-#include <unistd.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "../net/listener.h"
 #include "../net/psconn.h"
 #include "../net/sock.h"
+#include "dtrain/checkpoint.h"
 #include "dtrain/clock.h"
 #include "dtrain/log.h"
 #include "shard.h"
 #include "shard_ckpt.h"
 #include "snapshot.h"
-#include "dtrain/checkpoint.h"
 
 /* Connections a ps keeps at once: the chief, the workers and their reconnections. */
 #define MAX_CONNS 1024
