@@ -47,6 +47,18 @@ start_ps() {
     done
 }
 
+# listening BASE N: the ports of BASE..BASE+N something listens on (such a port cannot be bound,
+# even with SO_REUSEADDR).
+listening() {
+    python3 -c "
+import socket
+for p in range($1, $1 + $2 + 1):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try: s.bind(('127.0.0.1', p))
+    except OSError: print(p)
+    s.close()"
+}
+
 # no_leftovers NAME BASE N: none of our processes runs, no port BASE..BASE+N listens, and no
 # shared-memory segment (hybrid's ring meets in one, named dtrain-<creator pid>-...) outlived
 # the process that made it.
@@ -59,16 +71,7 @@ no_leftovers() {
         owner=${owner%%-*}
         kill -0 "$owner" 2>/dev/null || live="$live $p"
     done
-    # A port something still listens on cannot be bound, even with SO_REUSEADDR.
-    for port in $(python3 -c "
-import socket, sys
-for p in range($base, $base + $n + 1):
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try: s.bind(('127.0.0.1', p))
-    except OSError: print(p)
-    s.close()"); do
-        live="$live port:$port"
-    done
+    for port in $(listening "$base" "$n"); do live="$live port:$port"; done
     if [ -z "$live" ]; then ok "$name"; else fail "$name" "left behind:$live"; fi
 }
 
@@ -345,7 +348,7 @@ fi
 "$dtrain" data gen-ctr --rows 20000 --seed 14 --out "$tmp/long_test.svm" > /dev/null 2>&1
 fs2=$(sed -n 's/.*feature_size=\([0-9]*\).*/\1/p' "$tmp/gen2")
 long=(train --data "libsvm:$tmp/long.svm" --feature-size "$fs2" --model deepfm --batch-size 64
-      --progress none --threads 1 --coordinator-timeout 8 --connect-timeout 30)
+      --threads 1 --coordinator-timeout 8 --connect-timeout 30)
 # start_task BASE TASK OUT ARGS...: one task (chief:0, worker:0, worker:1 or ps:0) of the cluster
 # at BASE..BASE+3 running dtrain ARGS, its output in $tmp/OUT.out and .err.
 start_task() {
@@ -362,10 +365,16 @@ start_cluster() {
     local base=$1 task
     shift
     for task in chief:0 worker:0 worker:1 ps:0; do
-        start_task "$base" "$task" "${task%%:*}${task#*:}" "${long[@]}" --test-data none "$@"
+        start_task "$base" "$task" "${task%%:*}${task#*:}" "${long[@]}" --test-data none \
+            --progress lines "$@"
     done
 }
 declare -A task_pid
+# training_runs: waits (up to 60 s) for the chief's progress line of step 200, so that a task is
+# killed or stopped in the middle of training, however slowly the build starts.
+training_runs() {
+    for _ in $(seq 1 600); do grep -q "^step 200:" "$tmp/chief0.out" && return; sleep 0.1; done
+}
 # wait_tasks SECONDS: every task's exit status into task_status.
 declare -A task_status
 wait_tasks() {
@@ -378,7 +387,7 @@ wait_tasks() {
 # other worker, and the job completes without it; every task that is left exits 0.
 base=$(free_base 4)
 start_cluster "$base" --epochs 1
-sleep 2
+training_runs
 kill -9 "${task_pid[worker:1]}"
 wait_tasks 60
 if [ "${task_status[chief:0]}" -eq 0 ] && [ "${task_status[worker:0]}" -eq 0 ] &&
@@ -394,7 +403,7 @@ no_leftovers ps_train_worker_killed_leaves_nothing "$base" 3
 # --heartbeat-timeout; once it runs again it answers, rejoins and takes steps.
 base=$(free_base 4)
 start_cluster "$base" --epochs 2 --heartbeat-timeout 1.5 --worker-timeout 60
-sleep 2
+training_runs
 kill -STOP "${task_pid[worker:1]}"
 t0=$(date +%s%N)
 for _ in $(seq 1 100); do grep -q "worker:1 .* lost" "$tmp/chief0.err" && break; sleep 0.1; done
@@ -501,7 +510,7 @@ no_leftovers ps_train_launch_kills_leave_nothing "$base" 3
 # Hybrid: the other worker's all-reduce fails at once naming the lost one; every task ends.
 base=$(free_base 4)
 start_cluster "$base" --ps-mode hybrid --epochs 5
-sleep 3
+training_runs
 kill -9 "${task_pid[worker:1]}"
 wait_tasks 60
 if [ "${task_status[chief:0]}" -eq 1 ] && tail -1 "$tmp/chief0.err" | grep -q "worker:1" &&
