@@ -4,9 +4,11 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../src/net/zlink.h"
@@ -123,4 +125,51 @@ TEST(zlink_request_reply_and_strangers_refused)
     CHECK(ping(late, 5, 0.3) == DT_ERR_TIMEOUT && strstr(dt_last_error(), "ps:3"));
     CHECK(dt_clock_now() - t0 < 2.0);
     dt_zlink_close(late);
+}
+
+/* A server that goes away after the handshake: the client sees the closed connection at once
+ * (DT_ERR_PEER naming the peer, well before the request's timeout), and a server started again
+ * at the same endpoint is reached again through the same client. */
+TEST(zlink_client_sees_a_closed_connection_and_reconnects)
+{
+    echo_ctx e = {0};
+    CHECK_OK(dt_zlink_server("tcp://127.0.0.1:*", secret, sizeof secret - 1, &e.server));
+    if (!e.server)
+        return;
+    char ep[256];
+    snprintf(ep, sizeof ep, "%s", dt_zlink_endpoint(e.server));
+    pthread_t t;
+    pthread_create(&t, NULL, echo, &e);
+    dt_zlink *c = NULL;
+    CHECK_OK(dt_zlink_client(ep, "worker:1", secret, sizeof secret - 1, 2.0, &c));
+    CHECK_OK(ping(c, 1, 5.0));
+    CHECK(!dt_zlink_lost(c));
+    __atomic_store_n(&e.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(t, NULL);
+    dt_zlink_close(e.server);
+    double t0 = dt_clock_now();
+    dt_status st = ping(c, 2, 5.0);
+    CHECK_MSG(st == DT_ERR_PEER && strstr(dt_last_error(), "worker:1") &&
+              strstr(dt_last_error(), "closed the connection"), "%d: %s", st, dt_last_error());
+    CHECK(dt_clock_now() - t0 < 2.0 && dt_zlink_lost(c));
+    /* The same endpoint served again: the client's next handshake makes it good. */
+    echo_ctx e2 = {0};
+    CHECK_OK(dt_zlink_server(ep, secret, sizeof secret - 1, &e2.server));
+    if (e2.server) {
+        pthread_create(&t, NULL, echo, &e2);
+        st = DT_ERR_PEER;
+        for (int i = 0; i < 50 && st != DT_OK; i++) {
+            st = ping(c, 3 + (uint64_t)i, 0.5);
+            if (st != DT_OK) {
+                struct timespec ts = {0, 100 * 1000 * 1000};
+                nanosleep(&ts, NULL);
+            }
+        }
+        CHECK_OK(st);
+        CHECK(!dt_zlink_lost(c));
+        __atomic_store_n(&e2.stop, 1, __ATOMIC_RELEASE);
+        pthread_join(t, NULL);
+        dt_zlink_close(e2.server);
+    }
+    dt_zlink_close(c);
 }
