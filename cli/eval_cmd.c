@@ -123,26 +123,23 @@ static void print_tensor(const dt_ckpt_tensor *t)
 /* A sharded checkpoint's manifest: each ps task's file and the table shards it holds. */
 static dt_status print_sharding(const dt_ckpt *c)
 {
-    const char *list = dt_ckpt_meta_get(c, "ps_shards"), *path = dt_ckpt_path(c);
-    if (!list)
+    if (!dt_ckpt_is_sharded(c))
         return DT_OK;
-    const char *slash = strrchr(path, '/');
+    dt_ckpt **files;
+    int n;
+    dt_status st = dt_ckpt_open_shards(c, &files, &n);
+    if (st)
+        return st;
     printf("sharding (parameter-server checkpoint):\n");
-    for (const char *p = list; *p;) {
-        const char *end = strchr(p, ',');
-        int len = end ? (int)(end - p) : (int)strlen(p);
-        char file[4400];
-        snprintf(file, sizeof file, "%.*s%.*s", slash ? (int)(slash - path + 1) : 0, path, len,
-                 p);
-        dt_ckpt *f = NULL;
-        if (dt_ckpt_open(file, &f))
-            return DT_ERR_FORMAT;
-        const char *task = dt_ckpt_meta_get(f, "ps_task");
+    for (int i = 0; i < n; i++) {
+        const char *task = dt_ckpt_meta_get(files[i], "ps_task"), *path = dt_ckpt_path(files[i]);
+        const char *slash = strrchr(path, '/');
         int dense = 0;
-        printf("  %.*s (ps:%s, %d tensors)\n", len, p, task ? task : "?", dt_ckpt_n_tensors(f));
-        for (int i = 0; i < dt_ckpt_n_meta(f); i++) {
+        printf("  %s (ps:%s, %d tensors)\n", slash ? slash + 1 : path, task ? task : "?",
+               dt_ckpt_n_tensors(files[i]));
+        for (int j = 0; j < dt_ckpt_n_meta(files[i]); j++) {
             const char *k, *v;
-            dt_ckpt_meta_at(f, i, &k, &v);
+            dt_ckpt_meta_at(files[i], j, &k, &v);
             if (strstr(k, "/part_"))
                 printf("    %-28s %s\n", k, v);
             dense += strncmp(k, "dense/var_", 10) == 0;
@@ -150,9 +147,8 @@ static dt_status print_sharding(const dt_ckpt *c)
         if (dense)
             printf("    %d dense variable%s, with the optimizer's slots over them\n", dense,
                    dense == 1 ? "" : "s");
-        dt_ckpt_close(f);
-        p = end ? end + 1 : p + len;
     }
+    dt_ckpt_close_shards(files, n);
     return DT_OK;
 }
 

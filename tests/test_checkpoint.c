@@ -530,6 +530,70 @@ TEST(checkpoint_step_of_name)
     CHECK(dt_ckpt_step_of_name("") == -1);
 }
 
+/* A manifest's "ps_shards" names files beside it: opened in order; a missing one, a path, an
+ * empty name and a manifest naming none are format errors naming the manifest. */
+TEST(checkpoint_open_shards_of_a_manifest)
+{
+    dt_arena a;
+    make_small(&a);
+    const dt_arena *arenas[] = {&a};
+    char shard[2][96], manifest[600];
+    for (int k = 0; k < 2; k++) {
+        dt_ckpt_shard_name(shard[k], sizeof shard[k], 7, k, 2);
+        char task[4];
+        snprintf(task, sizeof task, "%d", k);
+        CHECK_OK(dt_ckpt_save(test_path(shard[k]), arenas, 1, &(dt_ckpt_meta){"ps_task", task}, 1));
+    }
+    CHECK(strcmp(shard[1], "ckpt-7.ps-1-of-2.safetensors") == 0);
+    static const struct {
+        const char *list;
+        dt_status want;
+        const char *needle;
+    } cases[] = {
+        {"ckpt-7.ps-0-of-2.safetensors,ckpt-7.ps-1-of-2.safetensors", DT_OK, NULL},
+        {"ckpt-7.ps-0-of-2.safetensors,ckpt-7.ps-2-of-2.safetensors", DT_ERR_IO,
+         "names its shard file"},
+        {"ckpt-7.ps-0-of-2.safetensors,,x", DT_ERR_FORMAT, "an empty or overlong name"},
+        {"../ckpt-7.ps-0-of-2.safetensors", DT_ERR_FORMAT, "a path"},
+        {"", DT_ERR_FORMAT, "names no file"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(manifest, sizeof manifest, "%s", test_path("ckpt-7.safetensors"));
+        CHECK_OK(dt_ckpt_save(manifest, arenas, 1, &(dt_ckpt_meta){"ps_shards", cases[i].list},
+                              1));
+        dt_ckpt *c = NULL, **files = NULL;
+        int n = -1;
+        CHECK_OK(dt_ckpt_open(manifest, &c));
+        if (!c)
+            continue;
+        CHECK(dt_ckpt_is_sharded(c));
+        if (cases[i].want == DT_OK) {
+            CHECK_OK(dt_ckpt_open_shards(c, &files, &n));
+            CHECK(n == 2);
+            for (int k = 0; k < n && k < 2; k++)
+                CHECK(strcmp(dt_ckpt_meta_get(files[k], "ps_task"), k ? "1" : "0") == 0);
+            dt_ckpt_close_shards(files, n);
+        } else {
+            CHECK_ERR(dt_ckpt_open_shards(c, &files, &n), cases[i].want, cases[i].needle);
+            CHECK_MSG(strstr(dt_last_error(), "ckpt-7.safetensors") != NULL, "case %zu: %s", i,
+                      dt_last_error());
+            CHECK(files == NULL && n == 0);
+        }
+        dt_ckpt_close(c);
+    }
+    /* A checkpoint of one process is not sharded. */
+    CHECK_OK(dt_ckpt_save(manifest, arenas, 1, NULL, 0));
+    dt_ckpt *c = NULL, **files = NULL;
+    int n;
+    CHECK_OK(dt_ckpt_open(manifest, &c));
+    if (c) {
+        CHECK(!dt_ckpt_is_sharded(c));
+        CHECK_ERR(dt_ckpt_open_shards(c, &files, &n), DT_END, "not a sharded checkpoint");
+        dt_ckpt_close(c);
+    }
+    dt_arena_free(&a);
+}
+
 /* ---- the manager ---- */
 
 /* Reads dir's state file into lines; returns how many (at most cap). */

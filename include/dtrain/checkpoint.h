@@ -28,6 +28,7 @@
 #define DTRAIN_CHECKPOINT_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -117,6 +118,14 @@ dt_status dt_ckpt_open_latest(const char *dir, FILE *log, dt_ckpt **out);
  * the coordinator writes once every shard file is in, so a checkpoint the state file names is
  * whole. The manager deletes the shard files with their manifest. */
 void dt_ckpt_shard_name(char *out, size_t cap, int64_t step, int k, int n);
+
+/* Opens the shard files a sharded checkpoint's manifest names (its "ps_shards" metadata), from
+ * the manifest's directory: *files (n of them) go to dt_ckpt_close_shards. DT_END for a
+ * checkpoint that is not sharded; a missing or damaged shard file is an error naming both. */
+/* Whether c is a sharded checkpoint's manifest. */
+bool dt_ckpt_is_sharded(const dt_ckpt *c);
+dt_status dt_ckpt_open_shards(const dt_ckpt *manifest, dt_ckpt ***files, int *n);
+void dt_ckpt_close_shards(dt_ckpt **files, int n);
 
 /* The step in a name of the form ckpt-<step>.safetensors, or -1. */
 int64_t dt_ckpt_step_of_name(const char *name);

@@ -1097,6 +1097,61 @@ void dt_ckpt_shard_name(char *out, size_t cap, int64_t step, int k, int n)
     snprintf(out, cap, "ckpt-%lld.ps-%d-of-%d.safetensors", (long long)step, k, n);
 }
 
+enum { MAX_SHARD_FILES = 4096, SHARD_NAME_CAP = 200 };
+
+bool dt_ckpt_is_sharded(const dt_ckpt *c) { return dt_ckpt_meta_get(c, "ps_shards") != NULL; }
+
+void dt_ckpt_close_shards(dt_ckpt **files, int n)
+{
+    for (int i = 0; i < n; i++)
+        dt_ckpt_close(files[i]);
+    free(files);
+}
+
+/* The manifest's "ps_shards" list names files in its own directory: a name there is a plain
+ * file name, never a path, so a manifest cannot point outside it. */
+dt_status dt_ckpt_open_shards(const dt_ckpt *manifest, dt_ckpt ***files_out, int *n_out)
+{
+    const char *list = dt_ckpt_meta_get(manifest, "ps_shards"), *path = dt_ckpt_path(manifest);
+    *files_out = NULL, *n_out = 0;
+    if (!list)
+        return dt_error(DT_END, "%s: not a sharded checkpoint (no __metadata__.ps_shards)", path);
+    const char *slash = strrchr(path, '/');
+    int dir_len = slash ? (int)(slash - path + 1) : 0;
+    dt_ckpt **files = calloc(MAX_SHARD_FILES, sizeof *files);
+    if (!files)
+        return dt_error(DT_ERR_NOMEM, "no memory to open %s's shard files", path);
+    int n = 0;
+    dt_status st = DT_OK;
+    for (const char *p = list; *p && st == DT_OK;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == 0 || len > SHARD_NAME_CAP || memchr(p, '/', len) || n == MAX_SHARD_FILES) {
+            st = dt_error(DT_ERR_FORMAT, "%s: __metadata__.ps_shards: an empty or overlong "
+                          "name, a path, or more than %d files", path, MAX_SHARD_FILES);
+            break;
+        }
+        char file[PATH_CAP + SHARD_NAME_CAP + 2];
+        snprintf(file, sizeof file, "%.*s%.*s", dir_len, path, (int)len, p);
+        st = dt_ckpt_open(file, &files[n]);
+        if (st)
+            st = dt_error_prefix(st, "%s names its shard file", path);
+        else
+            n++;
+        p = end ? end + 1 : p + len;
+    }
+    if (st == DT_OK && n == 0)
+        st = dt_error(DT_ERR_FORMAT, "%s: __metadata__.ps_shards names no file", path);
+    if (st) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", dt_last_error());
+        dt_ckpt_close_shards(files, n);
+        return dt_error(st, "%s", msg);
+    }
+    *files_out = files, *n_out = n;
+    return DT_OK;
+}
+
 /* A sharded checkpoint's shard files, deleted with its manifest. */
 static void remove_shards(const dt_ckpt_manager *m, int64_t step)
 {

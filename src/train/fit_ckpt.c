@@ -54,7 +54,7 @@ static dt_status table_arenas(dt_model *m, bool slots, ckpt_arenas *a)
 
 dt_status dt_ckpt_restore_tables(const dt_ckpt *c, dt_model *m, bool slots)
 {
-    if (dt_ps_ckpt_is_sharded(c)) /* the tables are in the ps tasks' files */
+    if (dt_ckpt_is_sharded(c)) /* the tables are in the ps tasks' files */
         return dt_ps_ckpt_restore(c, m, NULL);
     ckpt_arenas a = {.n = 0};
     dt_status st = table_arenas(m, slots, &a);
@@ -219,7 +219,7 @@ static dt_status apply_checkpoint(const dt_ckpt *c, const dt_fit_config *cfg, in
         return st;
     /* A sharded checkpoint (parameter-server training) keeps the tables and the optimizer's
      * slots in its ps tasks' files. */
-    bool sharded = dt_ps_ckpt_is_sharded(c);
+    bool sharded = dt_ckpt_is_sharded(c);
     if (o->state.n_views > 0 && !sharded && (st = dt_ckpt_restore_arena(c, &o->state)))
         return st;
     if ((dt_model_state(m)->n_views > 0 && (st = dt_ckpt_restore_arena(c, dt_model_state(m)))) ||

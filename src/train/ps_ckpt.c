@@ -9,9 +9,7 @@
 
 #include "dtrain/partition.h"
 
-enum { MAX_SHARD_FILES = 4096, VALUE_CAP = 48 };
-
-bool dt_ps_ckpt_is_sharded(const dt_ckpt *c) { return dt_ckpt_meta_get(c, "ps_shards") != NULL; }
+enum { VALUE_CAP = 48 };
 
 /* ---- Saving ---- */
 
@@ -75,45 +73,9 @@ dt_status dt_ps_ckpt_save(dt_ckpt_manager *mgr, dt_ps_client *ps, int n_ps,
 /* ---- Restoring ---- */
 
 typedef struct {
-    dt_ckpt *files[MAX_SHARD_FILES];
+    dt_ckpt **files;
     int n;
 } shard_files;
-
-static void close_files(shard_files *f)
-{
-    for (int i = 0; i < f->n; i++)
-        dt_ckpt_close(f->files[i]);
-    f->n = 0;
-}
-
-/* Opens every file the manifest lists, beside it. */
-static dt_status open_files(const dt_ckpt *c, shard_files *f)
-{
-    const char *list = dt_ckpt_meta_get(c, "ps_shards"), *path = dt_ckpt_path(c);
-    const char *slash = strrchr(path, '/');
-    int dir_len = slash ? (int)(slash - path) : 1;
-    const char *dir = slash ? path : ".";
-    f->n = 0;
-    for (const char *p = list; p && *p;) {
-        const char *end = strchr(p, ',');
-        size_t len = end ? (size_t)(end - p) : strlen(p);
-        char file[4400];
-        if (len == 0 || len > 200 || f->n == MAX_SHARD_FILES) {
-            close_files(f);
-            return dt_error(DT_ERR_FORMAT, "%s: __metadata__.ps_shards: an empty or overlong "
-                            "name, or more than %d files", path, MAX_SHARD_FILES);
-        }
-        snprintf(file, sizeof file, "%.*s/%.*s", dir_len, dir, (int)len, p);
-        dt_status st = dt_ckpt_open(file, &f->files[f->n]);
-        if (st) {
-            close_files(f);
-            return dt_error_prefix(st, "%s names its shard file", path);
-        }
-        f->n++;
-        p = end ? end + 1 : p + len;
-    }
-    return DT_OK;
-}
 
 /* A table part's description ("rows_total=R dim=D shards=S shard=s strategy=div ..."). */
 typedef struct {
@@ -265,7 +227,7 @@ dt_status dt_ps_ckpt_load(const dt_ckpt *c, dt_model *m, dt_optim *o, int64_t *s
     dt_status st = dt_model_setup_tables(m, &rule);
     if (st == DT_OK)
         st = dt_ckpt_restore_arena(c, dt_model_params(m));
-    if (st == DT_OK && dt_ps_ckpt_is_sharded(c))
+    if (st == DT_OK && dt_ckpt_is_sharded(c))
         return dt_ps_ckpt_restore(c, m, o);
     if (st == DT_OK && o->state.n_views > 0)
         st = dt_ckpt_restore_arena(c, &o->state);
@@ -286,22 +248,16 @@ dt_status dt_ps_ckpt_load(const dt_ckpt *c, dt_model *m, dt_optim *o, int64_t *s
 
 dt_status dt_ps_ckpt_restore(const dt_ckpt *c, dt_model *m, dt_optim *o)
 {
-    shard_files *f = malloc(sizeof *f);
-    if (!f)
-        return dt_error(DT_ERR_NOMEM, "no memory to read a sharded checkpoint");
-    dt_status st = open_files(c, f);
+    shard_files f;
+    dt_status st = dt_ckpt_open_shards(c, &f.files, &f.n);
+    if (st)
+        return st;
     for (int t = 0; t < dt_model_num_tables(m) && st == DT_OK; t++)
-        st = restore_table(f, dt_model_table(m, t));
+        st = restore_table(&f, dt_model_table(m, t));
     if (st == DT_OK && o && o->n_slots > 0)
-        st = restore_dense_slots(f, dt_model_params(m), o);
-    if (st == DT_OK)
-        close_files(f);
-    else if (f->n > 0) {
-        char msg[1024];
-        snprintf(msg, sizeof msg, "%s", dt_last_error());
-        close_files(f);
-        dt_error(st, "%s", msg);
-    }
-    free(f);
-    return st;
+        st = restore_dense_slots(&f, dt_model_params(m), o);
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", st ? dt_last_error() : "");
+    dt_ckpt_close_shards(f.files, f.n);
+    return st ? dt_error(st, "%s", msg) : DT_OK;
 }

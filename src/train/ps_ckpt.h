@@ -25,9 +25,6 @@
 #include "dtrain/model.h"
 #include "dtrain/optim.h"
 
-/* Whether c is a sharded checkpoint's manifest. */
-bool dt_ps_ckpt_is_sharded(const dt_ckpt *c);
-
 /* Saves checkpoint `step`: every ps task's shards into mgr's directory, then the manifest with
  * m's dense variables (the caller's current values) and cfg's, o's and m's metadata. n_ps: the
  * ps tasks. final marks the run's last. */
