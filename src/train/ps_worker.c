@@ -49,7 +49,6 @@ typedef struct {
     double *pull_ms;       /* each step's pull round */
     size_t n_pulls, pulls_cap;
     int64_t steps, samples;
-    bool done;             /* the current shard's epochs are used up */
     /* Hybrid: the dense variables are this worker's, their gradients all-reduced over the
      * workers' ring (its own listener, beside the ZeroMQ one at the TF_CONFIG address), and
      * updated here. */
@@ -85,7 +84,7 @@ static dt_status next_batch(worker *w, dt_elem **e)
             return dt_error(DT_ERR_INVALID, "%s: this shard of the data is empty",
                             r->in->source);
         if (++r->epoch >= f->epochs) {
-            r->done = w->done = true;
+            r->done = true;
             return DT_END;
         }
         r->in_epoch = 0;
@@ -112,7 +111,6 @@ static dt_status use_shard(worker *w, int64_t k)
                   (long long)k);
     }
     w->rd = r;
-    w->done = r->done;
     return DT_OK;
 }
 
@@ -200,7 +198,7 @@ static dt_status agree_on_batch(worker *w, dt_status got, int64_t rows, int64_t 
         return dt_error_prefix(st, "step %lld", (long long)step);
     *global_rows = m.ints[0];
     if (m.ints[1] > 0) {
-        w->done = w->rd->done = true;
+        w->rd->done = true;
         return DT_END;
     }
     return DT_OK;
@@ -338,7 +336,7 @@ static dt_status skip_to(worker *w, int64_t position)
     if (w->rd->taken >= position)
         return DT_OK;
     int64_t skipped = position - w->rd->taken;
-    while (w->rd->taken < position && !w->done) {
+    while (w->rd->taken < position && !w->rd->done) {
         dt_elem *e = NULL;
         dt_status st = next_batch(w, &e);
         dt_elem_free(e);
@@ -377,14 +375,14 @@ static dt_status run_function(worker *w, const dt_psmsg *req, dt_psmsg *r)
         st = skip_to(w, req->position);
     if (st)
         return st;
-    for (uint32_t k = 0; k < req->n && !w->done; k++) {
+    for (uint32_t k = 0; k < req->n && !w->rd->done; k++) {
         dt_status st = worker_step(w, req->step + k, r);
         if (st == DT_END)
             break;
         if (st)
             return st;
     }
-    r->done = w->done;
+    r->done = w->rd->done;
     return DT_OK;
 }
 
