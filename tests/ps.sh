@@ -534,26 +534,39 @@ for task in worker:0 worker:1 ps:0; do
 done
 if [ -z "$bad" ]; then ok ps_train_coordinator_killed_tasks_exit; else fail ps_train_coordinator_killed_tasks_exit "$bad"; fi
 no_leftovers ps_train_coordinator_killed_leaves_nothing "$base" 3
+# Starts chief, 2 workers and a ps saving checkpoints into $tmp/$1 every 0.5 s (the rest of
+# the arguments added to the command line), and kills task $2 once its ps is writing a shard
+# file while the state file names an earlier checkpoint. Sets base, caught (the shard file
+# being written, empty if none was seen) and mid_save (the command line).
+kill_mid_save() {
+    local dir=$1 victim=$2
+    shift 2
+    mid_save=(train --data "libsvm:$tmp/long.svm" --test-data none --hash-buckets 300000
+              --embedding-size 64 --deep-layers 16 --model deepfm --batch-size 64 --epochs 2
+              --progress none --threads 1 --coordinator-timeout 20 --connect-timeout 30
+              --model-dir "$tmp/$dir" --save-checkpoints-secs 0.5 "$@")
+    base=$(free_base 4)
+    local task f
+    for task in chief:0 worker:0 worker:1 ps:0; do
+        start_task "$base" "$task" "${task%%:*}${task#*:}" "${mid_save[@]}"
+    done
+    caught=""
+    for _ in $(seq 1 400); do
+        for f in "$tmp/$dir"/ckpt-*.ps-0-of-1.safetensors.tmp.*; do
+            [ -e "$f" ] && [ -s "$tmp/$dir/checkpoint" ] && caught=$f && break 2
+        done
+        sleep 0.02
+    done
+    [ -n "$caught" ] && kill -9 "${task_pid[$victim]}"
+}
 # The coordinator killed in the middle of a checkpoint (its ps still writing its shards): the
 # ps and workers keep serving; the chief started again restores the previous checkpoint, which
 # the state file still names, and the job completes.
-rs=(train --data "libsvm:$tmp/long.svm" --test-data none --hash-buckets 300000 --embedding-size 64
-    --deep-layers 16 --model deepfm --batch-size 64 --epochs 2 --progress none --threads 1
-    --coordinator-timeout 20 --connect-timeout 30 --model-dir "$tmp/mdk" --save-checkpoints-secs 0.5)
-base=$(free_base 4)
-for task in chief:0 worker:0 worker:1 ps:0; do start_task "$base" "$task" "${task%%:*}${task#*:}" "${rs[@]}"; done
-caught=""
-for _ in $(seq 1 400); do
-    for f in "$tmp"/mdk/ckpt-*.ps-0-of-1.safetensors.tmp.*; do
-        [ -e "$f" ] && [ -s "$tmp/mdk/checkpoint" ] && caught=$f && break 2
-    done
-    sleep 0.02
-done
-[ -n "$caught" ] && kill -9 "${task_pid[chief:0]}"
+kill_mid_save mdk chief:0
 torn=$(basename "${caught%%.ps-*}")
 before=$(sed -n 's/^model_checkpoint_path: "\(.*\)"/\1/p' "$tmp/mdk/checkpoint" 2>/dev/null)
 sleep 1
-start_task "$base" chief:0 chief0b "${rs[@]}"
+start_task "$base" chief:0 chief0b "${mid_save[@]}"
 wait_tasks 120
 if [ -n "$caught" ] && [ "${task_status[chief:0]}" -eq 0 ] && [ "${task_status[worker:0]}" -eq 0 ] &&
     [ "${task_status[ps:0]}" -eq 0 ] && [ ! -e "$tmp/mdk/$torn.safetensors" -o "$torn.safetensors" != "$before" ] &&
@@ -566,22 +579,9 @@ no_leftovers ps_train_coordinator_restart_leaves_nothing "$base" 3
 # The ps killed in the middle of a checkpoint, and started again: the checkpoint it was writing
 # never gets a manifest, the job goes on and completes, and every checkpoint the state file
 # names is whole.
-rp=(train --data "libsvm:$tmp/long.svm" --test-data none --hash-buckets 300000 --embedding-size 64
-    --deep-layers 16 --model deepfm --batch-size 64 --epochs 2 --progress none --threads 1
-    --coordinator-timeout 20 --connect-timeout 30 --model-dir "$tmp/mdp" --save-checkpoints-secs 0.5
-    --ps-snapshot-secs 0)
-base=$(free_base 4)
-for task in chief:0 worker:0 worker:1 ps:0; do start_task "$base" "$task" "${task%%:*}${task#*:}" "${rp[@]}"; done
-caught=""
-for _ in $(seq 1 400); do
-    for f in "$tmp"/mdp/ckpt-*.ps-0-of-1.safetensors.tmp.*; do
-        [ -e "$f" ] && [ -s "$tmp/mdp/checkpoint" ] && caught=$f && break 2
-    done
-    sleep 0.02
-done
-[ -n "$caught" ] && kill -9 "${task_pid[ps:0]}"
+kill_mid_save mdp ps:0 --ps-snapshot-secs 0
 sleep 0.5
-start_task "$base" ps:0 ps0b "${rp[@]}"
+start_task "$base" ps:0 ps0b "${mid_save[@]}"
 wait_tasks 120
 whole=yes
 for m in $(sed -n 's/^all_model_checkpoint_paths: "\(.*\)\.safetensors"/\1/p' "$tmp/mdp/checkpoint" 2>/dev/null); do
