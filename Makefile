@@ -37,9 +37,10 @@ LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/%.o)
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 
-# The only code built for AVX2 (+ FMA); it runs only after a CPU check.
+# The only code built for AVX2 (+ FMA) or AVX-512; it runs only after a CPU check.
 $(BUILD)/src/nn/convpool_avx2.o: ARCH_FLAGS := -mavx2 -mfma
 $(BUILD)/src/optim/optim_avx2.o: ARCH_FLAGS := -mavx2
+$(BUILD)/src/nn/gemm_avx512.o: ARCH_FLAGS := -mavx512f -mfma
 # The CTR kernels' loops over K floats vectorise at -O3 (IEEE semantics kept: no reassociation,
 # so the results are the same bit for bit).
 $(BUILD)/src/nn/fm.o $(BUILD)/src/nn/embedding.o $(BUILD)/src/optim/rowwise.o: ARCH_FLAGS := -O3

@@ -2,6 +2,7 @@
 #include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "commands.h"
@@ -28,7 +29,11 @@ static void print_usage(FILE *out)
           "  server     serve the ps task TF_CONFIG names until the coordinator stops it\n"
           "\n"
           "  --help     this text\n"
-          "  --version  the version\n",
+          "  --version  the version\n"
+          "\n"
+          "environment:\n"
+          "  DTRAIN_GEMM=auto|avx512|blas   the matrix-multiply kernel: dtrain's own AVX-512 one\n"
+          "             (the default where the CPU has AVX-512F) or OpenBLAS's\n",
           out);
 }
 
@@ -65,6 +70,12 @@ int main(int argc, char **argv)
      * (dtrain's pool splits each product), and the SIGBUS guard that lets file readers map
      * files instead of copying them. */
     dt_gemm_setup();
+    const char *gemm = getenv("DTRAIN_GEMM");
+    if (gemm && *gemm && dt_gemm_use(gemm) != DT_OK) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "DTRAIN_GEMM: %s", dt_last_error());
+        return cli_fail(2, msg);
+    }
     if (dt_mapview_guard_install() != DT_OK)
         fprintf(stderr, "dtrain: warning: %s: files are read, not mapped\n", dt_last_error());
     if (strcmp(cmd, "train") == 0)

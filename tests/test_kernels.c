@@ -1,4 +1,5 @@
 /* Fast kernels against their naive references, at odd sizes, on one and several threads. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,51 +44,106 @@ static dt_pool *pool_of(int threads)
     return p;
 }
 
+static const char *const gemm_kernels[] = {"avx512", "blas"};
+
+/* Every kernel this CPU runs, against the reference: every transpose, leading dimensions wider
+ * than the matrices, sizes around the AVX-512 kernel's 6 x 64 tile and 192-deep k blocks, K = 0
+ * (C = beta C), and beta = 0 over a C of NaNs (C is not read then). */
 TEST(gemm_matches_reference_in_every_layout)
 {
-    static const int sizes[][3] = {{1, 1, 1}, {7, 13, 5}, {33, 17, 65}, {64, 300, 9}, {130, 3, 40}};
+    static const int sizes[][3] = {{1, 1, 1},   {7, 13, 5},    {33, 17, 65},  {64, 300, 9},
+                                   {130, 3, 40}, {6, 64, 192}, {13, 129, 200}, {5, 65, 385},
+                                   {100, 1, 32}, {12, 128, 0}};
     dt_rng r;
     dt_rng_seed(&r, 1);
     dt_gemm_setup();
     dt_pool *pool = pool_of(2);
-    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
-        for (int ta = 0; ta < 2; ta++)
-            for (int tb = 0; tb < 2; tb++)
-                for (int threads = 1; threads <= 2; threads++) {
-                    int M = sizes[s][0], N = sizes[s][1], K = sizes[s][2];
-                    /* Leading dimensions wider than the matrices, to catch stride mistakes. */
-                    int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 2, ldc = N + 5;
-                    float *A = random_floats(&r, (size_t)(ta ? K : M) * lda, -1, 1);
-                    float *B = random_floats(&r, (size_t)(tb ? N : K) * ldb, -1, 1);
-                    float *C = random_floats(&r, (size_t)M * ldc, -1, 1);
-                    float *C_ref = copy_floats(C, (size_t)M * ldc);
-                    dt_gemm(threads == 2 ? pool : NULL, ta, tb, M, N, K, 0.5f, A, lda, B, ldb, 0.25f,
-                            C, ldc);
-                    dt_gemm_ref(ta, tb, M, N, K, 0.5f, A, lda, B, ldb, 0.25f, C_ref, ldc);
-                    double d = max_rel_diff(C, C_ref, (size_t)M * ldc);
-                    CHECK_MSG(d < 1e-5, "M=%d N=%d K=%d ta=%d tb=%d threads=%d: diff %g", M, N, K,
-                              ta, tb, threads, d);
-                    free(A), free(B), free(C), free(C_ref);
-                }
+    int kernels_run = 0;
+    for (size_t g = 0; g < sizeof gemm_kernels / sizeof gemm_kernels[0]; g++) {
+        if (!dt_gemm_kernel_runs_here(gemm_kernels[g])) {
+            CHECK_ERR(dt_gemm_use(gemm_kernels[g]), DT_ERR_UNSUPPORTED, "cannot run it");
+            continue;
+        }
+        CHECK_OK(dt_gemm_use(gemm_kernels[g]));
+        kernels_run++;
+        for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++)
+            for (int ta = 0; ta < 2; ta++)
+                for (int tb = 0; tb < 2; tb++)
+                    for (int v = 0; v < 3; v++) {
+                        int M = sizes[s][0], N = sizes[s][1], K = sizes[s][2];
+                        int threads = v == 1 ? 2 : 1;
+                        float beta = v == 2 ? 0.0f : 0.25f;
+                        int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 2, ldc = N + 5;
+                        float *A = random_floats(&r, (size_t)(ta ? K : M) * lda, -1, 1);
+                        float *B = random_floats(&r, (size_t)(tb ? N : K) * ldb, -1, 1);
+                        float *C = random_floats(&r, (size_t)M * ldc, -1, 1);
+                        float *C_ref = copy_floats(C, (size_t)M * ldc);
+                        if (beta == 0.0f)
+                            for (int i = 0; i < M; i++)
+                                for (int j = 0; j < N; j++)
+                                    C[(size_t)i * ldc + j] = NAN;
+                        dt_gemm(threads == 2 ? pool : NULL, ta, tb, M, N, K, 0.5f, A, lda, B, ldb,
+                                beta, C, ldc);
+                        dt_gemm_ref(ta, tb, M, N, K, 0.5f, A, lda, B, ldb, beta, C_ref, ldc);
+                        double d = max_rel_diff(C, C_ref, (size_t)M * ldc);
+                        CHECK_MSG(d < 1e-5, "%s: M=%d N=%d K=%d ta=%d tb=%d threads=%d beta=%g: "
+                                  "diff %g", gemm_kernels[g], M, N, K, ta, tb, threads,
+                                  (double)beta, d);
+                        free(A), free(B), free(C), free(C_ref);
+                    }
+    }
+    CHECK(kernels_run >= 1);
+    CHECK_OK(dt_gemm_use("auto"));
+    CHECK_ERR(dt_gemm_use("sse"), DT_ERR_INVALID, "not one of auto, avx512, blas");
     dt_pool_destroy(pool);
+}
+
+/* The default is dtrain's own kernel wherever the CPU has AVX-512F, OpenBLAS elsewhere. */
+TEST(gemm_default_kernel_follows_the_cpu)
+{
+    CHECK_OK(dt_gemm_use("auto"));
+    const char *want = dt_gemm_kernel_runs_here("avx512") ? "avx512" : "blas";
+    CHECK_MSG(strcmp(dt_gemm_kernel_name(), want) == 0, "default kernel %s, expected %s",
+              dt_gemm_kernel_name(), want);
+    CHECK(dt_gemm_kernel_runs_here("blas"));
+    CHECK(!dt_gemm_kernel_runs_here("nope"));
 }
 
 TEST(gemm_large_split_over_threads_matches_one_thread)
 {
-    /* The tutorial's dense layer shapes, big enough that dt_gemm really splits the work. */
+    /* The tutorial's and DeepFM's dense layer shapes, big enough that dt_gemm really splits
+     * the work (over rows, or over columns when N > M). dtrain's own kernel gives the same
+     * bits however the product is split; OpenBLAS's blocking depends on the sizes it is given. */
+    static const int shapes[][5] = {
+        {0, 0, 64, 64, 5408}, {0, 0, 1024, 128, 1248}, {1, 0, 1248, 128, 1024}, {0, 1, 1024, 1248, 128}};
     dt_rng r;
     dt_rng_seed(&r, 2);
     dt_pool *pool = pool_of(2);
-    int M = 64, N = 64, K = 5408;
-    float *A = random_floats(&r, (size_t)M * K, -1, 1), *B = random_floats(&r, (size_t)K * N, -1, 1);
-    float *C1 = calloc((size_t)M * N, sizeof *C1), *C2 = calloc((size_t)M * N, sizeof *C2);
-    float *C_ref = calloc((size_t)M * N, sizeof *C_ref);
-    dt_gemm(NULL, false, false, M, N, K, 1, A, K, B, N, 0, C1, N);
-    dt_gemm(pool, false, false, M, N, K, 1, A, K, B, N, 0, C2, N);
-    dt_gemm_ref(false, false, M, N, K, 1, A, K, B, N, 0, C_ref, N);
-    CHECK(max_rel_diff(C1, C_ref, (size_t)M * N) < 1e-4);
-    CHECK(max_rel_diff(C2, C_ref, (size_t)M * N) < 1e-4);
-    free(A), free(B), free(C1), free(C2), free(C_ref);
+    for (size_t g = 0; g < sizeof gemm_kernels / sizeof gemm_kernels[0]; g++) {
+        if (dt_gemm_use(gemm_kernels[g]) != DT_OK)
+            continue;
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            bool ta = shapes[s][0], tb = shapes[s][1];
+            int M = shapes[s][2], N = shapes[s][3], K = shapes[s][4];
+            int lda = ta ? M : K, ldb = tb ? K : N;
+            float *A = random_floats(&r, (size_t)M * K, -1, 1);
+            float *B = random_floats(&r, (size_t)K * N, -1, 1);
+            float *C1 = calloc((size_t)M * N, sizeof *C1), *C2 = calloc((size_t)M * N, sizeof *C2);
+            float *C_ref = calloc((size_t)M * N, sizeof *C_ref);
+            dt_gemm(NULL, ta, tb, M, N, K, 1, A, lda, B, ldb, 0, C1, N);
+            dt_gemm(pool, ta, tb, M, N, K, 1, A, lda, B, ldb, 0, C2, N);
+            dt_gemm_ref(ta, tb, M, N, K, 1, A, lda, B, ldb, 0, C_ref, N);
+            CHECK_MSG(max_rel_diff(C1, C_ref, (size_t)M * N) < 1e-4, "%s shape %zu",
+                      gemm_kernels[g], s);
+            CHECK_MSG(max_rel_diff(C2, C_ref, (size_t)M * N) < 1e-4, "%s shape %zu",
+                      gemm_kernels[g], s);
+            if (strcmp(gemm_kernels[g], "avx512") == 0)
+                CHECK_MSG(memcmp(C1, C2, (size_t)M * N * sizeof *C1) == 0,
+                          "avx512: shape %zu differs between 1 and 2 threads", s);
+            free(A), free(B), free(C1), free(C2), free(C_ref);
+        }
+    }
+    CHECK_OK(dt_gemm_use("auto"));
     dt_pool_destroy(pool);
 }
 

@@ -2,7 +2,7 @@
 #include "cpu.h"
 
 /* -1: not asked yet. Two threads asking at once both compute the same answer. */
-static int cached[DT_CPU_N_FEATURES] = {-1, -1, -1, -1};
+static int cached[DT_CPU_N_FEATURES] = {-1, -1, -1, -1, -1};
 
 static bool ask(dt_cpu_feature f)
 {
@@ -18,6 +18,9 @@ static bool ask(dt_cpu_feature f)
     case DT_CPU_FAST_PEXT:
         return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi2") &&
                !__builtin_cpu_is("amdfam15h") && !__builtin_cpu_is("amdfam17h");
+    case DT_CPU_AVX512F:
+        /* libgcc's answer includes the OS check (XCR0 enables the zmm and mask state). */
+        return __builtin_cpu_supports("avx512f");
     default:
         return false;
     }

@@ -12,6 +12,7 @@ typedef enum {
     DT_CPU_AVX2_FMA,  /* AVX2 and FMA3 */
     DT_CPU_FAST_PEXT, /* AVX2 and BMI2 with a pext that is not microcoded (AMD families 15h and
                          17h run it in tens of cycles) */
+    DT_CPU_AVX512F,   /* AVX-512 Foundation, its register state enabled by the OS */
     DT_CPU_N_FEATURES
 } dt_cpu_feature;
 

@@ -2,6 +2,9 @@
 #include "dtrain/gemm.h"
 
 #include <cblas.h>
+#include <string.h>
+
+#include "gemm_kernels.h"
 
 /* Declared by OpenBLAS's cblas.h as well; repeated in case a cblas.h without it is found. */
 void openblas_set_num_threads(int num_threads);
@@ -30,7 +33,64 @@ static void gemm_blas(bool ta, bool tb, int M, int N, int K, float alpha, const 
                 K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+const dt_gemm_kernel dt_gemm_kernel_blas = {"blas", DT_CPU_N_FEATURES, gemm_blas};
+
+/* Fastest first: the first this CPU runs is the default. */
+static const dt_gemm_kernel *const kernels[] = {&dt_gemm_kernel_avx512, &dt_gemm_kernel_blas};
+enum { N_KERNELS = sizeof kernels / sizeof kernels[0] };
+
+static const dt_gemm_kernel *chosen;
+
+static bool runs_here(const dt_gemm_kernel *k)
+{
+    return k->needs == DT_CPU_N_FEATURES || dt_cpu_has(k->needs);
+}
+
+static const dt_gemm_kernel *kernel(void)
+{
+    const dt_gemm_kernel *k = __atomic_load_n(&chosen, __ATOMIC_ACQUIRE);
+    if (k)
+        return k;
+    for (int i = 0; i < N_KERNELS && !k; i++)
+        if (runs_here(kernels[i]))
+            k = kernels[i];
+    /* Two first calls at once pick the same one. */
+    __atomic_store_n(&chosen, k, __ATOMIC_RELEASE);
+    return k;
+}
+
+const char *dt_gemm_kernel_name(void) { return kernel()->name; }
+
+dt_status dt_gemm_use(const char *name)
+{
+    if (strcmp(name, "auto") == 0) {
+        __atomic_store_n(&chosen, NULL, __ATOMIC_RELEASE);
+        (void)kernel();
+        return DT_OK;
+    }
+    for (int i = 0; i < N_KERNELS; i++) {
+        if (strcmp(kernels[i]->name, name) != 0)
+            continue;
+        if (!runs_here(kernels[i]))
+            return dt_error(DT_ERR_UNSUPPORTED, "matrix-multiply kernel '%s': this CPU cannot "
+                            "run it", name);
+        __atomic_store_n(&chosen, kernels[i], __ATOMIC_RELEASE);
+        return DT_OK;
+    }
+    return dt_error(DT_ERR_INVALID, "matrix-multiply kernel '%s': not one of auto, avx512, blas",
+                    name);
+}
+
+bool dt_gemm_kernel_runs_here(const char *name)
+{
+    for (int i = 0; i < N_KERNELS; i++)
+        if (strcmp(kernels[i]->name, name) == 0)
+            return runs_here(kernels[i]);
+    return false;
+}
+
 struct gemm_job {
+    dt_gemm_fn fn;
     bool ta, tb, split_rows;
     int M, N, K, lda, ldb, ldc;
     float alpha, beta;
@@ -47,15 +107,15 @@ static void gemm_task(void *ctx, int task, int n_tasks)
         if (hi == lo)
             return;
         const float *A = j->ta ? j->A + lo : j->A + lo * j->lda;
-        gemm_blas(j->ta, j->tb, (int)(hi - lo), j->N, j->K, j->alpha, A, j->lda, j->B, j->ldb,
-                  j->beta, j->C + lo * j->ldc, j->ldc);
+        j->fn(j->ta, j->tb, (int)(hi - lo), j->N, j->K, j->alpha, A, j->lda, j->B, j->ldb,
+              j->beta, j->C + lo * j->ldc, j->ldc);
     } else {
         dt_pool_slice(j->N, task, n_tasks, &lo, &hi);
         if (hi == lo)
             return;
         const float *B = j->tb ? j->B + lo * j->ldb : j->B + lo;
-        gemm_blas(j->ta, j->tb, j->M, (int)(hi - lo), j->K, j->alpha, j->A, j->lda, B, j->ldb,
-                  j->beta, j->C + lo, j->ldc);
+        j->fn(j->ta, j->tb, j->M, (int)(hi - lo), j->K, j->alpha, j->A, j->lda, B, j->ldb,
+              j->beta, j->C + lo, j->ldc);
     }
 }
 
@@ -63,12 +123,13 @@ void dt_gemm(dt_pool *pool, bool ta, bool tb, int M, int N, int K, float alpha, 
              int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
     int n_tasks = dt_pool_size(pool);
+    dt_gemm_fn fn = kernel()->fn;
     /* Below about a million multiply-adds the hand-off costs more than the second core gives. */
     if (n_tasks == 1 || (double)M * N * K < 1e6) {
-        gemm_blas(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        fn(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
-    struct gemm_job j = {ta, tb, M >= N, M, N, K, lda, ldb, ldc, alpha, beta, A, B, C};
+    struct gemm_job j = {fn, ta, tb, M >= N, M, N, K, lda, ldb, ldc, alpha, beta, A, B, C};
     dt_pool_run(pool, gemm_task, &j, n_tasks);
 }
 

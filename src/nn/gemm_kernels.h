@@ -1,0 +1,24 @@
+/* The matrix-multiply kernels dt_gemm chooses from (internal to the library): each computes a
+ * whole product on the calling thread, C (M, N) = alpha * op(A) . op(B) + beta * C as dt_gemm
+ * states it, C not read when beta is 0. One file per kernel; gemm.c picks one at first use. */
+#ifndef DTRAIN_NN_GEMM_KERNELS_H
+#define DTRAIN_NN_GEMM_KERNELS_H
+
+#include <stdbool.h>
+
+#include "../core/cpu.h"
+
+typedef void (*dt_gemm_fn)(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                           const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                           int ldc);
+
+typedef struct {
+    const char *name;
+    dt_cpu_feature needs; /* DT_CPU_N_FEATURES: runs on any CPU */
+    dt_gemm_fn fn;
+} dt_gemm_kernel;
+
+extern const dt_gemm_kernel dt_gemm_kernel_blas;   /* OpenBLAS's cblas_sgemm */
+extern const dt_gemm_kernel dt_gemm_kernel_avx512; /* gemm_avx512.c */
+
+#endif
