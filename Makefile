@@ -119,7 +119,7 @@ asan:
 leakcheck: $(BUILD)/.deps-leakcheck all
 	bash tests/leakcheck.sh $(BUILD)
 
-bench: $(BUILD)/.deps-bench all $(BUILD)/bench/conv_bench $(BUILD)/bench/input_bench
+bench: $(BUILD)/.deps-bench all $(BUILD)/bench/conv_bench $(BUILD)/bench/input_bench $(BUILD)/bench/gemm_bench
 	bash bench/run.sh $(BUILD)
 	bash bench/input.sh $(BUILD)
 	bash bench/checkpoint.sh $(BUILD)

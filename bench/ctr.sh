@@ -8,8 +8,9 @@
 #   - LR and FM by dtrain, 1 thread, for the AUC order.
 # Each runs REPEAT times, interleaved; medians are reported with the ratios the goals are stated in
 # (dtrain 1 thread / PyTorch 1 thread, dtrain 2 threads / dtrain 1 thread), the AUCs, peak RSS
-# beside the tables' and slots' size, the MLP's share of this machine's sgemm peak and the
-# table traffic against its memory bandwidth (bench/peers/limits.c, 1 thread).
+# beside the tables' and slots' size, the MLP's share of the 1-thread sgemm peak of the kernel
+# dtrain ran (bench/gemm_bench: dtrain's AVX-512 kernel or OpenBLAS's) and the table traffic
+# against this machine's memory bandwidth (bench/peers/limits.c, 1 thread).
 # usage: bench/ctr.sh BUILD_DIR    env: REPEAT (3), ROWS (1000000), PEERS_DIR, PYTHON
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -29,8 +30,11 @@ json() { "$python" -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.a
 command -v cc > /dev/null || die "no C compiler (cc) to build $peers/limits.c"
 cc -O2 -o "$work/limits" "$peers/limits.c" -lopenblas 2> "$work/limits.err" ||
     die "cannot build $peers/limits.c against OpenBLAS: $(head -3 "$work/limits.err")"
+[ -x "$build/bench/gemm_bench" ] ||
+    die "$build/bench/gemm_bench is missing: build it first (make BUILD=$1 $1/bench/gemm_bench)"
 echo "measuring this machine's limits (1 thread)" >&2
 OPENBLAS_NUM_THREADS=1 "$work/limits" > "$work/limits.txt"
+"$build/bench/gemm_bench" > "$work/gemm.txt" || die "gemm_bench failed: $(tail -3 "$work/gemm.txt")"
 echo "generating $rows + $((rows / 5)) rows" >&2
 "$build/dtrain" data gen-ctr --rows "$rows" --seed 11 --out "$work/train.svm" > "$work/gen"
 "$build/dtrain" data gen-ctr --rows $((rows / 5)) --seed 12 --out "$work/test.svm" > /dev/null
@@ -48,6 +52,7 @@ for rep in $(seq 1 "$repeat"); do
             --metrics-out "$work/d$t.json" > /dev/null
         echo "$(json "$work/d$t.json" samples_per_sec) $(json "$work/d$t.json" test_auc)" \
              "$(json "$work/d$t.json" peak_rss_mb)" >> "$work/dtrain$t"
+        json "$work/d$t.json" gemm_kernel > "$work/kernel"
     done
     "$python" "$peers/torch_deepfm.py" --train "$work/train.svm" --test "$work/test.svm" \
         --feature-size "$fs" --threads 1 > "$work/torch.out" 2>&1 ||
@@ -63,7 +68,11 @@ import json, re, statistics, sys
 work, fs, teacher, gen_rate = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
 limits = open(f"{work}/limits.txt").read()
 memcpy = float(re.search(r"memcpy 64MiB: ([0-9.]+) GB/s", limits).group(1))
-sgemm = max(float(g) for g in re.findall(r"sgemm M=\d+ N=\d+ K=\d+: ([0-9.]+) GFLOP/s", limits))
+blas = max(float(g) for g in re.findall(r"sgemm M=\d+ N=\d+ K=\d+: ([0-9.]+) GFLOP/s", limits))
+kernel = open(f"{work}/kernel").read().strip()
+gemm = open(f"{work}/gemm.txt").read()
+peaks = {k: float(v) for k, v in re.findall(r"peak (\w+): ([0-9.]+) GFLOP/s", gemm)}
+sgemm = peaks[kernel]
 def rows(name):
     return [[float(x) for x in l.split()] for l in open(f"{work}/{name}") if l.strip()]
 def med(name, col):
@@ -85,8 +94,10 @@ print(f"tables + Adam slots, nominal: {tables_mb:,.0f} MB; dtrain's peak RSS min
 # The MLP: (39 x 32) -> 128 -> 64 -> 32 -> 1, forward 2 x MACs, backward twice that.
 macs = 1248 * 128 + 128 * 64 + 64 * 32 + 32
 mlp_gflops = d1 * 6 * macs / 1e9
+print(f"sgemm peak on 1 thread: " + ", ".join(f"{k} {v:.0f}" for k, v in peaks.items()) +
+      f" GFLOP/s (gemm_bench); OpenBLAS through limits.c {blas:.0f}; dtrain ran '{kernel}'")
 print(f"MLP: {6 * macs / 1e6:.2f} MFLOP per example; at 1 thread {mlp_gflops:.1f} GFLOP/s, "
-      f"{100 * mlp_gflops / sgemm:.0f}% of this machine's 1-thread sgemm peak ({sgemm:.0f} GFLOP/s): "
+      f"{100 * mlp_gflops / sgemm:.0f}% of the {kernel} kernel's 1-thread peak ({sgemm:.0f} GFLOP/s): "
       f"the roofline is {sgemm * 1e9 / (6 * macs):,.0f} samples/s")
 # Each example gathers 39 rows of fm_w and fm_v (33 floats) and adds 39 gradient rows; the
 # unique rows' Adam updates read and write three such arrays (counted once per example, an

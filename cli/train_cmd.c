@@ -11,6 +11,7 @@
 #include "comm_open.h"
 #include "dtrain/clock.h"
 #include "dtrain/fileio.h"
+#include "dtrain/gemm.h"
 #include "dtrain/input.h"
 #include "dtrain/optim.h"
 #include "dtrain/progress.h"
@@ -472,6 +473,7 @@ static dt_status write_metrics(const char *path, const struct train_opts *o,
     }
     cJSON_AddNumberToObject(j, "peak_rss_mb", dt_peak_rss_mb());
     cJSON_AddNumberToObject(j, "threads", rep->threads);
+    cJSON_AddStringToObject(j, "gemm_kernel", dt_gemm_kernel_name());
     cJSON_AddNumberToObject(j, "prefetch", rep->prefetch);
     cJSON_AddNumberToObject(j, "batch_size", o->batch_size);
     cJSON_AddStringToObject(j, "model", rep->model);
