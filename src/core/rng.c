@@ -18,9 +18,8 @@ void dt_rng_seed(dt_rng *r, uint64_t seed)
 
 static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
-uint64_t dt_rng_next(dt_rng *r)
+static inline uint64_t next(uint64_t *s)
 {
-    uint64_t *s = r->s;
     uint64_t result = rotl(s[1] * 5, 7) * 9;
     uint64_t t = s[1] << 17;
     s[2] ^= s[0];
@@ -32,7 +31,21 @@ uint64_t dt_rng_next(dt_rng *r)
     return result;
 }
 
-float dt_rng_uniform(dt_rng *r) { return (float)(dt_rng_next(r) >> 40) * (1.0f / 16777216.0f); }
+static inline float uniform_of(uint64_t x) { return (float)(x >> 40) * (1.0f / 16777216.0f); }
+
+uint64_t dt_rng_next(dt_rng *r) { return next(r->s); }
+
+float dt_rng_uniform(dt_rng *r) { return uniform_of(next(r->s)); }
+
+void dt_rng_fill_uniform(dt_rng *r, float *out, size_t n)
+{
+    /* The state in locals: the compiler keeps it in registers for the whole loop. */
+    uint64_t s[4] = {r->s[0], r->s[1], r->s[2], r->s[3]};
+    for (size_t i = 0; i < n; i++)
+        out[i] = uniform_of(next(s));
+    for (int i = 0; i < 4; i++)
+        r->s[i] = s[i];
+}
 
 uint64_t dt_rng_below(dt_rng *r, uint64_t n)
 {

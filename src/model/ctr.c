@@ -32,6 +32,8 @@ struct dt_ctr {
     int64_t *uniq;   /* (B, F) */
     void *scratch;   /* dt_embedding_scratch_bytes(B F) */
     dt_pool *pool;   /* of the last call */
+    bool deduped;    /* uniq, n_uniq, slot, offsets and places are the last forward's */
+    size_t n_uniq;
     const float *dlogits;         /* of the backward under way */
     const float *ddeep;
 };
@@ -142,23 +144,50 @@ static int example_tasks(const dt_ctr *c, int B)
     return tasks;
 }
 
+/* Examples per pass of lookups then FM terms: 8 x 39 rows of 32 floats are 40 KB. */
+#define FORWARD_CHUNK 8
+
 /* Examples [lo, hi) of the batch: their lookups and FM terms. */
 static void forward_examples(void *ctx, int task, int n_tasks)
 {
     dt_ctr *c = ctx;
     long lo, hi;
     dt_pool_slice(c->B, task, n_tasks, &lo, &hi);
-    size_t p0 = (size_t)lo * (size_t)c->F, np = (size_t)(hi - lo) * (size_t)c->F;
-    dt_embedding_forward(c->w.data, 1, c->ids + p0, c->vals + p0, np, c->lin + p0);
-    if (has_v(c)) {
-        size_t K = (size_t)c->K;
-        dt_embedding_forward(c->v.data, c->K, c->ids + p0, c->vals + p0, np, c->emb + p0 * K);
-        dt_fm_forward((int)(hi - lo), c->F, c->K, c->emb + p0 * K, c->sums + (size_t)lo * K,
-                      c->fm + lo);
+    /* A few examples at a time, so the FM term reads their rows while they are in L1. */
+    for (long a = lo; a < hi; a += FORWARD_CHUNK) {
+        long b = hi - a < FORWARD_CHUNK ? hi : a + FORWARD_CHUNK;
+        size_t p0 = (size_t)a * (size_t)c->F, np = (size_t)(b - a) * (size_t)c->F;
+        dt_embedding_forward(c->w.data, 1, c->ids + p0, c->vals + p0, np, c->lin + p0);
+        if (has_v(c)) {
+            size_t K = (size_t)c->K;
+            dt_embedding_forward(c->v.data, c->K, c->ids + p0, c->vals + p0, np,
+                                 c->emb + p0 * K);
+            dt_fm_forward((int)(b - a), c->F, c->K, c->emb + p0 * K, c->sums + (size_t)a * K,
+                          c->fm + a);
+        }
     }
 }
 
-void dt_ctr_forward(dt_ctr *c, const dt_elem *e, dt_pool *pool)
+/* The batch's unique ids (both tables are looked up by the same ids) and each one's places,
+ * for the backward pass. */
+static void dedupe_ids(dt_ctr *c)
+{
+    size_t n = (size_t)c->B * (size_t)c->F;
+    c->n_uniq = dt_embedding_dedupe(c->ids, n, c->scratch, c->uniq, c->slot);
+    dt_embedding_group(c->slot, n, c->n_uniq, c->offsets, c->places);
+}
+
+/* Training: task 0 deduplicates the ids while the other tasks look rows up (on one thread,
+ * one after the other), so no thread waits for it at the start of the backward pass. */
+static void forward_training(void *ctx, int task, int n_tasks)
+{
+    if (task == 0)
+        dedupe_ids(ctx);
+    else
+        forward_examples(ctx, task - 1, n_tasks - 1);
+}
+
+void dt_ctr_forward(dt_ctr *c, const dt_elem *e, bool training, dt_pool *pool)
 {
     size_t n = (size_t)e->n * (size_t)c->F;
     c->B = e->n;
@@ -166,7 +195,11 @@ void dt_ctr_forward(dt_ctr *c, const dt_elem *e, dt_pool *pool)
     memcpy(c->ids, e->sp_ids + e->sp_row[0], n * sizeof *c->ids);
     memcpy(c->vals, e->sp_vals + e->sp_row[0], n * sizeof *c->vals);
     int tasks = example_tasks(c, e->n);
-    dt_pool_run(tasks > 1 ? pool : NULL, forward_examples, c, tasks);
+    c->deduped = training;
+    if (training)
+        dt_pool_run(pool, forward_training, c, tasks + 1);
+    else
+        dt_pool_run(tasks > 1 ? pool : NULL, forward_examples, c, tasks);
 }
 
 const float *dt_ctr_deep_input(const dt_ctr *c) { return c->emb; }
@@ -245,7 +278,6 @@ static void accumulate_rows(void *ctx, int task, int n_tasks)
 
 float dt_ctr_backward(dt_ctr *c, int B, const float *dlogits, float *ddeep, dt_pool *pool)
 {
-    size_t n = (size_t)B * (size_t)c->F;
     c->pool = pool;
     c->dlogits = dlogits, c->ddeep = ddeep;
     /* The FM gradient adds into the MLP's input gradient where there is one (the model's
@@ -256,15 +288,16 @@ float dt_ctr_backward(dt_ctr *c, int B, const float *dlogits, float *ddeep, dt_p
         dbias += dlogits[i];
     int tasks = example_tasks(c, B);
     dt_pool_run(tasks > 1 ? pool : NULL, backward_examples, c, tasks);
-    /* One deduplication serves both tables: they are looked up by the same ids. */
-    size_t u = dt_embedding_dedupe(c->ids, n, c->scratch, c->uniq, c->slot);
+    if (!c->deduped) /* after a forward pass not for training */
+        dedupe_ids(c);
+    c->deduped = false;
+    size_t u = c->n_uniq;
     c->gw.n = u;
     memcpy(c->gw.ids, c->uniq, u * sizeof *c->uniq);
     if (has_v(c)) {
         c->gv.n = u;
         memcpy(c->gv.ids, c->uniq, u * sizeof *c->uniq);
     }
-    dt_embedding_group(c->slot, n, u, c->offsets, c->places);
     int tasks_u = dt_pool_size(pool) * TASKS_PER_THREAD;
     tasks_u = (int)(u / 256) < tasks_u ? (int)(u / 256) : tasks_u;
     tasks_u = tasks_u < 1 ? 1 : tasks_u;

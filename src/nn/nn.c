@@ -513,8 +513,10 @@ void dt_maxpool_backward(const dt_pool_geom *g, int B, const float *dy, const in
 void dt_dropout_forward(size_t n, float rate, dt_rng *rng, float *y, float *mask)
 {
     float keep = 1.0f - rate, scale = 1.0f / keep;
+    /* The uniforms go into mask first, drawn in one call, then become the mask in place. */
+    dt_rng_fill_uniform(rng, mask, n);
     for (size_t i = 0; i < n; i++) {
-        mask[i] = dt_rng_uniform(rng) < keep ? scale : 0.0f;
+        mask[i] = mask[i] < keep ? scale : 0.0f;
         y[i] *= mask[i];
     }
 }
