@@ -28,6 +28,9 @@ typedef struct {
     int n_slots;
     float *slots[DT_TABLE_MAX_SLOTS];               /* (rows, dim) each */
     char slot_names[DT_TABLE_MAX_SLOTS][DT_VIEW_NAME_CAP]; /* "adam/m/fm_v" */
+    /* Per slot starting at 0, a bit per 4 KB page that an update has written (see
+     * dt_table_claim_slot); NULL for a slot filled at creation. */
+    uint64_t *slot_pages[DT_TABLE_MAX_SLOTS];
 } dt_table;
 
 /* Table names leave room in a slot's name for "<optimizer>/<slot>/". */
@@ -45,6 +48,15 @@ dt_status dt_table_create(dt_table *t, const char *name, int64_t rows, int dim);
 dt_status dt_table_set_slots(dt_table *t, const char *optimizer, int n_slots,
                              const char *const *slot_names, const float *init);
 void dt_table_free(dt_table *t);
+
+/* Called by an update before it reads elements [off, off + n) of slot s: the first time, each
+ * page they lie on is written (an atomic OR of 0, which changes nothing) before it is read.
+ * A page first read is mapped to the shared zero page and copied on the first write, and that
+ * copy flushes the page from every other thread's TLB, an interrupt to each core: on a zero
+ * slot of a large table, touched a few rows at a time by several threads, those flushes cost
+ * more than the updates. Thread-safe; a page that something else wrote first is just written
+ * again. */
+void dt_table_claim_slot(dt_table *t, int s, size_t off, size_t n);
 
 /* Bytes of storage the table and its slots map. */
 size_t dt_table_bytes(const dt_table *t);

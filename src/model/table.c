@@ -43,12 +43,34 @@ dt_status dt_table_create(dt_table *t, const char *name, int64_t rows, int dim)
     return DT_OK;
 }
 
+enum { PAGE_SHIFT = 12 };
+
 static void free_slots(dt_table *t)
 {
-    for (int i = 0; i < t->n_slots; i++)
+    for (int i = 0; i < t->n_slots; i++) {
         unmap_floats(t->slots[i], elems_of(t));
+        free(t->slot_pages[i]);
+    }
     memset(t->slots, 0, sizeof t->slots);
+    memset(t->slot_pages, 0, sizeof t->slot_pages);
     t->n_slots = 0;
+}
+
+void dt_table_claim_slot(dt_table *t, int s, size_t off, size_t n)
+{
+    uint64_t *bits = t->slot_pages[s];
+    if (!bits || n == 0)
+        return;
+    char *base = (char *)t->slots[s];
+    size_t first = off * sizeof(float), last = (off + n) * sizeof(float) - 1;
+    for (size_t page = first >> PAGE_SHIFT; page <= last >> PAGE_SHIFT; page++) {
+        uint64_t bit = (uint64_t)1 << (page & 63);
+        if (__atomic_load_n(&bits[page >> 6], __ATOMIC_RELAXED) & bit)
+            continue;
+        size_t at = page << PAGE_SHIFT > first ? page << PAGE_SHIFT : first;
+        __atomic_fetch_or((unsigned char *)base + at, 0, __ATOMIC_RELAXED);
+        __atomic_fetch_or(&bits[page >> 6], bit, __ATOMIC_RELAXED);
+    }
 }
 
 dt_status dt_table_set_slots(dt_table *t, const char *optimizer, int n_slots,
@@ -74,6 +96,13 @@ dt_status dt_table_set_slots(dt_table *t, const char *optimizer, int n_slots,
         if (init[i] != 0.0f)
             for (size_t k = 0; k < n; k++)
                 t->slots[i][k] = init[i];
+        else if (!(t->slot_pages[i] = calloc(((n * sizeof(float)) >> PAGE_SHIFT) / 64 + 1,
+                                             sizeof(uint64_t)))) {
+            dt_status st = dt_error(DT_ERR_NOMEM, "table %s: no memory for the %s slot %s",
+                                    t->name, optimizer, slot_names[i]);
+            free_slots(t);
+            return st;
+        }
     }
     return DT_OK;
 }

@@ -33,7 +33,9 @@ static void gemm_blas(bool ta, bool tb, int M, int N, int K, float alpha, const 
                 K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
-const dt_gemm_kernel dt_gemm_kernel_blas = {"blas", DT_CPU_N_FEATURES, gemm_blas};
+/* One task per thread, as always: OpenBLAS's blocking, and so its rounding, depends on the
+ * sizes it is given, and the shares must stay what they were for results to stay the same. */
+const dt_gemm_kernel dt_gemm_kernel_blas = {"blas", DT_CPU_N_FEATURES, gemm_blas, 1, 1, 1};
 
 /* Fastest first: the first this CPU runs is the default. */
 static const dt_gemm_kernel *const kernels[] = {&dt_gemm_kernel_avx512, &dt_gemm_kernel_blas};
@@ -90,7 +92,7 @@ bool dt_gemm_kernel_runs_here(const char *name)
 }
 
 struct gemm_job {
-    dt_gemm_fn fn;
+    const dt_gemm_kernel *k;
     bool ta, tb, split_rows;
     int M, N, K, lda, ldb, ldc;
     float alpha, beta;
@@ -98,39 +100,58 @@ struct gemm_job {
     float *C;
 };
 
+/* Task `task`'s share [lo, hi) of n rows (or columns) cut in whole units of `unit`. */
+static void unit_slice(long n, int unit, int task, int n_tasks, long *lo, long *hi)
+{
+    dt_pool_slice((n + unit - 1) / unit, task, n_tasks, lo, hi);
+    *lo *= unit;
+    *hi = *hi * unit < n ? *hi * unit : n;
+}
+
 static void gemm_task(void *ctx, int task, int n_tasks)
 {
     const struct gemm_job *j = ctx;
     long lo, hi;
     if (j->split_rows) {
-        dt_pool_slice(j->M, task, n_tasks, &lo, &hi);
-        if (hi == lo)
+        unit_slice(j->M, j->k->row_unit, task, n_tasks, &lo, &hi);
+        if (hi <= lo)
             return;
         const float *A = j->ta ? j->A + lo : j->A + lo * j->lda;
-        j->fn(j->ta, j->tb, (int)(hi - lo), j->N, j->K, j->alpha, A, j->lda, j->B, j->ldb,
-              j->beta, j->C + lo * j->ldc, j->ldc);
+        j->k->fn(j->ta, j->tb, (int)(hi - lo), j->N, j->K, j->alpha, A, j->lda, j->B, j->ldb,
+                 j->beta, j->C + lo * j->ldc, j->ldc);
     } else {
-        dt_pool_slice(j->N, task, n_tasks, &lo, &hi);
-        if (hi == lo)
+        unit_slice(j->N, j->k->col_unit, task, n_tasks, &lo, &hi);
+        if (hi <= lo)
             return;
         const float *B = j->tb ? j->B + lo * j->ldb : j->B + lo;
-        j->fn(j->ta, j->tb, j->M, (int)(hi - lo), j->K, j->alpha, j->A, j->lda, B, j->ldb,
-              j->beta, j->C + lo, j->ldc);
+        j->k->fn(j->ta, j->tb, j->M, (int)(hi - lo), j->K, j->alpha, j->A, j->lda, B, j->ldb,
+                 j->beta, j->C + lo, j->ldc);
     }
 }
 
 void dt_gemm(dt_pool *pool, bool ta, bool tb, int M, int N, int K, float alpha, const float *A,
              int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
-    int n_tasks = dt_pool_size(pool);
-    dt_gemm_fn fn = kernel()->fn;
+    int threads = dt_pool_size(pool);
+    const dt_gemm_kernel *k = kernel();
+    double macs = (double)M * N * K;
     /* Below about a million multiply-adds the hand-off costs more than the second core gives. */
-    if (n_tasks == 1 || (double)M * N * K < 1e6) {
-        fn(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (threads == 1 || macs < 1e6) {
+        k->fn(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
-    struct gemm_job j = {fn, ta, tb, M >= N, M, N, K, lda, ldb, ldc, alpha, beta, A, B, C};
-    dt_pool_run(pool, gemm_task, &j, n_tasks);
+    /* Several tasks per thread where the kernel allows it, each of at least half a million
+     * multiply-adds: a thread the scheduler takes away for a while (the input thread needs a
+     * core now and then) leaves its remaining tasks to the others. */
+    bool split_rows = M >= N;
+    long units = split_rows ? (M + k->row_unit - 1) / k->row_unit
+                            : (N + k->col_unit - 1) / k->col_unit;
+    long n_tasks = (long)threads * k->tasks_per_thread;
+    if (n_tasks > (long)(macs / 5e5))
+        n_tasks = (long)(macs / 5e5);
+    n_tasks = n_tasks > units ? units : n_tasks < threads ? threads : n_tasks;
+    struct gemm_job j = {k, ta, tb, split_rows, M, N, K, lda, ldb, ldc, alpha, beta, A, B, C};
+    dt_pool_run(pool, gemm_task, &j, (int)n_tasks);
 }
 
 void dt_gemm_ref(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,

@@ -183,4 +183,5 @@ static void gemm_avx512(bool ta, bool tb, int M, int N, int K, float alpha, cons
     }
 }
 
-const dt_gemm_kernel dt_gemm_kernel_avx512 = {"avx512", DT_CPU_AVX512F, gemm_avx512};
+/* Split on tile boundaries, where no tile is cut short; the result is the same for any split. */
+const dt_gemm_kernel dt_gemm_kernel_avx512 = {"avx512", DT_CPU_AVX512F, gemm_avx512, MR, NR, 4};

@@ -16,6 +16,9 @@ typedef struct {
     const char *name;
     dt_cpu_feature needs; /* DT_CPU_N_FEATURES: runs on any CPU */
     dt_gemm_fn fn;
+    /* dt_gemm splits a product over threads in whole units of rows (or columns) of C, in up
+     * to tasks_per_thread tasks per thread. */
+    int row_unit, col_unit, tasks_per_thread;
 } dt_gemm_kernel;
 
 extern const dt_gemm_kernel dt_gemm_kernel_blas;   /* OpenBLAS's cblas_sgemm */

@@ -187,6 +187,8 @@ static void update_rows(void *ctx, int task, int n_tasks)
         if (u + PREFETCH_AHEAD < hi)
             prefetch_rows(j->t, j->g->ids[u + PREFETCH_AHEAD]);
         size_t off = (size_t)j->g->ids[u] * (size_t)dim;
+        for (int s = 0; s < j->t->n_slots; s++)
+            dt_table_claim_slot(j->t, s, off, (size_t)dim);
         float *s0 = j->t->n_slots > 0 ? j->t->slots[0] + off : NULL;
         float *s1 = j->t->n_slots > 1 ? j->t->slots[1] + off : NULL;
         update_row(j->c->kind, &j->r, j->g->rows + (size_t)u * (size_t)dim, dim,
