@@ -209,3 +209,45 @@ TEST(table_row_range_arena_covers_those_rows)
     dt_table_arena_release(&a);
     dt_table_free(&t);
 }
+
+/* Claiming slot pages before an update reads them changes no value, whatever the page held
+ * (zero, or values written some other way, as a restore does), marks each page once, and is a
+ * no-op on a slot filled at creation. */
+TEST(table_claim_slot_keeps_values_and_marks_pages)
+{
+    dt_table t;
+    CHECK_OK(dt_table_create(&t, "tab", 3000, 7)); /* rows of 28 bytes: some span two pages */
+    static const char *const names[] = {"m", "acc"};
+    CHECK_OK(dt_table_set_slots(&t, "opt", 2, names, (const float[]){0.0f, 0.1f}));
+    CHECK(t.slot_pages[0] != NULL && t.slot_pages[1] == NULL);
+    size_t n = (size_t)t.rows * (size_t)t.dim;
+    for (size_t i = 0; i < n; i += 3)
+        t.slots[0][i] = (float)i; /* a restore's values on some pages */
+    for (int64_t r = 0; r < t.rows; r += 5) {
+        dt_table_claim_slot(&t, 0, (size_t)r * 7, 7);
+        dt_table_claim_slot(&t, 1, (size_t)r * 7, 7);
+    }
+    bool same = true;
+    for (size_t i = 0; i < n; i++) {
+        same = same && t.slots[0][i] == (i % 3 == 0 ? (float)i : 0.0f);
+        same = same && t.slots[1][i] == 0.1f;
+    }
+    CHECK(same);
+    /* Every fifth row is claimed, so every page of the slot (146 rows each) is marked, and no
+     * bit past the last page. */
+    size_t pages = n * sizeof(float) / 4096 + 1;
+    size_t marked = 0;
+    for (size_t p = 0; p < pages; p++)
+        marked += (t.slot_pages[0][p / 64] >> (p % 64)) & 1;
+    CHECK_MSG(marked == pages, "%zu of %zu pages marked after claiming every fifth row", marked,
+              pages);
+    CHECK(!(t.slot_pages[0][pages / 64] >> (pages % 64)));
+    /* A fresh table: one claimed row marks its page alone. */
+    dt_table_free(&t);
+    CHECK_OK(dt_table_create(&t, "tab", 3000, 7));
+    CHECK_OK(dt_table_set_slots(&t, "opt", 1, names, (const float[]){0.0f}));
+    dt_table_claim_slot(&t, 0, 150 * 7, 7); /* bytes 4200..4227: page 1 */
+    CHECK(t.slot_pages[0][0] == 2);
+    CHECK(t.slots[0][150 * 7] == 0.0f);
+    dt_table_free(&t);
+}
