@@ -421,7 +421,7 @@ fi
 no_leftovers ps_train_silent_worker_leaves_nothing "$base" 3
 # dtrain launch --max-restarts 1: the killed worker alone is started again, rejoins and takes
 # steps; the job ends 0, its AUC within 0.003 of an uninterrupted run's.
-lt=("${long[@]}" --test-data "libsvm:$tmp/long_test.svm" --epochs 1 --metrics-out)
+lt=("${long[@]}" --test-data "libsvm:$tmp/long_test.svm" --epochs 1 --progress lines --metrics-out)
 run timeout 120 "$dtrain" launch -n 2 --ps 2 -- "$dtrain" "${lt[@]}" "$tmp/whole.json"
 whole_auc=$(json_field "$tmp/whole.json" test_auc 2>/dev/null)
 # task_pid_of LAUNCH_PID TASK: the pid of a task of the launch under `timeout` LAUNCH_PID.
@@ -432,7 +432,7 @@ task_pid_of() {
         tr '\0' '\n' < "/proc/$c/environ" 2>/dev/null | grep -qx "DTRAIN_TASK=$2" && echo "$c"
     done
 }
-# launch_and_kill TASK RESTARTS METRICS [FLAGS...]: a launched job whose TASK is killed 2 s in;
+# launch_and_kill TASK RESTARTS METRICS [FLAGS...]: a launched job whose TASK is killed at step 200;
 # the victim's pid in victim, the chief's in chief_before and chief_after (alive after the
 # kill), launch's status in status, its stderr in $tmp/launch.err.
 launch_and_kill() {
@@ -449,7 +449,9 @@ launch_and_kill() {
         [ -n "$victim" ] && break
     done
     chief_before=$(task_pid_of "$lpid" chief:0)
-    sleep 2
+    # Killed once the chief reports step 200 of the 3,125: early enough that the job is still
+    # running when the victim is back, however fast or slow this build trains.
+    for _ in $(seq 1 600); do grep -q "step 200:" "$tmp/launch.out" && break; sleep 0.1; done
     [ -n "$victim" ] && kill -9 "$victim"
     local t0
     t0=$(date +%s%N)
