@@ -19,4 +19,14 @@ typedef enum {
 /* False on any CPU but x86-64, and for a feature out of range. Thread-safe. */
 bool dt_cpu_has(dt_cpu_feature f);
 
+/* Before a function: GCC compiles it for AVX-512, AVX2 and the baseline, and the loader picks
+ * one for the CPU (target_clones, resolved once). For loops over floats whose every element's
+ * result is the same whatever the vector width: no reassociation, and no FMA contraction
+ * (-std=c11 keeps GCC from contracting), so every clone gives the same bits. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define DT_MULTI_ISA __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define DT_MULTI_ISA
+#endif
+
 #endif

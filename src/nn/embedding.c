@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/cpu.h"
+
 /* Rows are fetched this many lookups ahead: a table row is a cache miss more often than not
  * (ids spread over a table far larger than the caches), and the loads of one row do not start
  * until the previous row's arithmetic has, so without a prefetch each miss is waited for. */
@@ -21,6 +23,7 @@ static inline void prefetch_row(const float *table, int64_t id, int K)
 }
 
 // ids, vals (n); table (rows, K); out (n, K)
+DT_MULTI_ISA
 void dt_embedding_forward(const float *table, int K, const int64_t *ids, const float *vals,
                           size_t n, float *out)
 {
@@ -145,6 +148,7 @@ size_t dt_embedding_dedupe(const int64_t *ids, size_t n, void *scratch, int64_t 
 }
 
 // slot, vals (n); grad_out (n, K); uniq_rows (n_uniq, K)
+DT_MULTI_ISA
 void dt_embedding_accumulate(const uint32_t *slot, const float *vals, size_t n, int K,
                              const float *grad_out, size_t n_uniq, int k_lo, int k_hi,
                              float *uniq_rows)
@@ -179,6 +183,7 @@ void dt_embedding_group(const uint32_t *slot, size_t n, size_t n_uniq, uint32_t 
 }
 
 // offsets (n_uniq + 1), places (n); vals (n); grad_out (n, K); uniq_rows (n_uniq, K)
+DT_MULTI_ISA
 void dt_embedding_accumulate_grouped(const uint32_t *offsets, const uint32_t *places,
                                      const float *vals, int K, const float *grad_out,
                                      size_t u_lo, size_t u_hi, float *uniq_rows)

@@ -4,7 +4,10 @@
 #include <stddef.h>
 #include <stdlib.h>
 
+#include "../core/cpu.h"
+
 // emb (B, F, K); sums (B, K); y (B)
+DT_MULTI_ISA
 void dt_fm_forward(int B, int F, int K, const float *emb, float *sums, float *y)
 {
     for (int i = 0; i < B; i++) {
@@ -42,6 +45,7 @@ void dt_fm_forward_naive(int B, int F, int K, const float *emb, float *y)
     }
 }
 
+DT_MULTI_ISA
 void dt_fm_backward(int B, int F, int K, const float *emb, const float *sums, const float *dy,
                     float *demb)
 {

@@ -4,6 +4,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "../core/cpu.h"
+
 static const char *const kind_names[] = {"sgd", "adagrad", "adam", "ftrl"};
 
 void dt_rowopt_config_default(dt_rowopt_config *c, dt_rowopt_kind kind)
@@ -123,9 +125,11 @@ static inline void ftrl_one(const rates *r, float g, float *w, float *z, float *
 }
 
 /* Row u of the gradient into its table row: the coordinates are independent, so the compiler
- * may vectorise each loop without changing a bit. */
-static void update_row(dt_rowopt_kind kind, const rates *r, const float *grow, int dim, float *w,
-                       float *s0, float *s1)
+ * may vectorise each loop without changing a bit. Inlined into each of update_rows's clones,
+ * so that it is vectorised for the CPU's instruction set. */
+static inline __attribute__((always_inline)) void update_row(dt_rowopt_kind kind, const rates *r,
+                                                             const float *grow, int dim, float *w,
+                                                             float *s0, float *s1)
 {
     switch (kind) {
     case DT_ROWOPT_SGD:
@@ -175,6 +179,7 @@ static void prefetch_rows(const dt_table *t, int64_t id)
         prefetch_line_span(t->slots[s] + off, t->dim);
 }
 
+DT_MULTI_ISA
 static void update_rows(void *ctx, int task, int n_tasks)
 {
     update_job *j = ctx;
