@@ -5,6 +5,7 @@
 #   - dtrain, 1 thread and 2 threads;
 #   - PyTorch, 1 thread (bench/peers/torch_deepfm.py: sparse embeddings with SparseAdam, Adam for
 #     the rest);
+#   - both on 1 thread again with the sample's L2 (1e-4 on the table rows a batch touches);
 #   - LR and FM by dtrain, 1 thread, for the AUC order.
 # Each runs REPEAT times, interleaved; medians are reported with the ratios the goals are stated in
 # (dtrain 1 thread / PyTorch 1 thread, dtrain 2 threads / dtrain 1 thread), the AUCs, peak RSS
@@ -54,10 +55,18 @@ for rep in $(seq 1 "$repeat"); do
              "$(json "$work/d$t.json" peak_rss_mb)" >> "$work/dtrain$t"
         json "$work/d$t.json" gemm_kernel > "$work/kernel"
     done
-    "$python" "$peers/torch_deepfm.py" --train "$work/train.svm" --test "$work/test.svm" \
-        --feature-size "$fs" --threads 1 > "$work/torch.out" 2>&1 ||
-        die "the PyTorch peer failed: $(tail -3 "$work/torch.out")"
-    tail -1 "$work/torch.out" | sed 's/[a-z_]*=//g' | awk '{ print $1, $5, $7 }' >> "$work/torch"
+    # With the sample's L2 (1e-4 on the table rows a batch touches), both.
+    "$build/dtrain" "${common[@]}" --model deepfm --threads 1 --l2-reg 1e-4 \
+        --metrics-out "$work/d1l2.json" > /dev/null
+    echo "$(json "$work/d1l2.json" samples_per_sec) $(json "$work/d1l2.json" test_auc)" \
+         "$(json "$work/d1l2.json" peak_rss_mb)" >> "$work/dtrain1l2"
+    for l2 in 0 1e-4; do
+        "$python" "$peers/torch_deepfm.py" --train "$work/train.svm" --test "$work/test.svm" \
+            --feature-size "$fs" --threads 1 --l2-reg "$l2" > "$work/torch.out" 2>&1 ||
+            die "the PyTorch peer failed: $(tail -3 "$work/torch.out")"
+        tail -1 "$work/torch.out" | sed 's/[a-z_]*=//g' | awk '{ print $1, $5, $7 }' \
+            >> "$work/torch$( [ "$l2" = 0 ] || echo l2)"
+    done
 done
 for m in lr fm; do
     "$build/dtrain" "${common[@]}" --model "$m" --threads 1 --metrics-out "$work/$m.json" > /dev/null
@@ -78,16 +87,21 @@ def rows(name):
 def med(name, col):
     return statistics.median(r[col] for r in rows(name))
 d1, d2, pt = med("dtrain1", 0), med("dtrain2", 0), med("torch", 0)
+d1l2, ptl2 = med("dtrain1l2", 0), med("torchl2", 0)
 # Tables and Adam's two slots: (fm_w + fm_v) x 3 floats.
 tables_mb = fs * (1 + 32) * 3 * 4 / 2**20
 print(f"data: {fs} feature ids, teacher AUC {teacher}, gen-ctr {gen_rate} rows/s")
 print(f"{'':28} {'samples/s':>10} {'test AUC':>9} {'peak RSS MB':>12}")
 for label, name in (("dtrain deepfm, 1 thread", "dtrain1"), ("dtrain deepfm, 2 threads", "dtrain2"),
-                    ("PyTorch deepfm, 1 thread", "torch")):
+                    ("PyTorch deepfm, 1 thread", "torch"),
+                    ("dtrain, 1 thread, L2 1e-4", "dtrain1l2"),
+                    ("PyTorch, 1 thread, L2 1e-4", "torchl2")):
     print(f"{label:28} {med(name, 0):10,.0f} {med(name, 1):9.4f} {med(name, 2):12,.0f}")
-print(f"dtrain 1 thread / PyTorch 1 thread: {d1 / pt:.2f}x (goal >= 3)")
+print(f"dtrain 1 thread / PyTorch 1 thread: {d1 / pt:.2f}x without L2, {d1l2 / ptl2:.2f}x with the "
+      f"sample's L2 1e-4 (goal >= 3)")
 print(f"dtrain 2 threads / dtrain 1 thread: {d2 / d1:.2f}x (goal >= 1.7)")
-print(f"AUC dtrain - PyTorch: {med('dtrain1', 1) - med('torch', 1):+.4f} (goal >= -0.002)")
+print(f"AUC dtrain - PyTorch: {med('dtrain1', 1) - med('torch', 1):+.4f} without L2, "
+      f"{med('dtrain1l2', 1) - med('torchl2', 1):+.4f} with it (goal >= -0.002)")
 # Table pages no row touched are never allocated, so RSS may stay below the nominal size.
 print(f"tables + Adam slots, nominal: {tables_mb:,.0f} MB; dtrain's peak RSS minus that: "
       f"{med('dtrain1', 2) - tables_mb:,.0f} MB (goal <= 64)")

@@ -303,7 +303,9 @@ print(f"  dense 64->10:   forward 2*64*10 = {d2_f:,}, backward (dW + dX) {2 * d2
 print(f"  total 2*{conv_f:,} + 3*{d1_f:,} + 3*{d2_f:,} = {flops:,} FLOP/example"
       f" ({flops * 60000 / 1e9:.1f} GFLOP per 60,000 examples)")
 print("  (biases, ReLUs, pooling, softmax and the optimizer are not counted)")
-print("achieved GFLOP/s = samples/s * FLOP/example / 1e9, against the sgemm peak of the same thread count:")
+print("achieved GFLOP/s = samples/s * FLOP/example / 1e9, against OpenBLAS's sgemm peak of the same")
+print("thread count (dtrain multiplies with its own AVX-512 kernel where the CPU has AVX-512F, which")
+print("can pass that peak: build/bench/gemm_bench measures both kernels):")
 for kind, name in (("dtrain", "dtrain"), ("torch", "PyTorch"), ("nofuse", "dtrain --no-fuse")):
     for t in (1, 2):
         s = med(kind, t, 0)

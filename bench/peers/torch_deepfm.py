@@ -3,7 +3,9 @@
 What a competent PyTorch user writes for the TensorFlow DeepFM sample's model: the first-order
 weights and the factors are nn.Embedding(sparse=True) tables updated by SparseAdam (or sparse
 Adagrad), the bias and the MLP by Adam (or Adagrad); the MLP is Linear+ReLU+Dropout per deep
-layer, then Linear(1); the loss is the mean sigmoid cross-entropy. Tables start as dtrain's do
+layer, then Linear(1); the loss is the mean sigmoid cross-entropy, plus with --l2-reg X the
+sample's L2 as dtrain applies it: X/2 x the squares of each table row the batch touches, once
+per row (torch.unique of the batch's ids, looked up again). Tables start as dtrain's do
 (first-order weights 0, factors N(0, 0.01^2)), the MLP as PyTorch's default.
 
 The last line: samples_per_s=X train_s=T rows=N final_loss=L test_auc=A test_logloss=L
@@ -28,6 +30,7 @@ ap.add_argument("--feature-size", type=int, required=True)
 ap.add_argument("--embedding-size", type=int, default=32)
 ap.add_argument("--deep-layers", default="128,64,32")
 ap.add_argument("--dropout-keep", type=float, default=0.5)
+ap.add_argument("--l2-reg", type=float, default=0.0)
 ap.add_argument("--optimizer", choices=["adam", "adagrad"], default="adam")
 ap.add_argument("--lr", type=float, default=5e-4)
 ap.add_argument("--batch-size", type=int, default=1024)
@@ -97,6 +100,14 @@ for epoch in range(args.epochs):
         sl = slice(b * B, (b + 1) * B)
         z = model(itr_t[sl], vtr_t[sl])
         loss = lossf(z, ytr_t[sl])
+        if args.l2_reg > 0:
+            # L2 on the rows the batch touches, each once: l2-reg x row added to its gradient,
+            # as dtrain's --l2-reg does.
+            uniq = torch.unique(itr_t[sl])
+            reg = model.w(uniq).pow(2).sum()
+            if model.v is not None:
+                reg = reg + model.v(uniq).pow(2).sum()
+            loss = loss + 0.5 * args.l2_reg * reg
         for o in opts:
             o.zero_grad()
         loss.backward()
