@@ -56,23 +56,6 @@ TEST(rng_is_reproducible_and_bounded)
                   counts[k]);
 }
 
-/* A bulk draw is the same values as one draw at a time, and leaves the stream where they would. */
-TEST(rng_fill_uniform_is_the_same_stream)
-{
-    dt_rng a, b;
-    dt_rng_seed(&a, 7);
-    dt_rng_seed(&b, 7);
-    float bulk[1000];
-    dt_rng_fill_uniform(&a, bulk, 1000);
-    for (int i = 0; i < 1000; i++) {
-        float u = dt_rng_uniform(&b);
-        CHECK_MSG(bulk[i] == u, "value %d: %g, one at a time %g", i, (double)bulk[i], (double)u);
-    }
-    CHECK(dt_rng_next(&a) == dt_rng_next(&b));
-    dt_rng_fill_uniform(&a, bulk, 0);
-    CHECK(dt_rng_next(&a) == dt_rng_next(&b));
-}
-
 TEST(rng_shuffle_is_a_permutation)
 {
     uint32_t idx[1000];

@@ -93,7 +93,8 @@ void dt_maxpool_backward(const dt_pool_geom *g, int B, const float *dy, const in
 
 /* ---- Dropout (Keras): keep with probability 1 - rate, scale kept values by 1 / (1 - rate) ---- */
 
-/* y (n) in place; mask (n) = 0 or 1 / (1 - rate) */
+/* y (n) in place; mask (n) = 0 or 1 / (1 - rate). Each dt_rng_next of rng decides four values
+ * in turn, by its 16-bit quarters from the low end: value kept when quarter / 2^16 < 1 - rate. */
 void dt_dropout_forward(size_t n, float rate, dt_rng *rng, float *y, float *mask);
 /* mask (n); dy (n) *= mask */
 void dt_dropout_backward(size_t n, const float *mask, float *dy);

@@ -19,9 +19,6 @@ uint64_t dt_rng_next(dt_rng *r);
 /* Uniform in [0, 1) with 24 random bits: every value is an exact float. */
 float dt_rng_uniform(dt_rng *r);
 
-/* out[0..n) = the next n values of dt_rng_uniform, in order (one call instead of n). */
-void dt_rng_fill_uniform(dt_rng *r, float *out, size_t n);
-
 /* Uniform integer in [0, n), without modulo bias; n > 0. */
 uint64_t dt_rng_below(dt_rng *r, uint64_t n);
 

@@ -37,16 +37,6 @@ uint64_t dt_rng_next(dt_rng *r) { return next(r->s); }
 
 float dt_rng_uniform(dt_rng *r) { return uniform_of(next(r->s)); }
 
-void dt_rng_fill_uniform(dt_rng *r, float *out, size_t n)
-{
-    /* The state in locals: the compiler keeps it in registers for the whole loop. */
-    uint64_t s[4] = {r->s[0], r->s[1], r->s[2], r->s[3]};
-    for (size_t i = 0; i < n; i++)
-        out[i] = uniform_of(next(s));
-    for (int i = 0; i < 4; i++)
-        r->s[i] = s[i];
-}
-
 uint64_t dt_rng_below(dt_rng *r, uint64_t n)
 {
     /* Reject the top partial block so every residue is equally likely. */

@@ -109,6 +109,11 @@ void dt_partition_range(int64_t rows, int64_t n, int64_t k, int64_t *lo, int64_t
 void dt_partition_locate(dt_partition_strategy s, int64_t rows, int64_t n, int64_t id,
                          int64_t *shard, int64_t *row)
 {
+    if (n == 1) { /* one ps task: no division per id */
+        *shard = 0;
+        *row = id;
+        return;
+    }
     if (s == DT_PARTITION_MOD) {
         *shard = id % n;
         *row = id / n;

@@ -30,11 +30,30 @@ void dt_dense_forward(dt_pool *pool, int B, int IN, int OUT, const float *x, con
     dt_gemm(pool, false, false, B, OUT, IN, 1.0f, x, IN, w, OUT, 1.0f, y, OUT);
 }
 
+struct bias_job {
+    int B, OUT;
+    const float *dy;
+    float *db;
+};
+
+/* Columns [lo, hi) of the bias gradient, each summed over the rows in order. */
+static void bias_task(void *ctx, int task, int n_tasks)
+{
+    const struct bias_job *j = ctx;
+    long lo, hi;
+    dt_pool_slice(j->OUT, task, n_tasks, &lo, &hi);
+    for (int i = 0; i < j->B; i++)
+        for (long o = lo; o < hi; o++)
+            j->db[o] += j->dy[(size_t)i * j->OUT + o];
+}
+
 void dt_dense_backward(dt_pool *pool, int B, int IN, int OUT, const float *x, const float *w,
                        const float *dy, float *dw, float *db, float *dx)
 {
     dt_gemm(pool, true, false, IN, OUT, B, 1.0f, x, IN, dy, OUT, 1.0f, dw, OUT);
-    sum_rows_into(B, OUT, dy, db);
+    /* Split by columns where there are 64 or more (the same sums in the same order). */
+    struct bias_job bj = {B, OUT, dy, db};
+    dt_pool_run(OUT >= 64 ? pool : NULL, bias_task, &bj, OUT >= 64 ? dt_pool_size(pool) : 1);
     if (dx)
         dt_gemm(pool, false, true, B, IN, OUT, 1.0f, dy, OUT, w, OUT, 0.0f, dx, IN);
 }
@@ -513,11 +532,17 @@ void dt_maxpool_backward(const dt_pool_geom *g, int B, const float *dy, const in
 void dt_dropout_forward(size_t n, float rate, dt_rng *rng, float *y, float *mask)
 {
     float keep = 1.0f - rate, scale = 1.0f / keep;
-    /* The uniforms go into mask first, drawn in one call, then become the mask in place. */
-    dt_rng_fill_uniform(rng, mask, n);
-    for (size_t i = 0; i < n; i++) {
-        mask[i] = mask[i] < keep ? scale : 0.0f;
-        y[i] *= mask[i];
+    /* Four 16-bit uniforms per draw, low bits first: value i keeps when k / 2^16 < keep, k the
+     * i-th 16 bits. A keep probability is honoured to 2^-16, and the generator, which took a
+     * third of dropout's time at one draw per value, a twelfth. */
+    for (size_t i = 0; i < n; i += 4) {
+        uint64_t x = dt_rng_next(rng);
+        size_t m = n - i < 4 ? n - i : 4;
+        for (size_t j = 0; j < m; j++) {
+            float u = (float)((x >> (16 * j)) & 0xffff) * (1.0f / 65536.0f);
+            mask[i + j] = u < keep ? scale : 0.0f;
+            y[i + j] *= mask[i + j];
+        }
     }
 }
 
