@@ -74,6 +74,12 @@ static inline __attribute__((always_inline)) void store_row(float *c, __m512 a0,
         c##r##3 = _mm512_fmadd_ps(a, b3, c##r##3);                                                 \
     } while (0)
 
+/* Row k of the packed panel: 64 floats of op(B) in b0..b3. */
+#define LOAD_PANEL_ROW(k)                                                                          \
+    const float *b = panel + (k) * NR;                                                             \
+    __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);                                    \
+    __m512 b2 = _mm512_load_ps(b + 32), b3 = _mm512_load_ps(b + 48)
+
 #define ROW_ZERO(r)                                                                                \
     __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = _mm512_setzero_ps(),                           \
            c##r##2 = _mm512_setzero_ps(), c##r##3 = _mm512_setzero_ps()
@@ -93,9 +99,7 @@ static inline __attribute__((always_inline)) void tile_6x64(int kc, const float 
     ROW_ZERO(4);
     ROW_ZERO(5);
     for (long k = 0; k < kc; k++) {
-        const float *b = panel + k * NR;
-        __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
-        __m512 b2 = _mm512_load_ps(b + 32), b3 = _mm512_load_ps(b + 48);
+        LOAD_PANEL_ROW(k);
         ROW_FMA(0);
         ROW_FMA(1);
         ROW_FMA(2);
@@ -119,9 +123,7 @@ static void tile_rows(int mr, int kc, const float *a0, long rs, long cs, const f
     for (int r = 0; r < mr; r++) {
         ROW_ZERO(0);
         for (long k = 0; k < kc; k++) {
-            const float *b = panel + k * NR;
-            __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
-            __m512 b2 = _mm512_load_ps(b + 32), b3 = _mm512_load_ps(b + 48);
+            LOAD_PANEL_ROW(k);
             ROW_FMA(0);
         }
         store_row(c, c00, c01, c02, c03, m, alpha, beta, first, beta0);
