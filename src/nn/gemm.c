@@ -147,7 +147,7 @@ void dt_gemm(dt_pool *pool, bool ta, bool tb, int M, int N, int K, float alpha, 
     long units = split_rows ? (M + k->row_unit - 1) / k->row_unit
                             : (N + k->col_unit - 1) / k->col_unit;
     long n_tasks = (long)threads * k->tasks_per_thread;
-    if (n_tasks > (long)(macs / 5e5))
+    if (k->tasks_per_thread > 1 && n_tasks > (long)(macs / 5e5))
         n_tasks = (long)(macs / 5e5);
     n_tasks = n_tasks > units ? units : n_tasks < threads ? threads : n_tasks;
     struct gemm_job j = {k, ta, tb, split_rows, M, N, K, lda, ldb, ldc, alpha, beta, A, B, C};
