@@ -15,7 +15,7 @@
  * The gaps between a step's parallel regions (the training thread's serial work, a batch from
  * the input thread) often last longer than a tenth of that, and a sleeping worker is woken by a
  * futex call and an interrupt to its core, which under a hypervisor costs tens of
- * microseconds: with 0.4 ms of spinning, DeepFM on 2 threads ran 5-10% slower. */
+ * microseconds: with 0.4 ms of spinning, DeepFM on 2 threads ran about 5% slower. */
 #define DT_POOL_SPIN 50000
 
 static inline void cpu_relax(void)
