@@ -90,9 +90,12 @@ dt_status dt_table_set_slots(dt_table *t, const char *optimizer, int n_slots,
             return st;
         }
         t->n_slots = i + 1;
-        /* Within the name's room: table names are at most 96 bytes, optimizers' names short. */
+        /* Within the name's room: table names are at most 96 bytes, optimizers' names short.
+         * From a copy of the name: both strings live in *t, which snprintf may not be told. */
+        char table_name[sizeof t->name];
+        memcpy(table_name, t->name, sizeof table_name);
         snprintf(t->slot_names[i], sizeof t->slot_names[i], "%.12s/%.12s/%.96s", optimizer,
-                 slot_names[i], t->name);
+                 slot_names[i], table_name);
         if (init[i] != 0.0f)
             for (size_t k = 0; k < n; k++)
                 t->slots[i][k] = init[i];
