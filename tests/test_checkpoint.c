@@ -540,7 +540,7 @@ TEST(checkpoint_open_shards_of_a_manifest)
     char shard[2][96], manifest[600];
     for (int k = 0; k < 2; k++) {
         dt_ckpt_shard_name(shard[k], sizeof shard[k], 7, k, 2);
-        char task[4];
+        char task[12];
         snprintf(task, sizeof task, "%d", k);
         CHECK_OK(dt_ckpt_save(test_path(shard[k]), arenas, 1, &(dt_ckpt_meta){"ps_task", task}, 1));
     }
