@@ -34,6 +34,28 @@ TEST(crc32c_fast_matches_table_at_every_length_and_split)
     }
 }
 
+/* Buffers long enough for the three-chain path (12 KB rounds), around its edges, whole and split
+ * at odd places, against the table. */
+TEST(crc32c_long_buffers_match_table)
+{
+    size_t cap = 100003;
+    uint8_t *buf = malloc(cap);
+    dt_rng r;
+    dt_rng_seed(&r, 8);
+    for (size_t i = 0; i < cap; i++)
+        buf[i] = (uint8_t)dt_rng_next(&r);
+    static const size_t lens[] = {12287, 12288, 12289, 24575, 24576, 36871, 65536, 100003};
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+        size_t n = lens[i];
+        uint32_t ref = dt_crc32c_extend_ref(0, buf, n);
+        CHECK_MSG(dt_crc32c(buf, n) == ref, "length %zu", n);
+        size_t cut = n / 7 + 3;
+        CHECK_MSG(dt_crc32c_extend(dt_crc32c(buf, cut), buf + cut, n - cut) == ref,
+                  "split at %zu of %zu", cut, n);
+    }
+    free(buf);
+}
+
 TEST(rng_is_reproducible_and_bounded)
 {
     dt_rng a, b;
