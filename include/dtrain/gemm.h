@@ -26,7 +26,8 @@ void dt_gemm(dt_pool *pool, bool trans_a, bool trans_b, int M, int N, int K, flo
 
 /* The kernel dt_gemm runs on each thread's share: "avx512" (dtrain's own, on CPUs with
  * AVX-512F) or "blas" (OpenBLAS). By default the first of these this CPU runs, chosen at first
- * use. Both keep a product's result independent of how it is split over threads. */
+ * use. dtrain's own gives a product the same bits however dt_gemm splits it over threads;
+ * OpenBLAS's last bits depend on the sizes of the shares. */
 const char *dt_gemm_kernel_name(void);
 
 /* Makes name ("avx512", "blas", or "auto" for the default) the kernel of every later dt_gemm
