@@ -157,6 +157,19 @@ if [ -d "$fm" ]; then
     expect_error unwritable_metrics 1 "--metrics-out: $tmp/no/dir/m.json.tmp" \
         train --max-steps 2 --progress none --test-data none --metrics-out "$tmp/no/dir/m.json"
 
+    # The matrix-multiply kernel: DTRAIN_GEMM picks it (a bad name is a usage error), the default
+    # is dtrain's own where the CPU has AVX-512F, and --metrics-out names the one that ran.
+    DTRAIN_GEMM=sse expect_error bad_gemm_kernel 2 "DTRAIN_GEMM: matrix-multiply kernel 'sse'" train
+    want_kernel=blas
+    grep -qw avx512f /proc/cpuinfo && want_kernel=avx512
+    for g in "" blas; do
+        DTRAIN_GEMM=$g run "$dtrain" train --max-steps 2 --progress none --test-data none \
+            --metrics-out "$tmp/g.json"
+        got=$(json_field "$tmp/g.json" gemm_kernel)
+        if [ "$status" -eq 0 ] && [ "$got" = "${g:-$want_kernel}" ]; then ok "gemm_kernel_${g:-default}"
+        else fail "gemm_kernel_${g:-default}" "exit $status, kernel '$got', expected '${g:-$want_kernel}'"; fi
+    done
+
     # --- file data: convert, data head, training from TFRecord and LibSVM, streams ---
     printf '{"layers": [{"type": "dense", "units": 4, "activation": "relu"}, {"type": "dense", "units": 2}]}' > "$tmp/svm-model.json"
     run "$dtrain" convert --from idx "$fm/t10k-images-idx3-ubyte.gz,$fm/t10k-labels-idx1-ubyte.gz" "$tmp/t10k.tfrecord"
