@@ -31,8 +31,8 @@ json() { "$python" -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.a
 command -v cc > /dev/null || die "no C compiler (cc) to build $peers/limits.c"
 cc -O2 -o "$work/limits" "$peers/limits.c" -lopenblas 2> "$work/limits.err" ||
     die "cannot build $peers/limits.c against OpenBLAS: $(head -3 "$work/limits.err")"
-[ -x "$build/bench/gemm_bench" ] ||
-    die "$build/bench/gemm_bench is missing: build it first (make BUILD=$1 $1/bench/gemm_bench)"
+[ -x "$build/bench/gemm_bench" ] || make -s -C "$here/.." BUILD="$build" "$build/bench/gemm_bench" ||
+    die "cannot build $build/bench/gemm_bench (make BUILD=$1 $1/bench/gemm_bench)"
 echo "measuring this machine's limits (1 thread)" >&2
 OPENBLAS_NUM_THREADS=1 "$work/limits" > "$work/limits.txt"
 "$build/bench/gemm_bench" > "$work/gemm.txt" || die "gemm_bench failed: $(tail -3 "$work/gemm.txt")"
