@@ -177,9 +177,11 @@ static dt_status take_rows(dt_ps_client *c, const pending *p, const dt_psmsg *r)
     if (r->n != n || r->dim != (uint32_t)t->dim)
         return dt_error(DT_ERR_PEER, "%s: %u rows of %u for a pull of %zu rows of %d",
                         c->ps[p->to].name, r->n, r->dim, n, t->dim);
-    for (size_t i = 0; i < n; i++) {
-        dt_psmsg_values(r, i * dim, dim, t->dest_rows + t->places[lo + i] * dim);
-    }
+    if (t->n_shards == 1) /* the places are in order: one copy */
+        dt_psmsg_values(r, 0, n * dim, t->dest_rows);
+    else
+        for (size_t i = 0; i < n; i++)
+            dt_psmsg_values(r, i * dim, dim, t->dest_rows + t->places[lo + i] * dim);
     return DT_OK;
 }
 
@@ -303,14 +305,19 @@ static dt_status queue_push(dt_ps_client *c, int ti, const float *rows, int64_t 
 {
     table_info *t = &c->tables[ti];
     size_t dim = (size_t)t->dim, total = t->count[t->n_shards];
-    if (total * dim > c->grouped_cap) {
-        float *g = realloc(c->grouped, total * dim * sizeof *g);
-        if (!g)
-            return dt_error(DT_ERR_NOMEM, "no memory for a push of %zu rows", total);
-        c->grouped = g, c->grouped_cap = total * dim;
+    /* With one shard the places are in order: the rows go out as they are. */
+    const float *grouped = rows;
+    if (t->n_shards > 1) {
+        if (total * dim > c->grouped_cap) {
+            float *g = realloc(c->grouped, total * dim * sizeof *g);
+            if (!g)
+                return dt_error(DT_ERR_NOMEM, "no memory for a push of %zu rows", total);
+            c->grouped = g, c->grouped_cap = total * dim;
+        }
+        for (size_t i = 0; i < total; i++)
+            memcpy(c->grouped + i * dim, rows + t->places[i] * dim, dim * sizeof *rows);
+        grouped = c->grouped;
     }
-    for (size_t i = 0; i < total; i++)
-        memcpy(c->grouped + i * dim, rows + t->places[i] * dim, dim * sizeof *rows);
     dt_status st = DT_OK;
     for (int64_t s = 0; s < t->n_shards && st == DT_OK; s++) {
         size_t lo = t->count[s], n = t->count[s + 1] - lo;
@@ -320,7 +327,7 @@ static dt_status queue_push(dt_ps_client *c, int ti, const float *rows, int64_t 
                       .n = (uint32_t)n, .dim = (uint32_t)dim, .step = step,
                       .lr_scale = lr_scale};
         st = queue(c, (pending){ps_of_shard(c, s), REPLY_ACK, ti, s, 0}, &m, t->ids + lo,
-                   c->grouped + lo * dim);
+                   grouped + lo * dim);
     }
     return st;
 }
