@@ -2,11 +2,13 @@
  * (dense and sparse rows) against finite differences of the loss; the logits against a
  * computation written here from the formula; bad batches named; training moves only the rows a
  * batch touched. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dtrain/fm.h"
 #include "dtrain/model.h"
+#include "dtrain/pool.h"
 #include "dtrain/rng.h"
 #include "test.h"
 
@@ -223,6 +225,72 @@ TEST(ctr_bad_batches_name_the_example_and_field)
           strstr(dt_last_error(), "example 0 of the batch has 4 fields"));
     dt_elem_free(e);
     dt_model_destroy(m);
+}
+
+/* A batch of n examples over a pool of 2: its examples are checked by several tasks at once,
+ * and the error still names the first bad example of the batch, training or not. A batch after
+ * a bad one trains as if the bad one had never come. */
+TEST(ctr_bad_batches_over_a_pool_name_the_first_bad_example)
+{
+    enum { N = 256 };
+    dt_pool *pool = NULL;
+    CHECK_OK(dt_pool_create(2, &pool));
+    dt_ctr_spec c;
+    dt_ctr_spec_default(&c);
+    c.field_size = FIELDS, c.feature_size = ROWS, c.embedding_size = EMB;
+    c.n_deep = 1, c.deep_layers[0] = 8, c.dropout_keep[0] = 1.0f;
+    dt_model_spec spec;
+    dt_model *m = NULL, *ref = NULL;
+    CHECK_OK(dt_model_spec_ctr(DT_ARCH_DEEPFM, &c, &spec));
+    CHECK_OK(dt_model_create(&spec, N, pool, NULL, &m));
+    CHECK_OK(dt_model_create(&spec, N, NULL, NULL, &ref));
+    if (!m || !ref)
+        goto done;
+    dt_model_init_params(m, 5);
+    dt_model_init_params(ref, 5);
+    dt_elem *e = dt_elem_alloc(N, 0, (size_t)N * FIELDS, 0);
+    dt_rng r;
+    dt_rng_seed(&r, 9);
+    int32_t labels[N];
+    for (int i = 0; i <= N; i++)
+        e->sp_row[i] = (int64_t)i * FIELDS;
+    for (int i = 0; i < N * FIELDS; i++)
+        e->sp_ids[i] = (int64_t)dt_rng_below(&r, ROWS), e->sp_vals[i] = 1.0f;
+    for (int i = 0; i < N; i++)
+        labels[i] = i % 3 == 0, e->labels[i] = (float)labels[i];
+    for (int training = 0; training <= 1; training++) {
+        /* Example 200 (in the last task) and example 70 (in the second): 70 is named. */
+        e->sp_ids[200 * FIELDS + 1] = ROWS + 3;
+        e->sp_vals[70 * FIELDS + 4] = INFINITY;
+        CHECK(dt_model_forward_batch(m, e, training, NULL) == DT_ERR_INVALID &&
+              strstr(dt_last_error(), "example 70 of the batch, field 5: value inf"));
+        e->sp_vals[70 * FIELDS + 4] = 1.0f;
+        CHECK(dt_model_forward_batch(m, e, training, NULL) == DT_ERR_INVALID &&
+              strstr(dt_last_error(), "example 200 of the batch, field 2: id 43 outside"));
+        e->sp_ids[200 * FIELDS + 1] = 7;
+    }
+    /* One good step on each model: same loss and same logits, bit for bit, with and without the
+     * pool, after the refused batches. */
+    const float *z = NULL, *z_ref = NULL;
+    CHECK_OK(dt_model_forward_batch(m, e, true, &z));
+    CHECK_OK(dt_model_forward_batch(ref, e, true, &z_ref));
+    double l = dt_model_loss(m, N, labels, 1.0f / N, true, NULL);
+    double l_ref = dt_model_loss(ref, N, labels, 1.0f / N, true, NULL);
+    CHECK(l == l_ref);
+    int same = 1;
+    for (int i = 0; i < N && z && z_ref; i++)
+        same &= z[i] == z_ref[i];
+    CHECK(same);
+    dt_model_backward(m, N);
+    dt_model_backward(ref, N);
+    CHECK(dt_model_table_grad(m, 1)->n == dt_model_table_grad(ref, 1)->n &&
+          memcmp(dt_model_table_grad(m, 1)->rows, dt_model_table_grad(ref, 1)->rows,
+                 dt_model_table_grad(m, 1)->n * EMB * sizeof(float)) == 0);
+    dt_elem_free(e);
+done:
+    dt_model_destroy(m);
+    dt_model_destroy(ref);
+    dt_pool_destroy(pool);
 }
 
 TEST(ctr_training_moves_only_the_touched_rows_and_lowers_the_loss)

@@ -66,6 +66,15 @@ dt_status dt_rowbuf_add_row_unset(dt_rowbuf *b, float **dense_out);
 static inline void dt_rowbuf_set_label(dt_rowbuf *b, float label) { b->labels[b->n - 1] = label; }
 /* Appends a sparse entry to the last row. */
 dt_status dt_rowbuf_add_sparse(dt_rowbuf *b, int64_t id, float value);
+/* Room for n more sparse entries: a parser that knows a bound on a row's entries reserves them
+ * once, writes them to sp_ids and sp_vals from index nnz on, then commits them with
+ * dt_rowbuf_commit_sparse, with no check or call per entry. */
+dt_status dt_rowbuf_reserve_sparse(dt_rowbuf *b, size_t n);
+static inline void dt_rowbuf_commit_sparse(dt_rowbuf *b, size_t n)
+{
+    b->nnz += n;
+    b->sp_row[b->n] = (int64_t)b->nnz;
+}
 /* Appends bytes to the last row's raw record. */
 dt_status dt_rowbuf_add_raw(dt_rowbuf *b, const void *data, size_t n_bytes);
 /* Drops the last row (after a parse error, with --skip-bad-records). */

@@ -18,11 +18,18 @@
  * microseconds: with 0.4 ms of spinning, DeepFM on 2 threads ran about 5% slower. */
 #define DT_POOL_SPIN 50000
 
-static inline void cpu_relax(void)
+/* One turn of a spin, the i-th: a pause, and every 64th turn (about a microsecond) a yield of
+ * the core. A thread with nothing to do but wait then gives its core to a runnable thread there
+ * (the input thread, another process), which would otherwise take the core of a thread with
+ * work at the next tick and hold up the whole run: DeepFM on 2 threads with its input thread
+ * ran about 3% faster. The yield returns at once when nothing else is runnable. */
+static inline void spin_turn(int i)
 {
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #endif
+    if ((i & 63) == 63)
+        sched_yield();
 }
 
 struct dt_pool {
@@ -59,7 +66,7 @@ static void *worker_main(void *arg)
             if (__atomic_load_n(&p->generation, __ATOMIC_ACQUIRE) != seen ||
                 __atomic_load_n(&p->stop, __ATOMIC_ACQUIRE))
                 break;
-            cpu_relax();
+            spin_turn(i);
         }
         pthread_mutex_lock(&p->mu);
         while (p->generation == seen && !p->stop)
@@ -164,7 +171,7 @@ void dt_pool_run(dt_pool *p, dt_task_fn fn, void *ctx, int n_tasks)
     run_tasks(p);
 
     for (int i = 0; i < DT_POOL_SPIN && __atomic_load_n(&p->pending, __ATOMIC_ACQUIRE) > 0; i++)
-        cpu_relax();
+        spin_turn(i);
     pthread_mutex_lock(&p->mu);
     while (p->pending > 0)
         pthread_cond_wait(&p->done, &p->mu);

@@ -454,6 +454,13 @@ static dt_status parse_line(const char *line, size_t len, const dt_libsvm_option
     uint64_t prev = 0;
     int have_prev = 0, fields = 0;
     const bool positional = o->field_size > 0;
+    /* An entry takes at least 4 bytes ("i:v" and a blank), the label 2: room for every entry
+     * the line can hold, so the loop appends without a check per entry. */
+    if (!n_dense && (st = dt_rowbuf_reserve_sparse(out, len / 4 + 1)))
+        goto fail;
+    int64_t *ids = out->sp_ids + out->nnz;
+    float *vals = out->sp_vals + out->nnz;
+    size_t n_sparse = 0;
     for (;;) {
         while (p < end && is_blank(*p))
             p++;
@@ -517,8 +524,9 @@ static dt_status parse_line(const char *line, size_t len, const dt_libsvm_option
         }
         if (n_dense) {
             dense[idx - base] = v;
-        } else if ((st = dt_rowbuf_add_sparse(out, (int64_t)idx - (int64_t)base, v))) {
-            goto fail;
+        } else {
+            ids[n_sparse] = (int64_t)idx - (int64_t)base;
+            vals[n_sparse++] = v;
         }
         prev = idx;
         have_prev = 1;
@@ -529,6 +537,8 @@ static dt_status parse_line(const char *line, size_t len, const dt_libsvm_option
                       (int)(p - line) + 1, fields, o->field_size);
         goto fail;
     }
+    if (n_sparse)
+        dt_rowbuf_commit_sparse(out, n_sparse);
     return DT_OK;
 fail:
     dt_rowbuf_drop_last(out);

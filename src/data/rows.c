@@ -152,9 +152,9 @@ dt_status dt_rowbuf_add_row_unset(dt_rowbuf *b, float **dense_out)
     return DT_OK;
 }
 
-dt_status dt_rowbuf_add_sparse(dt_rowbuf *b, int64_t id, float value)
+dt_status dt_rowbuf_reserve_sparse(dt_rowbuf *b, size_t n)
 {
-    size_t need = b->nnz + 1;
+    size_t need = b->nnz + n;
     if (need > b->cap_nnz) {
         size_t c1 = b->cap_nnz, c2 = b->cap_nnz;
         if (!grow((void **)&b->sp_ids, &c1, need, sizeof(int64_t), 256) ||
@@ -162,6 +162,14 @@ dt_status dt_rowbuf_add_sparse(dt_rowbuf *b, int64_t id, float value)
             return dt_error(DT_ERR_NOMEM, "no memory for %zu sparse entries", need);
         b->cap_nnz = c1 < c2 ? c1 : c2;
     }
+    return DT_OK;
+}
+
+dt_status dt_rowbuf_add_sparse(dt_rowbuf *b, int64_t id, float value)
+{
+    dt_status st = dt_rowbuf_reserve_sparse(b, 1);
+    if (st)
+        return st;
     b->sp_ids[b->nnz] = id;
     b->sp_vals[b->nnz] = value;
     b->nnz++;
@@ -212,49 +220,47 @@ dt_elem *dt_rowbuf_take(dt_rowbuf *b)
     return e;
 }
 
-/* Rows with no sparse entries and no bytes, as parsed dense features are: copied in bulk. */
-static dt_status append_plain_rows(dt_rowbuf *b, const dt_elem *e, int first, int count)
-{
-    size_t n = (size_t)b->n, k = (size_t)count, nd = (size_t)b->n_dense;
-    dt_status st = reserve_rows(b, n + k);
-    if (st)
-        return st;
-    if (n == 0)
-        b->sp_row[0] = 0, b->raw_off[0] = 0;
-    if (nd)
-        memcpy(b->dense + n * nd, e->dense + (size_t)first * nd, k * nd * sizeof(float));
-    memcpy(b->labels + n, e->labels + first, k * sizeof(float));
-    for (size_t r = n + 1; r <= n + k; r++)
-        b->sp_row[r] = (int64_t)b->nnz, b->raw_off[r] = b->n_bytes;
-    b->n += count;
-    return DT_OK;
-}
-
+/* Rows [first, first + count) of e hold their sparse entries and bytes in one run each: every
+ * array is copied in bulk and the row offsets are shifted to where the runs land in b. */
 dt_status dt_rowbuf_append_rows(dt_rowbuf *b, const dt_elem *e, int first, int count)
 {
     if (e->n_dense != b->n_dense)
         return dt_error(DT_ERR_INVALID, "rows of %d dense values cannot join a batch of %d",
                         e->n_dense, b->n_dense);
-    if (b->n == 0)
+    if (count <= 0)
+        return DT_OK;
+    size_t n = (size_t)b->n, k = (size_t)count, nd = (size_t)b->n_dense;
+    int64_t s0 = e->sp_row[first], s1 = e->sp_row[first + count];
+    size_t r0 = e->raw_off[first], r1 = e->raw_off[first + count];
+    dt_status st = reserve_rows(b, n + k);
+    if (st == DT_OK)
+        st = dt_rowbuf_reserve_sparse(b, (size_t)(s1 - s0));
+    if (st == DT_OK && !grow((void **)&b->raw, &b->cap_bytes, b->n_bytes + (r1 - r0), 1, 4096))
+        st = dt_error(DT_ERR_NOMEM, "no memory for %zu bytes of records", b->n_bytes + (r1 - r0));
+    if (st)
+        return st;
+    if (n == 0) {
+        b->sp_row[0] = 0, b->raw_off[0] = 0;
         b->index = e->index, b->file = e->file, b->pos = e->pos;
-    if (count > 0 && e->sp_row[first + count] == e->sp_row[first] &&
-        e->raw_off[first + count] == e->raw_off[first])
-        return append_plain_rows(b, e, first, count);
-    for (int r = first; r < first + count; r++) {
-        float *d;
-        dt_status st = dt_rowbuf_add_row(b, &d);
-        if (st)
-            return st;
-        if (e->n_dense)
-            memcpy(d, e->dense + (size_t)r * e->n_dense, (size_t)e->n_dense * sizeof *d);
-        dt_rowbuf_set_label(b, e->labels[r]);
-        for (int64_t k = e->sp_row[r]; k < e->sp_row[r + 1]; k++)
-            if ((st = dt_rowbuf_add_sparse(b, e->sp_ids[k], e->sp_vals[k])))
-                return st;
-        size_t lo = e->raw_off[r], hi = e->raw_off[r + 1];
-        if (hi > lo && (st = dt_rowbuf_add_raw(b, e->raw + lo, hi - lo)))
-            return st;
     }
+    if (nd)
+        memcpy(b->dense + n * nd, e->dense + (size_t)first * nd, k * nd * sizeof(float));
+    memcpy(b->labels + n, e->labels + first, k * sizeof(float));
+    if (s1 > s0) {
+        memcpy(b->sp_ids + b->nnz, e->sp_ids + s0, (size_t)(s1 - s0) * sizeof(int64_t));
+        memcpy(b->sp_vals + b->nnz, e->sp_vals + s0, (size_t)(s1 - s0) * sizeof(float));
+    }
+    if (r1 > r0)
+        memcpy(b->raw + b->n_bytes, e->raw + r0, r1 - r0);
+    int64_t sp_shift = (int64_t)b->nnz - s0;
+    size_t raw_at = b->n_bytes;
+    for (size_t r = 1; r <= k; r++) {
+        b->sp_row[n + r] = e->sp_row[(size_t)first + r] + sp_shift;
+        b->raw_off[n + r] = raw_at + (e->raw_off[(size_t)first + r] - r0);
+    }
+    b->nnz += (size_t)(s1 - s0);
+    b->n_bytes += r1 - r0;
+    b->n += count;
     return DT_OK;
 }
 

@@ -12,6 +12,22 @@
 #include "dtrain/embedding.h"
 #include "dtrain/fm.h"
 
+/* Tasks per pool thread: examples, and the unique ids, are split in this many ranges per thread,
+ * so that a thread held up for a while leaves its share to the others. */
+#define TASKS_PER_THREAD 4
+/* Examples per task below which a thread costs more than it saves. */
+#define MIN_EXAMPLES_PER_TASK 64
+
+/* example_tasks never gives more tasks than this, whatever the pool. */
+static int max_example_tasks(int max_batch)
+{
+    return max_batch / MIN_EXAMPLES_PER_TASK > 0 ? max_batch / MIN_EXAMPLES_PER_TASK : 1;
+}
+
+/* The first place (example x F + field) a forward task found with an id outside the tables
+ * or a value that is not finite; -1: none. */
+typedef int64_t bad_field;
+
 struct dt_ctr {
     dt_arch arch;
     int F, K, max_batch;
@@ -32,6 +48,8 @@ struct dt_ctr {
     int64_t *uniq;   /* (B, F) */
     void *scratch;   /* dt_embedding_scratch_bytes(B F) */
     dt_pool *pool;   /* of the last call */
+    const dt_elem *batch; /* of the forward under way: its ids and values are copied by the tasks */
+    bad_field *bad;  /* (max tasks): the first bad field each forward task found, if any */
     bool deduped;    /* uniq, n_uniq, slot, offsets and places are the last forward's */
     size_t n_uniq;
     const float *dlogits;         /* of the backward under way */
@@ -70,12 +88,13 @@ dt_status dt_ctr_create(const dt_model_spec *spec, int max_batch, dt_ctr **out)
     c->places = malloc(n * sizeof *c->places);
     c->scratch = malloc(dt_embedding_scratch_bytes(n));
     c->fm = calloc((size_t)max_batch, sizeof *c->fm);
+    c->bad = malloc((size_t)max_example_tasks(max_batch) * sizeof *c->bad);
     if (has_v(c)) {
         c->emb = malloc(nk * sizeof *c->emb);
         c->demb = malloc(nk * sizeof *c->demb);
         c->sums = malloc((size_t)max_batch * (size_t)c->K * sizeof *c->sums);
     }
-    if (!c->ids || !c->vals || !c->lin || !c->slot || !c->uniq || !c->scratch || !c->fm ||
+    if (!c->ids || !c->vals || !c->lin || !c->slot || !c->uniq || !c->scratch || !c->fm || !c->bad ||
         !c->offsets || !c->places ||
         (has_v(c) && (!c->emb || !c->demb || !c->sums))) {
         st = dt_error(DT_ERR_NOMEM, "no memory for the CTR model's buffers at batch %d", max_batch);
@@ -97,7 +116,7 @@ void dt_ctr_destroy(dt_ctr *c)
     dt_sparse_rows_free(&c->gw);
     dt_sparse_rows_free(&c->gv);
     free(c->ids), free(c->vals), free(c->lin), free(c->slot), free(c->uniq), free(c->scratch), free(c->fm);
-    free(c->offsets), free(c->places);
+    free(c->offsets), free(c->places), free(c->bad);
     free(c->emb), free(c->demb), free(c->sums);
     free(c);
 }
@@ -109,32 +128,53 @@ void dt_ctr_init(dt_ctr *c, uint64_t seed, dt_pool *pool)
         dt_table_init_normal(&c->v, c->init_stddev, seed, pool);
 }
 
-dt_status dt_ctr_check_batch(const dt_ctr *c, const dt_elem *e)
+/* Every row has F entries, so that the tasks find example a's fields at a x F. */
+static dt_status check_field_counts(const dt_ctr *c, const dt_elem *e)
 {
     for (int r = 0; r < e->n; r++) {
         int64_t lo = e->sp_row[r], hi = e->sp_row[r + 1];
         if (hi - lo != c->F)
             return dt_error(DT_ERR_INVALID, "example %d of the batch has %lld fields, the model "
                             "takes %d (--field-size)", r, (long long)(hi - lo), c->F);
-        for (int64_t j = lo; j < hi; j++) {
-            if (e->sp_ids[j] < 0 || e->sp_ids[j] >= c->w.rows)
-                return dt_error(DT_ERR_INVALID, "example %d of the batch, field %lld: id %lld "
-                                "outside the table's %lld rows (--feature-size, or hash the ids)",
-                                r, (long long)(j - lo + 1), (long long)e->sp_ids[j],
-                                (long long)c->w.rows);
-            if (!isfinite(e->sp_vals[j]))
-                return dt_error(DT_ERR_INVALID, "example %d of the batch, field %lld: value %g",
-                                r, (long long)(j - lo + 1), (double)e->sp_vals[j]);
-        }
     }
     return DT_OK;
 }
 
-/* Tasks per pool thread: examples, and the unique ids, are split in this many ranges per thread,
- * so that a thread held up for a while leaves its share to the others. */
-#define TASKS_PER_THREAD 4
-/* Examples per task below which a thread costs more than it saves. */
-#define MIN_EXAMPLES_PER_TASK 64
+/* Copies n places' ids and values from the batch to ids and vals; returns the first place
+ * whose id is outside [0, rows) or whose value is not finite, or -1. The copy is the check's
+ * pass over the data: one loop with no branch per place. */
+static int64_t copy_checked(const int64_t *src_ids, const float *src_vals, size_t n, int64_t rows,
+                            int64_t *ids, float *vals)
+{
+    uint64_t bad = 0;
+    for (size_t j = 0; j < n; j++) {
+        int64_t id = src_ids[j];
+        float v = src_vals[j];
+        ids[j] = id, vals[j] = v;
+        bad |= (uint64_t)((uint64_t)id >= (uint64_t)rows) | (uint64_t)(v - v != 0.0f);
+    }
+    if (!bad)
+        return -1;
+    for (size_t j = 0; j < n; j++)
+        if ((uint64_t)src_ids[j] >= (uint64_t)rows || !isfinite(src_vals[j]))
+            return (int64_t)j;
+    return -1;
+}
+
+/* The error for place p of the batch, the first bad one. */
+static dt_status bad_field_error(const dt_ctr *c, const dt_elem *e, int64_t p)
+{
+    int r = (int)(p / c->F);
+    long long field = (long long)(p % c->F) + 1;
+    int64_t id = e->sp_ids[e->sp_row[0] + p];
+    float v = e->sp_vals[e->sp_row[0] + p];
+    if (id < 0 || id >= c->w.rows)
+        return dt_error(DT_ERR_INVALID, "example %d of the batch, field %lld: id %lld outside "
+                        "the table's %lld rows (--feature-size, or hash the ids)", r, field,
+                        (long long)id, (long long)c->w.rows);
+    return dt_error(DT_ERR_INVALID, "example %d of the batch, field %lld: value %g", r, field,
+                    (double)v);
+}
 
 static int example_tasks(const dt_ctr *c, int B)
 {
@@ -147,16 +187,24 @@ static int example_tasks(const dt_ctr *c, int B)
 /* Examples per pass of lookups then FM terms: 8 x 39 rows of 32 floats are 40 KB. */
 #define FORWARD_CHUNK 8
 
-/* Examples [lo, hi) of the batch: their lookups and FM terms. */
+/* Examples [lo, hi) of the batch: their ids and values copied and checked, then their lookups
+ * and FM terms. A task that finds a bad field records it and looks nothing up. */
 static void forward_examples(void *ctx, int task, int n_tasks)
 {
     dt_ctr *c = ctx;
     long lo, hi;
     dt_pool_slice(c->B, task, n_tasks, &lo, &hi);
+    size_t F = (size_t)c->F, first = (size_t)lo * F;
+    const dt_elem *e = c->batch;
+    int64_t bad = copy_checked(e->sp_ids + e->sp_row[0] + first, e->sp_vals + e->sp_row[0] + first,
+                               (size_t)(hi - lo) * F, c->w.rows, c->ids + first, c->vals + first);
+    c->bad[task] = bad < 0 ? -1 : (int64_t)first + bad;
+    if (bad >= 0)
+        return;
     /* A few examples at a time, so the FM term reads their rows while they are in L1. */
     for (long a = lo; a < hi; a += FORWARD_CHUNK) {
         long b = hi - a < FORWARD_CHUNK ? hi : a + FORWARD_CHUNK;
-        size_t p0 = (size_t)a * (size_t)c->F, np = (size_t)(b - a) * (size_t)c->F;
+        size_t p0 = (size_t)a * F, np = (size_t)(b - a) * F;
         dt_embedding_forward(c->w.data, 1, c->ids + p0, c->vals + p0, np, c->lin + p0);
         if (has_v(c)) {
             size_t K = (size_t)c->K;
@@ -170,36 +218,46 @@ static void forward_examples(void *ctx, int task, int n_tasks)
 
 /* The batch's unique ids (both tables are looked up by the same ids) and each one's places,
  * for the backward pass. */
-static void dedupe_ids(dt_ctr *c)
+static void dedupe_ids(dt_ctr *c, const int64_t *ids)
 {
     size_t n = (size_t)c->B * (size_t)c->F;
-    c->n_uniq = dt_embedding_dedupe(c->ids, n, c->scratch, c->uniq, c->slot);
+    c->n_uniq = dt_embedding_dedupe(ids, n, c->scratch, c->uniq, c->slot);
     dt_embedding_group(c->slot, n, c->n_uniq, c->offsets, c->places);
 }
 
-/* Training: task 0 deduplicates the ids while the other tasks look rows up (on one thread,
- * one after the other), so no thread waits for it at the start of the backward pass. */
+/* Training: task 0 deduplicates the ids (read from the batch, as the other tasks copy them)
+ * while the other tasks look rows up (on one thread, one after the other), so no thread waits
+ * for it at the start of the backward pass. */
 static void forward_training(void *ctx, int task, int n_tasks)
 {
+    dt_ctr *c = ctx;
     if (task == 0)
-        dedupe_ids(ctx);
+        dedupe_ids(c, c->batch->sp_ids + c->batch->sp_row[0]);
     else
         forward_examples(ctx, task - 1, n_tasks - 1);
 }
 
-void dt_ctr_forward(dt_ctr *c, const dt_elem *e, bool training, dt_pool *pool)
+dt_status dt_ctr_forward(dt_ctr *c, const dt_elem *e, bool training, dt_pool *pool)
 {
-    size_t n = (size_t)e->n * (size_t)c->F;
+    dt_status st = check_field_counts(c, e);
+    if (st)
+        return st;
     c->B = e->n;
     c->pool = pool;
-    memcpy(c->ids, e->sp_ids + e->sp_row[0], n * sizeof *c->ids);
-    memcpy(c->vals, e->sp_vals + e->sp_row[0], n * sizeof *c->vals);
+    c->batch = e;
     int tasks = example_tasks(c, e->n);
-    c->deduped = training;
     if (training)
         dt_pool_run(pool, forward_training, c, tasks + 1);
     else
         dt_pool_run(tasks > 1 ? pool : NULL, forward_examples, c, tasks);
+    c->batch = NULL;
+    c->deduped = false;
+    /* Tasks cover the examples in order: the first task with a bad field has the first one. */
+    for (int t = 0; t < tasks; t++)
+        if (c->bad[t] >= 0)
+            return bad_field_error(c, e, c->bad[t]);
+    c->deduped = training;
+    return DT_OK;
 }
 
 const float *dt_ctr_deep_input(const dt_ctr *c) { return c->emb; }
@@ -289,7 +347,7 @@ float dt_ctr_backward(dt_ctr *c, int B, const float *dlogits, float *ddeep, dt_p
     int tasks = example_tasks(c, B);
     dt_pool_run(tasks > 1 ? pool : NULL, backward_examples, c, tasks);
     if (!c->deduped) /* after a forward pass not for training */
-        dedupe_ids(c);
+        dedupe_ids(c, c->ids);
     c->deduped = false;
     size_t u = c->n_uniq;
     c->gw.n = u;

@@ -17,13 +17,11 @@ void dt_ctr_destroy(dt_ctr *c);
 /* fm_w zero, fm_v normal of the spec's stddev, each row drawn from (seed, row). */
 void dt_ctr_init(dt_ctr *c, uint64_t seed, dt_pool *pool);
 
-/* Every row of e has F sparse entries with ids in [0, feature_size) and finite values:
- * DT_ERR_INVALID naming the row otherwise. */
-dt_status dt_ctr_check_batch(const dt_ctr *c, const dt_elem *e);
-
-/* The lookups of e's rows (checked): the scaled rows of fm_w and fm_v; for training also the
- * batch's unique ids, which the backward pass needs. */
-void dt_ctr_forward(dt_ctr *c, const dt_elem *e, bool training, dt_pool *pool);
+/* The lookups of e's rows: the scaled rows of fm_w and fm_v; for training also the batch's
+ * unique ids, which the backward pass needs. Every row of e must have F sparse entries with
+ * ids in [0, feature_size) and finite values: DT_ERR_INVALID naming the first bad example and
+ * field otherwise (the batch's tasks check their examples as they copy them). */
+dt_status dt_ctr_forward(dt_ctr *c, const dt_elem *e, bool training, dt_pool *pool);
 /* (B, F x K): the concatenated field vectors, DeepFM's MLP input. */
 const float *dt_ctr_deep_input(const dt_ctr *c);
 /* logits (B) = bias + first-order + FM (+ deep (B), when not NULL). */

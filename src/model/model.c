@@ -557,10 +557,9 @@ const float *dt_model_forward(dt_model *m, int B, const float *x, bool training)
 
 static dt_status forward_ctr(dt_model *m, const dt_elem *e, bool training)
 {
-    dt_status st = dt_ctr_check_batch(m->ctr, e);
+    dt_status st = dt_ctr_forward(m->ctr, e, training, m->pool);
     if (st)
         return st;
-    dt_ctr_forward(m->ctr, e, training, m->pool);
     const float *deep = NULL;
     if (m->n_layers > 0)
         deep = run_layers(m, e->n, dt_ctr_deep_input(m->ctr), training);
