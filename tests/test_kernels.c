@@ -363,7 +363,7 @@ TEST(dropout_keeps_the_expected_share_and_scales)
         y[i] = 1.0f;
     dt_rng r;
     dt_rng_seed(&r, 5);
-    dt_dropout_forward(n, 0.25f, &r, y, mask);
+    dt_dropout_forward(n, 0.25f, &r, y, y, mask);
     size_t kept = 0;
     double sum = 0.0;
     for (size_t i = 0; i < n; i++) {
@@ -376,6 +376,39 @@ TEST(dropout_keeps_the_expected_share_and_scales)
     free(y), free(mask);
 }
 
+/* The kernel against the rule written out value by value: draw d decides values 4d..4d+3 by
+ * its 16-bit quarters from the low end. Out of place, x is left as it was and y is x times the
+ * mask; in place gives the same bits. n = 1001 ends inside a block and inside a draw. */
+TEST(dropout_follows_the_quarter_rule_in_and_out_of_place)
+{
+    enum { N = 1001 };
+    static float x[N], y[N], z[N], mask[N], mask2[N];
+    for (int i = 0; i < N; i++)
+        x[i] = z[i] = (float)i * 0.01f - 4.0f;
+    dt_rng r, ref;
+    dt_rng_seed(&r, 21);
+    dt_dropout_forward(N, 0.3f, &r, x, y, mask);
+    dt_rng_seed(&ref, 21);
+    int same = 1, kept = 0;
+    uint64_t d = 0;
+    for (int i = 0; i < N; i++) {
+        if (i % 4 == 0)
+            d = dt_rng_next(&ref);
+        unsigned q = (unsigned)(d >> (16 * (i % 4))) & 0xffffu;
+        float want = q / 65536.0f < 0.7f ? 1.0f / 0.7f : 0.0f;
+        same &= mask[i] == want && y[i] == ((float)i * 0.01f - 4.0f) * want &&
+                x[i] == (float)i * 0.01f - 4.0f;
+        kept += want != 0.0f;
+    }
+    CHECK(same);
+    CHECK_MSG(kept > 600 && kept < 800, "kept %d of %d", kept, N);
+    /* Both consumed the same draws: the next ones agree. */
+    CHECK(dt_rng_next(&r) == dt_rng_next(&ref));
+    dt_rng_seed(&r, 21);
+    dt_dropout_forward(N, 0.3f, &r, z, z, mask2);
+    CHECK(memcmp(z, y, sizeof z) == 0 && memcmp(mask, mask2, sizeof mask) == 0);
+}
+
 /* The pooled dropout draws chunk c from stream (seed, key1, key2 + (c << 16)): the mask is the
  * same on one thread and on three, and each chunk is what the single-stream kernel gives. */
 TEST(pooled_dropout_is_the_chunked_stream_whatever_the_threads)
@@ -386,14 +419,14 @@ TEST(pooled_dropout_is_the_chunked_stream_whatever_the_threads)
     for (size_t i = 0; i < n; i++)
         y1[i] = y3[i] = ref[i] = (float)i * 0.001f - 3.0f;
     dt_pool *p3 = pool_of(3);
-    dt_dropout_forward_pool(NULL, n, 0.5f, 11, 7, 2, y1, m1);
-    dt_dropout_forward_pool(p3, n, 0.5f, 11, 7, 2, y3, m3);
+    dt_dropout_forward_pool(NULL, n, 0.5f, 11, 7, 2, y1, y1, m1);
+    dt_dropout_forward_pool(p3, n, 0.5f, 11, 7, 2, y3, y3, m3);
     CHECK(memcmp(m1, m3, n * 4) == 0 && memcmp(y1, y3, n * 4) == 0);
     for (size_t c = 0; c * DT_DROPOUT_CHUNK < n; c++) {
         size_t lo = c * DT_DROPOUT_CHUNK, len = n - lo < DT_DROPOUT_CHUNK ? n - lo : DT_DROPOUT_CHUNK;
         dt_rng r;
         dt_rng_derive(&r, 11, 7, 2 + ((uint64_t)c << 16));
-        dt_dropout_forward(len, 0.5f, &r, ref + lo, mref + lo);
+        dt_dropout_forward(len, 0.5f, &r, ref + lo, ref + lo, mref + lo);
     }
     CHECK(memcmp(m1, mref, n * 4) == 0 && memcmp(y1, ref, n * 4) == 0);
     /* Backward and the activations: the same values as the one-thread kernels. */

@@ -93,9 +93,10 @@ void dt_maxpool_backward(const dt_pool_geom *g, int B, const float *dy, const in
 
 /* ---- Dropout (Keras): keep with probability 1 - rate, scale kept values by 1 / (1 - rate) ---- */
 
-/* y (n) in place; mask (n) = 0 or 1 / (1 - rate). Each dt_rng_next of rng decides four values
- * in turn, by its 16-bit quarters from the low end: value kept when quarter / 2^16 < 1 - rate. */
-void dt_dropout_forward(size_t n, float rate, dt_rng *rng, float *y, float *mask);
+/* x (n); mask (n) = 0 or 1 / (1 - rate); y (n) = x mask (y may be x). Each dt_rng_next of rng
+ * decides four values in turn, by its 16-bit quarters from the low end: value kept when
+ * quarter / 2^16 < 1 - rate. */
+void dt_dropout_forward(size_t n, float rate, dt_rng *rng, const float *x, float *y, float *mask);
 /* mask (n); dy (n) *= mask */
 void dt_dropout_backward(size_t n, const float *mask, float *dy);
 
@@ -105,7 +106,7 @@ void dt_dropout_backward(size_t n, const float *mask, float *dy);
  * be given). key2 < 2^16 keeps the chunks' streams apart from other keys'. */
 #define DT_DROPOUT_CHUNK 16384
 void dt_dropout_forward_pool(dt_pool *pool, size_t n, float rate, uint64_t seed, uint64_t key1,
-                             uint64_t key2, float *y, float *mask);
+                             uint64_t key2, const float *x, float *y, float *mask);
 void dt_dropout_backward_pool(dt_pool *pool, size_t n, const float *mask, float *dy);
 
 /* Batch normalisation of B examples' C features (Keras's BatchNormalization, axis -1).

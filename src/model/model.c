@@ -521,11 +521,12 @@ static void forward_layer(dt_model *m, int i, int B, bool training)
         break;
     }
     case DT_LAYER_DROPOUT:
-        memcpy(L->out, L->in, n_out * sizeof *L->out);
         if (training && L->spec.rate > 0.0f) {
             dt_dropout_forward_pool(m->pool, n_out, L->spec.rate, m->dropout_seed,
-                                    m->training_forwards, (uint64_t)i, L->out, L->drop_mask);
+                                    m->training_forwards, (uint64_t)i, L->in, L->out,
+                                    L->drop_mask);
         } else {
+            memcpy(L->out, L->in, n_out * sizeof *L->out);
             for (size_t k = 0; k < n_out; k++)
                 L->drop_mask[k] = 1.0f;
         }

@@ -145,6 +145,7 @@ struct elementwise_job {
     dt_activation act;
     size_t n;
     const float *y; /* forward output (backward) */
+    const float *in; /* dropout forward's input (may be out) */
     float *out;     /* in place */
     const float *mask; /* dropout backward's */
     float *mask_out;   /* dropout forward's */
@@ -529,19 +530,27 @@ void dt_maxpool_backward(const dt_pool_geom *g, int B, const float *dy, const in
 
 /* ---- Dropout ---- */
 
-void dt_dropout_forward(size_t n, float rate, dt_rng *rng, float *y, float *mask)
+void dt_dropout_forward(size_t n, float rate, dt_rng *rng, const float *x, float *y, float *mask)
 {
     float keep = 1.0f - rate, scale = 1.0f / keep;
     /* Four 16-bit uniforms per draw, low bits first: value i keeps when k / 2^16 < keep, k the
      * i-th 16 bits. A keep probability is honoured to 2^-16, and the generator, which took most
-     * of dropout's time at one draw per value, does a quarter of the work. */
-    for (size_t i = 0; i < n; i += 4) {
-        uint64_t x = dt_rng_next(rng);
-        size_t m = n - i < 4 ? n - i : 4;
+     * of dropout's time at one draw per value, does a quarter of the work. The draws of 64
+     * values are taken first, so that the loop over the values has no call in it and
+     * vectorises. */
+    enum { BLOCK = 64 };
+    for (size_t i = 0; i < n; i += BLOCK) {
+        size_t m = n - i < BLOCK ? n - i : BLOCK;
+        uint16_t k[BLOCK];
+        for (size_t d = 0; d < (m + 3) / 4; d++) {
+            uint64_t r = dt_rng_next(rng);
+            for (int q = 0; q < 4; q++)
+                k[4 * d + (size_t)q] = (uint16_t)(r >> (16 * q));
+        }
         for (size_t j = 0; j < m; j++) {
-            float u = (float)((x >> (16 * j)) & 0xffff) * (1.0f / 65536.0f);
+            float u = (float)k[j] * (1.0f / 65536.0f);
             mask[i + j] = u < keep ? scale : 0.0f;
-            y[i + j] *= mask[i + j];
+            y[i + j] = x[i + j] * mask[i + j];
         }
     }
 }
@@ -561,7 +570,7 @@ static void dropout_forward_task(void *ctx, int task, int n_tasks)
     size_t len = j->n - lo < DT_DROPOUT_CHUNK ? j->n - lo : DT_DROPOUT_CHUNK;
     dt_rng rng;
     dt_rng_derive(&rng, j->seed, j->key1, j->key2 + ((uint64_t)task << 16));
-    dt_dropout_forward(len, j->rate, &rng, j->out + lo, j->mask_out + lo);
+    dt_dropout_forward(len, j->rate, &rng, j->in + lo, j->out + lo, j->mask_out + lo);
 }
 
 static void dropout_backward_task(void *ctx, int task, int n_tasks)
@@ -574,10 +583,10 @@ static void dropout_backward_task(void *ctx, int task, int n_tasks)
 }
 
 void dt_dropout_forward_pool(dt_pool *pool, size_t n, float rate, uint64_t seed, uint64_t key1,
-                             uint64_t key2, float *y, float *mask)
+                             uint64_t key2, const float *x, float *y, float *mask)
 {
-    struct elementwise_job j = {.n = n, .out = y, .mask_out = mask, .rate = rate, .seed = seed,
-                                .key1 = key1, .key2 = key2};
+    struct elementwise_job j = {.n = n, .in = x, .out = y, .mask_out = mask, .rate = rate,
+                                .seed = seed, .key1 = key1, .key2 = key2};
     size_t chunks = (n + DT_DROPOUT_CHUNK - 1) / DT_DROPOUT_CHUNK;
     /* Chunks beyond INT_MAX would need 2^31 x 16384 values: no batch holds them. */
     dt_pool_run(pool, dropout_forward_task, &j, (int)chunks);
