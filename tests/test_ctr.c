@@ -293,6 +293,64 @@ done:
     dt_pool_destroy(pool);
 }
 
+/* DeepFM's MLP runs each dense layer's activation and the dropout after it in one pass over the
+ * pool, both ways: the logits, the loss and every gradient equal those of the model built with
+ * no fusion, bit for bit, on one thread and on two, over three steps (new masks each step). */
+TEST(ctr_dense_dropout_fusion_changes_no_bit)
+{
+    enum { N = 512 };
+    dt_pool *pool = NULL;
+    CHECK_OK(dt_pool_create(2, &pool));
+    dt_ctr_spec c;
+    dt_ctr_spec_default(&c);
+    c.field_size = FIELDS, c.feature_size = ROWS, c.embedding_size = EMB;
+    c.n_deep = 2, c.deep_layers[0] = 64, c.deep_layers[1] = 32;
+    c.dropout_keep[0] = 0.5f, c.dropout_keep[1] = 0.7f;
+    dt_model_spec spec;
+    CHECK_OK(dt_model_spec_ctr(DT_ARCH_DEEPFM, &c, &spec));
+    dt_model_options unfused = {.no_fuse = true};
+    dt_model *m[3] = {NULL, NULL, NULL};
+    CHECK_OK(dt_model_create(&spec, N, pool, NULL, &m[0]));
+    CHECK_OK(dt_model_create(&spec, N, NULL, NULL, &m[1]));
+    CHECK_OK(dt_model_create(&spec, N, pool, &unfused, &m[2]));
+    dt_elem *e = dt_elem_alloc(N, 0, (size_t)N * FIELDS, 0);
+    int32_t labels[N];
+    if (!m[0] || !m[1] || !m[2] || !e)
+        goto done;
+    for (int k = 0; k < 3; k++)
+        dt_model_init_params(m[k], 8);
+    dt_rng r;
+    dt_rng_seed(&r, 4);
+    for (int i = 0; i <= N; i++)
+        e->sp_row[i] = (int64_t)i * FIELDS;
+    for (int i = 0; i < N * FIELDS; i++)
+        e->sp_ids[i] = (int64_t)dt_rng_below(&r, ROWS), e->sp_vals[i] = uniform(&r);
+    for (int i = 0; i < N; i++)
+        labels[i] = i % 4 == 0, e->labels[i] = (float)labels[i];
+    for (int step = 0; step < 3; step++) {
+        const float *z[3];
+        double loss[3];
+        for (int k = 0; k < 3; k++) {
+            dt_model_zero_grads(m[k]);
+            CHECK_OK(dt_model_forward_batch(m[k], e, true, &z[k]));
+            loss[k] = dt_model_loss(m[k], N, labels, 1.0f / N, true, NULL);
+            dt_model_backward(m[k], N);
+        }
+        for (int k = 1; k < 3; k++) {
+            CHECK(loss[k] == loss[0] && memcmp(z[k], z[0], N * sizeof(float)) == 0);
+            dt_arena *g = dt_model_grads(m[k]), *g0 = dt_model_grads(m[0]);
+            CHECK(memcmp(g->data, g0->data, g0->n_elems * sizeof(float)) == 0);
+            dt_sparse_rows *v = dt_model_table_grad(m[k], 1), *v0 = dt_model_table_grad(m[0], 1);
+            CHECK(v->n == v0->n && memcmp(v->rows, v0->rows, v0->n * EMB * sizeof(float)) == 0);
+        }
+    }
+done:
+    dt_elem_free(e);
+    for (int k = 0; k < 3; k++)
+        dt_model_destroy(m[k]);
+    dt_pool_destroy(pool);
+}
+
 TEST(ctr_training_moves_only_the_touched_rows_and_lowers_the_loss)
 {
     dt_model *m = make_model(DT_ARCH_DEEPFM);

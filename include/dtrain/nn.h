@@ -108,6 +108,16 @@ void dt_dropout_backward(size_t n, const float *mask, float *dy);
 void dt_dropout_forward_pool(dt_pool *pool, size_t n, float rate, uint64_t seed, uint64_t key1,
                              uint64_t key2, const float *x, float *y, float *mask);
 void dt_dropout_backward_pool(dt_pool *pool, size_t n, const float *mask, float *dy);
+/* A dense layer's activation and the dropout after it in one pass over the pool, bit for bit
+ * dt_act_forward_pool(y) then dt_dropout_forward_pool(y -> out): y (n) activated in place, out
+ * and mask (n) as dropout writes them. */
+void dt_act_dropout_forward_pool(dt_pool *pool, dt_activation act, size_t n, float rate,
+                                 uint64_t seed, uint64_t key1, uint64_t key2, float *y,
+                                 float *out, float *mask);
+/* Their backward in one pass, bit for bit dt_dropout_backward_pool then dt_act_backward_pool:
+ * dy (n) *= mask, then the activation's derivative at its output y (n). */
+void dt_dropout_act_backward_pool(dt_pool *pool, dt_activation act, size_t n, const float *mask,
+                                  const float *y, float *dy);
 
 /* Batch normalisation of B examples' C features (Keras's BatchNormalization, axis -1).
  * Training: each feature normalised by the batch's mean and (biased) variance,

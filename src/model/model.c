@@ -27,6 +27,8 @@ struct layer_rt {
     dt_pool_geom pg;
     bool fused;    /* a conv2d that also runs the next layer (max pooling) in one kernel */
     bool absorbed; /* a max_pooling2d run by the fused conv2d before it */
+    bool drops_next; /* a dense layer that runs the dropout after it in the same pass over its
+                        outputs (forward while training, and backward) */
     const float *in;
     float *out;
     int32_t *arg;
@@ -187,6 +189,10 @@ static void plan_fusion(dt_model *m, const dt_model_options *opts)
         return;
     if (m->n_layers < 2)
         return;
+    /* dense + dropout (DeepFM's MLP): one pass over the pool instead of two, each way. */
+    for (int i = 0; i + 1 < m->n_layers; i++)
+        m->layers[i].drops_next = m->layers[i].spec.kind == DT_LAYER_DENSE &&
+                                  m->layers[i + 1].spec.kind == DT_LAYER_DROPOUT;
     struct layer_rt *c = &m->layers[0], *p = &m->layers[1];
     if (c->spec.kind == DT_LAYER_CONV2D && c->spec.activation == DT_ACT_RELU &&
         p->spec.kind == DT_LAYER_MAXPOOL2D && dt_convpool_supported(&c->cg, &p->pg)) {
@@ -469,6 +475,13 @@ void dt_model_zero_grads(dt_model *m)
 static const float *P(const dt_model *m, int view) { return dt_arena_view_data(&m->params, view); }
 static float *G(const dt_model *m, int view) { return dt_arena_view_data(&m->grads, view); }
 
+/* Layer i, a dense one, runs layer i + 1's dropout with its activation: only while training
+ * (dropout is a copy otherwise) and when the dropout drops anything. */
+static bool runs_next_dropout(const dt_model *m, int i, bool training)
+{
+    return training && m->layers[i].drops_next && m->layers[i + 1].spec.rate > 0.0f;
+}
+
 static void forward_layer(dt_model *m, int i, int B, bool training)
 {
     struct layer_rt *L = &m->layers[i];
@@ -477,6 +490,14 @@ static void forward_layer(dt_model *m, int i, int B, bool training)
     case DT_LAYER_DENSE:
         dt_dense_forward(m->pool, B, (int)L->in_elems, L->spec.units, L->in, P(m, L->w_view),
                          P(m, L->b_view), L->out);
+        if (runs_next_dropout(m, i, training)) {
+            struct layer_rt *D = &m->layers[i + 1];
+            /* The keys the dropout layer itself would draw with: the same mask. */
+            dt_act_dropout_forward_pool(m->pool, L->spec.activation, n_out, D->spec.rate,
+                                        m->dropout_seed, m->training_forwards,
+                                        (uint64_t)(i + 1), L->out, D->out, D->drop_mask);
+            break;
+        }
         dt_act_forward_pool(m->pool, L->spec.activation, n_out, L->out);
         break;
     case DT_LAYER_CONV2D:
@@ -540,7 +561,7 @@ static const float *run_layers(dt_model *m, int B, const float *x, bool training
     for (int i = 0; i < m->n_layers; i++) {
         struct layer_rt *L = &m->layers[i];
         L->in = cur;
-        if (!L->absorbed)
+        if (!L->absorbed && !(i > 0 && runs_next_dropout(m, i - 1, training)))
             forward_layer(m, i, B, training);
         cur = L->out;
     }
@@ -676,7 +697,13 @@ static float *backward_layer(dt_model *m, int i, int B, float *dy, float *dx)
     size_t n_out = (size_t)B * L->out_elems;
     switch (L->spec.kind) {
     case DT_LAYER_DENSE:
-        dt_act_backward_pool(m->pool, L->spec.activation, n_out, L->out, dy);
+        /* The dropout above, whose backward was left to this layer, then the activation. Its
+         * mask is all ones after a forward pass not for training. */
+        if (L->drops_next)
+            dt_dropout_act_backward_pool(m->pool, L->spec.activation, n_out,
+                                         m->layers[i + 1].drop_mask, L->out, dy);
+        else
+            dt_act_backward_pool(m->pool, L->spec.activation, n_out, L->out, dy);
         dt_dense_backward(m->pool, B, (int)L->in_elems, L->spec.units, L->in, P(m, L->w_view), dy,
                           G(m, L->w_view), G(m, L->b_view), dx);
         return dx;
@@ -703,7 +730,8 @@ static float *backward_layer(dt_model *m, int i, int B, float *dy, float *dx)
         dt_act_backward_pool(m->pool, act_of_layer(L->spec.kind), n_out, L->out, dy);
         return dy;
     case DT_LAYER_DROPOUT:
-        dt_dropout_backward_pool(m->pool, n_out, L->drop_mask, dy);
+        if (!(i > 0 && m->layers[i - 1].drops_next)) /* else the dense layer below applies it */
+            dt_dropout_backward_pool(m->pool, n_out, L->drop_mask, dy);
         return dy;
     case DT_LAYER_BATCHNORM:
         dt_batchnorm_backward(B, (int)L->in_elems, dy, L->bn_xhat, L->bn_istd, P(m, L->w_view),

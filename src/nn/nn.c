@@ -146,6 +146,7 @@ struct elementwise_job {
     size_t n;
     const float *y; /* forward output (backward) */
     const float *in; /* dropout forward's input (may be out) */
+    float *act_y;   /* act_dropout: the activation's values, in place, then dropout's input */
     float *out;     /* in place */
     const float *mask; /* dropout backward's */
     float *mask_out;   /* dropout forward's */
@@ -590,6 +591,49 @@ void dt_dropout_forward_pool(dt_pool *pool, size_t n, float rate, uint64_t seed,
     size_t chunks = (n + DT_DROPOUT_CHUNK - 1) / DT_DROPOUT_CHUNK;
     /* Chunks beyond INT_MAX would need 2^31 x 16384 values: no batch holds them. */
     dt_pool_run(pool, dropout_forward_task, &j, (int)chunks);
+}
+
+/* Chunk t of y through the activation, then chunk t's dropout: a chunk is still in this core's
+ * cache for the second step, and the values are those of the two pooled calls one after the
+ * other. */
+static void act_dropout_forward_task(void *ctx, int task, int n_tasks)
+{
+    const struct elementwise_job *j = ctx;
+    size_t lo = (size_t)task * DT_DROPOUT_CHUNK;
+    size_t len = j->n - lo < DT_DROPOUT_CHUNK ? j->n - lo : DT_DROPOUT_CHUNK;
+    if (j->act != DT_ACT_NONE)
+        dt_act_forward(j->act, len, j->act_y + lo);
+    dropout_forward_task(ctx, task, n_tasks);
+}
+
+void dt_act_dropout_forward_pool(dt_pool *pool, dt_activation act, size_t n, float rate,
+                                 uint64_t seed, uint64_t key1, uint64_t key2, float *y,
+                                 float *out, float *mask)
+{
+    struct elementwise_job j = {.act = act, .n = n, .act_y = y, .in = y, .out = out,
+                                .mask_out = mask, .rate = rate, .seed = seed, .key1 = key1,
+                                .key2 = key2};
+    size_t chunks = (n + DT_DROPOUT_CHUNK - 1) / DT_DROPOUT_CHUNK;
+    dt_pool_run(pool, act_dropout_forward_task, &j, (int)chunks);
+}
+
+static void dropout_act_backward_task(void *ctx, int task, int n_tasks)
+{
+    const struct elementwise_job *j = ctx;
+    size_t lo, hi;
+    elementwise_range(j, task, n_tasks, &lo, &hi);
+    if (lo >= hi)
+        return;
+    dt_dropout_backward(hi - lo, j->mask + lo, j->out + lo);
+    if (j->act != DT_ACT_NONE)
+        dt_act_backward(j->act, hi - lo, j->y + lo, j->out + lo);
+}
+
+void dt_dropout_act_backward_pool(dt_pool *pool, dt_activation act, size_t n, const float *mask,
+                                  const float *y, float *dy)
+{
+    struct elementwise_job j = {.act = act, .n = n, .y = y, .out = dy, .mask = mask};
+    dt_pool_run(pool, dropout_act_backward_task, &j, elementwise_tasks(n, ELEMS_PER_TASK));
 }
 
 void dt_dropout_backward_pool(dt_pool *pool, size_t n, const float *mask, float *dy)
