@@ -1,7 +1,9 @@
 /* Core: CRC32C, RNG, arenas, the thread pool, error messages. */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "dtrain/arena.h"
 #include "dtrain/crc32c.h"
@@ -164,6 +166,49 @@ TEST(pool_runs_every_task_once)
     }
     dt_pool *pool;
     CHECK_ERR(dt_pool_create(0, &pool), DT_ERR_INVALID, "thread count");
+}
+
+struct pool_owner_probe {
+    pthread_t ran[8];
+    int runs[8];
+    long hold_ms; /* task 0's time; the others take 30 ms */
+};
+
+static void owner_task(void *ctx, int task, int n_tasks)
+{
+    struct pool_owner_probe *p = ctx;
+    (void)n_tasks;
+    p->ran[task] = pthread_self();
+    __atomic_add_fetch(&p->runs[task], 1, __ATOMIC_RELAXED);
+    long ms = task == 0 ? p->hold_ms : 30;
+    struct timespec d = {0, ms * 1000000L};
+    nanosleep(&d, NULL);
+}
+
+/* Two threads, eight tasks: the caller owns tasks 0-3 and the worker 4-7, and each runs its own
+ * (claimed in turn, they would alternate). When the caller is held up in task 0, the worker runs
+ * its block and then takes 1-3 from the caller's. */
+TEST(pool_threads_run_their_own_block_then_help_a_held_up_one)
+{
+    dt_pool *pool;
+    CHECK_OK(dt_pool_create(2, &pool));
+    pthread_t me = pthread_self();
+    struct pool_owner_probe even = {.hold_ms = 30};
+    dt_pool_run(pool, owner_task, &even, 8);
+    for (int t = 0; t < 8; t++)
+        CHECK_MSG(even.runs[t] == 1 && pthread_equal(even.ran[t], me) == (t < 4),
+                  "task %d: %d runs, %s thread", t, even.runs[t],
+                  pthread_equal(even.ran[t], me) ? "the caller's" : "the worker's");
+    struct pool_owner_probe held = {.hold_ms = 400};
+    dt_pool_run(pool, owner_task, &held, 8);
+    CHECK(pthread_equal(held.ran[0], me));
+    int worker_ran = 0;
+    for (int t = 1; t < 8; t++) {
+        CHECK(held.runs[t] == 1);
+        worker_ran += !pthread_equal(held.ran[t], me);
+    }
+    CHECK_MSG(worker_ran == 7, "the worker ran %d of tasks 1-7", worker_ran);
+    dt_pool_destroy(pool);
 }
 
 TEST(pool_slices_cover_everything_in_order)

@@ -1,9 +1,9 @@
 /* A fixed pool of threads for intra-op parallelism (`--threads N`).
  *
  * dt_pool_run(pool, fn, ctx, n_tasks) calls fn(ctx, task, n_tasks) for task = 0..n_tasks-1 and
- * returns when all are done. The threads (the caller among them) claim tasks in turn, so which
- * thread runs a task depends on timing, but the split of work is a function of the task count
- * alone: a kernel that gives each task a fixed slice, keeps per-task scratch by task index and
+ * returns when all are done. Thread i (the caller is thread 0) runs the i-th contiguous block of
+ * the tasks, then helps with what is left of the others' blocks, so which thread runs a task
+ * depends on timing, but the split of work is a function of the task count alone: a kernel that gives each task a fixed slice, keeps per-task scratch by task index and
  * combines partial results in task order is bit-reproducible for a given task count. Kernels receive a pool that may be NULL, meaning run on the calling thread. */
 #ifndef DTRAIN_POOL_H
 #define DTRAIN_POOL_H
