@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "dtrain/gemm.h"
+#include "../core/cpu.h"
 
 /* ---- Dense ---- */
 
@@ -37,6 +38,7 @@ struct bias_job {
 };
 
 /* Columns [lo, hi) of the bias gradient, each summed over the rows in order. */
+DT_MULTI_ISA
 static void bias_task(void *ctx, int task, int n_tasks)
 {
     const struct bias_job *j = ctx;
@@ -98,6 +100,7 @@ static void relu_mask(size_t n, const float *y, float *x)
     }
 }
 
+DT_MULTI_ISA
 void dt_act_forward(dt_activation act, size_t n, float *y)
 {
     switch (act) {
@@ -117,6 +120,7 @@ void dt_act_forward(dt_activation act, size_t n, float *y)
     }
 }
 
+DT_MULTI_ISA
 void dt_act_backward(dt_activation act, size_t n, const float *y, float *dy)
 {
     switch (act) {
@@ -531,6 +535,7 @@ void dt_maxpool_backward(const dt_pool_geom *g, int B, const float *dy, const in
 
 /* ---- Dropout ---- */
 
+DT_MULTI_ISA
 void dt_dropout_forward(size_t n, float rate, dt_rng *rng, const float *x, float *y, float *mask)
 {
     float keep = 1.0f - rate, scale = 1.0f / keep;
@@ -556,6 +561,7 @@ void dt_dropout_forward(size_t n, float rate, dt_rng *rng, const float *x, float
     }
 }
 
+DT_MULTI_ISA
 void dt_dropout_backward(size_t n, const float *mask, float *dy)
 {
     for (size_t i = 0; i < n; i++)
