@@ -10,8 +10,10 @@
 # Each runs REPEAT times, interleaved; medians are reported with the ratios the goals are stated in
 # (dtrain 1 thread / PyTorch 1 thread, dtrain 2 threads / dtrain 1 thread), the AUCs, peak RSS
 # beside the tables' and slots' size, the MLP's share of the 1-thread sgemm peak of the kernel
-# dtrain ran (bench/gemm_bench: dtrain's AVX-512 kernel or OpenBLAS's) and the table traffic
-# against this machine's memory bandwidth (bench/peers/limits.c, 1 thread).
+# dtrain ran (bench/gemm_bench: dtrain's AVX-512 kernel or OpenBLAS's), the table traffic
+# against this machine's memory bandwidth (bench/peers/limits.c, 1 thread), and each 2-thread
+# run beside the round trip of a cache line between the two cores just before it (a VM's vCPUs
+# may sit on one chip or on two, and move).
 # usage: bench/ctr.sh BUILD_DIR    env: REPEAT (3), ROWS (1000000), PEERS_DIR, PYTHON
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -49,6 +51,8 @@ common=(train --data "libsvm:$work/train.svm" --test-data "libsvm:$work/test.svm
 for rep in $(seq 1 "$repeat"); do
     echo "run $rep of $repeat" >&2
     for t in 1 2; do
+        # Where the two cores sit (one chip or two) changes what 2 threads can gain: recorded.
+        [ "$t" = 1 ] || "$work/limits" round-trip | sed 's/.*: \([0-9]*\) ns/\1/' >> "$work/rt"
         "$build/dtrain" "${common[@]}" --model deepfm --threads "$t" \
             --metrics-out "$work/d$t.json" > /dev/null
         echo "$(json "$work/d$t.json" samples_per_sec) $(json "$work/d$t.json" test_auc)" \
@@ -100,6 +104,10 @@ for label, name in (("dtrain deepfm, 1 thread", "dtrain1"), ("dtrain deepfm, 2 t
 print(f"dtrain 1 thread / PyTorch 1 thread: {d1 / pt:.2f}x without L2, {d1l2 / ptl2:.2f}x with the "
       f"sample's L2 1e-4 (goal >= 3)")
 print(f"dtrain 2 threads / dtrain 1 thread: {d2 / d1:.2f}x (goal >= 1.7)")
+rt = [int(l) for l in open(f"{work}/rt") if l.strip()]
+print("2-thread runs (samples/s, and the cores' cache-line round trip just before: about 45 ns "
+      "on one chip, 350+ across two): " +
+      ", ".join(f"{r[0]:,.0f} ({ns} ns)" for r, ns in zip(rows("dtrain2"), rt)))
 print(f"AUC dtrain - PyTorch: {med('dtrain1', 1) - med('torch', 1):+.4f} without L2, "
       f"{med('dtrain1l2', 1) - med('torchl2', 1):+.4f} with it (goal >= -0.002)")
 # Table pages no row touched are never allocated, so RSS may stay below the nominal size.

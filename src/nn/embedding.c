@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "../core/cpu.h"
+#include "../core/prefetch.h"
 
 /* Rows are fetched this many lookups ahead: a table row is a cache miss more often than not
  * (ids spread over a table far larger than the caches), and the loads of one row do not start
@@ -14,12 +15,7 @@
 /* Starts loading the cache lines of row id (K floats) of table. */
 static inline void prefetch_row(const float *table, int64_t id, int K)
 {
-    const char *p = (const char *)(table + (size_t)id * (size_t)K);
-    size_t bytes = (size_t)K * sizeof(float);
-    for (size_t at = 0; at < bytes; at += 64)
-        __builtin_prefetch(p + at, 0, 3);
-    /* a row that straddles a line boundary */
-    __builtin_prefetch(p + bytes - 1, 0, 3);
+    dt_prefetch_read(table + (size_t)id * (size_t)K, (size_t)K);
 }
 
 // ids, vals (n); table (rows, K); out (n, K)

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "../core/cpu.h"
+#include "../core/prefetch.h"
 
 static const char *const kind_names[] = {"sgd", "adagrad", "adam", "ftrl"};
 
@@ -162,21 +163,12 @@ typedef struct {
  * misses (see dt_embedding_forward), read and then written. */
 #define PREFETCH_AHEAD 8
 
-static void prefetch_line_span(const float *p, int dim)
-{
-    const char *c = (const char *)p;
-    size_t bytes = (size_t)dim * sizeof(float);
-    for (size_t at = 0; at < bytes; at += 64)
-        __builtin_prefetch(c + at, 1, 3);
-    __builtin_prefetch(c + bytes - 1, 1, 3);
-}
-
 static void prefetch_rows(const dt_table *t, int64_t id)
 {
     size_t off = (size_t)id * (size_t)t->dim;
-    prefetch_line_span(t->data + off, t->dim);
+    dt_prefetch_write(t->data + off, (size_t)t->dim);
     for (int s = 0; s < t->n_slots && s < 2; s++)
-        prefetch_line_span(t->slots[s] + off, t->dim);
+        dt_prefetch_write(t->slots[s] + off, (size_t)t->dim);
 }
 
 DT_MULTI_ISA

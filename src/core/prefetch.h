@@ -1,0 +1,30 @@
+/* Prefetching a span of memory into the cache: every 64-byte line it touches, the last byte's
+ * too, so that a span straddling a line boundary is covered (internal to the library). For the
+ * rows of embedding tables and their optimizer slots, read or written a few rows ahead of use:
+ * the rows are scattered, and the hardware prefetcher cannot guess the next one. */
+#ifndef DTRAIN_CORE_PREFETCH_H
+#define DTRAIN_CORE_PREFETCH_H
+
+#include <stddef.h>
+
+/* __builtin_prefetch takes its read/write hint as a constant, hence a macro under the two. */
+#define DT_PREFETCH_SPAN(ptr, bytes, rw)                                                        \
+    do {                                                                                       \
+        const char *span_ = (const char *)(ptr);                                               \
+        size_t bytes_ = (bytes);                                                               \
+        for (size_t at_ = 0; at_ < bytes_; at_ += 64)                                          \
+            __builtin_prefetch(span_ + at_, rw, 3);                                            \
+        __builtin_prefetch(span_ + bytes_ - 1, rw, 3);                                         \
+    } while (0)
+
+static inline void dt_prefetch_read(const float *p, size_t n)
+{
+    DT_PREFETCH_SPAN(p, n * sizeof(float), 0);
+}
+
+static inline void dt_prefetch_write(const float *p, size_t n)
+{
+    DT_PREFETCH_SPAN(p, n * sizeof(float), 1);
+}
+
+#endif
