@@ -1,7 +1,7 @@
 /* Prefetching a span of memory into the cache: every 64-byte line it touches, the last byte's
- * too, so that a span straddling a line boundary is covered (internal to the library). For the
- * rows of embedding tables and their optimizer slots, read or written a few rows ahead of use:
- * the rows are scattered, and the hardware prefetcher cannot guess the next one. */
+ * too, so that a span straddling a line boundary is covered (internal to the library). For
+ * scattered spans the hardware prefetcher cannot guess, fetched a few ahead of their use: rows
+ * of embedding tables and their optimizer slots, images of a shuffled batch. */
 #ifndef DTRAIN_CORE_PREFETCH_H
 #define DTRAIN_CORE_PREFETCH_H
 
@@ -17,14 +17,7 @@
         __builtin_prefetch(span_ + bytes_ - 1, rw, 3);                                         \
     } while (0)
 
-static inline void dt_prefetch_read(const float *p, size_t n)
-{
-    DT_PREFETCH_SPAN(p, n * sizeof(float), 0);
-}
-
-static inline void dt_prefetch_write(const float *p, size_t n)
-{
-    DT_PREFETCH_SPAN(p, n * sizeof(float), 1);
-}
+static inline void dt_prefetch_read(const void *p, size_t bytes) { DT_PREFETCH_SPAN(p, bytes, 0); }
+static inline void dt_prefetch_write(const void *p, size_t bytes) { DT_PREFETCH_SPAN(p, bytes, 1); }
 
 #endif

@@ -10,6 +10,7 @@
 
 #include "dtrain/comm.h"
 #include "dtrain/rng.h"
+#include "../core/prefetch.h"
 #include "shuffle.h"
 
 /* dst[k] = src[k] / 255 for the first pixels, 16 at a time; returns how many. IEEE division is
@@ -34,13 +35,6 @@ static size_t scale_pixels(const uint8_t *src, float *dst, size_t n)
     return k;
 }
 
-static void prefetch_image(const uint8_t *p, size_t n)
-{
-    for (size_t k = 0; k < n; k += 64)
-        __builtin_prefetch(p + k);
-    __builtin_prefetch(p + n - 1); /* the line the last bytes spill into */
-}
-
 void dt_gather_batch(const dt_image_dataset *ds, const uint32_t *idx, int B, float *x,
                      int32_t *labels)
 {
@@ -57,10 +51,10 @@ void dt_gather_batch(const dt_image_dataset *ds, const uint32_t *idx, int B, flo
     /* The images lie at random in a file-sized array: each is asked for from memory two images
      * ahead of its turn, which halves the gather's time. */
     for (int b = 0; b < B && b < 2; b++)
-        prefetch_image(ds->images + (size_t)idx[b] * item, item);
+        dt_prefetch_read(ds->images + (size_t)idx[b] * item, item);
     for (int b = 0; b < B; b++) {
         if (b + 2 < B)
-            prefetch_image(ds->images + (size_t)idx[b + 2] * item, item);
+            dt_prefetch_read(ds->images + (size_t)idx[b + 2] * item, item);
         const uint8_t *src = ds->images + (size_t)idx[b] * item;
         float *dst = x + (size_t)b * item;
         size_t k = scale_pixels(src, dst, item);

@@ -15,7 +15,7 @@
 /* Starts loading the cache lines of row id (K floats) of table. */
 static inline void prefetch_row(const float *table, int64_t id, int K)
 {
-    dt_prefetch_read(table + (size_t)id * (size_t)K, (size_t)K);
+    dt_prefetch_read(table + (size_t)id * (size_t)K, (size_t)K * sizeof(float));
 }
 
 // ids, vals (n); table (rows, K); out (n, K)

@@ -166,9 +166,9 @@ typedef struct {
 static void prefetch_rows(const dt_table *t, int64_t id)
 {
     size_t off = (size_t)id * (size_t)t->dim;
-    dt_prefetch_write(t->data + off, (size_t)t->dim);
+    dt_prefetch_write(t->data + off, (size_t)t->dim * sizeof(float));
     for (int s = 0; s < t->n_slots && s < 2; s++)
-        dt_prefetch_write(t->slots[s] + off, (size_t)t->dim);
+        dt_prefetch_write(t->slots[s] + off, (size_t)t->dim * sizeof(float));
 }
 
 DT_MULTI_ISA
