@@ -227,6 +227,39 @@ TEST(ctr_bad_batches_name_the_example_and_field)
     dt_model_destroy(m);
 }
 
+/* A DeepFM spec over the test's tables with MLP layers of these widths and keep probabilities. */
+static void deepfm_spec(int n_deep, const int *units, const float *keep, dt_model_spec *spec)
+{
+    dt_ctr_spec c;
+    dt_ctr_spec_default(&c);
+    c.field_size = FIELDS, c.feature_size = ROWS, c.embedding_size = EMB;
+    c.n_deep = n_deep;
+    for (int i = 0; i < n_deep; i++)
+        c.deep_layers[i] = units[i], c.dropout_keep[i] = keep[i];
+    CHECK_OK(dt_model_spec_ctr(DT_ARCH_DEEPFM, &c, spec));
+}
+
+/* n examples of FIELDS ids drawn from seed, with values 1 or drawn too, labelled 1 on every
+ * label_every-th example (in labels and in the batch). NULL when out of memory. */
+static dt_elem *random_batch(int n, uint64_t seed, bool drawn_values, int label_every,
+                             int32_t *labels)
+{
+    dt_elem *e = dt_elem_alloc(n, 0, (size_t)n * FIELDS, 0);
+    if (!e)
+        return NULL;
+    dt_rng r;
+    dt_rng_seed(&r, seed);
+    for (int i = 0; i <= n; i++)
+        e->sp_row[i] = (int64_t)i * FIELDS;
+    for (int i = 0; i < n * FIELDS; i++) {
+        e->sp_ids[i] = (int64_t)dt_rng_below(&r, ROWS);
+        e->sp_vals[i] = drawn_values ? uniform(&r) : 1.0f;
+    }
+    for (int i = 0; i < n; i++)
+        labels[i] = i % label_every == 0, e->labels[i] = (float)labels[i];
+    return e;
+}
+
 /* A batch of n examples over a pool of 2: its examples are checked by several tasks at once,
  * and the error still names the first bad example of the batch, training or not. A batch after
  * a bad one trains as if the bad one had never come. */
@@ -235,29 +268,17 @@ TEST(ctr_bad_batches_over_a_pool_name_the_first_bad_example)
     enum { N = 256 };
     dt_pool *pool = NULL;
     CHECK_OK(dt_pool_create(2, &pool));
-    dt_ctr_spec c;
-    dt_ctr_spec_default(&c);
-    c.field_size = FIELDS, c.feature_size = ROWS, c.embedding_size = EMB;
-    c.n_deep = 1, c.deep_layers[0] = 8, c.dropout_keep[0] = 1.0f;
     dt_model_spec spec;
+    deepfm_spec(1, (const int[]){8}, (const float[]){1.0f}, &spec);
     dt_model *m = NULL, *ref = NULL;
-    CHECK_OK(dt_model_spec_ctr(DT_ARCH_DEEPFM, &c, &spec));
     CHECK_OK(dt_model_create(&spec, N, pool, NULL, &m));
     CHECK_OK(dt_model_create(&spec, N, NULL, NULL, &ref));
-    if (!m || !ref)
+    int32_t labels[N];
+    dt_elem *e = random_batch(N, 9, false, 3, labels);
+    if (!m || !ref || !e)
         goto done;
     dt_model_init_params(m, 5);
     dt_model_init_params(ref, 5);
-    dt_elem *e = dt_elem_alloc(N, 0, (size_t)N * FIELDS, 0);
-    dt_rng r;
-    dt_rng_seed(&r, 9);
-    int32_t labels[N];
-    for (int i = 0; i <= N; i++)
-        e->sp_row[i] = (int64_t)i * FIELDS;
-    for (int i = 0; i < N * FIELDS; i++)
-        e->sp_ids[i] = (int64_t)dt_rng_below(&r, ROWS), e->sp_vals[i] = 1.0f;
-    for (int i = 0; i < N; i++)
-        labels[i] = i % 3 == 0, e->labels[i] = (float)labels[i];
     for (int training = 0; training <= 1; training++) {
         /* Example 200 (in the last task) and example 70 (in the second): 70 is named. */
         e->sp_ids[200 * FIELDS + 1] = ROWS + 3;
@@ -286,8 +307,8 @@ TEST(ctr_bad_batches_over_a_pool_name_the_first_bad_example)
     CHECK(dt_model_table_grad(m, 1)->n == dt_model_table_grad(ref, 1)->n &&
           memcmp(dt_model_table_grad(m, 1)->rows, dt_model_table_grad(ref, 1)->rows,
                  dt_model_table_grad(m, 1)->n * EMB * sizeof(float)) == 0);
-    dt_elem_free(e);
 done:
+    dt_elem_free(e);
     dt_model_destroy(m);
     dt_model_destroy(ref);
     dt_pool_destroy(pool);
@@ -301,32 +322,19 @@ TEST(ctr_dense_dropout_fusion_changes_no_bit)
     enum { N = 512 };
     dt_pool *pool = NULL;
     CHECK_OK(dt_pool_create(2, &pool));
-    dt_ctr_spec c;
-    dt_ctr_spec_default(&c);
-    c.field_size = FIELDS, c.feature_size = ROWS, c.embedding_size = EMB;
-    c.n_deep = 2, c.deep_layers[0] = 64, c.deep_layers[1] = 32;
-    c.dropout_keep[0] = 0.5f, c.dropout_keep[1] = 0.7f;
     dt_model_spec spec;
-    CHECK_OK(dt_model_spec_ctr(DT_ARCH_DEEPFM, &c, &spec));
+    deepfm_spec(2, (const int[]){64, 32}, (const float[]){0.5f, 0.7f}, &spec);
     dt_model_options unfused = {.no_fuse = true};
     dt_model *m[3] = {NULL, NULL, NULL};
     CHECK_OK(dt_model_create(&spec, N, pool, NULL, &m[0]));
     CHECK_OK(dt_model_create(&spec, N, NULL, NULL, &m[1]));
     CHECK_OK(dt_model_create(&spec, N, pool, &unfused, &m[2]));
-    dt_elem *e = dt_elem_alloc(N, 0, (size_t)N * FIELDS, 0);
     int32_t labels[N];
+    dt_elem *e = random_batch(N, 4, true, 4, labels);
     if (!m[0] || !m[1] || !m[2] || !e)
         goto done;
     for (int k = 0; k < 3; k++)
         dt_model_init_params(m[k], 8);
-    dt_rng r;
-    dt_rng_seed(&r, 4);
-    for (int i = 0; i <= N; i++)
-        e->sp_row[i] = (int64_t)i * FIELDS;
-    for (int i = 0; i < N * FIELDS; i++)
-        e->sp_ids[i] = (int64_t)dt_rng_below(&r, ROWS), e->sp_vals[i] = uniform(&r);
-    for (int i = 0; i < N; i++)
-        labels[i] = i % 4 == 0, e->labels[i] = (float)labels[i];
     for (int step = 0; step < 3; step++) {
         const float *z[3];
         double loss[3];
