@@ -456,11 +456,15 @@ static dt_status parse_line(const char *line, size_t len, const dt_libsvm_option
     const bool positional = o->field_size > 0;
     /* An entry takes at least 4 bytes ("i:v" and a blank), the label 2: room for every entry
      * the line can hold, so the loop appends without a check per entry. */
-    if (!n_dense && (st = dt_rowbuf_reserve_sparse(out, len / 4 + 1)))
-        goto fail;
-    int64_t *ids = out->sp_ids + out->nnz;
-    float *vals = out->sp_vals + out->nnz;
+    int64_t *ids = NULL;
+    float *vals = NULL;
     size_t n_sparse = 0;
+    if (!n_dense) {
+        if ((st = dt_rowbuf_reserve_sparse(out, len / 4 + 1)))
+            goto fail;
+        ids = out->sp_ids + out->nnz;
+        vals = out->sp_vals + out->nnz;
+    }
     for (;;) {
         while (p < end && is_blank(*p))
             p++;
