@@ -17,6 +17,7 @@
 #include "dtrain/libsvm.h"
 #include "dtrain/hash.h"
 
+#include <assert.h>
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -458,9 +459,9 @@ static dt_status parse_line(const char *line, size_t len, const dt_libsvm_option
      * the line can hold, so the loop appends without a check per entry. */
     int64_t *ids = NULL;
     float *vals = NULL;
-    size_t n_sparse = 0;
+    size_t n_sparse = 0, room = len / 4 + 1;
     if (!n_dense) {
-        if ((st = dt_rowbuf_reserve_sparse(out, len / 4 + 1)))
+        if ((st = dt_rowbuf_reserve_sparse(out, room)))
             goto fail;
         ids = out->sp_ids + out->nnz;
         vals = out->sp_vals + out->nnz;
@@ -529,6 +530,7 @@ static dt_status parse_line(const char *line, size_t len, const dt_libsvm_option
         if (n_dense) {
             dense[idx - base] = v;
         } else {
+            assert(n_sparse < room);
             ids[n_sparse] = (int64_t)idx - (int64_t)base;
             vals[n_sparse++] = v;
         }
