@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The speed and memory benchmark, in one run and one report (see bench/README.md):
-#   - this machine's limits: memcpy bandwidth and OpenBLAS sgemm GFLOP/s, 1 and 2 threads
+#   - this machine's limits: memcpy bandwidth, OpenBLAS sgemm GFLOP/s (1 and 2 threads) and the
+#     round trip of a cache line between two threads
 #     (bench/peers/limits.c);
 #   - the tutorial CNN trained for one epoch of Fashion-MNIST (batch 64, Adam 1e-3) by PyTorch
 #     (bench/peers/torch_cnn.py) and by dtrain, 1 and 2 threads, interleaved: samples/s, the
@@ -242,6 +243,10 @@ for t in (1, 2):
           f"(best of 512^3, 1024^3); other processes used {others:.2f} cores meanwhile")
     for (m, n, k), g in gemm.items():
         print(f"    sgemm M={m} N={n} K={k}: {g:.1f} GFLOP/s")
+    rt = re.search(r"cache-line round trip: ([0-9]+) ns", text)
+    if rt:
+        print(f"    cache-line round trip between two threads: {rt.group(1)} ns (about 45 between "
+              f"cores that share a cache, 350 and more across chips)")
     if crowded(others, t):
         warnings.append(f"other processes used {others:.2f} cores during the {t}-thread limits "
                         "probe: that peak is low, and the fractions of it high")
