@@ -11,7 +11,8 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Spin iterations before a worker sleeps: about 1 ms on a recent x86 core (a pause is 20-40 ns).
+/* Spin iterations before a worker sleeps: about 1 ms of pauses on a recent x86 core (a pause is
+ * 20-40 ns), and longer with the yields among them (spin_turn) when other threads are runnable.
  * The gaps between a step's parallel regions (the training thread's serial work, a batch from
  * the input thread) often last longer than a tenth of that, and a sleeping worker is woken by a
  * futex call and an interrupt to its core, which under a hypervisor costs tens of
