@@ -40,12 +40,12 @@ TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 # The only code built for AVX2 (+ FMA) or AVX-512; it runs only after a CPU check.
 $(BUILD)/src/nn/convpool_avx2.o: ARCH_FLAGS := -mavx2 -mfma
 $(BUILD)/src/optim/optim_avx2.o: ARCH_FLAGS := -mavx2
-$(BUILD)/src/nn/gemm_avx512.o: ARCH_FLAGS := -mavx512f -mfma
+$(BUILD)/src/nn/gemm_avx512.o $(BUILD)/src/nn/dense_sparse_avx512.o: ARCH_FLAGS := -mavx512f -mfma
 # The CTR kernels' loops over K floats, and the layers' element-wise passes (activations,
 # dropout, bias sums, the CTR batch copy), vectorise at -O3 (IEEE semantics kept: no
 # reassociation, so the results are the same bit for bit).
 $(BUILD)/src/nn/fm.o $(BUILD)/src/nn/embedding.o $(BUILD)/src/optim/rowwise.o: ARCH_FLAGS := -O3
-$(BUILD)/src/nn/nn.o $(BUILD)/src/model/ctr.o: ARCH_FLAGS := -O3
+$(BUILD)/src/nn/nn.o $(BUILD)/src/model/ctr.o $(BUILD)/src/nn/dense_sparse.o: ARCH_FLAGS := -O3
 
 .PHONY: all demo test asan leakcheck bench install clean unit-tests fuzz fuzz-build
 .PRECIOUS: $(BUILD)/.deps-%

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "../src/nn/convpool.h"
+#include "../src/nn/dense_sparse.h"
 #include "dtrain/gemm.h"
 #include "dtrain/nn.h"
 #include "dtrain/rng.h"
@@ -168,6 +169,169 @@ TEST(dense_matches_reference)
     CHECK(max_rel_diff(db, db_ref, OUT) < 1e-5);
     free(x), free(w), free(b), free(dy), free(dw), free(dw_ref), free(db), free(db_ref);
     dt_pool_destroy(pool);
+}
+
+/* A gradient like ReLU's and dropout's: about `density` of it non-zero, with a zero row and a
+ * zero column, and a NaN when asked (it must reach dw and dx as the dense products carry it). */
+static float *sparse_dy(dt_rng *r, int B, int OUT, double density, bool nan)
+{
+    float *dy = malloc((size_t)B * OUT * sizeof *dy);
+    for (size_t i = 0; i < (size_t)B * OUT; i++)
+        dy[i] = dt_rng_uniform(r) < density ? 2.0f * (float)dt_rng_uniform(r) - 1.0f : 0.0f;
+    for (int j = 0; j < OUT; j++)
+        dy[(size_t)(B / 2) * OUT + j] = 0.0f;
+    for (int b = 0; b < B; b++)
+        dy[(size_t)b * OUT + OUT / 2] = 0.0f;
+    if (nan)
+        dy[OUT - 1] = NAN;
+    return dy;
+}
+
+/* With dy[0][OUT - 1] NaN: dx's row 0, dw's column OUT - 1 and db[OUT - 1] are NaN; they are
+ * zeroed then, for the rest to be compared. */
+static bool nan_where_dy_was(int IN, int OUT, float *dx, float *dw, float *db)
+{
+    bool all = isnan(db[OUT - 1]);
+    db[OUT - 1] = 0.0f;
+    for (int i = 0; i < IN; i++) {
+        all = all && isnan(dx[i]) && isnan(dw[(size_t)i * OUT + OUT - 1]);
+        dx[i] = dw[(size_t)i * OUT + OUT - 1] = 0.0f;
+    }
+    return all;
+}
+
+static int sparse_chunks_run;
+static void dx_counted(const dt_sparse_dy *s, const float *wt, int i0, int nc, float *dx)
+{
+    __atomic_fetch_add(&sparse_chunks_run, 1, __ATOMIC_RELAXED);
+    dt_sparse_kernels_portable.dx(s, wt, i0, nc, dx);
+}
+static void dw_counted(const dt_sparse_dy *s, const float *x, int i0, int nc, float *dwt)
+{
+    __atomic_fetch_add(&sparse_chunks_run, 1, __ATOMIC_RELAXED);
+    dt_sparse_kernels_portable.dw(s, x, i0, nc, dwt);
+}
+/* The portable kernels, counting their calls: whether a product went through the lists. */
+static const dt_sparse_kernels counted = {"counted", dx_counted, dw_counted};
+
+static bool same_bits(const float *a, const float *b, size_t n)
+{
+    return memcmp(a, b, n * sizeof *a) == 0;
+}
+
+/* Over dy's non-zeros: the reference's values, at sizes off the 64-input chunks and 128-example
+ * blocks, with an odd count of entries per row; the same bits from the portable and AVX-512
+ * kernels on 1 and 3 threads, and the dense products' bias gradient. Over half of dy non-zero,
+ * or fewer than 256 inputs, the products stay dense: dt_dense_backward's bits. */
+TEST(dense_backward_over_nonzeros_matches_reference)
+{
+    static const struct {
+        int B, IN, OUT;
+        double density;
+        bool nan, dense;
+    } cases[] = {
+        {1, 256, 3, 0.5, false, false},    {200, 300, 7, 0.3, false, false},
+        {129, 1248, 128, 0.29, false, false}, {300, 257, 33, 0.05, true, false},
+        {64, 320, 16, 0.0, false, false},  {50, 256, 20, 0.9, false, true},
+        {40, 255, 20, 0.2, false, true},
+    };
+    dt_rng r;
+    dt_rng_seed(&r, 12);
+    bool has_avx512 = dt_gemm_kernel_runs_here("avx512");
+    CHECK_OK(dt_gemm_use("auto"));
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        int B = cases[c].B, IN = cases[c].IN, OUT = cases[c].OUT;
+        size_t nx = (size_t)B * IN, nw = (size_t)IN * OUT;
+        float *x = random_floats(&r, nx, -1, 1), *w = random_floats(&r, nw, -1, 1);
+        float *dy = sparse_dy(&r, B, OUT, cases[c].density, cases[c].nan);
+        float *dw0 = random_floats(&r, nw, -1, 1), *db0 = random_floats(&r, OUT, -1, 1);
+        float *dw_ref = copy_floats(dw0, nw), *db_ref = copy_floats(db0, OUT);
+        float *dx_ref = malloc(nx * sizeof *dx_ref);
+        dt_dense_backward_ref(B, IN, OUT, x, w, dy, dw_ref, db_ref, dx_ref);
+        if (cases[c].nan)
+            CHECK(nan_where_dy_was(IN, OUT, dx_ref, dw_ref, db_ref));
+        float *dw_dense = copy_floats(dw0, nw), *db_dense = copy_floats(db0, OUT);
+        float *dx_dense = malloc(nx * sizeof *dx_dense);
+        dt_dense_backward(NULL, B, IN, OUT, x, w, dy, dw_dense, db_dense, dx_dense);
+        float *dw_first = NULL, *dx_first = NULL;
+        for (int t = 1; t <= 3; t += 2)
+            for (int k = 0; k < 3; k++) {
+                if (k == 2 && !has_avx512)
+                    continue;
+                const dt_sparse_kernels *kern = k == 0   ? &counted
+                                                : k == 1 ? &dt_sparse_kernels_portable
+                                                         : &dt_sparse_kernels_avx512;
+                dt_pool *pool = pool_of(t);
+                size_t ns = dt_dense_sparse_scratch_elems(B, IN, OUT, t);
+                float *scratch = aligned_alloc(64, (ns + 16) / 16 * 64);
+                float *dw = copy_floats(dw0, nw), *db = copy_floats(db0, OUT);
+                float *dx = malloc(nx * sizeof *dx);
+                sparse_chunks_run = 0;
+                if (k == 2)
+                    dt_dense_backward_sparse(pool, B, IN, OUT, x, w, dy, dw, db, dx, scratch);
+                else if (ns == 0)
+                    dt_dense_backward(pool, B, IN, OUT, x, w, dy, dw, db, dx);
+                else
+                    dt_dense_backward_sparse_with(kern, pool, B, IN, OUT, x, w, dy, dw, db, dx,
+                                                  scratch);
+                if (k == 0)
+                    CHECK_MSG((sparse_chunks_run == 0) == cases[c].dense,
+                              "case %zu: %d chunks through the lists", c, sparse_chunks_run);
+                if (cases[c].nan) {
+                    CHECK_MSG(nan_where_dy_was(IN, OUT, dx, dw, db),
+                              "case %zu: the NaN did not reach the gradients", c);
+                } else {
+                    CHECK_MSG(same_bits(db, db_dense, OUT), "case %zu: db", c);
+                }
+                CHECK_MSG(max_rel_diff(dx, dx_ref, nx) < 1e-5, "case %zu kernel %d", c, k);
+                CHECK_MSG(max_rel_diff(dw, dw_ref, nw) < 1e-5, "case %zu kernel %d", c, k);
+                CHECK_MSG(cases[c].nan || max_rel_diff(db, db_ref, OUT) < 1e-5, "case %zu", c);
+                if (cases[c].dense)
+                    CHECK_MSG(same_bits(dw, dw_dense, nw) && same_bits(dx, dx_dense, nx),
+                              "case %zu: not the dense products' bits", c);
+                if (!dw_first) {
+                    dw_first = copy_floats(dw, nw), dx_first = copy_floats(dx, nx);
+                } else {
+                    CHECK_MSG(same_bits(dw, dw_first, nw) && same_bits(dx, dx_first, nx),
+                              "case %zu: kernel %d on %d threads changed the bits", c, k, t);
+                }
+                free(dw), free(db), free(dx), free(scratch);
+                dt_pool_destroy(pool);
+            }
+        free(x), free(w), free(dy), free(dw0), free(db0), free(dw_ref), free(db_ref), free(dx_ref);
+        free(dw_dense), free(db_dense), free(dx_dense), free(dw_first), free(dx_first);
+    }
+}
+
+/* Without scratch, or with OpenBLAS as the matrix multiply, it is dt_dense_backward. */
+TEST(dense_backward_over_nonzeros_needs_scratch_and_dtrains_kernel)
+{
+    dt_rng r;
+    dt_rng_seed(&r, 13);
+    int B = 70, IN = 300, OUT = 24;
+    size_t nx = (size_t)B * IN, nw = (size_t)IN * OUT;
+    float *x = random_floats(&r, nx, -1, 1), *w = random_floats(&r, nw, -1, 1);
+    float *dy = sparse_dy(&r, B, OUT, 0.3, false);
+    float *dw_dense = calloc(nw, 4), *db_dense = calloc(OUT, 4), *dx_dense = malloc(nx * 4);
+    dt_dense_backward(NULL, B, IN, OUT, x, w, dy, dw_dense, db_dense, dx_dense);
+    float *scratch = aligned_alloc(64, (dt_dense_sparse_scratch_elems(B, IN, OUT, 1) + 16) / 16 * 64);
+    for (int v = 0; v < 2; v++) {
+        if (v == 1)
+            CHECK_OK(dt_gemm_use("blas"));
+        float *dw = calloc(nw, 4), *db = calloc(OUT, 4), *dx = malloc(nx * 4);
+        dt_dense_backward_sparse(NULL, B, IN, OUT, x, w, dy, dw, db, dx, v == 0 ? NULL : scratch);
+        if (v == 1) { /* OpenBLAS's dense products */
+            float *dw2 = calloc(nw, 4), *db2 = calloc(OUT, 4), *dx2 = malloc(nx * 4);
+            dt_dense_backward(NULL, B, IN, OUT, x, w, dy, dw2, db2, dx2);
+            CHECK(same_bits(dw, dw2, nw) && same_bits(dx, dx2, nx) && same_bits(db, db2, OUT));
+            free(dw2), free(db2), free(dx2);
+        } else {
+            CHECK(same_bits(dw, dw_dense, nw) && same_bits(dx, dx_dense, nx));
+        }
+        free(dw), free(db), free(dx);
+    }
+    CHECK_OK(dt_gemm_use("auto"));
+    free(x), free(w), free(dy), free(dw_dense), free(db_dense), free(dx_dense), free(scratch);
 }
 
 struct conv_case {

@@ -25,6 +25,19 @@ void dt_dense_forward(dt_pool *pool, int B, int IN, int OUT, const float *x, con
 /* x (B, IN); w (IN, OUT); dy (B, OUT); dw (IN, OUT) +=; db (OUT) +=; dx (B, IN) = (NULL: skip) */
 void dt_dense_backward(dt_pool *pool, int B, int IN, int OUT, const float *x, const float *w,
                        const float *dy, float *dw, float *db, float *dx);
+/* The same backward when much of dy is zero (after ReLU and dropout): dy listed by rows and by
+ * columns, and the two products summed over its non-zeros alone (src/nn/dense_sparse.h). Where
+ * over half of dy is non-zero, or the layer has fewer than 256 inputs, or dtrain's own AVX-512
+ * matrix multiply is not the one in use, it computes what dt_dense_backward does. The bias
+ * gradient has dt_dense_backward's bits; dw and dx differ from the dense products' in the last
+ * bits (another order of sums) but not with the number of threads.
+ * scratch: dt_dense_sparse_scratch_elems(B, IN, OUT, dt_pool_size(pool)) floats, 64-byte
+ * aligned; NULL runs dt_dense_backward. */
+void dt_dense_backward_sparse(dt_pool *pool, int B, int IN, int OUT, const float *x,
+                              const float *w, const float *dy, float *dw, float *db, float *dx,
+                              float *scratch);
+/* 0 for a layer the listed backward never runs. */
+size_t dt_dense_sparse_scratch_elems(int B, int IN, int OUT, int n_threads);
 void dt_dense_forward_ref(int B, int IN, int OUT, const float *x, const float *w, const float *b,
                           float *y);
 void dt_dense_backward_ref(int B, int IN, int OUT, const float *x, const float *w, const float *dy,

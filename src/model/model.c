@@ -236,6 +236,9 @@ static struct buffer_plan plan_buffers(const dt_model *m)
             s = dt_convpool_scratch_elems(&L->cg, n_threads);
         } else if (L->spec.kind == DT_LAYER_CONV2D) {
             s = dt_conv2d_scratch_elems(&L->cg, n_threads);
+        } else if (L->spec.kind == DT_LAYER_DENSE) {
+            s = dt_dense_sparse_scratch_elems(m->max_batch, (int)L->in_elems, L->spec.units,
+                                              n_threads);
         }
         p.scratch = s > p.scratch ? s : p.scratch;
     }
@@ -704,8 +707,10 @@ static float *backward_layer(dt_model *m, int i, int B, float *dy, float *dx)
                                          m->layers[i + 1].drop_mask, L->out, dy);
         else
             dt_act_backward_pool(m->pool, L->spec.activation, n_out, L->out, dy);
-        dt_dense_backward(m->pool, B, (int)L->in_elems, L->spec.units, L->in, P(m, L->w_view), dy,
-                          G(m, L->w_view), G(m, L->b_view), dx);
+        /* After ReLU and dropout much of dy is zero: the products run over its non-zeros. */
+        dt_dense_backward_sparse(m->pool, B, (int)L->in_elems, L->spec.units, L->in,
+                                 P(m, L->w_view), dy, G(m, L->w_view), G(m, L->b_view), dx,
+                                 m->scratch);
         return dx;
     case DT_LAYER_CONV2D:
         if (L->fused) {

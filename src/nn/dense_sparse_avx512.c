@@ -1,0 +1,114 @@
+/* The AVX-512 kernels of a dense layer's backward over dy's non-zeros (see dense_sparse.h),
+ * compiled with -mavx512f -mfma and run only after a CPU check.
+ *
+ * A chunk of 64 inputs is four zmm registers. Per listed entry: one broadcast of dy's value, four
+ * loads of a row that sits in L1 (a row of wt, or 64 floats of an example of x), four FMAs.
+ * Consecutive entries alternate between two sets of accumulators, so eight independent FMA
+ * chains keep both FMA pipes busy through their latency. */
+#include "dense_sparse.h"
+
+#include <immintrin.h>
+#include <stdbool.h>
+
+enum { NC = DT_SPARSE_NC };
+
+/* The lanes of vector v (0..3) of a 64-wide chunk that hold one of its nc inputs. */
+static __mmask16 lanes(int nc, int v)
+{
+    int n = nc - 16 * v;
+    return n >= 16 ? (__mmask16)0xffff : n <= 0 ? (__mmask16)0 : (__mmask16)((1u << n) - 1u);
+}
+
+/* Named registers, not arrays: GCC keeps an array of __m512 on the stack inside the loop. */
+#define FMA4(a0, a1, a2, a3, v, p, L)                                                             \
+    do {                                                                                          \
+        a0 = _mm512_fmadd_ps(v, L(0, p), a0);                                                     \
+        a1 = _mm512_fmadd_ps(v, L(1, p), a1);                                                     \
+        a2 = _mm512_fmadd_ps(v, L(2, p), a2);                                                     \
+        a3 = _mm512_fmadd_ps(v, L(3, p), a3);                                                     \
+    } while (0)
+
+/* wt is 64-byte aligned and zero beyond nc: whole loads. */
+#define LOAD_WT(k, p) _mm512_load_ps((p) + 16 * (k))
+/* x's rows are read only within the chunk: whole loads for a whole chunk, masked for the last. */
+#define LOAD_X(k, p) (whole ? _mm512_loadu_ps((p) + 16 * (k)) : _mm512_maskz_loadu_ps(m##k, (p) + 16 * (k)))
+
+static void dx_avx512(const dt_sparse_dy *s, const float *wt, int i0, int nc, float *dx)
+{
+    const __mmask16 m[4] = {lanes(nc, 0), lanes(nc, 1), lanes(nc, 2), lanes(nc, 3)};
+    for (int b = 0; b < s->B; b++) {
+        const int32_t *jj = s->row_j + (size_t)b * s->OUT;
+        const float *vv = s->row_v + (size_t)b * s->OUT;
+        int n = s->row_n[b], e = 0;
+        __m512 e0 = _mm512_setzero_ps(), e1 = e0, e2 = e0, e3 = e0;
+        __m512 o0 = e0, o1 = e0, o2 = e0, o3 = e0;
+        for (; e + 2 <= n; e += 2) {
+            const float *p = wt + (size_t)jj[e] * NC, *r = wt + (size_t)jj[e + 1] * NC;
+            __m512 va = _mm512_set1_ps(vv[e]), vb = _mm512_set1_ps(vv[e + 1]);
+            FMA4(e0, e1, e2, e3, va, p, LOAD_WT);
+            FMA4(o0, o1, o2, o3, vb, r, LOAD_WT);
+        }
+        if (e < n) {
+            const float *p = wt + (size_t)jj[e] * NC;
+            __m512 va = _mm512_set1_ps(vv[e]);
+            FMA4(e0, e1, e2, e3, va, p, LOAD_WT);
+        }
+        float *out = dx + (size_t)b * s->IN + i0;
+        _mm512_mask_storeu_ps(out, m[0], _mm512_add_ps(e0, o0));
+        _mm512_mask_storeu_ps(out + 16, m[1], _mm512_add_ps(e1, o1));
+        _mm512_mask_storeu_ps(out + 32, m[2], _mm512_add_ps(e2, o2));
+        _mm512_mask_storeu_ps(out + 48, m[3], _mm512_add_ps(e3, o3));
+    }
+}
+
+/* One column's entries of one example block, added to its running sum. */
+static inline __attribute__((always_inline)) void dw_column(const float *x, int IN, int i0,
+                                                            const int32_t *bb, const float *vv,
+                                                            int e, int end, float *sum,
+                                                            bool whole, __mmask16 m0,
+                                                            __mmask16 m1, __mmask16 m2,
+                                                            __mmask16 m3)
+{
+    __m512 e0 = _mm512_load_ps(sum), e1 = _mm512_load_ps(sum + 16);
+    __m512 e2 = _mm512_load_ps(sum + 32), e3 = _mm512_load_ps(sum + 48);
+    __m512 o0 = _mm512_setzero_ps(), o1 = o0, o2 = o0, o3 = o0;
+    for (; e + 2 <= end; e += 2) {
+        const float *p = x + (size_t)bb[e] * IN + i0, *r = x + (size_t)bb[e + 1] * IN + i0;
+        __m512 va = _mm512_set1_ps(vv[e]), vb = _mm512_set1_ps(vv[e + 1]);
+        FMA4(e0, e1, e2, e3, va, p, LOAD_X);
+        FMA4(o0, o1, o2, o3, vb, r, LOAD_X);
+    }
+    if (e < end) {
+        const float *p = x + (size_t)bb[e] * IN + i0;
+        __m512 va = _mm512_set1_ps(vv[e]);
+        FMA4(e0, e1, e2, e3, va, p, LOAD_X);
+    }
+    /* Lanes beyond nc: zero loaded, zero added. */
+    _mm512_store_ps(sum, _mm512_add_ps(e0, o0));
+    _mm512_store_ps(sum + 16, _mm512_add_ps(e1, o1));
+    _mm512_store_ps(sum + 32, _mm512_add_ps(e2, o2));
+    _mm512_store_ps(sum + 48, _mm512_add_ps(e3, o3));
+}
+
+static void dw_avx512(const dt_sparse_dy *s, const float *x, int i0, int nc, float *dwt)
+{
+    const __mmask16 m0 = lanes(nc, 0), m1 = lanes(nc, 1), m2 = lanes(nc, 2), m3 = lanes(nc, 3);
+    int stride = s->n_kb + 1;
+    for (int kb = 0; kb < s->n_kb; kb++) {
+        for (int j = 0; j < s->OUT; j++) {
+            const int32_t *start = s->col_start + (size_t)j * stride;
+            int e = start[kb], end = start[kb + 1];
+            if (e == end)
+                continue;
+            const int32_t *bb = s->col_b + (size_t)j * s->col_stride;
+            const float *vv = s->col_v + (size_t)j * s->col_stride;
+            float *sum = dwt + (size_t)j * NC;
+            if (nc == NC)
+                dw_column(x, s->IN, i0, bb, vv, e, end, sum, true, m0, m1, m2, m3);
+            else
+                dw_column(x, s->IN, i0, bb, vv, e, end, sum, false, m0, m1, m2, m3);
+        }
+    }
+}
+
+const dt_sparse_kernels dt_sparse_kernels_avx512 = {"avx512", dx_avx512, dw_avx512};
