@@ -274,6 +274,17 @@ TEST(dense_backward_over_nonzeros_matches_reference)
                 else
                     dt_dense_backward_sparse_with(kern, pool, B, IN, OUT, x, w, dy, dw, db, dx,
                                                   scratch);
+                if (k > 0 && ns > 0) { /* without dx: the same dw */
+                    float *dw2 = copy_floats(dw0, nw), *db2 = copy_floats(db0, OUT);
+                    if (k == 2)
+                        dt_dense_backward_sparse(pool, B, IN, OUT, x, w, dy, dw2, db2, NULL,
+                                                 scratch);
+                    else
+                        dt_dense_backward_sparse_with(kern, pool, B, IN, OUT, x, w, dy, dw2, db2,
+                                                      NULL, scratch);
+                    CHECK_MSG(same_bits(dw2, dw, nw), "case %zu kernel %d: dw without dx", c, k);
+                    free(dw2), free(db2);
+                }
                 if (k == 0)
                     CHECK_MSG((sparse_chunks_run == 0) == cases[c].dense,
                               "case %zu: %d chunks through the lists", c, sparse_chunks_run);
