@@ -9,11 +9,11 @@
 #   - LR and FM by dtrain, 1 thread, for the AUC order.
 # Each runs REPEAT times, interleaved; medians are reported with the ratios the goals are stated in
 # (dtrain 1 thread / PyTorch 1 thread, dtrain 2 threads / dtrain 1 thread), the AUCs, peak RSS
-# beside the tables' and slots' size, the MLP's share of the 1-thread sgemm peak of the kernel
-# dtrain ran (bench/gemm_bench: dtrain's AVX-512 kernel or OpenBLAS's), the table traffic
-# against this machine's memory bandwidth (bench/peers/limits.c, 1 thread), and each 2-thread
-# run beside the round trip of a cache line between the two cores just before it (a VM's vCPUs
-# may sit on one chip or on two, and move).
+# beside the tables' and slots' size, the MLP's rate as dense products against the 1-thread
+# sgemm peak of the kernel dtrain ran (bench/gemm_bench: dtrain's AVX-512 kernel or OpenBLAS's),
+# the table traffic against this machine's memory bandwidth (bench/peers/limits.c, 1 thread),
+# and each 2-thread run beside the round trip of a cache line between the two cores just before
+# it (a VM's vCPUs may sit on one chip or on two, and move).
 # usage: bench/ctr.sh BUILD_DIR    env: REPEAT (3), ROWS (1000000), PEERS_DIR, PYTHON
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -113,14 +113,18 @@ print(f"AUC dtrain - PyTorch: {med('dtrain1', 1) - med('torch', 1):+.4f} without
 # Table pages no row touched are never allocated, so RSS may stay below the nominal size.
 print(f"tables + Adam slots, nominal: {tables_mb:,.0f} MB; dtrain's peak RSS minus that: "
       f"{med('dtrain1', 2) - tables_mb:,.0f} MB (goal <= 64)")
-# The MLP: (39 x 32) -> 128 -> 64 -> 32 -> 1, forward 2 x MACs, backward twice that.
+# The MLP: (39 x 32) -> 128 -> 64 -> 32 -> 1, forward 2 x MACs, backward twice that, as dense
+# products. dtrain's backward of a layer after ReLU and dropout sums over dy's non-zeros alone
+# (about 29% of them in the first layer), so it does fewer: the figures are what dense products
+# would have to reach for the same speed.
 macs = 1248 * 128 + 128 * 64 + 64 * 32 + 32
 mlp_gflops = d1 * 6 * macs / 1e9
 print(f"sgemm peak on 1 thread: " + ", ".join(f"{k} {v:.0f}" for k, v in peaks.items()) +
       f" GFLOP/s (gemm_bench); OpenBLAS through limits.c {blas:.0f}; dtrain ran '{kernel}'")
-print(f"MLP: {6 * macs / 1e6:.2f} MFLOP per example; at 1 thread {mlp_gflops:.1f} GFLOP/s, "
-      f"{100 * mlp_gflops / sgemm:.0f}% of the {kernel} kernel's 1-thread peak ({sgemm:.0f} GFLOP/s): "
-      f"the roofline is {sgemm * 1e9 / (6 * macs):,.0f} samples/s")
+print(f"MLP: {6 * macs / 1e6:.2f} MFLOP per example as dense products; at 1 thread "
+      f"{mlp_gflops:.1f} GFLOP/s of them, {100 * mlp_gflops / sgemm:.0f}% of the {kernel} kernel's "
+      f"1-thread peak ({sgemm:.0f} GFLOP/s), whose roofline for dense products is "
+      f"{sgemm * 1e9 / (6 * macs):,.0f} samples/s")
 # Each example gathers 39 rows of fm_w and fm_v (33 floats) and adds 39 gradient rows; the
 # unique rows' Adam updates read and write three such arrays (counted once per example, an
 # upper bound: rows repeat within a batch).
