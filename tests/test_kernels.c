@@ -211,8 +211,17 @@ static void dw_counted(const dt_sparse_dy *s, const float *x, int i0, int nc, fl
     __atomic_fetch_add(&sparse_chunks_run, 1, __ATOMIC_RELAXED);
     dt_sparse_kernels_portable.dw(s, x, i0, nc, dwt);
 }
+static long list_rows_counted(const dt_sparse_dy *s, const float *dy, long lo, long hi)
+{
+    return dt_sparse_kernels_portable.list_rows(s, dy, lo, hi);
+}
+static void list_cols_counted(const dt_sparse_dy *s, const float *dy, long lo, long hi, float *db)
+{
+    dt_sparse_kernels_portable.list_cols(s, dy, lo, hi, db);
+}
 /* The portable kernels, counting their calls: whether a product went through the lists. */
-static const dt_sparse_kernels counted = {"counted", dx_counted, dw_counted};
+static const dt_sparse_kernels counted = {"counted", list_rows_counted, list_cols_counted,
+                                          dx_counted, dw_counted};
 
 static bool same_bits(const float *a, const float *b, size_t n)
 {

@@ -58,64 +58,14 @@ struct sparse_job {
     float *panels;
 };
 
-/* Rows [lo, hi) of dy listed; returns their non-zeros. NaN counts as non-zero. */
-static long list_rows(const dt_sparse_dy *s, const float *dy, long lo, long hi)
-{
-    long total = 0;
-    for (long b = lo; b < hi; b++) {
-        const float *row = dy + b * s->OUT;
-        int32_t *jj = s->row_j + b * s->OUT;
-        float *vv = s->row_v + b * s->OUT;
-        int n = 0;
-        for (int j = 0; j < s->OUT; j++) { /* no branch: a third of the values are kept */
-            jj[n] = j;
-            vv[n] = row[j];
-            n += row[j] != 0.0f;
-        }
-        s->row_n[b] = n;
-        total += n;
-    }
-    return total;
-}
-
-/* Columns [lo, hi) of dy listed, and their sums over the rows in order added to db (the same
- * adds, in the same order, as dt_dense_backward's bias gradient). */
-static void list_columns(const dt_sparse_dy *s, const float *dy, long lo, long hi, float *db)
-{
-    enum { G = 64 };
-    int B = s->B, OUT = s->OUT, stride = s->n_kb + 1;
-    for (long j0 = lo; j0 < hi; j0 += G) {
-        int g = hi - j0 < G ? (int)(hi - j0) : G;
-        int32_t n[G] = {0};
-        float sum[G];
-        memcpy(sum, db + j0, (size_t)g * sizeof *sum);
-        for (int b = 0; b < B; b++) {
-            if (b % KB == 0)
-                for (int q = 0; q < g; q++)
-                    s->col_start[(j0 + q) * stride + b / KB] = n[q];
-            const float *row = dy + (size_t)b * OUT + j0;
-            for (int q = 0; q < g; q++) {
-                size_t at = (size_t)(j0 + q) * s->col_stride + (size_t)n[q];
-                s->col_b[at] = b;
-                s->col_v[at] = row[q];
-                n[q] += row[q] != 0.0f;
-                sum[q] += row[q];
-            }
-        }
-        for (int q = 0; q < g; q++)
-            s->col_start[(j0 + q) * stride + s->n_kb] = n[q];
-        memcpy(db + j0, sum, (size_t)g * sizeof *sum);
-    }
-}
-
 static void list_task(void *ctx, int task, int n_tasks)
 {
     struct sparse_job *j = ctx;
     long lo, hi;
     dt_pool_slice(j->s.B, task, n_tasks, &lo, &hi);
-    j->nnz[task] = (int32_t)list_rows(&j->s, j->dy, lo, hi);
+    j->nnz[task] = (int32_t)j->k->list_rows(&j->s, j->dy, lo, hi);
     dt_pool_slice(j->s.OUT, task, n_tasks, &lo, &hi);
-    list_columns(&j->s, j->dy, lo, hi, j->db);
+    j->k->list_cols(&j->s, j->dy, lo, hi, j->db);
 }
 
 /* wt (OUT, NC) = rows [i0, i0 + nc) of w (IN, OUT), transposed, zero beyond nc. */
@@ -201,6 +151,54 @@ void dt_dense_backward_sparse(dt_pool *pool, int B, int IN, int OUT, const float
 
 /* ---- Portable kernels: what the AVX-512 ones compute, lane by lane ---- */
 
+static long list_rows_portable(const dt_sparse_dy *s, const float *dy, long lo, long hi)
+{
+    long total = 0;
+    for (long b = lo; b < hi; b++) {
+        const float *row = dy + b * s->OUT;
+        int32_t *jj = s->row_j + b * s->OUT;
+        float *vv = s->row_v + b * s->OUT;
+        int n = 0;
+        for (int j = 0; j < s->OUT; j++) { /* no branch: a third of the values are kept */
+            jj[n] = j;
+            vv[n] = row[j];
+            n += row[j] != 0.0f;
+        }
+        s->row_n[b] = n;
+        total += n;
+    }
+    return total;
+}
+
+static void list_cols_portable(const dt_sparse_dy *s, const float *dy, long lo, long hi, float *db)
+{
+    enum { G = 64 };
+    int B = s->B, OUT = s->OUT, stride = s->n_kb + 1;
+    for (long j0 = lo; j0 < hi; j0 += G) {
+        int g = hi - j0 < G ? (int)(hi - j0) : G;
+        int32_t n[G] = {0};
+        float sum[G];
+        memcpy(sum, db + j0, (size_t)g * sizeof *sum);
+        for (int b = 0; b < B; b++) {
+            if (b % KB == 0)
+                for (int q = 0; q < g; q++)
+                    s->col_start[(j0 + q) * stride + b / KB] = n[q];
+            const float *row = dy + (size_t)b * OUT + j0;
+            for (int q = 0; q < g; q++) {
+                size_t at = (size_t)(j0 + q) * s->col_stride + (size_t)n[q];
+                s->col_b[at] = b;
+                s->col_v[at] = row[q];
+                n[q] += row[q] != 0.0f;
+                sum[q] += row[q];
+            }
+        }
+        for (int q = 0; q < g; q++)
+            s->col_start[(j0 + q) * stride + s->n_kb] = n[q];
+        memcpy(db + j0, sum, (size_t)g * sizeof *sum);
+    }
+}
+
+
 static void dx_portable(const dt_sparse_dy *s, const float *wt, int i0, int nc, float *dx)
 {
     for (int b = 0; b < s->B; b++) {
@@ -257,4 +255,6 @@ static void dw_portable(const dt_sparse_dy *s, const float *x, int i0, int nc, f
     }
 }
 
-const dt_sparse_kernels dt_sparse_kernels_portable = {"portable", dx_portable, dw_portable};
+const dt_sparse_kernels dt_sparse_kernels_portable = {"portable", list_rows_portable,
+                                                       list_cols_portable, dx_portable,
+                                                       dw_portable};

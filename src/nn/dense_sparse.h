@@ -47,8 +47,18 @@ typedef void (*dt_sparse_dx_fn)(const dt_sparse_dy *s, const float *wt, int i0, 
  * x (B, IN). */
 typedef void (*dt_sparse_dw_fn)(const dt_sparse_dy *s, const float *x, int i0, int nc, float *dwt);
 
+/* Rows [lo, hi) of dy listed (row_n, row_j, row_v); returns their non-zeros. NaN counts as
+ * non-zero, -0 as zero. */
+typedef long (*dt_sparse_list_rows_fn)(const dt_sparse_dy *s, const float *dy, long lo, long hi);
+/* Columns [lo, hi) of dy listed (col_start, col_b, col_v), and db[lo, hi) += their sums over the
+ * rows in order: the adds of dt_dense_backward's bias gradient, in the same order. */
+typedef void (*dt_sparse_list_cols_fn)(const dt_sparse_dy *s, const float *dy, long lo, long hi,
+                                       float *db);
+
 typedef struct {
     const char *name;
+    dt_sparse_list_rows_fn list_rows;
+    dt_sparse_list_cols_fn list_cols;
     dt_sparse_dx_fn dx;
     dt_sparse_dw_fn dw;
 } dt_sparse_kernels;

@@ -111,4 +111,62 @@ static void dw_avx512(const dt_sparse_dy *s, const float *x, int i0, int nc, flo
     }
 }
 
-const dt_sparse_kernels dt_sparse_kernels_avx512 = {"avx512", dx_avx512, dw_avx512};
+/* 16 values at a time: the non-zeros' values and columns packed to the front (compress) and
+ * stored up to their count. */
+static long list_rows_avx512(const dt_sparse_dy *s, const float *dy, long lo, long hi)
+{
+    long total = 0;
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    for (long b = lo; b < hi; b++) {
+        const float *row = dy + b * s->OUT;
+        int32_t *jj = s->row_j + b * s->OUT;
+        float *vv = s->row_v + b * s->OUT;
+        int n = 0;
+        for (int j = 0; j < s->OUT; j += 16) {
+            __mmask16 in = lanes(s->OUT - j, 0);
+            __m512 v = _mm512_maskz_loadu_ps(in, row + j);
+            __mmask16 nz = _mm512_mask_cmp_ps_mask(in, v, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+            int c = __builtin_popcount(nz);
+            __mmask16 first = (__mmask16)((1u << c) - 1u);
+            __m512i cols = _mm512_add_epi32(iota, _mm512_set1_epi32(j));
+            _mm512_mask_storeu_ps(vv + n, first, _mm512_maskz_compress_ps(nz, v));
+            _mm512_mask_storeu_epi32(jj + n, first, _mm512_maskz_compress_epi32(nz, cols));
+            n += c;
+        }
+        s->row_n[b] = n;
+        total += n;
+    }
+    return total;
+}
+
+/* 16 columns at a time: the sums in a register, each non-zero appended by its bit. */
+static void list_cols_avx512(const dt_sparse_dy *s, const float *dy, long lo, long hi, float *db)
+{
+    int stride = s->n_kb + 1;
+    for (long j0 = lo; j0 < hi; j0 += 16) {
+        __mmask16 in = lanes((int)(hi - j0), 0);
+        int32_t n[16] = {0};
+        __m512 sum = _mm512_maskz_loadu_ps(in, db + j0);
+        for (int b = 0; b < s->B; b++) {
+            if (b % DT_SPARSE_KB == 0)
+                for (int q = 0; q < 16 && j0 + q < hi; q++)
+                    s->col_start[(j0 + q) * stride + b / DT_SPARSE_KB] = n[q];
+            const float *row = dy + (size_t)b * s->OUT + j0;
+            __m512 v = _mm512_maskz_loadu_ps(in, row);
+            sum = _mm512_add_ps(sum, v);
+            for (unsigned nz = _mm512_mask_cmp_ps_mask(in, v, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+                 nz; nz &= nz - 1) {
+                int q = __builtin_ctz(nz);
+                size_t at = (size_t)(j0 + q) * s->col_stride + (size_t)n[q]++;
+                s->col_b[at] = b;
+                s->col_v[at] = row[q];
+            }
+        }
+        for (int q = 0; q < 16 && j0 + q < hi; q++)
+            s->col_start[(j0 + q) * stride + s->n_kb] = n[q];
+        _mm512_mask_storeu_ps(db + j0, in, sum);
+    }
+}
+
+const dt_sparse_kernels dt_sparse_kernels_avx512 = {"avx512", list_rows_avx512, list_cols_avx512,
+                                                     dx_avx512, dw_avx512};
