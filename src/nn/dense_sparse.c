@@ -3,6 +3,8 @@
 #include "dense_sparse.h"
 
 #include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "dtrain/gemm.h"
@@ -44,9 +46,15 @@ static struct layout layout_of(int B, int IN, int OUT, int n_threads)
     return l;
 }
 
+/* Layers the lists serve: enough inputs, and entries that int32 counts. */
+static bool lists_serve(int B, int IN, int OUT)
+{
+    return IN >= MIN_IN && (size_t)B * (size_t)OUT <= INT32_MAX / 2;
+}
+
 size_t dt_dense_sparse_scratch_elems(int B, int IN, int OUT, int n_threads)
 {
-    return IN < MIN_IN ? 0 : layout_of(B, IN, OUT, n_threads).total;
+    return lists_serve(B, IN, OUT) ? layout_of(B, IN, OUT, n_threads).total : 0;
 }
 
 struct sparse_job {
@@ -140,7 +148,7 @@ void dt_dense_backward_sparse(dt_pool *pool, int B, int IN, int OUT, const float
 {
     /* The list kernels are dtrain's own, beside its own matrix multiply: with OpenBLAS chosen,
      * or on a CPU without AVX-512, the products stay dense. */
-    if (!scratch || IN < MIN_IN || strcmp(dt_gemm_kernel_name(), "avx512") != 0 ||
+    if (!scratch || !lists_serve(B, IN, OUT) || strcmp(dt_gemm_kernel_name(), "avx512") != 0 ||
         !dt_cpu_has(DT_CPU_AVX512F)) {
         dt_dense_backward(pool, B, IN, OUT, x, w, dy, dw, db, dx);
         return;
@@ -197,7 +205,6 @@ static void list_cols_portable(const dt_sparse_dy *s, const float *dy, long lo, 
         memcpy(db + j0, sum, (size_t)g * sizeof *sum);
     }
 }
-
 
 static void dx_portable(const dt_sparse_dy *s, const float *wt, int i0, int nc, float *dx)
 {
