@@ -12,8 +12,9 @@
 # beside the tables' and slots' size, the MLP's rate as dense products against the 1-thread
 # sgemm peak of the kernel dtrain ran (bench/gemm_bench: dtrain's AVX-512 kernel or OpenBLAS's),
 # the table traffic against this machine's memory bandwidth (bench/peers/limits.c, 1 thread),
-# and each 2-thread run beside the round trip of a cache line between the two cores just before
-# it (a VM's vCPUs may sit on one chip or on two, and move).
+# and each round's 1- and 2-thread runs with their ratio, beside the round trip of a cache line
+# between the two cores just before the 2-thread run (a VM's vCPUs may sit on one chip or on
+# two, and move).
 # usage: bench/ctr.sh BUILD_DIR    env: REPEAT (3), ROWS (1000000), PEERS_DIR, PYTHON
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -105,9 +106,14 @@ print(f"dtrain 1 thread / PyTorch 1 thread: {d1 / pt:.2f}x without L2, {d1l2 / p
       f"sample's L2 1e-4 (goal >= 3)")
 print(f"dtrain 2 threads / dtrain 1 thread: {d2 / d1:.2f}x (goal >= 1.7)")
 rt = [int(l) for l in open(f"{work}/rt") if l.strip()]
-print("2-thread runs (samples/s, and the cores' cache-line round trip just before: about 45 ns "
-      "on one chip, 350+ across two): " +
-      ", ".join(f"{r[0]:,.0f} ({ns} ns)" for r, ns in zip(rows("dtrain2"), rt)))
+# A round's 1- and 2-thread runs are back to back, so they share the VM's state of the moment
+# (its speed drifts by a fifth over minutes): each round's ratio beside the ratio of medians.
+rounds = [r2[0] / r1[0] for r1, r2 in zip(rows("dtrain1"), rows("dtrain2"))]
+print("rounds, 1 thread then 2 threads (samples/s; the cores' cache-line round trip before the "
+      "2-thread run: about 45 ns on one chip, 350+ across two): " +
+      "; ".join(f"{r1[0]:,.0f}, {r2[0]:,.0f} ({ns} ns): {r2[0] / r1[0]:.2f}x"
+                for r1, r2, ns in zip(rows("dtrain1"), rows("dtrain2"), rt)) +
+      f"; median of the rounds' ratios {statistics.median(rounds):.2f}x")
 print(f"AUC dtrain - PyTorch: {med('dtrain1', 1) - med('torch', 1):+.4f} without L2, "
       f"{med('dtrain1l2', 1) - med('torchl2', 1):+.4f} with it (goal >= -0.002)")
 # Table pages no row touched are never allocated, so RSS may stay below the nominal size.
