@@ -27,7 +27,7 @@ void dt_dense_backward(dt_pool *pool, int B, int IN, int OUT, const float *x, co
                        const float *dy, float *dw, float *db, float *dx);
 /* The same backward when much of dy is zero (after ReLU and dropout): dy listed by rows and by
  * columns, and the two products summed over its non-zeros alone (src/nn/dense_sparse.h). Where
- * over half of dy is non-zero, or the layer has fewer than 256 inputs, or dtrain's own AVX-512
+ * over a third of dy is non-zero, or the layer has fewer than 256 inputs, or dtrain's own AVX-512
  * matrix multiply is not the one in use, it computes what dt_dense_backward does. The bias
  * gradient has dt_dense_backward's bits; dw and dx differ from the dense products' in the last
  * bits (another order of sums) but not with the number of threads.
