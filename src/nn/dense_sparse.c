@@ -235,15 +235,14 @@ static void dx_portable(const dt_sparse_dy *s, const float *wt, int i0, int nc, 
 
 static void dw_portable(const dt_sparse_dy *s, const float *x, int i0, int nc, float *dwt)
 {
-    int stride = s->n_kb + 1;
     for (int kb = 0; kb < s->n_kb; kb++) {
         for (int j = 0; j < s->OUT; j++) {
-            const int32_t *start = s->col_start + (size_t)j * stride;
-            int e = start[kb], end = start[kb + 1];
+            const int32_t *bb;
+            const float *vv;
+            int e, end;
+            dt_sparse_column(s, j, kb, &bb, &vv, &e, &end);
             if (e == end)
                 continue;
-            const int32_t *bb = s->col_b + (size_t)j * s->col_stride;
-            const float *vv = s->col_v + (size_t)j * s->col_stride;
             float *even = dwt + (size_t)j * NC, odd[NC] = {0};
             for (; e + 2 <= end; e += 2) {
                 const float *p = x + (size_t)bb[e] * s->IN + i0;

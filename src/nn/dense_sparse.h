@@ -40,6 +40,17 @@ typedef struct {
     float *col_v;         /* (OUT, col_stride): their values */
 } dt_sparse_dy;
 
+/* Column j's entries in example block kb: indexes [*e, *end) of *b (examples) and *v (values). */
+static inline void dt_sparse_column(const dt_sparse_dy *s, int j, int kb, const int32_t **b,
+                                    const float **v, int *e, int *end)
+{
+    const int32_t *start = s->col_start + (size_t)j * (size_t)(s->n_kb + 1);
+    *e = start[kb];
+    *end = start[kb + 1];
+    *b = s->col_b + (size_t)j * (size_t)s->col_stride;
+    *v = s->col_v + (size_t)j * (size_t)s->col_stride;
+}
+
 /* dx[:, i0 .. i0 + nc) = dy . w[i0 .. i0 + nc, :]^T. wt (OUT, DT_SPARSE_NC) holds those rows of
  * w transposed, zero beyond nc. dx (B, IN). */
 typedef void (*dt_sparse_dx_fn)(const dt_sparse_dy *s, const float *wt, int i0, int nc, float *dx);
