@@ -4,7 +4,8 @@
  * A chunk of 64 inputs is four zmm registers. Per listed entry: one broadcast of dy's value, four
  * loads of a row that sits in L1 (a row of wt, or 64 floats of an example of x), four FMAs.
  * Consecutive entries alternate between two sets of accumulators, so eight independent FMA
- * chains keep both FMA pipes busy through their latency. */
+ * chains keep both FMA pipes busy through their latency. The lists are made 16 values at a
+ * time: a row's non-zeros packed to the front by compress, a column's appended bit by bit. */
 #include "dense_sparse.h"
 
 #include <immintrin.h>
@@ -31,7 +32,8 @@ static __mmask16 lanes(int nc, int v)
 /* wt is 64-byte aligned and zero beyond nc: whole loads. */
 #define LOAD_WT(k, p) _mm512_load_ps((p) + 16 * (k))
 /* x's rows are read only within the chunk: whole loads for a whole chunk, masked for the last. */
-#define LOAD_X(k, p) (whole ? _mm512_loadu_ps((p) + 16 * (k)) : _mm512_maskz_loadu_ps(m##k, (p) + 16 * (k)))
+#define LOAD_X(k, p)                                                                              \
+    (whole ? _mm512_loadu_ps((p) + 16 * (k)) : _mm512_maskz_loadu_ps(m##k, (p) + 16 * (k)))
 
 static void dx_avx512(const dt_sparse_dy *s, const float *wt, int i0, int nc, float *dx)
 {
