@@ -576,7 +576,10 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* The last rank arrives 50 ms late: the barrier must hold the others that long. */
+/* The last rank arrives 200 ms late: the barrier must hold the others about that long. The ranks
+ * leave the first barrier at slightly different times (on a loaded machine a rank may leave it
+ * several milliseconds after the last one began to sleep), so a wait of 150 ms passes; a barrier
+ * that does not wait gives a few milliseconds. */
 static int check_barrier(run *r)
 {
     dt_comm *c = r->c;
@@ -586,18 +589,18 @@ static int check_barrier(run *r)
         return call_failed(r, what);
     double t0 = now_s();
     if (c->rank == c->size - 1) {
-        struct timespec ts = {0, 50 * 1000 * 1000};
+        struct timespec ts = {0, 200 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
     if (dt_comm_barrier(c) != DT_OK)
         return call_failed(r, what);
     double waited = now_s() - t0;
     verdict v = {0};
-    if (waited < 0.045) {
+    if (waited < 0.15) {
         v.bad = 1;
         v.n_wrong = 1;
         v.got = waited;
-        v.want = 0.05;
+        v.want = 0.2;
     }
     return report(r, what, &v, false) ? 0 : -1;
 }
