@@ -11,6 +11,8 @@
 #include <immintrin.h>
 #include <stdbool.h>
 
+#include "../core/prefetch.h"
+
 enum { NC = DT_SPARSE_NC };
 
 /* The lanes of vector v (0..3) of a 64-wide chunk that hold one of its nc inputs. */
@@ -99,11 +101,8 @@ static void dw_avx512(const dt_sparse_dy *s, const float *x, int i0, int nc, flo
         /* The block's rows of x, asked for in order before the columns take them in theirs:
          * about 7% off this kernel in DeepFM, whose x has just come from L3. */
         int bend = (kb + 1) * DT_SPARSE_KB < s->B ? (kb + 1) * DT_SPARSE_KB : s->B;
-        for (int b = kb * DT_SPARSE_KB; b < bend; b++) {
-            const char *row = (const char *)(x + (size_t)b * s->IN + i0);
-            for (int q = 0; q < nc; q += 16)
-                _mm_prefetch(row + 4 * q, _MM_HINT_T0);
-        }
+        for (int b = kb * DT_SPARSE_KB; b < bend; b++)
+            dt_prefetch_read(x + (size_t)b * s->IN + i0, (size_t)nc * sizeof(float));
         for (int j = 0; j < s->OUT; j++) {
             const int32_t *bb;
             const float *vv;
