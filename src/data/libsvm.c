@@ -2,8 +2,9 @@
  *
  * The parser makes one pass over a line and writes straight into the row builder: dense values
  * into the row's slots, sparse ones into room reserved once per line (dt_rowbuf_reserve_sparse,
- * then dt_rowbuf_commit_sparse), so a line costs no allocation beyond the builder's growth. A bad line is undone with dt_rowbuf_drop_last. Messages are built
- * only on the error path; the fast path never formats.
+ * then dt_rowbuf_commit_sparse), so a line costs no allocation beyond the builder's growth. A
+ * bad line is undone with dt_rowbuf_drop_last. Messages are built only on the error path; the
+ * fast path never formats.
  *
  * Numbers: most values in these files are short decimals ("0.25", "1", "-3.5e-2"). When the
  * digits m fit in 24 bits and the power of ten is exact as a float (10^0 .. 10^10), one float
