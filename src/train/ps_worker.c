@@ -452,6 +452,33 @@ static dt_status answer_dense(worker *w, const dt_psmsg *req, dt_psmsg *r)
     return DT_OK;
 }
 
+/* How long a failed worker waits for the coordinator's STOP after its ERROR. */
+#define STOP_WAIT_SECS 2.0
+
+/* After an ERROR reply: the connection stays open until the coordinator's STOP (or
+ * STOP_WAIT_SECS), because the coordinator's link drops the messages it has not read yet when
+ * the connection closes, and under load the ERROR saying why (in hybrid mode: which worker the
+ * ring lost) would be lost with it, leaving only "worker:N closed the connection". */
+static void await_stop(dt_zlink *z, const dt_psmsg *error, dt_psbuf *in, dt_psbuf *out,
+                       const char *coordinator)
+{
+    double deadline = dt_clock_now() + STOP_WAIT_SECS;
+    for (double left = STOP_WAIT_SECS; left > 0; left = deadline - dt_clock_now()) {
+        dt_zpeer from;
+        dt_psmsg req, r;
+        if (dt_zlink_receive(z, left, &from, in) ||
+            dt_psmsg_decode(in->data, in->len, coordinator, &req))
+            return;
+        if (req.type == DT_PSMSG_STOP || req.type == DT_PSMSG_PING)
+            r = (dt_psmsg){.type = req.type == DT_PSMSG_STOP ? DT_PSMSG_ACK : DT_PSMSG_PONG,
+                           .request_id = req.request_id};
+        else
+            r = *error, r.request_id = req.request_id;
+        if (ps_reply_msg(z, &from, &r, out) || req.type == DT_PSMSG_STOP)
+            return;
+    }
+}
+
 /* Answers the coordinator's requests until STOP; a failure goes back to it as an ERROR too. */
 static dt_status serve(worker *w, dt_zlink *z, const char *coordinator)
 {
@@ -503,7 +530,8 @@ static dt_status serve(worker *w, dt_zlink *z, const char *coordinator)
             r = (dt_psmsg){.type = DT_PSMSG_ERROR, .request_id = req.request_id, .status = run,
                            .text = text,
                            .text_len = (uint32_t)(n < (int)sizeof text ? n : (int)sizeof text - 1)};
-            ps_reply_msg(z, &from, &r, &out);
+            if (ps_reply_msg(z, &from, &r, &out) == DT_OK)
+                await_stop(z, &r, &in, &out, coordinator);
             dt_error(run, "%s", text);
             st = run;
             break;
