@@ -452,18 +452,16 @@ static dt_status answer_dense(worker *w, const dt_psmsg *req, dt_psmsg *r)
     return DT_OK;
 }
 
-/* How long a failed worker waits for the coordinator's STOP after its ERROR. */
-#define STOP_WAIT_SECS 2.0
-
 /* After an ERROR reply: the connection stays open until the coordinator's STOP (or
- * STOP_WAIT_SECS), because the coordinator's link drops the messages it has not read yet when
- * the connection closes, and under load the ERROR saying why (in hybrid mode: which worker the
- * ring lost) would be lost with it, leaving only "worker:N closed the connection". */
+ * --coordinator-timeout, as for any silence of the coordinator), because the coordinator's link
+ * drops the messages it has not read yet when the connection closes. A coordinator slow to read
+ * (a loaded machine, a stopped process) would lose the ERROR saying why (in hybrid mode: which
+ * worker the ring lost) and name this worker instead: "worker:N closed the connection". */
 static void await_stop(dt_zlink *z, const dt_psmsg *error, dt_psbuf *in, dt_psbuf *out,
-                       const char *coordinator)
+                       const char *coordinator, double timeout)
 {
-    double deadline = dt_clock_now() + STOP_WAIT_SECS;
-    for (double left = STOP_WAIT_SECS; left > 0; left = deadline - dt_clock_now()) {
+    double deadline = dt_clock_now() + timeout;
+    for (double left = timeout; left > 0; left = deadline - dt_clock_now()) {
         dt_zpeer from;
         dt_psmsg req, r;
         if (dt_zlink_receive(z, left, &from, in) ||
@@ -531,7 +529,7 @@ static dt_status serve(worker *w, dt_zlink *z, const char *coordinator)
                            .text = text,
                            .text_len = (uint32_t)(n < (int)sizeof text ? n : (int)sizeof text - 1)};
             if (ps_reply_msg(z, &from, &r, &out) == DT_OK)
-                await_stop(z, &r, &in, &out, coordinator);
+                await_stop(z, &r, &in, &out, coordinator, w->c->ps.coordinator_timeout);
             dt_error(run, "%s", text);
             st = run;
             break;
