@@ -453,10 +453,11 @@ static dt_status answer_dense(worker *w, const dt_psmsg *req, dt_psmsg *r)
 }
 
 /* After an ERROR reply: the connection stays open until the coordinator's STOP (or
- * --coordinator-timeout, as for any silence of the coordinator), because the coordinator's link
- * drops the messages it has not read yet when the connection closes. A coordinator slow to read
- * (a loaded machine, a stopped process) would lose the ERROR saying why (in hybrid mode: which
- * worker the ring lost) and name this worker instead: "worker:N closed the connection". */
+ * --coordinator-timeout, as for any silence of the coordinator). Closed at once, the socket
+ * (linger 0) drops what its I/O thread has not sent yet, and the coordinator's link drops what
+ * it has not read when the connection closes: on a loaded machine the ERROR saying why (in
+ * hybrid mode: which worker the ring lost) was lost so, and the coordinator named this worker
+ * instead ("worker:N closed the connection"). */
 static void await_stop(dt_zlink *z, const dt_psmsg *error, dt_psbuf *in, dt_psbuf *out,
                        const char *coordinator, double timeout)
 {
