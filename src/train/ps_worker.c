@@ -452,6 +452,18 @@ static dt_status answer_dense(worker *w, const dt_psmsg *req, dt_psmsg *r)
     return DT_OK;
 }
 
+/* STOP and PING: the requests a worker answers at once, whatever it is doing. */
+static bool is_control(const dt_psmsg *req)
+{
+    return req->type == DT_PSMSG_STOP || req->type == DT_PSMSG_PING;
+}
+
+static dt_psmsg control_reply(const dt_psmsg *req)
+{
+    return (dt_psmsg){.type = req->type == DT_PSMSG_STOP ? DT_PSMSG_ACK : DT_PSMSG_PONG,
+                      .request_id = req->request_id};
+}
+
 /* After an ERROR reply: the connection stays open until the coordinator's STOP (or
  * --coordinator-timeout, as for any silence of the coordinator). Closed at once, the socket
  * (linger 0) drops what its I/O thread has not sent yet, and the coordinator's link drops what
@@ -468,9 +480,8 @@ static void await_stop(dt_zlink *z, const dt_psmsg *error, dt_psbuf *in, dt_psbu
         if (dt_zlink_receive(z, left, &from, in) ||
             dt_psmsg_decode(in->data, in->len, coordinator, &req))
             return;
-        if (req.type == DT_PSMSG_STOP || req.type == DT_PSMSG_PING)
-            r = (dt_psmsg){.type = req.type == DT_PSMSG_STOP ? DT_PSMSG_ACK : DT_PSMSG_PONG,
-                           .request_id = req.request_id};
+        if (is_control(&req))
+            r = control_reply(&req);
         else
             r = *error, r.request_id = req.request_id;
         if (ps_reply_msg(z, &from, &r, out) || req.type == DT_PSMSG_STOP)
@@ -503,9 +514,8 @@ static dt_status serve(worker *w, dt_zlink *z, const char *coordinator)
         dt_psmsg req, r;
         if ((st = dt_psmsg_decode(in.data, in.len, coordinator, &req)))
             break;
-        if (req.type == DT_PSMSG_STOP || req.type == DT_PSMSG_PING) {
-            r = (dt_psmsg){.type = req.type == DT_PSMSG_STOP ? DT_PSMSG_ACK : DT_PSMSG_PONG,
-                           .request_id = req.request_id};
+        if (is_control(&req)) {
+            r = control_reply(&req);
             if ((st = ps_reply_msg(z, &from, &r, &out)) || req.type == DT_PSMSG_STOP)
                 break;
             continue;
