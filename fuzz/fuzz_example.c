@@ -3,8 +3,8 @@
  * a label (the keys of the seed corpus, from tests/fixtures/example_python.tfrecord). Any status
  * is fine; a crash, a sanitizer report, or a row buffer left inconsistent is not: a success adds
  * exactly one row, a failure none and no sparse entries; and the fast path for fixed-length specs,
- * and the layout learned from records (this one, and the inputs before it), decode exactly as
- * the general decoder does. */
+ * the layout learned from records (this one, and the inputs before it), and the fast path for
+ * CTR records decode exactly as the general decoder does. */
 #include <stddef.h>
 #include <math.h>
 #include <stdint.h>
@@ -87,10 +87,11 @@ static int same_with_layout(const uint8_t *data, size_t size)
 }
 
 /* CTR Examples (ids and values zipped): a success is one row of exactly 4 fields with ids in
- * the table (or the hash buckets), finite values and a 0/1 label; a failure leaves nothing. */
+ * the table (or the hash buckets), finite values and a 0/1 label; a failure leaves nothing; and
+ * the CTR fast path decodes as the general decoder does, status and row. */
 static int ctr_rows_hold(const uint8_t *data, size_t size)
 {
-    static dt_example_spec spec[2];
+    static dt_example_spec spec[2], slow[2];
     static int ready;
     if (!ready) {
         for (int k = 0; k < 2; k++) {
@@ -101,21 +102,31 @@ static int ctr_rows_hold(const uint8_t *data, size_t size)
             spec[k].ctr_fields = 4;
             spec[k].ctr_max_id = k ? 0 : 1000;
             spec[k].ctr_hash_buckets = k ? 97 : 0;
-            if (dt_example_spec_finalize(&spec[k]) != DT_OK)
+            if (dt_example_spec_finalize(&spec[k]) != DT_OK || !spec[k].ctr_fast)
                 return 0;
+            slow[k] = spec[k];
+            slow[k].ctr_fast = 0;
         }
         ready = 1;
     }
     for (int k = 0; k < 2; k++) {
-        dt_rowbuf rb;
+        dt_rowbuf rb, general;
         dt_rowbuf_init(&rb, 0);
+        dt_rowbuf_init(&general, 0);
         dt_status st = dt_example_parse(&spec[k], data, size, &rb);
+        dt_status sg = dt_example_parse(&slow[k], data, size, &general);
         int fine = st == DT_OK ? rb.n == 1 && rb.nnz == 4 && rb.sp_row[1] == 4 &&
                                      (rb.labels[0] == 0.0f || rb.labels[0] == 1.0f)
                                : (st == DT_ERR_FORMAT || st == DT_ERR_NOMEM) && rb.n == 0;
         for (size_t f = 0; fine && st == DT_OK && f < 4; f++)
             fine = rb.sp_ids[f] >= 0 && rb.sp_ids[f] < (k ? 97 : 1000) && isfinite(rb.sp_vals[f]);
+        fine = fine && st == sg && rb.n == general.n;
+        if (fine && st == DT_OK)
+            fine = rb.labels[0] == general.labels[0] &&
+                   memcmp(rb.sp_ids, general.sp_ids, 4 * sizeof(int64_t)) == 0 &&
+                   memcmp(rb.sp_vals, general.sp_vals, 4 * sizeof(float)) == 0;
         dt_rowbuf_free(&rb);
+        dt_rowbuf_free(&general);
         if (!fine)
             return 0;
     }

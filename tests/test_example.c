@@ -1126,3 +1126,107 @@ TEST(example_ctr_fields_refuse_lists_of_the_wrong_kind)
         free(buf);
     }
 }
+
+/* The CTR fast path (ids and values straight into the row's entries) against the general
+ * decoder, which appends each id and value and pairs them after: random records of the sample's
+ * form, in any key order, with an unwanted key, labels of either kind and of 0, 1 or 2, ids of
+ * any width (negative ones, and ones of 9 and 10 varint bytes), values now and then not finite,
+ * and now and then one id or value too many or too few; with a table's rows and with hash
+ * buckets. The same status, the same message, the same row bit for bit; the fast path takes every
+ * record of the plain shape itself, and no other. */
+TEST(example_ctr_fast_path_matches_general_decoder)
+{
+    enum { F = 5 };
+    dt_rng rng;
+    dt_rng_seed(&rng, 11);
+    dt_example_spec spec[2], slow[2];
+    for (int k = 0; k < 2; k++) {
+        memset(&spec[k], 0, sizeof spec[k]);
+        snprintf(spec[k].features[0].key, DT_EXAMPLE_KEY_CAP, "ids");
+        snprintf(spec[k].features[1].key, DT_EXAMPLE_KEY_CAP, "values");
+        snprintf(spec[k].label_key, DT_EXAMPLE_KEY_CAP, "label");
+        spec[k].n_features = 2;
+        spec[k].ctr_fields = F;
+        spec[k].ctr_max_id = k ? 0 : 1000;
+        spec[k].ctr_hash_buckets = k ? 101 : 0;
+        CHECK_OK(dt_example_spec_finalize(&spec[k]));
+        CHECK(spec[k].ctr_fast && !spec[k].fast);
+        slow[k] = spec[k];
+        slow[k].ctr_fast = 0;
+    }
+    dt_rowbuf a, b, c;
+    dt_rowbuf_init(&a, 0), dt_rowbuf_init(&b, 0), dt_rowbuf_init(&c, 0);
+    uint8_t *buf = NULL;
+    size_t len = 0, cap = 0;
+    long plain = 0, taken = 0, accepted = 0, mismatches = 0;
+    for (int iter = 0; iter < 400 && mismatches == 0; iter++) {
+        int n_ids = F, n_vals = F, odd = (int)(dt_rng_next(&rng) % 8);
+        if (odd == 0)
+            n_ids += dt_rng_next(&rng) % 2 ? 1 : -1;
+        if (odd == 1)
+            n_vals += dt_rng_next(&rng) % 2 ? 1 : -1;
+        int64_t ids[F + 1], label_i = (int64_t)(dt_rng_next(&rng) % 5 == 0 ? 2 : dt_rng_next(&rng) % 2);
+        float vals[F + 1], label_f = (float)label_i;
+        for (int f = 0; f < F + 1; f++) {
+            uint64_t r = dt_rng_next(&rng);
+            ids[f] = odd == 2 ? (int64_t)r : odd == 3 && f == 1 ? -(int64_t)(r % 50) - 1
+                                                                : (int64_t)(r % 1200);
+            vals[f] = odd == 4 && f == 2 ? (r % 2 ? NAN : INFINITY)
+                                         : (float)((double)(int64_t)(r >> 20) / 1e12);
+        }
+        dt_feature_value fv[4] = {
+            {"ids", DT_FEATURE_INT64, (size_t)n_ids, NULL, ids, NULL},
+            {"values", DT_FEATURE_FLOAT, (size_t)n_vals, vals, NULL, NULL},
+            iter % 2 ? (dt_feature_value){"label", DT_FEATURE_FLOAT, 1, &label_f, NULL, NULL}
+                     : (dt_feature_value){"label", DT_FEATURE_INT64, 1, NULL, &label_i, NULL},
+            {"unwanted", DT_FEATURE_INT64, 2, NULL, ids, NULL},
+        };
+        for (int k = 3; k > 0; k--) {
+            int j = (int)(dt_rng_next(&rng) % (uint64_t)(k + 1));
+            dt_feature_value t = fv[k];
+            fv[k] = fv[j], fv[j] = t;
+        }
+        CHECK_OK(dt_example_encode(fv, 4, &buf, &len, &cap));
+        int ids_ok = 1, below_rows = 1;
+        for (int f = 0; f < n_ids; f++) {
+            ids_ok &= ids[f] >= 0 && ids[f] < (int64_t)1 << 56; /* varints of up to 8 bytes */
+            below_rows &= ids[f] < 1000;
+        }
+        for (int k = 0; k < 2; k++) {
+            dt_rowbuf_clear(&a), dt_rowbuf_clear(&b), dt_rowbuf_clear(&c);
+            dt_status fast = dt_example_parse_fast(&spec[k], buf, len, &c);
+            dt_status sa = dt_example_parse(&spec[k], buf, len, &a);
+            char msg[512];
+            snprintf(msg, sizeof msg, "%s", sa ? dt_last_error() : "");
+            dt_status sb = dt_example_parse(&slow[k], buf, len, &b);
+            int same = sa == sb && a.n == b.n && a.nnz == b.nnz &&
+                       (sa != DT_OK || (a.labels[0] == b.labels[0] &&
+                                        memcmp(a.sp_ids, b.sp_ids, F * sizeof(int64_t)) == 0 &&
+                                        memcmp(a.sp_vals, b.sp_vals, F * sizeof(float)) == 0)) &&
+                       (sa == DT_OK || strcmp(msg, dt_last_error()) == 0);
+            /* What the fast path takes, it decodes as the general decoder does. */
+            same = same && (fast == DT_END ? c.n == 0
+                                           : fast == DT_OK && sa == DT_OK && c.n == 1 &&
+                                                 memcmp(c.sp_ids, a.sp_ids, F * sizeof(int64_t)) == 0 &&
+                                                 memcmp(c.sp_vals, a.sp_vals, F * sizeof(float)) == 0);
+            /* The plain shape: F ids and F finite values, ids of up to 8 varint bytes within
+             * the table (or hashed), a label of 0 or 1. */
+            int is_plain = n_ids == F && n_vals == F && odd != 4 && ids_ok && label_i < 2 &&
+                           (k == 1 || below_rows);
+            plain += is_plain;
+            same = same && (!is_plain || fast == DT_OK);
+            taken += fast == DT_OK;
+            accepted += sa == DT_OK;
+            if (!same) {
+                mismatches++;
+                CHECK_MSG(0, "record %d, spec %d: fast %d, %d '%s' against the general decoder's "
+                          "%d '%s'", iter, k, fast, sa, msg, sb, dt_last_error());
+            }
+        }
+    }
+    CHECK_MSG(plain > 100 && taken == plain && accepted > plain,
+              "%ld plain records, %ld taken by the fast path, %ld accepted", plain, taken,
+              accepted);
+    free(buf);
+    dt_rowbuf_free(&a), dt_rowbuf_free(&b), dt_rowbuf_free(&c);
+}

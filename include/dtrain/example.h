@@ -81,6 +81,7 @@ typedef struct {
     /* Set by dt_example_spec_finalize; private to example.c. */
     int ready;
     int fast; /* every feature has a fixed length: parse_fast may take the record */
+    int ctr_fast; /* ctr_fields > 0: the CTR fast path may take the record */
     int dense_off[DT_EXAMPLE_MAX_FEATURES];
     uint8_t key_len[DT_EXAMPLE_MAX_FEATURES + 1]; /* features, then the label */
     uint8_t slots[256];                           /* hash table: 0 empty, else feature index + 1 */
@@ -109,7 +110,8 @@ dt_status dt_example_parse(const dt_example_spec *spec, const uint8_t *data, siz
                            dt_rowbuf *out);
 
 /* The single-pass decoder dt_example_parse tries first, for specs whose features all have a
- * fixed length. It takes records of the shape TF's writers give (one Features message, each map
+ * fixed length, and for CTR specs (ctr_fields: the ids and values go straight into the row's
+ * entries). It takes records of the shape TF's writers give (one Features message, each map
  * entry exactly a key and a value, each Feature one list, values packed, no key twice) and decodes
  * them into the same row dt_example_parse would; at anything else, an error included, it appends
  * nothing and returns DT_END, and dt_example_parse goes on with its general decoder. Exposed so

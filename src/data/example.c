@@ -781,6 +781,7 @@ dt_status dt_example_spec_finalize(dt_example_spec *spec)
     for (int i = 0; i < spec->n_features; i++)
         if (spec->features[i].length == 0)
             spec->fast = 0;
+    spec->ctr_fast = spec->ctr_fields > 0; /* its own fast path: ids and values into entries */
     spec->ready = 1;
     return DT_OK;
 }
@@ -1285,9 +1286,121 @@ static int parse_fast(const dt_example_spec *spec, const uint8_t *p, const uint8
     return FAST_OK;
 }
 
+/* The entries of a CTR record of the DeepFM sample's form: the label, an int64_list of F ids
+ * (ids, in *ids) and a float_list of F values (in *vals), each list packed and once; other keys
+ * skipped. FAST_DECLINE for any other shape, which the general decoder takes (and reports, if it
+ * is an error). */
+static int parse_ctr_entries(const dt_example_spec *spec, const uint8_t *p, const uint8_t *end,
+                             float *label, int64_t *ids, float *vals)
+{
+    size_t len, F = (size_t)spec->ctr_fields;
+    if (!fast_whole_field(&p, end, &len))
+        return FAST_DECLINE;
+    unsigned seen = 0;
+    int label_seen = 0, guess = 0;
+    while (p < end) {
+        const uint8_t *k, *e;
+        size_t klen, vlen, llen;
+        /* entry = 0x0a len { 0x0a klen key 0x12 vlen { tag llen list } }, as in parse_fast */
+        if (*p++ != 0x0a || !fast_len(&p, end, &len))
+            return FAST_DECLINE;
+        e = p + len;
+        if (len > (size_t)(end - p) || len < 2 || *p++ != 0x0a || !fast_len(&p, e, &klen) ||
+            klen > (size_t)(e - p))
+            return FAST_DECLINE;
+        k = p;
+        p += klen;
+        if (p >= e || *p++ != 0x12 || !fast_len(&p, e, &vlen) || vlen != (size_t)(e - p) ||
+            p >= e)
+            return FAST_DECLINE;
+        int kind = *p++;
+        if (kind != 0x12 && kind != 0x1a && kind != 0x0a)
+            return FAST_DECLINE;
+        kind >>= 3;
+        if (!fast_len(&p, e, &llen) || llen != (size_t)(e - p))
+            return FAST_DECLINE;
+        int idx = guess < 2 && spec->key_len[guess] == klen &&
+                          same_key(spec->features[guess].key, k, klen, e)
+                      ? guess
+                      : lookup(spec, k, klen);
+        if (idx == LABEL_IDX) {
+            if (label_seen || !fast_label(p, e, end, kind, label))
+                return FAST_DECLINE;
+            label_seen = 1;
+        } else if (idx == 0 || idx == 1) {
+            const uint8_t *l = p;
+            size_t n;
+            if ((seen >> idx) & 1 || !fast_whole_field(&l, e, &n))
+                return FAST_DECLINE;
+            if (idx == 0) {
+                size_t count = 0;
+                if (kind != DT_FEATURE_INT64)
+                    return FAST_DECLINE;
+                for (uint64_t u; l < e; ids[count++] = (int64_t)u)
+                    if (count == F || !fast_varint(&l, e, end, &u))
+                        return FAST_DECLINE;
+                if (count != F)
+                    return FAST_DECLINE;
+            } else {
+                if (kind != DT_FEATURE_FLOAT || n != 4 * F)
+                    return FAST_DECLINE;
+                for (size_t f = 0; f < F; f++) {
+                    uint32_t u = dt_load_le32(l + 4 * f);
+                    memcpy(&vals[f], &u, 4);
+                }
+            }
+            seen |= 1u << idx;
+            guess = idx + 1;
+        }
+        p = e;
+    }
+    return seen == 3 && (label_seen || !spec->label_key[0]) ? FAST_OK : FAST_DECLINE;
+}
+
+/* A CTR record of the sample's form, decoded into the row's F entries where the general decoder
+ * appends each id and value as an entry and pairs them after (zip_ctr_fields); the same row,
+ * checked the same way. DT_END, appending nothing, for a record it does not take: any other
+ * shape, and every record with an error, for the general decoder to report. */
+static dt_status parse_ctr_fast(const dt_example_spec *spec, const uint8_t *data, size_t n_bytes,
+                                dt_rowbuf *out)
+{
+    const dt_feature_spec *fi = &spec->features[0], *fv = &spec->features[1];
+    size_t F = (size_t)spec->ctr_fields;
+    if (n_bytes == 0 || fi->scale != 1.0f || fi->divisor != 0.0f || fv->scale != 1.0f ||
+        fv->divisor != 0.0f)
+        return DT_END;
+    dt_status st = dt_rowbuf_reserve_sparse(out, F);
+    if (st)
+        return st;
+    int64_t *ids = out->sp_ids + out->nnz;
+    float *vals = out->sp_vals + out->nnz, label = 0.0f;
+    if (parse_ctr_entries(spec, data, data + n_bytes, &label, ids, vals) != FAST_OK ||
+        (label != 0.0f && label != 1.0f))
+        return DT_END;
+    int bad = 0;
+    for (size_t f = 0; f < F; f++)
+        bad |= (ids[f] < 0) | !isfinite(vals[f]) |
+               (spec->ctr_hash_buckets <= 0 && spec->ctr_max_id > 0 && ids[f] >= spec->ctr_max_id);
+    if (bad)
+        return DT_END;
+    if (spec->ctr_hash_buckets > 0)
+        for (size_t f = 0; f < F; f++) {
+            char digits[24];
+            int n = snprintf(digits, sizeof digits, "%lld", (long long)ids[f]);
+            ids[f] = dt_hash_bucket((int)f, digits, (size_t)n, spec->ctr_hash_buckets);
+        }
+    if ((st = dt_rowbuf_add_row(out, NULL)))
+        return st;
+    dt_rowbuf_set_label(out, label);
+    dt_rowbuf_commit_sparse(out, F);
+    return DT_OK;
+}
+
 dt_status dt_example_parse_fast(const dt_example_spec *spec, const uint8_t *data, size_t n_bytes,
                                 dt_rowbuf *out)
 {
+    if (spec->ready && spec->ctr_fast && out->n_dense == 0)
+        return parse_ctr_fast(spec, data, n_bytes, out);
     if (!spec->ready || !spec->fast || out->n_dense != spec->n_dense || n_bytes == 0)
         return DT_END;
     float *dense, label = 0.0f;
@@ -1848,7 +1961,7 @@ dt_status dt_example_parse(const dt_example_spec *spec, const uint8_t *data, siz
     if (out->n_dense != spec->n_dense)
         return dt_error(DT_ERR_INVALID, "rows of %d dense values cannot hold examples of %d",
                         out->n_dense, spec->n_dense);
-    if (spec->fast) {
+    if (spec->fast || spec->ctr_fast) {
         dt_status st = dt_example_parse_fast(spec, data, n_bytes, out);
         if (st != DT_END)
             return st;
