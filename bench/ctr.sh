@@ -3,6 +3,7 @@
 # (F=39, K=32, deep 128,64,32, keep 0.5, Adam 5e-4, batch 1024) on ROWS generated training rows
 # and ROWS/5 test rows (dtrain data gen-ctr; one epoch):
 #   - dtrain, 1 thread and 2 threads;
+#   - dtrain, 1 and 2 threads, from the same rows as TFRecord Examples of the sample's form;
 #   - PyTorch, 1 thread (bench/peers/torch_deepfm.py: sparse embeddings with SparseAdam, Adam for
 #     the rest);
 #   - both on 1 thread again with the sample's L2 (1e-4 on the table rows a batch touches);
@@ -14,7 +15,9 @@
 # the table traffic against this machine's memory bandwidth (bench/peers/limits.c, 1 thread),
 # and each round's 1- and 2-thread runs with their ratio, beside the round trip of a cache line
 # between the two cores just before the 2-thread run (a VM's vCPUs may sit on one chip or on
-# two, and move).
+# two, and move), and beside the same pair with the input parsed already (the second epoch of
+# two with --cache memory), which tells the training threads' own scaling from the input
+# thread's share of two cores.
 # usage: bench/ctr.sh BUILD_DIR    env: REPEAT (3), ROWS (1000000), PEERS_DIR, PYTHON
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -45,9 +48,17 @@ echo "generating $rows + $((rows / 5)) rows" >&2
 fs=$(sed -n 's/.*feature_size=\([0-9]*\).*/\1/p' "$work/gen")
 teacher=$(sed -n 's/.*teacher_auc=\([0-9.]*\).*/\1/p' "$work/gen")
 gen_rate=$(sed -n 's/.*rows_per_s=\([0-9]*\).*/\1/p' "$work/gen")
-common=(train --data "libsvm:$work/train.svm" --test-data "libsvm:$work/test.svm"
-        --feature-size "$fs" --optimizer adam --lr 5e-4 --batch-size 1024 --shuffle-buffer 0
-        --progress none --seed 1)
+hyper=(--feature-size "$fs" --optimizer adam --lr 5e-4 --batch-size 1024 --shuffle-buffer 0 --seed 1)
+train=(train --data "libsvm:$work/train.svm" "${hyper[@]}")
+common=("${train[@]}" --test-data "libsvm:$work/test.svm" --progress none)
+# The same rows as TFRecord Examples of the sample's form (label, ids, values).
+"$build/dtrain" convert --from libsvm --field-size 39 --index-base 0 "$work/train.svm" \
+    "$work/train.tfrecord" > /dev/null
+tfrecord=(train --data "tfrecord:$work/train.tfrecord" --field-size 39 "${hyper[@]}"
+          --test-data "libsvm:$work/test.svm" --progress none)
+# Steps per epoch, and the last quarter of the second epoch, for the runs without the parse.
+steps=$((rows / 1024))
+quarter=$(((steps + 3) / 4))
 
 for rep in $(seq 1 "$repeat"); do
     echo "run $rep of $repeat" >&2
@@ -59,6 +70,26 @@ for rep in $(seq 1 "$repeat"); do
         echo "$(json "$work/d$t.json" samples_per_sec) $(json "$work/d$t.json" test_auc)" \
              "$(json "$work/d$t.json" peak_rss_mb)" >> "$work/dtrain$t"
         json "$work/d$t.json" gemm_kernel > "$work/kernel"
+    done
+    # The same pair reading the TFRecord file.
+    for t in 1 2; do
+        "$build/dtrain" "${tfrecord[@]}" --model deepfm --threads "$t" \
+            --metrics-out "$work/t$t.json" > /dev/null
+        echo "$(json "$work/t$t.json" samples_per_sec) $(json "$work/t$t.json" test_auc)" \
+             "$(json "$work/t$t.json" peak_rss_mb)" >> "$work/tfrecord$t"
+    done
+    # The same pair with the input parsed already: two epochs with --cache memory, and the rate
+    # of the second epoch's last quarter, whose batches come from memory. At 1 thread the input
+    # thread has the other core to itself; at 2 threads it takes its parse (about 0.4 s per 1M
+    # rows here) from the training threads' cores: the difference between the two ratios is its
+    # share.
+    for t in 1 2; do
+        "$build/dtrain" "${train[@]}" --model deepfm --threads "$t" --epochs 2 --cache memory \
+            --progress estimator --log-step-count-steps "$quarter" > "$work/c$t.out" 2>&1 ||
+            die "the run with --cache memory failed: $(tail -3 "$work/c$t.out")"
+        rate=$(grep -o 'global_step/sec: [0-9.]*' "$work/c$t.out" | tail -1 | awk '{ print $2 }')
+        [ -n "$rate" ] || die "no global_step/sec line in $work/c$t.out"
+        echo "$rate" | awk '{ printf "%.0f\n", $1 * 1024 }' >> "$work/cached$t"
     done
     # With the sample's L2 (1e-4 on the table rows a batch touches), both.
     "$build/dtrain" "${common[@]}" --model deepfm --threads 1 --l2-reg 1e-4 \
@@ -98,22 +129,31 @@ tables_mb = fs * (1 + 32) * 3 * 4 / 2**20
 print(f"data: {fs} feature ids, teacher AUC {teacher}, gen-ctr {gen_rate} rows/s")
 print(f"{'':28} {'samples/s':>10} {'test AUC':>9} {'peak RSS MB':>12}")
 for label, name in (("dtrain deepfm, 1 thread", "dtrain1"), ("dtrain deepfm, 2 threads", "dtrain2"),
+                    ("  from TFRecord, 1 thread", "tfrecord1"),
+                    ("  from TFRecord, 2 threads", "tfrecord2"),
                     ("PyTorch deepfm, 1 thread", "torch"),
                     ("dtrain, 1 thread, L2 1e-4", "dtrain1l2"),
                     ("PyTorch, 1 thread, L2 1e-4", "torchl2")):
     print(f"{label:28} {med(name, 0):10,.0f} {med(name, 1):9.4f} {med(name, 2):12,.0f}")
 print(f"dtrain 1 thread / PyTorch 1 thread: {d1 / pt:.2f}x without L2, {d1l2 / ptl2:.2f}x with the "
       f"sample's L2 1e-4 (goal >= 3)")
-print(f"dtrain 2 threads / dtrain 1 thread: {d2 / d1:.2f}x (goal >= 1.7)")
+print(f"dtrain 2 threads / dtrain 1 thread: {d2 / d1:.2f}x (goal >= 1.7); from TFRecord "
+      f"{med('tfrecord2', 0) / med('tfrecord1', 0):.2f}x")
 rt = [int(l) for l in open(f"{work}/rt") if l.strip()]
 # A round's 1- and 2-thread runs are back to back, so they share the VM's state of the moment
 # (its speed drifts by a fifth over minutes): each round's ratio beside the ratio of medians.
 rounds = [r2[0] / r1[0] for r1, r2 in zip(rows("dtrain1"), rows("dtrain2"))]
 print("rounds, 1 thread then 2 threads (samples/s; the cores' cache-line round trip before the "
-      "2-thread run: about 45 ns on one chip, 350+ across two): " +
+      "2-thread run: about 45-120 ns on one chip, 350+ across two): " +
       "; ".join(f"{r1[0]:,.0f}, {r2[0]:,.0f} ({ns} ns): {r2[0] / r1[0]:.2f}x"
                 for r1, r2, ns in zip(rows("dtrain1"), rows("dtrain2"), rt)) +
       f"; median of the rounds' ratios {statistics.median(rounds):.2f}x")
+cached = [r2[0] / r1[0] for r1, r2 in zip(rows("cached1"), rows("cached2"))]
+print("the same with the input parsed already (the second epoch of --epochs 2 --cache memory, "
+      "which no input thread shares; samples/s): " +
+      "; ".join(f"{r1[0]:,.0f}, {r2[0]:,.0f}: {r2[0] / r1[0]:.2f}x"
+                for r1, r2 in zip(rows("cached1"), rows("cached2"))) +
+      f"; median {statistics.median(cached):.2f}x")
 print(f"AUC dtrain - PyTorch: {med('dtrain1', 1) - med('torch', 1):+.4f} without L2, "
       f"{med('dtrain1l2', 1) - med('torchl2', 1):+.4f} with it (goal >= -0.002)")
 # Table pages no row touched are never allocated, so RSS may stay below the nominal size.

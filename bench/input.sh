@@ -32,4 +32,11 @@ for threads in 1 2; do
         "$([ "$threads" = 1 ] || echo s)" "$(echo "100 * $mbs / $cat_mbs" | bc -l)"
 done
 "$bin" libsvm "$dir/ctr.svm"
+# CTR rows as DeepFM reads them (39 fields, ids checked against the table's rows): the input
+# thread's work per row when a CTR model trains from LibSVM text.
+[ -x "$build/dtrain" ] || { echo "bench/input.sh: $build/dtrain is missing: make" >&2; exit 1; }
+if [ ! -s "$dir/gen_ctr.svm" ] || [ ! -s "$dir/gen_ctr.txt" ]; then
+    "$build/dtrain" data gen-ctr --rows 200000 --seed 1 --out "$dir/gen_ctr.svm" > "$dir/gen_ctr.txt"
+fi
+"$bin" libsvm-fields "$dir/gen_ctr.svm" 39 "$(sed -n 's/.*feature_size=\([0-9]*\).*/\1/p' "$dir/gen_ctr.txt")"
 "$bin" overhead 937

@@ -9,6 +9,8 @@
  *                                 THREADS calls at once), which runs as one fused stage unless
  *                                 "staged" is given; prints records/s and MB/s
  *   input_bench libsvm FILE       parses a LibSVM file through its source; prints lines/s, MB/s
+ *   input_bench libsvm-fields FILE F ROWS
+ *                                 the same for CTR rows: F fields per line, ids below ROWS
  *   input_bench overhead STEPS    step time of the tutorial CNN fed by the image pipeline with
  *                                 prefetch, against the same batches already in memory
  */
@@ -147,14 +149,22 @@ static int read_tfrecord(const char *path, int threads, bool fuse)
     return 0;
 }
 
-static int read_libsvm(const char *path)
+/* fields 0: dense rows of 39 features; else CTR rows of that many fields (ids from 0, below
+ * max_id), as `dtrain train --field-size F --feature-size N` reads them. */
+static int read_libsvm(const char *path, int fields, long max_id)
 {
     dt_file_list files;
     if (dt_file_list_glob(path, &files))
         return fail("glob");
     dt_libsvm_options lo;
     dt_libsvm_options_default(&lo);
-    lo.n_dense = 39;
+    if (fields > 0) {
+        lo.field_size = fields;
+        lo.index_base = 0;
+        lo.max_id = max_id;
+    } else {
+        lo.n_dense = 39;
+    }
     dt_source_options o;
     dt_source_options_default(&o);
     dt_dataset *ds;
@@ -165,8 +175,8 @@ static int read_libsvm(const char *path)
     if (drain(ds, &rows))
         return 1;
     double dt = dt_clock_now() - t0;
-    printf("libsvm parse, 1 thread: %ld lines in %.2f s: %.0f lines/s, %.0f MB/s\n", rows, dt,
-           rows / dt, file_mb(path) / dt);
+    printf("libsvm parse%s, 1 thread: %ld lines in %.2f s: %.0f lines/s, %.0f MB/s\n",
+           fields > 0 ? " (CTR fields)" : "", rows, dt, rows / dt, file_mb(path) / dt);
     dt_dataset_destroy(ds);
     dt_file_list_free(&files);
     return 0;
@@ -257,10 +267,13 @@ int main(int argc, char **argv)
         strcmp(argv[1], "read") == 0)
         return read_tfrecord(argv[2], atoi(argv[3]), argc == 4);
     if (argc == 3 && strcmp(argv[1], "libsvm") == 0)
-        return read_libsvm(argv[2]);
+        return read_libsvm(argv[2], 0, 0);
+    if (argc == 5 && strcmp(argv[1], "libsvm-fields") == 0 && atoi(argv[3]) > 0 &&
+        atol(argv[4]) > 0)
+        return read_libsvm(argv[2], atoi(argv[3]), atol(argv[4]));
     if (argc == 3 && strcmp(argv[1], "overhead") == 0)
         return overhead(atol(argv[2]));
     fprintf(stderr, "usage: input_bench gen DIR SIZE_MB | read FILE THREADS [staged] | "
-                    "libsvm FILE | overhead STEPS\n");
+                    "libsvm FILE | libsvm-fields FILE F ROWS | overhead STEPS\n");
     return 2;
 }
