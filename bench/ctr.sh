@@ -48,7 +48,8 @@ echo "generating $rows + $((rows / 5)) rows" >&2
 fs=$(sed -n 's/.*feature_size=\([0-9]*\).*/\1/p' "$work/gen")
 teacher=$(sed -n 's/.*teacher_auc=\([0-9.]*\).*/\1/p' "$work/gen")
 gen_rate=$(sed -n 's/.*rows_per_s=\([0-9]*\).*/\1/p' "$work/gen")
-hyper=(--feature-size "$fs" --optimizer adam --lr 5e-4 --batch-size 1024 --shuffle-buffer 0 --seed 1)
+hyper=(--feature-size "$fs" --optimizer adam --lr 5e-4 --batch-size 1024 --shuffle-buffer 0
+       --seed 1)
 train=(train --data "libsvm:$work/train.svm" "${hyper[@]}")
 common=("${train[@]}" --test-data "libsvm:$work/test.svm" --progress none)
 # The same rows as TFRecord Examples of the sample's form (label, ids, values).
@@ -59,6 +60,7 @@ tfrecord=(train --data "tfrecord:$work/train.tfrecord" --field-size 39 "${hyper[
 # Steps per epoch, and the last quarter of the second epoch, for the runs without the parse.
 steps=$((rows / 1024))
 quarter=$(((steps + 3) / 4))
+[ "$quarter" -ge 1 ] || die "ROWS=$rows: fewer rows than one batch of 1024"
 
 for rep in $(seq 1 "$repeat"); do
     echo "run $rep of $repeat" >&2

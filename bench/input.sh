@@ -36,7 +36,9 @@ done
 # thread's work per row when a CTR model trains from LibSVM text.
 [ -x "$build/dtrain" ] || { echo "bench/input.sh: $build/dtrain is missing: make" >&2; exit 1; }
 if [ ! -s "$dir/gen_ctr.svm" ] || [ ! -s "$dir/gen_ctr.txt" ]; then
-    "$build/dtrain" data gen-ctr --rows 200000 --seed 1 --out "$dir/gen_ctr.svm" > "$dir/gen_ctr.txt"
+    "$build/dtrain" data gen-ctr --rows 200000 --seed 1 --out "$dir/gen_ctr.svm" \
+        > "$dir/gen_ctr.txt"
 fi
-"$bin" libsvm-fields "$dir/gen_ctr.svm" 39 "$(sed -n 's/.*feature_size=\([0-9]*\).*/\1/p' "$dir/gen_ctr.txt")"
+ctr_rows=$(sed -n 's/.*feature_size=\([0-9]*\).*/\1/p' "$dir/gen_ctr.txt")
+"$bin" libsvm-fields "$dir/gen_ctr.svm" 39 "$ctr_rows"
 "$bin" overhead 937

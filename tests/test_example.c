@@ -1165,7 +1165,8 @@ TEST(example_ctr_fast_path_matches_general_decoder)
             n_ids += dt_rng_next(&rng) % 2 ? 1 : -1;
         if (odd == 1)
             n_vals += dt_rng_next(&rng) % 2 ? 1 : -1;
-        int64_t ids[F + 1], label_i = (int64_t)(dt_rng_next(&rng) % 5 == 0 ? 2 : dt_rng_next(&rng) % 2);
+        int64_t ids[F + 1];
+        int64_t label_i = (int64_t)(dt_rng_next(&rng) % 5 == 0 ? 2 : dt_rng_next(&rng) % 2);
         float vals[F + 1], label_f = (float)label_i;
         for (int f = 0; f < F + 1; f++) {
             uint64_t r = dt_rng_next(&rng);
@@ -1205,10 +1206,10 @@ TEST(example_ctr_fast_path_matches_general_decoder)
                                         memcmp(a.sp_vals, b.sp_vals, F * sizeof(float)) == 0)) &&
                        (sa == DT_OK || strcmp(msg, dt_last_error()) == 0);
             /* What the fast path takes, it decodes as the general decoder does. */
-            same = same && (fast == DT_END ? c.n == 0
-                                           : fast == DT_OK && sa == DT_OK && c.n == 1 &&
-                                                 memcmp(c.sp_ids, a.sp_ids, F * sizeof(int64_t)) == 0 &&
-                                                 memcmp(c.sp_vals, a.sp_vals, F * sizeof(float)) == 0);
+            int fast_same = fast == DT_OK && sa == DT_OK && c.n == 1 &&
+                            memcmp(c.sp_ids, a.sp_ids, F * sizeof(int64_t)) == 0 &&
+                            memcmp(c.sp_vals, a.sp_vals, F * sizeof(float)) == 0;
+            same = same && (fast == DT_END ? c.n == 0 : fast_same);
             /* The plain shape: F ids and F finite values, ids of up to 8 varint bytes within
              * the table (or hashed), a label of 0 or 1. */
             int is_plain = n_ids == F && n_vals == F && odd != 4 && ids_ok && label_i < 2 &&
