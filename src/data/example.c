@@ -1380,10 +1380,13 @@ static int parse_ctr_entries(const dt_example_spec *spec, const uint8_t *p, cons
     return seen == 3 && (label_seen || !spec->label_key[0]) ? FAST_OK : FAST_DECLINE;
 }
 
-/* A CTR record of the sample's form, decoded into the row's F entries where the general decoder
- * appends each id and value as an entry and pairs them after (zip_ctr_fields); the same row,
- * checked the same way. DT_END, appending nothing, for a record it does not take: any other
- * shape, and every record with an error, for the general decoder to report. */
+static dt_status zip_ctr_fields(const dt_example_spec *spec, float label, const size_t counts[2],
+                                dt_rowbuf *out);
+
+/* A CTR record of the sample's form, decoded as the general decoder leaves it before pairing: a
+ * row of its F ids then its F values, which zip_ctr_fields pairs and checks as for the general
+ * decoder. DT_END, appending nothing, for a record it does not take: any other shape, and every
+ * record with an error, for the general decoder to report. */
 static dt_status parse_ctr_fast(const dt_example_spec *spec, const uint8_t *data, size_t n_bytes,
                                 dt_rowbuf *out)
 {
@@ -1392,30 +1395,22 @@ static dt_status parse_ctr_fast(const dt_example_spec *spec, const uint8_t *data
     if (n_bytes == 0 || fi->scale != 1.0f || fi->divisor != 0.0f || fv->scale != 1.0f ||
         fv->divisor != 0.0f)
         return DT_END;
-    dt_status st = dt_rowbuf_reserve_sparse(out, F);
+    dt_status st = dt_rowbuf_reserve_sparse(out, 2 * F);
     if (st)
         return st;
-    int64_t *ids = out->sp_ids + out->nnz;
-    float *vals = out->sp_vals + out->nnz, label = 0.0f;
-    if (parse_ctr_entries(spec, data, data + n_bytes, &label, ids, vals) != FAST_OK ||
-        (label != 0.0f && label != 1.0f))
+    float label = 0.0f;
+    if (parse_ctr_entries(spec, data, data + n_bytes, &label, out->sp_ids + out->nnz,
+                          out->sp_vals + out->nnz + F) != FAST_OK)
         return DT_END;
-    int bad = 0;
-    for (size_t f = 0; f < F; f++)
-        bad |= (ids[f] < 0) | !isfinite(vals[f]) |
-               (spec->ctr_hash_buckets <= 0 && spec->ctr_max_id > 0 && ids[f] >= spec->ctr_max_id);
-    if (bad)
-        return DT_END;
-    if (spec->ctr_hash_buckets > 0)
-        for (size_t f = 0; f < F; f++) {
-            char digits[24];
-            int n = snprintf(digits, sizeof digits, "%lld", (long long)ids[f]);
-            ids[f] = dt_hash_bucket((int)f, digits, (size_t)n, spec->ctr_hash_buckets);
-        }
     if ((st = dt_rowbuf_add_row(out, NULL)))
         return st;
     dt_rowbuf_set_label(out, label);
-    dt_rowbuf_commit_sparse(out, F);
+    dt_rowbuf_commit_sparse(out, 2 * F);
+    const size_t counts[2] = {F, F};
+    if (zip_ctr_fields(spec, label, counts, out) != DT_OK) {
+        dt_rowbuf_drop_last(out);
+        return DT_END;
+    }
     return DT_OK;
 }
 
