@@ -38,6 +38,15 @@ run2=$("$dtrain" data head "$tmp/g.tfrecord" --format tfrecord -n 1 2>&1)
 if [ "$status" -eq 0 ] && echo "$run2" | grep -q '"ids"' && echo "$run2" | grep -q '"values"'; then
     ok gen_ctr_writes_tfrecord_examples; else fail gen_ctr_writes_tfrecord_examples "exit $status: $run2"; fi
 
+# A write that fails (a full device, written in place) is one error naming the file, whichever
+# round of blocks it falls in.
+if [ -c /dev/full ]; then
+    expect_error gen_ctr_write_failure_names_the_file 1 "/dev/full: write failed" \
+        data gen-ctr --rows 100000 --seed 3 --out /dev/full
+else
+    fail gen_ctr_write_failure_names_the_file "/dev/full is missing"
+fi
+
 # --- LR < FM and LR < DeepFM < teacher, on held-out rows ---
 declare -A auc
 for m in lr fm deepfm; do

@@ -17,6 +17,26 @@
 
 uint64_t dt_hash_bytes(uint64_t seed, const void *bytes, size_t n);
 
+/* The SplitMix64 finaliser. */
+static inline uint64_t dt_hash_mix(uint64_t x)
+{
+    x ^= x >> 30;
+    x *= 0xbf58476d1ce4e5b9ULL;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+/* dt_hash_bytes of n words as their 8 n little-endian bytes, for keys made of integers: inline,
+ * so that a loop over many keys runs their multiplications side by side. */
+static inline uint64_t dt_hash_words(uint64_t seed, const uint64_t *words, size_t n)
+{
+    uint64_t h = dt_hash_mix(seed ^ (uint64_t)(8 * n) * 0x9e3779b97f4a7c15ULL);
+    for (size_t i = 0; i < n; i++)
+        h = dt_hash_mix(h ^ words[i]);
+    return h;
+}
+
 /* The bucket of a field's raw value among `buckets`. */
 static inline int64_t dt_hash_bucket(int field, const void *bytes, size_t n, int64_t buckets)
 {

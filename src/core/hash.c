@@ -1,15 +1,6 @@
 /* Feature hashing (see include/dtrain/hash.h). */
 #include "dtrain/hash.h"
 
-static inline uint64_t mix(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ULL;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
 static inline uint64_t load_le(const unsigned char *p, size_t n)
 {
     uint64_t w = 0;
@@ -21,11 +12,11 @@ static inline uint64_t load_le(const unsigned char *p, size_t n)
 uint64_t dt_hash_bytes(uint64_t seed, const void *bytes, size_t n)
 {
     const unsigned char *p = bytes;
-    uint64_t h = mix(seed ^ (uint64_t)n * 0x9e3779b97f4a7c15ULL);
+    uint64_t h = dt_hash_mix(seed ^ (uint64_t)n * 0x9e3779b97f4a7c15ULL);
     size_t i = 0;
     for (; i + 8 <= n; i += 8)
-        h = mix(h ^ load_le(p + i, 8));
+        h = dt_hash_mix(h ^ load_le(p + i, 8));
     if (i < n)
-        h = mix(h ^ load_le(p + i, n - i) ^ (uint64_t)n << 56);
+        h = dt_hash_mix(h ^ load_le(p + i, n - i) ^ (uint64_t)n << 56);
     return h;
 }

@@ -40,14 +40,14 @@ typedef struct {
 static double hashed_unit(uint64_t a, uint64_t b, uint64_t c)
 {
     uint64_t key[3] = {a, b, c};
-    uint64_t h = dt_hash_bytes(0x7465616368ULL, key, sizeof key);
+    uint64_t h = dt_hash_words(0x7465616368ULL, key, 3);
     return (double)(h >> 11) * (2.0 / 9007199254740992.0) - 1.0;
 }
 
 static uint64_t hash3(uint64_t a, uint64_t b, uint64_t c)
 {
     uint64_t key[3] = {a, b, c};
-    return dt_hash_bytes(0x7465616368ULL, key, sizeof key);
+    return dt_hash_words(0x7465616368ULL, key, 3);
 }
 
 /* Roughly normal with unit variance: the sum of four 16-bit uniforms of one hash. */
@@ -76,9 +76,11 @@ static void u_cat(int j, int64_t r, double u[LATENT])
     }
 }
 
-/* One row before formatting: the counts (-1: missing) and the ranks (-1: missing). */
+/* One row before formatting: the counts (-1: missing), their values as the model sees them
+ * (numeric_value: computed once, for the teacher and the formats) and the ranks (-1: missing). */
 typedef struct {
     int64_t count[DT_GEN_NUMERIC];
+    double num[DT_GEN_NUMERIC];
     int64_t rank[DT_GEN_CATEGORICAL];
     float label;
     float logit;
@@ -105,7 +107,7 @@ static double teacher_logit(const teacher *t, const row *x)
 {
     double z = t->bias;
     for (int i = 0; i < DT_GEN_NUMERIC; i++)
-        z += t->w_num[i] * (numeric_value(x->count[i]) - 0.5);
+        z += t->w_num[i] * (x->num[i] - 0.5);
     for (int j = 0; j < DT_GEN_CATEGORICAL; j++)
         if (x->rank[j] >= 0)
             z += w_cat(j, x->rank[j]);
@@ -126,16 +128,18 @@ static double teacher_logit(const teacher *t, const row *x)
         u_cat(j, x->rank[j], u);
         for (int k = 0; k < LATENT; k++)
             dot += u[k] * t->u_num[i][k];
-        z += (numeric_value(x->count[i]) - 0.5) * dot;
+        z += (x->num[i] - 0.5) * dot;
     }
     return z;
 }
 
 static void draw_row(const teacher *t, dt_rng *r, row *x)
 {
-    for (int i = 0; i < DT_GEN_NUMERIC; i++)
+    for (int i = 0; i < DT_GEN_NUMERIC; i++) {
         x->count[i] = dt_rng_uniform(r) < 0.1f ? -1
                       : (int64_t)floor(exp(t->mu[i] + t->sigma[i] * normal(r)));
+        x->num[i] = numeric_value(x->count[i]);
+    }
     for (int j = 0; j < DT_GEN_CATEGORICAL; j++)
         x->rank[j] = dt_rng_uniform(r) < 0.03f
                          ? -1 : power_law_rank((double)dt_rng_uniform(r), t->zipf_top[j],
@@ -266,7 +270,7 @@ static void ids_values(const teacher *t, const row *x, int64_t *ids, float *vals
 {
     for (int i = 0; i < DT_GEN_NUMERIC; i++) {
         ids[i] = i;
-        vals[i] = (float)numeric_value(x->count[i]);
+        vals[i] = (float)x->num[i];
     }
     for (int j = 0; j < DT_GEN_CATEGORICAL; j++) {
         ids[DT_GEN_NUMERIC + j] = t->offset[j] + (x->rank[j] < 0 ? t->card[j] : x->rank[j]);
@@ -287,7 +291,7 @@ static bool format_libsvm(const teacher *t, const row *x, buf *b)
         *p++ = ' ';
         p = put_u64(p, (uint64_t)ids[f]);
         *p++ = ':';
-        p = f < DT_GEN_NUMERIC ? put_fixed6(p, numeric_value(x->count[f])) : (*p = '1', p + 1);
+        p = f < DT_GEN_NUMERIC ? put_fixed6(p, x->num[f]) : (*p = '1', p + 1);
     }
     *p++ = '\n';
     b->n = (size_t)(p - b->p);
@@ -299,7 +303,7 @@ static void cat_token(int j, int64_t rank, char out[8])
 {
     static const char hex[] = "0123456789abcdef";
     uint64_t key[2] = {(uint64_t)j, (uint64_t)rank};
-    uint32_t h = (uint32_t)dt_hash_bytes(0x637269746f, key, sizeof key);
+    uint32_t h = (uint32_t)dt_hash_words(0x637269746f, key, 2);
     for (int s = 28, i = 0; s >= 0; s -= 4, i++)
         out[i] = hex[(h >> s) & 15];
 }
@@ -402,44 +406,63 @@ static bool format_tfrecord_columns(const teacher *t, const row *x, buf *b)
 
 /* ---- Blocks ---- */
 
+/* A round generates blocks [first_block, first_block + n_blocks) into gen, one task a block,
+ * and task 0 meanwhile writes the round before's blocks from the other half of the buffers:
+ * with the write in the round, no thread waits for it. */
 typedef struct {
     const teacher *t;
     dt_gen_format format;
     uint64_t seed;
     int64_t rows, first_block, n_blocks;
-    buf *bufs;        /* (n_blocks) */
+    buf *gen;               /* (n_blocks) this round's */
+    buf *written;           /* (n_written) the round before's */
+    int64_t n_written;
+    FILE *f;
+    int write_errno;        /* 0, or why a write failed */
     float *logits, *labels; /* (rows) over the whole run */
     bool failed;
 } gen_job;
 
-static void gen_blocks(void *ctx, int task, int n_tasks)
+static void gen_block(gen_job *j, int64_t b)
 {
-    gen_job *j = ctx;
-    long lo, hi;
-    dt_pool_slice((long)j->n_blocks, task, n_tasks, &lo, &hi);
-    for (long b = lo; b < hi; b++) {
-        int64_t block = j->first_block + b, r0 = block * BLOCK_ROWS;
-        int64_t r1 = r0 + BLOCK_ROWS < j->rows ? r0 + BLOCK_ROWS : j->rows;
-        dt_rng rng;
-        dt_rng_derive(&rng, j->seed, 0x67656e, (uint64_t)block);
-        buf *out = &j->bufs[b];
-        out->n = 0;
-        for (int64_t r = r0; r < r1; r++) {
-            row x;
-            draw_row(j->t, &rng, &x);
-            j->logits[r] = x.logit;
-            j->labels[r] = x.label;
-            bool ok = j->format == DT_GEN_LIBSVM     ? format_libsvm(j->t, &x, out)
-                      : j->format == DT_GEN_CRITEO   ? format_criteo(j->t, &x, out)
-                      : j->format == DT_GEN_TFRECORD ? format_tfrecord(j->t, &x, out)
-                      : j->format == DT_GEN_CSV      ? format_csv(j->t, &x, out)
-                                                     : format_tfrecord_columns(j->t, &x, out);
-            if (!ok) {
-                j->failed = true;
-                return;
-            }
+    int64_t block = j->first_block + b, r0 = block * BLOCK_ROWS;
+    int64_t r1 = r0 + BLOCK_ROWS < j->rows ? r0 + BLOCK_ROWS : j->rows;
+    dt_rng rng;
+    dt_rng_derive(&rng, j->seed, 0x67656e, (uint64_t)block);
+    buf *out = &j->gen[b];
+    out->n = 0;
+    for (int64_t r = r0; r < r1; r++) {
+        row x;
+        draw_row(j->t, &rng, &x);
+        j->logits[r] = x.logit;
+        j->labels[r] = x.label;
+        bool ok = j->format == DT_GEN_LIBSVM     ? format_libsvm(j->t, &x, out)
+                  : j->format == DT_GEN_CRITEO   ? format_criteo(j->t, &x, out)
+                  : j->format == DT_GEN_TFRECORD ? format_tfrecord(j->t, &x, out)
+                  : j->format == DT_GEN_CSV      ? format_csv(j->t, &x, out)
+                                                 : format_tfrecord_columns(j->t, &x, out);
+        if (!ok) {
+            j->failed = true;
+            return;
         }
     }
+}
+
+static void write_blocks(gen_job *j)
+{
+    for (int64_t k = 0; k < j->n_written && !j->write_errno; k++)
+        if (fwrite(j->written[k].p, 1, j->written[k].n, j->f) != j->written[k].n)
+            j->write_errno = errno ? errno : EIO;
+}
+
+static void round_task(void *ctx, int task, int n_tasks)
+{
+    (void)n_tasks;
+    gen_job *j = ctx;
+    if (task == 0)
+        write_blocks(j);
+    else
+        gen_block(j, task - 1);
 }
 
 dt_status dt_gen_ctr(const char *path, dt_gen_format format, int64_t rows, uint64_t seed,
@@ -453,14 +476,14 @@ dt_status dt_gen_ctr(const char *path, dt_gen_format format, int64_t rows, uint6
     int64_t n_blocks = (rows + BLOCK_ROWS - 1) / BLOCK_ROWS;
     int per_round = dt_pool_size(pool) * 4;
     gen_job j = {.t = &t, .format = format, .seed = seed, .rows = rows};
-    j.bufs = calloc((size_t)per_round, sizeof *j.bufs);
+    buf *bufs = calloc(2 * (size_t)per_round, sizeof *bufs);
     j.logits = malloc((size_t)rows * sizeof *j.logits);
     j.labels = malloc((size_t)rows * sizeof *j.labels);
     dt_status st = DT_OK;
     dt_file_replace fr;
     bool open = false;
     FILE *f = NULL;
-    if (!j.bufs || !j.logits || !j.labels) {
+    if (!bufs || !j.logits || !j.labels) {
         st = dt_error(DT_ERR_NOMEM, "no memory to generate %lld rows", (long long)rows);
         goto done;
     }
@@ -478,17 +501,23 @@ dt_status dt_gen_ctr(const char *path, dt_gen_format format, int64_t rows, uint6
                     i < DT_GEN_NUMERIC ? i + 1 : i - DT_GEN_NUMERIC + 1);
         fputc('\n', f);
     }
-    for (int64_t b = 0; b < n_blocks && st == DT_OK; b += per_round) {
+    j.f = f;
+    /* Rounds alternate between the two halves of bufs; the last round's blocks are written
+     * after it, by a round of no blocks. */
+    for (int64_t b = 0, turn = 0; b < n_blocks || j.n_written > 0; b += j.n_blocks, turn++) {
         j.first_block = b;
         j.n_blocks = n_blocks - b < per_round ? n_blocks - b : per_round;
-        dt_pool_run(pool, gen_blocks, &j, (int)j.n_blocks);
+        j.gen = bufs + (turn & 1) * per_round;
+        dt_pool_run(pool, round_task, &j, (int)j.n_blocks + 1);
         if (j.failed) {
             st = dt_error(DT_ERR_NOMEM, "no memory to format rows");
             break;
         }
-        for (int64_t k = 0; k < j.n_blocks && st == DT_OK; k++)
-            if (fwrite(j.bufs[k].p, 1, j.bufs[k].n, f) != j.bufs[k].n)
-                st = dt_error(DT_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+        if (j.write_errno) {
+            st = dt_error(DT_ERR_IO, "%s: write failed: %s", path, strerror(j.write_errno));
+            break;
+        }
+        j.written = j.gen, j.n_written = j.n_blocks;
     }
     if (fclose(f) != 0 && st == DT_OK)
         st = dt_error(DT_ERR_IO, "%s: write failed: %s", path, strerror(errno));
@@ -513,8 +542,8 @@ done:
         fclose(f);
     if (open)
         dt_file_replace_abort(&fr);
-    for (int k = 0; j.bufs && k < per_round; k++)
-        free(j.bufs[k].p);
-    free(j.bufs), free(j.logits), free(j.labels);
+    for (int k = 0; bufs && k < 2 * per_round; k++)
+        free(bufs[k].p);
+    free(bufs), free(j.logits), free(j.labels);
     return st;
 }
