@@ -2,6 +2,7 @@
  * with many ties, known small cases, undefined cases refused; logloss matches the direct formula
  * where it is stable and stays finite where it is not. */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,6 +30,46 @@ TEST(auc_equals_the_pairwise_reference_with_ties)
         free(s);
         free(y);
     }
+}
+
+/* Scores of every sign and size (random bits but NaN, +-0, +-infinity, denormals), repeated
+ * so that ties cross the sort's bytes: the radix order must be the floats' order, with -0 tied
+ * to +0. */
+TEST(auc_orders_every_kind_of_float_as_the_reference)
+{
+    dt_rng r;
+    dt_rng_seed(&r, 12);
+    const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, 1e-45f, -1e-45f, 1.0f, -1.0f};
+    for (int trial = 0; trial < 12; trial++) {
+        size_t n = 200 + (size_t)dt_rng_below(&r, 2500);
+        float *s = malloc(n * sizeof *s), *y = malloc(n * sizeof *y);
+        for (size_t i = 0; i < n; i++) {
+            uint32_t bits = (uint32_t)dt_rng_next(&r);
+            float f;
+            memcpy(&f, &bits, sizeof f);
+            uint64_t pick = dt_rng_below(&r, 8);
+            if (isnan(f) || pick == 0)
+                f = special[dt_rng_below(&r, 8)];
+            else if (pick == 1 && i > 0)
+                f = s[dt_rng_below(&r, i)]; /* a tie with an earlier score */
+            s[i] = f;
+            /* Labels leaning to the larger scores, so that order errors move the AUC. */
+            y[i] = (float)(dt_rng_below(&r, 4) == 0 ? dt_rng_below(&r, 2) : f > 0.0f);
+        }
+        y[0] = 1.0f, y[1] = 0.0f;
+        double auc = 0.0;
+        CHECK_OK(dt_auc(s, y, n, &auc));
+        double want = dt_auc_naive(s, y, n);
+        CHECK_MSG(fabs(auc - want) < 1e-12, "trial %d, n %zu: %.15f against %.15f", trial, n, auc,
+                  want);
+        free(s);
+        free(y);
+    }
+    /* -0 and +0 are one score: a tie, whatever the labels' order. */
+    float zeros[4] = {-0.0f, 0.0f, 0.0f, -0.0f}, y[4] = {1, 0, 1, 0};
+    double auc = 0.0;
+    CHECK_OK(dt_auc(zeros, y, 4, &auc));
+    CHECK_NEAR(auc, 0.5, 1e-15);
 }
 
 TEST(auc_known_cases_and_undefined_ones)
