@@ -450,9 +450,11 @@ static void gen_block(gen_job *j, int64_t b)
 
 static void write_blocks(gen_job *j)
 {
-    for (int64_t k = 0; k < j->n_written && !j->write_errno; k++)
+    for (int64_t k = 0; k < j->n_written && !j->write_errno; k++) {
+        errno = 0; /* a short write need not set it: then EIO, not an earlier call's errno */
         if (fwrite(j->written[k].p, 1, j->written[k].n, j->f) != j->written[k].n)
             j->write_errno = errno ? errno : EIO;
+    }
 }
 
 static void round_task(void *ctx, int task, int n_tasks)
