@@ -6,9 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* A score's bits as an unsigned key in the scores' order: negative floats reversed below the
+#include "radix.h"
+
+/* A score's bits as a key in the scores' order, in [0, 2^32): negative floats reversed below the
  * positive ones. -0 is taken as +0, which it equals. */
-static uint64_t order_key(float score)
+static int64_t order_key(float score)
 {
     if (score == 0.0f)
         score = 0.0f;
@@ -17,72 +19,50 @@ static uint64_t order_key(float score)
     return b & 0x80000000u ? (uint32_t)~b : b | 0x80000000u;
 }
 
-/* keys (n) sorted by their high 32 bits into order, a byte at a time from the lowest (radix
- * sort: linear, where a comparison sort of a million scores took most of an evaluation's AUC),
- * with tmp (n) as the other buffer. A byte that all keys share costs its count alone. Returns
- * the buffer that holds the sorted keys. */
-static uint64_t *sort_by_high_word(uint64_t *keys, uint64_t *tmp, size_t n)
-{
-    size_t counts[4][256] = {{0}};
-    for (size_t i = 0; i < n; i++)
-        for (int d = 0; d < 4; d++)
-            counts[d][(keys[i] >> (32 + 8 * d)) & 255]++;
-    for (int d = 0; d < 4; d++) {
-        if (counts[d][(keys[0] >> (32 + 8 * d)) & 255] == n)
-            continue;
-        size_t at = 0;
-        for (int b = 0; b < 256; b++) {
-            size_t c = counts[d][b];
-            counts[d][b] = at;
-            at += c;
-        }
-        for (size_t i = 0; i < n; i++)
-            tmp[counts[d][(keys[i] >> (32 + 8 * d)) & 255]++] = keys[i];
-        uint64_t *t = keys;
-        keys = tmp, tmp = t;
-    }
-    return keys;
-}
-
 dt_status dt_auc(const float *scores, const float *labels, size_t n, double *auc)
 {
-    /* Each example as its score's order key over its label in bit 0. */
-    uint64_t *v = malloc(2 * (n ? n : 1) * sizeof *v);
-    if (!v)
+    /* Each example as its score's order key and its label, and the sort's other buffers. */
+    size_t m = n ? n : 1;
+    int64_t *keys = malloc(2 * m * sizeof *keys);
+    uint32_t *labs = malloc(2 * m * sizeof *labs);
+    if (!keys || !labs) {
+        free(keys), free(labs);
         return dt_error(DT_ERR_NOMEM, "no memory for the AUC of %zu examples", n);
+    }
     double positives = 0.0;
     for (size_t i = 0; i < n; i++) {
         if (labels[i] != 0.0f && labels[i] != 1.0f) {
-            free(v);
+            free(keys), free(labs);
             return dt_error(DT_ERR_INVALID, "AUC: example %zu has label %g (0 or 1)", i,
                             (double)labels[i]);
         }
         if (isnan(scores[i])) {
-            free(v);
+            free(keys), free(labs);
             return dt_error(DT_ERR_INVALID, "AUC: example %zu has a NaN score", i);
         }
-        v[i] = order_key(scores[i]) << 32 | (labels[i] == 1.0f);
+        keys[i] = order_key(scores[i]);
+        labs[i] = labels[i] == 1.0f;
         positives += labels[i];
     }
     double negatives = (double)n - positives;
     if (positives == 0.0 || negatives == 0.0) {
-        free(v);
+        free(keys), free(labs);
         return dt_error(DT_ERR_INVALID, "AUC: the %zu examples have %s positive and %s negative: "
                         "the AUC is undefined", n, positives ? "a" : "no",
                         negatives ? "a" : "no");
     }
-    const uint64_t *sorted = sort_by_high_word(v, v + n, n);
+    dt_radix_sort_pairs(keys, labs, keys + n, labs + n, n, UINT32_MAX);
     /* Ranks from 1; a run of equal scores shares the mean of its ranks. */
     double positive_ranks = 0.0;
     for (size_t i = 0; i < n;) {
         size_t j = i;
         double in_run = 0.0;
-        while (j < n && sorted[j] >> 32 == sorted[i] >> 32)
-            in_run += (double)(sorted[j++] & 1);
+        while (j < n && keys[j] == keys[i])
+            in_run += (double)labs[j++];
         positive_ranks += in_run * ((double)(i + 1) + (double)j) / 2.0;
         i = j;
     }
-    free(v);
+    free(keys), free(labs);
     *auc = (positive_ranks - positives * (positives + 1.0) / 2.0) / (positives * negatives);
     return DT_OK;
 }

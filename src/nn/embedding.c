@@ -6,6 +6,7 @@
 
 #include "../core/cpu.h"
 #include "../core/prefetch.h"
+#include "../core/radix.h"
 
 /* Rows are fetched this many lookups ahead: a table row is a cache miss more often than not
  * (ids spread over a table far larger than the caches), and the loads of one row do not start
@@ -69,34 +70,6 @@ size_t dt_embedding_scratch_bytes(size_t n)
            2 * n * (sizeof(int64_t) + sizeof(uint32_t)) + n * sizeof(uint32_t) + 64;
 }
 
-/* Sorts keys (non-negative ids, all below 2^(8 x key_bytes)) with vals along, by 11-bit LSD
- * radix passes; the result is in keys and vals. */
-static void radix_sort(int64_t *keys, uint32_t *vals, int64_t *tk, uint32_t *tv, size_t n,
-                       int64_t max_key)
-{
-    int passes = 0;
-    while (passes < 6 && (passes == 0 || (max_key >> (11 * passes)) != 0))
-        passes++;
-    for (int p = 0; p < passes; p++) {
-        size_t count[2049] = {0};
-        int shift = 11 * p;
-        for (size_t i = 0; i < n; i++)
-            count[((uint64_t)keys[i] >> shift & 2047) + 1]++;
-        for (int d = 0; d < 2048; d++)
-            count[d + 1] += count[d];
-        for (size_t i = 0; i < n; i++) {
-            size_t at = count[(uint64_t)keys[i] >> shift & 2047]++;
-            tk[at] = keys[i], tv[at] = vals[i];
-        }
-        int64_t *k = keys;
-        uint32_t *v = vals;
-        keys = tk, vals = tv, tk = k, tv = v;
-    }
-    if (passes % 2) /* the result is in the other buffer */
-        for (size_t i = 0; i < n; i++)
-            tk[i] = keys[i], tv[i] = vals[i];
-}
-
 // ids (n); scratch (dt_embedding_scratch_bytes(n)); uniq_ids (n); slot (n)
 size_t dt_embedding_dedupe(const int64_t *ids, size_t n, void *scratch, int64_t *uniq_ids,
                            uint32_t *slot)
@@ -133,7 +106,7 @@ size_t dt_embedding_dedupe(const int64_t *ids, size_t n, void *scratch, int64_t 
     }
     for (size_t a = 0; a < u; a++)
         keys[a] = first[a], vals[a] = (uint32_t)a;
-    radix_sort(keys, vals, tk, tv, u, max_id);
+    dt_radix_sort_pairs(keys, vals, tk, tv, u, max_id);
     for (size_t r = 0; r < u; r++) {
         uniq_ids[r] = keys[r];
         rank[vals[r]] = (uint32_t)r;
