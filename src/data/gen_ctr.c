@@ -36,18 +36,17 @@ typedef struct {
     int64_t feature_size;
 } teacher;
 
-/* A fixed pseudo-random number in [-1, 1) from a key: the teacher's weights. */
-static double hashed_unit(uint64_t a, uint64_t b, uint64_t c)
-{
-    uint64_t key[3] = {a, b, c};
-    uint64_t h = dt_hash_words(0x7465616368ULL, key, 3);
-    return (double)(h >> 11) * (2.0 / 9007199254740992.0) - 1.0;
-}
-
+/* The teacher's hash of a three-part key. */
 static uint64_t hash3(uint64_t a, uint64_t b, uint64_t c)
 {
     uint64_t key[3] = {a, b, c};
     return dt_hash_words(0x7465616368ULL, key, 3);
+}
+
+/* A fixed pseudo-random number in [-1, 1) from a key: the teacher's weights. */
+static double hashed_unit(uint64_t a, uint64_t b, uint64_t c)
+{
+    return (double)(hash3(a, b, c) >> 11) * (2.0 / 9007199254740992.0) - 1.0;
 }
 
 /* Roughly normal with unit variance: the sum of four 16-bit uniforms of one hash. */
