@@ -5,7 +5,7 @@
 #   - dtrain, 1 thread and 2 threads;
 #   - dtrain, 1 and 2 threads, from the same rows as TFRecord Examples of the sample's form;
 #   - PyTorch, 1 thread (bench/peers/torch_deepfm.py: sparse embeddings with SparseAdam, Adam for
-#     the rest);
+#     the rest; its BLAS pool held to 1 thread too, and the cores it kept busy reported);
 #   - both on 1 thread again with the sample's L2 (1e-4 on the table rows a batch touches);
 #   - LR and FM by dtrain, 1 thread, for the AUC order.
 # Each runs REPEAT times, interleaved; medians are reported with the ratios the goals are stated in
@@ -102,7 +102,7 @@ for rep in $(seq 1 "$repeat"); do
         "$python" "$peers/torch_deepfm.py" --train "$work/train.svm" --test "$work/test.svm" \
             --feature-size "$fs" --threads 1 --l2-reg "$l2" > "$work/torch.out" 2>&1 ||
             die "the PyTorch peer failed: $(tail -3 "$work/torch.out")"
-        tail -1 "$work/torch.out" | sed 's/[a-z_]*=//g' | awk '{ print $1, $5, $7 }' \
+        tail -1 "$work/torch.out" | sed 's/[a-z_]*=//g' | awk '{ print $1, $5, $7, $8 }' \
             >> "$work/torch$( [ "$l2" = 0 ] || echo l2)"
     done
 done
@@ -139,6 +139,10 @@ for label, name in (("dtrain deepfm, 1 thread", "dtrain1"), ("dtrain deepfm, 2 t
     print(f"{label:28} {med(name, 0):10,.0f} {med(name, 1):9.4f} {med(name, 2):12,.0f}")
 print(f"dtrain 1 thread / PyTorch 1 thread: {d1 / pt:.2f}x without L2, {d1l2 / ptl2:.2f}x with the "
       f"sample's L2 1e-4 (goal >= 3)")
+# The peer's CPU time over its training time: 1.00 when its products stay on the one core asked
+# for (its BLAS pool is fixed before torch loads; set_num_threads alone leaves it machine-wide).
+print(f"PyTorch 1 thread kept {med('torch', 3):.2f} cores busy while training "
+      f"({med('torchl2', 3):.2f} with L2)")
 print(f"dtrain 2 threads / dtrain 1 thread: {d2 / d1:.2f}x (goal >= 1.7); from TFRecord "
       f"{med('tfrecord2', 0) / med('tfrecord1', 0):.2f}x")
 rt = [int(l) for l in open(f"{work}/rt") if l.strip()]

@@ -8,8 +8,9 @@ per process, shuffled each epoch, cross-entropy from logits. With --ddp-rank/--d
 as one process of DistributedDataParallel over Gloo on 127.0.0.1:--port, each rank taking its
 own half of every epoch (DistributedSampler), as torchrun would start it.
 
-Prints `samples_per_s=X train_s=T steps=N test_acc=A peak_rss_mb=M` last (test_acc after the
-last epoch; nan when --steps cut the run short and --eval is not given).
+Prints `samples_per_s=X train_s=T steps=N test_acc=A peak_rss_mb=M cores=C` last (test_acc after
+the last epoch; nan when --steps cut the run short and --eval is not given; C the process's CPU
+time over the training's wall time, which --threads bounds).
 """
 import argparse
 import gzip
@@ -19,10 +20,14 @@ import struct
 import sys
 import time
 
-import numpy as np
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+import peer_threads
+
+peer_threads.pin(peer_threads.threads_from_argv())
+
+import numpy as np  # noqa: E402 (after the pools' width is set)
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 DATA = "/usr/share/datasets/fashion-mnist"
 
@@ -92,12 +97,12 @@ def main():
     rank, world = (a.ddp_rank, a.ddp_world) if ddp else (0, 1)
     gen = torch.Generator().manual_seed(a.seed)
     steps = samples = 0
-    train_s = 0.0
+    train_s, cpu_s = 0.0, 0.0
     cut = False
     for _ in range(a.epochs):
         order = torch.randperm(len(x), generator=gen)[rank::world]
         n_batches = len(order) // a.batch_size
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for b in range(n_batches):
             idx = order[b * a.batch_size:(b + 1) * a.batch_size]
             opt.zero_grad(set_to_none=True)
@@ -110,6 +115,7 @@ def main():
                 cut = True
                 break
         train_s += time.perf_counter() - t0
+        cpu_s += time.process_time() - c0
         if cut:
             break
     acc = float("nan")
@@ -118,7 +124,7 @@ def main():
         acc = accuracy(model, tx, ty)
     rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     print(f"samples_per_s={samples / train_s:.1f} train_s={train_s:.2f} steps={steps} "
-          f"test_acc={acc:.4f} peak_rss_mb={rss_mb:.0f}", flush=True)
+          f"test_acc={acc:.4f} peak_rss_mb={rss_mb:.0f} cores={cpu_s / train_s:.2f}", flush=True)
     if ddp:
         dist.destroy_process_group()
 

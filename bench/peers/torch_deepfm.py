@@ -9,15 +9,20 @@ per row (torch.unique of the batch's ids, looked up again). Tables start as dtra
 (first-order weights 0, factors N(0, 0.01^2)), the MLP as PyTorch's default.
 
 The last line: samples_per_s=X train_s=T rows=N final_loss=L test_auc=A test_logloss=L
-peak_rss_mb=M (training time only: reading the files is not counted).
+peak_rss_mb=M cores=C (training time only: reading the files is not counted; C is the process's CPU
+time over the training's wall time, the cores it kept busy, which --threads bounds).
 """
 import argparse
 import resource
 import time
 
-import numpy as np
-import torch
-import torch.nn as nn
+import peer_threads
+
+peer_threads.pin(peer_threads.threads_from_argv())
+
+import numpy as np  # noqa: E402 (after the pools' width is set)
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
 
 from ctr_common import auc, load_libsvm
 
@@ -92,6 +97,7 @@ itr_t, vtr_t, ytr_t = torch.from_numpy(itr), torch.from_numpy(vtr), torch.from_n
 B = args.batch_size
 n_batches = len(ytr) // B
 t0 = time.time()
+clock = peer_threads.CpuClock()
 seen, last_loss = 0, float("nan")
 for epoch in range(args.epochs):
     model.train()
@@ -117,6 +123,7 @@ for epoch in range(args.epochs):
         seen += B
     last_loss = total / max(n_batches, 1)
 train_s = time.time() - t0
+cores = clock.cores()
 model.eval()
 with torch.no_grad():
     z = torch.cat([model(torch.from_numpy(ite[i:i + 8192]), torch.from_numpy(vte[i:i + 8192]))
@@ -126,4 +133,4 @@ logloss = float(-np.mean(yte * np.log(p) + (1 - yte) * np.log(1 - p)))
 rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 print(f"samples_per_s={seen / train_s:.0f} train_s={train_s:.2f} rows={seen} "
       f"final_loss={last_loss:.4f} test_auc={auc(z, yte):.4f} test_logloss={logloss:.4f} "
-      f"peak_rss_mb={rss:.0f}")
+      f"peak_rss_mb={rss:.0f} cores={cores:.2f}")

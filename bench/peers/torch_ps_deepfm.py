@@ -22,10 +22,14 @@ import sys
 import threading
 import time
 
-import numpy as np
-import torch
-import torch.distributed.rpc as rpc
-import torch.nn as nn
+import peer_threads
+
+peer_threads.pin(1)  # each process one thread, as torch.set_num_threads(1) below
+
+import numpy as np  # noqa: E402 (after the pools' width is set)
+import torch  # noqa: E402
+import torch.distributed.rpc as rpc  # noqa: E402
+import torch.nn as nn  # noqa: E402
 
 from ctr_common import auc, load_libsvm
 
