@@ -219,9 +219,20 @@ static void list_cols_counted(const dt_sparse_dy *s, const float *dy, long lo, l
 {
     dt_sparse_kernels_portable.list_cols(s, dy, lo, hi, db);
 }
+static void transpose_portable(const float *w, int OUT, int i0, int nc, float *wt)
+{
+    dt_sparse_kernels_portable.transpose(w, OUT, i0, nc, wt);
+}
+static void add_transposed_portable(const float *dwt, int OUT, int i0, int nc, float *dw)
+{
+    dt_sparse_kernels_portable.add_transposed(dwt, OUT, i0, nc, dw);
+}
+
 /* The portable kernels, counting their calls: whether a product went through the lists. */
-static const dt_sparse_kernels counted = {"counted", list_rows_counted, list_cols_counted,
-                                          dx_counted, dw_counted};
+static const dt_sparse_kernels counted = {"counted",          list_rows_counted,
+                                          list_cols_counted,  dx_counted,
+                                          dw_counted,         transpose_portable,
+                                          add_transposed_portable};
 
 static bool same_bits(const float *a, const float *b, size_t n)
 {

@@ -76,28 +76,6 @@ static void list_task(void *ctx, int task, int n_tasks)
     j->k->list_cols(&j->s, j->dy, lo, hi, j->db);
 }
 
-/* wt (OUT, NC) = rows [i0, i0 + nc) of w (IN, OUT), transposed, zero beyond nc. */
-static void transpose_rows(const float *w, int OUT, int i0, int nc, float *wt)
-{
-    for (int q = 0; q < nc; q++) {
-        const float *row = w + (size_t)(i0 + q) * OUT;
-        for (int j = 0; j < OUT; j++)
-            wt[(size_t)j * NC + q] = row[j];
-    }
-    for (int j = 0; j < OUT && nc < NC; j++)
-        memset(wt + (size_t)j * NC + nc, 0, (size_t)(NC - nc) * sizeof *wt);
-}
-
-/* Rows [i0, i0 + nc) of dw (IN, OUT) += dwt (OUT, NC) transposed. */
-static void add_transposed(const float *dwt, int OUT, int i0, int nc, float *dw)
-{
-    for (int q = 0; q < nc; q++) {
-        float *row = dw + (size_t)(i0 + q) * OUT;
-        for (int j = 0; j < OUT; j++)
-            row[j] += dwt[(size_t)j * NC + q];
-    }
-}
-
 static void chunk_task(void *ctx, int task, int n_tasks)
 {
     (void)n_tasks;
@@ -105,12 +83,12 @@ static void chunk_task(void *ctx, int task, int n_tasks)
     int OUT = j->s.OUT, i0 = task * NC, nc = j->s.IN - i0 < NC ? j->s.IN - i0 : NC;
     float *wt = j->panels + (size_t)task * 2 * OUT * NC, *dwt = wt + (size_t)OUT * NC;
     if (j->dx) {
-        transpose_rows(j->w, OUT, i0, nc, wt);
+        j->k->transpose(j->w, OUT, i0, nc, wt);
         j->k->dx(&j->s, wt, i0, nc, j->dx);
     }
     memset(dwt, 0, (size_t)OUT * NC * sizeof *dwt);
     j->k->dw(&j->s, j->x, i0, nc, dwt);
-    add_transposed(dwt, OUT, i0, nc, j->dw);
+    j->k->add_transposed(dwt, OUT, i0, nc, j->dw);
 }
 
 void dt_dense_backward_sparse_with(const dt_sparse_kernels *k, dt_pool *pool, int B, int IN,
@@ -263,6 +241,27 @@ static void dw_portable(const dt_sparse_dy *s, const float *x, int i0, int nc, f
     }
 }
 
+static void transpose_portable(const float *w, int OUT, int i0, int nc, float *wt)
+{
+    for (int q = 0; q < nc; q++) {
+        const float *row = w + (size_t)(i0 + q) * OUT;
+        for (int j = 0; j < OUT; j++)
+            wt[(size_t)j * NC + q] = row[j];
+    }
+    for (int j = 0; j < OUT && nc < NC; j++)
+        memset(wt + (size_t)j * NC + nc, 0, (size_t)(NC - nc) * sizeof *wt);
+}
+
+static void add_transposed_portable(const float *dwt, int OUT, int i0, int nc, float *dw)
+{
+    for (int q = 0; q < nc; q++) {
+        float *row = dw + (size_t)(i0 + q) * OUT;
+        for (int j = 0; j < OUT; j++)
+            row[j] += dwt[(size_t)j * NC + q];
+    }
+}
+
 const dt_sparse_kernels dt_sparse_kernels_portable = {"portable", list_rows_portable,
                                                        list_cols_portable, dx_portable,
-                                                       dw_portable};
+                                                       dw_portable, transpose_portable,
+                                                       add_transposed_portable};

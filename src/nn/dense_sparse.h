@@ -66,12 +66,21 @@ typedef long (*dt_sparse_list_rows_fn)(const dt_sparse_dy *s, const float *dy, l
 typedef void (*dt_sparse_list_cols_fn)(const dt_sparse_dy *s, const float *dy, long lo, long hi,
                                        float *db);
 
+/* wt (OUT, DT_SPARSE_NC) = rows [i0, i0 + nc) of w (IN, OUT) transposed, zero beyond nc. wt is
+ * 64-byte aligned. */
+typedef void (*dt_sparse_transpose_fn)(const float *w, int OUT, int i0, int nc, float *wt);
+/* Rows [i0, i0 + nc) of dw (IN, OUT) += dwt (OUT, DT_SPARSE_NC) transposed: one add per element,
+ * so every kernel gives the same bits. dwt is 64-byte aligned. */
+typedef void (*dt_sparse_add_transposed_fn)(const float *dwt, int OUT, int i0, int nc, float *dw);
+
 typedef struct {
     const char *name;
     dt_sparse_list_rows_fn list_rows;
     dt_sparse_list_cols_fn list_cols;
     dt_sparse_dx_fn dx;
     dt_sparse_dw_fn dw;
+    dt_sparse_transpose_fn transpose;
+    dt_sparse_add_transposed_fn add_transposed;
 } dt_sparse_kernels;
 
 extern const dt_sparse_kernels dt_sparse_kernels_portable; /* dense_sparse.c: fmaf, any CPU */

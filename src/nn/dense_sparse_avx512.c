@@ -176,5 +176,74 @@ static void list_cols_avx512(const dt_sparse_dy *s, const float *dy, long lo, lo
     }
 }
 
-const dt_sparse_kernels dt_sparse_kernels_avx512 = {"avx512", list_rows_avx512, list_cols_avx512,
-                                                     dx_avx512, dw_avx512};
+/* ---- 16 x 16 blocks between w's rows and the panels' (the transposes of each chunk) ---- */
+
+/* r[0..16) transposed in place: r[j] lane k = r[k] lane j on return. Three rounds, each pairing
+ * rows at a distance of 1, then 2 (64-bit pairs), then 4 and 8 (128-bit lanes). */
+static inline __attribute__((always_inline)) void transpose16(__m512 r[16])
+{
+    __m512 t[16], u[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    /* u[4i + c], 128-bit lane L: column 4L + c of rows 4i .. 4i + 3. */
+    for (int i = 0; i < 4; i++) {
+        __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+        __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+        u[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        u[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        u[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        u[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    /* Row 4L + c takes lane L of u[c], u[4 + c], u[8 + c], u[12 + c], in that order. */
+    for (int c = 0; c < 4; c++) {
+        __m512 a = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);     /* L0, L2 of each */
+        __m512 b = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xdd);     /* L1, L3 */
+        __m512 a2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+        __m512 b2 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xdd);
+        r[c] = _mm512_shuffle_f32x4(a, a2, 0x88);
+        r[8 + c] = _mm512_shuffle_f32x4(a, a2, 0xdd);
+        r[4 + c] = _mm512_shuffle_f32x4(b, b2, 0x88);
+        r[12 + c] = _mm512_shuffle_f32x4(b, b2, 0xdd);
+    }
+}
+
+/* wt's 16 x 16 blocks, each from 16 rows of w (zero rows beyond nc) and up to 16 columns. */
+static void transpose_avx512(const float *w, int OUT, int i0, int nc, float *wt)
+{
+    for (int q0 = 0; q0 < NC; q0 += 16)
+        for (int j0 = 0; j0 < OUT; j0 += 16) {
+            int nj = OUT - j0 < 16 ? OUT - j0 : 16;
+            __mmask16 m = lanes(nj, 0);
+            __m512 r[16];
+            for (int k = 0; k < 16; k++)
+                r[k] = q0 + k < nc ? _mm512_maskz_loadu_ps(m, w + (size_t)(i0 + q0 + k) * OUT + j0)
+                                   : _mm512_setzero_ps();
+            transpose16(r);
+            for (int k = 0; k < nj; k++)
+                _mm512_store_ps(wt + (size_t)(j0 + k) * NC + q0, r[k]);
+        }
+}
+
+/* dw's rows from dwt's 16 x 16 blocks: one add per element, as the portable kernel. */
+static void add_transposed_avx512(const float *dwt, int OUT, int i0, int nc, float *dw)
+{
+    for (int q0 = 0; q0 < nc; q0 += 16)
+        for (int j0 = 0; j0 < OUT; j0 += 16) {
+            int nj = OUT - j0 < 16 ? OUT - j0 : 16;
+            __mmask16 m = lanes(nj, 0);
+            __m512 r[16];
+            for (int k = 0; k < 16; k++)
+                r[k] = k < nj ? _mm512_load_ps(dwt + (size_t)(j0 + k) * NC + q0) : _mm512_setzero_ps();
+            transpose16(r);
+            for (int k = 0; k < 16 && q0 + k < nc; k++) {
+                float *row = dw + (size_t)(i0 + q0 + k) * OUT + j0;
+                _mm512_mask_storeu_ps(row, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, row), r[k]));
+            }
+        }
+}
+
+const dt_sparse_kernels dt_sparse_kernels_avx512 = {"avx512",   list_rows_avx512, list_cols_avx512,
+                                                     dx_avx512,  dw_avx512,        transpose_avx512,
+                                                     add_transposed_avx512};
