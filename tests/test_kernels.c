@@ -48,7 +48,7 @@ static dt_pool *pool_of(int threads)
 static const char *const gemm_kernels[] = {"avx512", "blas"};
 
 /* Every kernel this CPU runs, against the reference: every transpose, leading dimensions wider
- * than the matrices, sizes around the AVX-512 kernel's 6 x 64 tile and 192-deep k blocks, K = 0
+ * than the matrices, sizes around the AVX-512 kernel's tiles and 192-deep k blocks, K = 0
  * (C = beta C), and beta = 0 over a C of NaNs (C is not read then). */
 TEST(gemm_matches_reference_in_every_layout)
 {
@@ -96,6 +96,49 @@ TEST(gemm_matches_reference_in_every_layout)
     CHECK(kernels_run >= 1);
     CHECK_OK(dt_gemm_use("auto"));
     CHECK_ERR(dt_gemm_use("sse"), DT_ERR_INVALID, "not one of auto, avx512, blas");
+    dt_pool_destroy(pool);
+}
+
+/* dtrain's kernel gives a column of C the same bits however many columns the product has: a
+ * narrow product (tiles 12 x 32 or 24 x 16) equals the first columns of a product 64 + wide
+ * (tiles 6 x 64), in every layout, with row counts off every tile height, K across two k blocks,
+ * and split over 2 threads. */
+TEST(gemm_narrow_products_have_the_wide_products_bits)
+{
+    if (!dt_gemm_kernel_runs_here("avx512")) {
+        CHECK_ERR(dt_gemm_use("avx512"), DT_ERR_UNSUPPORTED, "cannot run it");
+        return;
+    }
+    static const int narrow[] = {1, 5, 16, 17, 31, 32};
+    static const int rows[] = {1, 11, 25, 100};
+    dt_rng r;
+    dt_rng_seed(&r, 7);
+    dt_pool *pool = pool_of(2);
+    CHECK_OK(dt_gemm_use("avx512"));
+    for (size_t a = 0; a < sizeof narrow / sizeof narrow[0]; a++)
+        for (size_t b = 0; b < sizeof rows / sizeof rows[0]; b++)
+            for (int t = 0; t < 8; t++) {
+                bool ta = t & 1, tb = t & 2, threads2 = t & 4;
+                int n = narrow[a], M = rows[b], K = 200, W = 64 + n;
+                int lda = ta ? M : K, ldb = tb ? K : W;
+                float *A = random_floats(&r, (size_t)(ta ? K : M) * lda, -1, 1);
+                float *B = random_floats(&r, (size_t)(tb ? W : K) * ldb, -1, 1);
+                float *wide = random_floats(&r, (size_t)M * W, -1, 1);
+                float *thin = malloc((size_t)M * n * sizeof *thin);
+                for (int i = 0; i < M; i++)
+                    memcpy(thin + (size_t)i * n, wide + (size_t)i * W, (size_t)n * sizeof *thin);
+                dt_pool *p = threads2 ? pool : NULL;
+                dt_gemm(p, ta, tb, M, W, K, 0.5f, A, lda, B, ldb, 0.25f, wide, W);
+                dt_gemm(p, ta, tb, M, n, K, 0.5f, A, lda, B, ldb, 0.25f, thin, n);
+                bool same = true;
+                for (int i = 0; i < M; i++)
+                    same = same && memcmp(thin + (size_t)i * n, wide + (size_t)i * W,
+                                          (size_t)n * sizeof *thin) == 0;
+                CHECK_MSG(same, "N=%d of %d, M=%d, ta=%d tb=%d threads=%d: other bits", n, W, M,
+                          ta, tb, threads2 ? 2 : 1);
+                free(A), free(B), free(wide), free(thin);
+            }
+    CHECK_OK(dt_gemm_use("auto"));
     dt_pool_destroy(pool);
 }
 

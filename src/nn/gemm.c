@@ -35,7 +35,7 @@ static void gemm_blas(bool ta, bool tb, int M, int N, int K, float alpha, const 
 
 /* One task per thread, as always: OpenBLAS's blocking, and so its rounding, depends on the
  * sizes it is given, and the shares must stay what they were for results to stay the same. */
-const dt_gemm_kernel dt_gemm_kernel_blas = {"blas", DT_CPU_N_FEATURES, gemm_blas, 1, 1, 1};
+const dt_gemm_kernel dt_gemm_kernel_blas = {"blas", DT_CPU_N_FEATURES, gemm_blas, 1, 1, 1, 0, 0};
 
 /* Fastest first: the first this CPU runs is the default. */
 static const dt_gemm_kernel *const kernels[] = {&dt_gemm_kernel_avx512, &dt_gemm_kernel_blas};
@@ -108,12 +108,18 @@ static void unit_slice(long n, int unit, int task, int n_tasks, long *lo, long *
     *hi = *hi * unit < n ? *hi * unit : n;
 }
 
+/* The kernel's unit of rows for a product N columns wide. */
+static int row_unit_of(const dt_gemm_kernel *k, int N)
+{
+    return N <= k->narrow_cols ? k->narrow_row_unit : k->row_unit;
+}
+
 static void gemm_task(void *ctx, int task, int n_tasks)
 {
     const struct gemm_job *j = ctx;
     long lo, hi;
     if (j->split_rows) {
-        unit_slice(j->M, j->k->row_unit, task, n_tasks, &lo, &hi);
+        unit_slice(j->M, row_unit_of(j->k, j->N), task, n_tasks, &lo, &hi);
         if (hi <= lo)
             return;
         const float *A = j->ta ? j->A + lo : j->A + lo * j->lda;
@@ -144,7 +150,8 @@ void dt_gemm(dt_pool *pool, bool ta, bool tb, int M, int N, int K, float alpha, 
      * multiply-adds: a thread the scheduler takes away for a while (the input thread needs a
      * core now and then) leaves its remaining tasks to the others. */
     bool split_rows = M >= N;
-    long units = split_rows ? (M + k->row_unit - 1) / k->row_unit
+    int row_unit = row_unit_of(k, N);
+    long units = split_rows ? (M + row_unit - 1) / row_unit
                             : (N + k->col_unit - 1) / k->col_unit;
     long n_tasks = (long)threads * k->tasks_per_thread;
     if (k->tasks_per_thread > 1 && n_tasks > (long)(macs / 5e5))

@@ -17,8 +17,9 @@ typedef struct {
     dt_cpu_feature needs; /* DT_CPU_N_FEATURES: runs on any CPU */
     dt_gemm_fn fn;
     /* dt_gemm splits a product over threads in whole units of rows (or columns) of C, in up
-     * to tasks_per_thread tasks per thread. */
-    int row_unit, col_unit, tasks_per_thread;
+     * to tasks_per_thread tasks per thread; rows in units of narrow_row_unit when C has
+     * narrow_cols columns or fewer (0: no such case). */
+    int row_unit, col_unit, tasks_per_thread, narrow_cols, narrow_row_unit;
 } dt_gemm_kernel;
 
 extern const dt_gemm_kernel dt_gemm_kernel_blas;   /* OpenBLAS's cblas_sgemm */
