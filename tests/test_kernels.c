@@ -283,8 +283,9 @@ static bool same_bits(const float *a, const float *b, size_t n)
 }
 
 /* Over dy's non-zeros: the reference's values, at sizes off the 64-input chunks and 128-example
- * blocks, with an odd count of entries per row; the same bits from the portable and AVX-512
- * kernels on 1 and 3 threads, and the dense products' bias gradient. Over a third of dy non-zero,
+ * blocks, with an odd count of entries per row, and a dx large enough to be streamed; the same
+ * bits from the portable and AVX-512 kernels on 1 and 3 threads, and the dense products' bias
+ * gradient. Over a third of dy non-zero,
  * or fewer than 256 inputs, the products stay dense: dt_dense_backward's bits. */
 TEST(dense_backward_over_nonzeros_matches_reference)
 {
@@ -297,6 +298,7 @@ TEST(dense_backward_over_nonzeros_matches_reference)
         {129, 1248, 128, 0.29, false, false}, {300, 257, 33, 0.05, true, false},
         {64, 320, 16, 0.0, false, false},  {50, 256, 20, 0.45, false, true},
         {40, 255, 20, 0.2, false, true},
+        {450, 1248, 40, 0.29, false, false}, /* dx of 2.2 MB: streamed (DX_STREAM_BYTES) */
     };
     dt_rng r;
     dt_rng_seed(&r, 12);
@@ -328,7 +330,8 @@ TEST(dense_backward_over_nonzeros_matches_reference)
                 size_t ns = dt_dense_sparse_scratch_elems(B, IN, OUT, t);
                 float *scratch = aligned_alloc(64, (ns + 16) / 16 * 64);
                 float *dw = copy_floats(dw0, nw), *db = copy_floats(db0, OUT);
-                float *dx = malloc(nx * sizeof *dx);
+                /* Aligned as the model's buffers are, so that whole chunks of dx can stream. */
+                float *dx = aligned_alloc(64, (nx + 15) / 16 * 64);
                 sparse_chunks_run = 0;
                 if (k == 2)
                     dt_dense_backward_sparse(pool, B, IN, OUT, x, w, dy, dw, db, dx, scratch);
