@@ -1,4 +1,5 @@
-/* CTR models: the FM kernels against their pairwise references; LR, FM and DeepFM gradients
+/* CTR models: the FM kernels against their pairwise references, and the fused lookups against
+ * the lookups then the FM; LR, FM and DeepFM gradients
  * (dense and sparse rows) against finite differences of the loss; the logits against a
  * computation written here from the formula; bad batches named; training moves only the rows a
  * batch touched. */
@@ -6,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dtrain/embedding.h"
 #include "dtrain/fm.h"
 #include "dtrain/model.h"
 #include "dtrain/pool.h"
@@ -33,6 +35,45 @@ TEST(fm_kernels_match_their_pairwise_references)
     dt_fm_backward_naive(B, F, K, emb, dy, d_ref);
     for (int i = 0; i < B * F * K; i++)
         CHECK_NEAR(d[i], d_ref[i], 1e-5);
+}
+
+/* The fused pass gives the bits of the lookups then dt_fm_forward, at widths around a vector. */
+TEST(fm_lookup_pass_has_the_bits_of_lookups_then_fm)
+{
+    static const int widths[] = {1, 5, 16, 32, 33};
+    enum { ROWS_T = 50, B = 13, F = 39 };
+    dt_rng r;
+    dt_rng_seed(&r, 4);
+    for (size_t c = 0; c < sizeof widths / sizeof widths[0]; c++) {
+        int K = widths[c];
+        size_t n = (size_t)B * F, nk = n * (size_t)K;
+        float *w = malloc(ROWS_T * sizeof *w), *v = malloc((size_t)ROWS_T * K * sizeof *v);
+        int64_t *ids = malloc(n * sizeof *ids);
+        float *vals = malloc(n * sizeof *vals);
+        float *lin = malloc(n * sizeof *lin), *lin_ref = malloc(n * sizeof *lin_ref);
+        float *emb = malloc(nk * sizeof *emb), *emb_ref = malloc(nk * sizeof *emb_ref);
+        float *sums = malloc((size_t)B * K * sizeof *sums);
+        float *sums_ref = malloc((size_t)B * K * sizeof *sums_ref);
+        float y[B], y_ref[B];
+        for (int i = 0; i < ROWS_T; i++)
+            w[i] = uniform(&r);
+        for (int i = 0; i < ROWS_T * K; i++)
+            v[i] = uniform(&r);
+        for (size_t p = 0; p < n; p++) {
+            ids[p] = (int64_t)dt_rng_below(&r, ROWS_T);
+            vals[p] = p % 3 ? 1.0f : uniform(&r) * 3.0f;
+        }
+        dt_fm_forward_lookup(w, v, B, F, K, ids, vals, lin, emb, sums, y);
+        dt_embedding_forward(w, 1, ids, vals, n, lin_ref);
+        dt_embedding_forward(v, K, ids, vals, n, emb_ref);
+        dt_fm_forward(B, F, K, emb_ref, sums_ref, y_ref);
+        CHECK_MSG(memcmp(lin, lin_ref, n * sizeof *lin) == 0, "K=%d: lin", K);
+        CHECK_MSG(memcmp(emb, emb_ref, nk * sizeof *emb) == 0, "K=%d: emb", K);
+        CHECK_MSG(memcmp(sums, sums_ref, (size_t)B * K * sizeof *sums) == 0, "K=%d: sums", K);
+        CHECK_MSG(memcmp(y, y_ref, sizeof y) == 0, "K=%d: the FM term", K);
+        free(w), free(v), free(ids), free(vals), free(lin), free(lin_ref), free(emb), free(emb_ref);
+        free(sums), free(sums_ref);
+    }
 }
 
 enum { ROWS = 40, FIELDS = 5, EMB = 4, BATCH = 6 };

@@ -187,11 +187,8 @@ static int example_tasks(const dt_ctr *c, int B)
     return tasks;
 }
 
-/* Examples per pass of lookups then FM terms: 8 x 39 rows of 32 floats are 40 KB. */
-#define FORWARD_CHUNK 8
-
 /* Examples [lo, hi) of the batch: their ids and values copied and checked, then their lookups
- * and FM terms. A task that finds a bad field records it and looks nothing up. */
+ * and FM terms, in one pass. A task that finds a bad field records it and looks nothing up. */
 static void forward_examples(void *ctx, int task, int n_tasks)
 {
     dt_ctr *c = ctx;
@@ -204,19 +201,13 @@ static void forward_examples(void *ctx, int task, int n_tasks)
     c->bad[task] = bad < 0 ? -1 : (int64_t)first + bad;
     if (bad >= 0)
         return;
-    /* A few examples at a time, so the FM term reads their rows while they are in L1. */
-    for (long a = lo; a < hi; a += FORWARD_CHUNK) {
-        long b = hi - a < FORWARD_CHUNK ? hi : a + FORWARD_CHUNK;
-        size_t p0 = (size_t)a * F, np = (size_t)(b - a) * F;
+    size_t p0 = (size_t)lo * F, np = (size_t)(hi - lo) * F;
+    if (has_v(c))
+        dt_fm_forward_lookup(c->w.data, c->v.data, (int)(hi - lo), c->F, c->K, c->ids + p0,
+                             c->vals + p0, c->lin + p0, c->emb + p0 * (size_t)c->K,
+                             c->sums + (size_t)lo * (size_t)c->K, c->fm + lo);
+    else
         dt_embedding_forward(c->w.data, 1, c->ids + p0, c->vals + p0, np, c->lin + p0);
-        if (has_v(c)) {
-            size_t K = (size_t)c->K;
-            dt_embedding_forward(c->v.data, c->K, c->ids + p0, c->vals + p0, np,
-                                 c->emb + p0 * K);
-            dt_fm_forward((int)(b - a), c->F, c->K, c->emb + p0 * K, c->sums + (size_t)a * K,
-                          c->fm + a);
-        }
-    }
 }
 
 /* The batch's unique ids (both tables are looked up by the same ids) and each one's places,

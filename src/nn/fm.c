@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "../core/cpu.h"
+#include "../core/prefetch.h"
 
 // emb (B, F, K); sums (B, K); y (B)
 DT_MULTI_ISA
@@ -23,6 +24,50 @@ void dt_fm_forward(int B, int F, int K, const float *emb, float *sums, float *y)
             for (int k = 0; k < K; k++) {
                 s[k] += ef[k];
                 q[k] += ef[k] * ef[k];
+            }
+        }
+        float acc = 0.0f;
+        for (int k = 0; k < K; k++)
+            acc += s[k] * s[k] - q[k];
+        y[i] = 0.5f * acc;
+    }
+}
+
+/* Rows are fetched this many fields ahead, as dt_embedding_forward does (see embedding.c). */
+#define LOOKUP_AHEAD 12
+
+static inline void prefetch_rows(const float *w, const float *v, int K, int64_t id)
+{
+    dt_prefetch_read(w + id, sizeof(float));
+    dt_prefetch_read(v + (size_t)id * (size_t)K, (size_t)K * sizeof(float));
+}
+
+// w (rows, 1); v (rows, K); ids, vals (B, F); lin (B, F); emb (B, F, K); sums (B, K); y (B)
+DT_MULTI_ISA
+void dt_fm_forward_lookup(const float *w, const float *v, int B, int F, int K, const int64_t *ids,
+                          const float *vals, float *lin, float *emb, float *sums, float *y)
+{
+    size_t n = (size_t)B * (size_t)F;
+    for (size_t p = 0; p < n && p < LOOKUP_AHEAD; p++)
+        prefetch_rows(w, v, K, ids[p]);
+    for (int i = 0; i < B; i++) {
+        float *s = sums + (size_t)i * (size_t)K;
+        float q[DT_FM_MAX_K];
+        for (int k = 0; k < K; k++)
+            s[k] = q[k] = 0.0f;
+        for (int f = 0; f < F; f++) {
+            size_t p = (size_t)i * (size_t)F + (size_t)f;
+            if (p + LOOKUP_AHEAD < n)
+                prefetch_rows(w, v, K, ids[p + LOOKUP_AHEAD]);
+            const float *row = v + (size_t)ids[p] * (size_t)K;
+            float x = vals[p], *e = emb + p * (size_t)K;
+            lin[p] = w[ids[p]] * x;
+            /* dt_fm_forward's sums, on the values dt_embedding_forward stores. */
+            for (int k = 0; k < K; k++) {
+                float ek = row[k] * x;
+                e[k] = ek;
+                s[k] += ek;
+                q[k] += ek * ek;
             }
         }
         float acc = 0.0f;
