@@ -263,7 +263,8 @@ static void add_transposed_avx512(const float *dwt, int OUT, int i0, int nc, flo
             __mmask16 m = lanes(nj, 0);
             __m512 r[16];
             for (int k = 0; k < 16; k++)
-                r[k] = k < nj ? _mm512_load_ps(dwt + (size_t)(j0 + k) * NC + q0) : _mm512_setzero_ps();
+                r[k] = k < nj ? _mm512_load_ps(dwt + (size_t)(j0 + k) * NC + q0)
+                              : _mm512_setzero_ps();
             transpose16(r);
             for (int k = 0; k < 16 && q0 + k < nc; k++) {
                 float *row = dw + (size_t)(i0 + q0 + k) * OUT + j0;

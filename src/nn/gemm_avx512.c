@@ -5,7 +5,7 @@
  * registers) and broadcasts 6 values of op(A) from memory: 24 FMAs for 10 loads, two FMA pipes
  * busy. Narrow products take narrower, taller blocks of the same 24 registers, 12 x 32 or
  * 24 x 16, so that a layer of 32 units or a single logit does not compute 64 columns to keep
- * one: C's columns are covered by 64-wide panels, then one 32- or 16-wide panel for what is
+ * 32 or 1: C's columns are covered by 64-wide panels, then one 32- or 16-wide panel for what is
  * left. op(B) is packed, KC x width at a time, into a panel that stays in cache while every tile
  * of C passes over it; op(A) is read where it lies (a row of A, or a column when transposed, is
  * a fixed stride), which costs no packing and suits the tall-and-thin products of training
@@ -139,7 +139,8 @@ ALWAYS_INLINE void tile_12x32(TILE_PARAMS)
         ROW_FMA_2(6); ROW_FMA_2(7); ROW_FMA_2(8); ROW_FMA_2(9); ROW_FMA_2(10); ROW_FMA_2(11);
     }
     ROW_STORE_2(0); ROW_STORE_2(1); ROW_STORE_2(2); ROW_STORE_2(3); ROW_STORE_2(4); ROW_STORE_2(5);
-    ROW_STORE_2(6); ROW_STORE_2(7); ROW_STORE_2(8); ROW_STORE_2(9); ROW_STORE_2(10); ROW_STORE_2(11);
+    ROW_STORE_2(6); ROW_STORE_2(7); ROW_STORE_2(8); ROW_STORE_2(9); ROW_STORE_2(10);
+    ROW_STORE_2(11);
 }
 
 ALWAYS_INLINE void tile_24x16(TILE_PARAMS)
@@ -156,7 +157,8 @@ ALWAYS_INLINE void tile_24x16(TILE_PARAMS)
         ROW_FMA_1(18); ROW_FMA_1(19); ROW_FMA_1(20); ROW_FMA_1(21); ROW_FMA_1(22); ROW_FMA_1(23);
     }
     ROW_STORE_1(0); ROW_STORE_1(1); ROW_STORE_1(2); ROW_STORE_1(3); ROW_STORE_1(4); ROW_STORE_1(5);
-    ROW_STORE_1(6); ROW_STORE_1(7); ROW_STORE_1(8); ROW_STORE_1(9); ROW_STORE_1(10); ROW_STORE_1(11);
+    ROW_STORE_1(6); ROW_STORE_1(7); ROW_STORE_1(8); ROW_STORE_1(9); ROW_STORE_1(10);
+    ROW_STORE_1(11);
     ROW_STORE_1(12); ROW_STORE_1(13); ROW_STORE_1(14); ROW_STORE_1(15); ROW_STORE_1(16);
     ROW_STORE_1(17); ROW_STORE_1(18); ROW_STORE_1(19); ROW_STORE_1(20); ROW_STORE_1(21);
     ROW_STORE_1(22); ROW_STORE_1(23);
