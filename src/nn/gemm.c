@@ -111,7 +111,7 @@ static void unit_slice(long n, int unit, int task, int n_tasks, long *lo, long *
 /* The kernel's unit of rows for a product N columns wide. */
 static int row_unit_of(const dt_gemm_kernel *k, int N)
 {
-    return N <= k->narrow_cols ? k->narrow_row_unit : k->row_unit;
+    return k->narrow_row_unit > 0 && N <= k->narrow_cols ? k->narrow_row_unit : k->row_unit;
 }
 
 static void gemm_task(void *ctx, int task, int n_tasks)
