@@ -110,7 +110,7 @@ TEST(gemm_narrow_products_have_the_wide_products_bits)
         return;
     }
     static const int narrow[] = {1, 5, 16, 17, 31, 32};
-    static const int rows[] = {1, 11, 25, 100};
+    static const int rows[] = {1, 11, 25, 100, 401}; /* 401: the narrow products split too */
     dt_rng r;
     dt_rng_seed(&r, 7);
     dt_pool *pool = pool_of(2);
