@@ -99,7 +99,17 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libdtrain.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libdtrain.a $(LDLIBS)
 
-unit-tests: all $(BUILD)/tests/unit $(BUILD)/tests/coll_check $(BUILD)/tests/ps_check
+unit-tests: all $(BUILD)/tests/unit $(BUILD)/tests/coll_check $(BUILD)/tests/ps_check \
+	$(BUILD)/tests/farmhash_judge
+
+# FarmHash's own Fingerprint64 (Debian's libfarmhash), the independent judge that
+# tests/test_fingerprint.c compares src/features/fingerprint.c with. A C++ program outside the
+# library, so it is built without the sanitizers even when SAN=1.
+CXX ?= g++
+JUDGE_CXXFLAGS := -std=c++11 -O2 -Wall -Wextra $(if $(filter 1,$(WERROR)),-Werror)
+$(BUILD)/tests/farmhash_judge: tests/progs/farmhash_judge.cc | $(BUILD)/.deps-test
+	@mkdir -p $(dir $@)
+	$(CXX) $(JUDGE_CXXFLAGS) -o $@ $< -lfarmhash
 
 # The chief's side of a ps cluster against dtrain server tasks (tests/ps.sh).
 $(BUILD)/tests/ps_check: tests/progs/ps_check.c $(BUILD)/libdtrain.a

@@ -23,6 +23,8 @@ run_suite() { # name, counts file, command...
         failed=$((failed + 1))
     fi
 }
+# The unit suite compares the feature fingerprints with libfarmhash through this build's judge.
+export DTRAIN_FARMHASH_JUDGE="$build/tests/farmhash_judge"
 run_suite unit "$work/unit" "$build/tests/unit" --counts "$work/unit"
 run_suite cli "$work/cli" bash tests/cli.sh "$build" "$work/cli"
 # CTR models: generated data, AUC, bad CTR input.
