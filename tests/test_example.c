@@ -1231,3 +1231,501 @@ TEST(example_ctr_fast_path_matches_general_decoder)
     free(buf);
     dt_rowbuf_free(&a), dt_rowbuf_free(&b), dt_rowbuf_free(&c);
 }
+
+/* ---- the reader of every feature ---- */
+
+/* The feature of key, or NULL; fails the test when the key appears more than once. */
+static const dt_example_feature *find_feature(const dt_example_feature *fs, size_t n,
+                                              const char *key)
+{
+    const dt_example_feature *found = NULL;
+    size_t klen = strlen(key);
+    for (size_t i = 0; i < n; i++)
+        if (fs[i].key_len == klen && memcmp(fs[i].key, key, klen) == 0) {
+            CHECK_MSG(!found, "key '%s' listed twice", key);
+            found = &fs[i];
+        }
+    CHECK_MSG(found != NULL, "key '%s' missing", key);
+    return found;
+}
+
+/* The record's keys in the order the reader gave them, comma-separated. */
+static void key_order(const dt_example_feature *fs, size_t n, char *out, size_t cap)
+{
+    size_t at = 0;
+    out[0] = '\0';
+    for (size_t i = 0; i < n && at < cap; i++)
+        at += (size_t)snprintf(out + at, cap - at, "%s%.*s", i ? "," : "", (int)fs[i].key_len,
+                               fs[i].key);
+}
+
+/* The invariants of every successful read: the kind's pointer set, the others NULL, no values
+ * without a list, keys distinct and within the record, bytes values within it. */
+static int read_is_sane(const dt_example_feature *fs, size_t n, const uint8_t *rec,
+                        size_t n_bytes)
+{
+    int ok = n == 0 || fs != NULL;
+    const char *lo = (const char *)rec, *hi = lo + n_bytes;
+    for (size_t i = 0; ok && i < n; i++) {
+        const dt_example_feature *f = &fs[i];
+        ok = f->key && (f->key_len == 0 || (f->key >= lo && f->key + f->key_len <= hi));
+        ok = ok && (f->ints != NULL) == (f->kind == DT_FEATURE_INT64) &&
+             (f->floats != NULL) == (f->kind == DT_FEATURE_FLOAT) &&
+             (f->bytes != NULL) == (f->kind == DT_FEATURE_BYTES) &&
+             (f->bytes_len != NULL) == (f->kind == DT_FEATURE_BYTES) && (f->kind || f->n == 0);
+        for (size_t k = 0; ok && f->kind == DT_FEATURE_BYTES && k < f->n; k++)
+            ok = f->bytes[k] >= rec && f->bytes[k] + f->bytes_len[k] <= rec + n_bytes;
+        for (size_t j = 0; ok && j < i; j++)
+            ok = !(fs[j].key_len == f->key_len && memcmp(fs[j].key, f->key, f->key_len) == 0);
+    }
+    return ok;
+}
+
+static int by_key(const void *a, const void *b)
+{
+    const dt_example_feature *x = *(const dt_example_feature *const *)a;
+    const dt_example_feature *y = *(const dt_example_feature *const *)b;
+    size_t n = x->key_len < y->key_len ? x->key_len : y->key_len;
+    int c = memcmp(x->key, y->key, n);
+    return c ? c : (x->key_len > y->key_len) - (x->key_len < y->key_len);
+}
+
+/* Every feature of every fixture record against what protobuf's own parser read (its map view,
+ * sorted by key): kinds, counts and values exact, bytes values in place in the record. The
+ * records cover packed and unpacked lists, unknown fields at every level, a key given twice, a
+ * value before its key, a list split in two, a oneof replaced, Features in two parts. */
+TEST(example_read_fixture_matches_protobuf_exactly)
+{
+    fixture fx;
+    static exp_record recs[N_FIXTURE];
+    dt_example_reader *rd = NULL;
+    CHECK_OK(dt_example_reader_new(&rd));
+    if (!rd || !load_fixture(&fx) || !load_expected(recs)) {
+        dt_example_reader_free(rd);
+        free_fixture(&fx);
+        return;
+    }
+    for (int r = 0; r < N_FIXTURE; r++) {
+        const dt_example_feature *fs;
+        size_t nf;
+        CHECK_OK(dt_example_read(rd, fx.p[r], fx.n[r], &fs, &nf));
+        CHECK(read_is_sane(fs, nf, fx.p[r], fx.n[r]));
+        CHECK_MSG((int)nf == recs[r].n, "record %d: %zu features, protobuf has %d", r, nf,
+                  recs[r].n);
+        if ((int)nf != recs[r].n)
+            continue;
+        const dt_example_feature *sorted[12];
+        for (size_t i = 0; i < nf; i++)
+            sorted[i] = &fs[i];
+        qsort(sorted, nf, sizeof sorted[0], by_key);
+        for (size_t i = 0; i < nf; i++) {
+            const dt_example_feature *f = sorted[i];
+            const exp_feature *e = &recs[r].f[i];
+            int same = f->key_len == strlen(e->key) && memcmp(f->key, e->key, f->key_len) == 0 &&
+                       f->kind == e->kind && f->n == (size_t)e->n;
+            for (int k = 0; same && k < e->n; k++) {
+                if (e->kind == DT_FEATURE_FLOAT)
+                    same = bits(f->floats[k]) == e->fbits[k];
+                else if (e->kind == DT_FEATURE_INT64)
+                    same = f->ints[k] == e->ints[k];
+                else
+                    same = f->bytes_len[k] == e->blen[k] &&
+                           memcmp(f->bytes[k], e->bytes[k], e->blen[k]) == 0;
+            }
+            CHECK_MSG(same, "record %d, feature '%s' differs from protobuf's", r, e->key);
+        }
+    }
+    /* Record 2 gives "floats" twice: one entry, with its last value, at its first place. */
+    const dt_example_feature *fs;
+    size_t nf;
+    char order[256];
+    CHECK_OK(dt_example_read(rd, fx.p[2], fx.n[2], &fs, &nf));
+    key_order(fs, nf, order, sizeof order);
+    CHECK_MSG(strcmp(order, "floats,ints,img,label,w") == 0, "order %s", order);
+    CHECK(nf == 5 && fs[0].kind == DT_FEATURE_FLOAT && fs[0].n == 3 && fs[0].floats[0] == 0.125f &&
+          fs[0].floats[1] == 1e10f && fs[0].floats[2] == -3.0f);
+    dt_example_reader_free(rd);
+    free_fixture(&fx);
+}
+
+/* Every kind through the encoder, with extreme values kept exactly, empty lists, an empty bytes
+ * value, an empty key; bytes values point into the record. */
+TEST(example_read_every_kind)
+{
+    const float fl[] = {1.5f, -0.0f, NAN, INFINITY, 1e-45f, FLT_MAX};
+    const int64_t in[] = {INT64_MIN, INT64_MAX, -1, 0, 9007199254740993LL, 127, 128};
+    const uint8_t by[] = {0, 0xff, 0x80, 'a'};
+    const dt_feature_value fv[] = {
+        {"f", DT_FEATURE_FLOAT, 6, fl, NULL, NULL},
+        {"i", DT_FEATURE_INT64, 7, NULL, in, NULL},
+        {"b", DT_FEATURE_BYTES, 4, NULL, NULL, by},
+        {"empty_f", DT_FEATURE_FLOAT, 0, NULL, NULL, NULL},
+        {"empty_i", DT_FEATURE_INT64, 0, NULL, NULL, NULL},
+        {"", DT_FEATURE_BYTES, 0, NULL, NULL, NULL}, /* one bytes value of 0 bytes */
+    };
+    uint8_t *buf = NULL;
+    size_t n, cap = 0, nf;
+    const dt_example_feature *fs;
+    dt_example_reader *rd;
+    CHECK_OK(dt_example_reader_new(&rd));
+    CHECK_OK(dt_example_encode(fv, 6, &buf, &n, &cap));
+    CHECK_OK(dt_example_read(rd, buf, n, &fs, &nf));
+    CHECK(nf == 6 && read_is_sane(fs, nf, buf, n));
+    char order[256];
+    key_order(fs, nf, order, sizeof order);
+    CHECK_MSG(strcmp(order, "f,i,b,empty_f,empty_i,") == 0, "order %s", order);
+    CHECK(fs[0].kind == DT_FEATURE_FLOAT && fs[0].n == 6);
+    for (int k = 0; k < 6; k++)
+        CHECK_MSG(bits(fs[0].floats[k]) == bits(fl[k]), "float %d", k);
+    CHECK(fs[1].kind == DT_FEATURE_INT64 && fs[1].n == 7);
+    for (int k = 0; k < 7; k++)
+        CHECK_MSG(fs[1].ints[k] == in[k], "int %d: %lld", k, (long long)fs[1].ints[k]);
+    CHECK(fs[2].kind == DT_FEATURE_BYTES && fs[2].n == 1 && fs[2].bytes_len[0] == 4 &&
+          memcmp(fs[2].bytes[0], by, 4) == 0 && fs[2].bytes[0] > buf && fs[2].bytes[0] < buf + n);
+    CHECK(fs[3].kind == DT_FEATURE_FLOAT && fs[3].n == 0 && fs[3].floats != NULL);
+    CHECK(fs[4].kind == DT_FEATURE_INT64 && fs[4].n == 0 && fs[4].ints != NULL);
+    CHECK(fs[5].key_len == 0 && fs[5].kind == DT_FEATURE_BYTES && fs[5].n == 1 &&
+          fs[5].bytes_len[0] == 0);
+    CHECK(find_feature(fs, nf, "i") == &fs[1]);
+
+    /* By hand: an empty bytes_list, a Feature with no list, a map entry with no value, and one
+     * with no key (the key ""). */
+    msg m, features = {.n = 0}, e;
+    const struct {
+        const char *entry;
+        size_t n;
+    } entries[] = {
+        {"\x0a\x02" "eb" "\x12\x02\x0a\x00", 8},
+        {"\x0a\x02" "nl" "\x12\x00", 6},
+        {"\x0a\x02" "nv", 4},
+        {"\x12\x04\x1a\x02\x08\x05", 6},
+    };
+    for (int i = 0; i < 4; i++) {
+        e.n = 0;
+        add(&e, entries[i].entry, entries[i].n);
+        add_len(&features, 1, &e);
+    }
+    m.n = 0;
+    add_len(&m, 1, &features);
+    CHECK_OK(dt_example_read(rd, m.p, m.n, &fs, &nf));
+    CHECK(nf == 4 && read_is_sane(fs, nf, m.p, m.n));
+    key_order(fs, nf, order, sizeof order);
+    CHECK_MSG(strcmp(order, "eb,nl,nv,") == 0, "order %s", order);
+    CHECK(fs[0].kind == DT_FEATURE_BYTES && fs[0].n == 0 && fs[0].bytes && fs[0].bytes_len);
+    CHECK(fs[1].kind == 0 && fs[1].n == 0 && !fs[1].ints && !fs[1].floats && !fs[1].bytes);
+    CHECK(fs[2].kind == 0 && fs[2].n == 0);
+    CHECK(fs[3].key_len == 0 && fs[3].kind == DT_FEATURE_INT64 && fs[3].n == 1 &&
+          fs[3].ints[0] == 5);
+    dt_example_reader_free(rd);
+    free(buf);
+}
+
+/* Lists packed, unpacked and both in one list; unknown fields of every wire type at every level
+ * skipped. */
+TEST(example_read_packed_unpacked_and_unknown_fields)
+{
+    dt_example_reader *rd;
+    CHECK_OK(dt_example_reader_new(&rd));
+    const dt_example_feature *fs;
+    size_t nf;
+    msg m;
+    /* float_list: 1.0 unpacked, then 2.0 and 3.0 packed, then 4.0 unpacked. */
+    one_feature(&m, "f", (const uint8_t *)"\x12\x14"
+                "\x0d\x00\x00\x80\x3f"
+                "\x0a\x08\x00\x00\x00\x40\x00\x00\x40\x40"
+                "\x0d\x00\x00\x80\x40", 22);
+    CHECK_OK(dt_example_read(rd, m.p, m.n, &fs, &nf));
+    CHECK(nf == 1 && fs[0].kind == DT_FEATURE_FLOAT && fs[0].n == 4 && fs[0].floats[0] == 1.0f &&
+          fs[0].floats[1] == 2.0f && fs[0].floats[2] == 3.0f && fs[0].floats[3] == 4.0f);
+    /* int64_list: 5 and -1 unpacked (-1 in 10 bytes), then 300 and 1 packed. */
+    one_feature(&m, "i", (const uint8_t *)"\x1a\x12"
+                "\x08\x05"
+                "\x08\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01"
+                "\x0a\x03\xac\x02\x01", 20);
+    CHECK_OK(dt_example_read(rd, m.p, m.n, &fs, &nf));
+    CHECK(nf == 1 && fs[0].kind == DT_FEATURE_INT64 && fs[0].n == 4 && fs[0].ints[0] == 5 &&
+          fs[0].ints[1] == -1 && fs[0].ints[2] == 300 && fs[0].ints[3] == 1);
+    /* Unknown fields: in the lists (varint, fixed64, fixed32, bytes), in the Feature, in the
+     * map entry, in Features, in the Example (before and after, a two-byte tag among them). */
+    msg feat = {.n = 0}, entry = {.n = 0}, features = {.n = 0};
+    add(&feat, "\x4d\x01\x02\x03\x04", 5); /* Feature field 9, fixed32 */
+    add(&feat, "\x1a\x15"                   /* the int64_list, 21 bytes: */
+               "\x10\x07"                   /*   field 2, varint */
+               "\x19\x01\x02\x03\x04\x05\x06\x07\x08" /* field 3, fixed64 */
+               "\x0a\x01\x2a"               /*   the values, packed: 42 */
+               "\x25\x00\x00\x00\x00"       /*   field 4, fixed32 */
+               "\x12\x00", 23);             /*   field 2 again, bytes */
+    add(&entry, "\x19\x00\x00\x00\x00\x00\x00\xf0\x3f", 9); /* map entry field 3, a double */
+    add(&entry, "\x0a\x01u", 3);
+    add_len(&entry, 2, &feat);
+    add(&features, "\x10\x02", 2); /* Features field 2, varint */
+    add_len(&features, 1, &entry);
+    m.n = 0;
+    add(&m, "\x38\x63", 2);                  /* Example field 7, varint */
+    add(&m, "\x62\x03" "abc", 5);            /* field 12, bytes */
+    add_len(&m, 1, &features);
+    add(&m, "\x82\x7d\x02" "zz", 5);         /* field 2000: a two-byte tag */
+    CHECK_OK(dt_example_read(rd, m.p, m.n, &fs, &nf));
+    CHECK(nf == 1 && fs[0].key_len == 1 && fs[0].key[0] == 'u' && fs[0].kind == DT_FEATURE_INT64 &&
+          fs[0].n == 1 && fs[0].ints[0] == 42);
+    /* A record of unknown fields only has no features. */
+    CHECK_OK(dt_example_read(rd, (const uint8_t *)"\x38\x63\x62\x01x", 5, &fs, &nf));
+    CHECK(nf == 0);
+    dt_example_reader_free(rd);
+}
+
+/* A key given twice appears once, with its last value (of whatever kind) at its first place;
+ * two Features messages merge; the earlier value of a key must still be well formed. */
+TEST(example_read_duplicate_keys_and_merged_features)
+{
+    dt_example_reader *rd;
+    CHECK_OK(dt_example_reader_new(&rd));
+    const float two[] = {1, 2};
+    const int64_t three[] = {7, 8, 9}, one[] = {3};
+    const dt_feature_value fv[] = {
+        {"a", DT_FEATURE_FLOAT, 2, two, NULL, NULL},
+        {"b", DT_FEATURE_INT64, 1, NULL, one, NULL},
+        {"a", DT_FEATURE_INT64, 3, NULL, three, NULL},
+        {"c", DT_FEATURE_BYTES, 2, NULL, NULL, (const uint8_t *)"hi"},
+        {"b", DT_FEATURE_FLOAT, 0, NULL, NULL, NULL},
+    };
+    uint8_t *buf = NULL, *joined = NULL;
+    size_t n, cap = 0, nf;
+    const dt_example_feature *fs;
+    char order[256];
+    CHECK_OK(dt_example_encode(fv, 5, &buf, &n, &cap));
+    CHECK_OK(dt_example_read(rd, buf, n, &fs, &nf));
+    key_order(fs, nf, order, sizeof order);
+    CHECK_MSG(nf == 3 && strcmp(order, "a,b,c") == 0, "order %s", order);
+    CHECK(fs[0].kind == DT_FEATURE_INT64 && fs[0].n == 3 && fs[0].ints[2] == 9);
+    CHECK(fs[1].kind == DT_FEATURE_FLOAT && fs[1].n == 0);
+    CHECK(fs[2].kind == DT_FEATURE_BYTES && fs[2].n == 1 && fs[2].bytes_len[0] == 2);
+
+    /* Two serialized Examples back to back are one Example whose Features merge: x, y then
+     * z, x is x (its second value), y, z. */
+    const dt_feature_value first[] = {{"x", DT_FEATURE_INT64, 1, NULL, one, NULL},
+                                      {"y", DT_FEATURE_FLOAT, 2, two, NULL, NULL}};
+    const dt_feature_value second[] = {{"z", DT_FEATURE_INT64, 3, NULL, three, NULL},
+                                       {"x", DT_FEATURE_FLOAT, 1, two + 1, NULL, NULL}};
+    size_t n1, n2;
+    CHECK_OK(dt_example_encode(first, 2, &buf, &n1, &cap));
+    joined = malloc(n1 + 256);
+    memcpy(joined, buf, n1);
+    CHECK_OK(dt_example_encode(second, 2, &buf, &n2, &cap));
+    memcpy(joined + n1, buf, n2);
+    CHECK_OK(dt_example_read(rd, joined, n1 + n2, &fs, &nf));
+    key_order(fs, nf, order, sizeof order);
+    CHECK_MSG(nf == 3 && strcmp(order, "x,y,z") == 0, "order %s", order);
+    CHECK(fs[0].kind == DT_FEATURE_FLOAT && fs[0].n == 1 && fs[0].floats[0] == 2.0f);
+    CHECK(fs[1].n == 2 && fs[2].n == 3 && read_is_sane(fs, nf, joined, n1 + n2));
+
+    /* The earlier value of "k" is a float_list with a varint value: malformed, though replaced. */
+    msg m, features = {.n = 0}, e = {.n = 0};
+    add(&e, "\x0a\x01k\x12\x04\x12\x02\x08\x01", 9);
+    add_len(&features, 1, &e);
+    e.n = 0;
+    add(&e, "\x0a\x01k\x12\x00", 5);
+    add_len(&features, 1, &e);
+    m.n = 0;
+    add_len(&m, 1, &features);
+    CHECK_ERR(dt_example_read(rd, m.p, m.n, &fs, &nf), DT_ERR_FORMAT,
+              "byte 11: a float_list value has wire type 0, expected 5");
+    CHECK(fs == NULL && nf == 0);
+    char *text = NULL;
+    CHECK_ERR(dt_example_to_json(m.p, m.n, &text), DT_ERR_FORMAT,
+              "byte 11: a float_list value has wire type 0, expected 5");
+    free(joined);
+    free(buf);
+    dt_example_reader_free(rd);
+}
+
+/* Malformed records fail with DT_ERR_FORMAT and the general decoder's "byte N" message; every
+ * prefix of a record fails so, and a failure leaves no features. */
+TEST(example_read_malformed_records)
+{
+    dt_example_reader *rd;
+    CHECK_OK(dt_example_reader_new(&rd));
+    const dt_example_feature *fs;
+    size_t nf;
+    struct {
+        const char *bytes;
+        size_t n;
+        const char *message;
+    } cases[] = {
+        {"\x0a\xff\xff\xff\xff\x0f", 6, "byte 1: length 4294967295 runs past the end of the record (6 bytes)"},
+        {"\x10\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", 12, "byte 1: varint longer than 10 bytes or beyond 64 bits"},
+        {"\x80", 1, "byte 0: varint runs past the end of the Example"},
+        {"\x0b", 1, "byte 0: field 1 of the Example is a group (wire type 3): groups are not supported"},
+        {"\x02\x00", 2, "byte 0: field number 0 in the Example"},
+        {"\x08\x01", 2, "byte 0: Example.features has wire type 0, expected 2"},
+        {"\x0a\x04\x0a\x10\x0a\x00\x12\x14" "01234567890123456789", 28,
+         "byte 3: length 16 runs past the end of the Features (at byte 6)"},
+        {"\x0a\x02\x08\x01", 4, "byte 2: a Features map entry has wire type 0, expected 2"},
+        {"\x0a\x04\x0a\x02\x08\x01", 6, "byte 4: a map entry's key has wire type 0, expected 2"},
+        {"\x0a\x04\x0a\x02\x13\x01", 6, "byte 4: field 2 of the map entry is a group"},
+        {"\x0a\x07\x0a\x05\x12\x03\x1a\x01\x0b", 9, "byte 8: field 1 of the int64_list is a group"},
+        {"\x0a\x09\x0a\x07\x12\x05\x12\x03\x0a\x01\x00", 11,
+         "byte 8: packed float_list of 1 bytes, not a multiple of 4"},
+        {"\x0a\x08\x0a\x06\x12\x04\x1a\x02\x08\x80", 10,
+         "byte 9: varint runs past the end of the int64_list"},
+        {"\x0a\x06\x0a\x04\x12\x02\x10\x01", 8,
+         "byte 6: the Feature's float_list has wire type 0, expected 2"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        fs = (const dt_example_feature *)cases; /* anything but NULL */
+        nf = 99;
+        dt_status st = dt_example_read(rd, (const uint8_t *)cases[i].bytes, cases[i].n, &fs, &nf);
+        CHECK_MSG(st == DT_ERR_FORMAT && strstr(dt_last_error(), cases[i].message) && !fs && !nf,
+                  "case %zu: status %d, message '%s', expected '%s'", i, st, dt_last_error(),
+                  cases[i].message);
+    }
+    /* Every strict prefix of a record of one Features message fails, with a message naming a
+     * byte; the whole record reads. */
+    const float fl[] = {1, 2, 3};
+    const int64_t in[] = {-1, 300};
+    const dt_feature_value fv[] = {{"floats", DT_FEATURE_FLOAT, 3, fl, NULL, NULL},
+                                   {"ints", DT_FEATURE_INT64, 2, NULL, in, NULL},
+                                   {"b", DT_FEATURE_BYTES, 3, NULL, NULL, (const uint8_t *)"xyz"}};
+    uint8_t *buf = NULL;
+    size_t n, cap = 0;
+    CHECK_OK(dt_example_encode(fv, 3, &buf, &n, &cap));
+    long bad_prefix = 0;
+    for (size_t cut = 1; cut < n; cut++) {
+        uint8_t *p = malloc(cut); /* exactly cut bytes, so ASan sees any read past them */
+        memcpy(p, buf, cut);
+        dt_status st = dt_example_read(rd, p, cut, &fs, &nf);
+        bad_prefix += st != DT_ERR_FORMAT || strncmp(dt_last_error(), "byte ", 5) != 0 || fs;
+        free(p);
+    }
+    CHECK_MSG(bad_prefix == 0, "%ld prefixes did not fail with a byte", bad_prefix);
+    CHECK_OK(dt_example_read(rd, buf, n, &fs, &nf));
+    CHECK(nf == 3);
+    /* Every byte changed: the reader fails exactly when the JSON listing (which decodes every
+     * value too) does, with the same status. */
+    long differ = 0, ok = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t keep = buf[i];
+        for (int x = 1; x < 256; x++) {
+            buf[i] = keep ^ (uint8_t)x;
+            char *text = NULL;
+            dt_status sj = dt_example_to_json(buf, n, &text);
+            free(text);
+            dt_status sr = dt_example_read(rd, buf, n, &fs, &nf);
+            differ += sr != sj || (sr == DT_OK && !read_is_sane(fs, nf, buf, n));
+            ok += sr == DT_OK;
+        }
+        buf[i] = keep;
+    }
+    CHECK_MSG(differ == 0 && ok > 0, "%ld byte changes read otherwise than listed (%ld read)",
+              differ, ok);
+    free(buf);
+    dt_example_reader_free(rd);
+}
+
+/* No features: an empty record, NULL, an empty Features message. */
+TEST(example_read_no_features)
+{
+    dt_example_reader *rd;
+    CHECK_OK(dt_example_reader_new(&rd));
+    const dt_example_feature *fs;
+    size_t nf = 7;
+    CHECK_OK(dt_example_read(rd, NULL, 0, &fs, &nf));
+    CHECK(nf == 0);
+    uint8_t *buf = NULL;
+    size_t n, cap = 0;
+    CHECK_OK(dt_example_encode(NULL, 0, &buf, &n, &cap));
+    CHECK(n == 2);
+    nf = 7;
+    CHECK_OK(dt_example_read(rd, buf, n, &fs, &nf));
+    CHECK(nf == 0);
+    free(buf);
+    dt_example_reader_free(rd);
+    dt_example_reader_free(NULL);
+}
+
+/* A record of 5,000 features of every kind and one of 200,000 values grow the buffers and the
+ * key table; one reader then reads records of other shapes in turn, small and large, each
+ * exactly, and a record read again reads the same. */
+TEST(example_read_many_features_and_reuse)
+{
+    enum { NF = 5000, NV = 200000 };
+    static char keys[NF][12];
+    static dt_feature_value fv[NF];
+    static int64_t ints[NF];
+    static float floats[NF];
+    float *big = malloc(NV * sizeof *big);
+    for (int i = 0; i < NV; i++)
+        big[i] = (float)i * 0.5f;
+    for (int i = 0; i < NF; i++) {
+        snprintf(keys[i], sizeof keys[i], "k%d", i);
+        ints[i] = (int64_t)i * 1000003 - 7;
+        floats[i] = (float)i / 3.0f;
+        int kind = i % 3 == 0 ? DT_FEATURE_INT64 : i % 3 == 1 ? DT_FEATURE_FLOAT : DT_FEATURE_BYTES;
+        fv[i] = (dt_feature_value){keys[i], kind, (size_t)(i % 4), floats, ints,
+                                   (const uint8_t *)keys[i]};
+        if (kind == DT_FEATURE_BYTES)
+            fv[i].n = strlen(keys[i]);
+    }
+    uint8_t *many = NULL, *large = NULL, *small = NULL;
+    size_t n_many, n_large, n_small, cap1 = 0, cap2 = 0, cap3 = 0;
+    CHECK_OK(dt_example_encode(fv, NF, &many, &n_many, &cap1));
+    const dt_feature_value lv[] = {{"big", DT_FEATURE_FLOAT, NV, big, NULL, NULL},
+                                   {"ids", DT_FEATURE_INT64, NF, NULL, ints, NULL}};
+    CHECK_OK(dt_example_encode(lv, 2, &large, &n_large, &cap2));
+    CHECK_OK(dt_example_encode(fv + 1, 3, &small, &n_small, &cap3));
+    dt_example_reader *rd;
+    CHECK_OK(dt_example_reader_new(&rd));
+    const dt_example_feature *fs;
+    size_t nf;
+    for (int round = 0; round < 3; round++) {
+        CHECK_OK(dt_example_read(rd, small, n_small, &fs, &nf));
+        CHECK(nf == 3 && fs[0].key_len == 2 && memcmp(fs[0].key, "k1", 2) == 0 &&
+              fs[0].kind == DT_FEATURE_FLOAT && fs[0].n == 1 && fs[1].kind == DT_FEATURE_BYTES &&
+              fs[2].kind == DT_FEATURE_INT64 && fs[2].n == 3 && fs[2].ints[2] == ints[2]);
+        CHECK_OK(dt_example_read(rd, many, n_many, &fs, &nf));
+        CHECK(nf == NF && read_is_sane(fs, nf, many, n_many));
+        long wrong = 0;
+        for (int i = 0; i < NF && nf == NF; i++) {
+            const dt_example_feature *f = &fs[i];
+            int same = f->key_len == strlen(keys[i]) && memcmp(f->key, keys[i], f->key_len) == 0 &&
+                       f->kind == fv[i].type &&
+                       f->n == (f->kind == DT_FEATURE_BYTES ? 1 : fv[i].n);
+            for (size_t k = 0; same && f->kind != DT_FEATURE_BYTES && k < f->n; k++)
+                same = f->kind == DT_FEATURE_INT64 ? f->ints[k] == ints[k]
+                                                   : f->floats[k] == floats[k];
+            if (same && f->kind == DT_FEATURE_BYTES)
+                same = f->bytes_len[0] == fv[i].n && memcmp(f->bytes[0], keys[i], fv[i].n) == 0;
+            wrong += !same;
+        }
+        CHECK_MSG(wrong == 0, "round %d: %ld of %d features wrong", round, wrong, NF);
+        CHECK_OK(dt_example_read(rd, large, n_large, &fs, &nf));
+        CHECK(nf == 2 && fs[0].kind == DT_FEATURE_FLOAT && fs[0].n == NV &&
+              memcmp(fs[0].floats, big, NV * sizeof(float)) == 0 && fs[1].n == NF &&
+              memcmp(fs[1].ints, ints, NF * sizeof(int64_t)) == 0);
+    }
+    /* The many features again, every key given twice (the second time with one int64 more):
+     * still NF features in the first order, each with its later value. */
+    static dt_feature_value twice[2 * NF];
+    static int64_t more[NF + 1];
+    for (int i = 0; i < NF; i++) {
+        twice[i] = fv[i];
+        twice[NF + i] = (dt_feature_value){keys[NF - 1 - i], DT_FEATURE_INT64, 1, NULL,
+                                           more + (NF - 1 - i), NULL};
+        more[i] = -i;
+    }
+    uint8_t *dup = NULL;
+    size_t n_dup, cap4 = 0;
+    CHECK_OK(dt_example_encode(twice, 2 * NF, &dup, &n_dup, &cap4));
+    CHECK_OK(dt_example_read(rd, dup, n_dup, &fs, &nf));
+    long wrong = 0;
+    for (int i = 0; i < NF && nf == NF; i++)
+        wrong += fs[i].key_len != strlen(keys[i]) || memcmp(fs[i].key, keys[i], fs[i].key_len) ||
+                 fs[i].kind != DT_FEATURE_INT64 || fs[i].n != 1 || fs[i].ints[0] != -i;
+    CHECK_MSG(nf == NF && wrong == 0, "%zu features, %ld wrong", nf, wrong);
+    dt_example_reader_free(rd);
+    free(dup);
+    free(small);
+    free(large);
+    free(many);
+    free(big);
+}

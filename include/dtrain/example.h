@@ -163,6 +163,38 @@ typedef struct {
 dt_status dt_example_encode(const dt_feature_value *f, int n_features, uint8_t **buf,
                             size_t *n_bytes, size_t *cap);
 
+/* One feature of an Example as dt_example_read decoded it. kind: DT_FEATURE_BYTES,
+ * DT_FEATURE_FLOAT, DT_FEATURE_INT64, or 0 for a Feature with no list set (n = 0). Pointers valid
+ * until the reader's next read. The pointer of the feature's kind is never NULL, even when n is 0
+ * (an empty list); the other kinds' pointers are NULL. */
+typedef struct {
+    const char *key;      /* not NUL-terminated; a map entry with no key has the key "" */
+    size_t key_len;
+    int kind;
+    size_t n;             /* values */
+    const int64_t *ints;  /* INT64 */
+    const float *floats;  /* FLOAT */
+    const uint8_t *const *bytes; /* BYTES: n pointers into the record */
+    const size_t *bytes_len;     /* BYTES: n lengths */
+} dt_example_feature;
+
+/* A thread's buffers for dt_example_read; reused across records. */
+typedef struct dt_example_reader dt_example_reader;
+dt_status dt_example_reader_new(dt_example_reader **out);
+/* Accepts NULL. */
+void dt_example_reader_free(dt_example_reader *r);
+
+/* Decodes every feature of the record (data, n_bytes): *features gets an array of *n_features
+ * entries in record order (through repeated Features messages, which merge). A map key given
+ * twice appears once, with its LAST value (protobuf map semantics, as dt_example_parse uses), at
+ * the place of its first appearance; the earlier values must still be well formed, as protobuf's
+ * parser requires. Ints stay int64 exactly, floats are as stored, bytes values point into the
+ * record (which must outlive the use of the features). No allocation per record once the
+ * buffers have grown. Errors as dt_example_parse's ("byte N: <what is wrong>", DT_ERR_FORMAT for
+ * a malformed record) and DT_ERR_NOMEM; on error *features is NULL and *n_features 0. */
+dt_status dt_example_read(dt_example_reader *r, const uint8_t *data, size_t n_bytes,
+                          const dt_example_feature **features, size_t *n_features);
+
 /* One line of JSON listing every feature of a serialized Example in record order:
  * {"key": [values...], ...}. int64 values print as integers, floats with %.9g and always with a
  * '.' or an exponent (1.0, not 1; "nan", "inf" and "-inf" as strings), bytes values as base64
