@@ -14,6 +14,7 @@
 #include "dtrain/gen_ctr.h"
 #include "dtrain/pool.h"
 #include "dtrain/example.h"
+#include "dtrain/features.h"
 #include "dtrain/idx.h"
 #include "dtrain/sources.h"
 #include "dtrain/tfrecord.h"
@@ -337,19 +338,126 @@ static int cmd_gen_ctr(int argc, char **argv)
     return 0;
 }
 
+/* ---- transform ---- */
+
+/* Each row of --data through the spec, as JSON lines: how a user checks their preprocessing. */
+static dt_status print_transformed(const dt_features *f, const char *data, int64_t n,
+                                   bool skip_bad, int64_t *bad)
+{
+    dt_input_spec spec;
+    dt_input_options o;
+    dt_input in;
+    dt_feature_parser *parser = NULL;
+    memset(&in, 0, sizeof in);
+    dt_input_options_default(&o);
+    o.batch_size = 256;
+    o.keep_remainder = true;
+    o.shuffle_buffer = 0;
+    o.prefetch = 0;
+    o.skip_bad_records = skip_bad;
+    dt_status st = dt_input_spec_parse(data, "--data", &spec);
+    if (st == DT_OK)
+        st = dt_feature_parser_new(f, &parser);
+    if (st == DT_OK) {
+        o.row_parser = dt_feature_parser_rows(parser);
+        st = dt_input_open(&spec, NULL, &o, NULL, &in);
+    }
+    int64_t printed = 0;
+    dt_elem *e = NULL;
+    while (st == DT_OK && (n == 0 || printed < n) && (st = dt_dataset_next(in.train, &e)) == DT_OK) {
+        for (int r = 0; r < e->n && (n == 0 || printed < n) && st == DT_OK; r++, printed++) {
+            char *line = dt_features_row_json(f, e, r);
+            if (!line || printf("%s\n", line) < 0)
+                st = dt_error(line ? DT_ERR_IO : DT_ERR_NOMEM, "stdout: %s",
+                              line ? "write failed" : "no memory");
+            free(line);
+        }
+        dt_elem_free(e);
+    }
+    *bad = in.bad_records;
+    dt_input_free(&in);
+    dt_feature_parser_free(parser);
+    return st == DT_END ? DT_OK : st;
+}
+
+static int cmd_transform(int argc, char **argv)
+{
+    const char *spec_path, *data, *write_spec;
+    int64_t n;
+    int threads;
+    bool skip_bad, help;
+    flag_def flags[] = {
+        {"feature-spec", FLAG_STRING, NULL, "the feature spec (JSON, docs/FEATURES.md)",
+         &spec_path, false},
+        {"data", FLAG_STRING, NULL, "csv:GLOB (with a header), criteo:GLOB or tfrecord:GLOB",
+         &data, false},
+        {"n", FLAG_INT64, "10", "rows to print (0: all)", &n, false},
+        {"threads", FLAG_INT, "0", "threads of an adapt pass (0: every core)", &threads, false},
+        {"skip-bad-records", FLAG_BOOL, "false", "skip and count rows that do not parse",
+         &skip_bad, false},
+        {"write-spec", FLAG_STRING, NULL, "also write the spec with what was adapted filled in",
+         &write_spec, false},
+        {"help", FLAG_BOOL, "false", "this text", &help, false},
+    };
+    int n_flags = (int)(sizeof flags / sizeof flags[0]);
+    for (int i = 0; i < argc; i++)
+        if (strcmp(argv[i], "-n") == 0)
+            argv[i] = "--n";
+    if (flags_parse(flags, n_flags, argc, argv))
+        return cli_fail(2, dt_last_error());
+    if (help) {
+        printf("usage: dtrain data transform --feature-spec SPEC --data DATA [-n N]\n\nEach row's "
+               "column outputs (ids, weights, values) and label as JSON lines, after any adapt "
+               "pass the spec needs (over DATA).\n\nflags:\n");
+        flags_print_help(flags, n_flags, stdout);
+        return 0;
+    }
+    if (!spec_path || !data)
+        return cli_fail(2, "data transform: --feature-spec and --data are required");
+    if (n < 0 || threads < 0 || threads > 1024)
+        return cli_fail(2, "-n must be 0 or more, --threads in 0..1024");
+    dt_features *f = NULL;
+    dt_input_spec ds;
+    int64_t bad = 0, bad_adapt = 0;
+    dt_status st = dt_features_load(spec_path, &f);
+    if (st == DT_OK && dt_features_needs_adapt(f) &&
+        (st = dt_input_spec_parse(data, "--data", &ds)) == DT_OK)
+        st = dt_features_adapt(f, &ds, threads ? threads : dt_cpu_count(), skip_bad, &bad_adapt);
+    if (st == DT_OK && write_spec) {
+        char *text = dt_features_to_json(f);
+        dt_file_part part = {text, text ? strlen(text) : 0};
+        st = text ? dt_file_write_atomic(write_spec, &part, 1)
+                  : dt_error(DT_ERR_NOMEM, "no memory for the spec");
+        free(text);
+    }
+    if (st == DT_OK)
+        st = print_transformed(f, data, n, skip_bad, &bad);
+    dt_features_destroy(f);
+    if (st)
+        return cli_fail(1, dt_last_error());
+    if (bad || bad_adapt)
+        fprintf(stderr, "dtrain: skipped %lld bad rows\n", (long long)(bad > bad_adapt ? bad
+                                                                                : bad_adapt));
+    return fflush(stdout) == 0 ? 0 : cli_fail(1, "stdout: write failed");
+}
+
 int cmd_data(int argc, char **argv)
 {
     if (argc >= 1 && (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0)) {
         printf("usage: dtrain data head FILE --format idx|tfrecord|libsvm [-n N]\n"
+               "       dtrain data transform --feature-spec SPEC --data DATA [-n N]\n"
                "       dtrain data gen-ctr --rows N --seed S --format "
                "libsvm|criteo|tfrecord|tfrecord-columns|csv --out FILE\n\n"
                "subcommands:\n  head     the first records of a file, decoded, as JSON lines "
                "(dtrain data head --help)\n  gen-ctr  synthetic click data with a known teacher "
-               "(dtrain data gen-ctr --help)\n");
+               "(dtrain data gen-ctr --help)\n  transform  rows through a feature spec, as JSON "
+               "lines (dtrain data transform --help)\n");
         return 0;
     }
     if (argc >= 1 && strcmp(argv[0], "gen-ctr") == 0)
         return cmd_gen_ctr(argc - 1, argv + 1);
+    if (argc >= 1 && strcmp(argv[0], "transform") == 0)
+        return cmd_transform(argc - 1, argv + 1);
     if (argc < 1 || strcmp(argv[0], "head") != 0)
         return cli_fail(2, "usage: dtrain data head FILE --format idx|tfrecord|libsvm [-n N]");
     const char *format;

@@ -97,6 +97,10 @@ typedef struct {
     bool csv_header;              /* csv: the first line names the columns */
     const char *label_column;     /* csv: by name or 0-based index; NULL: the first */
     const char *input_shape;      /* "H,W,C" of file data (NULL: 1,1,features) */
+    /* Raw rows through a parser (a feature spec's, features.h) rather than the formats' own
+     * parsing: csv (with a header naming the columns), criteo and tfrecord data are read as raw
+     * lines or records, batched, and parsed on num_parallel_calls threads. Borrowed. */
+    const dt_row_parser *row_parser;
 } dt_input_options;
 
 /* Keras's and tf.data's defaults: batch 64, full shuffle, seed 1, prefetch 2, AUTO sharding,
@@ -113,6 +117,7 @@ typedef struct {
     dt_input_spec train_spec, test_spec;
     dt_image_dataset train_images, test_images; /* images in memory (n 0 for file data) */
     dt_file_list train_files, test_files;
+    dt_text_header train_header, test_header; /* raw csv lines: the files' header */
     dt_example_spec example_spec; /* tfrecord: the features read */
     int shape[3];                 /* H, W, C of one example */
     int64_t n_train;              /* training examples; -1 when unknown (file data) */

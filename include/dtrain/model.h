@@ -107,7 +107,14 @@ dt_sparse_rows *dt_model_table_grad(dt_model *m, int i);
 dt_status dt_model_setup_tables(dt_model *m, const dt_rowopt_config *c);
 /* o over the parameter arena, and the tables' slots of cfg's table rule. */
 dt_status dt_model_setup_optimizer(dt_model *m, dt_optim *o, const dt_optim_config *cfg);
-/* The tables' optimizer; NULL before dt_model_setup_tables. */
+/* Gives table i its own rule after dt_model_setup_tables gave every table the same one (a
+ * feature-spec model's linear tables take the linear part's optimizer). */
+dt_status dt_model_set_table_rule(dt_model *m, int i, const dt_rowopt_config *c);
+/* Table i's rule; NULL before dt_model_setup_tables. */
+const dt_rowopt_config *dt_model_table_rule(const dt_model *m, int i);
+/* Whether table i is of a feature-spec model's linear part. */
+bool dt_model_table_linear(const dt_model *m, int i);
+/* The tables' optimizer (the rule dt_model_setup_tables gave them all); NULL before it. */
 const dt_rowopt_config *dt_model_table_optimizer(const dt_model *m);
 /* Applies the tables' gradients with the optimizer's rate times lr_scale (a schedule's factor)
  * at global step `step` (1 for the first). */

@@ -47,7 +47,13 @@ typedef struct {
 /* What the model computes: a sequential stack of layers over dense inputs, or a CTR model over
  * F (id, value) fields per example (logistic regression, a factorization machine, DeepFM), whose
  * layers are then DeepFM's MLP. */
-typedef enum { DT_ARCH_SEQUENTIAL = 0, DT_ARCH_LR, DT_ARCH_FM, DT_ARCH_DEEPFM } dt_arch;
+typedef enum {
+    DT_ARCH_SEQUENTIAL = 0,
+    DT_ARCH_LR,
+    DT_ARCH_FM,
+    DT_ARCH_DEEPFM,
+    DT_ARCH_COLUMNS, /* a model over a feature spec's columns (features.h): dt_columns_spec */
+} dt_arch;
 
 #define DT_MAX_DEEP_LAYERS 16
 
@@ -71,10 +77,74 @@ typedef struct {
     float bn_decay;
 } dt_ctr_spec;
 
+/* A model over the columns of a feature spec, as TensorFlow's canned estimators and TF
+ * Recommenders build it from feature columns. Rows come transformed (features.h): n_dense
+ * numeric values, and categorical ids tagged with their column's slot, each with a weight.
+ *   linear  logits (N) = the bias table's row + numeric values x rows of the numeric kernel
+ *           table + for each categorical input, weight x its table's row per id (N wide):
+ *           LinearClassifier with the sum combiner; every linear variable is a table, so that
+ *           the linear part's row-wise optimizer (FTRL by default) trains all of it;
+ *   deep    x0, the concatenation of its inputs (numeric values, embeddings combined per
+ *           example, numeric values times an embedding row, indicators as multi-hot counts),
+ *           through the model's layers, which end in N units;
+ *   fm      DeepFM's pairwise term over the deep inputs as fields of one width;
+ *   cross   n_cross DCN-v2 layers x_{l+1} = x0 * (W_l x_l + b_l) + x_l (W_l = U_l V_l when
+ *           projection_dim > 0): stacked, the layers read x_L; parallel, they read x0 and
+ *           x_L . cross/logits/kernel joins the logits.
+ * The logits are the sum of the parts there are. */
+#define DT_MAX_COLUMN_INPUTS 256
+#define DT_MAX_COLUMN_TABLES 256
+#define DT_MAX_CROSS_LAYERS 16
+#define DT_COLUMN_TABLE_NAME_CAP 96
+
+typedef enum { DT_COMBINER_SUM = 0, DT_COMBINER_MEAN, DT_COMBINER_SQRTN } dt_combiner;
+typedef enum {
+    DT_INPUT_NUMERIC = 0, /* dense values [dense_off, dense_off + width); linear: times rows
+                             row0 .. row0 + width of its table */
+    DT_INPUT_EMBEDDING,   /* a slot's ids through a table, combined */
+    DT_INPUT_INDICATOR,   /* a slot's ids as a multi-hot vector of `buckets` weights */
+    DT_INPUT_WEIGHTS,     /* linear: a slot's ids through a table of N-wide rows, summed */
+    DT_INPUT_BIAS,        /* linear: row 0 of its table */
+    DT_INPUT_NUMERIC_EMBEDDING, /* deep: one dense value times row 0 of its table */
+} dt_column_input_kind;
+
+typedef struct {
+    dt_column_input_kind kind;
+    int dense_off, width;  /* numeric */
+    int slot;              /* categorical: the slot of its ids */
+    int table;             /* embedding, weights, bias, linear numeric */
+    int64_t row0;          /* linear numeric: its first row in the table */
+    dt_combiner combiner;  /* embedding */
+    int64_t buckets;       /* indicator */
+} dt_column_input;
+
+typedef struct {
+    char name[DT_COLUMN_TABLE_NAME_CAP];
+    int64_t rows;
+    int dim;
+    bool linear;           /* of the linear part (its optimizer), else the deep part's */
+    float init_stddev;     /* 0: zeros (linear); embeddings: 1 / sqrt(dim) */
+} dt_column_table;
+
+typedef struct {
+    int n_dense, n_slots;  /* the transformed rows' widths */
+    int n_outputs;         /* N: 1 for a binary or regression head, classes for multiclass */
+    int n_linear, n_deep, n_tables;
+    dt_column_input linear[DT_MAX_COLUMN_INPUTS];
+    dt_column_input deep[DT_MAX_COLUMN_INPUTS];
+    dt_column_table tables[DT_MAX_COLUMN_TABLES];
+    bool fm;               /* DeepFM's term over the deep inputs (all of one width) */
+    int n_cross;           /* DCN-v2 cross layers over x0 */
+    int projection_dim;    /* 0: full-rank W */
+    bool cross_stacked;    /* the layers read x_L; else (parallel) x0 */
+} dt_columns_spec;
+
 typedef struct {
     char name[DT_LAYER_NAME_CAP];
     dt_arch arch;
-    dt_ctr_spec ctr;    /* arch != DT_ARCH_SEQUENTIAL */
+    dt_ctr_spec ctr;    /* arch LR, FM, DEEPFM */
+    dt_columns_spec *columns; /* arch COLUMNS: owned by whoever built the spec, borrowed here
+                                 and by the model, which keeps its own copy */
     int input_shape[3]; /* H, W, C; zeros: take the data's shape */
     int n_layers;
     dt_layer_spec layers[DT_MAX_LAYERS];

@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "dtrain/csv.h"
 #include "dtrain/dataset.h"
@@ -81,5 +82,61 @@ dt_status dt_dataset_ctr_csv(const dt_file_list *files, const dt_ctr_csv_options
 /* CSV lines as parsed rows: the first file sets the width (its header, or its first line). */
 dt_status dt_dataset_csv(const dt_file_list *files, const dt_csv_options *co,
                          const char *label_name, const dt_source_options *o, dt_dataset **out);
+
+/* ---- Raw records parsed after batching ---- */
+
+/* The first line of text files that open with a header: the first file's, which every other
+ * file must repeat (an error names the file that does not). */
+typedef struct {
+    bool set;
+    char *line;       /* NUL-terminated, without its line end */
+    size_t len;
+    uint32_t file;    /* the file it came from */
+} dt_text_header;
+void dt_text_header_free(dt_text_header *h);
+
+/* Each raw line starts with where it came from: its file's index (u32) and line number (u64),
+ * native byte order (lines never leave the process but through a cache file of this machine). */
+#define DT_TEXT_LINE_PREFIX 12
+static inline void dt_text_line_where(uint8_t *p, uint32_t file, uint64_t line)
+{
+    memcpy(p, &file, 4);
+    memcpy(p + 4, &line, 8);
+}
+
+/* Lines of text files as raw rows (blank lines dropped), each with the prefix above. With a
+ * header (not NULL), each file's first non-blank line is its header: kept in *header, which
+ * must outlive the dataset and the stages after it, and not a row. */
+dt_status dt_dataset_text_lines(const dt_file_list *files, dt_text_header *header,
+                                const dt_source_options *o, dt_dataset **out);
+
+/* A parser of raw records, for pipelines whose source hands them over unparsed (lines of text,
+ * tf.Example records) to be parsed after batching, a batch per call on several threads: how a
+ * feature spec (features.h) reads raw data without this layer knowing about it. */
+typedef struct dt_row_parser_s {
+    void *ctx;
+    int n_dense;          /* dense values per parsed row */
+    /* A thread's working memory, and its end; scratch_new returns NULL without memory. */
+    void *(*scratch_new)(void *ctx);
+    void (*scratch_free)(void *ctx, void *scratch);
+    /* Each appends the row of one record, or nothing and DT_END for a record that holds no row:
+     * parse_line a line of text without its end (header: the files' header line, NULL when they
+     * have none), parse_record a serialized tf.Example. DT_ERR_FORMAT for a bad record (its
+     * message says what is wrong; the stage prefixes the file and line or record), which
+     * skip_bad_records skips. */
+    dt_status (*parse_line)(void *ctx, void *scratch, const dt_text_header *header,
+                            const char *line, size_t len, dt_rowbuf *out);
+    dt_status (*parse_record)(void *ctx, void *scratch, const uint8_t *record, size_t n_bytes,
+                              dt_rowbuf *out);
+} dt_row_parser;
+
+/* Parses every raw row of each element of input with p, num_parallel_calls elements at a time,
+ * order kept. lines: the rows are dt_dataset_text_lines' (errors name the file and line; header
+ * as that source's); otherwise records of tfrecord (errors name the file and offset). files
+ * and p are borrowed and must outlive the dataset. */
+dt_status dt_dataset_parse_rows(dt_dataset *input, const dt_row_parser *p, bool lines,
+                                const dt_text_header *header, const dt_file_list *files,
+                                int num_parallel_calls, const dt_source_options *o,
+                                dt_dataset **out);
 
 #endif

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -106,4 +107,35 @@ dt_status dt_file_write_atomic(const char *path, const dt_file_part *parts, int 
         return st;
     }
     return dt_file_replace_commit(&r);
+}
+
+dt_status dt_file_read_text(const char *path, size_t max_bytes, const char *what, char **text,
+                            size_t *n_bytes)
+{
+    *text = NULL;
+    dt_status st = DT_OK;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return dt_error(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    char *buf = malloc(max_bytes + 1);
+    size_t n = buf ? fread(buf, 1, max_bytes + 1, f) : 0;
+    if (!buf)
+        st = dt_error(DT_ERR_NOMEM, "%s: no memory to read it", path);
+    else if (ferror(f))
+        st = dt_error(DT_ERR_IO, "%s: read failed: %s", path, strerror(errno));
+    else if (n > max_bytes)
+        st = dt_error(DT_ERR_INVALID, "%s: larger than %zu bytes: not %s", path, max_bytes, what);
+    else if (memchr(buf, '\0', n))
+        st = dt_error(DT_ERR_INVALID, "%s: offset %zu: a NUL byte: not %s", path,
+                      (size_t)((char *)memchr(buf, '\0', n) - buf), what);
+    fclose(f);
+    if (st) {
+        free(buf);
+        return st;
+    }
+    buf[n] = '\0';
+    *text = buf;
+    if (n_bytes)
+        *n_bytes = n;
+    return DT_OK;
 }

@@ -475,6 +475,22 @@ static const file_source *file_source_of(dt_input_kind kind)
     return NULL;
 }
 
+/* Raw rows for a row parser: lines of csv (under their header) and criteo, tfrecord records. */
+static dt_status raw_source(const dt_input_spec *s, const dt_file_list *files,
+                            const dt_source_options *so, dt_text_header *header, bool *lines,
+                            dt_dataset **out)
+{
+    *lines = s->kind != DT_INPUT_TFRECORD;
+    switch (s->kind) {
+    case DT_INPUT_CSV: return dt_dataset_text_lines(files, header, so, out);
+    case DT_INPUT_CRITEO: return dt_dataset_text_lines(files, NULL, so, out);
+    case DT_INPUT_TFRECORD: return dt_dataset_tfrecord(files, so, out);
+    default:
+        return dt_error(DT_ERR_INVALID, "'%s': a feature spec reads csv:, criteo: or tfrecord: "
+                        "data", s->text);
+    }
+}
+
 /* ---- File pipelines ---- */
 
 /* Auto-sharding of a worker's files or elements, as tf.data's policy says: FILE keeps whole
@@ -523,7 +539,10 @@ static dt_status file_pipeline(dt_input *in, const dt_input_spec *s, const char 
         return dt_error_prefix(st, "%s", what);
     if (training)
         in->autoshard = applied;
-    if ((st = src->open(o, files, &so, &p)))
+    dt_text_header *header = s == &in->test_spec ? &in->test_header : &in->train_header;
+    bool lines = false;
+    if ((st = o->row_parser ? raw_source(s, files, &so, header, &lines, &p)
+                            : src->open(o, files, &so, &p)))
         return st;
     if (applied == DT_AUTOSHARD_DATA)
         st = dt_dataset_shard(p, workers, ctx->input_pipeline_id, &p);
@@ -533,7 +552,10 @@ static dt_status file_pipeline(dt_input *in, const dt_input_spec *s, const char 
         st = dt_dataset_shuffle(p, o->shuffle_buffer, o->seed, true, &p);
     if (st == DT_OK)
         st = dt_dataset_batch(p, o->batch_size / replicas, training && !o->keep_remainder, &p);
-    if (st == DT_OK && src->after_batch)
+    if (st == DT_OK && o->row_parser)
+        st = dt_dataset_parse_rows(p, o->row_parser, lines, header, files,
+                                   o->num_parallel_calls, &so, &p);
+    else if (st == DT_OK && src->after_batch)
         st = src->after_batch(in, p, o, files, &so, &p);
     if (st == DT_OK && o->prefetch > 0)
         st = dt_dataset_prefetch(p, o->prefetch, &p);
@@ -555,8 +577,9 @@ static dt_status parse_shape(const char *text, int shape[3])
 static dt_status set_shape(dt_input *in, const dt_input_spec *s, const dt_file_list *files,
                            const char *what, const dt_input_options *o)
 {
-    int n_dense = 0;
-    dt_status st = file_source_of(s->kind)->width(in, files, what, o, &n_dense);
+    int n_dense = o->row_parser ? o->row_parser->n_dense : 0;
+    dt_status st = o->row_parser ? DT_OK : file_source_of(s->kind)->width(in, files, what, o,
+                                                                          &n_dense);
     if (st)
         return st;
     if (o->input_shape) {
@@ -570,7 +593,7 @@ static dt_status set_shape(dt_input *in, const dt_input_spec *s, const dt_file_l
         in->shape[0] = in->shape[1] = 1;
         in->shape[2] = n_dense;
     }
-    if (n_dense < 1 && o->field_size < 1) /* CTR rows are all sparse fields */
+    if (n_dense < 1 && o->field_size < 1 && !o->row_parser) /* CTR rows are all sparse */
         return dt_error(DT_ERR_INVALID, "%s: the examples have no dense features", what);
     return DT_OK;
 }
@@ -580,6 +603,8 @@ static dt_status set_shape(dt_input *in, const dt_input_spec *s, const dt_file_l
 static dt_status prepare_sources(dt_input *in, const dt_input_spec *test,
                                  const dt_input_options *o)
 {
+    if (o->row_parser) /* the parser needs none of the formats' own preparations */
+        return DT_OK;
     const file_source *train = file_source_of(in->train_spec.kind);
     const file_source *other = test ? file_source_of(test->kind) : NULL;
     dt_status st = train->prepare ? train->prepare(in, o) : DT_OK;
@@ -607,8 +632,8 @@ static dt_status open_files(dt_input *in, const dt_input_spec *test, const dt_in
     if ((st = file_pipeline(in, &in->train_spec, "--data", true, o, ctx, &in->train_files,
                             &in->train)))
         return st;
-    if (test && (st = file_pipeline(in, test, "--test-data", false, o, NULL, &in->test_files,
-                                    &in->test)))
+    if (test && (st = file_pipeline(in, &in->test_spec, "--test-data", false, o, NULL,
+                                    &in->test_files, &in->test)))
         return st;
     return set_shape(in, &in->train_spec, &in->train_files, "--data", o);
 }
@@ -686,7 +711,7 @@ static dt_status open_test_images(dt_input *in, const dt_input_options *o)
 static dt_status open_test_files(dt_input *in, const dt_input_options *o)
 {
     const file_source *src = file_source_of(in->test_spec.kind);
-    dt_status st = src->prepare ? src->prepare(in, o) : DT_OK;
+    dt_status st = src->prepare && !o->row_parser ? src->prepare(in, o) : DT_OK;
     if (st)
         return st;
     in->eval_batch = o->batch_size;
@@ -738,5 +763,7 @@ void dt_input_free(dt_input *in)
     dt_file_list_free(&in->test_files);
     dt_image_dataset_free(&in->train_images);
     dt_image_dataset_free(&in->test_images);
+    dt_text_header_free(&in->train_header);
+    dt_text_header_free(&in->test_header);
     in->train = in->test = NULL;
 }

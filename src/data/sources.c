@@ -503,6 +503,7 @@ struct text_state {
     char *buf;
     size_t len;        /* bytes in buf */
     uint64_t line;     /* the line number of buf's first byte */
+    uint64_t cur_line; /* the line a text_line_fn is given */
     dt_rowbuf rows;
     int emitted;       /* rows of `rows` already handed out */
     uint64_t index;
@@ -518,6 +519,8 @@ struct text_state {
     dt_ctr_csv ctr;
     bool ctr_ready;
     dt_ctr_csv_options ctr_opts;
+    /* Raw lines: the header every file opens with, when there is one. */
+    dt_text_header *header;
 };
 
 static void text_close(struct text_state *s)
@@ -588,7 +591,8 @@ static dt_status text_next(dt_dataset *ds, dt_elem **out)
         if (s->emitted < s->rows.n) {
             int r = s->emitted++;
             size_t nnz = (size_t)(s->rows.sp_row[r + 1] - s->rows.sp_row[r]);
-            dt_elem *e = dt_elem_alloc(1, s->rows.n_dense, nnz, 0);
+            size_t nb = s->rows.raw_off[r + 1] - s->rows.raw_off[r];
+            dt_elem *e = dt_elem_alloc(1, s->rows.n_dense, nnz, nb);
             if (!e)
                 return dt_error(DT_ERR_NOMEM, "no memory for a row");
             /* Dense-only rows have no sparse arrays and sparse-only rows no dense ones. */
@@ -601,6 +605,9 @@ static dt_status text_next(dt_dataset *ds, dt_elem **out)
                 memcpy(e->sp_vals, s->rows.sp_vals + s->rows.sp_row[r], nnz * sizeof(float));
             }
             e->sp_row[1] = (int64_t)nnz;
+            if (nb)
+                memcpy(e->raw, s->rows.raw + s->rows.raw_off[r], nb);
+            e->raw_off[1] = nb;
             /* Text rows are named by their index (the row number); pos stays 0. */
             e->file = s->rows.file;
             e->index = s->index++;
@@ -695,6 +702,7 @@ static const dt_dataset_ops libsvm_ops = {"libsvm", text_next, text_reset, text_
 static const dt_dataset_ops csv_ops = {"csv", text_next, text_reset, text_destroy};
 static const dt_dataset_ops criteo_ops = {"criteo", text_next, text_reset, text_destroy};
 static const dt_dataset_ops ctr_csv_ops = {"csv", text_next, text_reset, text_destroy};
+static const dt_dataset_ops lines_ops = {"text_lines", text_next, text_reset, text_destroy};
 
 static dt_status libsvm_parse(struct text_state *s, size_t *consumed, uint64_t *lines)
 {
@@ -746,6 +754,7 @@ static dt_status each_line(struct text_state *s, text_line_fn line_fn, size_t *c
         if (!nl && !(s->eof && at < s->len))
             return DT_OK;
         size_t end = nl ? (size_t)(nl - s->buf) : s->len;
+        s->cur_line = s->line + *lines;
         dt_status st = line_fn(s, s->buf + at, end - at);
         if (st)
             return dt_error_prefix(st, "line %llu", (unsigned long long)(s->line + *lines));
@@ -899,4 +908,74 @@ dt_status dt_dataset_csv(const dt_file_list *files, const dt_csv_options *co,
     s->label_name = label_name;
     s->parse = csv_parse;
     return dt_dataset_create(&csv_ops, NULL, s, out);
+}
+
+/* ---- Raw lines ---- */
+
+/* A file's header line: the first file's is kept, the others must repeat it. */
+static dt_status lines_header(struct text_state *s, const char *line, size_t len)
+{
+    dt_text_header *h = s->header;
+    if (len > 0 && line[len - 1] == '\r')
+        len--;
+    if (h->set) {
+        if (len != h->len || memcmp(line, h->line, len) != 0)
+            return dt_error(DT_ERR_FORMAT, "the header differs from the first file's (%s)",
+                            dt_src_name_of(s->files, h->file));
+        return DT_OK;
+    }
+    char *copy = malloc(len + 1);
+    if (!copy)
+        return dt_error(DT_ERR_NOMEM, "no memory for a header line");
+    memcpy(copy, line, len);
+    copy[len] = '\0';
+    h->line = copy;
+    h->len = len;
+    h->file = (uint32_t)s->file;
+    h->set = true;
+    return DT_OK;
+}
+
+static dt_status lines_line(struct text_state *s, const char *line, size_t len)
+{
+    size_t blank = 0;
+    while (blank < len && (line[blank] == ' ' || line[blank] == '\t' || line[blank] == '\r'))
+        blank++;
+    if (blank == len)
+        return DT_OK;
+    if (s->header_pending) {
+        s->header_pending = false;
+        return lines_header(s, line, len);
+    }
+    uint8_t where[DT_TEXT_LINE_PREFIX];
+    dt_text_line_where(where, (uint32_t)s->file, s->cur_line);
+    dt_status st = dt_rowbuf_add_row(&s->rows, NULL);
+    if (st == DT_OK && (st = dt_rowbuf_add_raw(&s->rows, where, sizeof where)) == DT_OK)
+        st = dt_rowbuf_add_raw(&s->rows, line, len);
+    return st;
+}
+
+static dt_status lines_parse(struct text_state *s, size_t *consumed, uint64_t *lines)
+{
+    return each_line(s, lines_line, consumed, lines);
+}
+
+dt_status dt_dataset_text_lines(const dt_file_list *files, dt_text_header *header,
+                                const dt_source_options *o, dt_dataset **out)
+{
+    *out = NULL;
+    struct text_state *s;
+    dt_status st = new_text_state(files, o, 0, &s);
+    if (st)
+        return st;
+    s->header = header;
+    s->co.header = header != NULL;
+    s->parse = lines_parse;
+    return dt_dataset_create(&lines_ops, NULL, s, out);
+}
+
+void dt_text_header_free(dt_text_header *h)
+{
+    free(h->line);
+    memset(h, 0, sizeof *h);
 }

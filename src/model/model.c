@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "../nn/convpool.h"
+#include "cols.h"
 #include "ctr.h"
 #include "dtrain/gemm.h"
 #include "dtrain/rng.h"
@@ -66,6 +67,12 @@ struct dt_model {
     int bias_view;               /* fm_b */
     float *ctr_logits, *dz;      /* (B) each */
     dt_rowopt_config rowopt;     /* the tables' optimizer, once dt_model_setup_tables ran */
+    /* A feature-spec model: its columns front (tables, linear part, deep input) and its own
+     * copy of the columns spec; the layers are the deep part, ending in N units. */
+    dt_cols *cols;
+    dt_columns_spec *cols_spec;
+    dt_rowopt_config *table_rules; /* each table's rule (dt_model_set_table_rule), or NULL */
+    float *cols_logits;          /* (B, N) */
     bool tables_ready;
 };
 
@@ -221,7 +228,7 @@ static struct buffer_plan plan_buffers(const dt_model *m)
          * above the first trainable one (never the absorbed pooling's input). */
         if (i >= m->first_trainable && !L->fused && L->out_elems > max_elems)
             max_elems = L->out_elems;
-        bool needs_dx = i > m->first_trainable || (m->ctr && i == 0);
+        bool needs_dx = i > m->first_trainable || ((m->ctr || m->cols) && i == 0);
         if (needs_dx && !L->absorbed && L->in_elems > max_elems)
             max_elems = L->in_elems;
         size_t out = B * L->out_elems, s = 0;
@@ -287,7 +294,9 @@ static dt_status allocate_buffers(dt_model *m, const struct buffer_plan *p)
     if (!(m->gbuf[0] = alloc_floats(p->grad_elems)) || !(m->gbuf[1] = alloc_floats(p->grad_elems)) ||
         !(m->scratch = alloc_floats(p->scratch)) || !(m->prob = alloc_floats(B * K)) ||
         !(m->losses = alloc_floats(B)) || !(m->targets = alloc_floats(B * K)) ||
-        (m->ctr && (!(m->ctr_logits = alloc_floats(B)) || !(m->dz = alloc_floats(B)))))
+        (m->ctr && (!(m->ctr_logits = alloc_floats(B)) || !(m->dz = alloc_floats(B)))) ||
+        (m->cols && (!(m->cols_logits = alloc_floats((size_t)B * m->K)) ||
+                     !(m->dz = alloc_floats((size_t)B * m->K)))))
         return dt_error(DT_ERR_NOMEM, "no memory for the model's buffers");
     return DT_OK;
 }
@@ -301,8 +310,12 @@ dt_status dt_model_create(const dt_model_spec *spec, int max_batch, dt_pool *poo
     for (int d = 0; d < 3; d++)
         if (spec->input_shape[d] < 1)
             return dt_error(DT_ERR_INVALID, "model %s: input_shape is not set", spec->name);
-    bool ctr = spec->arch != DT_ARCH_SEQUENTIAL;
-    if (spec->n_layers < (ctr ? 0 : 1) || spec->n_layers > DT_MAX_LAYERS)
+    bool cols = spec->arch == DT_ARCH_COLUMNS;
+    bool ctr = spec->arch != DT_ARCH_SEQUENTIAL && !cols;
+    if (cols && !spec->columns)
+        return dt_error(DT_ERR_INVALID, "model %s: a columns model without its columns",
+                        spec->name);
+    if (spec->n_layers < (ctr || cols ? 0 : 1) || spec->n_layers > DT_MAX_LAYERS)
         return dt_error(DT_ERR_INVALID, "model %s: has %d layers (1..%d)", spec->name,
                         spec->n_layers, DT_MAX_LAYERS);
     dt_model *m = calloc(1, sizeof *m);
@@ -321,6 +334,16 @@ dt_status dt_model_create(const dt_model_spec *spec, int max_batch, dt_pool *poo
     if (ctr && ((st = dt_ctr_create(spec, max_batch, &m->ctr)) ||
                 (st = dt_arena_add(&m->params, "fm_b", 1, (int[]){1}, &m->bias_view))))
         goto fail;
+    if (cols) {
+        if (!(m->cols_spec = malloc(sizeof *m->cols_spec))) {
+            st = dt_error(DT_ERR_NOMEM, "no memory for a model");
+            goto fail;
+        }
+        *m->cols_spec = *spec->columns;
+        m->spec.columns = m->cols_spec;
+        if ((st = dt_cols_create(m->cols_spec, max_batch, &m->params, pool, &m->cols)))
+            goto fail;
+    }
     int dims[3] = {spec->input_shape[0], spec->input_shape[1], spec->input_shape[2]};
     bool flat = false;
     for (int i = 0; i < m->n_layers; i++) {
@@ -333,7 +356,12 @@ dt_status dt_model_create(const dt_model_spec *spec, int max_batch, dt_pool *poo
         memcpy(dims, L->out_dims, sizeof dims);
         flat = L->out_flat;
     }
-    m->K = m->n_layers ? dims[0] * dims[1] * dims[2] : 1;
+    m->K = m->n_layers ? dims[0] * dims[1] * dims[2] : cols ? spec->columns->n_outputs : 1;
+    if (cols && m->K != spec->columns->n_outputs) {
+        st = dt_error(DT_ERR_INVALID, "model %s: the deep part ends with %d units, the head "
+                      "has %d outputs", spec->name, m->K, spec->columns->n_outputs);
+        goto fail;
+    }
     if (ctr && m->K != 1) {
         st = dt_error(DT_ERR_INVALID, "model %s: the MLP ends with %d outputs: a CTR model's ends "
                       "with one", spec->name, m->K);
@@ -356,7 +384,7 @@ dt_status dt_model_create(const dt_model_spec *spec, int max_batch, dt_pool *poo
     }
     m->first_trainable = m->n_layers;
     for (int i = m->n_layers - 1; i >= 0; i--)
-        if (m->layers[i].w_view >= 0 || ctr)
+        if (m->layers[i].w_view >= 0 || ctr || cols)
             m->first_trainable = i;
     plan_fusion(m, opts);
     struct buffer_plan plan = plan_buffers(m);
@@ -392,6 +420,10 @@ void dt_model_destroy(dt_model *m)
     free(m->losses);
     free(m->targets);
     free(m->ctr_logits);
+    free(m->cols_logits);
+    dt_cols_destroy(m->cols);
+    free(m->cols_spec);
+    free(m->table_rules);
     free(m->dz);
     dt_ctr_destroy(m->ctr);
     if (m->own_params) /* free its own storage, not the one it borrowed */
@@ -411,6 +443,23 @@ void dt_model_init_params(dt_model *m, uint64_t seed)
     dt_model_init_dense_params(m, seed);
     if (m->ctr)
         dt_ctr_init(m->ctr, seed, m->pool);
+    if (m->cols)
+        dt_cols_init(m->cols, seed, m->pool);
+}
+
+/* Glorot uniform: fan_in and fan_out count the receptive field of a conv kernel. */
+static void glorot_uniform(dt_model *m, int view, dt_rng *rng)
+{
+    const dt_view *v = &m->params.views[view];
+    double receptive = 1.0;
+    for (int d = 0; d + 2 < v->n_dims; d++)
+        receptive *= v->dims[d];
+    double fan_in = receptive * v->dims[v->n_dims - 2];
+    double fan_out = receptive * v->dims[v->n_dims - 1];
+    float limit = (float)sqrt(6.0 / (fan_in + fan_out));
+    float *w = dt_arena_view_data(&m->params, view);
+    for (size_t k = 0; k < v->n_elems; k++)
+        w[k] = (2.0f * dt_rng_uniform(rng) - 1.0f) * limit;
 }
 
 void dt_model_init_dense_params(dt_model *m, uint64_t seed)
@@ -429,20 +478,13 @@ void dt_model_init_dense_params(dt_model *m, uint64_t seed)
                 g[k] = 1.0f, mm[k] = 0.0f, mv[k] = 1.0f;
             continue;
         }
-        if (L->w_view < 0)
-            continue;
-        const dt_view *v = &m->params.views[L->w_view];
-        /* Glorot uniform: fan_in and fan_out count the receptive field of a conv kernel. */
-        double receptive = 1.0;
-        for (int d = 0; d + 2 < v->n_dims; d++)
-            receptive *= v->dims[d];
-        double fan_in = receptive * v->dims[v->n_dims - 2];
-        double fan_out = receptive * v->dims[v->n_dims - 1];
-        float limit = (float)sqrt(6.0 / (fan_in + fan_out));
-        float *w = dt_arena_view_data(&m->params, L->w_view);
-        for (size_t k = 0; k < v->n_elems; k++)
-            w[k] = (2.0f * dt_rng_uniform(&rng) - 1.0f) * limit;
+        if (L->w_view >= 0)
+            glorot_uniform(m, L->w_view, &rng);
     }
+    int views[2 * DT_MAX_CROSS_LAYERS + 1];
+    int n = m->cols ? dt_cols_kernel_views(m->cols, views, 2 * DT_MAX_CROSS_LAYERS + 1) : 0;
+    for (int i = 0; i < n; i++)
+        glorot_uniform(m, views[i], &rng);
 }
 
 dt_arena *dt_model_params(dt_model *m) { return &m->params; }
@@ -573,7 +615,7 @@ static const float *run_layers(dt_model *m, int B, const float *x, bool training
 
 const float *dt_model_forward(dt_model *m, int B, const float *x, bool training)
 {
-    assert(B >= 1 && B <= m->max_batch && !m->ctr);
+    assert(B >= 1 && B <= m->max_batch && !m->ctr && !m->cols);
     m->logits = run_layers(m, B, x, training);
     if (training)
         m->training_forwards++;
@@ -595,14 +637,29 @@ static dt_status forward_ctr(dt_model *m, const dt_elem *e, bool training)
     return DT_OK;
 }
 
+static dt_status forward_cols(dt_model *m, const dt_elem *e, bool training)
+{
+    dt_status st = dt_cols_forward(m->cols, e, &m->params);
+    if (st)
+        return st;
+    const float *deep = NULL;
+    if (m->n_layers > 0)
+        deep = run_layers(m, e->n, dt_cols_deep_input(m->cols), training);
+    dt_cols_logits(m->cols, e->n, &m->params, deep, m->cols_logits);
+    m->logits = m->cols_logits;
+    if (training)
+        m->training_forwards++;
+    return DT_OK;
+}
+
 dt_status dt_model_forward_batch(dt_model *m, const dt_elem *e, bool training,
                                  const float **logits)
 {
     if (e->n < 1 || e->n > m->max_batch)
         return dt_error(DT_ERR_INVALID, "a batch of %d examples for a model built for at most %d",
                         e->n, m->max_batch);
-    if (m->ctr) {
-        dt_status st = forward_ctr(m, e, training);
+    if (m->ctr || m->cols) {
+        dt_status st = m->ctr ? forward_ctr(m, e, training) : forward_cols(m, e, training);
         if (st)
             return st;
     } else {
@@ -759,13 +816,13 @@ void dt_model_backward(dt_model *m, int B)
 {
     assert(B >= 1 && B <= m->max_batch);
     float *dy = m->gbuf[0];
-    if (m->ctr) /* the logits' gradient, which the MLP's backward overwrites */
-        memcpy(m->dz, dy, (size_t)B * sizeof *m->dz);
+    if (m->ctr || m->cols) /* the logits' gradient, which the MLP's backward overwrites */
+        memcpy(m->dz, dy, (size_t)B * (size_t)m->K * sizeof *m->dz);
     for (int i = m->n_layers - 1; i >= m->first_trainable; i--) {
         if (m->layers[i].absorbed)
             continue;
         float *other = dy == m->gbuf[0] ? m->gbuf[1] : m->gbuf[0];
-        bool want_dx = i > m->first_trainable || m->ctr;
+        bool want_dx = i > m->first_trainable || m->ctr || m->cols;
         float *next = backward_layer(m, i, B, dy, want_dx ? other : NULL);
         const struct layer_rt *L = &m->layers[i];
         if (m->grad_hook && (L->w_view >= 0 || L->b_view >= 0)) {
@@ -780,12 +837,23 @@ void dt_model_backward(dt_model *m, int B)
     }
     if (m->ctr)
         backward_ctr(m, B, m->n_layers > 0 ? dy : NULL);
+    if (m->cols) {
+        dt_cols_backward(m->cols, B, &m->params, &m->grads, m->dz, m->n_layers > 0 ? dy : NULL);
+        if (m->grad_hook)
+            m->grad_hook(m->grad_hook_ctx, 0);
+    }
 }
 
 /* ---- Tables ---- */
 
-int dt_model_num_tables(const dt_model *m) { return m->ctr ? dt_ctr_num_tables(m->ctr) : 0; }
-dt_table *dt_model_table(dt_model *m, int i) { return dt_ctr_table(m->ctr, i); }
+int dt_model_num_tables(const dt_model *m)
+{
+    return m->ctr ? dt_ctr_num_tables(m->ctr) : m->cols ? dt_cols_num_tables(m->cols) : 0;
+}
+dt_table *dt_model_table(dt_model *m, int i)
+{
+    return m->cols ? dt_cols_table(m->cols, i) : dt_ctr_table(m->ctr, i);
+}
 
 dt_table *dt_model_find_table(dt_model *m, const char *name)
 {
@@ -794,7 +862,10 @@ dt_table *dt_model_find_table(dt_model *m, const char *name)
             return dt_model_table(m, i);
     return NULL;
 }
-dt_sparse_rows *dt_model_table_grad(dt_model *m, int i) { return dt_ctr_table_grad(m->ctr, i); }
+dt_sparse_rows *dt_model_table_grad(dt_model *m, int i)
+{
+    return m->cols ? dt_cols_table_grad(m->cols, i) : dt_ctr_table_grad(m->ctr, i);
+}
 
 dt_status dt_model_setup_tables(dt_model *m, const dt_rowopt_config *c)
 {
@@ -802,8 +873,41 @@ dt_status dt_model_setup_tables(dt_model *m, const dt_rowopt_config *c)
     for (int i = 0; st == DT_OK && i < dt_model_num_tables(m); i++)
         st = dt_rowopt_setup(c, dt_model_table(m, i));
     m->rowopt = *c;
+    free(m->table_rules);
+    m->table_rules = NULL;
     m->tables_ready = st == DT_OK;
     return st;
+}
+
+dt_status dt_model_set_table_rule(dt_model *m, int i, const dt_rowopt_config *c)
+{
+    assert(m->tables_ready && i >= 0 && i < dt_model_num_tables(m));
+    dt_status st = dt_rowopt_config_check(c);
+    if (st)
+        return st;
+    if (!m->table_rules) {
+        int n = dt_model_num_tables(m);
+        if (!(m->table_rules = malloc((size_t)n * sizeof *m->table_rules)))
+            return dt_error(DT_ERR_NOMEM, "no memory for the tables' rules");
+        for (int k = 0; k < n; k++)
+            m->table_rules[k] = m->rowopt;
+    }
+    if ((st = dt_rowopt_setup(c, dt_model_table(m, i))))
+        return st;
+    m->table_rules[i] = *c;
+    return DT_OK;
+}
+
+const dt_rowopt_config *dt_model_table_rule(const dt_model *m, int i)
+{
+    if (!m->tables_ready)
+        return NULL;
+    return m->table_rules ? &m->table_rules[i] : &m->rowopt;
+}
+
+bool dt_model_table_linear(const dt_model *m, int i)
+{
+    return m->cols && dt_cols_table_linear(m->cols, i);
 }
 
 dt_status dt_model_setup_optimizer(dt_model *m, dt_optim *o, const dt_optim_config *cfg)
@@ -824,9 +928,11 @@ const dt_rowopt_config *dt_model_table_optimizer(const dt_model *m)
 void dt_model_update_tables(dt_model *m, float lr_scale, int64_t step, dt_pool *pool)
 {
     assert(m->tables_ready || dt_model_num_tables(m) == 0);
-    for (int i = 0; i < dt_model_num_tables(m); i++)
-        dt_rowopt_update(&m->rowopt, m->rowopt.lr * lr_scale, step, dt_model_table(m, i),
+    for (int i = 0; i < dt_model_num_tables(m); i++) {
+        const dt_rowopt_config *r = dt_model_table_rule(m, i);
+        dt_rowopt_update(r, r->lr * lr_scale, step, dt_model_table(m, i),
                          dt_model_table_grad(m, i), pool);
+    }
 }
 
 dt_status dt_model_share_params(dt_model *m, const dt_model *owner)
@@ -906,7 +1012,7 @@ void dt_model_summary(const dt_model *m, FILE *out)
     }
     size_t total = dt_arena_payload_elems(&m->params);
     for (int i = 0; i < dt_model_num_tables(m); i++) {
-        const dt_table *t = dt_ctr_table(m->ctr, i);
+        const dt_table *t = dt_model_table((dt_model *)m, i);
         char shape[64];
         snprintf(shape, sizeof shape, "(%lld, %d)", (long long)t->rows, t->dim);
         fprintf(out, "%-32s %-22s %zu  [table: sparse rows]\n", t->name, shape,

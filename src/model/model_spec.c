@@ -9,6 +9,7 @@
  * Layer types take Keras's snake-case or class names. Unknown keys are errors, so a misspelt
  * option is reported rather than silently ignored. */
 #include "dtrain/model_spec.h"
+#include "dtrain/fileio.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -663,35 +664,10 @@ dt_status dt_model_spec_from_json(const char *text, const char *source, dt_model
 dt_status dt_model_spec_from_json_file(const char *path, dt_model_spec *out)
 {
     char *text = NULL;
-    dt_status st = DT_OK;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return dt_error(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    text = malloc(DT_MODEL_FILE_MAX + 1);
-    if (!text) {
-        st = dt_error(DT_ERR_NOMEM, "%s: no memory to read it", path);
-        goto fail;
-    }
-    size_t n = fread(text, 1, DT_MODEL_FILE_MAX + 1, f);
-    if (ferror(f)) {
-        st = dt_error(DT_ERR_IO, "%s: read failed: %s", path, strerror(errno));
-        goto fail;
-    }
-    if (n > DT_MODEL_FILE_MAX) {
-        st = dt_error(DT_ERR_INVALID, "%s: larger than %u bytes: not a model file", path,
-                      DT_MODEL_FILE_MAX);
-        goto fail;
-    }
-    if (memchr(text, '\0', n)) {
-        st = dt_error(DT_ERR_INVALID, "%s: offset %zu: a NUL byte: not a JSON text file", path,
-                      (size_t)((char *)memchr(text, '\0', n) - text));
-        goto fail;
-    }
-    text[n] = '\0';
-    st = dt_model_spec_from_json(text, path, out);
-fail:
+    dt_status st = dt_file_read_text(path, DT_MODEL_FILE_MAX, "a model file", &text, NULL);
+    if (st == DT_OK)
+        st = dt_model_spec_from_json(text, path, out);
     free(text);
-    fclose(f);
     return st;
 }
 

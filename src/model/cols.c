@@ -1,0 +1,641 @@
+/* The columns front of a feature-spec model (see cols.h and model_spec.h). Per batch of B rows:
+ *   slot_lo (B, S + 1)   where each slot's entries start in each row (entries come in slot
+ *                        order from the transform)
+ *   x0 (B, D)            the deep inputs side by side: numeric values, combined embeddings,
+ *                        numeric values times an embedding row, indicator weights
+ *   comb (B, I)          each embedding input's combiner factor per row (1, 1 / sum w or
+ *                        1 / sqrt(sum w^2)), by which backward scales its rows' gradients
+ *   xs[l], us[l], ts[l]  the cross layers' outputs and products (B, D), (B, D), (B, R)
+ * Backward turns dlogits and the layers' input gradient into dx0, the cross variables'
+ * gradients and, per table, one summed row per unique id: (id, contribution) pairs sorted by id
+ * with the radix sort, then added up. */
+#include "cols.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/radix.h"
+#include "dtrain/cross.h"
+#include "dtrain/gemm.h"
+
+struct dt_cols {
+    dt_columns_spec spec;
+    int N, S, D, R, L, max_batch;
+    dt_pool *pool;
+    int cross_w[DT_MAX_CROSS_LAYERS], cross_u[DT_MAX_CROSS_LAYERS],
+        cross_v[DT_MAX_CROSS_LAYERS], cross_b[DT_MAX_CROSS_LAYERS]; /* views; -1 unused */
+    int cross_out;              /* parallel: cross/logits/kernel (D, N); -1 otherwise */
+    dt_table *tables;
+    dt_sparse_rows *grads;
+    int B;
+    const dt_elem *batch;
+    int64_t *slot_lo;           /* (max_batch, S + 1) */
+    float *deep;                /* x0 (max_batch, D) */
+    float *comb;                /* (max_batch, n_deep) */
+    int *deep_off;              /* (n_deep) */
+    float *fm_sums;             /* fm: (max_batch, K) */
+    float *xs[DT_MAX_CROSS_LAYERS + 1], *us[DT_MAX_CROSS_LAYERS], *ts[DT_MAX_CROSS_LAYERS];
+    float *dx0, *dcur, *dnext, *du, *dtt; /* backward (max_batch, D) each, dtt (max_batch, R) */
+    /* Backward's pairs and contributions, grown in forward as batches need. */
+    int64_t *keys, *tkeys;
+    uint32_t *vals, *tvals;
+    float *contrib;
+    size_t cap_pairs, cap_contrib;
+};
+
+static const dt_column_input *deep_in(const dt_cols *c, int i) { return &c->spec.deep[i]; }
+static const dt_column_input *lin_in(const dt_cols *c, int i) { return &c->spec.linear[i]; }
+static inline int64_t entry_id(int64_t v) { return v & (((int64_t)1 << 48) - 1); }
+
+static int input_width(const dt_cols *c, const dt_column_input *in)
+{
+    switch (in->kind) {
+    case DT_INPUT_NUMERIC: return in->width;
+    case DT_INPUT_EMBEDDING:
+    case DT_INPUT_NUMERIC_EMBEDDING: return c->spec.tables[in->table].dim;
+    case DT_INPUT_INDICATOR: return (int)in->buckets;
+    case DT_INPUT_WEIGHTS:
+    case DT_INPUT_BIAS: return c->N;
+    }
+    return 0;
+}
+
+static float *floats(size_t n) { return malloc((n ? n : 1) * sizeof(float)); }
+
+/* The cross layers' variables, in layer order, after the linear part's (none: all tables). */
+static dt_status declare_cross(dt_cols *c, dt_arena *params)
+{
+    char name[DT_VIEW_NAME_CAP];
+    dt_status st = DT_OK;
+    for (int l = 0; l < c->L && st == DT_OK; l++) {
+        c->cross_w[l] = c->cross_u[l] = c->cross_v[l] = -1;
+        if (c->R == 0) {
+            snprintf(name, sizeof name, "cross/layer_%d/kernel", l);
+            st = dt_arena_add(params, name, 2, (int[]){c->D, c->D}, &c->cross_w[l]);
+        } else {
+            snprintf(name, sizeof name, "cross/layer_%d/u", l);
+            st = dt_arena_add(params, name, 2, (int[]){c->D, c->R}, &c->cross_u[l]);
+            snprintf(name, sizeof name, "cross/layer_%d/v", l);
+            if (st == DT_OK)
+                st = dt_arena_add(params, name, 2, (int[]){c->R, c->D}, &c->cross_v[l]);
+        }
+        snprintf(name, sizeof name, "cross/layer_%d/bias", l);
+        if (st == DT_OK)
+            st = dt_arena_add(params, name, 1, (int[]){c->D}, &c->cross_b[l]);
+    }
+    c->cross_out = -1;
+    if (st == DT_OK && c->L > 0 && !c->spec.cross_stacked)
+        st = dt_arena_add(params, "cross/logits/kernel", 2, (int[]){c->D, c->N}, &c->cross_out);
+    return st;
+}
+
+static dt_status check_spec(const dt_columns_spec *s)
+{
+    if (s->n_outputs < 1 || s->n_slots < 0 || s->n_dense < 0 || s->n_tables < 0 ||
+        s->n_tables > DT_MAX_COLUMN_TABLES || s->n_linear < 0 ||
+        s->n_linear > DT_MAX_COLUMN_INPUTS || s->n_deep < 0 || s->n_deep > DT_MAX_COLUMN_INPUTS ||
+        s->n_cross < 0 || s->n_cross > DT_MAX_CROSS_LAYERS || s->projection_dim < 0)
+        return dt_error(DT_ERR_INVALID, "a columns model's sizes are out of range");
+    for (int t = 0; t < s->n_tables; t++)
+        if (s->tables[t].rows < 1 || s->tables[t].dim < 1)
+            return dt_error(DT_ERR_INVALID, "table %s: %lld rows of %d", s->tables[t].name,
+                            (long long)s->tables[t].rows, s->tables[t].dim);
+    return DT_OK;
+}
+
+dt_status dt_cols_create(const dt_columns_spec *spec, int max_batch, dt_arena *params,
+                         dt_pool *pool, dt_cols **out)
+{
+    *out = NULL;
+    dt_status st = check_spec(spec);
+    if (st)
+        return st;
+    dt_cols *c = calloc(1, sizeof *c);
+    if (!c)
+        return dt_error(DT_ERR_NOMEM, "no memory for a columns model");
+    c->spec = *spec;
+    c->N = spec->n_outputs, c->S = spec->n_slots, c->max_batch = max_batch, c->pool = pool;
+    c->L = spec->n_cross, c->R = spec->projection_dim;
+    int D = 0;
+    c->deep_off = calloc((size_t)spec->n_deep + 1, sizeof *c->deep_off);
+    for (int i = 0; c->deep_off && i < spec->n_deep; i++) {
+        c->deep_off[i] = D;
+        D += input_width(c, &spec->deep[i]);
+    }
+    c->D = D;
+    size_t BD = (size_t)max_batch * (size_t)D;
+    c->tables = calloc((size_t)spec->n_tables + 1, sizeof *c->tables);
+    c->grads = calloc((size_t)spec->n_tables + 1, sizeof *c->grads);
+    c->slot_lo = malloc((size_t)max_batch * (size_t)(c->S + 1) * sizeof *c->slot_lo);
+    c->deep = floats(BD);
+    c->comb = floats((size_t)max_batch * (size_t)spec->n_deep);
+    c->dx0 = floats(BD), c->dcur = floats(BD), c->dnext = floats(BD), c->du = floats(BD);
+    c->dtt = floats((size_t)max_batch * (size_t)c->R);
+    bool ok = c->deep_off && c->tables && c->grads && c->slot_lo && c->deep && c->comb &&
+              c->dx0 && c->dcur && c->dnext && c->du && c->dtt;
+    if (ok && spec->fm && spec->n_deep > 0)
+        ok = (c->fm_sums = floats((size_t)max_batch * input_width(c, &spec->deep[0]))) != NULL;
+    c->xs[0] = c->deep;
+    for (int l = 0; ok && l < c->L; l++)
+        ok = (c->xs[l + 1] = floats(BD)) && (c->us[l] = floats(BD)) &&
+             (c->ts[l] = floats((size_t)max_batch * (size_t)c->R));
+    if (!ok) {
+        st = dt_error(DT_ERR_NOMEM, "no memory for a columns model");
+        goto fail;
+    }
+    for (int t = 0; t < spec->n_tables; t++)
+        dt_sparse_rows_init(&c->grads[t], spec->tables[t].dim);
+    for (int t = 0; t < spec->n_tables && st == DT_OK; t++)
+        st = dt_table_create(&c->tables[t], spec->tables[t].name, spec->tables[t].rows,
+                             spec->tables[t].dim);
+    if (st == DT_OK)
+        st = declare_cross(c, params);
+    if (st)
+        goto fail;
+    *out = c;
+    return DT_OK;
+fail:
+    dt_cols_destroy(c);
+    return st;
+}
+
+void dt_cols_destroy(dt_cols *c)
+{
+    if (!c)
+        return;
+    for (int t = 0; c->tables && t < c->spec.n_tables; t++)
+        dt_table_free(&c->tables[t]);
+    for (int t = 0; c->grads && t < c->spec.n_tables; t++)
+        dt_sparse_rows_free(&c->grads[t]);
+    for (int l = 0; l < c->L; l++)
+        free(c->xs[l + 1]), free(c->us[l]), free(c->ts[l]);
+    free(c->tables), free(c->grads), free(c->slot_lo), free(c->deep), free(c->comb);
+    free(c->deep_off), free(c->keys), free(c->tkeys), free(c->vals), free(c->tvals);
+    free(c->contrib), free(c->fm_sums), free(c->dx0), free(c->dcur), free(c->dnext);
+    free(c->du), free(c->dtt);
+    free(c);
+}
+
+void dt_cols_init(dt_cols *c, uint64_t seed, dt_pool *pool)
+{
+    for (int t = 0; t < c->spec.n_tables; t++) {
+        float sd = c->spec.tables[t].init_stddev;
+        if (sd > 0) /* each table its own stream: the seed moved by the table's index */
+            dt_table_init_normal(&c->tables[t], sd,
+                                 seed + 0x9e3779b97f4a7c15ull * (uint64_t)(t + 1), pool);
+    }
+}
+
+int dt_cols_kernel_views(const dt_cols *c, int *views, int max)
+{
+    int n = 0;
+    for (int l = 0; l < c->L; l++) {
+        int v[2] = {c->R ? c->cross_u[l] : c->cross_w[l], c->R ? c->cross_v[l] : -1};
+        for (int k = 0; k < 2; k++)
+            if (v[k] >= 0 && n < max)
+                views[n++] = v[k];
+    }
+    if (c->cross_out >= 0 && n < max)
+        views[n++] = c->cross_out;
+    return n;
+}
+
+int dt_cols_num_tables(const dt_cols *c) { return c->spec.n_tables; }
+dt_table *dt_cols_table(dt_cols *c, int i) { return &c->tables[i]; }
+dt_sparse_rows *dt_cols_table_grad(dt_cols *c, int i) { return &c->grads[i]; }
+bool dt_cols_table_linear(const dt_cols *c, int i) { return c->spec.tables[i].linear; }
+int dt_cols_layers_width(const dt_cols *c) { return c->D; }
+
+const float *dt_cols_deep_input(const dt_cols *c)
+{
+    return c->L > 0 && c->spec.cross_stacked ? c->xs[c->L] : c->deep;
+}
+
+/* ---- Forward ---- */
+
+static dt_status reserve_backward(dt_cols *c);
+
+static int64_t *slots_of(const dt_cols *c, int b) { return c->slot_lo + (size_t)b * (c->S + 1); }
+
+/* Where each slot's entries of row b start; DT_ERR_INVALID for an entry out of order, of an
+ * unknown slot, or with a weight that is not finite. */
+static dt_status index_row(dt_cols *c, const dt_elem *e, int b)
+{
+    int64_t *lo = slots_of(c, b);
+    int64_t j = e->sp_row[b], end = e->sp_row[b + 1];
+    for (int s = 0; s <= c->S; s++) {
+        lo[s] = j;
+        while (j < end && (e->sp_ids[j] >> 48) == s) {
+            if (!isfinite(e->sp_vals[j]))
+                return dt_error(DT_ERR_INVALID, "example %d: slot %d: a weight that is not finite",
+                                b, s);
+            j++;
+        }
+    }
+    if (j != end)
+        return dt_error(DT_ERR_INVALID, "example %d: entry %lld: slot %lld is not one of the %d "
+                        "of the model, or the entries are out of slot order", b,
+                        (long long)(j - e->sp_row[b]), (long long)(e->sp_ids[j] >> 48), c->S);
+    return DT_OK;
+}
+
+static dt_status check_ids(const dt_cols *c, const dt_elem *e, int b, const dt_column_input *in,
+                           int64_t rows)
+{
+    const int64_t *lo = slots_of(c, b);
+    for (int64_t j = lo[in->slot]; j < lo[in->slot + 1]; j++)
+        if (entry_id(e->sp_ids[j]) >= rows)
+            return dt_error(DT_ERR_INVALID, "example %d: slot %d: id %lld is outside the %lld "
+                            "rows", b, in->slot, (long long)entry_id(e->sp_ids[j]),
+                            (long long)rows);
+    return DT_OK;
+}
+
+static dt_status check_row(const dt_cols *c, const dt_elem *e, int b)
+{
+    dt_status st = DT_OK;
+    for (int i = 0; st == DT_OK && i < c->spec.n_deep; i++) {
+        const dt_column_input *in = deep_in(c, i);
+        if (in->kind == DT_INPUT_EMBEDDING)
+            st = check_ids(c, e, b, in, c->tables[in->table].rows);
+        else if (in->kind == DT_INPUT_INDICATOR)
+            st = check_ids(c, e, b, in, in->buckets);
+    }
+    for (int i = 0; st == DT_OK && i < c->spec.n_linear; i++)
+        if (lin_in(c, i)->kind == DT_INPUT_WEIGHTS)
+            st = check_ids(c, e, b, lin_in(c, i), c->tables[lin_in(c, i)->table].rows);
+    return st;
+}
+
+static float combiner_factor(dt_combiner k, const dt_elem *e, int64_t lo, int64_t hi)
+{
+    double s = 0;
+    for (int64_t j = lo; j < hi; j++)
+        s += k == DT_COMBINER_SQRTN ? (double)e->sp_vals[j] * e->sp_vals[j] : e->sp_vals[j];
+    if (k == DT_COMBINER_SUM || s <= 0)
+        return 1.0f;
+    return (float)(k == DT_COMBINER_MEAN ? 1.0 / s : 1.0 / sqrt(s));
+}
+
+static const float *dense_of(const dt_elem *e, int b, int off)
+{
+    return e->dense + (size_t)b * e->n_dense + off;
+}
+
+/* Row b's deep inputs, x0. */
+static void deep_row(dt_cols *c, const dt_elem *e, int b)
+{
+    float *out = c->deep + (size_t)b * c->D;
+    const int64_t *lo = slots_of(c, b);
+    for (int i = 0; i < c->spec.n_deep; i++) {
+        const dt_column_input *in = deep_in(c, i);
+        float *o = out + c->deep_off[i];
+        if (in->kind == DT_INPUT_NUMERIC) {
+            memcpy(o, dense_of(e, b, in->dense_off), (size_t)in->width * sizeof *o);
+            continue;
+        }
+        if (in->kind == DT_INPUT_NUMERIC_EMBEDDING) {
+            const dt_table *t = &c->tables[in->table];
+            float x = dense_of(e, b, in->dense_off)[0];
+            for (int k = 0; k < t->dim; k++)
+                o[k] = x * t->data[k];
+            continue;
+        }
+        int64_t j0 = lo[in->slot], j1 = lo[in->slot + 1];
+        if (in->kind == DT_INPUT_INDICATOR) {
+            memset(o, 0, (size_t)in->buckets * sizeof *o);
+            for (int64_t j = j0; j < j1; j++)
+                o[entry_id(e->sp_ids[j])] += e->sp_vals[j];
+            continue;
+        }
+        const dt_table *t = &c->tables[in->table];
+        float f = combiner_factor(in->combiner, e, j0, j1);
+        c->comb[(size_t)b * c->spec.n_deep + i] = f;
+        memset(o, 0, (size_t)t->dim * sizeof *o);
+        for (int64_t j = j0; j < j1; j++) {
+            const float *r = dt_table_row(t, entry_id(e->sp_ids[j]));
+            float w = e->sp_vals[j] * f;
+            for (int k = 0; k < t->dim; k++)
+                o[k] += w * r[k];
+        }
+    }
+}
+
+static void cross_forward(dt_cols *c, int B, const dt_arena *params)
+{
+    for (int l = 0; l < c->L; l++) {
+        const float *W = c->cross_w[l] >= 0 ? dt_arena_view_data(params, c->cross_w[l]) : NULL;
+        const float *U = c->cross_u[l] >= 0 ? dt_arena_view_data(params, c->cross_u[l]) : NULL;
+        const float *V = c->cross_v[l] >= 0 ? dt_arena_view_data(params, c->cross_v[l]) : NULL;
+        dt_cross_forward(c->pool, B, c->D, c->R, c->deep, c->xs[l], W, U, V,
+                         dt_arena_view_data(params, c->cross_b[l]), c->ts[l], c->us[l],
+                         c->xs[l + 1]);
+    }
+}
+
+dt_status dt_cols_forward(dt_cols *c, const dt_elem *e, const dt_arena *params)
+{
+    if (e->n_dense != c->spec.n_dense)
+        return dt_error(DT_ERR_INVALID, "rows of %d dense values for a model over %d", e->n_dense,
+                        c->spec.n_dense);
+    c->B = e->n;
+    c->batch = e;
+    for (int b = 0; b < e->n; b++) {
+        dt_status st = index_row(c, e, b);
+        if (st == DT_OK)
+            st = check_row(c, e, b);
+        if (st)
+            return st;
+        deep_row(c, e, b);
+    }
+    cross_forward(c, e->n, params);
+    return reserve_backward(c);
+}
+
+/* DeepFM's pairwise term of row b over its fields (the deep inputs, K wide each). */
+static float fm_term(dt_cols *c, int b)
+{
+    int K = c->spec.tables[deep_in(c, 0)->table].dim, F = c->spec.n_deep;
+    const float *x = c->deep + (size_t)b * c->D;
+    float *sum = c->fm_sums + (size_t)b * K;
+    double sq = 0, tot = 0;
+    for (int k = 0; k < K; k++)
+        sum[k] = 0;
+    for (int f = 0; f < F; f++)
+        for (int k = 0; k < K; k++) {
+            float v = x[(size_t)f * K + k];
+            sum[k] += v;
+            sq += (double)v * v;
+        }
+    for (int k = 0; k < K; k++)
+        tot += (double)sum[k] * sum[k];
+    return (float)(0.5 * (tot - sq));
+}
+
+void dt_cols_logits(dt_cols *c, int B, const dt_arena *params, const float *deep, float *logits)
+{
+    const dt_elem *e = c->batch;
+    int N = c->N;
+    const float *wout = c->cross_out >= 0 ? dt_arena_view_data(params, c->cross_out) : NULL;
+    for (int b = 0; b < B; b++) {
+        float *z = logits + (size_t)b * N;
+        for (int n = 0; n < N; n++)
+            z[n] = deep ? deep[(size_t)b * N + n] : 0.0f;
+        const int64_t *lo = slots_of(c, b);
+        for (int i = 0; i < c->spec.n_linear; i++) {
+            const dt_column_input *in = lin_in(c, i);
+            const dt_table *t = &c->tables[in->table];
+            if (in->kind == DT_INPUT_BIAS) {
+                for (int n = 0; n < N; n++)
+                    z[n] += t->data[n];
+            } else if (in->kind == DT_INPUT_NUMERIC) {
+                const float *x = dense_of(e, b, in->dense_off);
+                for (int k = 0; k < in->width; k++)
+                    for (int n = 0; n < N; n++)
+                        z[n] += x[k] * dt_table_row(t, in->row0 + k)[n];
+            } else {
+                for (int64_t j = lo[in->slot]; j < lo[in->slot + 1]; j++) {
+                    const float *r = dt_table_row(t, entry_id(e->sp_ids[j]));
+                    for (int n = 0; n < N; n++)
+                        z[n] += e->sp_vals[j] * r[n];
+                }
+            }
+        }
+        if (c->spec.fm && c->spec.n_deep > 0)
+            z[0] += fm_term(c, b);
+        if (wout) {
+            const float *xl = c->xs[c->L] + (size_t)b * c->D;
+            for (int d = 0; d < c->D; d++)
+                for (int n = 0; n < N; n++)
+                    z[n] += xl[d] * wout[(size_t)d * N + n];
+        }
+    }
+}
+
+/* ---- Backward ---- */
+
+static dt_status reserve(dt_cols *c, size_t pairs, size_t nfloats)
+{
+    if (pairs > c->cap_pairs) {
+        size_t n = pairs * 2;
+        int64_t *k = realloc(c->keys, n * sizeof *k);
+        if (k)
+            c->keys = k;
+        int64_t *tk = k ? realloc(c->tkeys, n * sizeof *tk) : NULL;
+        if (tk)
+            c->tkeys = tk;
+        uint32_t *v = tk ? realloc(c->vals, n * sizeof *v) : NULL;
+        if (v)
+            c->vals = v;
+        uint32_t *tv = v ? realloc(c->tvals, n * sizeof *tv) : NULL;
+        if (!tv)
+            return dt_error(DT_ERR_NOMEM, "no memory for the tables' gradients");
+        c->tvals = tv;
+        c->cap_pairs = n;
+    }
+    if (nfloats > c->cap_contrib) {
+        float *f = realloc(c->contrib, nfloats * 2 * sizeof *f);
+        if (!f)
+            return dt_error(DT_ERR_NOMEM, "no memory for the tables' gradients");
+        c->contrib = f;
+        c->cap_contrib = nfloats * 2;
+    }
+    return DT_OK;
+}
+
+static size_t slot_count(const dt_cols *c, int b, int slot)
+{
+    const int64_t *lo = slots_of(c, b);
+    return (size_t)(lo[slot + 1] - lo[slot]);
+}
+
+/* The (id, contribution) pairs of table t in the batch: one per id of every input reading it,
+ * one per row for a bias or numeric embedding, one per value for the linear numeric kernel. */
+static size_t count_pairs(const dt_cols *c, int t)
+{
+    size_t pairs = 0;
+    for (int i = 0; i < c->spec.n_deep; i++) {
+        const dt_column_input *in = deep_in(c, i);
+        if (in->table != t)
+            continue;
+        if (in->kind == DT_INPUT_NUMERIC_EMBEDDING)
+            pairs += (size_t)c->B;
+        else if (in->kind == DT_INPUT_EMBEDDING)
+            for (int b = 0; b < c->B; b++)
+                pairs += slot_count(c, b, in->slot);
+    }
+    for (int i = 0; i < c->spec.n_linear; i++) {
+        const dt_column_input *in = lin_in(c, i);
+        if (in->table != t)
+            continue;
+        if (in->kind == DT_INPUT_BIAS)
+            pairs += (size_t)c->B;
+        else if (in->kind == DT_INPUT_NUMERIC)
+            pairs += (size_t)c->B * (size_t)in->width;
+        else
+            for (int b = 0; b < c->B; b++)
+                pairs += slot_count(c, b, in->slot);
+    }
+    return pairs;
+}
+
+/* Room for backward's pairs, taken in forward, which can fail: backward cannot. */
+static dt_status reserve_backward(dt_cols *c)
+{
+    for (int t = 0; t < c->spec.n_tables; t++) {
+        size_t pairs = count_pairs(c, t);
+        dt_status st = reserve(c, pairs, pairs * (size_t)c->spec.tables[t].dim);
+        if (st == DT_OK && dt_sparse_rows_reserve(&c->grads[t], pairs))
+            st = dt_error(DT_ERR_NOMEM, "no memory for table %s's gradient", c->tables[t].name);
+        if (st)
+            return st;
+    }
+    return DT_OK;
+}
+
+/* One pair: the id, and scale times g (dim wide). */
+static inline size_t add_pair(dt_cols *c, int64_t id, const float *g, float scale, int dim,
+                              size_t at)
+{
+    c->keys[at] = id;
+    c->vals[at] = (uint32_t)at;
+    float *dst = c->contrib + at * (size_t)dim;
+    for (int k = 0; k < dim; k++)
+        dst[k] = scale * g[k];
+    return at + 1;
+}
+
+static size_t slot_pairs(dt_cols *c, const dt_column_input *in, int b, const float *g,
+                         float scale, int dim, size_t at)
+{
+    const dt_elem *e = c->batch;
+    const int64_t *lo = slots_of(c, b);
+    for (int64_t j = lo[in->slot]; j < lo[in->slot + 1]; j++)
+        at = add_pair(c, entry_id(e->sp_ids[j]), g, e->sp_vals[j] * scale, dim, at);
+    return at;
+}
+
+/* Table t's gradient from dlogits and dx0: every input that reads it, summed per unique id. */
+static void table_grad(dt_cols *c, int t, const float *dlogits, const float *dx0)
+{
+    const dt_elem *e = c->batch;
+    dt_sparse_rows *gr = &c->grads[t];
+    int dim = c->spec.tables[t].dim;
+    size_t pairs = count_pairs(c, t), at = 0;
+    gr->n = 0;
+    if (pairs == 0)
+        return;
+    for (int b = 0; b < c->B; b++) {
+        const float *dz = dlogits + (size_t)b * c->N;
+        for (int i = 0; i < c->spec.n_deep; i++) {
+            const dt_column_input *in = deep_in(c, i);
+            const float *g = dx0 + (size_t)b * c->D + c->deep_off[i];
+            if (in->table != t)
+                continue;
+            if (in->kind == DT_INPUT_EMBEDDING)
+                at = slot_pairs(c, in, b, g, c->comb[(size_t)b * c->spec.n_deep + i], dim, at);
+            else if (in->kind == DT_INPUT_NUMERIC_EMBEDDING)
+                at = add_pair(c, 0, g, dense_of(e, b, in->dense_off)[0], dim, at);
+        }
+        for (int i = 0; i < c->spec.n_linear; i++) {
+            const dt_column_input *in = lin_in(c, i);
+            if (in->table != t)
+                continue;
+            if (in->kind == DT_INPUT_BIAS) {
+                at = add_pair(c, 0, dz, 1.0f, dim, at);
+            } else if (in->kind == DT_INPUT_NUMERIC) {
+                const float *x = dense_of(e, b, in->dense_off);
+                for (int k = 0; k < in->width; k++)
+                    at = add_pair(c, in->row0 + k, dz, x[k], dim, at);
+            } else {
+                at = slot_pairs(c, in, b, dz, 1.0f, dim, at);
+            }
+        }
+    }
+    dt_radix_sort_pairs(c->keys, c->vals, c->tkeys, c->tvals, pairs, c->spec.tables[t].rows - 1);
+    for (size_t p = 0; p < pairs; p++) {
+        const float *src = c->contrib + (size_t)c->vals[p] * dim;
+        if (gr->n == 0 || gr->ids[gr->n - 1] != c->keys[p]) {
+            gr->ids[gr->n] = c->keys[p];
+            memcpy(gr->rows + gr->n * (size_t)dim, src, (size_t)dim * sizeof *src);
+            gr->n++;
+        } else {
+            float *dst = gr->rows + (gr->n - 1) * (size_t)dim;
+            for (int k = 0; k < dim; k++)
+                dst[k] += src[k];
+        }
+    }
+}
+
+/* dx0 += DeepFM's term's gradient: dz (S_k - v_fk) per field f and k. */
+static void fm_backward(dt_cols *c, int B, const float *dlogits, float *dx0)
+{
+    int K = c->spec.tables[deep_in(c, 0)->table].dim, F = c->spec.n_deep;
+    for (int b = 0; b < B; b++) {
+        float dz = dlogits[(size_t)b * c->N];
+        const float *x = c->deep + (size_t)b * c->D, *sum = c->fm_sums + (size_t)b * K;
+        float *g = dx0 + (size_t)b * c->D;
+        for (int f = 0; f < F; f++)
+            for (int k = 0; k < K; k++)
+                g[(size_t)f * K + k] += dz * (sum[k] - x[(size_t)f * K + k]);
+    }
+}
+
+/* The cross layers backward from dx_L (in c->dcur), adding into dx0 and the grads. */
+static void cross_backward(dt_cols *c, int B, const dt_arena *params, dt_arena *grads,
+                           float *dx0)
+{
+    for (int l = c->L - 1; l >= 0; l--) {
+        const float *W = c->cross_w[l] >= 0 ? dt_arena_view_data(params, c->cross_w[l]) : NULL;
+        const float *U = c->cross_u[l] >= 0 ? dt_arena_view_data(params, c->cross_u[l]) : NULL;
+        const float *V = c->cross_v[l] >= 0 ? dt_arena_view_data(params, c->cross_v[l]) : NULL;
+        float *dW = c->cross_w[l] >= 0 ? dt_arena_view_data(grads, c->cross_w[l]) : NULL;
+        float *dU = c->cross_u[l] >= 0 ? dt_arena_view_data(grads, c->cross_u[l]) : NULL;
+        float *dV = c->cross_v[l] >= 0 ? dt_arena_view_data(grads, c->cross_v[l]) : NULL;
+        dt_cross_backward(c->pool, B, c->D, c->R, c->deep, c->xs[l], W, U, V, c->ts[l],
+                          c->us[l], c->dcur, dx0, c->dnext, dW, dU, dV,
+                          dt_arena_view_data(grads, c->cross_b[l]), c->du, c->dtt);
+        float *tmp = c->dcur;
+        c->dcur = c->dnext;
+        c->dnext = tmp;
+    }
+    /* dx of layer 0's input: x_0 is x0 itself. */
+    size_t n = (size_t)B * c->D;
+    for (size_t k = 0; k < n; k++)
+        dx0[k] += c->dcur[k];
+}
+
+void dt_cols_backward(dt_cols *c, int B, const dt_arena *params, dt_arena *grads,
+                      const float *dlogits, const float *dlayers)
+{
+    size_t n = (size_t)B * c->D;
+    float *dx0 = c->dx0;
+    bool stacked = c->L > 0 && c->spec.cross_stacked;
+    /* The layers' input gradient is dx0's share (x0 feeds them), or dx_L's (stacked). */
+    if (dlayers && !stacked)
+        memcpy(dx0, dlayers, n * sizeof *dx0);
+    else
+        memset(dx0, 0, n * sizeof *dx0);
+    if (c->spec.fm && c->spec.n_deep > 0)
+        fm_backward(c, B, dlogits, dx0);
+    if (c->L > 0) {
+        if (stacked) {
+            if (dlayers)
+                memcpy(c->dcur, dlayers, n * sizeof *c->dcur);
+            else
+                memset(c->dcur, 0, n * sizeof *c->dcur);
+        } else {
+            /* dx_L = dlogits . Wout^T, and dWout += x_L^T dlogits. */
+            const float *wout = dt_arena_view_data(params, c->cross_out);
+            dt_gemm(c->pool, false, true, B, c->D, c->N, 1.0f, dlogits, c->N, wout, c->N, 0.0f,
+                    c->dcur, c->D);
+            dt_gemm(c->pool, true, false, c->D, c->N, B, 1.0f, c->xs[c->L], c->D, dlogits, c->N,
+                    1.0f, dt_arena_view_data(grads, c->cross_out), c->N);
+        }
+        cross_backward(c, B, params, grads, dx0);
+    }
+    for (int t = 0; t < c->spec.n_tables; t++)
+        table_grad(c, t, dlogits, dx0);
+}

@@ -1,0 +1,53 @@
+/* The columns front of a model (internal to src/model): a feature-spec model's tables, its
+ * linear part, and the deep part's input, built from each batch's transformed rows
+ * (model_spec.h's dt_columns_spec). The model runs the deep part's layers between
+ * dt_cols_forward and dt_cols_logits, as it runs DeepFM's MLP around the CTR front. */
+#ifndef DTRAIN_MODEL_COLS_H
+#define DTRAIN_MODEL_COLS_H
+
+#include "dtrain/arena.h"
+#include "dtrain/model_spec.h"
+#include "dtrain/pool.h"
+#include "dtrain/rows.h"
+#include "dtrain/table.h"
+
+typedef struct dt_cols dt_cols;
+
+/* Creates the tables and declares the cross layers' variables in params ("cross/layer_l/
+ * kernel" or its factors "u" and "v", "cross/layer_l/bias", and for parallel layers
+ * "cross/logits/kernel"). pool (may be NULL) runs the cross layers' products. */
+dt_status dt_cols_create(const dt_columns_spec *spec, int max_batch, dt_arena *params,
+                         dt_pool *pool, dt_cols **out);
+void dt_cols_destroy(dt_cols *c);
+
+/* Embedding tables drawn from N(0, (1/sqrt(dim))^2) per row from (seed, row); linear tables 0. */
+void dt_cols_init(dt_cols *c, uint64_t seed, dt_pool *pool);
+
+/* The cross kernels (and the parallel output kernel), for Glorot initialisation: up to max
+ * view indices into views; returns how many. */
+int dt_cols_kernel_views(const dt_cols *c, int *views, int max);
+/* The width of the layers' input (x0's, or x_L's: the same). */
+int dt_cols_layers_width(const dt_cols *c);
+
+/* Reads e's rows: checks every entry (a known slot, an id within its table, a finite weight;
+ * DT_ERR_INVALID naming the example and slot otherwise), builds x0 and runs the cross layers
+ * with params. */
+dt_status dt_cols_forward(dt_cols *c, const dt_elem *e, const dt_arena *params);
+/* (B, width): the layers' input: x0, or x_L of stacked cross layers. */
+const float *dt_cols_deep_input(const dt_cols *c);
+/* logits (B, N) = the linear part + fm + the parallel cross output + deep (B, N: the layers'
+ * output; NULL without layers). */
+void dt_cols_logits(dt_cols *c, int B, const dt_arena *params, const float *deep,
+                    float *logits);
+/* From dlogits (B, N) and the layers' input gradient dlayers (B, width; NULL without layers):
+ * the cross variables' gradients added into grads, and every table's sparse gradient. */
+void dt_cols_backward(dt_cols *c, int B, const dt_arena *params, dt_arena *grads,
+                      const float *dlogits, const float *dlayers);
+
+int dt_cols_num_tables(const dt_cols *c);
+dt_table *dt_cols_table(dt_cols *c, int i);
+dt_sparse_rows *dt_cols_table_grad(dt_cols *c, int i);
+/* Whether table i belongs to the linear part (which may take its own optimizer). */
+bool dt_cols_table_linear(const dt_cols *c, int i);
+
+#endif
