@@ -20,7 +20,7 @@
 #include "flags.h"
 
 struct train_opts {
-    const char *model, *model_file, *data, *test_data, *optimizer, *lr_schedule, *strategy;
+    const char *model, *model_file, *feature_spec, *data, *test_data, *optimizer, *lr_schedule, *strategy;
     const char *metrics_out, *shuffle_buffer, *progress, *loss_reduction, *gradient_wire;
     const char *features, *label_key, *input_shape, *compression, *cache, *label_column;
     const char *auto_shard, *ids_key, *values_key, *numeric_columns, *categorical_columns;
@@ -86,6 +86,9 @@ static int define_flags(flag_def *f, int cap, struct train_opts *o)
     FLAG("ftrl-l2", FLAG_FLOAT, "0", "--table-optimizer ftrl: l2 regularisation", &o->ftrl_l2);
     FLAG("model-file", FLAG_STRING, NULL, "model described in a JSON file (instead of --model)",
          &o->model_file);
+    FLAG("feature-spec", FLAG_STRING, NULL, "columns and model in TF feature-column JSON "
+         "(docs/FEATURES.md) over raw csv:, criteo: or tfrecord: data (instead of --model)",
+         &o->feature_spec);
     FLAG("data", FLAG_STRING, "fashion-mnist",
          "training data: fashion-mnist[:DIR], mnist:DIR, idx:IMAGES,LABELS, tfrecord:GLOB, "
          "libsvm:GLOB, csv:GLOB (GLOB: comma-separated patterns; - is stdin)", &o->data);
@@ -594,6 +597,7 @@ static void train_config(const struct train_opts *o, const flag_def *flags, int 
 {
     dt_train_config_default(c);
     c->model = o->model, c->model_file = o->model_file, c->no_fuse = o->no_fuse;
+    c->feature_spec = o->feature_spec;
     ctr_config(o, &c->ctr);
     c->hash_buckets = o->hash_buckets;
     c->data = o->data, c->test_data = o->test_data;

@@ -47,6 +47,10 @@ typedef struct {
     float table_lr;
     float ftrl_l1, ftrl_l2, ftrl_lr_power, ftrl_beta; /* defaults 0, 0, -0.5, 0 */
     float l2_reg;            /* on the table rows a step touches (rowopt.h); default 0 */
+    /* A feature-spec model's linear tables (and only they) take this rule instead, when set:
+     * the linear part's own optimizer (FTRL in TF's canned wide & deep). */
+    bool linear_rule_set;
+    dt_rowopt_config linear_rule;
 } dt_optim_config;
 
 /* The tables' rule that cfg describes. */

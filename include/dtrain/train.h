@@ -31,6 +31,9 @@
 typedef struct {
     const char *model;        /* a built-in model (mnist_cnn, mlp), when model_file is NULL */
     const char *model_file;   /* a model described in JSON */
+    /* A feature spec (features.h): the model and its columns over raw csv, criteo or tfrecord
+     * data, instead of model and model_file. */
+    const char *feature_spec;
     /* The CTR models' sizes, for model lr, fm or deepfm; their data is field-positional. */
     dt_ctr_spec ctr;
     int64_t hash_buckets;     /* > 0: ids hashed into this many rows (ctr.feature_size's) */

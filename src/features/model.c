@@ -9,7 +9,8 @@
  *   wide_deep  DNNLinearCombinedClassifier: both, their logits added, each part its optimizer.
  *   deepfm     each dnn_feature_columns entry one field of one width K: categorical columns
  *              embedded, numeric ones times an embedding row; first-order weights, the FM term
- *              and the MLP, as the DeepFM sample computes them; Adam at 0.001.
+ *              and the MLP, as the DeepFM sample computes them (embeddings from N(0, 0.01^2)
+ *              as there, not embedding_column's 1/sqrt(K)); Adam at 0.001.
  *   dcn_v2     TF Recommenders' DCN-v2: x0 the deep inputs, num_cross_layers cross layers
  *              (low rank with projection_dim), stacked or parallel with the MLP; Adam at 0.001.
  * Every table is named as TF names the variable it stands for, shortened:
@@ -29,6 +30,7 @@ typedef struct {
     const dt_features *f;
     dt_columns_spec *cs;
     char where[96];
+    float emb_stddev;  /* > 0: the embeddings' initial deviation (deepfm's 0.01) */
 } mctx;
 
 static dt_status model_error(const mctx *c, const char *fmt, ...)
@@ -63,7 +65,8 @@ static dt_status add_table(mctx *c, const char *name, int64_t rows, int dim, boo
     dt_column_table *t = &cs->tables[cs->n_tables];
     snprintf(t->name, sizeof t->name, "%s", name);
     t->rows = rows, t->dim = dim, t->linear = linear;
-    t->init_stddev = linear ? 0.0f : (float)(1.0 / sqrt((double)dim));
+    t->init_stddev = linear ? 0.0f : c->emb_stddev > 0 ? c->emb_stddev
+                                                       : (float)(1.0 / sqrt((double)dim));
     *out = cs->n_tables++;
     return DT_OK;
 }
@@ -562,6 +565,10 @@ dt_status dt_features_model(dt_features *f, dt_feature_model *out)
     int field_dim = kind == 3 ? deepfm_dimension(dnn) : 0;
     if (kind == 3 && field_dim == 0)
         return model_error(&c, "dnn_feature_columns: deepfm needs embeddings with a dimension");
+    /* DeepFM's sample draws its embeddings from N(0, 0.01^2): at embedding_column's
+     * 1/sqrt(K) the FM term over 39 fields starts with logits in the tens. */
+    if (kind == 3)
+        c.emb_stddev = 0.01f;
     c.cs->n_outputs = N;
     c.cs->n_dense = f->n_dense, c.cs->n_slots = f->n_slots;
     if (kind == 0 || kind == 2)

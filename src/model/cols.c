@@ -6,9 +6,9 @@
  *   comb (B, I)          each embedding input's combiner factor per row (1, 1 / sum w or
  *                        1 / sqrt(sum w^2)), by which backward scales its rows' gradients
  *   xs[l], us[l], ts[l]  the cross layers' outputs and products (B, D), (B, D), (B, R)
- * Backward turns dlogits and the layers' input gradient into dx0, the cross variables'
- * gradients and, per table, one summed row per unique id: (id, contribution) pairs sorted by id
- * with the radix sort, then added up. */
+ * and per table, the places that read it and their unique ids, found once in forward (the
+ * embedding's dedupe). Backward turns dlogits and the layers' input gradient into dx0, the
+ * cross variables' gradients and, per table, one summed row per unique id. */
 #include "cols.h"
 
 #include <math.h>
@@ -16,9 +16,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../core/radix.h"
 #include "dtrain/cross.h"
+#include "dtrain/embedding.h"
 #include "dtrain/gemm.h"
+
+/* A table's places in the batch: each id an input reads, and the index of its unique id. */
+typedef struct {
+    size_t n, cap;
+    int64_t *ids;
+    uint32_t *slot;
+    void *scratch;   /* dt_embedding_dedupe's */
+} table_places;
 
 struct dt_cols {
     dt_columns_spec spec;
@@ -38,11 +46,7 @@ struct dt_cols {
     float *fm_sums;             /* fm: (max_batch, K) */
     float *xs[DT_MAX_CROSS_LAYERS + 1], *us[DT_MAX_CROSS_LAYERS], *ts[DT_MAX_CROSS_LAYERS];
     float *dx0, *dcur, *dnext, *du, *dtt; /* backward (max_batch, D) each, dtt (max_batch, R) */
-    /* Backward's pairs and contributions, grown in forward as batches need. */
-    int64_t *keys, *tkeys;
-    uint32_t *vals, *tvals;
-    float *contrib;
-    size_t cap_pairs, cap_contrib;
+    table_places *places;       /* (n_tables) */
 };
 
 static const dt_column_input *deep_in(const dt_cols *c, int i) { return &c->spec.deep[i]; }
@@ -128,12 +132,13 @@ dt_status dt_cols_create(const dt_columns_spec *spec, int max_batch, dt_arena *p
     size_t BD = (size_t)max_batch * (size_t)D;
     c->tables = calloc((size_t)spec->n_tables + 1, sizeof *c->tables);
     c->grads = calloc((size_t)spec->n_tables + 1, sizeof *c->grads);
+    c->places = calloc((size_t)spec->n_tables + 1, sizeof *c->places);
     c->slot_lo = malloc((size_t)max_batch * (size_t)(c->S + 1) * sizeof *c->slot_lo);
     c->deep = floats(BD);
     c->comb = floats((size_t)max_batch * (size_t)spec->n_deep);
     c->dx0 = floats(BD), c->dcur = floats(BD), c->dnext = floats(BD), c->du = floats(BD);
     c->dtt = floats((size_t)max_batch * (size_t)c->R);
-    bool ok = c->deep_off && c->tables && c->grads && c->slot_lo && c->deep && c->comb &&
+    bool ok = c->deep_off && c->tables && c->grads && c->places && c->slot_lo && c->deep && c->comb &&
               c->dx0 && c->dcur && c->dnext && c->du && c->dtt;
     if (ok && spec->fm && spec->n_deep > 0)
         ok = (c->fm_sums = floats((size_t)max_batch * input_width(c, &spec->deep[0]))) != NULL;
@@ -172,8 +177,10 @@ void dt_cols_destroy(dt_cols *c)
     for (int l = 0; l < c->L; l++)
         free(c->xs[l + 1]), free(c->us[l]), free(c->ts[l]);
     free(c->tables), free(c->grads), free(c->slot_lo), free(c->deep), free(c->comb);
-    free(c->deep_off), free(c->keys), free(c->tkeys), free(c->vals), free(c->tvals);
-    free(c->contrib), free(c->fm_sums), free(c->dx0), free(c->dcur), free(c->dnext);
+    for (int t = 0; c->places && t < c->spec.n_tables; t++)
+        free(c->places[t].ids), free(c->places[t].slot), free(c->places[t].scratch);
+    free(c->places);
+    free(c->deep_off), free(c->fm_sums), free(c->dx0), free(c->dcur), free(c->dnext);
     free(c->du), free(c->dtt);
     free(c);
 }
@@ -215,7 +222,7 @@ const float *dt_cols_deep_input(const dt_cols *c)
 
 /* ---- Forward ---- */
 
-static dt_status reserve_backward(dt_cols *c);
+static dt_status find_places(dt_cols *c);
 
 static int64_t *slots_of(const dt_cols *c, int b) { return c->slot_lo + (size_t)b * (c->S + 1); }
 
@@ -351,7 +358,7 @@ dt_status dt_cols_forward(dt_cols *c, const dt_elem *e, const dt_arena *params)
         deep_row(c, e, b);
     }
     cross_forward(c, e->n, params);
-    return reserve_backward(c);
+    return find_places(c);
 }
 
 /* DeepFM's pairwise term of row b over its fields (the deep inputs, K wide each). */
@@ -416,33 +423,75 @@ void dt_cols_logits(dt_cols *c, int B, const dt_arena *params, const float *deep
 
 /* ---- Backward ---- */
 
-static dt_status reserve(dt_cols *c, size_t pairs, size_t nfloats)
+/* Every place (an id read by an input) of table t in the batch, in one fixed order: its deep
+ * inputs, then its linear ones, each over the rows. Forward lists the places' ids and finds
+ * the batch's unique ids once; backward adds each place's gradient into its unique id's row,
+ * in the same order, so that the sums do not depend on anything but the batch. */
+typedef struct {
+    dt_cols *c;
+    int t, dim;
+    bool accumulate;      /* backward: add into the rows; forward: list the ids */
+    size_t at;
+    const float *dlogits, *dx0;
+} place_walk;
+
+static inline void place(place_walk *w, int64_t id, const float *g, float scale)
 {
-    if (pairs > c->cap_pairs) {
-        size_t n = pairs * 2;
-        int64_t *k = realloc(c->keys, n * sizeof *k);
-        if (k)
-            c->keys = k;
-        int64_t *tk = k ? realloc(c->tkeys, n * sizeof *tk) : NULL;
-        if (tk)
-            c->tkeys = tk;
-        uint32_t *v = tk ? realloc(c->vals, n * sizeof *v) : NULL;
-        if (v)
-            c->vals = v;
-        uint32_t *tv = v ? realloc(c->tvals, n * sizeof *tv) : NULL;
-        if (!tv)
-            return dt_error(DT_ERR_NOMEM, "no memory for the tables' gradients");
-        c->tvals = tv;
-        c->cap_pairs = n;
+    table_places *tp = &w->c->places[w->t];
+    if (!w->accumulate) {
+        tp->ids[w->at++] = id;
+        return;
     }
-    if (nfloats > c->cap_contrib) {
-        float *f = realloc(c->contrib, nfloats * 2 * sizeof *f);
-        if (!f)
-            return dt_error(DT_ERR_NOMEM, "no memory for the tables' gradients");
-        c->contrib = f;
-        c->cap_contrib = nfloats * 2;
+    float *dst = w->c->grads[w->t].rows + (size_t)tp->slot[w->at++] * (size_t)w->dim;
+    for (int k = 0; k < w->dim; k++)
+        dst[k] += scale * g[k];
+}
+
+static void slot_places(place_walk *w, const dt_column_input *in, int b, const float *g,
+                        float scale)
+{
+    const dt_elem *e = w->c->batch;
+    const int64_t *lo = slots_of(w->c, b);
+    for (int64_t j = lo[in->slot]; j < lo[in->slot + 1]; j++)
+        place(w, entry_id(e->sp_ids[j]), g, e->sp_vals[j] * scale);
+}
+
+static void walk_places(place_walk *w)
+{
+    dt_cols *c = w->c;
+    const dt_elem *e = c->batch;
+    static const float none[1] = {0};
+    for (int i = 0; i < c->spec.n_deep; i++) {
+        const dt_column_input *in = deep_in(c, i);
+        if (in->table != w->t ||
+            (in->kind != DT_INPUT_EMBEDDING && in->kind != DT_INPUT_NUMERIC_EMBEDDING))
+            continue;
+        for (int b = 0; b < c->B; b++) {
+            const float *g = w->accumulate ? w->dx0 + (size_t)b * c->D + c->deep_off[i] : none;
+            if (in->kind == DT_INPUT_EMBEDDING)
+                slot_places(w, in, b, g, w->accumulate ? c->comb[(size_t)b * c->spec.n_deep + i]
+                                                       : 0.0f);
+            else
+                place(w, 0, g, dense_of(e, b, in->dense_off)[0]);
+        }
     }
-    return DT_OK;
+    for (int i = 0; i < c->spec.n_linear; i++) {
+        const dt_column_input *in = lin_in(c, i);
+        if (in->table != w->t)
+            continue;
+        for (int b = 0; b < c->B; b++) {
+            const float *dz = w->accumulate ? w->dlogits + (size_t)b * c->N : none;
+            if (in->kind == DT_INPUT_BIAS) {
+                place(w, 0, dz, 1.0f);
+            } else if (in->kind == DT_INPUT_NUMERIC) {
+                const float *x = dense_of(e, b, in->dense_off);
+                for (int k = 0; k < in->width; k++)
+                    place(w, in->row0 + k, dz, x[k]);
+            } else {
+                slot_places(w, in, b, dz, 1.0f);
+            }
+        }
+    }
 }
 
 static size_t slot_count(const dt_cols *c, int b, int slot)
@@ -451,122 +500,77 @@ static size_t slot_count(const dt_cols *c, int b, int slot)
     return (size_t)(lo[slot + 1] - lo[slot]);
 }
 
-/* The (id, contribution) pairs of table t in the batch: one per id of every input reading it,
- * one per row for a bias or numeric embedding, one per value for the linear numeric kernel. */
-static size_t count_pairs(const dt_cols *c, int t)
+/* The places of table t in the batch. */
+static size_t count_places(const dt_cols *c, int t)
 {
-    size_t pairs = 0;
+    size_t n = 0;
     for (int i = 0; i < c->spec.n_deep; i++) {
         const dt_column_input *in = deep_in(c, i);
         if (in->table != t)
             continue;
         if (in->kind == DT_INPUT_NUMERIC_EMBEDDING)
-            pairs += (size_t)c->B;
+            n += (size_t)c->B;
         else if (in->kind == DT_INPUT_EMBEDDING)
             for (int b = 0; b < c->B; b++)
-                pairs += slot_count(c, b, in->slot);
+                n += slot_count(c, b, in->slot);
     }
     for (int i = 0; i < c->spec.n_linear; i++) {
         const dt_column_input *in = lin_in(c, i);
         if (in->table != t)
             continue;
         if (in->kind == DT_INPUT_BIAS)
-            pairs += (size_t)c->B;
+            n += (size_t)c->B;
         else if (in->kind == DT_INPUT_NUMERIC)
-            pairs += (size_t)c->B * (size_t)in->width;
+            n += (size_t)c->B * (size_t)in->width;
         else
             for (int b = 0; b < c->B; b++)
-                pairs += slot_count(c, b, in->slot);
+                n += slot_count(c, b, in->slot);
     }
-    return pairs;
+    return n;
 }
 
-/* Room for backward's pairs, taken in forward, which can fail: backward cannot. */
-static dt_status reserve_backward(dt_cols *c)
+static dt_status grow_places(table_places *tp, size_t n)
+{
+    if (n <= tp->cap)
+        return DT_OK;
+    size_t cap = n + n / 2;
+    free(tp->ids), free(tp->slot), free(tp->scratch);
+    tp->ids = malloc(cap * sizeof *tp->ids);
+    tp->slot = malloc(cap * sizeof *tp->slot);
+    tp->scratch = malloc(dt_embedding_scratch_bytes(cap));
+    tp->cap = tp->ids && tp->slot && tp->scratch ? cap : 0;
+    return tp->cap ? DT_OK : dt_error(DT_ERR_NOMEM, "no memory for %zu table places", cap);
+}
+
+/* Each table's places and unique ids of the batch: its gradient's ids, in forward, which can
+ * fail for memory (backward cannot). */
+static dt_status find_places(dt_cols *c)
 {
     for (int t = 0; t < c->spec.n_tables; t++) {
-        size_t pairs = count_pairs(c, t);
-        dt_status st = reserve(c, pairs, pairs * (size_t)c->spec.tables[t].dim);
-        if (st == DT_OK && dt_sparse_rows_reserve(&c->grads[t], pairs))
+        table_places *tp = &c->places[t];
+        dt_sparse_rows *gr = &c->grads[t];
+        size_t n = count_places(c, t);
+        dt_status st = grow_places(tp, n);
+        if (st == DT_OK && dt_sparse_rows_reserve(gr, n))
             st = dt_error(DT_ERR_NOMEM, "no memory for table %s's gradient", c->tables[t].name);
         if (st)
             return st;
+        place_walk w = {.c = c, .t = t, .dim = c->spec.tables[t].dim};
+        walk_places(&w);
+        tp->n = n;
+        gr->n = n ? dt_embedding_dedupe(tp->ids, n, tp->scratch, gr->ids, tp->slot) : 0;
     }
     return DT_OK;
 }
 
-/* One pair: the id, and scale times g (dim wide). */
-static inline size_t add_pair(dt_cols *c, int64_t id, const float *g, float scale, int dim,
-                              size_t at)
-{
-    c->keys[at] = id;
-    c->vals[at] = (uint32_t)at;
-    float *dst = c->contrib + at * (size_t)dim;
-    for (int k = 0; k < dim; k++)
-        dst[k] = scale * g[k];
-    return at + 1;
-}
-
-static size_t slot_pairs(dt_cols *c, const dt_column_input *in, int b, const float *g,
-                         float scale, int dim, size_t at)
-{
-    const dt_elem *e = c->batch;
-    const int64_t *lo = slots_of(c, b);
-    for (int64_t j = lo[in->slot]; j < lo[in->slot + 1]; j++)
-        at = add_pair(c, entry_id(e->sp_ids[j]), g, e->sp_vals[j] * scale, dim, at);
-    return at;
-}
-
-/* Table t's gradient from dlogits and dx0: every input that reads it, summed per unique id. */
+/* Table t's gradient from dlogits and dx0, over the unique ids forward found. */
 static void table_grad(dt_cols *c, int t, const float *dlogits, const float *dx0)
 {
-    const dt_elem *e = c->batch;
     dt_sparse_rows *gr = &c->grads[t];
-    int dim = c->spec.tables[t].dim;
-    size_t pairs = count_pairs(c, t), at = 0;
-    gr->n = 0;
-    if (pairs == 0)
-        return;
-    for (int b = 0; b < c->B; b++) {
-        const float *dz = dlogits + (size_t)b * c->N;
-        for (int i = 0; i < c->spec.n_deep; i++) {
-            const dt_column_input *in = deep_in(c, i);
-            const float *g = dx0 + (size_t)b * c->D + c->deep_off[i];
-            if (in->table != t)
-                continue;
-            if (in->kind == DT_INPUT_EMBEDDING)
-                at = slot_pairs(c, in, b, g, c->comb[(size_t)b * c->spec.n_deep + i], dim, at);
-            else if (in->kind == DT_INPUT_NUMERIC_EMBEDDING)
-                at = add_pair(c, 0, g, dense_of(e, b, in->dense_off)[0], dim, at);
-        }
-        for (int i = 0; i < c->spec.n_linear; i++) {
-            const dt_column_input *in = lin_in(c, i);
-            if (in->table != t)
-                continue;
-            if (in->kind == DT_INPUT_BIAS) {
-                at = add_pair(c, 0, dz, 1.0f, dim, at);
-            } else if (in->kind == DT_INPUT_NUMERIC) {
-                const float *x = dense_of(e, b, in->dense_off);
-                for (int k = 0; k < in->width; k++)
-                    at = add_pair(c, in->row0 + k, dz, x[k], dim, at);
-            } else {
-                at = slot_pairs(c, in, b, dz, 1.0f, dim, at);
-            }
-        }
-    }
-    dt_radix_sort_pairs(c->keys, c->vals, c->tkeys, c->tvals, pairs, c->spec.tables[t].rows - 1);
-    for (size_t p = 0; p < pairs; p++) {
-        const float *src = c->contrib + (size_t)c->vals[p] * dim;
-        if (gr->n == 0 || gr->ids[gr->n - 1] != c->keys[p]) {
-            gr->ids[gr->n] = c->keys[p];
-            memcpy(gr->rows + gr->n * (size_t)dim, src, (size_t)dim * sizeof *src);
-            gr->n++;
-        } else {
-            float *dst = gr->rows + (gr->n - 1) * (size_t)dim;
-            for (int k = 0; k < dim; k++)
-                dst[k] += src[k];
-        }
-    }
+    memset(gr->rows, 0, gr->n * (size_t)gr->dim * sizeof *gr->rows);
+    place_walk w = {.c = c, .t = t, .dim = gr->dim, .accumulate = true, .dlogits = dlogits,
+                    .dx0 = dx0};
+    walk_places(&w);
 }
 
 /* dx0 += DeepFM's term's gradient: dz (S_k - v_fk) per field f and k. */

@@ -917,7 +917,11 @@ dt_status dt_model_setup_optimizer(dt_model *m, dt_optim *o, const dt_optim_conf
         return st;
     dt_rowopt_config rule;
     dt_optim_table_rule(cfg, &rule);
-    return dt_model_setup_tables(m, &rule);
+    st = dt_model_setup_tables(m, &rule);
+    for (int i = 0; st == DT_OK && cfg->linear_rule_set && i < dt_model_num_tables(m); i++)
+        if (dt_model_table_linear(m, i))
+            st = dt_model_set_table_rule(m, i, &cfg->linear_rule);
+    return st;
 }
 
 const dt_rowopt_config *dt_model_table_optimizer(const dt_model *m)

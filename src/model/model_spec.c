@@ -115,7 +115,7 @@ dt_status dt_model_spec_builtin(const char *name, dt_model_spec *out)
 
 /* ---- CTR models ---- */
 
-static const char *const arch_names[] = {"sequential", "lr", "fm", "deepfm"};
+static const char *const arch_names[] = {"sequential", "lr", "fm", "deepfm", "columns"};
 
 const char *dt_arch_name(dt_arch arch)
 {
@@ -124,7 +124,8 @@ const char *dt_arch_name(dt_arch arch)
 
 dt_status dt_arch_parse(const char *name, dt_arch *out)
 {
-    for (int a = 0; a < (int)(sizeof arch_names / sizeof arch_names[0]); a++)
+    /* "columns" is not a name to give: a feature spec builds such a model. */
+    for (int a = 0; a <= DT_ARCH_DEEPFM; a++)
         if (strcmp(name, arch_names[a]) == 0) {
             *out = (dt_arch)a;
             return DT_OK;
@@ -732,8 +733,35 @@ static bool add_layer_json(cJSON *layers, const dt_layer_spec *l)
 }
 
 /* A CTR model's spec in the form parse_ctr_object reads. */
+/* A feature-spec model: what checkpoints compare (its tables, layers and loss); the model is
+ * rebuilt from the feature spec saved beside them, not from this. */
+static bool add_columns_json(cJSON *j, const dt_model_spec *spec)
+{
+    const dt_columns_spec *c = spec->columns;
+    cJSON *tables = NULL, *layers = NULL;
+    bool ok = cJSON_AddStringToObject(j, "type", "columns") &&
+              cJSON_AddStringToObject(j, "name", spec->name) &&
+              cJSON_AddStringToObject(j, "loss", dt_loss_name(spec->loss)) &&
+              cJSON_AddNumberToObject(j, "outputs", c->n_outputs) &&
+              cJSON_AddNumberToObject(j, "cross_layers", c->n_cross) &&
+              (tables = cJSON_AddArrayToObject(j, "tables")) &&
+              (layers = cJSON_AddArrayToObject(j, "layers"));
+    for (int t = 0; ok && t < c->n_tables; t++) {
+        cJSON *o = cJSON_CreateObject();
+        ok = o && cJSON_AddItemToArray(tables, o) &&
+             cJSON_AddStringToObject(o, "name", c->tables[t].name) &&
+             cJSON_AddNumberToObject(o, "rows", (double)c->tables[t].rows) &&
+             cJSON_AddNumberToObject(o, "dim", c->tables[t].dim);
+    }
+    for (int i = 0; ok && i < spec->n_layers; i++)
+        ok = add_layer_json(layers, &spec->layers[i]);
+    return ok;
+}
+
 static bool add_ctr_json(cJSON *j, const dt_model_spec *spec)
 {
+    if (spec->arch == DT_ARCH_COLUMNS)
+        return add_columns_json(j, spec);
     const dt_ctr_spec *c = &spec->ctr;
     bool ok = cJSON_AddStringToObject(j, "type", dt_arch_name(spec->arch)) &&
               cJSON_AddStringToObject(j, "name", spec->name) &&

@@ -1,6 +1,8 @@
 /* Training as `dtrain train` does it, from one call (see include/dtrain/train.h). */
 #include "dtrain/train.h"
 
+#include "spec_run.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -484,6 +486,9 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
     dt_model *model = NULL;
     dt_optim opt;
     dt_optim_init(&opt);
+    dt_spec_run sr;
+    memset(&sr, 0, sizeof sr);
+    dt_train_config with_spec;
     dt_status st = read_task_place(&c->comm, &place);
     if (st)
         return st;
@@ -494,13 +499,29 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
     if ((st = plan_run(c, &place, &plan)))
         goto fail;
     const char *name = dt_strategy_name(plan.kind);
+    if (c->feature_spec) {
+        if (plan.kind == DT_STRATEGY_PARAMETER_SERVER) {
+            st = dt_error(DT_ERR_UNSUPPORTED, "--feature-spec: parameter_server does not train "
+                          "feature-spec models yet (one_device, mirrored and "
+                          "multi_worker_mirrored do)");
+            goto fail;
+        }
+        /* The spec's optimizers replace the command line's for the rest of the run. */
+        if ((st = dt_spec_run_open(c, plan.rank == 0, &sr)))
+            goto fail;
+        with_spec = *c;
+        with_spec.optim = sr.optim;
+        c = &with_spec;
+    }
     /* The input's batching is fit's. */
     dt_input_options io = c->input;
     io.batch_size = c->fit.batch_size, io.seed = c->fit.seed;
     io.shuffle_buffer = c->fit.shuffle_buffer, io.prefetch = plan.prefetch;
     io.keep_remainder = c->fit.keep_remainder;
-    bool ctr;
-    if ((st = ctr_input_options(c, &io, &ctr)))
+    bool ctr = sr.f != NULL;
+    if (sr.f)
+        io.row_parser = dt_feature_parser_rows(sr.parser);
+    else if ((st = ctr_input_options(c, &io, &ctr)))
         goto fail;
     if (ctr && plan.kind == DT_STRATEGY_CENTRAL_STORAGE) {
         st = dt_error(DT_ERR_UNSUPPORTED, "model %s: central_storage does not train embedding "
@@ -525,8 +546,10 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
     dt_model_spec spec;
     if ((st = input_specs(c, &train_spec, &test_spec, &have_test)) ||
         (st = dt_input_open(&train_spec, have_test ? &test_spec : NULL, &io, &ctx, &in)) ||
-        (st = load_model_spec(c, &in, &spec)))
+        (!sr.f && (st = load_model_spec(c, &in, &spec))))
         goto fail;
+    if (sr.f)
+        spec = sr.model.spec;
     dt_fit_config fcfg = fit_config_of(c, &plan, &in);
     if ((fcfg.eval_every_steps > 0 || fcfg.eval_throttle_secs > 0.0) && !in.test) {
         st = dt_error(DT_ERR_INVALID, "--eval-every-steps, --eval-throttle-secs: there is no test "
@@ -589,6 +612,7 @@ fail:
     dt_model_destroy(model);
     dt_pool_destroy(pool);
     dt_input_free(&in);
+    dt_spec_run_close(&sr);
     plan_free(&plan);
     return st;
 }
