@@ -105,13 +105,24 @@ dt_table *dt_model_find_table(dt_model *m, const char *name);
 dt_sparse_rows *dt_model_table_grad(dt_model *m, int i);
 /* Gives the tables the slots of optimizer c, which dt_model_update_tables then applies. */
 dt_status dt_model_setup_tables(dt_model *m, const dt_rowopt_config *c);
-/* o over the parameter arena, and the tables' slots of cfg's table rule. */
+/* The tables' rules of cfg: its table rule, and its linear rule on a feature-spec model's
+ * linear tables when set (dt_model_setup_tables, then dt_model_set_table_rule). */
+dt_status dt_model_setup_table_rules(dt_model *m, const dt_optim_config *cfg);
+/* o over the parameter arena, and the tables' slots of cfg's table rules. */
 dt_status dt_model_setup_optimizer(dt_model *m, dt_optim *o, const dt_optim_config *cfg);
 /* Gives table i its own rule after dt_model_setup_tables gave every table the same one (a
  * feature-spec model's linear tables take the linear part's optimizer). */
 dt_status dt_model_set_table_rule(dt_model *m, int i, const dt_rowopt_config *c);
 /* Table i's rule; NULL before dt_model_setup_tables. */
 const dt_rowopt_config *dt_model_table_rule(const dt_model *m, int i);
+/* A feature-spec model: the unique ids (increasing) that batch e reads of table i, which a
+ * parameter-server worker pulls before the forward of e (which then does not read e's entries
+ * again). Valid until that forward. DT_ERR_INVALID as the forward's for a bad entry. */
+dt_status dt_model_table_ids(dt_model *m, const dt_elem *e, int i, const int64_t **ids,
+                             size_t *n);
+/* How table i starts, as dt_model_init_params draws it: each row from N(0, stddev^2) with the
+ * seed plus *seed_offset (stddev 0: zeros) — what a ps task holding rows of it draws. */
+void dt_model_table_init(const dt_model *m, int i, float *stddev, uint64_t *seed_offset);
 /* Whether table i is of a feature-spec model's linear part. */
 bool dt_model_table_linear(const dt_model *m, int i);
 /* The tables' optimizer (the rule dt_model_setup_tables gave them all); NULL before it. */

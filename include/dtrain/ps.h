@@ -9,6 +9,9 @@
 #ifndef DTRAIN_PS_H
 #define DTRAIN_PS_H
 
+/* Tables a model may have on the parameter server (a feature-spec model has a few per column). */
+#define DT_PS_MAX_TABLES 512
+
 #include <stdbool.h>
 #include <stdint.h>
 

@@ -23,6 +23,7 @@
 /* A table's places in the batch: each id an input reads, and the index of its unique id. */
 typedef struct {
     size_t n, cap;
+    size_t n_unique; /* the batch's unique ids, which forward writes to the gradient's ids */
     int64_t *ids;
     uint32_t *slot;
     void *scratch;   /* dt_embedding_dedupe's */
@@ -39,6 +40,7 @@ struct dt_cols {
     dt_sparse_rows *grads;
     int B;
     const dt_elem *batch;
+    const dt_elem *prepared;    /* dt_cols_prepare's batch, which forward need not read again */
     int64_t *slot_lo;           /* (max_batch, S + 1) */
     float *deep;                /* x0 (max_batch, D) */
     float *comb;                /* (max_batch, n_deep) */
@@ -188,10 +190,11 @@ void dt_cols_destroy(dt_cols *c)
 void dt_cols_init(dt_cols *c, uint64_t seed, dt_pool *pool)
 {
     for (int t = 0; t < c->spec.n_tables; t++) {
-        float sd = c->spec.tables[t].init_stddev;
+        float sd;
+        uint64_t off;
+        dt_cols_table_init(c, t, &sd, &off);
         if (sd > 0) /* each table its own stream: the seed moved by the table's index */
-            dt_table_init_normal(&c->tables[t], sd,
-                                 seed + 0x9e3779b97f4a7c15ull * (uint64_t)(t + 1), pool);
+            dt_table_init_normal(&c->tables[t], sd, seed + off, pool);
     }
 }
 
@@ -234,7 +237,7 @@ static dt_status index_row(dt_cols *c, const dt_elem *e, int b)
     int64_t j = e->sp_row[b], end = e->sp_row[b + 1];
     for (int s = 0; s <= c->S; s++) {
         lo[s] = j;
-        while (j < end && (e->sp_ids[j] >> 48) == s) {
+        while (s < c->S && j < end && (e->sp_ids[j] >> 48) == s) {
             if (!isfinite(e->sp_vals[j]))
                 return dt_error(DT_ERR_INVALID, "example %d: slot %d: a weight that is not finite",
                                 b, s);
@@ -342,23 +345,49 @@ static void cross_forward(dt_cols *c, int B, const dt_arena *params)
     }
 }
 
-dt_status dt_cols_forward(dt_cols *c, const dt_elem *e, const dt_arena *params)
+dt_status dt_cols_prepare(dt_cols *c, const dt_elem *e)
 {
     if (e->n_dense != c->spec.n_dense)
         return dt_error(DT_ERR_INVALID, "rows of %d dense values for a model over %d", e->n_dense,
                         c->spec.n_dense);
     c->B = e->n;
     c->batch = e;
+    c->prepared = NULL;
     for (int b = 0; b < e->n; b++) {
         dt_status st = index_row(c, e, b);
         if (st == DT_OK)
             st = check_row(c, e, b);
         if (st)
             return st;
-        deep_row(c, e, b);
     }
+    dt_status st = find_places(c);
+    if (st == DT_OK)
+        c->prepared = e;
+    return st;
+}
+
+dt_status dt_cols_forward(dt_cols *c, const dt_elem *e, const dt_arena *params)
+{
+    dt_status st = c->prepared == e ? DT_OK : dt_cols_prepare(c, e);
+    c->prepared = NULL;
+    if (st)
+        return st;
+    for (int b = 0; b < e->n; b++)
+        deep_row(c, e, b);
     cross_forward(c, e->n, params);
-    return find_places(c);
+    return DT_OK;
+}
+
+void dt_cols_table_ids(const dt_cols *c, int t, const int64_t **ids, size_t *n)
+{
+    *ids = c->grads[t].ids;
+    *n = c->places[t].n_unique;
+}
+
+void dt_cols_table_init(const dt_cols *c, int t, float *stddev, uint64_t *seed_offset)
+{
+    *stddev = c->spec.tables[t].init_stddev;
+    *seed_offset = 0x9e3779b97f4a7c15ull * (uint64_t)(t + 1);
 }
 
 /* DeepFM's pairwise term of row b over its fields (the deep inputs, K wide each). */
@@ -558,7 +587,8 @@ static dt_status find_places(dt_cols *c)
         place_walk w = {.c = c, .t = t, .dim = c->spec.tables[t].dim};
         walk_places(&w);
         tp->n = n;
-        gr->n = n ? dt_embedding_dedupe(tp->ids, n, tp->scratch, gr->ids, tp->slot) : 0;
+        tp->n_unique = n ? dt_embedding_dedupe(tp->ids, n, tp->scratch, gr->ids, tp->slot) : 0;
+        gr->n = tp->n_unique;
     }
     return DT_OK;
 }
@@ -567,6 +597,8 @@ static dt_status find_places(dt_cols *c)
 static void table_grad(dt_cols *c, int t, const float *dlogits, const float *dx0)
 {
     dt_sparse_rows *gr = &c->grads[t];
+    /* The rows of forward's unique ids, even when dt_model_zero_grads emptied them since. */
+    gr->n = c->places[t].n_unique;
     memset(gr->rows, 0, gr->n * (size_t)gr->dim * sizeof *gr->rows);
     place_walk w = {.c = c, .t = t, .dim = gr->dim, .accumulate = true, .dlogits = dlogits,
                     .dx0 = dx0};

@@ -29,6 +29,14 @@ int dt_cols_kernel_views(const dt_cols *c, int *views, int max);
 /* The width of the layers' input (x0's, or x_L's: the same). */
 int dt_cols_layers_width(const dt_cols *c);
 
+/* Reads e's rows: checks every entry (as dt_cols_forward) and finds each table's unique ids
+ * of the batch, which dt_cols_table_ids then gives (a parameter-server worker pulls those rows
+ * before forward). The forward of the same e right after does not read it again. */
+dt_status dt_cols_prepare(dt_cols *c, const dt_elem *e);
+void dt_cols_table_ids(const dt_cols *c, int t, const int64_t **ids, size_t *n);
+/* How table t starts: rows drawn from N(0, stddev^2) with seed + seed_offset (stddev 0: 0). */
+void dt_cols_table_init(const dt_cols *c, int t, float *stddev, uint64_t *seed_offset);
+
 /* Reads e's rows: checks every entry (a known slot, an id within its table, a finite weight;
  * DT_ERR_INVALID naming the example and slot otherwise), builds x0 and runs the cross layers
  * with params. */

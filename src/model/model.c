@@ -73,6 +73,7 @@ struct dt_model {
     dt_columns_spec *cols_spec;
     dt_rowopt_config *table_rules; /* each table's rule (dt_model_set_table_rule), or NULL */
     float *cols_logits;          /* (B, N) */
+    const dt_elem *cols_ids_of;  /* the batch dt_model_table_ids prepared, until its forward */
     bool tables_ready;
 };
 
@@ -639,6 +640,7 @@ static dt_status forward_ctr(dt_model *m, const dt_elem *e, bool training)
 
 static dt_status forward_cols(dt_model *m, const dt_elem *e, bool training)
 {
+    m->cols_ids_of = NULL;
     dt_status st = dt_cols_forward(m->cols, e, &m->params);
     if (st)
         return st;
@@ -905,9 +907,45 @@ const dt_rowopt_config *dt_model_table_rule(const dt_model *m, int i)
     return m->table_rules ? &m->table_rules[i] : &m->rowopt;
 }
 
+dt_status dt_model_table_ids(dt_model *m, const dt_elem *e, int i, const int64_t **ids,
+                             size_t *n)
+{
+    assert(m->cols && i >= 0 && i < dt_model_num_tables(m));
+    if (e != m->cols_ids_of) {
+        dt_status st = dt_cols_prepare(m->cols, e);
+        if (st)
+            return st;
+        m->cols_ids_of = e;
+    }
+    dt_cols_table_ids(m->cols, i, ids, n);
+    return DT_OK;
+}
+
+void dt_model_table_init(const dt_model *m, int i, float *stddev, uint64_t *seed_offset)
+{
+    *seed_offset = 0;
+    if (m->cols)
+        dt_cols_table_init(m->cols, i, stddev, seed_offset);
+    else
+        *stddev = m->ctr && strcmp(dt_ctr_table(m->ctr, i)->name, "fm_v") == 0
+                      ? m->spec.ctr.init_stddev
+                      : 0.0f;
+}
+
 bool dt_model_table_linear(const dt_model *m, int i)
 {
     return m->cols && dt_cols_table_linear(m->cols, i);
+}
+
+dt_status dt_model_setup_table_rules(dt_model *m, const dt_optim_config *cfg)
+{
+    dt_rowopt_config rule;
+    dt_optim_table_rule(cfg, &rule);
+    dt_status st = dt_model_setup_tables(m, &rule);
+    for (int i = 0; st == DT_OK && cfg->linear_rule_set && i < dt_model_num_tables(m); i++)
+        if (dt_model_table_linear(m, i))
+            st = dt_model_set_table_rule(m, i, &cfg->linear_rule);
+    return st;
 }
 
 dt_status dt_model_setup_optimizer(dt_model *m, dt_optim *o, const dt_optim_config *cfg)
@@ -915,13 +953,7 @@ dt_status dt_model_setup_optimizer(dt_model *m, dt_optim *o, const dt_optim_conf
     dt_status st = dt_optim_setup(o, cfg, &m->params);
     if (st || dt_model_num_tables(m) == 0)
         return st;
-    dt_rowopt_config rule;
-    dt_optim_table_rule(cfg, &rule);
-    st = dt_model_setup_tables(m, &rule);
-    for (int i = 0; st == DT_OK && cfg->linear_rule_set && i < dt_model_num_tables(m); i++)
-        if (dt_model_table_linear(m, i))
-            st = dt_model_set_table_rule(m, i, &cfg->linear_rule);
-    return st;
+    return dt_model_setup_table_rules(m, cfg);
 }
 
 const dt_rowopt_config *dt_model_table_optimizer(const dt_model *m)

@@ -11,7 +11,7 @@
 #include "dtrain/clock.h"
 #include "shard.h"
 
-#define MAX_TABLES 16
+#define MAX_TABLES DT_PS_MAX_TABLES
 
 typedef struct {
     int fd;
@@ -426,11 +426,21 @@ dt_status dt_ps_client_push(dt_ps_client *c, uint32_t id, const int64_t *ids, si
 dt_status dt_ps_client_pull_step(dt_ps_client *c, const int64_t *ids, size_t n,
                                  float *const *rows, float *dense)
 {
+    const int64_t *each_ids[DT_PS_MAX_TABLES];
+    size_t each_n[DT_PS_MAX_TABLES];
+    for (int ti = 0; ti < c->n_tables; ti++)
+        each_ids[ti] = ids, each_n[ti] = n;
+    return dt_ps_client_pull_tables(c, each_ids, each_n, rows, dense);
+}
+
+dt_status dt_ps_client_pull_tables(dt_ps_client *c, const int64_t *const *ids, const size_t *n,
+                                   float *const *rows, float *dense)
+{
     dt_status st = DT_OK;
     for (int ti = 0; ti < c->n_tables && st == DT_OK; ti++) {
         if (!rows[ti])
             continue;
-        if ((st = plan(&c->tables[ti], ids, n)))
+        if ((st = plan(&c->tables[ti], ids[ti], n[ti])))
             break;
         c->tables[ti].dest_rows = rows[ti];
         st = queue_pull(c, ti);

@@ -71,6 +71,9 @@ dt_status dt_ps_client_use_dense(dt_ps_client *c, const dt_arena *params);
  * step. */
 dt_status dt_ps_client_pull_step(dt_ps_client *c, const int64_t *ids, size_t n,
                                  float *const *rows, float *dense);
+/* The same with each table's own ids: ids[t] (n[t]) into rows[t] (n[t] x dim). */
+dt_status dt_ps_client_pull_tables(dt_ps_client *c, const int64_t *const *ids, const size_t *n,
+                                   float *const *rows, float *dense);
 dt_status dt_ps_client_push_step(dt_ps_client *c, const dt_sparse_rows *const *grads,
                                  const float *dense, int64_t step, float table_scale);
 

@@ -17,10 +17,10 @@
 #include "dtrain/optim.h"
 #include "dtrain/partition.h"
 #include "dtrain/pool.h"
+#include "dtrain/ps.h"
 #include "dtrain/rowopt.h"
 #include "dtrain/table.h"
 
-#define DT_PS_MAX_TABLES 16
 
 typedef struct {
     uint32_t id;                     /* the table's number in the messages */

@@ -15,13 +15,12 @@
 
 /* ---- The tensors ---- */
 
-#define MAX_TABLE_ARENAS 6 /* two tables, each with two slots */
-
 /* What a checkpoint holds: the parameters, the optimizer's slots (plain SGD has none), and each
- * table with its slots, as arenas over their storage. */
+ * table with its slots, as arenas over their storage (a feature-spec model has many tables:
+ * the arrays are sized for the model). */
 typedef struct {
-    const dt_arena *list[3 + MAX_TABLE_ARENAS];
-    dt_arena tables[MAX_TABLE_ARENAS];
+    const dt_arena **list;
+    dt_arena *tables;
     int n, n_tables;
 } ckpt_arenas;
 
@@ -29,7 +28,25 @@ static void release_arenas(ckpt_arenas *a)
 {
     for (int i = 0; i < a->n_tables; i++)
         dt_table_arena_release(&a->tables[i]);
-    a->n_tables = 0;
+    free(a->tables);
+    free(a->list);
+    memset(a, 0, sizeof *a);
+}
+
+/* Room for 3 arenas and every table's (with its slots). */
+static dt_status alloc_arenas(dt_model *m, ckpt_arenas *a)
+{
+    memset(a, 0, sizeof *a);
+    size_t n = 1;
+    for (int t = 0; t < dt_model_num_tables(m); t++)
+        n += 1 + (size_t)dt_model_table(m, t)->n_slots;
+    a->tables = calloc(n, sizeof *a->tables);
+    a->list = calloc(n + 3, sizeof *a->list);
+    if (!a->tables || !a->list) {
+        release_arenas(a);
+        return dt_error(DT_ERR_NOMEM, "no memory for a checkpoint's tensors");
+    }
+    return DT_OK;
 }
 
 /* The tables' arenas (with their slots when slots) appended to a. */
@@ -38,9 +55,6 @@ static dt_status table_arenas(dt_model *m, bool slots, ckpt_arenas *a)
     for (int t = 0; t < dt_model_num_tables(m); t++) {
         const dt_table *tab = dt_model_table(m, t);
         for (int s = -1; s < (slots ? tab->n_slots : 0); s++) {
-            if (a->n_tables == MAX_TABLE_ARENAS)
-                return dt_error(DT_ERR_INVALID, "model %s: more table tensors than a checkpoint "
-                                "takes (%d)", dt_model_spec_of(m)->name, MAX_TABLE_ARENAS);
             dt_arena *ar = &a->tables[a->n_tables];
             dt_status st = dt_table_arena(tab, s, ar);
             if (st)
@@ -56,8 +70,11 @@ dt_status dt_ckpt_restore_tables(const dt_ckpt *c, dt_model *m, bool slots)
 {
     if (dt_ckpt_is_sharded(c)) /* the tables are in the ps tasks' files */
         return dt_ps_ckpt_restore(c, m, NULL);
-    ckpt_arenas a = {.n = 0};
-    dt_status st = table_arenas(m, slots, &a);
+    ckpt_arenas a;
+    dt_status st = alloc_arenas(m, &a);
+    if (st)
+        return st;
+    st = table_arenas(m, slots, &a);
     for (int i = 0; st == DT_OK && i < a.n_tables; i++)
         st = dt_ckpt_restore_arena(c, &a.tables[i]);
     release_arenas(&a);
@@ -103,12 +120,19 @@ dt_status dt_fit_save(dt_ckpt_manager *mgr, bool announce, const dt_fit_config *
              ", \"batches\": %" PRId64 "}", p->in_epoch);
 #undef META_F
     meta[n++] = (dt_ckpt_meta){"model_spec", spec};
-    ckpt_arenas a = {.list = {dt_model_params(m), &o->state}};
-    a.n = o->state.n_views > 0 ? 2 : 1; /* plain SGD has no slots */
+    ckpt_arenas a;
+    char path[4400];
+    dt_status st = alloc_arenas(m, &a);
+    if (st) {
+        free(spec);
+        return st;
+    }
+    a.list[a.n++] = dt_model_params(m);
+    if (o->state.n_views > 0) /* plain SGD has no slots */
+        a.list[a.n++] = &o->state;
     if (dt_model_state(m)->n_views > 0) /* batch normalisation's moving averages */
         a.list[a.n++] = dt_model_state(m);
-    char path[4400];
-    dt_status st = table_arenas(m, true, &a);
+    st = table_arenas(m, true, &a);
     if (st == DT_OK)
         st = dt_ckpt_manager_save(mgr, p->step, a.list, a.n, meta, n, path, sizeof path);
     release_arenas(&a);

@@ -222,9 +222,7 @@ dt_status dt_ps_ckpt_load(const dt_ckpt *c, dt_model *m, dt_optim *o, int64_t *s
         return dt_error(DT_ERR_FORMAT, "%s: __metadata__.global_step: missing or not a step",
                         dt_ckpt_path(c));
     *step = s;
-    dt_rowopt_config rule;
-    dt_optim_table_rule(&o->cfg, &rule);
-    dt_status st = dt_model_setup_tables(m, &rule);
+    dt_status st = dt_model_setup_table_rules(m, &o->cfg);
     if (st == DT_OK)
         st = dt_ckpt_restore_arena(c, dt_model_params(m));
     if (st == DT_OK && dt_ckpt_is_sharded(c))

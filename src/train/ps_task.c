@@ -58,15 +58,24 @@ dt_status ps_place_variables(const dt_train_config *c, dt_model *m, dt_ps_client
     dt_rowopt_config rule;
     dt_optim_table_rule(&c->optim, &rule);
     dt_status st = DT_OK;
+    if (dt_model_num_tables(m) > DT_PS_MAX_TABLES)
+        return dt_error(DT_ERR_UNSUPPORTED, "model %s: %d tables, more than the %d a ps holds",
+                        dt_model_spec_of(m)->name, dt_model_num_tables(m), DT_PS_MAX_TABLES);
     for (int t = 0; t < dt_model_num_tables(m) && st == DT_OK; t++) {
         const dt_table *tab = dt_model_table(m, t);
         int64_t rows = table_rows > 0 ? table_rows : tab->rows;
         int64_t shards = shards_of(c, rows, tab->dim, n_ps);
-        /* fm_v starts N(0, stddev^2) per row from the seed, fm_w at 0, as dt_model_init_params
-         * makes them (model_spec.h). */
-        float stddev = strcmp(tab->name, "fm_v") == 0 ? dt_model_spec_of(m)->ctr.init_stddev : 0;
+        /* Each table starts as dt_model_init_params draws it, row by row from its seed; a
+         * feature-spec model's linear tables take the linear part's rule. */
+        float stddev;
+        uint64_t seed_offset;
+        dt_model_table_init(m, t, &stddev, &seed_offset);
+        const dt_rowopt_config *r =
+            c->optim.linear_rule_set && dt_model_table_linear(m, t) ? &c->optim.linear_rule
+                                                                    : &rule;
         st = define ? dt_ps_client_define(ps, (uint32_t)t, tab->name, rows, tab->dim, shards,
-                                          c->ps.partition_strategy, &rule, stddev, c->fit.seed)
+                                          c->ps.partition_strategy, r, stddev,
+                                          c->fit.seed + seed_offset)
                     : dt_ps_client_use_table(ps, (uint32_t)t, rows, tab->dim, shards,
                                              c->ps.partition_strategy);
     }

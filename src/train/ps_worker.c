@@ -15,7 +15,6 @@
 #include "ps_train.h"
 
 /* A CTR model's tables: fm_w and fm_v. */
-#define DT_PS_WORKER_MAX_TABLES 16
 
 /* A shard of the data and where this worker is in it: its own, or a lost worker's it took
  * over. */
@@ -43,6 +42,9 @@ typedef struct {
     int64_t *uniq;       /* the batch's unique ids */
     size_t n_uniq;
     int64_t *gids;       /* the tables' gradient rows' ids, table t's from t x cap */
+    bool by_table;       /* a feature-spec model: whole tables, each with its own ids */
+    float *rows_buf;     /* by_table: a pull's rows, table after table */
+    size_t rows_cap;
     uint32_t *slot;
     void *scratch;
     size_t cap;
@@ -120,7 +122,7 @@ static dt_status reserve_ids(worker *w, size_t n)
         return DT_OK;
     free(w->uniq), free(w->slot), free(w->scratch), free(w->gids);
     w->uniq = malloc(n * sizeof *w->uniq);
-    w->gids = malloc(n * DT_PS_WORKER_MAX_TABLES * sizeof *w->gids);
+    w->gids = malloc(n * (size_t)dt_model_num_tables(w->m) * sizeof *w->gids);
     w->slot = malloc(n * sizeof *w->slot);
     w->scratch = malloc(dt_embedding_scratch_bytes(n));
     w->cap = w->uniq && w->gids && w->slot && w->scratch ? n : 0;
@@ -132,7 +134,7 @@ static dt_status reserve_ids(worker *w, size_t n)
 static dt_status renumber_ids(worker *w, dt_elem *e)
 {
     w->n_uniq = 0;
-    if (dt_model_num_tables(w->m) == 0)
+    if (dt_model_num_tables(w->m) == 0 || w->by_table)
         return DT_OK;
     size_t n = (size_t)(e->sp_row[e->n] - e->sp_row[0]);
     int64_t *ids = e->sp_ids + e->sp_row[0];
@@ -145,23 +147,79 @@ static dt_status renumber_ids(worker *w, dt_elem *e)
     return DT_OK;
 }
 
-/* The batch's rows of every table and the dense variables, from the ps tasks in one round. */
-static dt_status pull_variables(worker *w)
+/* A feature-spec model keeps whole tables (anonymous mappings: only the rows a batch pulled
+ * take memory), each with its own ids: the batch's rows of table t are pulled into a buffer
+ * and placed at their ids. */
+static dt_status reserve_rows(worker *w, size_t floats)
+{
+    if (floats <= w->rows_cap)
+        return DT_OK;
+    float *p = realloc(w->rows_buf, floats * sizeof *p);
+    if (!p)
+        return dt_error(DT_ERR_NOMEM, "no memory for %zu pulled values", floats);
+    w->rows_buf = p, w->rows_cap = floats;
+    return DT_OK;
+}
+
+static dt_status pull_tables(worker *w, const dt_elem *e)
 {
     dt_model *m = w->m;
-    float *rows[DT_PS_WORKER_MAX_TABLES] = {0};
-    for (int t = 0; t < dt_model_num_tables(m) && w->n_uniq > 0; t++)
-        rows[t] = dt_model_table(m, t)->data;
-    if (w->n_pulls == w->pulls_cap) {
-        size_t cap = w->pulls_cap ? 2 * w->pulls_cap : 1024;
-        double *p = realloc(w->pull_ms, cap * sizeof *p);
-        if (!p)
-            return dt_error(DT_ERR_NOMEM, "no memory for %zu pull times", cap);
-        w->pull_ms = p, w->pulls_cap = cap;
+    int T = dt_model_num_tables(m);
+    const int64_t *ids[DT_PS_MAX_TABLES];
+    size_t n[DT_PS_MAX_TABLES], total = 0;
+    float *rows[DT_PS_MAX_TABLES];
+    for (int t = 0; t < T; t++) {
+        dt_status st = dt_model_table_ids(m, e, t, &ids[t], &n[t]);
+        if (st)
+            return st;
+        total += n[t] * (size_t)dt_model_table(m, t)->dim;
+    }
+    dt_status st = reserve_rows(w, total ? total : 1);
+    if (st)
+        return st;
+    for (int t = 0, at = 0; t < T; t++) {
+        rows[t] = n[t] ? w->rows_buf + at : NULL;
+        at += (int)(n[t] * (size_t)dt_model_table(m, t)->dim);
     }
     double t0 = dt_clock_now();
-    dt_status st = dt_ps_client_pull_step(w->ps, w->uniq, w->n_uniq, rows,
-                                          w->ring ? NULL : dt_model_params(m)->data);
+    st = dt_ps_client_pull_tables(w->ps, ids, n, rows, w->ring ? NULL : dt_model_params(m)->data);
+    w->pull_ms[w->n_pulls++] = (dt_clock_now() - t0) * 1e3;
+    for (int t = 0; st == DT_OK && t < T; t++) {
+        dt_table *tab = dt_model_table(m, t);
+        for (size_t k = 0; k < n[t]; k++)
+            memcpy(dt_table_row(tab, ids[t][k]), rows[t] + k * (size_t)tab->dim,
+                   (size_t)tab->dim * sizeof(float));
+    }
+    return st;
+}
+
+static dt_status record_pull_time_room(worker *w)
+{
+    if (w->n_pulls < w->pulls_cap)
+        return DT_OK;
+    size_t cap = w->pulls_cap ? 2 * w->pulls_cap : 1024;
+    double *p = realloc(w->pull_ms, cap * sizeof *p);
+    if (!p)
+        return dt_error(DT_ERR_NOMEM, "no memory for %zu pull times", cap);
+    w->pull_ms = p, w->pulls_cap = cap;
+    return DT_OK;
+}
+
+/* The batch's rows of every table and the dense variables, from the ps tasks in one round. */
+static dt_status pull_variables(worker *w, const dt_elem *e)
+{
+    dt_status st = record_pull_time_room(w);
+    if (st)
+        return st;
+    if (w->by_table)
+        return pull_tables(w, e);
+    dt_model *m = w->m;
+    float *rows[DT_PS_MAX_TABLES] = {0};
+    for (int t = 0; t < dt_model_num_tables(m) && w->n_uniq > 0; t++)
+        rows[t] = dt_model_table(m, t)->data;
+    double t0 = dt_clock_now();
+    st = dt_ps_client_pull_step(w->ps, w->uniq, w->n_uniq, rows,
+                                w->ring ? NULL : dt_model_params(m)->data);
     w->pull_ms[w->n_pulls++] = (dt_clock_now() - t0) * 1e3;
     return st;
 }
@@ -171,10 +229,14 @@ static dt_status pull_variables(worker *w)
 static dt_status push_gradients(worker *w, int64_t step, float table_scale)
 {
     dt_model *m = w->m;
-    dt_sparse_rows global[DT_PS_WORKER_MAX_TABLES];
-    const dt_sparse_rows *grads[DT_PS_WORKER_MAX_TABLES] = {0};
+    dt_sparse_rows global[DT_PS_MAX_TABLES];
+    const dt_sparse_rows *grads[DT_PS_MAX_TABLES] = {0};
     for (int t = 0; t < dt_model_num_tables(m); t++) {
         const dt_sparse_rows *g = dt_model_table_grad(m, t);
+        if (w->by_table) { /* the ids are the tables' own already */
+            grads[t] = g;
+            continue;
+        }
         int64_t *gids = w->gids + (size_t)t * w->cap;
         for (size_t k = 0; k < g->n; k++)
             gids[k] = w->uniq[g->ids[k]];
@@ -293,11 +355,13 @@ static dt_status worker_step(worker *w, int64_t step, dt_psmsg *r)
     if ((st = dt_check_batch(m, e)) || (st = dt_batch_labels(m, e, w->labels)) ||
         (st = renumber_ids(w, e)))
         goto done;
-    while ((st = pull_variables(w)) && (st = await_ps(w, st, &recovery)) == DT_OK) {
+    /* Before the pull: a feature-spec model's pull finds the batch's ids of each table, which
+     * are its gradients' ids too, and zeroing empties those. */
+    dt_model_zero_grads(m);
+    while ((st = pull_variables(w, e)) && (st = await_ps(w, st, &recovery)) == DT_OK) {
     }
     if (st)
         goto done;
-    dt_model_zero_grads(m);
     if ((st = dt_model_forward_batch(m, e, true, NULL)))
         goto done;
     /* Hybrid sums the workers' gradients: each scaled by 1 / global batch, as
@@ -564,7 +628,8 @@ dt_status dt_ps_work(const dt_train_config *c, dt_model *m, dt_pool *pool, dt_in
     dt_status st = ps_open_cluster(c, &pc);
     if (st)
         return st;
-    worker w = {.c = c, .m = m, .io = io, .pool = pool, .ring_fd = -1};
+    worker w = {.c = c, .m = m, .io = io, .pool = pool, .ring_fd = -1,
+                .by_table = dt_model_spec_of(m)->arch == DT_ARCH_COLUMNS};
     dt_optim_init(&w.opt);
     /* One reader per data shard: this worker's own, the others opened if it takes one over. */
     w.n_readers = pc.cl.n_tasks[DT_JOB_WORKER];
@@ -600,6 +665,7 @@ dt_status dt_ps_work(const dt_train_config *c, dt_model *m, dt_pool *pool, dt_in
     dt_sock_close(w.ring_fd);
     dt_optim_free(&w.opt);
     free(w.labels), free(w.uniq), free(w.gids), free(w.slot), free(w.scratch), free(w.pull_ms);
+    free(w.rows_buf);
     for (int k = 0; k < w.n_readers; k++)
         if (w.readers[k].opened)
             dt_input_free(&w.readers[k].owned);

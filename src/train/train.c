@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "dtrain/clock.h"
 #include "dtrain/cluster.h"
 #include "dtrain/crc32c.h"
 #include "dtrain/evaluator.h"
@@ -359,6 +361,22 @@ static dt_status run_ps_task(const dt_train_config *c, dt_train_report *out)
     return dt_ps_server_run(&sc, &out->ps);
 }
 
+/* A feature-spec model's evaluator reads the spec the chief adapted and saves before its first
+ * checkpoint: it waits for it (bounded), as for the checkpoints. */
+static dt_status await_saved_spec(const char *model_dir, double timeout)
+{
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s", model_dir, DT_FEATURE_SPEC_FILE);
+    double deadline = dt_clock_now() + timeout;
+    while (access(path, F_OK) != 0) {
+        if (timeout > 0 && dt_clock_now() > deadline)
+            return dt_error(DT_ERR_TIMEOUT, "%s: not written within %.0f s (--watch-timeout)",
+                            path, timeout);
+        dt_sleep(0.5);
+    }
+    return DT_OK;
+}
+
 /* The evaluator task of a cluster: TF's sidecar evaluator over the chief's model directory. */
 static dt_status run_evaluator(const dt_train_config *c, dt_train_report *out)
 {
@@ -377,7 +395,8 @@ static dt_status run_evaluator(const dt_train_config *c, dt_train_report *out)
     eo.model_dir = c->fit.model_dir, eo.watch = true, eo.test_data = test;
     dt_input_options io = c->input; /* file test data is read as the training data is */
     bool ctr;
-    dt_status st = ctr_input_options(c, &io, &ctr);
+    dt_status st = c->feature_spec ? await_saved_spec(c->fit.model_dir, eo.idle_timeout)
+                                   : ctr_input_options(c, &io, &ctr);
     if (st)
         return st;
     eo.input = &io;
@@ -500,12 +519,6 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
         goto fail;
     const char *name = dt_strategy_name(plan.kind);
     if (c->feature_spec) {
-        if (plan.kind == DT_STRATEGY_PARAMETER_SERVER) {
-            st = dt_error(DT_ERR_UNSUPPORTED, "--feature-spec: parameter_server does not train "
-                          "feature-spec models yet (one_device, mirrored and "
-                          "multi_worker_mirrored do)");
-            goto fail;
-        }
         /* The spec's optimizers replace the command line's for the rest of the run. */
         if ((st = dt_spec_run_open(c, plan.rank == 0, &sr)))
             goto fail;
@@ -562,7 +575,7 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
     }
     /* A ps worker's tables hold one batch's rows, pulled step by step. */
     int64_t table_rows = spec.ctr.feature_size;
-    if (ps && plan.rank > 0 && spec.arch != DT_ARCH_SEQUENTIAL)
+    if (ps && plan.rank > 0 && spec.arch != DT_ARCH_SEQUENTIAL && spec.arch != DT_ARCH_COLUMNS)
         spec.ctr.feature_size = (int64_t)in.eval_batch * spec.ctr.field_size;
     /* No batch is larger than the training set: the buffers are sized for what will be used. */
     dt_model_options mopts = {.no_fuse = c->no_fuse};
