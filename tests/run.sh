@@ -29,6 +29,10 @@ run_suite unit "$work/unit" "$build/tests/unit" --counts "$work/unit"
 run_suite cli "$work/cli" bash tests/cli.sh "$build" "$work/cli"
 # CTR models: generated data, AUC, bad CTR input.
 run_suite ctr "$work/ctr" bash tests/ctr.sh "$build" "$work/ctr"
+# Feature specs: dtrain data transform, ids against FarmHash, written specs, errors.
+run_suite features "$work/features" bash tests/features.sh "$build" "$work/features"
+# Census-style data (gen-ctr --format census) and the census wide & deep spec trained on it.
+run_suite census "$work/census" bash tests/census.sh "$build" "$work/census"
 # The mpi communicator under mpirun (and coll_check over the local backend).
 run_suite mpi "$work/mpi" bash tests/mpi.sh "$build" "$work/mpi"
 run_suite launch "$work/launch" bash tests/launch.sh "$build" "$work/launch"

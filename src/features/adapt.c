@@ -125,6 +125,8 @@ static void stats_free(col_stats *s, int n)
 typedef struct {
     dt_feature_scratch *fs;
     col_stats *cols;
+    const float **num;    /* (n_cols): the row's numbers for each adapted numeric column */
+    int *n_num;
     const dt_text_header *last_header;
     dt_feature_text *layout;
     bool have_layout;
@@ -167,31 +169,38 @@ static dt_status observe_numbers(col_stats *st, const float *v, int n, bool keep
     return DT_OK;
 }
 
+/* The row is read whole before any of it is counted, so that a bad row (skipped with
+ * skip_bad_records) adds nothing to any column, whichever column finds it bad. A numeric
+ * column's values stay in the scratch's place for that column until the row's end. */
 static dt_status observe_row(adapt_pass *p, adapt_scratch *s, const dt_raw_value *values)
 {
     const dt_features *f = p->f;
-    for (int i = 0; i < f->n_cols; i++) {
-        const dt_feature_column *c = &f->cols[i];
-        dt_status st = DT_OK;
-        if (c->adapted)
-            continue;
-        if (wants_numbers(c) || c->type == DT_FCOL_BUCKETIZED) {
-            const dt_feature_column *src = c->type == DT_FCOL_BUCKETIZED ? &f->cols[c->source] : c;
-            const float *v;
-            int n;
-            if ((st = dt_feature_numbers(f, src, &values[src->key], s->fs, &v, &n)) == DT_OK)
-                st = observe_numbers(&s->cols[i], v, n, c->type == DT_FCOL_BUCKETIZED);
-        } else if (c->type == DT_FCOL_VOCAB) {
-            const dt_bytes_ref *t;
-            size_t n;
-            st = dt_feature_tokens(f, c, &values[c->key], s->fs, &t, &n);
-            for (size_t k = 0; k < n && st == DT_OK; k++)
-                st = counts_add(&s->cols[i].tokens, t[k].data, t[k].len,
-                                dt_fingerprint64(t[k].data, t[k].len), 1);
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < f->n_cols; i++) {
+            const dt_feature_column *c = &f->cols[i];
+            dt_status st = DT_OK;
+            if (c->adapted)
+                continue;
+            if (wants_numbers(c) || c->type == DT_FCOL_BUCKETIZED) {
+                const dt_feature_column *src =
+                    c->type == DT_FCOL_BUCKETIZED ? &f->cols[c->source] : c;
+                if (pass == 0)
+                    st = dt_feature_numbers(f, src, &values[src->key], s->fs, &s->num[i],
+                                            &s->n_num[i]);
+                else
+                    st = observe_numbers(&s->cols[i], s->num[i], s->n_num[i],
+                                         c->type == DT_FCOL_BUCKETIZED);
+            } else if (c->type == DT_FCOL_VOCAB) {
+                const dt_bytes_ref *t;
+                size_t n;
+                st = dt_feature_tokens(f, c, &values[c->key], s->fs, &t, &n);
+                for (size_t k = 0; pass == 1 && k < n && st == DT_OK; k++)
+                    st = counts_add(&s->cols[i].tokens, t[k].data, t[k].len,
+                                    dt_fingerprint64(t[k].data, t[k].len), 1);
+            }
+            if (st)
+                return st;
         }
-        if (st)
-            return st;
-    }
     return DT_END; /* nothing appended: the pass keeps no rows */
 }
 
@@ -202,8 +211,12 @@ static void *adapt_scratch_new(void *ctx)
     if (!s)
         return NULL;
     s->cols = calloc((size_t)p->f->n_cols, sizeof *s->cols);
-    if (!s->cols || dt_feature_scratch_new(p->f, &s->fs) != DT_OK) {
+    s->num = calloc((size_t)p->f->n_cols, sizeof *s->num);
+    s->n_num = calloc((size_t)p->f->n_cols, sizeof *s->n_num);
+    if (!s->cols || !s->num || !s->n_num || dt_feature_scratch_new(p->f, &s->fs) != DT_OK) {
         free(s->cols);
+        free(s->num);
+        free(s->n_num);
         free(s);
         return NULL;
     }
@@ -255,6 +268,8 @@ static void adapt_scratch_free(void *ctx, void *scratch)
         p->merge_st = st;
     pthread_mutex_unlock(&p->mu);
     stats_free(s->cols, p->f->n_cols);
+    free(s->num);
+    free(s->n_num);
     dt_feature_text_free(s->layout);
     dt_feature_scratch_free(s->fs);
     free(s);
@@ -386,6 +401,10 @@ static dt_status finish(dt_features *f, col_stats *total)
             st = finish_boundaries(c, s, f->source);
         } else if (c->type == DT_FCOL_VOCAB) {
             st = finish_vocab(c, s);
+            if (st == DT_OK && c->has_cat_default && c->cat_default >= c->vocab.n)
+                st = dt_error(DT_ERR_INVALID, "%s: column '%s': default_value %lld is not an id of "
+                              "the %lld tokens adapted", f->source, c->name,
+                              (long long)c->cat_default, (long long)c->vocab.n);
         }
         if (st)
             return st;

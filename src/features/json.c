@@ -77,7 +77,12 @@ static bool vocab_json(cJSON *o, const dt_features *f, const dt_feature_column *
 {
     bool ok = add_name(o, "key", f->keys[c->key]) && add_separator(o, c) && add_oov(o, c);
     if (c->type == DT_FCOL_VOCAB_FILE) {
-        ok = ok && add_name(o, "vocabulary_file", c->vocab_path);
+        /* The file as an absolute path: vocab_path is already resolved against the spec's
+         * directory, and the spec written may be read from another one (a model directory), or
+         * from the same one, which a relative path would name twice. */
+        char *abs = realpath(c->vocab_path, NULL);
+        ok = ok && add_name(o, "vocabulary_file", abs ? abs : c->vocab_path);
+        free(abs);
         if (c->vocab_size > 0)
             ok = ok && cJSON_AddNumberToObject(o, "vocabulary_size", (double)c->vocab_size);
         return ok;

@@ -4,10 +4,12 @@
  * option silently left at its default trains another model than the one written. */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "dtrain/fileio.h"
 #include "dtrain/log.h"
@@ -210,8 +212,14 @@ static dt_status tokens_from_file(const pctx *c, dt_feature_column *col)
 {
     char *text = NULL;
     size_t n = 0;
-    dt_status st = dt_file_read_text(col->vocab_path, VOCAB_FILE_MAX, "a vocabulary file", &text,
-                                     &n);
+    /* dt_file_read_text sets its limit aside before it reads: ask for what a regular file holds,
+     * not 2 GiB for every vocabulary. */
+    size_t max = VOCAB_FILE_MAX;
+    struct stat sb;
+    if (stat(col->vocab_path, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size >= 0 &&
+        (uint64_t)sb.st_size < (uint64_t)max)
+        max = (size_t)sb.st_size;
+    dt_status st = dt_file_read_text(col->vocab_path, max, "a vocabulary file", &text, &n);
     if (st)
         return dt_error_prefix(st, "%s: %s: vocabulary_file", c->f->source, c->where);
     int64_t lines = 0;
@@ -317,6 +325,9 @@ static dt_status parse_numeric(const pctx *c, const cJSON *o, dt_feature_column 
     col->shape = (int)v;
     double d = 0;
     if (st == DT_OK && def && (st = get_number(c, def, "default_value", &d)) == DT_OK) {
+        /* Kept as a float: a value beyond a float's range would be inf. */
+        if (fabs(d) > FLT_MAX)
+            return spec_error(c, "default_value: %g is beyond a float's range", d);
         col->has_default = true;
         col->default_value = (float)d;
     }
@@ -383,6 +394,17 @@ static dt_status parse_oov(const pctx *c, const cJSON *o, dt_feature_column *col
     return st;
 }
 
+/* A vocabulary's default_value is one of its ids, or -1 (as an identity column's is checked):
+ * another id would lie outside the column's buckets. */
+static dt_status check_vocab_default(const pctx *c, const dt_feature_column *col, dt_status st)
+{
+    if (st == DT_OK && col->has_cat_default && col->cat_default >= col->vocab.n)
+        return spec_error(c, "default_value: %lld is not an id of the vocabulary's %lld tokens "
+                          "(expected -1 .. %lld)", (long long)col->cat_default,
+                          (long long)col->vocab.n, (long long)col->vocab.n - 1);
+    return st;
+}
+
 static dt_status parse_vocab(const pctx *c, const cJSON *o, dt_feature_column *col)
 {
     dt_status st = parse_key(c, o, col);
@@ -393,7 +415,7 @@ static dt_status parse_vocab(const pctx *c, const cJSON *o, dt_feature_column *c
         if (!cJSON_IsArray(voc) || cJSON_GetArraySize(voc) < 1)
             return spec_error(c, "vocabulary: expected a list of at least one string");
         col->adapted = true;
-        return tokens_from_json(c, voc, "vocabulary", &col->vocab);
+        return check_vocab_default(c, col, tokens_from_json(c, voc, "vocabulary", &col->vocab));
     }
     if (col->type == DT_FCOL_VOCAB_FILE) {
         const cJSON *path = cJSON_GetObjectItemCaseSensitive(o, "vocabulary_file");
@@ -410,7 +432,7 @@ static dt_status parse_vocab(const pctx *c, const cJSON *o, dt_feature_column *c
         if (len < 0 || (size_t)len >= sizeof col->vocab_path)
             return spec_error(c, "vocabulary_file: path too long");
         col->adapted = true;
-        return tokens_from_file(c, col);
+        return check_vocab_default(c, col, tokens_from_file(c, col));
     }
     /* "vocabulary" with "adapt": the tokens come from a pass over the training data, or, in a
      * saved spec, are written in. */
@@ -434,7 +456,7 @@ static dt_status parse_vocab(const pctx *c, const cJSON *o, dt_feature_column *c
         if (!cJSON_IsArray(voc))
             return spec_error(c, "vocabulary: expected a list of strings");
         col->adapted = true;
-        return tokens_from_json(c, voc, "vocabulary", &col->vocab);
+        return check_vocab_default(c, col, tokens_from_json(c, voc, "vocabulary", &col->vocab));
     }
     return DT_OK;
 }
@@ -810,18 +832,26 @@ static dt_status mark_used(pctx *c)
                 return st;
         }
     }
-    /* Columns other columns read are computed too, and are not unused. */
-    for (int i = 0; i < c->f->n_cols; i++) {
-        const dt_feature_column *col = &c->f->cols[i];
-        if (!col->used)
-            continue;
-        if (col->source >= 0)
-            c->f->cols[col->source].used = true;
-        if (col->categorical >= 0)
-            c->f->cols[col->categorical].used = true;
-        for (int k = 0; k < col->n_cross; k++)
-            if (col->cross[k].column >= 0)
-                c->f->cols[col->cross[k].column].used = true;
+    /* Columns other columns read are computed too, and are not unused: through every level (a
+     * cross of a bucketized column reads its numeric source), whatever the columns' order. */
+    for (bool more = true; more;) {
+        more = false;
+        for (int i = 0; i < c->f->n_cols; i++) {
+            const dt_feature_column *col = &c->f->cols[i];
+            int reads[DT_FEATURE_MAX_CROSS + 2], n = 0;
+            if (!col->used)
+                continue;
+            if (col->source >= 0)
+                reads[n++] = col->source;
+            if (col->categorical >= 0)
+                reads[n++] = col->categorical;
+            for (int k = 0; k < col->n_cross; k++)
+                if (col->cross[k].column >= 0)
+                    reads[n++] = col->cross[k].column;
+            for (int k = 0; k < n; k++)
+                if (!c->f->cols[reads[k]].used)
+                    c->f->cols[reads[k]].used = more = true;
+        }
     }
     for (int i = 0; i < c->f->n_cols; i++)
         if (!c->f->cols[i].used)
@@ -875,10 +905,16 @@ static dt_status parse_root(pctx *c, const cJSON *root)
         for (int k = 0; k < f->n_cols; k++)
             f->cols[k].used = true;
     }
-    for (int k = 0; k < f->n_cols; k++)
-        if (f->cols[k].key >= 0 && f->cols[k].key == f->label_key)
-            return spec_error(c, "columns[%d] '%s' reads the label's key '%s'", k, f->cols[k].name,
+    /* No column reads the label: not as its key, a crossed key or the weights. */
+    for (int k = 0; k < f->n_cols && f->label_key >= 0; k++) {
+        const dt_feature_column *col = &f->cols[k];
+        bool reads = col->key == f->label_key || col->weight_key == f->label_key;
+        for (int i = 0; i < col->n_cross; i++)
+            reads = reads || col->cross[i].key == f->label_key;
+        if (reads)
+            return spec_error(c, "columns[%d] '%s' reads the label's key '%s'", k, col->name,
                               f->keys[f->label_key]);
+    }
     dt_features_layout(f);
     return DT_OK;
 }

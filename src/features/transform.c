@@ -8,6 +8,7 @@
  * the scratch with, for each id, the place of the raw value it came from, so that a weighted
  * column pairs every id with its own weight even when out-of-vocabulary values were dropped. */
 #include <errno.h>
+#include <float.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -185,7 +186,8 @@ static dt_status tokens_of(const dt_features *f, const dt_feature_column *c, con
     return DT_OK;
 }
 
-/* A token as a finite number; false if it is not one. */
+/* A token as a finite number; false if it is not one. Values are kept as floats, so a number
+ * beyond a float's range ("1e39") is not one either (it would become inf). */
 static bool parse_number(const char *p, size_t n, double *out)
 {
     char buf[64];
@@ -200,7 +202,7 @@ static bool parse_number(const char *p, size_t n, double *out)
     char *end;
     errno = 0;
     double v = strtod(buf, &end);
-    if (*end != '\0' || !isfinite(v))
+    if (*end != '\0' || !isfinite(v) || fabs(v) > FLT_MAX)
         return false;
     *out = v;
     return true;
@@ -806,7 +808,7 @@ dt_status dt_feature_text_parse(const dt_features *f, const dt_feature_text *t,
 static int key_index(const dt_features *f, const char *k, size_t n)
 {
     for (int i = 0; i < f->n_keys; i++)
-        if (strncmp(f->keys[i], k, n) == 0 && f->keys[i][n] == '\0')
+        if (strlen(f->keys[i]) == n && memcmp(f->keys[i], k, n) == 0)
             return i;
     return -1;
 }
@@ -841,7 +843,7 @@ dt_status dt_features_example_values(const dt_features *f, dt_feature_scratch *s
         v->n = e->n;
         if (e->kind == DT_FEATURE_BYTES) {
             v->kind = DT_RAW_BYTES;
-            v->bytes = s->refs + at;
+            v->bytes = e->n ? s->refs + at : NULL; /* no refs at all for empty lists only */
             for (size_t j = 0; j < e->n; j++)
                 s->refs[at++] = (dt_bytes_ref){(const char *)e->bytes[j], e->bytes_len[j]};
         } else if (e->kind == DT_FEATURE_INT64) {
