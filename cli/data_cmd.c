@@ -297,8 +297,9 @@ static int cmd_gen_ctr(int argc, char **argv)
          &seed, false},
         {"format", FLAG_STRING, "libsvm", "libsvm (field-positional, as the DeepFM sample), "
          "criteo (Criteo's TSV), tfrecord (Examples of label, ids, values), tfrecord-columns "
-         "(Examples of I1..I13, C1..C26) or csv (the criteo columns under a header)", &format,
-         false},
+         "(Examples of I1..I13, C1..C26), csv (the criteo columns under a header) or census "
+         "(census rows in the UCI Adult columns, as CSV under a header, with a teacher of their "
+         "own)", &format, false},
         {"out", FLAG_STRING, NULL, "the file to write", &out, false},
         {"threads", FLAG_INT, "0", "threads (0: every core)", &threads, false},
         {"help", FLAG_BOOL, "false", "this text", &help, false},
@@ -308,10 +309,18 @@ static int cmd_gen_ctr(int argc, char **argv)
         return cli_fail(2, dt_last_error());
     if (help) {
         printf("usage: dtrain data gen-ctr --rows N --seed S --format "
-               "libsvm|criteo|tfrecord|tfrecord-columns|csv --out FILE\n\nSynthetic Criteo-like "
-               "click data (13 numeric and 26 categorical "
+               "libsvm|criteo|tfrecord|tfrecord-columns|csv|census --out FILE\n\nSynthetic "
+               "Criteo-like click data (13 numeric and 26 categorical "
                "fields) labelled by a fixed teacher with pairwise interactions. Prints the "
-               "teacher's AUC on the rows and the feature_size a model needs.\n\nflags:\n");
+               "teacher's AUC on the rows and the feature_size a model needs.\n\n--format census "
+               "writes census rows instead, in the UCI Adult data's 15 columns (age, workclass, "
+               "fnlwgt, education, education_num, marital_status, occupation, relationship, race, "
+               "gender, capital_gain, capital_loss, hours_per_week, native_country, "
+               "income_bracket) under a header, labelled \"<=50K\" or \">50K\" (about 24%%) by a "
+               "teacher with education x occupation and age x education x occupation "
+               "interactions, as TensorFlow's census wide & deep tutorial reads them "
+               "(examples/census_wide_deep.json). Prints the teacher's AUC and the share of "
+               "\">50K\".\n\nflags:\n");
         flags_print_help(flags, n_flags, stdout);
         return 0;
     }
@@ -332,9 +341,13 @@ static int cmd_gen_ctr(int argc, char **argv)
     if (st)
         return cli_fail(1, dt_last_error());
     double secs = dt_clock_now() - t0;
-    printf("rows=%lld feature_size=%lld field_size=39 teacher_auc=%.4f ctr=%.4f "
-           "rows_per_s=%.0f\n", (long long)r.rows, (long long)r.feature_size, r.teacher_auc,
-           r.ctr, (double)r.rows / (secs > 0 ? secs : 1e-9));
+    if (fmt == DT_GEN_CENSUS)
+        printf("rows=%lld teacher_auc=%.4f positives=%.4f rows_per_s=%.0f\n", (long long)r.rows,
+               r.teacher_auc, r.ctr, (double)r.rows / (secs > 0 ? secs : 1e-9));
+    else
+        printf("rows=%lld feature_size=%lld field_size=39 teacher_auc=%.4f ctr=%.4f "
+               "rows_per_s=%.0f\n", (long long)r.rows, (long long)r.feature_size,
+               r.teacher_auc, r.ctr, (double)r.rows / (secs > 0 ? secs : 1e-9));
     return 0;
 }
 
@@ -447,10 +460,10 @@ int cmd_data(int argc, char **argv)
         printf("usage: dtrain data head FILE --format idx|tfrecord|libsvm [-n N]\n"
                "       dtrain data transform --feature-spec SPEC --data DATA [-n N]\n"
                "       dtrain data gen-ctr --rows N --seed S --format "
-               "libsvm|criteo|tfrecord|tfrecord-columns|csv --out FILE\n\n"
+               "libsvm|criteo|tfrecord|tfrecord-columns|csv|census --out FILE\n\n"
                "subcommands:\n  head     the first records of a file, decoded, as JSON lines "
-               "(dtrain data head --help)\n  gen-ctr  synthetic click data with a known teacher "
-               "(dtrain data gen-ctr --help)\n  transform  rows through a feature spec, as JSON "
+               "(dtrain data head --help)\n  gen-ctr  synthetic click (or census) data with a "
+               "known teacher (dtrain data gen-ctr --help)\n  transform  rows through a feature spec, as JSON "
                "lines (dtrain data transform --help)\n");
         return 0;
     }

@@ -23,7 +23,14 @@
  *           write them: "label" (float), "I1".."I13" (float, the raw count) and "C1".."C26"
  *           (bytes, the criteo form's 8 hex digits), a missing value an absent feature: the
  *           criteo form's rows, field for field.
- *   csv     the criteo form as CSV under a header "label,I1,..,I13,C1,..,C26". */
+ *   csv     the criteo form as CSV under a header "label,I1,..,I13,C1,..,C26".
+ *   census  not Criteo-like: census rows in the UCI Adult layout (adult.data's 15 columns, the
+ *           label income_bracket "<=50K" or ">50K", about 24% ">50K"), as CSV under the header
+ *           "age,workclass,fnlwgt,...,native_country,income_bracket", with adult.data's value
+ *           lists, plausible marginals, "?" for missing workclass, occupation and
+ *           native_country, and a teacher of its own (src/data/gen_census.c): main effects and
+ *           education x occupation and age x education x occupation interactions, for the
+ *           census wide & deep model's crosses. Its rows are drawn in blocks as the others'. */
 #ifndef DTRAIN_GEN_CTR_H
 #define DTRAIN_GEN_CTR_H
 
@@ -31,6 +38,7 @@
 #include <stdio.h>
 
 #include "dtrain/pool.h"
+#include "dtrain/rng.h"
 #include "dtrain/status.h"
 
 #define DT_GEN_NUMERIC 13
@@ -43,6 +51,7 @@ typedef enum {
     DT_GEN_TFRECORD,
     DT_GEN_TFRECORD_COLUMNS,
     DT_GEN_CSV,
+    DT_GEN_CENSUS,
 } dt_gen_format;
 
 dt_status dt_gen_format_parse(const char *name, dt_gen_format *out);
@@ -50,8 +59,8 @@ dt_status dt_gen_format_parse(const char *name, dt_gen_format *out);
 typedef struct {
     int64_t rows;
     double teacher_auc; /* the teacher's AUC on the rows written */
-    double ctr;         /* their click rate */
-    int64_t feature_size; /* rows a table needs for the libsvm ids */
+    double ctr;         /* their click rate (census: their share of ">50K") */
+    int64_t feature_size; /* rows a table needs for the libsvm ids (census: 0) */
 } dt_gen_result;
 
 /* The ids' count of the libsvm form (the same for every seed). */
@@ -60,5 +69,15 @@ int64_t dt_gen_ctr_feature_size(void);
 /* Writes rows rows drawn with seed to path in format, split over pool. Errors name the path. */
 dt_status dt_gen_ctr(const char *path, dt_gen_format format, int64_t rows, uint64_t seed,
                      dt_pool *pool, dt_gen_result *out);
+
+/* The census format's rows, for dt_gen_ctr's blocks (src/data/gen_census.c). */
+#define DT_GEN_CENSUS_LINE_MAX 256
+/* The CSV header line, '\n' included. */
+extern const char dt_gen_census_header[];
+/* The teacher's bias (the same on every call; NAN without memory). */
+double dt_gen_census_bias(void);
+/* Draws one row from r and writes it to out (DT_GEN_CENSUS_LINE_MAX bytes) as a CSV line ending
+ * in '\n'; returns its length. *logit is the teacher's logit, *label 1 for ">50K". */
+size_t dt_gen_census_row(double bias, dt_rng *r, char *out, float *logit, float *label);
 
 #endif

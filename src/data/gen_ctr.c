@@ -202,14 +202,15 @@ int64_t dt_gen_ctr_feature_size(void)
 
 dt_status dt_gen_format_parse(const char *name, dt_gen_format *out)
 {
-    static const char *const names[] = {"libsvm", "criteo", "tfrecord", "tfrecord-columns", "csv"};
-    for (int i = 0; i < 5; i++)
+    static const char *const names[] = {"libsvm", "criteo", "tfrecord", "tfrecord-columns", "csv",
+                                        "census"};
+    for (int i = 0; i < 6; i++)
         if (strcmp(name, names[i]) == 0) {
             *out = (dt_gen_format)i;
             return DT_OK;
         }
     return dt_error(DT_ERR_INVALID, "unknown format '%s' (libsvm, criteo, tfrecord, "
-                    "tfrecord-columns, csv)", name);
+                    "tfrecord-columns, csv, census)", name);
 }
 
 /* ---- Formatting ---- */
@@ -410,6 +411,7 @@ static bool format_tfrecord_columns(const teacher *t, const row *x, buf *b)
  * with the write in the round, no thread waits for it. */
 typedef struct {
     const teacher *t;
+    double census_bias;     /* the census teacher's */
     dt_gen_format format;
     uint64_t seed;
     int64_t rows, first_block, n_blocks;
@@ -430,6 +432,17 @@ static void gen_block(gen_job *j, int64_t b)
     dt_rng_derive(&rng, j->seed, 0x67656e, (uint64_t)block);
     buf *out = &j->gen[b];
     out->n = 0;
+    if (j->format == DT_GEN_CENSUS) {
+        for (int64_t r = r0; r < r1; r++) {
+            if (!reserve(out, DT_GEN_CENSUS_LINE_MAX)) {
+                j->failed = true;
+                return;
+            }
+            out->n += dt_gen_census_row(j->census_bias, &rng, out->p + out->n, &j->logits[r],
+                                        &j->labels[r]);
+        }
+        return;
+    }
     for (int64_t r = r0; r < r1; r++) {
         row x;
         draw_row(j->t, &rng, &x);
@@ -476,7 +489,8 @@ dt_status dt_gen_ctr(const char *path, dt_gen_format format, int64_t rows, uint6
     teacher_init(&t);
     int64_t n_blocks = (rows + BLOCK_ROWS - 1) / BLOCK_ROWS;
     int per_round = dt_pool_size(pool) * 4;
-    gen_job j = {.t = &t, .format = format, .seed = seed, .rows = rows};
+    gen_job j = {.t = &t, .format = format, .seed = seed, .rows = rows,
+                 .census_bias = format == DT_GEN_CENSUS ? dt_gen_census_bias() : 0.0};
     buf *bufs = calloc(2 * (size_t)per_round, sizeof *bufs);
     j.logits = malloc((size_t)rows * sizeof *j.logits);
     j.labels = malloc((size_t)rows * sizeof *j.labels);
@@ -484,7 +498,7 @@ dt_status dt_gen_ctr(const char *path, dt_gen_format format, int64_t rows, uint6
     dt_file_replace fr;
     bool open = false;
     FILE *f = NULL;
-    if (!bufs || !j.logits || !j.labels) {
+    if (!bufs || !j.logits || !j.labels || isnan(j.census_bias)) {
         st = dt_error(DT_ERR_NOMEM, "no memory to generate %lld rows", (long long)rows);
         goto done;
     }
@@ -501,6 +515,8 @@ dt_status dt_gen_ctr(const char *path, dt_gen_format format, int64_t rows, uint6
             fprintf(f, i < DT_GEN_NUMERIC ? ",I%d" : ",C%d",
                     i < DT_GEN_NUMERIC ? i + 1 : i - DT_GEN_NUMERIC + 1);
         fputc('\n', f);
+    } else if (format == DT_GEN_CENSUS) {
+        fputs(dt_gen_census_header, f);
     }
     j.f = f;
     /* Rounds alternate between the two halves of bufs; the last round's blocks are written
@@ -529,7 +545,7 @@ dt_status dt_gen_ctr(const char *path, dt_gen_format format, int64_t rows, uint6
     }
     if (st == DT_OK) {
         out->rows = rows;
-        out->feature_size = t.feature_size;
+        out->feature_size = format == DT_GEN_CENSUS ? 0 : t.feature_size;
         double clicks = 0.0;
         for (int64_t r = 0; r < rows; r++)
             clicks += j.labels[r];
