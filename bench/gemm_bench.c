@@ -23,10 +23,13 @@ static const char *const kernels[] = {"avx512", "blas"};
 enum { N_KERNELS = 2 };
 
 /* (trans_a, trans_b, M, N, K): DeepFM's first layer forward, dW and dX at batch 1024, its
- * second layer, the CNN's dense layer (batch 64), and 1024 cubed. */
+ * second layer, the CNN's dense layer (batch 64), 1024 cubed, and a DCN-v2 cross layer over
+ * Criteo's 429 inputs at batch 1024 (x W^T, dW = du^T x, dx = du W). */
 static const int shapes[][5] = {{0, 0, 1024, 128, 1248}, {1, 0, 1248, 128, 1024},
                                 {0, 1, 1024, 1248, 128}, {0, 0, 1024, 64, 128},
-                                {0, 0, 64, 64, 5408},    {0, 0, 1024, 1024, 1024}};
+                                {0, 0, 64, 64, 5408},    {0, 0, 1024, 1024, 1024},
+                                {0, 1, 1024, 429, 429},  {1, 0, 429, 429, 1024},
+                                {0, 0, 1024, 429, 429}};
 enum { N_SHAPES = sizeof shapes / sizeof shapes[0] };
 
 static float *random_floats(dt_rng *r, size_t n)

@@ -47,6 +47,9 @@ dt_arena *dt_model_grads(dt_model *m);
 dt_arena *dt_model_state(dt_model *m);
 const dt_model_spec *dt_model_spec_of(const dt_model *m);
 int dt_model_num_outputs(const dt_model *m);
+/* A feature-spec model with a regression head: its loss reads the batch's labels as values
+ * (any finite number), not as classes. */
+bool dt_model_float_targets(const dt_model *m);
 size_t dt_model_input_elems(const dt_model *m);
 int dt_model_max_batch(const dt_model *m);
 

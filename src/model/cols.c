@@ -218,6 +218,8 @@ dt_sparse_rows *dt_cols_table_grad(dt_cols *c, int i) { return &c->grads[i]; }
 bool dt_cols_table_linear(const dt_cols *c, int i) { return c->spec.tables[i].linear; }
 int dt_cols_layers_width(const dt_cols *c) { return c->D; }
 
+const float *dt_cols_labels(const dt_cols *c) { return c->batch->labels; }
+
 const float *dt_cols_deep_input(const dt_cols *c)
 {
     return c->L > 0 && c->spec.cross_stacked ? c->xs[c->L] : c->deep;

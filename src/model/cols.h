@@ -41,6 +41,8 @@ void dt_cols_table_init(const dt_cols *c, int t, float *stddev, uint64_t *seed_o
  * DT_ERR_INVALID naming the example and slot otherwise), builds x0 and runs the cross layers
  * with params. */
 dt_status dt_cols_forward(dt_cols *c, const dt_elem *e, const dt_arena *params);
+/* The labels of the batch of the last forward (a regression head's targets). */
+const float *dt_cols_labels(const dt_cols *c);
 /* (B, width): the layers' input: x0, or x_L of stacked cross layers. */
 const float *dt_cols_deep_input(const dt_cols *c);
 /* logits (B, N) = the linear part + fm + the parallel cross output + deep (B, N: the layers'

@@ -493,6 +493,10 @@ dt_arena *dt_model_grads(dt_model *m) { return &m->grads; }
 dt_arena *dt_model_state(dt_model *m) { return &m->state; }
 const dt_model_spec *dt_model_spec_of(const dt_model *m) { return &m->spec; }
 int dt_model_num_outputs(const dt_model *m) { return m->K; }
+bool dt_model_float_targets(const dt_model *m)
+{
+    return m->cols && m->spec.loss == DT_LOSS_MEAN_SQUARED_ERROR;
+}
 int dt_model_max_batch(const dt_model *m) { return m->max_batch; }
 uint64_t dt_model_dropout_position(const dt_model *m) { return m->training_forwards; }
 
@@ -680,6 +684,10 @@ dt_status dt_model_forward_batch(dt_model *m, const dt_elem *e, bool training,
 static void fill_targets(const dt_model *m, int B, const int32_t *labels)
 {
     int K = m->K;
+    if (dt_model_float_targets(m)) { /* a regression head: the batch's own values */
+        memcpy(m->targets, dt_cols_labels(m->cols), (size_t)B * sizeof *m->targets);
+        return;
+    }
     if (K == 1) {
         for (int i = 0; i < B; i++)
             m->targets[i] = (float)labels[i];

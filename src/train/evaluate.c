@@ -12,8 +12,16 @@
 dt_status dt_batch_labels(const dt_model *m, const dt_elem *e, int32_t *labels)
 {
     int K = dt_model_num_outputs(m), limit = K == 1 ? 2 : K;
+    bool values = dt_model_float_targets(m);
     for (int r = 0; r < e->n; r++) {
         float v = e->labels[r];
+        if (values) { /* the loss reads e's labels itself */
+            if (!isfinite(v))
+                return dt_error(DT_ERR_INVALID, "row %llu of the input: label %g is not a finite "
+                                "number", (unsigned long long)(e->index + (uint64_t)r), v);
+            labels[r] = 0;
+            continue;
+        }
         if (!(v >= 0.0f && v < (float)limit) || v != (float)(int32_t)v)
             return dt_error(DT_ERR_INVALID, "row %llu of the input: label %g, but the model takes "
                             "classes 0..%d", (unsigned long long)(e->index + (uint64_t)r), v,
