@@ -5,7 +5,9 @@
 #   - dtrain, 1 thread and 2 threads;
 #   - dtrain, 1 and 2 threads, from the same rows as TFRecord Examples of the sample's form;
 #   - PyTorch, 1 thread (bench/peers/torch_deepfm.py: sparse embeddings with SparseAdam, Adam for
-#     the rest; its BLAS pool held to 1 thread too, and the cores it kept busy reported);
+#     the rest; its BLAS pool held to 1 thread too, and the cores it kept busy reported; run as
+#     bench/peer_env.sh says: TCMalloc preloaded, OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset,
+#     its BLAS kernel printed);
 #   - both on 1 thread again with the sample's L2 (1e-4 on the table rows a batch touches);
 #   - LR and FM by dtrain, 1 thread, for the AUC order.
 # Each runs REPEAT times, interleaved; medians are reported with the ratios the goals are stated in
@@ -18,7 +20,7 @@
 # two, and move), and beside the same pair with the input parsed already (the second epoch of
 # two with --cache memory), which tells the training threads' own scaling from the input
 # thread's share of two cores.
-# usage: bench/ctr.sh BUILD_DIR    env: REPEAT (3), ROWS (1000000), PEERS_DIR, PYTHON
+# usage: bench/ctr.sh BUILD_DIR    env: REPEAT (3), ROWS (1000000), PEERS_DIR, PYTHON, TCMALLOC
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "${1:?usage: bench/ctr.sh BUILD_DIR}" && pwd)
@@ -30,6 +32,9 @@ die() { echo "bench/ctr.sh: error: $*" >&2; exit 1; }
 [ -x "$build/dtrain" ] || die "$build/dtrain is missing (make)"
 [ -f "$peers/torch_deepfm.py" ] || die "$peers/torch_deepfm.py is missing (set PEERS_DIR)"
 "$python" -c "import torch, numpy" 2> /dev/null || die "$python cannot import torch and numpy"
+PEER_PYTHON=$python
+. "$here/peer_env.sh"
+peer_env_check
 work=$(mktemp -d /tmp/dtrain-ctr-bench-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 json() { "$python" -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$@"; }
@@ -42,6 +47,7 @@ cc -O2 -o "$work/limits" "$peers/limits.c" -lopenblas 2> "$work/limits.err" ||
 echo "measuring this machine's limits (1 thread)" >&2
 OPENBLAS_NUM_THREADS=1 "$work/limits" > "$work/limits.txt"
 "$build/bench/gemm_bench" > "$work/gemm.txt" || die "gemm_bench failed: $(tail -3 "$work/gemm.txt")"
+peer_info 1 > "$work/peer_blas" || die "$python cannot load torch in the peers' environment"
 echo "generating $rows + $((rows / 5)) rows" >&2
 "$build/dtrain" data gen-ctr --rows "$rows" --seed 11 --out "$work/train.svm" > "$work/gen"
 "$build/dtrain" data gen-ctr --rows $((rows / 5)) --seed 12 --out "$work/test.svm" > /dev/null
@@ -99,7 +105,7 @@ for rep in $(seq 1 "$repeat"); do
     echo "$(json "$work/d1l2.json" samples_per_sec) $(json "$work/d1l2.json" test_auc)" \
          "$(json "$work/d1l2.json" peak_rss_mb)" >> "$work/dtrain1l2"
     for l2 in 0 1e-4; do
-        "$python" "$peers/torch_deepfm.py" --train "$work/train.svm" --test "$work/test.svm" \
+        "${PEER_ENV[@]}" "$python" "$peers/torch_deepfm.py" --train "$work/train.svm" --test "$work/test.svm" \
             --feature-size "$fs" --threads 1 --l2-reg "$l2" > "$work/torch.out" 2>&1 ||
             die "the PyTorch peer failed: $(tail -3 "$work/torch.out")"
         tail -1 "$work/torch.out" | sed 's/[a-z_]*=//g' | awk '{ print $1, $5, $7, $8 }' \
@@ -142,7 +148,8 @@ print(f"dtrain 1 thread / PyTorch 1 thread: {d1 / pt:.2f}x without L2, {d1l2 / p
 # The peer's CPU time over its training time: 1.00 when its products stay on the one core asked
 # for (its BLAS pool is fixed before torch loads; set_num_threads alone leaves it machine-wide).
 print(f"PyTorch 1 thread kept {med('torch', 3):.2f} cores busy while training "
-      f"({med('torchl2', 3):.2f} with L2)")
+      f"({med('torchl2', 3):.2f} with L2); its environment (bench/peer_env.sh): "
+      f"{open(f'{work}/peer_blas').read().strip()}")
 print(f"dtrain 2 threads / dtrain 1 thread: {d2 / d1:.2f}x (goal >= 1.7); from TFRecord "
       f"{med('tfrecord2', 0) / med('tfrecord1', 0):.2f}x")
 rt = [int(l) for l in open(f"{work}/rt") if l.strip()]

@@ -5,12 +5,14 @@
 #   - dtrain parameter_server, async, 1 ps + 2 workers (dtrain launch -n 2 --ps 1);
 #   - the same in hybrid mode (tables on the ps, dense variables all-reduced by the workers);
 #   - dtrain multi_worker_mirrored, 2 workers (synchronous, the AUC to compare with);
-#   - PyTorch, 1 ps + 2 workers (bench/peers/torch_ps_deepfm.py: torch.distributed.rpc).
+#   - PyTorch, 1 ps + 2 workers (bench/peers/torch_ps_deepfm.py: torch.distributed.rpc), run as
+#     bench/peer_env.sh says (TCMalloc preloaded, OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset);
+#     its BLAS kernel is printed, and the cores its processes kept busy over the whole run.
 # All on this machine's cores: the chief, the workers and the ps tasks share them (the workers
 # take one thread each; the ps and the coordinator mostly wait). Each runs REPEAT times,
 # interleaved; medians are reported with the ratios the goals are stated in, the AUCs, and the
 # ps's rows served (pulled) and updated (pushed) per second.
-# usage: bench/ps.sh BUILD_DIR    env: REPEAT (3), ROWS (1000000), PEERS_DIR, PYTHON
+# usage: bench/ps.sh BUILD_DIR    env: REPEAT (3), ROWS (1000000), PEERS_DIR, PYTHON, TCMALLOC
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=$(cd "${1:?usage: bench/ps.sh BUILD_DIR}" && pwd)
@@ -22,10 +24,14 @@ die() { echo "bench/ps.sh: error: $*" >&2; exit 1; }
 [ -x "$build/dtrain" ] || die "$build/dtrain is missing (make)"
 [ -f "$peers/torch_ps_deepfm.py" ] || die "$peers/torch_ps_deepfm.py is missing (set PEERS_DIR)"
 "$python" -c "import torch, numpy" 2> /dev/null || die "$python cannot import torch and numpy"
+PEER_PYTHON=$python
+. "$here/peer_env.sh"
+peer_env_check
 work=$(mktemp -d /tmp/dtrain-ps-bench-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 json() { "$python" -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$@"; }
 
+peer_info 1 > "$work/peer_blas" || die "$python cannot load torch in the peers' environment"
 echo "generating $rows + $((rows / 5)) rows" >&2
 "$build/dtrain" data gen-ctr --rows "$rows" --seed 11 --out "$work/train.svm" > "$work/gen"
 "$build/dtrain" data gen-ctr --rows $((rows / 5)) --seed 12 --out "$work/test.svm" > /dev/null
@@ -60,11 +66,14 @@ for rep in $(seq 1 "$repeat"); do
         --metrics-out "$work/mwm.json" > "$work/mwm.out" 2>&1 ||
         die "multi_worker_mirrored failed: $(tail -3 "$work/mwm.out")"
     record mwm "$work/mwm.json"
-    "$python" "$peers/torch_ps_deepfm.py" --launch --ps 1 --workers 2 --train "$work/train.svm" \
-        --test "$work/test.svm" --feature-size "$fs" --port $((29500 + RANDOM % 400)) \
-        > "$work/torch.out" 2> "$work/torch.err" ||
+    # Its processes' CPU time over the run's wall time (the peer prints no cores= of its own):
+    # loading, the rpc setup and the evaluation included.
+    usage=$(peer_cores "$work/torch.out" "$work/torch.err" "${PEER_ENV[@]}" "$python" \
+        "$peers/torch_ps_deepfm.py" --launch --ps 1 --workers 2 --train "$work/train.svm" \
+        --test "$work/test.svm" --feature-size "$fs" --port $((29500 + RANDOM % 400))) ||
         die "the PyTorch peer failed: $(tail -3 "$work/torch.err")"
-    tail -1 "$work/torch.out" | sed 's/[a-z_]*=//g' | awk '{ print $1, $4, $2 }' >> "$work/torch"
+    echo "$(tail -1 "$work/torch.out" | sed 's/[a-z_]*=//g' | awk '{ print $1, $4, $2 }')" \
+         "$(echo "$usage" | awk '{ print $3 }')" >> "$work/torch"
 done
 
 "$python" - "$work" "$fs" <<'PY'
@@ -83,6 +92,9 @@ for label, name in (("dtrain one_device, 2 threads", "one"),
                     ("PyTorch rpc parameter server, 1 ps + 2 workers", "torch")):
     print(f"{label:50} {med(name, 0):10,.0f} {med(name, 1):9.4f}")
 print(f"dtrain ps / PyTorch ps: {ps / pt:.2f}x (goal >= 3)")
+print(f"PyTorch's processes kept {med('torch', 3):.2f} cores busy over the whole run (loading, rpc "
+      f"setup and evaluation included); their environment (bench/peer_env.sh): "
+      f"{open(f'{work}/peer_blas').read().strip()}")
 print(f"dtrain ps / dtrain one_device 2 threads: {100 * ps / one:.0f}% (goal >= 70%)")
 print(f"AUC dtrain ps - PyTorch ps: {med('ps', 1) - med('torch', 1):+.4f} (goal >= -0.002)")
 print(f"AUC async - synchronous multi_worker_mirrored: {med('ps', 1) - med('mwm', 1):+.4f} "

@@ -4,7 +4,9 @@
 #     round trip of a cache line between two threads
 #     (bench/peers/limits.c);
 #   - the tutorial CNN trained for one epoch of Fashion-MNIST (batch 64, Adam 1e-3) by PyTorch
-#     (bench/peers/torch_cnn.py) and by dtrain, 1 and 2 threads, interleaved: samples/s, the
+#     (bench/peers/torch_cnn.py, run as bench/peer_env.sh says: TCMalloc preloaded,
+#     OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE unset; its BLAS kernel and the cores it kept busy
+#     reported) and by dtrain, 1 and 2 threads, interleaved: samples/s, the
 #     ratio dtrain/PyTorch, peak RSS, and the FLOP rate against the sgemm peak; dtrain is also run
 #     once per repeat with --no-fuse (1 thread), the end-to-end effect of the fused first block;
 #   - bench/conv_bench: the first block alone, generic kernels against the fused kernel.
@@ -15,6 +17,7 @@
 #        PEERS_DIR=... where torch_cnn.py and limits.c are (default: bench/peers)
 #        PYTHON=...    a python3 that can import torch (default: the first of /usr/bin/python3,
 #                      python3 that can)
+#        TCMALLOC=...  the TCMalloc library the peers preload (default: libtcmalloc_minimal.so.4)
 # Progress goes to stderr, the report to stdout. Exits 1 with a message when something it needs is
 # missing or a run fails, rather than print figures it does not have.
 set -euo pipefail
@@ -64,6 +67,9 @@ for cand in ${PYTHON:-} /usr/bin/python3 python3; do
     fi
 done
 [ -n "$py" ] || die "no python3 can import torch and numpy (tried:${tried:- none}): install the Debian packages python3-torch and python3-numpy (or run make bench, whose scripts/deps.sh does)"
+PEER_PYTHON=$py
+. "$here/peer_env.sh"
+peer_env_check
 
 tmp=$(mktemp -d /tmp/dtrain-bench-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
@@ -97,8 +103,14 @@ fail_run() { # what, log
 }
 
 # lines: kind threads samples_per_s peak_rss_mib test_acc wall_s other_cores dtrain's_peak_rss_mb
+#        peer's_cores (the CPU time over the training time it printed; nan for dtrain)
 results=$tmp/results
 : > "$results"
+
+# What the PyTorch peers run on: OpenBLAS's kernel, torch's CPU capability, the allocator.
+for t in 1 2; do
+    peer_info "$t" > "$tmp/peer-$t.info" || die "$py cannot load torch in the peers' environment"
+done
 
 # ---- Machine limits ----
 note "building and running limits.c (OpenBLAS sgemm, memcpy), 1 and 2 threads"
@@ -112,16 +124,17 @@ done
 
 # ---- Training: interleaved, so a burst of load from elsewhere hits both systems ----
 run_torch() { # threads rep
-    local t=$1 log=$tmp/torch-$1-$2.log out sps acc
+    local t=$1 log=$tmp/torch-$1-$2.log out sps acc cores
     note "PyTorch, $t thread(s), run $2 of $repeat"
-    out=$("$py" "$tmp/measure.py" "$log" "$py" "$peers/torch_cnn.py" --threads "$t" --epochs 1 \
-        --opt adam --lr 0.001)
+    out=$("$py" "$tmp/measure.py" "$log" "${PEER_ENV[@]}" "$py" "$peers/torch_cnn.py" \
+        --threads "$t" --epochs 1 --opt adam --lr 0.001)
     read -r rss wall rc others <<< "$out"
     [ "$rc" = 0 ] || fail_run "torch_cnn.py --threads $t" "$log"
     sps=$(sed -n 's/.*samples_per_s=\([0-9.]*\).*/\1/p' "$log" | tail -n 1)
     acc=$(sed -n 's/.*test_acc=\([0-9.]*\).*/\1/p' "$log" | tail -n 1)
+    cores=$(sed -n 's/.*cores=\([0-9.]*\).*/\1/p' "$log" | tail -n 1)
     [ -n "$sps" ] || fail_run "torch_cnn.py --threads $t (no samples_per_s in its output)" "$log"
-    echo "torch $t $sps $rss ${acc:-nan} $wall $others nan" >> "$results"
+    echo "torch $t $sps $rss ${acc:-nan} $wall $others nan ${cores:-nan}" >> "$results"
 }
 
 run_dtrain() { # kind threads rep [extra flags]
@@ -141,7 +154,7 @@ acc = d.get("test_accuracy")
 print(d["samples_per_sec"], d["peak_rss_mb"], "nan" if acc is None else acc)' "$json") ||
         fail_run "reading $json" "$log"
     read -r sps rss_json acc <<< "$fields"
-    echo "$kind $t $sps $rss $acc $wall $others $rss_json" >> "$results"
+    echo "$kind $t $sps $rss $acc $wall $others $rss_json nan" >> "$results"
 }
 
 for rep in $(seq 1 "$repeat"); do
@@ -210,7 +223,8 @@ for line in open(results):
 
 
 # fields: 0 samples/s, 1 peak RSS MiB (getrusage), 2 test accuracy, 3 wall s,
-#         4 cores used by other processes meanwhile, 5 dtrain's own peak_rss_mb
+#         4 cores used by other processes meanwhile, 5 dtrain's own peak_rss_mb,
+#         6 the PyTorch peer's cores (its CPU time over its training time)
 def med(kind, t, i):
     v = [r[i] for r in runs.get((kind, t), []) if not math.isnan(r[i])]
     return statistics.median(v) if v else None
@@ -257,7 +271,10 @@ if L[2][3] < 1.3 * L[1][3]:
 
 print("\n-- Training: tutorial CNN, Fashion-MNIST, 1 epoch of 937 steps x 64, Adam lr 1e-3 --")
 print("samples/s is training time only (data loading and the test pass excluded, both systems);")
-print("peak RSS is the whole process, from getrusage once it has exited.")
+print("peak RSS is the whole process, from getrusage once it has exited. PyTorch runs as")
+print("bench/peer_env.sh says (TCMalloc preloaded, OPENBLAS_CORETYPE/L2_SIZE unset), on:")
+for t in (1, 2):
+    print(f"  {t} thread{'s' if t > 1 else ''}: " + open(f"{tmp}/peer-{t}.info").read().strip())
 hdr = f"{'':34}{'1 thread':>26}{'2 threads':>26}"
 print(hdr)
 
@@ -285,6 +302,7 @@ rss_ratio = [med("torch", t, 1) / med("dtrain", t, 1) for t in (1, 2)]
 row("PyTorch RSS / dtrain RSS", ["x" + fmt(r, ".1f") for r in rss_ratio])
 row("test accuracy PyTorch", [fmt(med("torch", t, 2), ".4f") for t in (1, 2)])
 row("test accuracy dtrain", [fmt(med("dtrain", t, 2), ".4f") for t in (1, 2)])
+row("PyTorch cores busy while training", [fmt(med("torch", t, 6), ".2f") for t in (1, 2)])
 row("wall s per run PyTorch (all of it)", [fmt(med("torch", t, 3), ".1f") for t in (1, 2)])
 row("wall s per run dtrain (all of it)", [fmt(med("dtrain", t, 3), ".1f") for t in (1, 2)])
 print(f"cores used by other processes during the runs (max; 0 = quiet machine; flagged above "
