@@ -46,6 +46,7 @@ $(BUILD)/src/nn/gemm_avx512.o $(BUILD)/src/nn/dense_sparse_avx512.o: ARCH_FLAGS 
 # reassociation, so the results are the same bit for bit).
 $(BUILD)/src/nn/fm.o $(BUILD)/src/nn/embedding.o $(BUILD)/src/optim/rowwise.o: ARCH_FLAGS := -O3
 $(BUILD)/src/nn/nn.o $(BUILD)/src/model/ctr.o $(BUILD)/src/nn/dense_sparse.o: ARCH_FLAGS := -O3
+$(BUILD)/src/model/cols.o $(BUILD)/src/nn/cross.o: ARCH_FLAGS := -O3
 
 .PHONY: all demo test asan leakcheck bench install clean unit-tests fuzz fuzz-build
 .PRECIOUS: $(BUILD)/.deps-%

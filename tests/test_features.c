@@ -1855,14 +1855,10 @@ TEST(features_adapt_threads_agree)
     if (one && many) {
         CHECK_OK(adapt_on(one, "csv", path, 1, false, NULL));
         CHECK_OK(adapt_on(many, "csv", path, 4, false, NULL));
-        /* Mean and deviation agree to rounding only: each thread's sums start from its own first
-         * value (the shift) and the threads' sums merge in whatever order the threads end, so
-         * the last bits change from run to run, even for x, whose sums are exact. Quantiles and
-         * vocabularies agree bit for bit. */
-        CHECK_NEAR(one->cols[0].mean, many->cols[0].mean, 1e-13);
-        CHECK_NEAR(one->cols[0].std, many->cols[0].std, 1e-13);
-        CHECK_NEAR(one->cols[1].mean, many->cols[1].mean, 1e-12);
-        CHECK_NEAR(one->cols[1].std, many->cols[1].std, 1e-12);
+        /* Everything agrees bit for bit: the sums are double-double, whose rounded values do
+         * not depend on the order the threads' rows and sums come in. */
+        CHECK(one->cols[0].mean == many->cols[0].mean && one->cols[0].std == many->cols[0].std);
+        CHECK(one->cols[1].mean == many->cols[1].mean && one->cols[1].std == many->cols[1].std);
         const dt_feature_column *a = &one->cols[2], *b = &many->cols[2];
         CHECK(a->n_boundaries == 9 && a->n_boundaries == b->n_boundaries &&
               memcmp(a->boundaries, b->boundaries, (size_t)a->n_boundaries * sizeof(double)) == 0);

@@ -117,8 +117,28 @@ dt_status dt_file_read_text(const char *path, size_t max_bytes, const char *what
     FILE *f = fopen(path, "rb");
     if (!f)
         return dt_error(DT_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    char *buf = malloc(max_bytes + 1);
-    size_t n = buf ? fread(buf, 1, max_bytes + 1, f) : 0;
+    /* The buffer grows as the file is read (a regular file's size is only a first guess), so a
+     * large limit costs nothing for a small file. */
+    struct stat sb;
+    size_t cap = fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0
+                     ? (size_t)sb.st_size + 1 : 4096;
+    if (cap > max_bytes + 1)
+        cap = max_bytes + 1;
+    char *buf = malloc(cap + 1);
+    size_t n = 0;
+    while (buf) {
+        n += fread(buf + n, 1, cap - n, f);
+        if (n < cap || cap == max_bytes + 1)
+            break;
+        size_t more = cap * 2 > max_bytes + 1 ? max_bytes + 1 : cap * 2;
+        char *b = realloc(buf, more + 1);
+        if (!b) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
+        buf = b, cap = more;
+    }
     if (!buf)
         st = dt_error(DT_ERR_NOMEM, "%s: no memory to read it", path);
     else if (ferror(f))

@@ -104,9 +104,32 @@ static dt_status counts_add(counts *c, const char *tok, size_t len, uint64_t h, 
 
 /* ---- Per column ---- */
 
+/* A sum kept as an unevaluated pair hi + lo (double-double: about 106 bits), added to with
+ * error-free transformations. Threads parse rows in no fixed order and their sums merge in the
+ * order they finish; at this precision the rounded result is the same whatever the order (but
+ * for sums within 2^-106 of a rounding boundary), so an adapt pass gives the same mean and
+ * deviation on one thread or many, on every worker. */
 typedef struct {
-    double sum, sum_sq;   /* standardize: of (x - shift), shift the first value, for precision */
-    double shift;
+    double hi, lo;
+} dsum;
+
+static void dsum_add(dsum *s, double x)
+{
+    double t = s->hi + x;
+    double e = fabs(s->hi) >= fabs(x) ? (s->hi - t) + x : (x - t) + s->hi;
+    s->hi = t;
+    s->lo += e;
+}
+
+static void dsum_merge(dsum *s, const dsum *o)
+{
+    dsum_add(s, o->hi);
+    dsum_add(s, o->lo);
+}
+
+
+typedef struct {
+    dsum sum, sum_sq;     /* standardize: of x and x^2, in double-double */
     int64_t n;
     float *values;        /* num_bins: every value */
     size_t n_values, cap_values;
@@ -151,10 +174,10 @@ static bool wants_numbers(const dt_feature_column *c)
 static dt_status observe_numbers(col_stats *st, const float *v, int n, bool keep)
 {
     for (int i = 0; i < n; i++) {
-        if (st->n == 0)
-            st->shift = v[i];
-        double d = v[i] - st->shift;
-        st->sum += d, st->sum_sq += d * d, st->n++;
+        /* x^2 of a float is exact in a double. */
+        dsum_add(&st->sum, v[i]);
+        dsum_add(&st->sum_sq, (double)v[i] * v[i]);
+        st->n++;
         if (!keep)
             continue;
         if (st->n_values == st->cap_values) {
@@ -229,11 +252,8 @@ static dt_status merge(adapt_pass *p, col_stats *from)
     for (int i = 0; i < p->f->n_cols; i++) {
         col_stats *t = &p->total[i], *s = &from[i];
         if (s->n > 0) {
-            /* Both sums move to t's shift. */
-            double shift = t->n ? t->shift : s->shift, d = s->shift - shift;
-            t->sum_sq += s->sum_sq + 2 * d * s->sum + (double)s->n * d * d;
-            t->sum += s->sum + (double)s->n * d;
-            t->shift = shift;
+            dsum_merge(&t->sum, &s->sum);
+            dsum_merge(&t->sum_sq, &s->sum_sq);
             t->n += s->n;
         }
         if (s->n_values) {
@@ -391,9 +411,15 @@ static dt_status finish(dt_features *f, col_stats *total)
             if (s->n == 0)
                 return dt_error(DT_ERR_INVALID, "%s: column '%s': no values to standardize "
                                 "from", f->source, c->name);
-            double mean = s->sum / (double)s->n;
-            double var = s->sum_sq / (double)s->n - mean * mean;
-            c->mean = s->shift + mean;
+            /* mean and E[x^2] - mean^2 from the double-double sums: the subtraction keeps
+             * about 106 - 53 bits even when the mean is far larger than the deviation. */
+            double n = (double)s->n;
+            double m_hi = s->sum.hi / n, m_lo = (fma(-m_hi, n, s->sum.hi) + s->sum.lo) / n;
+            double e_hi = s->sum_sq.hi / n;
+            double e_lo = (fma(-e_hi, n, s->sum_sq.hi) + s->sum_sq.lo) / n;
+            double p_hi = m_hi * m_hi, p_lo = fma(m_hi, m_hi, -p_hi) + 2 * m_hi * m_lo;
+            double var = (e_hi - p_hi) + (e_lo - p_lo);
+            c->mean = m_hi + m_lo;
             c->std = sqrt(var > 0 ? var : 0);
             if (c->std < 1e-7)
                 c->std = 1e-7;

@@ -99,6 +99,13 @@ static dt_status parse_record(void *ctx, void *scratch, const uint8_t *record, s
 
 dt_status dt_feature_parser_new(const dt_features *f, dt_feature_parser **out)
 {
+    /* Rows through a spec whose statistics are still to come would be standardized by 0/0 and
+     * looked up in empty vocabularies. */
+    if (dt_features_needs_adapt(f)) {
+        *out = NULL;
+        return dt_error(DT_ERR_INVALID, "%s: columns still to adapt: run the adapt pass first",
+                        f->source);
+    }
     dt_feature_parser *p = calloc(1, sizeof *p);
     if (!p) {
         *out = NULL;

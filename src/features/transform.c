@@ -729,7 +729,7 @@ dt_status dt_feature_text_new(const dt_features *f, const char *header, size_t l
     if (!header) {
         t->n_fields = 40;
         for (int i = 0; i < 40; i++) {
-            char name[8];
+            char name[16];
             criteo_field_name(i, name, sizeof name);
             for (int k = 0; k < f->n_keys; k++)
                 if (strcmp(f->keys[k], name) == 0)
