@@ -11,6 +11,8 @@
  * cross variables' gradients and, per table, one summed row per unique id. */
 #include "cols.h"
 
+#include "../core/cpu.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +25,10 @@
 /* A table's places in the batch: each id an input reads, and the index of its unique id. */
 typedef struct {
     size_t n, cap;
+    uint32_t *offsets;       /* (n_unique + 1): each unique id's places, grouped (places) */
+    uint32_t *grouped;       /* (cap) */
+    const float **g;         /* (cap) backward: each place's gradient row... */
+    float *scale;            /* (cap) ...and its factor */
     size_t n_unique; /* the batch's unique ids, which forward writes to the gradient's ids */
     int64_t *ids;
     uint32_t *slot;
@@ -46,9 +52,12 @@ struct dt_cols {
     float *comb;                /* (max_batch, n_deep) */
     int *deep_off;              /* (n_deep) */
     float *fm_sums;             /* fm: (max_batch, K) */
+    float *fm_sq;               /* fm: (K), scratch */
     float *xs[DT_MAX_CROSS_LAYERS + 1], *us[DT_MAX_CROSS_LAYERS], *ts[DT_MAX_CROSS_LAYERS];
     float *dx0, *dcur, *dnext, *du, *dtt; /* backward (max_batch, D) each, dtt (max_batch, R) */
     table_places *places;       /* (n_tables) */
+    int64_t *slot_limit;        /* (S): the ids a slot may hold: the fewest rows of what reads it */
+    size_t *slot_total;         /* (S + 1): the batch's entries of each slot */
 };
 
 static const dt_column_input *deep_in(const dt_cols *c, int i) { return &c->spec.deep[i]; }
@@ -111,6 +120,26 @@ static dt_status check_spec(const dt_columns_spec *s)
     return DT_OK;
 }
 
+/* Each slot's bound on its ids: the rows of every table an input reads it through, and an
+ * indicator's buckets (a slot read by nothing takes any id below 2^48). */
+static void set_slot_limits(dt_cols *c)
+{
+    for (int s = 0; s < c->S; s++)
+        c->slot_limit[s] = (int64_t)1 << 48;
+    const dt_column_input *lists[2] = {c->spec.deep, c->spec.linear};
+    int counts[2] = {c->spec.n_deep, c->spec.n_linear};
+    for (int l = 0; l < 2; l++)
+        for (int i = 0; i < counts[l]; i++) {
+            const dt_column_input *in = &lists[l][i];
+            int64_t rows = in->kind == DT_INPUT_INDICATOR ? in->buckets
+                           : in->kind == DT_INPUT_EMBEDDING || in->kind == DT_INPUT_WEIGHTS
+                               ? c->spec.tables[in->table].rows
+                               : -1;
+            if (rows >= 0 && in->slot >= 0 && in->slot < c->S && rows < c->slot_limit[in->slot])
+                c->slot_limit[in->slot] = rows;
+        }
+}
+
 dt_status dt_cols_create(const dt_columns_spec *spec, int max_batch, dt_arena *params,
                          dt_pool *pool, dt_cols **out)
 {
@@ -135,15 +164,19 @@ dt_status dt_cols_create(const dt_columns_spec *spec, int max_batch, dt_arena *p
     c->tables = calloc((size_t)spec->n_tables + 1, sizeof *c->tables);
     c->grads = calloc((size_t)spec->n_tables + 1, sizeof *c->grads);
     c->places = calloc((size_t)spec->n_tables + 1, sizeof *c->places);
+    c->slot_limit = malloc((size_t)(c->S + 1) * sizeof *c->slot_limit);
+    c->slot_total = calloc((size_t)(c->S + 1), sizeof *c->slot_total);
     c->slot_lo = malloc((size_t)max_batch * (size_t)(c->S + 1) * sizeof *c->slot_lo);
     c->deep = floats(BD);
     c->comb = floats((size_t)max_batch * (size_t)spec->n_deep);
     c->dx0 = floats(BD), c->dcur = floats(BD), c->dnext = floats(BD), c->du = floats(BD);
     c->dtt = floats((size_t)max_batch * (size_t)c->R);
-    bool ok = c->deep_off && c->tables && c->grads && c->places && c->slot_lo && c->deep && c->comb &&
+    bool ok = c->deep_off && c->tables && c->grads && c->places && c->slot_limit &&
+              c->slot_total && c->slot_lo && c->deep && c->comb &&
               c->dx0 && c->dcur && c->dnext && c->du && c->dtt;
     if (ok && spec->fm && spec->n_deep > 0)
-        ok = (c->fm_sums = floats((size_t)max_batch * input_width(c, &spec->deep[0]))) != NULL;
+        ok = (c->fm_sums = floats((size_t)max_batch * input_width(c, &spec->deep[0]))) &&
+             (c->fm_sq = floats((size_t)input_width(c, &spec->deep[0])));
     c->xs[0] = c->deep;
     for (int l = 0; ok && l < c->L; l++)
         ok = (c->xs[l + 1] = floats(BD)) && (c->us[l] = floats(BD)) &&
@@ -157,6 +190,8 @@ dt_status dt_cols_create(const dt_columns_spec *spec, int max_batch, dt_arena *p
     for (int t = 0; t < spec->n_tables && st == DT_OK; t++)
         st = dt_table_create(&c->tables[t], spec->tables[t].name, spec->tables[t].rows,
                              spec->tables[t].dim);
+    if (st == DT_OK)
+        set_slot_limits(c);
     if (st == DT_OK)
         st = declare_cross(c, params);
     if (st)
@@ -180,9 +215,11 @@ void dt_cols_destroy(dt_cols *c)
         free(c->xs[l + 1]), free(c->us[l]), free(c->ts[l]);
     free(c->tables), free(c->grads), free(c->slot_lo), free(c->deep), free(c->comb);
     for (int t = 0; c->places && t < c->spec.n_tables; t++)
-        free(c->places[t].ids), free(c->places[t].slot), free(c->places[t].scratch);
-    free(c->places);
-    free(c->deep_off), free(c->fm_sums), free(c->dx0), free(c->dcur), free(c->dnext);
+        free(c->places[t].ids), free(c->places[t].slot), free(c->places[t].scratch),
+            free(c->places[t].offsets), free(c->places[t].grouped), free(c->places[t].g),
+            free(c->places[t].scale);
+    free(c->places), free(c->slot_limit), free(c->slot_total);
+    free(c->deep_off), free(c->fm_sums), free(c->fm_sq), free(c->dx0), free(c->dcur), free(c->dnext);
     free(c->du), free(c->dtt);
     free(c);
 }
@@ -243,42 +280,20 @@ static dt_status index_row(dt_cols *c, const dt_elem *e, int b)
             if (!isfinite(e->sp_vals[j]))
                 return dt_error(DT_ERR_INVALID, "example %d: slot %d: a weight that is not finite",
                                 b, s);
+            if (entry_id(e->sp_ids[j]) >= c->slot_limit[s])
+                return dt_error(DT_ERR_INVALID, "example %d: slot %d: id %lld is outside the "
+                                "%lld rows", b, s, (long long)entry_id(e->sp_ids[j]),
+                                (long long)c->slot_limit[s]);
             j++;
         }
+        if (s < c->S)
+            c->slot_total[s] += (size_t)(j - lo[s]);
     }
     if (j != end)
         return dt_error(DT_ERR_INVALID, "example %d: entry %lld: slot %lld is not one of the %d "
                         "of the model, or the entries are out of slot order", b,
                         (long long)(j - e->sp_row[b]), (long long)(e->sp_ids[j] >> 48), c->S);
     return DT_OK;
-}
-
-static dt_status check_ids(const dt_cols *c, const dt_elem *e, int b, const dt_column_input *in,
-                           int64_t rows)
-{
-    const int64_t *lo = slots_of(c, b);
-    for (int64_t j = lo[in->slot]; j < lo[in->slot + 1]; j++)
-        if (entry_id(e->sp_ids[j]) >= rows)
-            return dt_error(DT_ERR_INVALID, "example %d: slot %d: id %lld is outside the %lld "
-                            "rows", b, in->slot, (long long)entry_id(e->sp_ids[j]),
-                            (long long)rows);
-    return DT_OK;
-}
-
-static dt_status check_row(const dt_cols *c, const dt_elem *e, int b)
-{
-    dt_status st = DT_OK;
-    for (int i = 0; st == DT_OK && i < c->spec.n_deep; i++) {
-        const dt_column_input *in = deep_in(c, i);
-        if (in->kind == DT_INPUT_EMBEDDING)
-            st = check_ids(c, e, b, in, c->tables[in->table].rows);
-        else if (in->kind == DT_INPUT_INDICATOR)
-            st = check_ids(c, e, b, in, in->buckets);
-    }
-    for (int i = 0; st == DT_OK && i < c->spec.n_linear; i++)
-        if (lin_in(c, i)->kind == DT_INPUT_WEIGHTS)
-            st = check_ids(c, e, b, lin_in(c, i), c->tables[lin_in(c, i)->table].rows);
-    return st;
 }
 
 static float combiner_factor(dt_combiner k, const dt_elem *e, int64_t lo, int64_t hi)
@@ -297,6 +312,7 @@ static const float *dense_of(const dt_elem *e, int b, int off)
 }
 
 /* Row b's deep inputs, x0. */
+DT_MULTI_ISA
 static void deep_row(dt_cols *c, const dt_elem *e, int b)
 {
     float *out = c->deep + (size_t)b * c->D;
@@ -325,6 +341,13 @@ static void deep_row(dt_cols *c, const dt_elem *e, int b)
         const dt_table *t = &c->tables[in->table];
         float f = combiner_factor(in->combiner, e, j0, j1);
         c->comb[(size_t)b * c->spec.n_deep + i] = f;
+        if (j1 - j0 == 1) { /* one id, the usual case: its scaled row, written once */
+            const float *r = dt_table_row(t, entry_id(e->sp_ids[j0]));
+            float w = e->sp_vals[j0] * f;
+            for (int k = 0; k < t->dim; k++)
+                o[k] = w * r[k];
+            continue;
+        }
         memset(o, 0, (size_t)t->dim * sizeof *o);
         for (int64_t j = j0; j < j1; j++) {
             const float *r = dt_table_row(t, entry_id(e->sp_ids[j]));
@@ -355,10 +378,9 @@ dt_status dt_cols_prepare(dt_cols *c, const dt_elem *e)
     c->B = e->n;
     c->batch = e;
     c->prepared = NULL;
+    memset(c->slot_total, 0, (size_t)(c->S + 1) * sizeof *c->slot_total);
     for (int b = 0; b < e->n; b++) {
         dt_status st = index_row(c, e, b);
-        if (st == DT_OK)
-            st = check_row(c, e, b);
         if (st)
             return st;
     }
@@ -392,24 +414,28 @@ void dt_cols_table_init(const dt_cols *c, int t, float *stddev, uint64_t *seed_o
     *seed_offset = 0x9e3779b97f4a7c15ull * (uint64_t)(t + 1);
 }
 
-/* DeepFM's pairwise term of row b over its fields (the deep inputs, K wide each). */
-static float fm_term(dt_cols *c, int b)
+/* DeepFM's pairwise term of row b over its fields (the deep inputs, K wide each):
+ * 1/2 sum_k ((sum_f v_fk)^2 - sum_f v_fk^2), the sums over fields kept per k (K lanes side by
+ * side, in field order) and the k's added last. sq (K) is scratch. */
+DT_MULTI_ISA
+static float fm_term(dt_cols *c, int b, float *sq)
 {
     int K = c->spec.tables[deep_in(c, 0)->table].dim, F = c->spec.n_deep;
     const float *x = c->deep + (size_t)b * c->D;
     float *sum = c->fm_sums + (size_t)b * K;
-    double sq = 0, tot = 0;
     for (int k = 0; k < K; k++)
-        sum[k] = 0;
-    for (int f = 0; f < F; f++)
+        sum[k] = 0, sq[k] = 0;
+    for (int f = 0; f < F; f++) {
+        const float *v = x + (size_t)f * K;
         for (int k = 0; k < K; k++) {
-            float v = x[(size_t)f * K + k];
-            sum[k] += v;
-            sq += (double)v * v;
+            sum[k] += v[k];
+            sq[k] += v[k] * v[k];
         }
+    }
+    double tot = 0;
     for (int k = 0; k < K; k++)
-        tot += (double)sum[k] * sum[k];
-    return (float)(0.5 * (tot - sq));
+        tot += (double)sum[k] * sum[k] - sq[k];
+    return (float)(0.5 * tot);
 }
 
 void dt_cols_logits(dt_cols *c, int B, const dt_arena *params, const float *deep, float *logits)
@@ -433,6 +459,9 @@ void dt_cols_logits(dt_cols *c, int B, const dt_arena *params, const float *deep
                 for (int k = 0; k < in->width; k++)
                     for (int n = 0; n < N; n++)
                         z[n] += x[k] * dt_table_row(t, in->row0 + k)[n];
+            } else if (N == 1) { /* a binary head: one weight per id */
+                for (int64_t j = lo[in->slot]; j < lo[in->slot + 1]; j++)
+                    z[0] += e->sp_vals[j] * t->data[entry_id(e->sp_ids[j])];
             } else {
                 for (int64_t j = lo[in->slot]; j < lo[in->slot + 1]; j++) {
                     const float *r = dt_table_row(t, entry_id(e->sp_ids[j]));
@@ -442,7 +471,7 @@ void dt_cols_logits(dt_cols *c, int B, const dt_arena *params, const float *deep
             }
         }
         if (c->spec.fm && c->spec.n_deep > 0)
-            z[0] += fm_term(c, b);
+            z[0] += fm_term(c, b, c->fm_sq);
         if (wout) {
             const float *xl = c->xs[c->L] + (size_t)b * c->D;
             for (int d = 0; d < c->D; d++)
@@ -473,9 +502,8 @@ static inline void place(place_walk *w, int64_t id, const float *g, float scale)
         tp->ids[w->at++] = id;
         return;
     }
-    float *dst = w->c->grads[w->t].rows + (size_t)tp->slot[w->at++] * (size_t)w->dim;
-    for (int k = 0; k < w->dim; k++)
-        dst[k] += scale * g[k];
+    tp->g[w->at] = g;
+    tp->scale[w->at++] = scale;
 }
 
 static void slot_places(place_walk *w, const dt_column_input *in, int b, const float *g,
@@ -525,11 +553,6 @@ static void walk_places(place_walk *w)
     }
 }
 
-static size_t slot_count(const dt_cols *c, int b, int slot)
-{
-    const int64_t *lo = slots_of(c, b);
-    return (size_t)(lo[slot + 1] - lo[slot]);
-}
 
 /* The places of table t in the batch. */
 static size_t count_places(const dt_cols *c, int t)
@@ -542,8 +565,7 @@ static size_t count_places(const dt_cols *c, int t)
         if (in->kind == DT_INPUT_NUMERIC_EMBEDDING)
             n += (size_t)c->B;
         else if (in->kind == DT_INPUT_EMBEDDING)
-            for (int b = 0; b < c->B; b++)
-                n += slot_count(c, b, in->slot);
+            n += c->slot_total[in->slot];
     }
     for (int i = 0; i < c->spec.n_linear; i++) {
         const dt_column_input *in = lin_in(c, i);
@@ -554,8 +576,7 @@ static size_t count_places(const dt_cols *c, int t)
         else if (in->kind == DT_INPUT_NUMERIC)
             n += (size_t)c->B * (size_t)in->width;
         else
-            for (int b = 0; b < c->B; b++)
-                n += slot_count(c, b, in->slot);
+            n += c->slot_total[in->slot];
     }
     return n;
 }
@@ -565,11 +586,19 @@ static dt_status grow_places(table_places *tp, size_t n)
     if (n <= tp->cap)
         return DT_OK;
     size_t cap = n + n / 2;
-    free(tp->ids), free(tp->slot), free(tp->scratch);
+    free(tp->ids), free(tp->slot), free(tp->scratch), free(tp->offsets), free(tp->grouped);
+    free(tp->g), free(tp->scale);
     tp->ids = malloc(cap * sizeof *tp->ids);
     tp->slot = malloc(cap * sizeof *tp->slot);
     tp->scratch = malloc(dt_embedding_scratch_bytes(cap));
-    tp->cap = tp->ids && tp->slot && tp->scratch ? cap : 0;
+    tp->offsets = malloc((cap + 1) * sizeof *tp->offsets);
+    tp->grouped = malloc(cap * sizeof *tp->grouped);
+    tp->g = malloc(cap * sizeof *tp->g);
+    tp->scale = malloc(cap * sizeof *tp->scale);
+    tp->cap = tp->ids && tp->slot && tp->scratch && tp->offsets && tp->grouped && tp->g &&
+                      tp->scale
+                  ? cap
+                  : 0;
     return tp->cap ? DT_OK : dt_error(DT_ERR_NOMEM, "no memory for %zu table places", cap);
 }
 
@@ -591,23 +620,51 @@ static dt_status find_places(dt_cols *c)
         tp->n = n;
         tp->n_unique = n ? dt_embedding_dedupe(tp->ids, n, tp->scratch, gr->ids, tp->slot) : 0;
         gr->n = tp->n_unique;
+        if (n)
+            dt_embedding_group(tp->slot, n, tp->n_unique, tp->offsets, tp->grouped);
     }
     return DT_OK;
 }
 
-/* Table t's gradient from dlogits and dx0, over the unique ids forward found. */
+/* Each unique id's row: the sum over its places, in place order, of scale x the place's
+ * gradient row, in registers, stored once. */
+DT_MULTI_ISA
+static void accumulate_groups(const uint32_t *offsets, const uint32_t *grouped,
+                              const float *const *g, const float *scale, int K, size_t n_uniq,
+                              float *rows)
+{
+    for (size_t u = 0; u < n_uniq; u++) {
+        float *dst = rows + u * (size_t)K;
+        for (int k = 0; k < K; k++)
+            dst[k] = 0.0f;
+        for (uint32_t q = offsets[u]; q < offsets[u + 1]; q++) {
+            uint32_t p = grouped[q];
+            const float *src = g[p];
+            float s = scale[p];
+            for (int k = 0; k < K; k++)
+                dst[k] += s * src[k];
+        }
+    }
+}
+
+/* Table t's gradient from dlogits and dx0, over the unique ids forward found: the places'
+ * gradients listed in place order, then summed per unique id. */
 static void table_grad(dt_cols *c, int t, const float *dlogits, const float *dx0)
 {
     dt_sparse_rows *gr = &c->grads[t];
+    table_places *tp = &c->places[t];
     /* The rows of forward's unique ids, even when dt_model_zero_grads emptied them since. */
-    gr->n = c->places[t].n_unique;
-    memset(gr->rows, 0, gr->n * (size_t)gr->dim * sizeof *gr->rows);
+    gr->n = tp->n_unique;
+    if (tp->n == 0)
+        return;
     place_walk w = {.c = c, .t = t, .dim = gr->dim, .accumulate = true, .dlogits = dlogits,
                     .dx0 = dx0};
     walk_places(&w);
+    accumulate_groups(tp->offsets, tp->grouped, tp->g, tp->scale, gr->dim, gr->n, gr->rows);
 }
 
 /* dx0 += DeepFM's term's gradient: dz (S_k - v_fk) per field f and k. */
+DT_MULTI_ISA
 static void fm_backward(dt_cols *c, int B, const float *dlogits, float *dx0)
 {
     int K = c->spec.tables[deep_in(c, 0)->table].dim, F = c->spec.n_deep;
