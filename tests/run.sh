@@ -31,6 +31,8 @@ run_suite cli "$work/cli" bash tests/cli.sh "$build" "$work/cli"
 run_suite ctr "$work/ctr" bash tests/ctr.sh "$build" "$work/ctr"
 # Feature specs: dtrain data transform, ids against FarmHash, written specs, errors.
 run_suite features "$work/features" bash tests/features.sh "$build" "$work/features"
+# Feature-spec models on every strategy, a killed ps worker, checkpoints, evaluation, bad rows.
+run_suite spec_train "$work/spec_train" bash tests/spec_train.sh "$build" "$work/spec_train"
 # Census-style data (gen-ctr --format census) and the census wide & deep spec trained on it.
 run_suite census "$work/census" bash tests/census.sh "$build" "$work/census"
 # The mpi communicator under mpirun (and coll_check over the local backend).

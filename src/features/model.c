@@ -417,6 +417,14 @@ static dt_status parse_optimizer(mctx *c, const cJSON *o, const char *field, boo
     if (ftrl && dense)
         return model_error(c, "type: ftrl trains tables row by row; the deep part's dense "
                            "variables take sgd, momentum, adam or adagrad");
+    /* An optimizer named without a rate takes Keras's default rate for it, not the rate of the
+     * default optimizer it replaces. */
+    char type[sizeof out->type];
+    snprintf(type, sizeof type, "%s", out->type);
+    memset(out, 0, sizeof *out);
+    snprintf(out->type, sizeof out->type, "%s", type);
+    out->learning_rate = strcmp(type, "sgd") == 0 || strcmp(type, "momentum") == 0 ? 0.01f
+                                                                                  : 0.001f;
     const struct {
         const char *name;
         float *dst;
@@ -561,6 +569,17 @@ dt_status dt_features_model(dt_features *f, dt_feature_model *out)
         if (lin)
             return model_error(&c, "linear_feature_columns: a %s model reads "
                                "dnn_feature_columns only", types[kind]);
+    }
+    /* Fields of parts the model has not are refused, as a misspelt field is: they would be
+     * silently ignored otherwise. */
+    static const char *const deep_only[] = {"dnn_feature_columns", "dnn_hidden_units",
+                                            "dnn_dropout"};
+    static const char *const cross_only[] = {"num_cross_layers", "projection_dim", "structure"};
+    for (int k = 0; k < 3; k++) {
+        if (kind == 0 && cJSON_GetObjectItemCaseSensitive(m, deep_only[k]))
+            return model_error(&c, "%s: a linear model has no deep part", deep_only[k]);
+        if (kind != 4 && cJSON_GetObjectItemCaseSensitive(m, cross_only[k]))
+            return model_error(&c, "%s: only a dcn_v2 model has cross layers", cross_only[k]);
     }
     int field_dim = kind == 3 ? deepfm_dimension(dnn) : 0;
     if (kind == 3 && field_dim == 0)

@@ -247,7 +247,32 @@ static dt_status open_test(const dt_evaluator_options *o, const spec_model *sm, 
         io.row_parser = dt_feature_parser_rows(sm->parser);
     dt_input_spec spec;
     dt_status st = dt_input_spec_parse(o->test_data, "--test-data", &spec);
+    if (st == DT_OK && sm->parser && !dt_input_spec_is_files(&spec))
+        return dt_error(DT_ERR_INVALID, "--test-data: a feature-spec model reads csv:, criteo: or "
+                        "tfrecord: test data, not '%s'", o->test_data);
     return st ? st : dt_input_open_test(&spec, &io, test);
+}
+
+/* A watch started before the training: until its first checkpoint, or the adapted feature
+ * spec its chief writes before that, there is nothing to tell what the model is. */
+static dt_status await_first_output(const dt_evaluator_options *o)
+{
+    char spec[4400];
+    snprintf(spec, sizeof spec, "%s/%s", o->model_dir, DT_FEATURE_SPEC_FILE);
+    double start = dt_clock_now();
+    for (;;) {
+        dt_ckpt *c = NULL;
+        dt_status st = dt_ckpt_open_latest(o->model_dir, NULL, &c);
+        dt_ckpt_close(c);
+        if (st == DT_OK || access(spec, F_OK) == 0)
+            return DT_OK;
+        if (st != DT_END)
+            return st;
+        if (o->idle_timeout > 0 && dt_clock_now() - start > o->idle_timeout)
+            return dt_error(DT_ERR_TIMEOUT, "%s: no checkpoint for %.0f s (--watch-timeout)",
+                            o->model_dir, o->idle_timeout);
+        dt_sleep(o->poll_secs);
+    }
 }
 
 dt_status dt_evaluate_checkpoints(const dt_evaluator_options *o)
@@ -270,6 +295,8 @@ dt_status dt_evaluate_checkpoints(const dt_evaluator_options *o)
         else
             snprintf(ckpt_dir, sizeof ckpt_dir, ".");
     }
+    if (st == DT_OK && o->watch)
+        st = await_first_output(o);
     if (st || (st = open_spec_model(o->model_dir ? o->model_dir : ckpt_dir, &sm)) ||
         (st = open_test(o, &sm, &test)) || (st = dt_pool_create(dt_cpu_count(), &pool)))
         goto fail;

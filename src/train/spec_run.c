@@ -91,6 +91,11 @@ dt_status dt_spec_run_open(const dt_train_config *c, bool chief, dt_spec_run *ou
     if (c->fit.model_dir)
         snprintf(saved, sizeof saved, "%s/%s", c->fit.model_dir, DT_FEATURE_SPEC_FILE);
     out->from_model_dir = saved[0] && access(saved, F_OK) == 0;
+    /* A restore reads what was adapted before, whatever --feature-spec says now: the
+     * checkpoint's tables were sized and its ids given by that spec. */
+    if (out->from_model_dir && c->fit.log)
+        fprintf(c->fit.log, "feature spec: %s (adapted before; --feature-spec %s not read)\n",
+                saved, c->feature_spec);
     dt_status st = dt_features_load(out->from_model_dir ? saved : c->feature_spec, &out->f);
     if (st == DT_OK && dt_features_needs_adapt(out->f)) {
         dt_input_spec data;

@@ -538,8 +538,9 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
         goto fail;
     if (ctr && plan.kind == DT_STRATEGY_CENTRAL_STORAGE) {
         st = dt_error(DT_ERR_UNSUPPORTED, "model %s: central_storage does not train embedding "
-                      "tables (one_device, mirrored and multi_worker_mirrored do)",
-                      c->model_file ? c->model_file : c->model);
+                      "tables (one_device, mirrored, multi_worker_mirrored and parameter_server "
+                      "do)", c->feature_spec ? c->feature_spec
+                                             : c->model_file ? c->model_file : c->model);
         goto fail;
     }
     dt_input_spec train_spec, test_spec;
