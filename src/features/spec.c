@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../core/json.h"
 #include "dtrain/fileio.h"
 #include "dtrain/log.h"
 #include "features_int.h"
@@ -919,17 +920,6 @@ static dt_status parse_root(pctx *c, const cJSON *root)
     return DT_OK;
 }
 
-static void line_col(const char *text, size_t offset, int *line, int *col)
-{
-    *line = 1, *col = 1;
-    for (size_t i = 0; i < offset && text[i]; i++) {
-        if (text[i] == '\n')
-            (*line)++, *col = 1;
-        else
-            (*col)++;
-    }
-}
-
 dt_status dt_features_parse(const char *text, const char *source, const char *dir,
                             dt_features **out)
 {
@@ -941,17 +931,9 @@ dt_status dt_features_parse(const char *text, const char *source, const char *di
     snprintf(f->dir, sizeof f->dir, "%s", dir ? dir : "");
     f->label_key = -1;
     pctx c = {.f = f};
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
-    dt_status st;
-    if (!root) {
-        const char *at = cJSON_GetErrorPtr();
-        int line = 1, col = 1;
-        if (at && at >= text)
-            line_col(text, (size_t)(at - text), &line, &col);
-        st = dt_error(DT_ERR_INVALID, "%s: line %d, column %d: not valid JSON", f->source, line,
-                      col);
-    } else {
+    cJSON *root;
+    dt_status st = dt_json_parse(text, f->source, &root);
+    if (st == DT_OK) {
         st = parse_root(&c, root);
         cJSON_Delete(root);
     }

@@ -186,21 +186,28 @@ static dt_status tokens_of(const dt_features *f, const dt_feature_column *c, con
     return DT_OK;
 }
 
-/* A token as a finite number; false if it is not one. Values are kept as floats, so a number
- * beyond a float's range ("1e39") is not one either (it would become inf). */
-static bool parse_number(const char *p, size_t n, double *out)
+/* A token without the spaces around it, NUL-terminated in buf (cap bytes); false when it is
+ * empty or too long to be a number. */
+static bool trimmed_token(const char *p, size_t n, char *buf, size_t cap)
 {
-    char buf[64];
     while (n > 0 && (*p == ' ' || *p == '\t'))
         p++, n--;
     while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t' || p[n - 1] == '\r'))
         n--;
-    if (n == 0 || n >= sizeof buf)
+    if (n == 0 || n >= cap)
         return false;
     memcpy(buf, p, n);
     buf[n] = '\0';
-    char *end;
-    errno = 0;
+    return true;
+}
+
+/* A token as a finite number; false if it is not one. Values are kept as floats, so a number
+ * beyond a float's range ("1e39") is not one either (it would become inf). */
+static bool parse_number(const char *p, size_t n, double *out)
+{
+    char buf[64], *end;
+    if (!trimmed_token(p, n, buf, sizeof buf))
+        return false;
     double v = strtod(buf, &end);
     if (*end != '\0' || !isfinite(v) || fabs(v) > FLT_MAX)
         return false;
@@ -210,16 +217,9 @@ static bool parse_number(const char *p, size_t n, double *out)
 
 static bool parse_integer(const char *p, size_t n, int64_t *out)
 {
-    char buf[32];
-    while (n > 0 && (*p == ' ' || *p == '\t'))
-        p++, n--;
-    while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t' || p[n - 1] == '\r'))
-        n--;
-    if (n == 0 || n >= sizeof buf)
+    char buf[32], *end;
+    if (!trimmed_token(p, n, buf, sizeof buf))
         return false;
-    memcpy(buf, p, n);
-    buf[n] = '\0';
-    char *end;
     errno = 0;
     long long v = strtoll(buf, &end, 10);
     if (*end != '\0' || errno == ERANGE)

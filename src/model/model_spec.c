@@ -10,6 +10,7 @@
  * option is reported rather than silently ignored. */
 #include "dtrain/model_spec.h"
 #include "dtrain/fileio.h"
+#include "../core/json.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -435,18 +436,6 @@ static dt_status parse_layer(struct json_ctx *c, const cJSON *obj, dt_layer_spec
     }
 }
 
-/* Line and column of a byte offset, for syntax errors. */
-static void line_col(const char *text, size_t offset, int *line, int *col)
-{
-    *line = 1, *col = 1;
-    for (size_t i = 0; i < offset && text[i]; i++) {
-        if (text[i] == '\n')
-            (*line)++, *col = 1;
-        else
-            (*col)++;
-    }
-}
-
 /* A list of up to DT_MAX_DEEP_LAYERS numbers. */
 static dt_status get_number_list(const struct json_ctx *c, const cJSON *item, const char *key,
                                  double *out, int *n)
@@ -639,16 +628,10 @@ dt_status dt_model_spec_from_json(const char *text, const char *source, dt_model
 {
     memset(out, 0, sizeof *out);
     struct json_ctx c = {.source = source};
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
-    if (!root) {
-        const char *at = cJSON_GetErrorPtr();
-        int line = 1, col = 1;
-        if (at && at >= text)
-            line_col(text, (size_t)(at - text), &line, &col);
-        return dt_error(DT_ERR_INVALID, "%s: line %d, column %d: not valid JSON", source, line, col);
-    }
-    dt_status st;
+    cJSON *root;
+    dt_status st = dt_json_parse(text, source, &root);
+    if (st)
+        return st;
     if (!cJSON_IsObject(root))
         st = dt_error(DT_ERR_INVALID, "%s: expected a JSON object describing the model", source);
     else if (cJSON_GetObjectItemCaseSensitive(root, "type"))
