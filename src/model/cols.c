@@ -485,74 +485,113 @@ void dt_cols_logits(dt_cols *c, int B, const dt_arena *params, const float *deep
 
 /* Every place (an id read by an input) of table t in the batch, in one fixed order: its deep
  * inputs, then its linear ones, each over the rows. Forward lists the places' ids and finds
- * the batch's unique ids once; backward adds each place's gradient into its unique id's row,
- * in the same order, so that the sums do not depend on anything but the batch. */
-typedef struct {
-    dt_cols *c;
-    int t, dim;
-    bool accumulate;      /* backward: add into the rows; forward: list the ids */
-    size_t at;
-    const float *dlogits, *dx0;
-} place_walk;
+ * the batch's unique ids once (list_places); backward lists each place's gradient row and
+ * factor in the same order (grad_places) and sums them per unique id, so that the sums depend
+ * on nothing but the batch. */
 
-static inline void place(place_walk *w, int64_t id, const float *g, float scale)
+/* Appends the ids of input in's slot over the batch to ids from at; returns the new end. */
+static size_t slot_ids(const dt_cols *c, const dt_column_input *in, int64_t *ids, size_t at)
 {
-    table_places *tp = &w->c->places[w->t];
-    if (!w->accumulate) {
-        tp->ids[w->at++] = id;
-        return;
-    }
-    tp->g[w->at] = g;
-    tp->scale[w->at++] = scale;
-}
-
-static void slot_places(place_walk *w, const dt_column_input *in, int b, const float *g,
-                        float scale)
-{
-    const dt_elem *e = w->c->batch;
-    const int64_t *lo = slots_of(w->c, b);
-    for (int64_t j = lo[in->slot]; j < lo[in->slot + 1]; j++)
-        place(w, entry_id(e->sp_ids[j]), g, e->sp_vals[j] * scale);
-}
-
-static void walk_places(place_walk *w)
-{
-    dt_cols *c = w->c;
     const dt_elem *e = c->batch;
-    static const float none[1] = {0};
+    size_t stride = (size_t)c->S + 1;
+    const int64_t *lo = c->slot_lo + in->slot;
+    for (int b = 0; b < c->B; b++, lo += stride)
+        for (int64_t j = lo[0]; j < lo[1]; j++)
+            ids[at++] = entry_id(e->sp_ids[j]);
+    return at;
+}
+
+static void list_places(dt_cols *c, int t)
+{
+    table_places *tp = &c->places[t];
+    size_t at = 0;
     for (int i = 0; i < c->spec.n_deep; i++) {
         const dt_column_input *in = deep_in(c, i);
-        if (in->table != w->t ||
-            (in->kind != DT_INPUT_EMBEDDING && in->kind != DT_INPUT_NUMERIC_EMBEDDING))
+        if (in->table != t)
             continue;
-        for (int b = 0; b < c->B; b++) {
-            const float *g = w->accumulate ? w->dx0 + (size_t)b * c->D + c->deep_off[i] : none;
-            if (in->kind == DT_INPUT_EMBEDDING)
-                slot_places(w, in, b, g, w->accumulate ? c->comb[(size_t)b * c->spec.n_deep + i]
-                                                       : 0.0f);
-            else
-                place(w, 0, g, dense_of(e, b, in->dense_off)[0]);
+        if (in->kind == DT_INPUT_EMBEDDING)
+            at = slot_ids(c, in, tp->ids, at);
+        else if (in->kind == DT_INPUT_NUMERIC_EMBEDDING)
+            for (int b = 0; b < c->B; b++)
+                tp->ids[at++] = 0;
+    }
+    for (int i = 0; i < c->spec.n_linear; i++) {
+        const dt_column_input *in = lin_in(c, i);
+        if (in->table != t)
+            continue;
+        if (in->kind == DT_INPUT_BIAS)
+            for (int b = 0; b < c->B; b++)
+                tp->ids[at++] = 0;
+        else if (in->kind == DT_INPUT_NUMERIC)
+            for (int b = 0; b < c->B; b++)
+                for (int k = 0; k < in->width; k++)
+                    tp->ids[at++] = in->row0 + k;
+        else
+            at = slot_ids(c, in, tp->ids, at);
+    }
+}
+
+/* The gradient rows and factors of input in's places: per row, g_of(b) times each entry's
+ * weight and row factor scale[b * scale_stride] (scale NULL: 1). */
+static size_t slot_grads(const dt_cols *c, const dt_column_input *in, const float *g0,
+                         size_t g_stride, const float *scale, size_t scale_stride,
+                         table_places *tp, size_t at)
+{
+    const dt_elem *e = c->batch;
+    size_t stride = (size_t)c->S + 1;
+    const int64_t *lo = c->slot_lo + in->slot;
+    for (int b = 0; b < c->B; b++, lo += stride) {
+        const float *g = g0 + (size_t)b * g_stride;
+        float f = scale ? scale[(size_t)b * scale_stride] : 1.0f;
+        for (int64_t j = lo[0]; j < lo[1]; j++, at++) {
+            tp->g[at] = g;
+            tp->scale[at] = e->sp_vals[j] * f;
+        }
+    }
+    return at;
+}
+
+static void grad_places(dt_cols *c, int t, const float *dlogits, const float *dx0)
+{
+    const dt_elem *e = c->batch;
+    table_places *tp = &c->places[t];
+    size_t at = 0;
+    for (int i = 0; i < c->spec.n_deep; i++) {
+        const dt_column_input *in = deep_in(c, i);
+        if (in->table != t)
+            continue;
+        if (in->kind == DT_INPUT_EMBEDDING) {
+            at = slot_grads(c, in, dx0 + c->deep_off[i], (size_t)c->D, c->comb + i,
+                            (size_t)c->spec.n_deep, tp, at);
+        } else if (in->kind == DT_INPUT_NUMERIC_EMBEDDING) {
+            for (int b = 0; b < c->B; b++, at++) {
+                tp->g[at] = dx0 + (size_t)b * c->D + c->deep_off[i];
+                tp->scale[at] = dense_of(e, b, in->dense_off)[0];
+            }
         }
     }
     for (int i = 0; i < c->spec.n_linear; i++) {
         const dt_column_input *in = lin_in(c, i);
-        if (in->table != w->t)
+        if (in->table != t)
             continue;
-        for (int b = 0; b < c->B; b++) {
-            const float *dz = w->accumulate ? w->dlogits + (size_t)b * c->N : none;
-            if (in->kind == DT_INPUT_BIAS) {
-                place(w, 0, dz, 1.0f);
-            } else if (in->kind == DT_INPUT_NUMERIC) {
-                const float *x = dense_of(e, b, in->dense_off);
-                for (int k = 0; k < in->width; k++)
-                    place(w, in->row0 + k, dz, x[k]);
-            } else {
-                slot_places(w, in, b, dz, 1.0f);
+        if (in->kind == DT_INPUT_BIAS) {
+            for (int b = 0; b < c->B; b++, at++) {
+                tp->g[at] = dlogits + (size_t)b * c->N;
+                tp->scale[at] = 1.0f;
             }
+        } else if (in->kind == DT_INPUT_NUMERIC) {
+            for (int b = 0; b < c->B; b++) {
+                const float *x = dense_of(e, b, in->dense_off);
+                for (int k = 0; k < in->width; k++, at++) {
+                    tp->g[at] = dlogits + (size_t)b * c->N;
+                    tp->scale[at] = x[k];
+                }
+            }
+        } else {
+            at = slot_grads(c, in, dlogits, (size_t)c->N, NULL, 0, tp, at);
         }
     }
 }
-
 
 /* The places of table t in the batch. */
 static size_t count_places(const dt_cols *c, int t)
@@ -615,8 +654,7 @@ static dt_status find_places(dt_cols *c)
             st = dt_error(DT_ERR_NOMEM, "no memory for table %s's gradient", c->tables[t].name);
         if (st)
             return st;
-        place_walk w = {.c = c, .t = t, .dim = c->spec.tables[t].dim};
-        walk_places(&w);
+        list_places(c, t);
         tp->n = n;
         tp->n_unique = n ? dt_embedding_dedupe(tp->ids, n, tp->scratch, gr->ids, tp->slot) : 0;
         gr->n = tp->n_unique;
@@ -657,9 +695,7 @@ static void table_grad(dt_cols *c, int t, const float *dlogits, const float *dx0
     gr->n = tp->n_unique;
     if (tp->n == 0)
         return;
-    place_walk w = {.c = c, .t = t, .dim = gr->dim, .accumulate = true, .dlogits = dlogits,
-                    .dx0 = dx0};
-    walk_places(&w);
+    grad_places(c, t, dlogits, dx0);
     accumulate_groups(tp->offsets, tp->grouped, tp->g, tp->scale, gr->dim, gr->n, gr->rows);
 }
 
