@@ -919,8 +919,9 @@ static dt_status lines_header(struct text_state *s, const char *line, size_t len
     if (len > 0 && line[len - 1] == '\r')
         len--;
     if (h->set) {
+        /* Not a bad line to skip: the file's every line would be read by another layout. */
         if (len != h->len || memcmp(line, h->line, len) != 0)
-            return dt_error(DT_ERR_FORMAT, "the header differs from the first file's (%s)",
+            return dt_error(DT_ERR_INVALID, "the header differs from the first file's (%s)",
                             dt_src_name_of(s->files, h->file));
         return DT_OK;
     }
