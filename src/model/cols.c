@@ -56,6 +56,8 @@ struct dt_cols {
     float *xs[DT_MAX_CROSS_LAYERS + 1], *us[DT_MAX_CROSS_LAYERS], *ts[DT_MAX_CROSS_LAYERS];
     float *dx0, *dcur, *dnext, *du, *dtt; /* backward (max_batch, D) each, dtt (max_batch, R) */
     table_places *places;       /* (n_tables) */
+    int *same_places;           /* (n_tables): an earlier table whose places are this one's, or
+                                   -1 */
     int64_t *slot_limit;        /* (S): the ids a slot may hold: the fewest rows of what reads it */
     size_t *slot_total;         /* (S + 1): the batch's entries of each slot */
 };
@@ -120,6 +122,37 @@ static dt_status check_spec(const dt_columns_spec *s)
     return DT_OK;
 }
 
+/* The slot table t reads, when its only reader is one embedding or weights input (its places
+ * are then that slot's entries in row order); -1 otherwise. */
+static int only_slot(const dt_cols *c, int t)
+{
+    int slot = -1, readers = 0;
+    const dt_column_input *lists[2] = {c->spec.deep, c->spec.linear};
+    int counts[2] = {c->spec.n_deep, c->spec.n_linear};
+    for (int l = 0; l < 2; l++)
+        for (int i = 0; i < counts[l]; i++) {
+            const dt_column_input *in = &lists[l][i];
+            if (in->table != t)
+                continue;
+            readers++;
+            bool by_slot = in->kind == DT_INPUT_EMBEDDING || in->kind == DT_INPUT_WEIGHTS;
+            slot = by_slot ? in->slot : -2;
+        }
+    return readers == 1 && slot >= 0 ? slot : -1;
+}
+
+/* Tables read through one slot each share the places of the first table read through it. */
+static void find_same_places(dt_cols *c)
+{
+    for (int t = 0; t < c->spec.n_tables; t++) {
+        c->same_places[t] = -1;
+        int s = only_slot(c, t);
+        for (int u = 0; s >= 0 && u < t && c->same_places[t] < 0; u++)
+            if (c->same_places[u] < 0 && c->spec.tables[u].rows > 1 && only_slot(c, u) == s)
+                c->same_places[t] = u;
+    }
+}
+
 /* Each slot's bound on its ids: the rows of every table an input reads it through, and an
  * indicator's buckets (a slot read by nothing takes any id below 2^48). */
 static void set_slot_limits(dt_cols *c)
@@ -164,6 +197,7 @@ dt_status dt_cols_create(const dt_columns_spec *spec, int max_batch, dt_arena *p
     c->tables = calloc((size_t)spec->n_tables + 1, sizeof *c->tables);
     c->grads = calloc((size_t)spec->n_tables + 1, sizeof *c->grads);
     c->places = calloc((size_t)spec->n_tables + 1, sizeof *c->places);
+    c->same_places = malloc(((size_t)spec->n_tables + 1) * sizeof *c->same_places);
     c->slot_limit = malloc((size_t)(c->S + 1) * sizeof *c->slot_limit);
     c->slot_total = calloc((size_t)(c->S + 1), sizeof *c->slot_total);
     c->slot_lo = malloc((size_t)max_batch * (size_t)(c->S + 1) * sizeof *c->slot_lo);
@@ -171,7 +205,8 @@ dt_status dt_cols_create(const dt_columns_spec *spec, int max_batch, dt_arena *p
     c->comb = floats((size_t)max_batch * (size_t)spec->n_deep);
     c->dx0 = floats(BD), c->dcur = floats(BD), c->dnext = floats(BD), c->du = floats(BD);
     c->dtt = floats((size_t)max_batch * (size_t)c->R);
-    bool ok = c->deep_off && c->tables && c->grads && c->places && c->slot_limit &&
+    bool ok = c->deep_off && c->tables && c->grads && c->places && c->same_places &&
+              c->slot_limit &&
               c->slot_total && c->slot_lo && c->deep && c->comb &&
               c->dx0 && c->dcur && c->dnext && c->du && c->dtt;
     if (ok && spec->fm && spec->n_deep > 0)
@@ -190,8 +225,10 @@ dt_status dt_cols_create(const dt_columns_spec *spec, int max_batch, dt_arena *p
     for (int t = 0; t < spec->n_tables && st == DT_OK; t++)
         st = dt_table_create(&c->tables[t], spec->tables[t].name, spec->tables[t].rows,
                              spec->tables[t].dim);
-    if (st == DT_OK)
+    if (st == DT_OK) {
         set_slot_limits(c);
+        find_same_places(c);
+    }
     if (st == DT_OK)
         st = declare_cross(c, params);
     if (st)
@@ -218,7 +255,7 @@ void dt_cols_destroy(dt_cols *c)
         free(c->places[t].ids), free(c->places[t].slot), free(c->places[t].scratch),
             free(c->places[t].offsets), free(c->places[t].grouped), free(c->places[t].g),
             free(c->places[t].scale);
-    free(c->places), free(c->slot_limit), free(c->slot_total);
+    free(c->places), free(c->same_places), free(c->slot_limit), free(c->slot_total);
     free(c->deep_off), free(c->fm_sums), free(c->fm_sq), free(c->dx0), free(c->dcur), free(c->dnext);
     free(c->du), free(c->dtt);
     free(c);
@@ -643,6 +680,29 @@ static dt_status grow_places(table_places *tp, size_t n)
 
 /* Each table's places and unique ids of the batch: its gradient's ids, in forward, which can
  * fail for memory (backward cannot). */
+/* A table of one row (a bias, a numeric field's embedding): every place is row 0's. */
+static void one_row_places(table_places *tp, dt_sparse_rows *gr, size_t n)
+{
+    tp->n_unique = n ? 1 : 0;
+    gr->ids[0] = 0;
+    tp->offsets[0] = 0;
+    tp->offsets[1] = (uint32_t)n;
+    for (size_t p = 0; p < n; p++)
+        tp->grouped[p] = (uint32_t)p;
+}
+
+/* Table t's places as table `from` found them: the same slot read once each, so the same ids
+ * in the same order (a column's first-order weights and its embedding). */
+static void copy_places(dt_cols *c, int t, int from)
+{
+    const table_places *src = &c->places[from];
+    table_places *tp = &c->places[t];
+    tp->n_unique = src->n_unique;
+    memcpy(c->grads[t].ids, c->grads[from].ids, src->n_unique * sizeof(int64_t));
+    memcpy(tp->offsets, src->offsets, (src->n_unique + 1) * sizeof *tp->offsets);
+    memcpy(tp->grouped, src->grouped, src->n * sizeof *tp->grouped);
+}
+
 static dt_status find_places(dt_cols *c)
 {
     for (int t = 0; t < c->spec.n_tables; t++) {
@@ -650,16 +710,23 @@ static dt_status find_places(dt_cols *c)
         dt_sparse_rows *gr = &c->grads[t];
         size_t n = count_places(c, t);
         dt_status st = grow_places(tp, n);
-        if (st == DT_OK && dt_sparse_rows_reserve(gr, n))
+        if (st == DT_OK && dt_sparse_rows_reserve(gr, n ? n : 1))
             st = dt_error(DT_ERR_NOMEM, "no memory for table %s's gradient", c->tables[t].name);
         if (st)
             return st;
-        list_places(c, t);
         tp->n = n;
-        tp->n_unique = n ? dt_embedding_dedupe(tp->ids, n, tp->scratch, gr->ids, tp->slot) : 0;
+        if (c->spec.tables[t].rows == 1) {
+            one_row_places(tp, gr, n);
+        } else if (c->same_places[t] >= 0) {
+            copy_places(c, t, c->same_places[t]);
+        } else {
+            list_places(c, t);
+            tp->n_unique = n ? dt_embedding_dedupe(tp->ids, n, tp->scratch, gr->ids, tp->slot)
+                             : 0;
+            if (n)
+                dt_embedding_group(tp->slot, n, tp->n_unique, tp->offsets, tp->grouped);
+        }
         gr->n = tp->n_unique;
-        if (n)
-            dt_embedding_group(tp->slot, n, tp->n_unique, tp->offsets, tp->grouped);
     }
     return DT_OK;
 }
