@@ -154,7 +154,8 @@ dt_status dt_feature_text_new(const dt_features *f, const char *header, size_t l
                               char delimiter, dt_feature_text **out);
 void dt_feature_text_free(dt_feature_text *t);
 /* Transforms one data line (no '\n'); DT_END for a blank line (nothing appended). Errors as
- * dt_features_transform's, or "field N: the line has M fields, the header K". */
+ * dt_features_transform's, or "the line has M fields, the header K" (or a quote that does not
+ * close, "field N: ..."). */
 dt_status dt_feature_text_parse(const dt_features *f, const dt_feature_text *t,
                                 dt_feature_scratch *s, const char *line, size_t len,
                                 dt_rowbuf *out);
