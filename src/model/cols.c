@@ -132,7 +132,9 @@ static int only_slot(const dt_cols *c, int t)
     for (int l = 0; l < 2; l++)
         for (int i = 0; i < counts[l]; i++) {
             const dt_column_input *in = &lists[l][i];
-            if (in->table != t)
+            bool no_table = l == 0 && (in->kind == DT_INPUT_NUMERIC ||
+                                       in->kind == DT_INPUT_INDICATOR);
+            if (in->table != t || no_table)
                 continue;
             readers++;
             bool by_slot = in->kind == DT_INPUT_EMBEDDING || in->kind == DT_INPUT_WEIGHTS;
@@ -630,30 +632,33 @@ static void grad_places(dt_cols *c, int t, const float *dlogits, const float *dx
     }
 }
 
-/* The places of table t in the batch. */
+/* The places an input has in the batch: its slot's entries, or one per row (a bias, a numeric
+ * field's embedding), or one per row and value (the linear numeric kernel). */
+static size_t input_places(const dt_cols *c, const dt_column_input *in)
+{
+    switch (in->kind) {
+    case DT_INPUT_EMBEDDING:
+    case DT_INPUT_WEIGHTS: return c->slot_total[in->slot];
+    case DT_INPUT_NUMERIC_EMBEDDING:
+    case DT_INPUT_BIAS: return (size_t)c->B;
+    case DT_INPUT_NUMERIC: return (size_t)c->B * (size_t)in->width;
+    case DT_INPUT_INDICATOR: return 0;
+    }
+    return 0;
+}
+
+/* The places of table t in the batch. A deep numeric input reads no table (its table is 0,
+ * unused), so only a linear one counts. */
 static size_t count_places(const dt_cols *c, int t)
 {
     size_t n = 0;
-    for (int i = 0; i < c->spec.n_deep; i++) {
-        const dt_column_input *in = deep_in(c, i);
-        if (in->table != t)
-            continue;
-        if (in->kind == DT_INPUT_NUMERIC_EMBEDDING)
-            n += (size_t)c->B;
-        else if (in->kind == DT_INPUT_EMBEDDING)
-            n += c->slot_total[in->slot];
-    }
-    for (int i = 0; i < c->spec.n_linear; i++) {
-        const dt_column_input *in = lin_in(c, i);
-        if (in->table != t)
-            continue;
-        if (in->kind == DT_INPUT_BIAS)
-            n += (size_t)c->B;
-        else if (in->kind == DT_INPUT_NUMERIC)
-            n += (size_t)c->B * (size_t)in->width;
-        else
-            n += c->slot_total[in->slot];
-    }
+    for (int i = 0; i < c->spec.n_deep; i++)
+        if (deep_in(c, i)->table == t && deep_in(c, i)->kind != DT_INPUT_NUMERIC &&
+            deep_in(c, i)->kind != DT_INPUT_INDICATOR)
+            n += input_places(c, deep_in(c, i));
+    for (int i = 0; i < c->spec.n_linear; i++)
+        if (lin_in(c, i)->table == t)
+            n += input_places(c, lin_in(c, i));
     return n;
 }
 

@@ -15,6 +15,20 @@
 #include "dtrain/log.h"
 #include "dtrain/pool.h"
 
+/* The fields a spec's optimizer gives (0: left to the default) into a config's. */
+static void given_fields(const dt_feature_optimizer *o, float *beta1, float *beta2,
+                         float *epsilon, float *initial_accumulator)
+{
+    if (o->beta_1 > 0)
+        *beta1 = o->beta_1;
+    if (o->beta_2 > 0)
+        *beta2 = o->beta_2;
+    if (o->epsilon > 0)
+        *epsilon = o->epsilon;
+    if (o->initial_accumulator > 0)
+        *initial_accumulator = o->initial_accumulator;
+}
+
 static dt_status rule_of(const dt_feature_optimizer *o, dt_rowopt_config *out)
 {
     dt_rowopt_kind kind;
@@ -24,14 +38,7 @@ static dt_status rule_of(const dt_feature_optimizer *o, dt_rowopt_config *out)
         return st;
     dt_rowopt_config_default(out, kind);
     out->lr = o->learning_rate;
-    if (o->beta_1 > 0)
-        out->beta1 = o->beta_1;
-    if (o->beta_2 > 0)
-        out->beta2 = o->beta_2;
-    if (o->epsilon > 0)
-        out->epsilon = o->epsilon;
-    if (o->initial_accumulator > 0)
-        out->initial_accumulator = o->initial_accumulator;
+    given_fields(o, &out->beta1, &out->beta2, &out->epsilon, &out->initial_accumulator);
     out->l1 = o->l1, out->l2 = o->l2;
     return dt_rowopt_config_check(out);
 }
@@ -51,14 +58,7 @@ static dt_status dense_of(const dt_feature_optimizer *o, const dt_optim_config *
     out->schedule = base->schedule, out->decay_steps = base->decay_steps;
     out->decay_rate = base->decay_rate, out->alpha = base->alpha;
     out->lr = o->learning_rate;
-    if (o->beta_1 > 0)
-        out->beta1 = o->beta_1;
-    if (o->beta_2 > 0)
-        out->beta2 = o->beta_2;
-    if (o->epsilon > 0)
-        out->epsilon = o->epsilon;
-    if (o->initial_accumulator > 0)
-        out->initial_accumulator = o->initial_accumulator;
+    given_fields(o, &out->beta1, &out->beta2, &out->epsilon, &out->initial_accumulator);
     if (o->momentum > 0)
         out->momentum = o->momentum;
     if (strcmp(o->type, "ftrl") == 0) {
