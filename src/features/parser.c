@@ -2,8 +2,10 @@
  * and tf.Example records, transformed after batching on the pipeline's parse threads.
  *
  * A CSV file's header decides where each key's cells are, so the parser keeps one text layout
- * per header (training and test files may order their columns differently); a thread's scratch
- * remembers the last one it used, and only a change of header takes the parser's lock. */
+ * per header text (training and test files may order their columns differently); a thread's
+ * scratch remembers the last one it used, and only a change of header takes the parser's lock.
+ * Layouts are found by the header's text, not its address: the parser outlives the pipelines
+ * whose headers it has seen, and a later one's header may sit where an earlier one's was. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +18,7 @@ struct dt_feature_parser {
     dt_row_parser rows;
     const dt_features *f;
     pthread_mutex_t mu;
-    const dt_text_header *headers[MAX_LAYOUTS]; /* NULL: Criteo's */
+    char *headers[MAX_LAYOUTS];              /* copies of the header lines; NULL: Criteo's */
     dt_feature_text *layouts[MAX_LAYOUTS];
     int n_layouts;
 };
@@ -55,17 +57,23 @@ static dt_status layout_of(dt_feature_parser *p, const dt_text_header *h,
     dt_status st = DT_OK;
     pthread_mutex_lock(&p->mu);
     int i = 0;
-    while (i < p->n_layouts && p->headers[i] != h)
+    while (i < p->n_layouts && !(h ? p->headers[i] && strcmp(p->headers[i], h->line) == 0
+                                   : p->headers[i] == NULL))
         i++;
     if (i == p->n_layouts) {
+        char *copy = h ? strdup(h->line) : NULL;
         if (i == MAX_LAYOUTS) {
             st = dt_error(DT_ERR_INVALID, "more than %d headers for one feature parser",
                           MAX_LAYOUTS);
+        } else if (h && !copy) {
+            st = dt_error(DT_ERR_NOMEM, "no memory for a header");
         } else if ((st = dt_feature_text_new(p->f, h ? h->line : NULL, h ? h->len : 0, ',',
                                              &p->layouts[i])) == DT_OK) {
-            p->headers[i] = h;
+            p->headers[i] = copy;
+            copy = NULL;
             p->n_layouts++;
         }
+        free(copy);
     }
     *out = st == DT_OK ? p->layouts[i] : NULL;
     pthread_mutex_unlock(&p->mu);
@@ -124,8 +132,10 @@ void dt_feature_parser_free(dt_feature_parser *p)
 {
     if (!p)
         return;
-    for (int i = 0; i < p->n_layouts; i++)
+    for (int i = 0; i < p->n_layouts; i++) {
         dt_feature_text_free(p->layouts[i]);
+        free(p->headers[i]);
+    }
     pthread_mutex_destroy(&p->mu);
     free(p);
 }
