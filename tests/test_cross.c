@@ -1,4 +1,4 @@
-/* DCN-v2's cross layer (include/dtrain/cross.h): dt_cross_forward and dt_cross_backward against
+/* DCN-v2's cross layer (src/nn/cross.h): dt_cross_forward and dt_cross_backward against
  * their naive twins, full rank and low rank, at sizes off every kernel's tile (B and D not
  * multiples of 8), on no pool and on pools of 1 and 3 threads, with each gemm kernel this CPU
  * runs; and the naive backward against central differences of the naive forward, so that the
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dtrain/cross.h"
+#include "../src/nn/cross.h"
 #include "dtrain/gemm.h"
 #include "dtrain/pool.h"
 #include "dtrain/rng.h"

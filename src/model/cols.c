@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dtrain/cross.h"
+#include "../nn/cross.h"
 #include "dtrain/embedding.h"
 #include "dtrain/gemm.h"
 

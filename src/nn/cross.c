@@ -1,6 +1,6 @@
 /* DCN-v2 cross layers (see cross.h): the products on dt_gemm, the element-wise parts in one
  * pass each; the naive twins loop over every index. */
-#include "dtrain/cross.h"
+#include "cross.h"
 
 #include <string.h>
 

@@ -4,9 +4,10 @@
  *     u = x W^T + b          (full rank, W (D, D))
  *     u = (x V^T) U^T + b    (low rank R: U (D, R), V (R, D); t = x V^T kept)
  *     y = x0 * u + x
- * x0 is the first layer's input, x this layer's. */
-#ifndef DTRAIN_CROSS_H
-#define DTRAIN_CROSS_H
+ * x0 is the first layer's input, x this layer's. Internal to the library: the columns front
+ * (src/model/cols.c) runs them. */
+#ifndef DTRAIN_NN_CROSS_H
+#define DTRAIN_NN_CROSS_H
 
 #include "dtrain/pool.h"
 
