@@ -311,12 +311,7 @@ static dt_status adapt_line(void *ctx, void *scratch, const dt_text_header *head
         s->last_header = header;
         s->have_layout = true;
     }
-    size_t blank = 0;
-    while (blank < len && (line[blank] == ' ' || line[blank] == '\t' || line[blank] == '\r'))
-        blank++;
-    if (blank == len)
-        return DT_END;
-    const dt_raw_value *values;
+    const dt_raw_value *values; /* DT_END for a blank line */
     dt_status st = dt_feature_text_values(p->f, s->layout, s->fs, line, len, &values);
     return st ? st : observe_row(p, s, values);
 }

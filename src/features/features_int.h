@@ -129,7 +129,8 @@ static inline bool dt_feature_is_categorical(const dt_feature_column *c)
 void dt_features_layout(dt_features *f);
 
 /* ---- Raw values (transform.c), for the adapt passes ---- */
-/* The raw values of a line or record, one per key, valid until the scratch's next use. */
+/* The raw values of a line or record, one per key, valid until the scratch's next use; DT_END
+ * for a blank line. */
 dt_status dt_feature_text_values(const dt_features *f, const dt_feature_text *t,
                                  dt_feature_scratch *s, const char *line, size_t len,
                                  const dt_raw_value **values);

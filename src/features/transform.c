@@ -186,19 +186,33 @@ static dt_status tokens_of(const dt_features *f, const dt_feature_column *c, con
     return DT_OK;
 }
 
+/* Spaces and tabs around a token dropped (and a line end's '\r'). */
+static void trim(const char **p, size_t *n)
+{
+    while (*n > 0 && (**p == ' ' || **p == '\t'))
+        (*p)++, (*n)--;
+    while (*n > 0 && ((*p)[*n - 1] == ' ' || (*p)[*n - 1] == '\t' || (*p)[*n - 1] == '\r'))
+        (*n)--;
+}
+
 /* A token without the spaces around it, NUL-terminated in buf (cap bytes); false when it is
  * empty or too long to be a number. */
 static bool trimmed_token(const char *p, size_t n, char *buf, size_t cap)
 {
-    while (n > 0 && (*p == ' ' || *p == '\t'))
-        p++, n--;
-    while (n > 0 && (p[n - 1] == ' ' || p[n - 1] == '\t' || p[n - 1] == '\r'))
-        n--;
+    trim(&p, &n);
     if (n == 0 || n >= cap)
         return false;
     memcpy(buf, p, n);
     buf[n] = '\0';
     return true;
+}
+
+/* How many values a raw value holds: none when it is missing, an empty text cell included. */
+static size_t value_count(const dt_raw_value *v)
+{
+    if (v->kind == DT_RAW_MISSING || (v->kind == DT_RAW_TEXT && v->bytes[0].len == 0))
+        return 0;
+    return v->kind == DT_RAW_TEXT ? 1 : v->n;
 }
 
 /* A token as a finite number; false if it is not one. Values are kept as floats, so a number
@@ -265,9 +279,7 @@ dt_status dt_feature_tokens(const dt_features *f, const dt_feature_column *c,
 static dt_status numeric_column(const dt_features *f, const dt_feature_column *c,
                                 const dt_raw_value *v, col_out *o, float *dense)
 {
-    size_t n = v->kind == DT_RAW_MISSING ? 0 : v->kind == DT_RAW_TEXT ? 1 : v->n;
-    if (v->kind == DT_RAW_TEXT && v->bytes[0].len == 0)
-        n = 0;
+    size_t n = value_count(v);
     if (n == 0 && !c->has_default)
         return col_error(f, c, "the value is missing and the column has no default_value");
     if (n != 0 && n != (size_t)c->shape)
@@ -309,8 +321,7 @@ dt_status dt_feature_numbers(const dt_features *f, const dt_feature_column *c,
     col_out *o = &s->cols[c - f->cols];
     *n = 0;
     *values = o->num;
-    size_t have = v->kind == DT_RAW_MISSING ? 0 : v->kind == DT_RAW_TEXT ? 1 : v->n;
-    if (have == 0 || (v->kind == DT_RAW_TEXT && v->bytes[0].len == 0))
+    if (value_count(v) == 0)
         return DT_OK; /* a missing value adds nothing to the statistics */
     dt_feature_column raw = *c;
     raw.norm = DT_NORM_NONE;
@@ -337,16 +348,28 @@ static int64_t bucket_of(const double *b, int n, double x)
     return lo;
 }
 
-static dt_status vocab_id(const dt_feature_column *c, const dt_bytes_ref *t, int64_t *id)
+/* A token's id in a vocabulary column: its index, or an OOV bucket, or the default (-1: none). */
+static int64_t vocab_id(const dt_feature_column *c, const dt_bytes_ref *t)
 {
     uint64_t fp = dt_fingerprint64(t->data, t->len);
     int64_t i = dt_vocab_find_hashed(&c->vocab, t->data, t->len, fp);
     if (i >= 0)
-        *id = i;
-    else if (c->num_oov > 0)
-        *id = c->vocab.n + (int64_t)(fp % (uint64_t)c->num_oov);
-    else
-        *id = c->cat_default;
+        return i;
+    if (c->num_oov > 0)
+        return c->vocab.n + (int64_t)(fp % (uint64_t)c->num_oov);
+    return c->cat_default;
+}
+
+/* An identity column's id: itself within [0, num_buckets), else the default (-1: none), or an
+ * error without one. */
+static dt_status identity_id(const dt_features *f, const dt_feature_column *c, int64_t *id)
+{
+    if (*id >= 0 && *id < c->num_buckets)
+        return DT_OK;
+    if (!c->has_cat_default)
+        return col_error(f, c, "id %" PRId64 " is outside [0, %" PRId64 ")", *id,
+                         c->num_buckets);
+    *id = c->cat_default;
     return DT_OK;
 }
 
@@ -359,13 +382,8 @@ static dt_status categorical_column(const dt_features *f, const dt_feature_colum
         if (v->kind == DT_RAW_INT64) {
             for (size_t i = 0; i < v->n; i++) {
                 int64_t id = v->ints[i];
-                if (id < 0 || id >= c->num_buckets) {
-                    if (!c->has_cat_default)
-                        return col_error(f, c, "id %" PRId64 " is outside [0, %" PRId64 ")", id,
-                                         c->num_buckets);
-                    id = c->cat_default;
-                }
-                if (id >= 0 && (st = add_id(o, id, 1, (uint32_t)i)))
+                if ((st = identity_id(f, c, &id)) ||
+                    (id >= 0 && (st = add_id(o, id, 1, (uint32_t)i))))
                     return st;
             }
             return DT_OK;
@@ -383,17 +401,13 @@ static dt_status categorical_column(const dt_features *f, const dt_feature_colum
         case DT_FCOL_VOCAB_LIST:
         case DT_FCOL_VOCAB_FILE:
         case DT_FCOL_VOCAB:
-            vocab_id(c, t, &id);
+            id = vocab_id(c, t);
             break;
         case DT_FCOL_IDENTITY:
             if (!parse_integer(t->data, t->len, &id))
                 return col_error(f, c, "'%.*s' is not an integer id", QUOTE(t->data, t->len));
-            if (id < 0 || id >= c->num_buckets) {
-                if (!c->has_cat_default)
-                    return col_error(f, c, "id %" PRId64 " is outside [0, %" PRId64 ")", id,
-                                     c->num_buckets);
-                id = c->cat_default;
-            }
+            if ((st = identity_id(f, c, &id)))
+                return st;
             break;
         default:
             break;
@@ -539,10 +553,9 @@ static dt_status compute_column(const dt_features *f, int i, const dt_raw_value 
 static dt_status label_of(const dt_features *f, const dt_raw_value *v, float *out)
 {
     const char *key = f->keys[f->label_key];
-    if (v->kind == DT_RAW_MISSING || v->n != 1 ||
-        (v->kind == DT_RAW_TEXT && v->bytes[0].len == 0))
+    if (value_count(v) != 1)
         return dt_error(DT_ERR_FORMAT, "label '%s': expected one value, got %zu", key,
-                        v->kind == DT_RAW_MISSING ? (size_t)0 : v->n);
+                        value_count(v));
     if (f->has_label_vocab) {
         if (v->kind == DT_RAW_FLOAT)
             return dt_error(DT_ERR_FORMAT, "label '%s': a float, but the label has a vocabulary",
@@ -553,11 +566,8 @@ static dt_status label_of(const dt_features *f, const dt_raw_value *v, float *ou
                                                                        "%" PRId64, v->ints[0])}
                              : v->bytes[0];
         /* Text cells are compared without the spaces around them (", >50K" in census files). */
-        while (v->kind == DT_RAW_TEXT && t.len > 0 && (t.data[0] == ' ' || t.data[0] == '\t'))
-            t.data++, t.len--;
-        while (v->kind == DT_RAW_TEXT && t.len > 0 &&
-               (t.data[t.len - 1] == ' ' || t.data[t.len - 1] == '\r'))
-            t.len--;
+        if (v->kind == DT_RAW_TEXT)
+            trim(&t.data, &t.len);
         int64_t i = dt_vocab_find(&f->label_vocab, t.data, t.len);
         if (i < 0)
             return dt_error(DT_ERR_FORMAT, "label '%s': '%.*s' is not in its vocabulary", key,
