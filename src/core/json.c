@@ -2,6 +2,7 @@
 #include "json.h"
 
 #include <stddef.h>
+#include <string.h>
 
 /* Line and column of a byte offset. */
 static void line_col(const char *text, size_t offset, int *line, int *col)
@@ -26,4 +27,16 @@ dt_status dt_json_parse(const char *text, const char *source, cJSON **out)
     if (at && at >= text)
         line_col(text, (size_t)(at - text), &line, &col);
     return dt_error(DT_ERR_INVALID, "%s: line %d, column %d: not valid JSON", source, line, col);
+}
+
+const char *dt_json_unknown_field(const cJSON *obj, const char *const *allowed)
+{
+    for (const cJSON *it = obj->child; it; it = it->next) {
+        int i = 0;
+        while (allowed[i] && strcmp(it->string, allowed[i]) != 0)
+            i++;
+        if (!allowed[i])
+            return it->string;
+    }
+    return NULL;
 }

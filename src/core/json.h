@@ -12,4 +12,8 @@
  * cJSON_Delete. DT_ERR_INVALID "<source>: line L, column C: not valid JSON" otherwise. */
 dt_status dt_json_parse(const char *text, const char *source, cJSON **out);
 
+/* The first member of object obj whose name is not in allowed (NULL-terminated), or NULL: how
+ * a reader refuses a misspelt field rather than leave an option at its default unnoticed. */
+const char *dt_json_unknown_field(const cJSON *obj, const char *const *allowed);
+
 #endif

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/json.h"
 #include "dtrain/table.h"
 #include "features_int.h"
 
@@ -171,14 +172,8 @@ static dt_status get_combiner(mctx *c, const cJSON *o, dt_combiner *out)
 
 static dt_status check_entry_fields(mctx *c, const cJSON *o, const char *const *allowed)
 {
-    for (const cJSON *it = o->child; it; it = it->next) {
-        bool ok = false;
-        for (int i = 0; allowed[i] && !ok; i++)
-            ok = strcmp(it->string, allowed[i]) == 0;
-        if (!ok)
-            return model_error(c, "unknown field \"%s\"", it->string);
-    }
-    return DT_OK;
+    const char *bad = dt_json_unknown_field(o, allowed);
+    return bad ? model_error(c, "unknown field \"%s\"", bad) : DT_OK;
 }
 
 static dt_status embedding_input(mctx *c, const dt_feature_column *col, int dim,

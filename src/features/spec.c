@@ -93,14 +93,8 @@ static dt_status spec_error(const pctx *c, const char *fmt, ...)
 
 static dt_status check_fields(const pctx *c, const cJSON *obj, const char *const *allowed)
 {
-    for (const cJSON *it = obj->child; it; it = it->next) {
-        bool ok = false;
-        for (int i = 0; allowed[i] && !ok; i++)
-            ok = strcmp(it->string, allowed[i]) == 0;
-        if (!ok)
-            return spec_error(c, "unknown field \"%s\"", it->string);
-    }
-    return DT_OK;
+    const char *bad = dt_json_unknown_field(obj, allowed);
+    return bad ? spec_error(c, "unknown field \"%s\"", bad) : DT_OK;
 }
 
 /* ---- Values ---- */
@@ -134,14 +128,13 @@ static dt_status get_name(const pctx *c, const cJSON *item, const char *field, c
 }
 
 /* The index of a raw key, added when new. */
+static int find_key(const dt_features *f, const char *name);
+
 static dt_status intern_key(const pctx *c, const char *name, int *out)
 {
     dt_features *f = c->f;
-    for (int i = 0; i < f->n_keys; i++)
-        if (strcmp(f->keys[i], name) == 0) {
-            *out = i;
-            return DT_OK;
-        }
+    if ((*out = find_key(f, name)) >= 0)
+        return DT_OK;
     void *k = realloc(f->keys, (size_t)(f->n_keys + 1) * sizeof *f->keys);
     if (!k)
         return dt_error(DT_ERR_NOMEM, "no memory for a feature spec");

@@ -463,19 +463,13 @@ static dt_status parse_ctr_object(struct json_ctx *c, const cJSON *root, dt_mode
     static const char *const keys[] = {"type", "name", "field_size", "feature_size",
                                        "embedding_size", "deep_layers", "dropout_keep",
                                        "dropout_rate", "init_stddev", "batch_norm",
-                                       "bn_decay"};
+                                       "bn_decay", NULL};
     const cJSON *item;
-    cJSON_ArrayForEach(item, root)
-    {
-        bool ok = false;
-        for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
-            ok |= strcmp(item->string, keys[i]) == 0;
-        if (!ok)
-            return field_error(c, item->string, "unknown key of a CTR model (type, name, "
-                               "field_size, feature_size, embedding_size, deep_layers, "
-                               "dropout_keep, dropout_rate, init_stddev, batch_norm, "
-                               "bn_decay)");
-    }
+    const char *bad = dt_json_unknown_field(root, keys);
+    if (bad)
+        return field_error(c, bad, "unknown key of a CTR model (type, name, field_size, "
+                           "feature_size, embedding_size, deep_layers, dropout_keep, "
+                           "dropout_rate, init_stddev, batch_norm, bn_decay)");
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "type");
     dt_arch arch;
     if (!cJSON_IsString(type) || dt_arch_parse(type->valuestring, &arch) ||
@@ -560,16 +554,11 @@ static dt_status parse_ctr_object(struct json_ctx *c, const cJSON *root, dt_mode
 
 static dt_status parse_model_object(struct json_ctx *c, const cJSON *root, dt_model_spec *out)
 {
-    static const char *const keys[] = {"name", "input_shape", "loss", "layers"};
+    static const char *const keys[] = {"name", "input_shape", "loss", "layers", NULL};
     const cJSON *item;
-    cJSON_ArrayForEach(item, root)
-    {
-        bool ok = false;
-        for (int i = 0; i < 4; i++)
-            ok |= strcmp(item->string, keys[i]) == 0;
-        if (!ok)
-            return field_error(c, item->string, "unknown key (name, input_shape, loss, layers)");
-    }
+    const char *bad = dt_json_unknown_field(root, keys);
+    if (bad)
+        return field_error(c, bad, "unknown key (name, input_shape, loss, layers)");
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(root, "name");
     if (name && (!cJSON_IsString(name) || strlen(name->valuestring) >= sizeof out->name))
         return field_error(c, "name", "expected a string of at most %d characters",
