@@ -132,8 +132,8 @@ typedef struct dt_row_parser_s {
 
 /* Parses every raw row of each element of input with p, num_parallel_calls elements at a time,
  * order kept. lines: the rows are dt_dataset_text_lines' (errors name the file and line; header
- * as that source's); otherwise records of tfrecord (errors name the file and offset). files
- * and p are borrowed and must outlive the dataset. */
+ * as that source's); otherwise records of tfrecord (errors name the file and offset). p is
+ * copied; its ctx, and files, are borrowed and must outlive the dataset. */
 dt_status dt_dataset_parse_rows(dt_dataset *input, const dt_row_parser *p, bool lines,
                                 const dt_text_header *header, const dt_file_list *files,
                                 int num_parallel_calls, const dt_source_options *o,

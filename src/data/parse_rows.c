@@ -13,7 +13,7 @@
 #define MAX_FREE 64
 
 struct rows_ctx {
-    const dt_row_parser *p;
+    dt_row_parser p;            /* a copy: its ctx is the caller's, borrowed */
     bool lines;
     const dt_text_header *header;
     const dt_file_list *files;
@@ -38,8 +38,8 @@ static bool acquire(struct rows_ctx *c, dt_rowbuf **b, void **scratch)
     if (*b)
         return true;
     if ((*b = malloc(sizeof **b)))
-        dt_rowbuf_init(*b, c->p->n_dense);
-    *scratch = *b ? c->p->scratch_new(c->p->ctx) : NULL;
+        dt_rowbuf_init(*b, c->p.n_dense);
+    *scratch = *b ? c->p.scratch_new(c->p.ctx) : NULL;
     if (*scratch)
         return true;
     if (*b) {
@@ -64,7 +64,7 @@ static void release(struct rows_ctx *c, dt_rowbuf *b, void *scratch)
     if (b) {
         dt_rowbuf_free(b);
         free(b);
-        c->p->scratch_free(c->p->ctx, scratch);
+        c->p.scratch_free(c->p.ctx, scratch);
     }
 }
 
@@ -107,9 +107,9 @@ static dt_status rows_fn(void *ctx, dt_elem *in, dt_elem **out)
             st = dt_error(DT_ERR_INVALID, "a raw line of %zu bytes has no place prefix", n);
             break;
         }
-        st = c->lines ? c->p->parse_line(c->p->ctx, scratch, h, (const char *)rec + skip,
+        st = c->lines ? c->p.parse_line(c->p.ctx, scratch, h, (const char *)rec + skip,
                                          n - skip, b)
-                      : c->p->parse_record(c->p->ctx, scratch, rec, n, b);
+                      : c->p.parse_record(c->p.ctx, scratch, rec, n, b);
         if (st == DT_END) {
             st = DT_OK;
             continue;
@@ -148,7 +148,7 @@ static void owner_destroy(dt_dataset *ds)
     for (int i = 0; i < c->n_free; i++) {
         dt_rowbuf_free(c->bufs[i]);
         free(c->bufs[i]);
-        c->p->scratch_free(c->p->ctx, c->scratch[i]);
+        c->p.scratch_free(c->p.ctx, c->scratch[i]);
     }
     pthread_mutex_destroy(&c->mu);
     free(c);
@@ -169,7 +169,7 @@ dt_status dt_dataset_parse_rows(dt_dataset *input, const dt_row_parser *p, bool 
         dt_dataset_destroy(input);
         return dt_error(DT_ERR_NOMEM, "no memory for a parse stage");
     }
-    c->p = p, c->lines = lines, c->header = header, c->files = files, c->o = *o;
+    c->p = *p, c->lines = lines, c->header = header, c->files = files, c->o = *o;
     pthread_mutex_init(&c->mu, NULL);
     ds->ops = &owner_ops;
     ds->state = c;

@@ -302,111 +302,21 @@ dt_status dt_dataset_tfrecord(const dt_file_list *files, const dt_source_options
 
 /* ---- Example parsing ---- */
 
-struct parse_ctx {
-    const dt_example_spec *spec;
-    const dt_file_list *files;
-    dt_source_options o;
-    pthread_mutex_t mu;
-    dt_rowbuf *free_bufs[64]; /* reused builders: one per concurrent call */
-    int n_free;
-};
-
-static dt_rowbuf *parse_acquire(struct parse_ctx *c)
+/* Examples parsed after batching are raw rows through a row parser (parse_rows.c) whose records
+ * are decoded by the spec; it needs no scratch of its own. */
+static char no_scratch;
+static void *example_scratch_new(void *ctx)
 {
-    dt_rowbuf *b = NULL;
-    pthread_mutex_lock(&c->mu);
-    if (c->n_free > 0)
-        b = c->free_bufs[--c->n_free];
-    pthread_mutex_unlock(&c->mu);
-    if (!b && (b = malloc(sizeof *b)))
-        dt_rowbuf_init(b, c->spec->n_dense);
-    return b;
+    (void)ctx;
+    return &no_scratch;
 }
-
-static void parse_release(struct parse_ctx *c, dt_rowbuf *b)
+static void example_scratch_free(void *ctx, void *scratch) { (void)ctx, (void)scratch; }
+static dt_status example_record(void *ctx, void *scratch, const uint8_t *record, size_t n_bytes,
+                                dt_rowbuf *out)
 {
-    dt_rowbuf_clear(b);
-    pthread_mutex_lock(&c->mu);
-    if (c->n_free < 64) {
-        c->free_bufs[c->n_free++] = b;
-        b = NULL;
-    }
-    pthread_mutex_unlock(&c->mu);
-    if (b) {
-        dt_rowbuf_free(b);
-        free(b);
-    }
+    (void)scratch;
+    return dt_example_parse(ctx, record, n_bytes, out);
 }
-
-static dt_status parse_fn(void *ctx, dt_elem *in, dt_elem **out)
-{
-    struct parse_ctx *c = ctx;
-    dt_status st = DT_OK;
-    dt_rowbuf *b = parse_acquire(c);
-    if (!b) {
-        st = dt_error(DT_ERR_NOMEM, "no memory to parse records");
-        goto fail;
-    }
-    b->index = in->index, b->file = in->file, b->pos = in->pos;
-    for (int r = 0; r < in->n; r++) {
-        size_t lo = in->raw_off[r], hi = in->raw_off[r + 1];
-        st = dt_example_parse(c->spec, in->raw + lo, hi - lo, b);
-        if (st == DT_ERR_NOMEM)
-            goto fail;
-        if (st) {
-            if (c->o.skip_bad_records && st == DT_ERR_FORMAT) {
-                dt_src_count_bad(&c->o);
-                st = DT_OK;
-                continue;
-            }
-            /* A single record's offset is exact; in a batch, rows after the first are named by
-             * their place in the batch. */
-            if (r == 0)
-                dt_error_prefix(st, "%s: record at offset %llu", dt_src_name_of(c->files, in->file),
-                                (unsigned long long)in->pos);
-            else
-                dt_error_prefix(st, "%s: record %d of the batch starting at offset %llu",
-                                dt_src_name_of(c->files, in->file), r, (unsigned long long)in->pos);
-            goto fail;
-        }
-    }
-    /* Every record skipped: the element is dropped rather than passed on empty. */
-    if (b->n > 0 && !(*out = dt_rowbuf_take(b)))
-        st = dt_error(DT_ERR_NOMEM, "no memory for parsed examples");
-fail:
-    if (b)
-        parse_release(c, b);
-    dt_elem_free(in);
-    return st;
-}
-
-/* The map's context lives as long as the dataset: a pass-through dataset around the map owns
- * and frees it. */
-struct owner_state {
-    struct parse_ctx *ctx;
-};
-
-static dt_status owner_next(dt_dataset *ds, dt_elem **out) { return dt_dataset_next(ds->input, out); }
-static dt_status owner_reset(dt_dataset *ds) { return dt_dataset_reset(ds->input); }
-
-static void owner_destroy(dt_dataset *ds)
-{
-    struct owner_state *s = ds->state;
-    if (!s)
-        return;
-    /* The map below must stop first: destroy it now, before its context goes. */
-    dt_dataset_destroy(ds->input);
-    ds->input = NULL;
-    for (int i = 0; i < s->ctx->n_free; i++) {
-        dt_rowbuf_free(s->ctx->free_bufs[i]);
-        free(s->ctx->free_bufs[i]);
-    }
-    pthread_mutex_destroy(&s->ctx->mu);
-    free(s->ctx);
-    free(s);
-}
-
-static const dt_dataset_ops owner_ops = {"parse_examples", owner_next, owner_reset, owner_destroy};
 
 /* Whether the file holds uncompressed records under compression c: AUTO reads its first bytes
  * as the reader would. */
@@ -462,26 +372,11 @@ dt_status dt_dataset_parse_examples(dt_dataset *input, const dt_example_spec *sp
         dt_dataset_destroy(input);
         return st;
     }
-    struct parse_ctx *c = calloc(1, sizeof *c);
-    struct owner_state *os = calloc(1, sizeof *os);
-    dt_dataset *ds = calloc(1, sizeof *ds);
-    if (!c || !os || !ds) {
-        free(c), free(os), free(ds);
-        dt_dataset_destroy(input);
-        return dt_error(DT_ERR_NOMEM, "no memory for a parse dataset");
-    }
-    c->spec = spec, c->files = files, c->o = *o;
-    pthread_mutex_init(&c->mu, NULL);
-    os->ctx = c;
-    ds->ops = &owner_ops;
-    ds->state = os;
-    dt_status st = dt_dataset_map(input, parse_fn, c, num_parallel_calls, &ds->input);
-    if (st) {
-        dt_dataset_destroy(ds);
-        return st;
-    }
-    *out = ds;
-    return DT_OK;
+    dt_row_parser rows = {.ctx = (void *)spec, .n_dense = spec->n_dense,
+                          .scratch_new = example_scratch_new,
+                          .scratch_free = example_scratch_free,
+                          .parse_record = example_record};
+    return dt_dataset_parse_rows(input, &rows, false, NULL, files, num_parallel_calls, o, out);
 }
 
 /* ---- Text sources ---- */
