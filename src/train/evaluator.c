@@ -15,95 +15,12 @@
 #include "dtrain/clock.h"
 #include "dtrain/fit.h"
 #include "dtrain/features.h"
+#include "dtrain/saved_model.h"
 #include "dtrain/input.h"
 #include "fit_ckpt.h"
 #include "dtrain/model.h"
 #include "dtrain/pool.h"
 #include "dtrain/summary.h"
-#include "spec_run.h"
-
-/* A feature-spec model's checkpoints: the adapted spec the training saved beside them, its model
- * and its row parser for the test data. */
-typedef struct {
-    dt_features *f;
-    dt_feature_parser *parser;
-    dt_feature_model model;
-} spec_model;
-
-/* The spec in dir (the model directory, or the checkpoint's), when there is one. */
-static dt_status open_spec_model(const char *dir, spec_model *sm)
-{
-    memset(sm, 0, sizeof *sm);
-    char path[4400];
-    if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, DT_FEATURE_SPEC_FILE) >= sizeof path ||
-        access(path, F_OK) != 0)
-        return DT_OK;
-    dt_status st = dt_features_load(path, &sm->f);
-    if (st == DT_OK)
-        st = dt_features_model(sm->f, &sm->model);
-    if (st == DT_OK)
-        st = dt_feature_parser_new(sm->f, &sm->parser);
-    return st;
-}
-
-static void close_spec_model(spec_model *sm)
-{
-    dt_feature_parser_free(sm->parser);
-    dt_features_destroy(sm->f);
-    memset(sm, 0, sizeof *sm);
-}
-
-/* The spec's model, if it is the checkpoint's: the same tables, layers and loss. */
-static dt_status spec_of_checkpoint(const dt_ckpt *c, const char *json, const spec_model *sm,
-                                    dt_model_spec *spec)
-{
-    char *mine = dt_model_spec_to_json(&sm->model.spec);
-    bool same = mine && strcmp(mine, json) == 0;
-    free(mine);
-    if (!same)
-        return dt_error(DT_ERR_INVALID, "%s: written for another model than %s describes",
-                        dt_ckpt_path(c), DT_FEATURE_SPEC_FILE);
-    *spec = sm->model.spec;
-    return DT_OK;
-}
-
-/* Builds the checkpoint's model (its model_spec metadata, or the feature spec's) with its
- * parameters. */
-static dt_status model_of_checkpoint(const dt_ckpt *c, const spec_model *sm, int batch,
-                                     dt_pool *pool, dt_model **out)
-{
-    *out = NULL;
-    const char *json = dt_ckpt_meta_get(c, "model_spec");
-    if (!json)
-        return dt_error(DT_ERR_FORMAT, "%s: __metadata__.model_spec: missing", dt_ckpt_path(c));
-    dt_model_spec spec;
-    dt_status st = sm->f ? spec_of_checkpoint(c, json, sm, &spec)
-                         : dt_model_spec_from_json(json, dt_ckpt_path(c), &spec);
-    if (st)
-        return st;
-    if (spec.input_shape[0] == 0)
-        return dt_error(DT_ERR_FORMAT, "%s: __metadata__.model_spec: no input_shape",
-                        dt_ckpt_path(c));
-    dt_model *m;
-    if ((st = dt_model_create(&spec, batch, pool, NULL, &m)))
-        return st;
-    if ((st = dt_ckpt_restore_arena(c, dt_model_params(m))) ||
-        (dt_model_state(m)->n_views > 0 && (st = dt_ckpt_restore_arena(c, dt_model_state(m)))) ||
-        (st = dt_ckpt_restore_tables(c, m, false))) {
-        dt_model_destroy(m);
-        return st;
-    }
-    *out = m;
-    return DT_OK;
-}
-
-static int64_t step_of(const dt_ckpt *c)
-{
-    const char *v = dt_ckpt_meta_get(c, "global_step");
-    return v ? strtoll(v, NULL, 10) : dt_ckpt_step_of_name(strrchr(dt_ckpt_path(c), '/')
-                                                               ? strrchr(dt_ckpt_path(c), '/') + 1
-                                                               : dt_ckpt_path(c));
-}
 
 /* One pass over the test data: images in memory are checked whole first, so a bad label is
  * named by its file and offset; the width of file data's rows before any batch. */
@@ -138,14 +55,14 @@ static dt_status write_summaries(dt_summary_writer *sw, int64_t step, const dt_e
 
 /* Evaluates c on test and reports as Estimator's evaluation does. */
 static dt_status evaluate_one(const dt_evaluator_options *o, const dt_ckpt *c, dt_input *test,
-                              const spec_model *sm, dt_pool *pool, dt_summary_writer *sw)
+                              const dt_saved_spec *sm, dt_pool *pool, dt_summary_writer *sw)
 {
     dt_model *m;
-    dt_status st = model_of_checkpoint(c, sm, o->batch_size, pool, &m);
+    dt_status st = dt_saved_model_build(c, sm, o->batch_size, pool, &m);
     if (st)
         return st;
     dt_eval_metrics r;
-    int64_t step = step_of(c);
+    int64_t step = dt_saved_model_step(c);
     if ((st = evaluate_input(m, test, &r)) == DT_OK) {
         if (o->out) {
             fprintf(o->out, "Saving dict for global step %" PRId64 ": global_step = %" PRId64
@@ -172,7 +89,7 @@ static bool is_final(const dt_ckpt *c)
  * than the last evaluated (skipping those in between), and stops after the final one. A
  * checkpoint that vanishes or fails to verify while it is read is passed over: the next poll
  * sees what is there then. */
-static dt_status watch(const dt_evaluator_options *o, dt_input *test, const spec_model *sm,
+static dt_status watch(const dt_evaluator_options *o, dt_input *test, const dt_saved_spec *sm,
                        dt_pool *pool, dt_summary_writer *sw)
 {
     const char *dir = o->model_dir;
@@ -185,12 +102,12 @@ static dt_status watch(const dt_evaluator_options *o, dt_input *test, const spec
         if (st != DT_OK && st != DT_END)
             return st;
         /* The final checkpoint may repeat the last step saved, with final = 1 added. */
-        if (c && step_of(c) == last && is_final(c)) {
+        if (c && dt_saved_model_step(c) == last && is_final(c)) {
             dt_ckpt_close(c);
             return DT_OK;
         }
-        if (c && step_of(c) > last) {
-            last = step_of(c);
+        if (c && dt_saved_model_step(c) > last) {
+            last = dt_saved_model_step(c);
             last_news = dt_clock_now();
             st = evaluate_one(o, c, test, sm, pool, sw);
             bool done = is_final(c);
@@ -235,7 +152,7 @@ static dt_status check_options(const dt_evaluator_options *o)
 }
 
 /* The test pipeline: the data's own options (o->input) with the evaluation's batch. */
-static dt_status open_test(const dt_evaluator_options *o, const spec_model *sm, dt_input *test)
+static dt_status open_test(const dt_evaluator_options *o, const dt_saved_spec *sm, dt_input *test)
 {
     dt_input_options io;
     if (o->input)
@@ -283,21 +200,15 @@ dt_status dt_evaluate_checkpoints(const dt_evaluator_options *o)
     dt_pool *pool = NULL;
     dt_ckpt *c = NULL;
     char eval_dir[4200], ckpt_dir[4200];
-    spec_model sm;
+    dt_saved_spec sm;
     memset(&sm, 0, sizeof sm);
     dt_status st = check_options(o);
     /* Without a model directory, the checkpoint's own directory may hold the spec. */
-    if (st == DT_OK && !o->model_dir) {
-        snprintf(ckpt_dir, sizeof ckpt_dir, "%s", o->checkpoint);
-        char *slash = strrchr(ckpt_dir, '/');
-        if (slash)
-            *slash = '\0';
-        else
-            snprintf(ckpt_dir, sizeof ckpt_dir, ".");
-    }
+    if (st == DT_OK && !o->model_dir)
+        dt_saved_checkpoint_dir(o->checkpoint, ckpt_dir, sizeof ckpt_dir);
     if (st == DT_OK && o->watch)
         st = await_first_output(o);
-    if (st || (st = open_spec_model(o->model_dir ? o->model_dir : ckpt_dir, &sm)) ||
+    if (st || (st = dt_saved_spec_open(o->model_dir ? o->model_dir : ckpt_dir, &sm)) ||
         (st = open_test(o, &sm, &test)) || (st = dt_pool_create(dt_cpu_count(), &pool)))
         goto fail;
     if (o->model_dir) {
@@ -318,6 +229,6 @@ fail:;
     dt_ckpt_close(c);
     dt_pool_destroy(pool);
     dt_input_free(&test);
-    close_spec_model(&sm);
+    dt_saved_spec_close(&sm);
     return st ? st : close_st;
 }

@@ -5,6 +5,7 @@
 
 #include "dtrain/features.h"
 #include "dtrain/optim.h"
+#include "dtrain/saved_model.h"
 #include "dtrain/train.h"
 
 typedef struct {
@@ -20,8 +21,5 @@ typedef struct {
  * and, by the chief, saved to the model directory. */
 dt_status dt_spec_run_open(const dt_train_config *c, bool chief, dt_spec_run *out);
 void dt_spec_run_close(dt_spec_run *r);
-
-/* The name of the adapted copy in a model directory. */
-#define DT_FEATURE_SPEC_FILE "feature_spec.json"
 
 #endif
