@@ -24,7 +24,7 @@ CFLAGS := $(filter-out -O2,$(CFLAGS)) -O1 -g -fno-omit-frame-pointer \
 	-fsanitize=address,undefined -fno-sanitize-recover=undefined
 LDFLAGS += -fsanitize=address,undefined
 endif
-LDLIBS := -lopenblas -lcjson -lz -lcrypto -lzmq -lm -pthread
+LDLIBS := -lopenblas -lcjson -lz -lcrypto -lzmq -lprotobuf-c -lm -pthread
 # The shared library's version: programs link against the SONAME (its major number), which
 # changes only when the ABI does.
 VERSION := 0.1.0
@@ -34,6 +34,11 @@ LIB_SRCS := $(sort $(wildcard src/*/*.c))
 CLI_SRCS := $(sort $(wildcard cli/*.c))
 TEST_SRCS := $(sort $(wildcard tests/*.c))
 LIB_OBJS := $(LIB_SRCS:%.c=$(BUILD)/%.o)
+# ONNX's schema (Debian's libonnx-dev) compiled to C by protoc-c into the build directory; the
+# ONNX exporter (src/serve/) writes models through it, and it goes into libdtrain.
+ONNX_PROTO ?= /usr/include/onnx/onnx.proto
+GEN := $(BUILD)/gen
+LIB_OBJS += $(GEN)/onnx.pb-c.o
 CLI_OBJS := $(CLI_SRCS:%.c=$(BUILD)/%.o)
 TEST_OBJS := $(TEST_SRCS:%.c=$(BUILD)/%.o)
 
@@ -60,6 +65,15 @@ $(BUILD)/.deps-%: deps/packages.txt scripts/deps.sh
 $(BUILD)/%.o: %.c | $(BUILD)/.deps-build
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(ARCH_FLAGS) -MMD -MP -c $< -o $@
+
+$(GEN)/onnx.pb-c.c: $(ONNX_PROTO) | $(BUILD)/.deps-build
+	@mkdir -p $(GEN)
+	protoc-c --c_out=$(GEN) --proto_path=$(dir $(ONNX_PROTO)) $(ONNX_PROTO)
+$(GEN)/onnx.pb-c.h: $(GEN)/onnx.pb-c.c
+$(GEN)/onnx.pb-c.o: $(GEN)/onnx.pb-c.c $(GEN)/onnx.pb-c.h
+	$(CC) $(CFLAGS) -I$(GEN) -c $< -o $@
+$(patsubst %.c,$(BUILD)/%.o,$(wildcard src/serve/*.c)): $(GEN)/onnx.pb-c.h
+$(patsubst %.c,$(BUILD)/%.o,$(wildcard src/serve/*.c)): CFLAGS += -I$(GEN)
 
 $(BUILD)/libdtrain.a: $(LIB_OBJS)
 	rm -f $@
@@ -101,7 +115,7 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libdtrain.a
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libdtrain.a $(LDLIBS)
 
 unit-tests: all $(BUILD)/tests/unit $(BUILD)/tests/coll_check $(BUILD)/tests/ps_check \
-	$(BUILD)/tests/farmhash_judge
+	$(BUILD)/tests/farmhash_judge $(BUILD)/tests/ref_scores
 
 # FarmHash's own Fingerprint64 (Debian's libfarmhash), the independent judge that
 # tests/test_fingerprint.c compares src/features/fingerprint.c with. A C++ program outside the
@@ -114,6 +128,12 @@ $(BUILD)/tests/farmhash_judge: tests/progs/farmhash_judge.cc | $(BUILD)/.deps-te
 
 # The chief's side of a ps cluster against dtrain server tasks (tests/ps.sh).
 $(BUILD)/tests/ps_check: tests/progs/ps_check.c $(BUILD)/libdtrain.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libdtrain.a $(LDLIBS)
+
+# dtrain's scores of a model directory's checkpoint, which tests/onnx.sh compares with ONNX
+# Runtime's scores of the exported model.
+$(BUILD)/tests/ref_scores: tests/progs/ref_scores.c $(BUILD)/libdtrain.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libdtrain.a $(LDLIBS)
 

@@ -15,6 +15,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_evaluate(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_server(int argc, char **argv);
+int cmd_export(int argc, char **argv);
 
 /* The sidecar evaluator of dtrain evaluate, also run by dtrain train in an evaluator task:
  * evaluates checkpoint (a file), or model_dir's latest, or with watch every newer one of

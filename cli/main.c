@@ -24,6 +24,8 @@ static void print_usage(FILE *out)
           "  evaluate   evaluate --model-dir DIR [--checkpoint FILE] [--watch]: test accuracy of\n"
           "             checkpoints; --watch is a sidecar evaluator\n"
           "  inspect    inspect CHECKPOINT|DIR: tensors, shapes, checksums and metadata\n"
+          "  export     export --model-dir DIR | --checkpoint FILE --format onnx --out FILE: a\n"
+          "             trained model for serving, with signature.json beside it\n"
           "  bench      bench allreduce [--sizes 4K..64M] [--comm tcp|mpi] [--check]\n"
           "  launch     launch -n N [--ps M] [--chief] [--evaluator] -- COMMAND: a local cluster\n"
           "  server     serve the ps task TF_CONFIG names until the coordinator stops it\n"
@@ -94,6 +96,8 @@ int main(int argc, char **argv)
         return cmd_inspect(argc - 2, argv + 2);
     if (strcmp(cmd, "server") == 0)
         return cmd_server(argc - 2, argv + 2);
+    if (strcmp(cmd, "export") == 0)
+        return cmd_export(argc - 2, argv + 2);
     char msg[256];
     snprintf(msg, sizeof msg, "unknown command '%s' (see dtrain --help)", cmd);
     return cli_fail(2, msg);
