@@ -12,7 +12,8 @@
 //                weights) feed each "c:ids" / "c:weights" input; --csv the same data, whose
 //                raw cells feed the numeric inputs (the graph normalizes them)
 //   --expect     one line of tab-separated scores per row (dtrain's); the run fails when a row
-//                count differs or a score differs by more than T
+//                count differs or a score differs by more than T (rel:T: by more than T times
+//                max(1, |dtrain's score|))
 // Prints "rows=N max_abs_diff=D" (or "rows=N") and exits 0, or 1 with the reason.
 'use strict';
 const fs = require('fs');
@@ -203,9 +204,18 @@ async function main() {
       if (!(d <= max)) { max = d; at = i; }
     }
   }
-  const tol = parseFloat(args.tol || '1e-5');
-  console.log(`rows=${lines.length} max_abs_diff=${max.toExponential(2)}`);
-  if (!(max <= tol)) die(`row ${at}: a score differs by ${max} (> ${tol}): ${lines[at].join(' ')} vs ${ref[at].join(' ')}`);
+  // "rel:T": each difference over max(1, |dtrain's score|), for values far from 1.
+  const rel = (args.tol || '').startsWith('rel:');
+  const tol = parseFloat(rel ? args.tol.slice(4) : args.tol || '1e-5');
+  let worst = 0, wat = -1;
+  for (let i = 0; i < ref.length; i++)
+    for (let k = 0; k < ref[i].length; k++) {
+      const d = Math.abs(Number(lines[i][k]) - ref[i][k]) / (rel ? Math.max(1, Math.abs(ref[i][k])) : 1);
+      if (!(d <= worst)) { worst = d; wat = i; }
+    }
+  console.log(`rows=${lines.length} max_abs_diff=${max.toExponential(2)}` +
+              (rel ? ` max_rel_diff=${worst.toExponential(2)}` : ''));
+  if (!(worst <= tol)) die(`row ${wat}: a score differs by ${worst}${rel ? ' (relative)' : ''} (> ${tol}): ${lines[wat].join(' ')} vs ${ref[wat].join(' ')}`);
 }
 
 main().catch((e) => die(e.message));
