@@ -17,6 +17,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -212,6 +213,7 @@ struct dt_ckpt {
     char *path;
     uint8_t *buf;
     size_t size;
+    bool mapped;  /* buf is a read-only mapping of the file, not a copy */
     cJSON *root;
     dt_ckpt_tensor *tensors;
     int n_tensors;
@@ -272,6 +274,35 @@ static dt_status read_file(dt_ckpt *c)
         got += (size_t)k;
     }
 fail:
+    close(fd);
+    return st;
+}
+
+/* The file mapped read-only and shared: its pages are the page cache's, one copy for every
+ * process that maps it. */
+static dt_status map_file(dt_ckpt *c)
+{
+    int fd = open(c->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return dt_error(DT_ERR_IO, "%s: open: %s", c->path, strerror(errno));
+    dt_status st = DT_OK;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0)
+        st = dt_error(DT_ERR_IO, "%s: fstat: %s", c->path, strerror(errno));
+    else if (!S_ISREG(sb.st_mode))
+        st = dt_error(DT_ERR_IO, "%s: not a regular file", c->path);
+    else if (sb.st_size == 0)
+        st = dt_error(DT_ERR_FORMAT, "%s: 0 bytes: too short for the 8-byte header length",
+                      c->path);
+    if (st == DT_OK) {
+        c->size = (size_t)sb.st_size;
+        void *p = mmap(NULL, c->size, PROT_READ, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED)
+            st = dt_error(DT_ERR_IO, "%s: mmap of %zu bytes: %s", c->path, c->size,
+                          strerror(errno));
+        else
+            c->buf = p, c->mapped = true;
+    }
     close(fd);
     return st;
 }
@@ -522,7 +553,7 @@ static dt_status verify_checksum(const dt_ckpt *c, uint64_t data_off)
     return DT_OK;
 }
 
-dt_status dt_ckpt_open(const char *path, dt_ckpt **out)
+static dt_status open_checkpoint(const char *path, bool map, dt_ckpt **out)
 {
     *out = NULL;
     dt_status st;
@@ -531,7 +562,7 @@ dt_status dt_ckpt_open(const char *path, dt_ckpt **out)
         free(c);
         return dt_error(DT_ERR_NOMEM, "%s: out of memory", path);
     }
-    if ((st = read_file(c)))
+    if ((st = map ? map_file(c) : read_file(c)))
         goto fail;
     if (c->size < 8) {
         st = dt_error(DT_ERR_FORMAT, "%s: %zu bytes: too short for the 8-byte header length",
@@ -555,6 +586,16 @@ fail:
     return st;
 }
 
+dt_status dt_ckpt_open(const char *path, dt_ckpt **out)
+{
+    return open_checkpoint(path, false, out);
+}
+
+dt_status dt_ckpt_map(const char *path, dt_ckpt **out)
+{
+    return open_checkpoint(path, true, out);
+}
+
 void dt_ckpt_close(dt_ckpt *c)
 {
     if (!c)
@@ -564,7 +605,10 @@ void dt_ckpt_close(dt_ckpt *c)
     free(c->by_name);
     free(c->meta_keys);
     free(c->meta_values);
-    free(c->buf);
+    if (c->mapped)
+        munmap(c->buf, c->size);
+    else
+        free(c->buf);
     free(c->path);
     free(c);
 }
@@ -1270,7 +1314,7 @@ fail:
     return st;
 }
 
-dt_status dt_ckpt_open_latest(const char *dir, FILE *log, dt_ckpt **out)
+static dt_status open_latest(const char *dir, FILE *log, bool map, dt_ckpt **out)
 {
     *out = NULL;
     struct ckpt_list l = {0};
@@ -1286,7 +1330,7 @@ dt_status dt_ckpt_open_latest(const char *dir, FILE *log, dt_ckpt **out)
         ckpt_name(name, sizeof name, l.steps[i]);
         if (build_path(path, sizeof path, dir, name) != DT_OK)
             continue;
-        dt_status s = dt_ckpt_open(path, out);
+        dt_status s = open_checkpoint(path, map, out);
         if (s == DT_OK)
             st = DT_OK;
         else if (s == DT_ERR_NOMEM)
@@ -1299,4 +1343,14 @@ fail:
     if (st == DT_END)
         return dt_error(DT_END, "%s: no valid checkpoint", dir);
     return st;
+}
+
+dt_status dt_ckpt_open_latest(const char *dir, FILE *log, dt_ckpt **out)
+{
+    return open_latest(dir, log, false, out);
+}
+
+dt_status dt_ckpt_map_latest(const char *dir, FILE *log, dt_ckpt **out)
+{
+    return open_latest(dir, log, true, out);
 }
