@@ -35,6 +35,7 @@ run_suite features "$work/features" bash tests/features.sh "$build" "$work/featu
 run_suite spec_train "$work/spec_train" bash tests/spec_train.sh "$build" "$work/spec_train"
 # Census-style data (gen-ctr --format census) and the census wide & deep spec trained on it.
 run_suite census "$work/census" bash tests/census.sh "$build" "$work/census"
+run_suite predict "$work/predict" bash tests/predict.sh "$build" "$work/predict"
 # The mpi communicator under mpirun (and coll_check over the local backend).
 run_suite mpi "$work/mpi" bash tests/mpi.sh "$build" "$work/mpi"
 run_suite launch "$work/launch" bash tests/launch.sh "$build" "$work/launch"
