@@ -208,7 +208,7 @@ static int rows_of_file(const char *path, const char *file, int B)
         return perror(file), 1;
     dt_libsvm_options lo;
     dt_libsvm_options_default(&lo);
-    lo.field_size = b.F;
+    lo.field_size = b.F, lo.index_base = 0;
     size_t cap = 1 << 20, n = 0;
     int64_t *ids = malloc(cap * sizeof *ids);
     float *vals = malloc(cap * sizeof *vals), *out = malloc((size_t)B * 4);

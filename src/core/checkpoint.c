@@ -214,6 +214,7 @@ struct dt_ckpt {
     uint8_t *buf;
     size_t size;
     bool mapped;  /* buf is a read-only mapping of the file, not a copy */
+    int fd;       /* the mapped file while it is verified, else -1 */
     cJSON *root;
     dt_ckpt_tensor *tensors;
     int n_tensors;
@@ -303,7 +304,10 @@ static dt_status map_file(dt_ckpt *c)
         else
             c->buf = p, c->mapped = true;
     }
-    close(fd);
+    if (st == DT_OK)
+        c->fd = fd; /* kept for the checksum pass */
+    else
+        close(fd);
     return st;
 }
 
@@ -535,6 +539,33 @@ fail:
     return st;
 }
 
+/* The CRC32C of a mapped file's data read through its descriptor, not the mapping: the pages
+ * pass through the page cache without becoming the process's, which then holds only the
+ * tensors it reads (a predictor's tables, not the optimizer's slots beside them). A read that
+ * fails or comes up short gives a CRC that will not match. */
+static uint32_t crc_of_file(const dt_ckpt *c, uint64_t data_off)
+{
+    enum { CHUNK = 1 << 20 };
+    uint8_t *buf = malloc(CHUNK);
+    uint32_t crc = 0;
+    if (!buf)
+        return dt_crc32c(c->buf + data_off, c->size - (size_t)data_off);
+    for (uint64_t at = data_off; at < c->size;) {
+        size_t want = c->size - at < CHUNK ? (size_t)(c->size - at) : CHUNK;
+        ssize_t k = pread(c->fd, buf, want, (off_t)at);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            crc ^= 0xffffffffu;
+            break;
+        }
+        crc = dt_crc32c_extend(crc, buf, (size_t)k);
+        at += (uint64_t)k;
+    }
+    free(buf);
+    return crc;
+}
+
 static dt_status verify_checksum(const dt_ckpt *c, uint64_t data_off)
 {
     const char *want = dt_ckpt_meta_get(c, "checksum");
@@ -546,7 +577,8 @@ static dt_status verify_checksum(const dt_ckpt *c, uint64_t data_off)
     if (!hex)
         return dt_error(DT_ERR_FORMAT, "%s: %s.checksum '%s' is not 8 hex digits", c->path,
                         METADATA_KEY, want);
-    uint32_t got = dt_crc32c(c->buf + data_off, c->size - (size_t)data_off);
+    uint32_t got = c->fd >= 0 ? crc_of_file(c, data_off)
+                              : dt_crc32c(c->buf + data_off, c->size - (size_t)data_off);
     if ((uint32_t)strtoul(want, NULL, 16) != got)
         return dt_error(DT_ERR_FORMAT, "%s: checksum mismatch: header says %s, data gives %08x",
                         c->path, want, got);
@@ -558,6 +590,8 @@ static dt_status open_checkpoint(const char *path, bool map, dt_ckpt **out)
     *out = NULL;
     dt_status st;
     dt_ckpt *c = calloc(1, sizeof *c);
+    if (c)
+        c->fd = -1;
     if (!c || !(c->path = strdup(path))) {
         free(c);
         return dt_error(DT_ERR_NOMEM, "%s: out of memory", path);
@@ -579,6 +613,8 @@ static dt_status open_checkpoint(const char *path, bool map, dt_ckpt **out)
     if ((st = parse_json(c, header_n)) || (st = parse_entries(c, 8 + header_n)) ||
         (st = verify_checksum(c, 8 + header_n)))
         goto fail;
+    if (c->fd >= 0)
+        close(c->fd), c->fd = -1;
     *out = c;
     return DT_OK;
 fail:
@@ -605,6 +641,8 @@ void dt_ckpt_close(dt_ckpt *c)
     free(c->by_name);
     free(c->meta_keys);
     free(c->meta_values);
+    if (c->fd >= 0)
+        close(c->fd);
     if (c->mapped)
         munmap(c->buf, c->size);
     else
