@@ -3,6 +3,7 @@
 #   make demo       train the tutorial CNN on Fashion-MNIST with two workers
 #   make test       every test; the last line reads "N passed, N failed"
 #   make asan       the tests under AddressSanitizer + UndefinedBehaviorSanitizer
+#   make tsan       the multi-threaded tests under ThreadSanitizer
 #   make leakcheck  a short training run under valgrind
 #   make bench      speed and memory against the peers, in one run
 #   make fuzz       every fuzz target for FUZZ_SECONDS (default 60) each
@@ -23,6 +24,10 @@ ifeq ($(SAN),1)
 CFLAGS := $(filter-out -O2,$(CFLAGS)) -O1 -g -fno-omit-frame-pointer \
 	-fsanitize=address,undefined -fno-sanitize-recover=undefined
 LDFLAGS += -fsanitize=address,undefined
+endif
+ifeq ($(SAN),thread)
+CFLAGS := $(filter-out -O2,$(CFLAGS)) -O1 -g -fno-omit-frame-pointer -fsanitize=thread
+LDFLAGS += -fsanitize=thread
 endif
 LDLIBS := -lopenblas -lcjson -lz -lcrypto -lzmq -lprotobuf-c -lm -pthread
 # The shared library's version: programs link against the SONAME (its major number), which
@@ -53,7 +58,7 @@ $(BUILD)/src/nn/fm.o $(BUILD)/src/nn/embedding.o $(BUILD)/src/optim/rowwise.o: A
 $(BUILD)/src/nn/nn.o $(BUILD)/src/model/ctr.o $(BUILD)/src/nn/dense_sparse.o: ARCH_FLAGS := -O3
 $(BUILD)/src/model/cols.o $(BUILD)/src/nn/cross.o: ARCH_FLAGS := -O3
 
-.PHONY: all demo test asan leakcheck bench install clean unit-tests fuzz fuzz-build
+.PHONY: all demo test asan tsan leakcheck bench install clean unit-tests fuzz fuzz-build
 .PRECIOUS: $(BUILD)/.deps-%
 all: $(BUILD)/libdtrain.a $(BUILD)/libdtrain.so $(BUILD)/dtrain $(BUILD)/libdtrain_mpi.so
 
@@ -72,8 +77,8 @@ $(GEN)/onnx.pb-c.c: $(ONNX_PROTO) | $(BUILD)/.deps-build
 $(GEN)/onnx.pb-c.h: $(GEN)/onnx.pb-c.c
 $(GEN)/onnx.pb-c.o: $(GEN)/onnx.pb-c.c $(GEN)/onnx.pb-c.h
 	$(CC) $(CFLAGS) -I$(GEN) -c $< -o $@
-$(patsubst %.c,$(BUILD)/%.o,$(wildcard src/serve/*.c)): $(GEN)/onnx.pb-c.h
-$(patsubst %.c,$(BUILD)/%.o,$(wildcard src/serve/*.c)): CFLAGS += -I$(GEN)
+$(patsubst %.c,$(BUILD)/%.o,$(wildcard src/serve/onnx*.c)): $(GEN)/onnx.pb-c.h
+$(patsubst %.c,$(BUILD)/%.o,$(wildcard src/serve/onnx*.c)): CFLAGS += -I$(GEN)
 
 $(BUILD)/libdtrain.a: $(LIB_OBJS)
 	rm -f $@
@@ -115,7 +120,7 @@ $(BUILD)/bench/%: bench/%.c $(BUILD)/libdtrain.a
 	$(CC) $(CFLAGS) -o $@ $< $(BUILD)/libdtrain.a $(LDLIBS)
 
 unit-tests: all $(BUILD)/tests/unit $(BUILD)/tests/coll_check $(BUILD)/tests/ps_check \
-	$(BUILD)/tests/farmhash_judge $(BUILD)/tests/ref_scores
+	$(BUILD)/tests/farmhash_judge
 
 # FarmHash's own Fingerprint64 (Debian's libfarmhash), the independent judge that
 # tests/test_fingerprint.c compares src/features/fingerprint.c with. A C++ program outside the
@@ -131,12 +136,6 @@ $(BUILD)/tests/ps_check: tests/progs/ps_check.c $(BUILD)/libdtrain.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libdtrain.a $(LDLIBS)
 
-# dtrain's scores of a model directory's checkpoint, which tests/onnx.sh compares with ONNX
-# Runtime's scores of the exported model.
-$(BUILD)/tests/ref_scores: tests/progs/ref_scores.c $(BUILD)/libdtrain.a
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libdtrain.a $(LDLIBS)
-
 # TensorFlow's multi-worker tutorial on dtrain: two workers on this machine train the tutorial
 # CNN with multi_worker_mirrored (global batch 64, 32 per worker), the chief reporting.
 demo: $(BUILD)/.deps-demo all
@@ -148,6 +147,14 @@ test: $(BUILD)/.deps-test unit-tests fuzz-build
 
 asan:
 	$(MAKE) BUILD=build-asan SAN=1 test
+
+# The unit tests of code that several threads run at once, under ThreadSanitizer: the predictor
+# scored from two threads at once (tests/test_predict.c).
+TSAN_TESTS ?= predict
+tsan:
+	$(MAKE) BUILD=build-tsan SAN=thread $(if $(filter 1,$(WERROR)),WERROR=1) build-tsan/tests/unit
+	for t in $(TSAN_TESTS); do \
+		TSAN_OPTIONS=halt_on_error=1 build-tsan/tests/unit $$t || exit 1; done
 
 leakcheck: $(BUILD)/.deps-leakcheck all
 	bash tests/leakcheck.sh $(BUILD)
@@ -193,6 +200,6 @@ install: all
 		> $(DESTDIR)$(PREFIX)/lib/pkgconfig/dtrain.pc
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-tsan
 
 -include $(LIB_OBJS:.o=.d) $(CLI_OBJS:.o=.d) $(TEST_OBJS:.o=.d)

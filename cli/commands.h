@@ -14,6 +14,7 @@ int cmd_launch(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_evaluate(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
+int cmd_predict(int argc, char **argv);
 int cmd_server(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 

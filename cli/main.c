@@ -24,6 +24,7 @@ static void print_usage(FILE *out)
           "  evaluate   evaluate --model-dir DIR [--checkpoint FILE] [--watch]: test accuracy of\n"
           "             checkpoints; --watch is a sidecar evaluator\n"
           "  inspect    inspect CHECKPOINT|DIR: tensors, shapes, checksums and metadata\n"
+          "  predict    predict --model-dir DIR --data SPEC [--format tsv|jsonl|npy]: score rows\n"
           "  export     export --model-dir DIR | --checkpoint FILE --format onnx --out FILE: a\n"
           "             trained model for serving, with signature.json beside it\n"
           "  bench      bench allreduce [--sizes 4K..64M] [--comm tcp|mpi] [--check]\n"
@@ -94,6 +95,8 @@ int main(int argc, char **argv)
         return cmd_evaluate(argc - 2, argv + 2);
     if (strcmp(cmd, "inspect") == 0)
         return cmd_inspect(argc - 2, argv + 2);
+    if (strcmp(cmd, "predict") == 0)
+        return cmd_predict(argc - 2, argv + 2);
     if (strcmp(cmd, "server") == 0)
         return cmd_server(argc - 2, argv + 2);
     if (strcmp(cmd, "export") == 0)

@@ -130,5 +130,38 @@ if [ -n "$want" ] && [ "$want" = "$got" ]; then
 else
     fail dt_train_trains_as_dtrain_train_does "library $got, command $want: $(head -c 300 "$tmp/cli.out")"
 fi
+# examples/serve_lines.c, built against the installed library through pkg-config, scores what
+# dtrain predict scores: a feature-spec model's CSV rows (header first) and deepfm's LibSVM rows,
+# on 1 and 2 threads.
+dt=$prefix/bin/dtrain
+"$dt" data gen-ctr --format census --rows 600 --seed 1 --out "$tmp/census.csv" > /dev/null 2>&1
+"$dt" train --data "csv:$tmp/census.csv" --feature-spec "$root/examples/census_wide_deep.json" \
+    --max-steps 5 --batch-size 64 --test-data none --progress none --model-dir "$tmp/wd" \
+    > "$tmp/wd.out" 2>&1
+"$dt" data gen-ctr --rows 700 --seed 2 --format libsvm --out "$tmp/ctr.libsvm" > "$tmp/gen" 2>&1
+fs=$(sed -n 's/.*feature_size=\([0-9]*\).*/\1/p' "$tmp/gen")
+"$dt" train --model deepfm --data "libsvm:$tmp/ctr.libsvm" --field-size 39 --feature-size "$fs" \
+    --embedding-size 4 --deep-layers 8 --max-steps 5 --test-data none --progress none \
+    --model-dir "$tmp/dfm" > "$tmp/dfm.out" 2>&1
+"$dt" predict --model-dir "$tmp/wd" --data "csv:$tmp/census.csv" --out "$tmp/wd_want" > /dev/null 2>&1
+"$dt" predict --model-dir "$tmp/dfm" --data "libsvm:$tmp/ctr.libsvm" --out "$tmp/dfm_want" > /dev/null 2>&1
+# shellcheck disable=SC2086
+if cc -std=c11 $sanflags $cflags "$root/examples/serve_lines.c" -o "$tmp/serve_lines" $libs \
+        > "$tmp/cc.log" 2>&1 &&
+    LD_LIBRARY_PATH=$lib "$tmp/serve_lines" "$tmp/wd" < "$tmp/census.csv" > "$tmp/wd1" 2>> "$tmp/cc.log" &&
+    LD_LIBRARY_PATH=$lib "$tmp/serve_lines" "$tmp/wd" 2 < "$tmp/census.csv" > "$tmp/wd2" 2>> "$tmp/cc.log" &&
+    LD_LIBRARY_PATH=$lib "$tmp/serve_lines" "$tmp/dfm" 2 < "$tmp/ctr.libsvm" > "$tmp/dfm2" 2>> "$tmp/cc.log" &&
+    [ "$(wc -l < "$tmp/wd1")" = 600 ] && cmp -s "$tmp/wd1" "$tmp/wd_want" && cmp -s "$tmp/wd2" "$tmp/wd_want" &&
+    [ "$(wc -l < "$tmp/dfm2")" = 700 ] && cmp -s "$tmp/dfm2" "$tmp/dfm_want"; then
+    ok serve_lines_example_scores_as_dtrain_predict "600 census rows, 700 deepfm rows"
+else
+    fail serve_lines_example_scores_as_dtrain_predict "$(head -c 600 "$tmp/cc.log") $(tail -2 "$tmp/wd.out" "$tmp/dfm.out")"
+fi
+printf 'age,workclass\nx,y\n' | LD_LIBRARY_PATH=$lib "$tmp/serve_lines" "$tmp/wd" > /dev/null 2> "$tmp/e"
+if [ $? -eq 1 ] && grep -q "the header: .*feature_spec.json: the spec reads key" "$tmp/e"; then
+    ok serve_lines_example_names_a_header_without_the_specs_keys "$(head -c 200 "$tmp/e")"
+else
+    fail serve_lines_example_names_a_header_without_the_specs_keys "$(head -c 300 "$tmp/e")"
+fi
 echo "install: $passed passed, $failed failed"
 echo "$passed $failed" > "$counts"

@@ -41,8 +41,8 @@ else
     finish
 fi
 
-# score NAME MODEL_DIR REF_DATA TOL ORT_ARGS...: exports MODEL_DIR, checks the file, scores the
-# rows with dtrain and with ONNX Runtime and compares them.
+# score NAME MODEL_DIR DATA TOL ORT_ARGS...: exports MODEL_DIR, checks the file, scores DATA with
+# dtrain predict and the same rows (ORT_ARGS) with ONNX Runtime, and compares them.
 score() {
     local name=$1 dir=$2 ref=$3 tol=$4
     shift 4
@@ -57,7 +57,7 @@ score() {
         fail "onnx_${name}_passes_the_checker" "$check"
         return
     fi
-    if ! "$build/tests/ref_scores" "$dir" "$ref" > "$tmp/ref_$name.tsv" 2> "$tmp/ref.err"; then
+    if ! "$dtrain" predict --model-dir "$dir" --data "$ref" > "$tmp/ref_$name.tsv" 2> "$tmp/ref.err"; then
         fail "onnx_${name}_scores_as_dtrain" "dtrain's scores: $(cat "$tmp/ref.err")"
         return
     fi

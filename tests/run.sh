@@ -35,6 +35,7 @@ run_suite features "$work/features" bash tests/features.sh "$build" "$work/featu
 run_suite spec_train "$work/spec_train" bash tests/spec_train.sh "$build" "$work/spec_train"
 # Census-style data (gen-ctr --format census) and the census wide & deep spec trained on it.
 run_suite census "$work/census" bash tests/census.sh "$build" "$work/census"
+run_suite predict "$work/predict" bash tests/predict.sh "$build" "$work/predict"
 # ONNX export: every kind of model exported, checked by python3-onnx and scored by ONNX Runtime
 # as dtrain scores it; external data, a ps checkpoint, bad exports.
 run_suite onnx "$work/onnx" bash tests/onnx.sh "$build" "$work/onnx"

@@ -142,6 +142,42 @@ TEST(gemm_narrow_products_have_the_wide_products_bits)
     dt_pool_destroy(pool);
 }
 
+/* A product of 1, 2 or 3 rows (one example's forward, read without packing) gives the bits those
+ * rows get inside a taller product, in every layout, with K past one block. */
+TEST(gemm_few_rows_have_the_tall_products_bits)
+{
+    if (!dt_gemm_kernel_runs_here("avx512")) {
+        CHECK_ERR(dt_gemm_use("avx512"), DT_ERR_UNSUPPORTED, "cannot run it");
+        return;
+    }
+    enum { TALL = 40 };
+    static const int cols[] = {1, 17, 64, 100, 128};
+    static const int ks[] = {5, 192, 1248};
+    dt_rng r;
+    dt_rng_seed(&r, 8);
+    CHECK_OK(dt_gemm_use("avx512"));
+    for (size_t a = 0; a < sizeof cols / sizeof cols[0]; a++)
+        for (size_t b = 0; b < sizeof ks / sizeof ks[0]; b++)
+            for (int t = 0; t < 4; t++)
+                for (int M = 1; M <= 3; M++) {
+                    bool ta = t & 1, tb = t & 2;
+                    int N = cols[a], K = ks[b];
+                    int lda = ta ? TALL : K, ldb = tb ? K : N;
+                    float *A = random_floats(&r, (size_t)(ta ? K : TALL) * lda, -1, 1);
+                    float *B = random_floats(&r, (size_t)(tb ? N : K) * ldb, -1, 1);
+                    float *tall = random_floats(&r, (size_t)TALL * N, -1, 1);
+                    float *few = malloc((size_t)M * N * sizeof *few);
+                    memcpy(few, tall, (size_t)M * N * sizeof *few);
+                    dt_gemm(NULL, ta, tb, TALL, N, K, 0.5f, A, lda, B, ldb, 0.25f, tall, N);
+                    /* The first M rows of op(A): the same pointer and lda either way. */
+                    dt_gemm(NULL, ta, tb, M, N, K, 0.5f, A, lda, B, ldb, 0.25f, few, N);
+                    CHECK_MSG(memcmp(few, tall, (size_t)M * N * sizeof *few) == 0,
+                              "M=%d N=%d K=%d ta=%d tb=%d: other bits", M, N, K, ta, tb);
+                    free(A), free(B), free(tall), free(few);
+                }
+    CHECK_OK(dt_gemm_use("auto"));
+}
+
 /* The default is dtrain's own kernel wherever the CPU has AVX-512F, OpenBLAS elsewhere. */
 TEST(gemm_default_kernel_follows_the_cpu)
 {

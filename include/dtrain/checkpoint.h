@@ -64,6 +64,12 @@ typedef struct {
  * exactly, and the checksum when the metadata has one. Every failure is DT_ERR_FORMAT (DT_ERR_IO
  * for a file that cannot be read) with a message naming the file and the field or byte offset. */
 dt_status dt_ckpt_open(const char *path, dt_ckpt **out);
+/* The same checks over the file mapped read-only and shared instead of read: the tensors' data
+ * point into the mapping, so processes that map one checkpoint share one copy of it in the page
+ * cache. The checksum pass reads every page once. dtrain replaces checkpoints by renaming a new
+ * file over the old one, which leaves a mapping of the old file whole; a file truncated in place
+ * under a mapping would fault (SIGBUS) when a tensor past its new end is read. */
+dt_status dt_ckpt_map(const char *path, dt_ckpt **out);
 void dt_ckpt_close(dt_ckpt *c);
 
 const char *dt_ckpt_path(const dt_ckpt *c);
@@ -112,6 +118,8 @@ dt_status dt_ckpt_manager_save(dt_ckpt_manager *m, int64_t step, const dt_arena 
  * naming the file and why) the next older one, and so on, then any ckpt-N.safetensors in dir by
  * decreasing N. DT_END when dir has none that opens (a missing dir included). */
 dt_status dt_ckpt_open_latest(const char *dir, FILE *log, dt_ckpt **out);
+/* The same, mapped as dt_ckpt_map does. */
+dt_status dt_ckpt_map_latest(const char *dir, FILE *log, dt_ckpt **out);
 
 /* A sharded checkpoint (parameter-server training): each ps task k of n writes its shards to
  * "ckpt-<step>.ps-<k>-of-<n>.safetensors" beside the manifest ckpt-<step>.safetensors, which

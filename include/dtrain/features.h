@@ -90,6 +90,10 @@ int dt_features_num_keys(const dt_features *f);
 const char *dt_features_key(const dt_features *f, int i);
 /* The label's key index, or -1 without a label. */
 int dt_features_label_key(const dt_features *f);
+/* Rows to score rather than train on: a row may lack the label (a missing cell, an absent
+ * feature, a CSV header without its column) and then reads label 0; a label that is there is
+ * still checked. */
+void dt_features_set_unlabeled(dt_features *f, bool unlabeled);
 
 int dt_features_num_columns(const dt_features *f);
 const char *dt_features_column_name(const dt_features *f, int i);

@@ -80,6 +80,17 @@ void dt_model_backward(dt_model *m, int B);
  * storage is kept and freed with m. DT_ERR_INVALID when the layouts differ. */
 dt_status dt_model_share_params(dt_model *m, const dt_model *owner);
 
+/* Makes table i read its values from data ((rows, dim) floats, read only, owned by the caller and
+ * outliving m's use of it: a table of a checkpoint mapped from its file) instead of its own
+ * storage, which is released with its slots. For a model that only runs forwards. */
+dt_status dt_model_borrow_table(dt_model *m, int i, const float *data);
+
+/* Makes m compute with owner's variables (the same spec): its parameters, its state and its
+ * tables' values, read only; m's own tables are released. The replicas of one model that a
+ * predictor's threads run forwards on, each with its own activations. owner must outlive m's
+ * use of them. DT_ERR_INVALID when the layouts differ. */
+dt_status dt_model_share_variables(dt_model *m, const dt_model *owner);
+
 /* Makes m keep its parameters and gradients in storage it does not own, of
  * dt_model_params(m)->n_elems floats each (shared memory, say: dt_comm_share_tensors), whose
  * parameters are to be used as they are; with NULL, back to its own storage, into which the

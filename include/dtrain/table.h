@@ -31,6 +31,7 @@ typedef struct {
     /* Per slot starting at 0, a bit per 4 KB page that an update has written (see
      * dt_table_claim_slot); NULL for a slot filled at creation. */
     uint64_t *slot_pages[DT_TABLE_MAX_SLOTS];
+    bool borrowed; /* data is someone else's (dt_table_borrow), read only, not freed */
 } dt_table;
 
 /* Table names leave room in a slot's name for "<optimizer>/<slot>/". */
@@ -48,6 +49,11 @@ dt_status dt_table_create(dt_table *t, const char *name, int64_t rows, int dim);
 dt_status dt_table_set_slots(dt_table *t, const char *optimizer, int n_slots,
                              const char *const *slot_names, const float *init);
 void dt_table_free(dt_table *t);
+
+/* Makes t read its (rows, dim) values from data, which the caller owns, keeps alive and may have
+ * mapped read only (a checkpoint file), instead of its own storage, which is released: a table
+ * that only forwards read, as a predictor's do. Its slots are released too. */
+void dt_table_borrow(dt_table *t, const float *data);
 
 /* Called by an update before it reads elements [off, off + n) of slot s: the first time, each
  * page they lie on is written (an atomic OR of 0, which changes nothing) before it is read.

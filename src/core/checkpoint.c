@@ -17,6 +17,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -212,6 +213,8 @@ struct dt_ckpt {
     char *path;
     uint8_t *buf;
     size_t size;
+    bool mapped;  /* buf is a read-only mapping of the file, not a copy */
+    int fd;       /* the mapped file while it is verified, else -1 */
     cJSON *root;
     dt_ckpt_tensor *tensors;
     int n_tensors;
@@ -273,6 +276,38 @@ static dt_status read_file(dt_ckpt *c)
     }
 fail:
     close(fd);
+    return st;
+}
+
+/* The file mapped read-only and shared: its pages are the page cache's, one copy for every
+ * process that maps it. */
+static dt_status map_file(dt_ckpt *c)
+{
+    int fd = open(c->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return dt_error(DT_ERR_IO, "%s: open: %s", c->path, strerror(errno));
+    dt_status st = DT_OK;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0)
+        st = dt_error(DT_ERR_IO, "%s: fstat: %s", c->path, strerror(errno));
+    else if (!S_ISREG(sb.st_mode))
+        st = dt_error(DT_ERR_IO, "%s: not a regular file", c->path);
+    else if (sb.st_size == 0)
+        st = dt_error(DT_ERR_FORMAT, "%s: 0 bytes: too short for the 8-byte header length",
+                      c->path);
+    if (st == DT_OK) {
+        c->size = (size_t)sb.st_size;
+        void *p = mmap(NULL, c->size, PROT_READ, MAP_SHARED, fd, 0);
+        if (p == MAP_FAILED)
+            st = dt_error(DT_ERR_IO, "%s: mmap of %zu bytes: %s", c->path, c->size,
+                          strerror(errno));
+        else
+            c->buf = p, c->mapped = true;
+    }
+    if (st == DT_OK)
+        c->fd = fd; /* kept for the checksum pass */
+    else
+        close(fd);
     return st;
 }
 
@@ -504,6 +539,33 @@ fail:
     return st;
 }
 
+/* The CRC32C of a mapped file's data read through its descriptor, not the mapping: the pages
+ * pass through the page cache without becoming the process's, which then holds only the
+ * tensors it reads (a predictor's tables, not the optimizer's slots beside them). A read that
+ * fails or comes up short gives a CRC that will not match. */
+static uint32_t crc_of_file(const dt_ckpt *c, uint64_t data_off)
+{
+    enum { CHUNK = 1 << 20 };
+    uint8_t *buf = malloc(CHUNK);
+    uint32_t crc = 0;
+    if (!buf)
+        return dt_crc32c(c->buf + data_off, c->size - (size_t)data_off);
+    for (uint64_t at = data_off; at < c->size;) {
+        size_t want = c->size - at < CHUNK ? (size_t)(c->size - at) : CHUNK;
+        ssize_t k = pread(c->fd, buf, want, (off_t)at);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0) {
+            crc ^= 0xffffffffu;
+            break;
+        }
+        crc = dt_crc32c_extend(crc, buf, (size_t)k);
+        at += (uint64_t)k;
+    }
+    free(buf);
+    return crc;
+}
+
 static dt_status verify_checksum(const dt_ckpt *c, uint64_t data_off)
 {
     const char *want = dt_ckpt_meta_get(c, "checksum");
@@ -515,23 +577,26 @@ static dt_status verify_checksum(const dt_ckpt *c, uint64_t data_off)
     if (!hex)
         return dt_error(DT_ERR_FORMAT, "%s: %s.checksum '%s' is not 8 hex digits", c->path,
                         METADATA_KEY, want);
-    uint32_t got = dt_crc32c(c->buf + data_off, c->size - (size_t)data_off);
+    uint32_t got = c->fd >= 0 ? crc_of_file(c, data_off)
+                              : dt_crc32c(c->buf + data_off, c->size - (size_t)data_off);
     if ((uint32_t)strtoul(want, NULL, 16) != got)
         return dt_error(DT_ERR_FORMAT, "%s: checksum mismatch: header says %s, data gives %08x",
                         c->path, want, got);
     return DT_OK;
 }
 
-dt_status dt_ckpt_open(const char *path, dt_ckpt **out)
+static dt_status open_checkpoint(const char *path, bool map, dt_ckpt **out)
 {
     *out = NULL;
     dt_status st;
     dt_ckpt *c = calloc(1, sizeof *c);
+    if (c)
+        c->fd = -1;
     if (!c || !(c->path = strdup(path))) {
         free(c);
         return dt_error(DT_ERR_NOMEM, "%s: out of memory", path);
     }
-    if ((st = read_file(c)))
+    if ((st = map ? map_file(c) : read_file(c)))
         goto fail;
     if (c->size < 8) {
         st = dt_error(DT_ERR_FORMAT, "%s: %zu bytes: too short for the 8-byte header length",
@@ -548,11 +613,23 @@ dt_status dt_ckpt_open(const char *path, dt_ckpt **out)
     if ((st = parse_json(c, header_n)) || (st = parse_entries(c, 8 + header_n)) ||
         (st = verify_checksum(c, 8 + header_n)))
         goto fail;
+    if (c->fd >= 0)
+        close(c->fd), c->fd = -1;
     *out = c;
     return DT_OK;
 fail:
     dt_ckpt_close(c);
     return st;
+}
+
+dt_status dt_ckpt_open(const char *path, dt_ckpt **out)
+{
+    return open_checkpoint(path, false, out);
+}
+
+dt_status dt_ckpt_map(const char *path, dt_ckpt **out)
+{
+    return open_checkpoint(path, true, out);
 }
 
 void dt_ckpt_close(dt_ckpt *c)
@@ -564,7 +641,12 @@ void dt_ckpt_close(dt_ckpt *c)
     free(c->by_name);
     free(c->meta_keys);
     free(c->meta_values);
-    free(c->buf);
+    if (c->fd >= 0)
+        close(c->fd);
+    if (c->mapped)
+        munmap(c->buf, c->size);
+    else
+        free(c->buf);
     free(c->path);
     free(c);
 }
@@ -1270,7 +1352,7 @@ fail:
     return st;
 }
 
-dt_status dt_ckpt_open_latest(const char *dir, FILE *log, dt_ckpt **out)
+static dt_status open_latest(const char *dir, FILE *log, bool map, dt_ckpt **out)
 {
     *out = NULL;
     struct ckpt_list l = {0};
@@ -1286,7 +1368,7 @@ dt_status dt_ckpt_open_latest(const char *dir, FILE *log, dt_ckpt **out)
         ckpt_name(name, sizeof name, l.steps[i]);
         if (build_path(path, sizeof path, dir, name) != DT_OK)
             continue;
-        dt_status s = dt_ckpt_open(path, out);
+        dt_status s = open_checkpoint(path, map, out);
         if (s == DT_OK)
             st = DT_OK;
         else if (s == DT_ERR_NOMEM)
@@ -1299,4 +1381,14 @@ fail:
     if (st == DT_END)
         return dt_error(DT_END, "%s: no valid checkpoint", dir);
     return st;
+}
+
+dt_status dt_ckpt_open_latest(const char *dir, FILE *log, dt_ckpt **out)
+{
+    return open_latest(dir, log, false, out);
+}
+
+dt_status dt_ckpt_map_latest(const char *dir, FILE *log, dt_ckpt **out)
+{
+    return open_latest(dir, log, true, out);
 }

@@ -23,7 +23,8 @@ bool dt_cpu_has(dt_cpu_feature f);
  * one for the CPU (target_clones, resolved once). For loops over floats whose every element's
  * result is the same whatever the vector width: no reassociation, and no FMA contraction
  * (-std=c11 keeps GCC from contracting), so every clone gives the same bits. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+/* Not under ThreadSanitizer, whose instrumented resolvers would run before it starts. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define DT_MULTI_ISA __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define DT_MULTI_ISA

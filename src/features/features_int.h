@@ -101,6 +101,8 @@ struct dt_features {
     int label_key;
     dt_vocab label_vocab;
     bool has_label_vocab;
+    /* Rows may lack the label (scoring): a missing one reads 0 (dt_features_set_unlabeled). */
+    bool unlabeled;
     cJSON *model;           /* the "model" object as given, for the model builder; may be NULL */
     dt_columns_spec *columns; /* the model builder's, or NULL */
 };

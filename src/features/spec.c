@@ -957,6 +957,8 @@ dt_status dt_features_load(const char *path, dt_features **out)
     return st;
 }
 
+void dt_features_set_unlabeled(dt_features *f, bool unlabeled) { f->unlabeled = unlabeled; }
+
 void dt_features_destroy(dt_features *f)
 {
     if (!f)

@@ -600,7 +600,9 @@ dt_status dt_features_transform(const dt_features *f, dt_feature_scratch *s,
         return dt_error(DT_ERR_INVALID, "rows of %d dense values for a spec of %d", out->n_dense,
                         f->n_dense);
     float label = 0;
-    dt_status st = f->label_key >= 0 ? label_of(f, &values[f->label_key], &label) : DT_OK;
+    bool has_label = f->label_key >= 0 &&
+                     !(f->unlabeled && value_count(&values[f->label_key]) == 0);
+    dt_status st = has_label ? label_of(f, &values[f->label_key], &label) : DT_OK;
     float *dense;
     if (st || (st = dt_rowbuf_add_row_unset(out, &dense)))
         return st;
@@ -762,7 +764,7 @@ dt_status dt_feature_text_new(const dt_features *f, const char *header, size_t l
                 }
     }
     for (int k = 0; k < f->n_keys; k++)
-        if (t->field_of_key[k] < 0) {
+        if (t->field_of_key[k] < 0 && !(f->unlabeled && k == f->label_key)) {
             st = dt_error(DT_ERR_INVALID, "%s: the spec reads key '%s', which %s", f->source,
                           f->keys[k], header ? "the header does not name"
                                              : "Criteo's columns (label, I1..I13, C1..C26) "
@@ -796,9 +798,9 @@ dt_status dt_feature_text_values(const dt_features *f, const dt_feature_text *t,
                         t->delimiter == '\t' && t->n_fields == 40 ? "Criteo's rows" : "the header",
                         t->n_fields);
     for (int k = 0; k < f->n_keys; k++) {
-        const dt_bytes_ref *cell = &s->cells[t->field_of_key[k]];
-        s->raw[k] = cell->len ? (dt_raw_value){DT_RAW_TEXT, 1, cell, NULL, NULL}
-                              : (dt_raw_value){DT_RAW_MISSING, 0, NULL, NULL, NULL};
+        const dt_bytes_ref *cell = t->field_of_key[k] >= 0 ? &s->cells[t->field_of_key[k]] : NULL;
+        s->raw[k] = cell && cell->len ? (dt_raw_value){DT_RAW_TEXT, 1, cell, NULL, NULL}
+                                      : (dt_raw_value){DT_RAW_MISSING, 0, NULL, NULL, NULL};
     }
     *values = s->raw;
     return DT_OK;

@@ -60,6 +60,7 @@ struct dt_model {
     dt_grad_ready_fn grad_hook;
     void *grad_hook_ctx;
     float *own_params; /* the model's own parameter storage while it uses another model's */
+    float *own_state;  /* the same for its state (dt_model_share_variables) */
     float *kept_params, *kept_grads; /* its own storage while it uses storage it was given */
     /* A CTR model: its tables and lookups; the layers are DeepFM's MLP (none for lr and fm),
      * whose input gradient backward then computes. */
@@ -429,6 +430,8 @@ void dt_model_destroy(dt_model *m)
     dt_ctr_destroy(m->ctr);
     if (m->own_params) /* free its own storage, not the one it borrowed */
         m->params.data = m->own_params;
+    if (m->own_state)
+        m->state.data = m->own_state;
     if (m->kept_params) {
         m->params.data = m->kept_params;
         m->grads.data = m->kept_grads;
@@ -991,6 +994,46 @@ dt_status dt_model_share_params(dt_model *m, const dt_model *owner)
     if (!m->own_params)
         m->own_params = m->params.data;
     m->params.data = owner->params.data;
+    return DT_OK;
+}
+
+dt_status dt_model_borrow_table(dt_model *m, int i, const float *data)
+{
+    if (i < 0 || i >= dt_model_num_tables(m))
+        return dt_error(DT_ERR_INVALID, "model %s: no table %d (it has %d)", m->spec.name, i,
+                        dt_model_num_tables(m));
+    dt_table_borrow(dt_model_table(m, i), data);
+    return DT_OK;
+}
+
+dt_status dt_model_share_variables(dt_model *m, const dt_model *owner)
+{
+    dt_status st = dt_model_share_params(m, owner);
+    const dt_arena *a = &m->state, *b = &owner->state;
+    if (st == DT_OK && (a->n_elems != b->n_elems || a->n_views != b->n_views))
+        st = dt_error(DT_ERR_INVALID, "model %s cannot share the state of model %s: their "
+                      "layouts differ", m->spec.name, owner->spec.name);
+    int n = dt_model_num_tables(m);
+    if (st == DT_OK && n != dt_model_num_tables(owner))
+        st = dt_error(DT_ERR_INVALID, "model %s cannot share the tables of model %s: %d and %d",
+                      m->spec.name, owner->spec.name, n, dt_model_num_tables(owner));
+    for (int i = 0; st == DT_OK && i < n; i++) {
+        const dt_table *mine = dt_model_table(m, i);
+        const dt_table *theirs = dt_model_table((dt_model *)owner, i);
+        if (mine->rows != theirs->rows || mine->dim != theirs->dim)
+            st = dt_error(DT_ERR_INVALID, "model %s cannot share table %s of model %s: %lld x %d "
+                          "against %lld x %d", m->spec.name, mine->name, owner->spec.name,
+                          (long long)mine->rows, mine->dim, (long long)theirs->rows, theirs->dim);
+    }
+    if (st)
+        return st;
+    if (a->n_elems > 0) {
+        if (!m->own_state)
+            m->own_state = m->state.data;
+        m->state.data = b->data;
+    }
+    for (int i = 0; i < n; i++)
+        dt_table_borrow(dt_model_table(m, i), dt_model_table((dt_model *)owner, i)->data);
     return DT_OK;
 }
 

@@ -113,8 +113,20 @@ dt_status dt_table_set_slots(dt_table *t, const char *optimizer, int n_slots,
 void dt_table_free(dt_table *t)
 {
     free_slots(t);
-    unmap_floats(t->data, elems_of(t));
+    if (!t->borrowed)
+        unmap_floats(t->data, elems_of(t));
     t->data = NULL;
+}
+
+void dt_table_borrow(dt_table *t, const float *data)
+{
+    free_slots(t);
+    t->n_slots = 0;
+    if (!t->borrowed)
+        unmap_floats(t->data, elems_of(t));
+    /* Never written through: forwards only read a table. */
+    t->data = (float *)data;
+    t->borrowed = true;
 }
 
 size_t dt_table_bytes(const dt_table *t)

@@ -259,6 +259,40 @@ static void scale_c(int M, int N, float beta, float *C, int ldc)
             C[(size_t)i * (size_t)ldc + j] = beta == 0.0f ? 0.0f : beta * C[(size_t)i * (size_t)ldc + j];
 }
 
+/* A product of a few rows (a forward of one example: serving), where packing op(B) would cost
+ * more than the product itself: each row of C, 64 columns at a time, reads op(B)'s rows where
+ * they lie. The same FMAs in the same order as the tiles' (a KC block's terms from zero, the
+ * blocks added to C in order), so the same bits. */
+enum { FEW_ROWS = 3 };
+
+static void few_rows(bool ta, int M, int N, int K, float alpha, const float *A, int lda,
+                     const float *B, int ldb, float beta, float *C, int ldc)
+{
+    __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    bool beta0 = beta == 0.0f;
+    for (int i = 0; i < M; i++)
+        for (int jr = 0; jr < N; jr += 64) {
+            int nr = N - jr < 64 ? N - jr : 64;
+            __mmask16 m[4] = {lanes(nr, 0), lanes(nr, 1), lanes(nr, 2), lanes(nr, 3)};
+            float *c = C + (size_t)i * (size_t)ldc + jr;
+            for (int pc = 0; pc < K; pc += KC) {
+                int kc = K - pc < KC ? K - pc : KC;
+                __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(),
+                                 _mm512_setzero_ps()};
+                for (int k = pc; k < pc + kc; k++) {
+                    __m512 a = _mm512_set1_ps(ta ? A[(size_t)k * (size_t)lda + i]
+                                                 : A[(size_t)i * (size_t)lda + k]);
+                    const float *b = B + (size_t)k * (size_t)ldb + jr;
+                    for (int v = 0; v < 4; v++)
+                        acc[v] = _mm512_fmadd_ps(a, _mm512_maskz_loadu_ps(m[v], b + 16 * v),
+                                                 acc[v]);
+                }
+                for (int v = 0; v < 4; v++)
+                    store_vec(c + 16 * v, acc[v], m[v], va, vb, pc == 0, beta0);
+            }
+        }
+}
+
 static void gemm_avx512(bool ta, bool tb, int M, int N, int K, float alpha, const float *A,
                         int lda, const float *B, int ldb, float beta, float *C, int ldc)
 {
@@ -266,6 +300,10 @@ static void gemm_avx512(bool ta, bool tb, int M, int N, int K, float alpha, cons
         return;
     if (K <= 0) {
         scale_c(M, N, beta, C, ldc);
+        return;
+    }
+    if (M <= FEW_ROWS && !tb) {
+        few_rows(ta, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;
     }
     float panel[KC * NR] __attribute__((aligned(64)));
