@@ -34,7 +34,7 @@ expect_error unknown_command 2 "unknown command 'trian'" trian
 
 # Every command and subcommand: --help prints its usage and exits 0; a flag it does not know is a
 # usage error (exit 2, one line).
-for cmd in train data "data head" convert evaluate inspect launch bench "bench allreduce"; do
+for cmd in train data "data head" convert evaluate inspect export launch bench "bench allreduce"; do
     # shellcheck disable=SC2086
     run "$dtrain" $cmd --help
     name=$(printf '%s' "$cmd" | tr ' ' _)

@@ -1,9 +1,9 @@
 /* Exporting a trained model for serving outside dtrain.
  *
  * An export reads a checkpoint (a model directory's latest, or one file; a parameter-server
- * checkpoint's shard files included) with the feature spec saved beside it, builds the model as
- * evaluation does (saved_model.h), and writes it in a serving format with a description of its
- * inputs and outputs, signature.json, beside it.
+ * checkpoint's shard files included) with the feature spec saved beside it, builds its model
+ * (saved_model.h) with the tables read where they lie in the mapped checkpoint, and writes it in
+ * a serving format with a description of its inputs and outputs, signature.json, beside it.
  *
  * ONNX (the only format so far): a standard ONNX model, opset 13, standard operators only
  * (Gather, ReduceSum, Gemm, MatMul, Conv, MaxPool, BatchNormalization, Softmax, ...), that ONNX

@@ -2,10 +2,11 @@
  * computes what dtrain's forward computes at inference, and signature.json describing its inputs
  * and outputs.
  *
- * The model is built from the checkpoint as evaluation builds it (saved_model.h), so a
- * parameter-server checkpoint's shards come back whole, and its variables are read from the
- * model's own memory: the parameter arena's views by name ("dense_1/kernel"), batch
- * normalisation's moving averages from the state arena, the tables from the model. Each part of
+ * The model is built from the checkpoint mapped read only, as the predictor builds it: its dense
+ * variables copied, its tables read where they lie in the file (a parameter-server checkpoint's
+ * shards assembled, as evaluation does). Its variables are read from there: the parameter
+ * arena's views by name ("dense_1/kernel"), batch normalisation's moving averages from the state
+ * arena, the tables from the model, written to the ONNX file without another copy. Each part of
  * dtrain's forward becomes a few standard operators:
  *   a table lookup        Gather(table, ids)
  *   a weighted sum        Mul by the weights, ReduceSum over the list (the combiners scale the
@@ -810,9 +811,50 @@ static dt_status open_checkpoint(const char *model_dir, const char *checkpoint,
     dt_status st = dt_saved_spec_open(model_dir ? model_dir : dir, sm);
     if (st)
         return st;
-    st = checkpoint ? dt_ckpt_open(checkpoint, c) : dt_ckpt_open_latest(model_dir, o->log, c);
+    st = checkpoint ? dt_ckpt_map(checkpoint, c) : dt_ckpt_map_latest(model_dir, o->log, c);
     if (st == DT_END)
         st = dt_error(DT_ERR_INVALID, "%s: no checkpoint to export", model_dir);
+    return st;
+}
+
+/* The model of checkpoint c with its tables read where they lie in the mapped file, never
+ * copied: a table of 10^8 rows goes from the page cache to the ONNX file. c must stay open while
+ * the model is used. A parameter-server checkpoint's tables, spread over its shard files, are
+ * assembled in memory. */
+static dt_status build_model(const dt_ckpt *c, const dt_saved_spec *sm, dt_model **out)
+{
+    *out = NULL;
+    if (dt_ckpt_is_sharded(c))
+        return dt_saved_model_build(c, sm, 1, NULL, out);
+    dt_model_spec spec;
+    dt_model *m = NULL;
+    dt_status st = dt_saved_model_spec(c, sm, &spec);
+    if (st || (st = dt_model_create(&spec, 1, NULL, NULL, &m)) ||
+        (st = dt_ckpt_restore_arena(c, dt_model_params(m))) ||
+        (dt_model_state(m)->n_views > 0 && (st = dt_ckpt_restore_arena(c, dt_model_state(m)))))
+        goto fail;
+    for (int i = 0; i < dt_model_num_tables(m); i++) {
+        const dt_table *t = dt_model_table(m, i);
+        const dt_ckpt_tensor *x = dt_ckpt_find(c, t->name);
+        if (!x) {
+            st = dt_error(DT_ERR_FORMAT, "%s: no tensor %s (the model's table)", dt_ckpt_path(c),
+                          t->name);
+            goto fail;
+        }
+        if (strcmp(x->dtype, "F32") != 0 || x->n_dims != 2 || x->dims[0] != t->rows ||
+            x->dims[1] != t->dim) {
+            st = dt_error(DT_ERR_FORMAT, "%s: tensor %s: %s of %d dimensions, the model's table "
+                          "is F32 [%lld, %d]", dt_ckpt_path(c), t->name, x->dtype, x->n_dims,
+                          (long long)t->rows, t->dim);
+            goto fail;
+        }
+        if ((st = dt_model_borrow_table(m, i, x->data)))
+            goto fail;
+    }
+    *out = m;
+    return DT_OK;
+fail:
+    dt_model_destroy(m);
     return st;
 }
 
@@ -927,7 +969,7 @@ dt_status dt_export_onnx(const char *model_dir, const char *checkpoint,
     char dir[4096], data_path[4100], sig_path[4200];
     const char *base = split_path(o->out, dir, sizeof dir);
     dt_status st = open_checkpoint(model_dir, checkpoint, o, &sm, &c);
-    if (st || (st = dt_saved_model_build(c, &sm, 1, NULL, &x.m)) || (st = make_dirs(dir)))
+    if (st || (st = build_model(c, &sm, &x.m)) || (st = make_dirs(dir)))
         goto done;
     res.step = dt_saved_model_step(c);
     snprintf(res.checkpoint, sizeof res.checkpoint, "%s", dt_ckpt_path(c));
@@ -947,9 +989,6 @@ dt_status dt_export_onnx(const char *model_dir, const char *checkpoint,
     }
     model_kind(x.spec, x.spec_json, res.model_kind, sizeof res.model_kind);
     describe_model(&x, c, res.step, res.model_kind, base);
-    /* The checkpoint's bytes are the model's now: free them before the model is written. */
-    dt_ckpt_close(c);
-    c = NULL;
     snprintf(data_path, sizeof data_path, "%s.data", o->out);
     char location[4100];
     snprintf(location, sizeof location, "%s.data", base);

@@ -3,8 +3,8 @@
  * build time. The exporters call these functions and never see a protobuf structure.
  *
  * Every string and array lives in the builder's own memory until og_destroy. An initializer's
- * data is borrowed (not copied) until og_write, so a table is written from the model's memory
- * as it is; a tensor over the external-data threshold is written to the data file at once, and
+ * data is borrowed (not copied) until og_write, so a table is written from where the model
+ * reads it (a mapped checkpoint) as it is; a tensor over the external-data threshold is written to the data file at once, and
  * borrowed only for the call. Failures (memory, the data file) are remembered and returned by
  * og_write, so a graph is built without a check after each call; the names returned after a
  * failure are placeholders. */
