@@ -12,7 +12,7 @@
  *   sequential models    input (float [N, H, W, C]): NHWC images as dtrain's pipeline gives them
  *   feature-spec models  per categorical column c the model reads, "c:ids" (int64 [N, L]) and
  *                        "c:weights" (float [N, L], 0 on padding); per numeric column c,
- *                        "c" (float [N, shape]): raw values, the normalizer applied in the graph
+ *                        "c:values" (float [N, shape]): raw values, normalized in the graph
  * and "logits" with "probability" (binary: the sigmoid), "probabilities" (multiclass: the
  * softmax) or "value" (regression). Everything a model reads before its ids (hashing,
  * vocabularies, crosses, bucketizing) stays outside the graph and is described, value for

@@ -573,7 +573,7 @@ static const char *normalize(exporter *x, const cJSON *col, const char *v)
 }
 
 /* Dense values [off, off + width) of a transformed row: a numeric column's normalized values
- * (its input "c" made on first use), or a slice of them. */
+ * (its input "c:values" made on first use), or a slice of them. */
 static const char *dense_values(exporter *x, int off, int width)
 {
     int n = dt_features_num_columns(x->f);
@@ -583,15 +583,17 @@ static const char *dense_values(exporter *x, int off, int width)
             continue;
         if (!x->numeric[i]) {
             const char *cname = dt_features_column_name(x->f, i);
+            char in_name[DT_FEATURE_NAME_CAP + 16];
+            snprintf(in_name, sizeof in_name, "%s:values", cname);
             int64_t dims[2] = {-1, w};
             const char *names[2] = {"N", NULL};
-            cJSON *e = add_input(x, cname, OG_FLOAT, 2, dims, names);
+            cJSON *e = add_input(x, in_name, OG_FLOAT, 2, dims, names);
             cJSON_AddStringToObject(e, "column", cname);
             cJSON_AddStringToObject(e, "role", "values");
             cJSON_AddItemToObject(e, "transform", describe_column(x, cname, 0));
             cJSON_AddBoolToObject(e, "normalizer_in_graph", true);
             og_scope(x->g, cname);
-            x->numeric[i] = normalize(x, spec_column(x, cname), og_str(x->g, cname));
+            x->numeric[i] = normalize(x, spec_column(x, cname), og_str(x->g, in_name));
             og_scope(x->g, NULL);
         }
         if (off == d && width == w)
