@@ -10,8 +10,9 @@ set -euo pipefail
 mkdir -p "$1"
 cache=$(cd "$1" && pwd)
 pkg="onnxruntime-node${DTRAIN_ORT_VERSION:+@$DTRAIN_ORT_VERSION}"
-how="install Node.js with npm (Debian: apt-get install nodejs npm; NodeSource's nodejs package
-includes npm), then run: $0 $cache"
+how="to install it: (cd $cache && npm install --ignore-scripts onnxruntime-node), with node and
+npm from Debian's nodejs and npm packages (NodeSource's nodejs includes npm) and the npm registry
+(or a mirror) reachable; then run the tests again"
 
 loads() {
     node -e "require('$cache/node_modules/onnxruntime-node')" > /dev/null 2>&1
