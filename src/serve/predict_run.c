@@ -88,6 +88,12 @@ static bool text_json_string(text *t, const char *s, size_t n)
     return ok && text_add(t, "\"", 1);
 }
 
+/* The output as messages name it. */
+static const char *out_name(const dt_predict_run_options *o)
+{
+    return o->out && strcmp(o->out, "-") != 0 ? o->out : "stdout";
+}
+
 typedef struct run run;
 
 struct run {
@@ -238,7 +244,7 @@ static bool write_in_turn(run *r, uint64_t seq, const text *t, int rows)
     bool ok = !r->err;
     if (ok && t->n > 0 && fwrite(t->p, 1, t->n, r->out) != t->n) {
         r->err = DT_ERR_IO;
-        snprintf(r->msg, sizeof r->msg, "%s: write: %s", r->o->out ? r->o->out : "stdout",
+        snprintf(r->msg, sizeof r->msg, "%s: write: %s", out_name(r->o),
                  strerror(errno));
         ok = false;
     }
@@ -441,7 +447,7 @@ dt_status dt_predict_run(const dt_predict_run_options *o, dt_predict_run_result 
     if (o->format == DT_PREDICT_NPY) {
         npy_header(header, 0, r.cols);
         if (fwrite(header, 1, NPY_HEADER, r.out) != NPY_HEADER) {
-            st = dt_error(DT_ERR_IO, "%s: write: %s", o->out ? o->out : "stdout",
+            st = dt_error(DT_ERR_IO, "%s: write: %s", out_name(o),
                           strerror(errno));
             goto fail;
         }
@@ -455,10 +461,10 @@ dt_status dt_predict_run(const dt_predict_run_options *o, dt_predict_run_result 
         if (fflush(r.out) != 0 || fseek(r.out, 0, SEEK_SET) != 0 ||
             fwrite(header, 1, NPY_HEADER, r.out) != NPY_HEADER)
             st = dt_error(DT_ERR_IO, "%s: the npy header: %s (npy needs --out FILE, seekable)",
-                          o->out ? o->out : "stdout", strerror(errno));
+                          out_name(o), strerror(errno));
     }
     if (st == DT_OK && (fflush(r.out) != 0 || ferror(r.out)))
-        st = dt_error(DT_ERR_IO, "%s: write failed", o->out ? o->out : "stdout");
+        st = dt_error(DT_ERR_IO, "%s: write failed", out_name(o));
 fail:
     if (to_close && fclose(r.out) != 0 && st == DT_OK)
         st = dt_error(DT_ERR_IO, "%s: close: %s", o->out, strerror(errno));
