@@ -19,9 +19,10 @@ int cmd_export(int argc, char **argv)
          "feature spec", &model_dir, false},
         {"checkpoint", FLAG_STRING, NULL, "this checkpoint file instead (its directory holds the "
          "feature spec, if any)", &checkpoint, false},
-        {"format", FLAG_STRING, NULL, "the format to write: onnx", &format, false},
-        {"out", FLAG_STRING, NULL, "the model file to write; signature.json goes beside it",
-         &out, false},
+        {"format", FLAG_STRING, NULL, "the format to write: onnx (a standard ONNX model), or "
+         "dtrain (a directory the C predictor and dtrain predict open)", &format, false},
+        {"out", FLAG_STRING, NULL, "onnx: the model file to write, signature.json beside it; "
+         "dtrain: the directory to write", &out, false},
         {"external-data-threshold", FLAG_INT64, threshold_def, "tensors of more bytes go to "
          "OUT.data (ONNX external data) rather than into OUT", &threshold, false},
         {"help", FLAG_BOOL, "false", "this text", &help, false},
@@ -30,10 +31,13 @@ int cmd_export(int argc, char **argv)
     if (flags_parse(flags, n_flags, argc, argv))
         return cli_fail(2, dt_last_error());
     if (help) {
-        printf("usage: dtrain export --model-dir DIR | --checkpoint FILE --format %s --out FILE\n\n"
+        printf("usage: dtrain export --model-dir DIR | --checkpoint FILE --format onnx|dtrain "
+               "--out PATH\n\n"
                "Writes a trained model for serving: a standard ONNX model (opset 13) and\n"
-               "signature.json, which describes its inputs and outputs, in FILE's directory.\n\n"
-               "flags:\n", dt_export_format_names());
+               "signature.json, which describes its inputs and outputs, in PATH's directory;\n"
+               "or, with --format dtrain, the directory PATH with the model's variables alone\n"
+               "(model.safetensors), its feature spec and signature.json.\n\n"
+               "flags:\n");
         flags_print_help(flags, n_flags, stdout);
         return 0;
     }
@@ -60,6 +64,11 @@ int cmd_export(int argc, char **argv)
     dt_export_result r;
     if (dt_export(model_dir, checkpoint, &o, &r) != DT_OK)
         return cli_fail(1, dt_last_error());
+    if (o.format == DT_EXPORT_DTRAIN) {
+        printf("Exported %s (%s, step %" PRId64 ") to %s; inputs and outputs in %s\n",
+               r.checkpoint, r.model_kind, r.step, out, r.signature);
+        return 0;
+    }
     printf("Exported %s (%s, step %" PRId64 ") to %s: %" PRIu64 " bytes, %d nodes, %d "
            "initializers", r.checkpoint, r.model_kind, r.step, out, r.model_bytes, r.n_nodes,
            r.n_initializers);

@@ -282,7 +282,7 @@ else
 fi
 
 # --- bad exports: one line each ---
-expect_error onnx_wrong_format_lists_the_formats 2 "unknown format 'tflite' (formats: onnx)" \
+expect_error onnx_wrong_format_lists_the_formats 2 "unknown format 'tflite' (formats: onnx, dtrain)" \
     export --model-dir "$tmp/m_lr" --format tflite --out "$tmp/x.onnx"
 expect_error onnx_needs_a_model 2 "give --model-dir DIR or --checkpoint FILE" \
     export --format onnx --out "$tmp/x.onnx"

@@ -150,6 +150,26 @@ else
     fail predict_ps_checkpoint_scores_as_one_device "exit $pst/$status: $(ls "$tmp/ps" | tr '\n' ' ') $(head -c 300 "$tmp/err")"
 fi
 
+# --- dtrain's own export: the variables alone, the ps checkpoint's tables whole, the same tensors
+# as one_device's, and the same scores from the exported directory ---
+run "$dtrain" export --model-dir "$tmp/one" --format dtrain --out "$tmp/one_x"
+s1=$status
+run "$dtrain" export --model-dir "$tmp/ps" --format dtrain --out "$tmp/ps_x"
+s2=$status
+"$dtrain" inspect "$tmp/one_x/model.safetensors" | grep -v "^ \|safetensors:" > "$tmp/one_x.t" 2>&1
+"$dtrain" inspect "$tmp/ps_x/model.safetensors" | grep -v "^ \|safetensors:" > "$tmp/ps_x.t" 2>&1
+run "$dtrain" predict --model-dir "$tmp/ps_x" --data "csv:$tmp/test.csv" --out "$tmp/ps_x.tsv"
+ck=$(ls "$tmp/one"/ckpt-*.safetensors | head -1)
+if [ "$s1" -eq 0 ] && [ "$s2" -eq 0 ] && [ "$status" -eq 0 ] && [ -s "$tmp/one_x.t" ] &&
+    cmp -s "$tmp/one_x.t" "$tmp/ps_x.t" && cmp -s "$tmp/ps_x.tsv" "$tmp/p1.tsv" &&
+    [ -f "$tmp/ps_x/feature_spec.json" ] && [ -f "$tmp/ps_x/signature.json" ] &&
+    ! grep -q "adagrad\|ftrl\|adam" "$tmp/one_x.t" &&
+    [ "$(stat -c %s "$tmp/one_x/model.safetensors")" -lt "$(stat -c %s "$ck")" ]; then
+    ok predict_export_dtrain_of_ps_equals_one_device "$(wc -l < "$tmp/one_x.t") tensors"
+else
+    fail predict_export_dtrain_of_ps_equals_one_device "exit $s1/$s2/$status: $(diff "$tmp/one_x.t" "$tmp/ps_x.t" | head -3) $(head -c 300 "$tmp/err")"
+fi
+
 # --- built-in deepfm on libsvm: the log loss is evaluate's; the label kept ---
 "$dtrain" data gen-ctr --rows 3000 --seed 3 --format libsvm --out "$tmp/ctr.libsvm" > "$tmp/gen" 2>&1
 fs=$(sed -n 's/.*feature_size=\([0-9]*\).*/\1/p' "$tmp/gen")

@@ -5,7 +5,7 @@
  * (saved_model.h) with the tables read where they lie in the mapped checkpoint, and writes it in
  * a serving format with a description of its inputs and outputs, signature.json, beside it.
  *
- * ONNX (the only format so far): a standard ONNX model, opset 13, standard operators only
+ * ONNX: a standard ONNX model, opset 13, standard operators only
  * (Gather, ReduceSum, Gemm, MatMul, Conv, MaxPool, BatchNormalization, Softmax, ...), that ONNX
  * Runtime and other engines score as dtrain does. What the graph takes and gives, per model:
  *   lr, fm, deepfm       ids (int64 [N, F]) and values (float [N, F]): an example's F fields
@@ -31,12 +31,15 @@
 
 typedef enum {
     DT_EXPORT_ONNX = 0,
+    DT_EXPORT_DTRAIN, /* a directory the C predictor (predict.h) and dtrain predict open: the
+                         model's variables without the optimizer's slots (model.safetensors),
+                         the adapted feature_spec.json, and signature.json */
 } dt_export_format;
 
 typedef struct {
     dt_export_format format;
-    const char *out;                   /* the model file ("model.onnx"); signature.json is
-                                          written into its directory */
+    const char *out;                   /* onnx: the model file ("model.onnx"), signature.json
+                                          written into its directory; dtrain: the directory */
     /* Tensors of more bytes than this are written to "<out>.data" (ONNX external data, each at
      * an offset that is a multiple of 4096) instead of into the model file; so is any tensor
      * that would take the model file's tensors past 1.75 GiB. */

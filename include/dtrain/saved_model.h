@@ -41,6 +41,14 @@ dt_status dt_saved_model_spec(const dt_ckpt *c, const dt_saved_spec *s, dt_model
 dt_status dt_saved_model_build(const dt_ckpt *c, const dt_saved_spec *s, int max_batch,
                                dt_pool *pool, dt_model **out);
 
+/* The same for a model that only runs forwards, with its tables read where they lie in c's
+ * data (a mapped checkpoint's file: dt_ckpt_map), never copied, and only its dense variables
+ * copied: c must stay open while the model is used. A parameter-server checkpoint's tables,
+ * spread over its shard files, are assembled in the model's memory as dt_saved_model_build
+ * does. DT_ERR_FORMAT naming the file and tensor for a table missing or of another shape. */
+dt_status dt_saved_model_map(const dt_ckpt *c, const dt_saved_spec *s, int max_batch,
+                             dt_model **out);
+
 /* The global step of a checkpoint: its global_step metadata, else the step in its file name,
  * else -1. */
 int64_t dt_saved_model_step(const dt_ckpt *c);

@@ -3,8 +3,14 @@
  * name in dt_export_format_names. */
 #include "dtrain/export.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+
+#include "dtrain/fileio.h"
+#include "export_int.h"
 
 void dt_export_options_default(dt_export_options *o)
 {
@@ -23,11 +29,12 @@ static const struct {
     export_fn fn;
 } formats[] = {
     {"onnx", DT_EXPORT_ONNX, dt_export_onnx},
+    {"dtrain", DT_EXPORT_DTRAIN, dt_export_dtrain},
 };
 #define N_FORMATS (int)(sizeof formats / sizeof formats[0])
 
 /* The names of the rows above, for usage texts and messages. */
-const char *dt_export_format_names(void) { return "onnx"; }
+const char *dt_export_format_names(void) { return "onnx, dtrain"; }
 
 dt_status dt_export_format_parse(const char *name, dt_export_format *out)
 {
@@ -48,4 +55,71 @@ dt_status dt_export(const char *model_dir, const char *checkpoint, const dt_expo
             return formats[i].fn(model_dir, checkpoint, o, result);
     return dt_error(DT_ERR_INVALID, "export: format %d is not one of %s", (int)o->format,
                     dt_export_format_names());
+}
+
+/* ---- Shared by the formats ---- */
+
+dt_status dt_export_open(const char *model_dir, const char *checkpoint,
+                         const dt_export_options *o, dt_saved_spec *sm, dt_ckpt **c)
+{
+    char dir[4200];
+    if (!model_dir)
+        dt_saved_checkpoint_dir(checkpoint, dir, sizeof dir);
+    dt_status st = dt_saved_spec_open(model_dir ? model_dir : dir, sm);
+    if (st)
+        return st;
+    st = checkpoint ? dt_ckpt_map(checkpoint, c) : dt_ckpt_map_latest(model_dir, o->log, c);
+    if (st == DT_END)
+        st = dt_error(DT_ERR_INVALID, "%s: no checkpoint to export", model_dir);
+    return st;
+}
+
+dt_status dt_export_make_dirs(const char *dir)
+{
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", dir);
+    for (char *p = buf + 1;; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char c = *p;
+        *p = '\0';
+        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+            return dt_error(DT_ERR_IO, "%s: cannot create the directory: %s", buf,
+                            strerror(errno));
+        *p = c;
+        if (c == '\0')
+            return DT_OK;
+    }
+}
+
+const char *dt_export_split_path(const char *path, char *dir, size_t cap)
+{
+    const char *slash = strrchr(path, '/');
+    dt_saved_checkpoint_dir(path, dir, cap);
+    return slash ? slash + 1 : path;
+}
+
+const char *dt_export_model_kind(const dt_model_spec *s, const cJSON *spec_json, char *buf,
+                                 size_t cap)
+{
+    if (s->arch != DT_ARCH_COLUMNS) {
+        snprintf(buf, cap, "%s", dt_arch_name(s->arch));
+        return buf;
+    }
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(spec_json, "model");
+    const char *t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "type"));
+    snprintf(buf, cap, "columns:%s", t ? t : "?");
+    return buf;
+}
+
+dt_status dt_export_write_json(const char *path, const cJSON *obj)
+{
+    char *text = cJSON_Print(obj);
+    if (!text)
+        return dt_error(DT_ERR_NOMEM, "%s: no memory for its JSON", path);
+    size_t n = strlen(text);
+    text[n] = '\n'; /* the terminator becomes the final newline */
+    dt_status st = dt_file_write_atomic(path, (dt_file_part[]){{text, n + 1}}, 1);
+    free(text);
+    return st;
 }

@@ -33,9 +33,10 @@
 #include "dtrain/fileio.h"
 #include "dtrain/model.h"
 #include "dtrain/saved_model.h"
+#include "export_int.h"
 #include "onnx_graph.h"
 
-#define SIGNATURE_FILE "signature.json"
+
 
 typedef struct {
     og_graph *g;
@@ -804,102 +805,6 @@ static void columns_graph(exporter *x)
 
 /* ---- The export ---- */
 
-static dt_status open_checkpoint(const char *model_dir, const char *checkpoint,
-                                 const dt_export_options *o, dt_saved_spec *sm, dt_ckpt **c)
-{
-    char dir[4200];
-    if (!model_dir)
-        dt_saved_checkpoint_dir(checkpoint, dir, sizeof dir);
-    dt_status st = dt_saved_spec_open(model_dir ? model_dir : dir, sm);
-    if (st)
-        return st;
-    st = checkpoint ? dt_ckpt_map(checkpoint, c) : dt_ckpt_map_latest(model_dir, o->log, c);
-    if (st == DT_END)
-        st = dt_error(DT_ERR_INVALID, "%s: no checkpoint to export", model_dir);
-    return st;
-}
-
-/* The model of checkpoint c with its tables read where they lie in the mapped file, never
- * copied: a table of 10^8 rows goes from the page cache to the ONNX file. c must stay open while
- * the model is used. A parameter-server checkpoint's tables, spread over its shard files, are
- * assembled in memory. */
-static dt_status build_model(const dt_ckpt *c, const dt_saved_spec *sm, dt_model **out)
-{
-    *out = NULL;
-    if (dt_ckpt_is_sharded(c))
-        return dt_saved_model_build(c, sm, 1, NULL, out);
-    dt_model_spec spec;
-    dt_model *m = NULL;
-    dt_status st = dt_saved_model_spec(c, sm, &spec);
-    if (st || (st = dt_model_create(&spec, 1, NULL, NULL, &m)) ||
-        (st = dt_ckpt_restore_arena(c, dt_model_params(m))) ||
-        (dt_model_state(m)->n_views > 0 && (st = dt_ckpt_restore_arena(c, dt_model_state(m)))))
-        goto fail;
-    for (int i = 0; i < dt_model_num_tables(m); i++) {
-        const dt_table *t = dt_model_table(m, i);
-        const dt_ckpt_tensor *x = dt_ckpt_find(c, t->name);
-        if (!x) {
-            st = dt_error(DT_ERR_FORMAT, "%s: no tensor %s (the model's table)", dt_ckpt_path(c),
-                          t->name);
-            goto fail;
-        }
-        if (strcmp(x->dtype, "F32") != 0 || x->n_dims != 2 || x->dims[0] != t->rows ||
-            x->dims[1] != t->dim) {
-            st = dt_error(DT_ERR_FORMAT, "%s: tensor %s: %s of %d dimensions, the model's table "
-                          "is F32 [%lld, %d]", dt_ckpt_path(c), t->name, x->dtype, x->n_dims,
-                          (long long)t->rows, t->dim);
-            goto fail;
-        }
-        if ((st = dt_model_borrow_table(m, i, x->data)))
-            goto fail;
-    }
-    *out = m;
-    return DT_OK;
-fail:
-    dt_model_destroy(m);
-    return st;
-}
-
-static const char *model_kind(const dt_model_spec *s, const cJSON *spec_json, char *buf,
-                              size_t cap)
-{
-    if (s->arch != DT_ARCH_COLUMNS) {
-        snprintf(buf, cap, "%s", dt_arch_name(s->arch));
-        return buf;
-    }
-    const cJSON *m = cJSON_GetObjectItemCaseSensitive(spec_json, "model");
-    const char *t = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(m, "type"));
-    snprintf(buf, cap, "columns:%s", t ? t : "?");
-    return buf;
-}
-
-/* Creates dir and its parents where missing, as a model directory is created. */
-static dt_status make_dirs(const char *dir)
-{
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", dir);
-    for (char *p = buf + 1;; p++) {
-        if (*p != '/' && *p != '\0')
-            continue;
-        char c = *p;
-        *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-            return dt_error(DT_ERR_IO, "%s: cannot create the directory: %s", buf,
-                            strerror(errno));
-        *p = c;
-        if (c == '\0')
-            return DT_OK;
-    }
-}
-
-/* The base name of path, and its directory ("." for none) into dir. */
-static const char *split_path(const char *path, char *dir, size_t cap)
-{
-    const char *slash = strrchr(path, '/');
-    dt_saved_checkpoint_dir(path, dir, cap);
-    return slash ? slash + 1 : path;
-}
-
 static void describe_model(exporter *x, const dt_ckpt *c, int64_t step, const char *kind,
                            const char *model_file)
 {
@@ -967,11 +872,11 @@ dt_status dt_export_onnx(const char *model_dir, const char *checkpoint,
     dt_saved_spec sm;
     memset(&sm, 0, sizeof sm);
     dt_ckpt *c = NULL;
-    char *spec_text = NULL, *sig_text = NULL;
+    char *spec_text = NULL;
     char dir[4096], data_path[4100], sig_path[4200];
-    const char *base = split_path(o->out, dir, sizeof dir);
-    dt_status st = open_checkpoint(model_dir, checkpoint, o, &sm, &c);
-    if (st || (st = build_model(c, &sm, &x.m)) || (st = make_dirs(dir)))
+    const char *base = dt_export_split_path(o->out, dir, sizeof dir);
+    dt_status st = dt_export_open(model_dir, checkpoint, o, &sm, &c);
+    if (st || (st = dt_saved_model_map(c, &sm, 1, &x.m)) || (st = dt_export_make_dirs(dir)))
         goto done;
     res.step = dt_saved_model_step(c);
     snprintf(res.checkpoint, sizeof res.checkpoint, "%s", dt_ckpt_path(c));
@@ -989,7 +894,7 @@ dt_status dt_export_onnx(const char *model_dir, const char *checkpoint,
             goto done;
         }
     }
-    model_kind(x.spec, x.spec_json, res.model_kind, sizeof res.model_kind);
+    dt_export_model_kind(x.spec, x.spec_json, res.model_kind, sizeof res.model_kind);
     describe_model(&x, c, res.step, res.model_kind, base);
     snprintf(data_path, sizeof data_path, "%s.data", o->out);
     char location[4100];
@@ -1028,7 +933,7 @@ dt_status dt_export_onnx(const char *model_dir, const char *checkpoint,
     snprintf(step, sizeof step, "%" PRId64, res.step);
     og_meta(x.g, "dtrain.model", res.model_kind);
     og_meta(x.g, "dtrain.global_step", step);
-    og_meta(x.g, "dtrain.signature", SIGNATURE_FILE);
+    og_meta(x.g, "dtrain.signature", DT_EXPORT_SIGNATURE_FILE);
     og_doc(x.g, "Exported by dtrain export --format onnx; signature.json beside this file "
                 "describes the inputs and outputs.");
     if ((st = og_write(x.g, o->out)))
@@ -1041,19 +946,12 @@ dt_status dt_export_onnx(const char *model_dir, const char *checkpoint,
     if (gs.n_external > 0)
         snprintf(res.data_file, sizeof res.data_file, "%s", data_path);
     cJSON_AddStringToObject(x.sig, "external_data", gs.n_external > 0 ? location : "");
-    snprintf(sig_path, sizeof sig_path, "%s/%s", dir, SIGNATURE_FILE);
-    if (!(sig_text = cJSON_Print(x.sig))) {
-        st = dt_error(DT_ERR_NOMEM, "no memory for the signature");
-        goto done;
-    }
-    size_t n = strlen(sig_text);
-    sig_text[n] = '\n'; /* the terminator becomes the final newline */
-    st = dt_file_write_atomic(sig_path, (dt_file_part[]){{sig_text, n + 1}}, 1);
+    snprintf(sig_path, sizeof sig_path, "%s/%s", dir, DT_EXPORT_SIGNATURE_FILE);
+    st = dt_export_write_json(sig_path, x.sig);
     snprintf(res.signature, sizeof res.signature, "%s", sig_path);
 done:
     if (r)
         *r = res;
-    free(sig_text);
     free(spec_text);
     cJSON_Delete(x.sig);
     cJSON_Delete(x.spec_json);

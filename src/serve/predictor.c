@@ -89,49 +89,16 @@ static dt_status map_checkpoint(const char *path, FILE *log, dt_ckpt **c, char *
     return dt_ckpt_map_latest(path, log, c);
 }
 
-/* The master's tables read where they lie in the mapping. */
-static dt_status borrow_tables(dt_predictor *p)
+/* Asks the kernel to read the mapped tables ahead, so a first request waits for no disk. */
+static void populate_tables(const dt_predictor *p)
 {
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     for (int i = 0; i < dt_model_num_tables(p->master); i++) {
         const dt_table *t = dt_model_table(p->master, i);
-        const dt_ckpt_tensor *x = dt_ckpt_find(p->ckpt, t->name);
-        if (!x)
-            return dt_error(DT_ERR_FORMAT, "%s: no tensor %s (the model's table)",
-                            dt_ckpt_path(p->ckpt), t->name);
-        if (strcmp(x->dtype, "F32") != 0 || x->n_dims != 2 || x->dims[0] != t->rows ||
-            x->dims[1] != t->dim)
-            return dt_error(DT_ERR_FORMAT, "%s: tensor %s: %s of %d dimensions, the model's table "
-                            "is F32 [%lld, %d]", dt_ckpt_path(p->ckpt), t->name, x->dtype,
-                            x->n_dims, (long long)t->rows, t->dim);
-        if (p->opts.populate) {
-            uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)x->data;
-            uintptr_t lo = a & ~(page - 1);
-            madvise((void *)lo, x->n_bytes + (a - lo), MADV_WILLNEED);
-        }
-        dt_status st = dt_model_borrow_table(p->master, i, x->data);
-        if (st)
-            return st;
+        uintptr_t a = (uintptr_t)t->data, lo = a & ~(page - 1);
+        madvise((void *)lo, (size_t)t->rows * (size_t)t->dim * sizeof(float) + (a - lo),
+                MADV_WILLNEED);
     }
-    return DT_OK;
-}
-
-/* The master: built and restored whole from a sharded checkpoint; otherwise its dense
- * variables copied and its tables mapped. */
-static dt_status build_master(dt_predictor *p)
-{
-    const dt_ckpt *c = p->ckpt;
-    if (dt_ckpt_is_sharded(c))
-        return dt_saved_model_build(c, &p->spec, p->opts.max_batch, NULL, &p->master);
-    dt_model_spec spec;
-    dt_status st = dt_saved_model_spec(c, &p->spec, &spec);
-    if (st || (st = dt_model_create(&spec, p->opts.max_batch, NULL, NULL, &p->master)))
-        return st;
-    if ((st = dt_ckpt_restore_arena(c, dt_model_params(p->master))))
-        return st;
-    if (dt_model_state(p->master)->n_views > 0 &&
-        (st = dt_ckpt_restore_arena(c, dt_model_state(p->master))))
-        return st;
-    return borrow_tables(p);
 }
 
 dt_status dt_predictor_open(const char *path, const dt_predictor_options *o, dt_predictor **out)
@@ -153,8 +120,10 @@ dt_status dt_predictor_open(const char *path, const dt_predictor_options *o, dt_
     char dir[4400];
     if ((st = map_checkpoint(path, p->opts.log, &p->ckpt, dir, sizeof dir)) ||
         (st = check_format(p->ckpt)) || (st = dt_saved_spec_open(dir, &p->spec)) ||
-        (st = build_master(p)))
+        (st = dt_saved_model_map(p->ckpt, &p->spec, p->opts.max_batch, &p->master)))
         goto fail;
+    if (p->opts.populate && !dt_ckpt_is_sharded(p->ckpt))
+        populate_tables(p);
     if (p->spec.features)
         dt_features_set_unlabeled(p->spec.features, true);
     p->head = head_of(dt_model_spec_of(p->master));

@@ -88,6 +88,47 @@ dt_status dt_saved_model_build(const dt_ckpt *c, const dt_saved_spec *s, int max
     return DT_OK;
 }
 
+/* Model m's tables read from c's tensors of the same names. */
+static dt_status borrow_tables(const dt_ckpt *c, dt_model *m)
+{
+    for (int i = 0; i < dt_model_num_tables(m); i++) {
+        const dt_table *t = dt_model_table(m, i);
+        const dt_ckpt_tensor *x = dt_ckpt_find(c, t->name);
+        if (!x)
+            return dt_error(DT_ERR_FORMAT, "%s: no tensor %s (the model's table)",
+                            dt_ckpt_path(c), t->name);
+        if (strcmp(x->dtype, "F32") != 0 || x->n_dims != 2 || x->dims[0] != t->rows ||
+            x->dims[1] != t->dim)
+            return dt_error(DT_ERR_FORMAT, "%s: tensor %s: %s of %d dimensions, the model's table "
+                            "is F32 [%lld, %d]", dt_ckpt_path(c), t->name, x->dtype, x->n_dims,
+                            (long long)t->rows, t->dim);
+        dt_status st = dt_model_borrow_table(m, i, x->data);
+        if (st)
+            return st;
+    }
+    return DT_OK;
+}
+
+dt_status dt_saved_model_map(const dt_ckpt *c, const dt_saved_spec *s, int max_batch,
+                             dt_model **out)
+{
+    *out = NULL;
+    if (dt_ckpt_is_sharded(c))
+        return dt_saved_model_build(c, s, max_batch, NULL, out);
+    dt_model_spec spec;
+    dt_model *m = NULL;
+    dt_status st = dt_saved_model_spec(c, s, &spec);
+    if (st || (st = dt_model_create(&spec, max_batch, NULL, NULL, &m)) ||
+        (st = dt_ckpt_restore_arena(c, dt_model_params(m))) ||
+        (dt_model_state(m)->n_views > 0 && (st = dt_ckpt_restore_arena(c, dt_model_state(m)))) ||
+        (st = borrow_tables(c, m))) {
+        dt_model_destroy(m);
+        return st;
+    }
+    *out = m;
+    return DT_OK;
+}
+
 int64_t dt_saved_model_step(const dt_ckpt *c)
 {
     const char *v = dt_ckpt_meta_get(c, "global_step");
