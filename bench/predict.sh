@@ -28,7 +28,9 @@ die() { echo "bench/predict.sh: error: $*" >&2; exit 1; }
 make -s -C "$root" BUILD="$build" "$build/bench/predict_bench" > /dev/null
 command -v node > /dev/null || die "node is missing (apt-get install nodejs)"
 if [ -z "${ORT_DIR:-}" ]; then
-    ORT_DIR=$(bash "$root/scripts/onnxruntime.sh" "$build") || die "onnxruntime-node: not installed"
+    cache=$(bash "$root/scripts/onnxruntime.sh" "$build/onnxruntime") ||
+        die "onnxruntime-node: not installed"
+    ORT_DIR=$cache/node_modules/onnxruntime-node
 fi
 work=$(mktemp -d /tmp/dtrain-predict-bench-XXXXXX)
 holders=()

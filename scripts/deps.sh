@@ -10,6 +10,12 @@ list="$here/deps/packages.txt"
 wanted=()
 while read -r pkg groups; do
     case "$pkg" in ''|'#'*) continue ;; esac
+    # A word "!CMD" after the groups: the package is not needed where the command CMD exists
+    # already (npm, which some Node.js packages carry and Debian's npm package would conflict
+    # with).
+    for g in $groups; do
+        case "$g" in '!'*) command -v "${g#!}" > /dev/null 2>&1 && continue 2 ;; esac
+    done
     for g in $groups; do
         for want in "$@"; do
             if [ "$g" = "$want" ]; then wanted+=("$pkg"); continue 3; fi
