@@ -60,12 +60,15 @@ echo "checkpoint $(du -h "$ckpt" | cut -f1) (tables and Adam's slots), ONNX $(du
 echo "== throughput, batch 256, 1 thread, and latency, batch 1 ($repeat rounds, interleaved)"
 for r in $(seq "$repeat"); do
     "$build/bench/predict_bench" throughput "$ckpt" 256 "$secs" | tee -a "$work/c_tp"
+    PREDICT_PRIVATE_TABLES=1 "$build/bench/predict_bench" throughput "$ckpt" 256 "$secs" \
+        | tee -a "$work/c_tp_private"
     "$build/bench/predict_bench" latency "$ckpt" 20000 | tee -a "$work/c_lat"
     node "$here/peers/ort_deepfm.js" "$ORT_DIR" "$work/onnx/model.onnx" "$fs" 39 256 "$secs" 20000 \
         | tee -a "$work/ort"
 done
 c_tp=$(field rows_per_s < "$work/c_tp" | median)
 o_tp=$(grep batch=256 "$work/ort" | field rows_per_s | median)
+c_tpp=$(field rows_per_s < "$work/c_tp_private" | median)
 c50=$(field p50_us < "$work/c_lat" | median); c99=$(field p99_us < "$work/c_lat" | median)
 o50=$(grep batch=1 "$work/ort" | field p50_us | median)
 o99=$(grep batch=1 "$work/ort" | field p99_us | median)
@@ -112,6 +115,7 @@ echo "== summary"
 echo "C predictor batch 256, 1 thread:   $c_tp rows/s ($(sed -n 's/.*gemm=\([a-z0-9]*\).*/\1/p' "$work/c_tp" | head -1) kernel)"
 echo "ONNX Runtime batch 256, 1 thread:  $o_tp rows/s"
 python3 -c "print('ratio C predictor / ONNX Runtime: %.2fx (goal >= 2)' % ($c_tp / $o_tp))"
+python3 -c "print('C predictor with private_tables (copied, huge pages): $c_tpp rows/s, %.2fx ONNX Runtime' % ($c_tpp / $o_tp))"
 echo "latency batch 1: C predictor p50 $c50 us p99 $c99 us; ONNX Runtime (through Node) p50 $o50 us p99 $o99 us"
 echo "dtrain predict, 2 threads: $pr rows/s; training on 2 threads: $tr samples/s"
 python3 -c "print('ratio predict / train: %.2fx (goal >= 3); scoring alone on parsed rows, 1 thread: $sc rows/s' % ($pr / $tr))"

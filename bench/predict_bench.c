@@ -79,6 +79,7 @@ static int open_bench(const char *path, int max_batch, bool populate, bench *b)
     dt_predictor_options_default(&o);
     o.max_batch = max_batch;
     o.populate = populate;
+    o.private_tables = getenv("PREDICT_PRIVATE_TABLES") != NULL;
     if (dt_predictor_open(path, &o, &b->p) || dt_predict_ctx_new(b->p, &b->ctx))
         return fail(path);
     b->F = dt_predictor_field_size(b->p);

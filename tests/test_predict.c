@@ -147,6 +147,16 @@ TEST(predict_equals_evaluation_logits_bit_for_bit_at_any_batch)
             CHECK_MSG(memcmp(got, ref, sizeof got) == 0, "chunks of %d: logits differ from "
                       "evaluation's (row 0: %.9g vs %.9g)", chunks[k], got[0], ref[0]);
         }
+        /* Tables copied into the process rather than mapped: the same logits. */
+        dt_predictor *q = NULL;
+        o.private_tables = true, o.populate = true;
+        CHECK_OK(dt_predictor_open(path, &o, &q));
+        if (q) {
+            memset(got, 0, sizeof got);
+            CHECK_OK(score_in_chunks(q, e, 7, DT_PREDICT_LOGITS, got));
+            CHECK(memcmp(got, ref, sizeof got) == 0);
+        }
+        dt_predictor_close(q);
         CHECK_OK(score_in_chunks(p, e, 64, DT_PREDICT_SCORES, probs));
         for (int i = 0; i < N; i++)
             CHECK_NEAR(probs[i], 1.0 / (1.0 + exp(-(double)ref[i])), 1e-6);

@@ -50,6 +50,10 @@ typedef struct {
     int max_batch;  /* rows per call, 1..65536; 256 by default */
     bool populate;  /* read the mapped tables into the page cache at open (a first request then
                        waits for no disk); off by default */
+    bool private_tables; /* copy the tables into this process's memory instead of mapping them:
+                            no sharing between processes, but on huge pages where the kernel
+                            gives them, so a lookup in a large table misses the TLB far less
+                            often than in the file's 4 KB pages; off by default */
     FILE *log;      /* warnings: a damaged newest checkpoint passed over; may be NULL */
 } dt_predictor_options;
 

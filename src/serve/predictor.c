@@ -25,6 +25,8 @@ struct dt_predictor {
     dt_ckpt *ckpt;        /* mapped; the master's tables may point into it */
     dt_saved_spec spec;   /* a feature-spec model's spec (features NULL otherwise) */
     dt_model *master;
+    void **copies;        /* private_tables: each table's own copy (copy_bytes long), or NULL */
+    size_t *copy_bytes;
     dt_predictor_options opts;
     dt_predict_head head;
     int K;
@@ -101,6 +103,26 @@ static void populate_tables(const dt_predictor *p)
     }
 }
 
+/* The master's tables copied from the mapping into anonymous memory of their own. */
+static dt_status copy_tables(dt_predictor *p)
+{
+    for (int i = 0; i < dt_model_num_tables(p->master); i++) {
+        const dt_table *t = dt_model_table(p->master, i);
+        size_t bytes = (size_t)t->rows * (size_t)t->dim * sizeof(float);
+        void *copy = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (copy == MAP_FAILED)
+            return dt_error(DT_ERR_NOMEM, "table %s: no memory for a private copy of %zu bytes",
+                            t->name, bytes);
+        madvise(copy, bytes, MADV_HUGEPAGE);
+        memcpy(copy, t->data, bytes);
+        p->copies[i] = copy, p->copy_bytes[i] = bytes;
+        dt_status st = dt_model_borrow_table(p->master, i, copy);
+        if (st)
+            return st;
+    }
+    return DT_OK;
+}
+
 dt_status dt_predictor_open(const char *path, const dt_predictor_options *o, dt_predictor **out)
 {
     *out = NULL;
@@ -122,7 +144,16 @@ dt_status dt_predictor_open(const char *path, const dt_predictor_options *o, dt_
         (st = check_format(p->ckpt)) || (st = dt_saved_spec_open(dir, &p->spec)) ||
         (st = dt_saved_model_map(p->ckpt, &p->spec, p->opts.max_batch, &p->master)))
         goto fail;
-    if (p->opts.populate && !dt_ckpt_is_sharded(p->ckpt))
+    if (p->opts.private_tables && !dt_ckpt_is_sharded(p->ckpt)) {
+        int n = dt_model_num_tables(p->master);
+        p->copies = calloc((size_t)(n ? n : 1), sizeof *p->copies);
+        p->copy_bytes = calloc((size_t)(n ? n : 1), sizeof *p->copy_bytes);
+        if (!p->copies || !p->copy_bytes)
+            st = dt_error(DT_ERR_NOMEM, "no memory for a predictor");
+        if (st || (st = copy_tables(p)))
+            goto fail;
+    }
+    if (p->opts.populate && !dt_ckpt_is_sharded(p->ckpt) && !p->opts.private_tables)
         populate_tables(p);
     if (p->spec.features)
         dt_features_set_unlabeled(p->spec.features, true);
@@ -140,7 +171,13 @@ void dt_predictor_close(dt_predictor *p)
 {
     if (!p)
         return;
+    int n = p->master ? dt_model_num_tables(p->master) : 0;
     dt_model_destroy(p->master);
+    for (int i = 0; p->copies && i < n; i++)
+        if (p->copies[i])
+            munmap(p->copies[i], p->copy_bytes[i]);
+    free(p->copies);
+    free(p->copy_bytes);
     dt_saved_spec_close(&p->spec);
     dt_ckpt_close(p->ckpt);
     free(p);
