@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtrain/block.h"
 #include "dtrain/status.h"
 
 typedef enum { DT_REDUCE_SUM, DT_REDUCE_MEAN, DT_REDUCE_MIN, DT_REDUCE_MAX } dt_reduce_op;
@@ -72,12 +73,10 @@ struct dt_comm {
     void *impl;       /* the backend's state */
 };
 
-/* Rank r's share of n_elems split over size ranks: [*off, *off + *n). */
+/* Rank r's share of n_elems split over size ranks: [*off, *off + *n) (block.h). */
 static inline void dt_comm_block(size_t n_elems, int size, int r, size_t *off, size_t *n)
 {
-    size_t base = n_elems / (size_t)size, extra = n_elems % (size_t)size, ur = (size_t)r;
-    *n = base + (ur < extra ? 1 : 0);
-    *off = ur * base + (ur < extra ? ur : extra);
+    dt_block(n_elems, size, r, off, n);
 }
 
 static inline dt_status dt_comm_allreduce(dt_comm *c, float *data, size_t n_elems, dt_reduce_op op,

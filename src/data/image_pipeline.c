@@ -8,7 +8,7 @@
 #include <emmintrin.h>
 #endif
 
-#include "dtrain/comm.h"
+#include "dtrain/block.h"
 #include "dtrain/rng.h"
 #include "../core/prefetch.h"
 #include "shuffle.h"
@@ -67,7 +67,7 @@ void dt_gather_batch(const dt_image_dataset *ds, const uint32_t *idx, int B, flo
 /* ---- The image pipeline: indices, shuffled and batched, then gathered into pixels ---- */
 
 /* range(0, n) -> shuffle(buffer, seed, reshuffle each iteration) -> batch -> the images of this
- * worker's block of each batch's rows (dt_comm_block's split of the global batch), as one stage
+ * worker's block of each batch's rows (dt_block's split of the global batch), as one stage
  * over a plain array of indices. Its batches are those of the four datasets chained, in the same
  * order: the shuffle is the shuffle dataset's own algorithm (shuffle.h) over uint32 slots
  * (test_fit checks the batches), but an index costs no element of its
@@ -140,7 +140,7 @@ static dt_status image_batches_next(dt_dataset *ds, dt_elem **out)
     if (got == 0)
         return DT_END;
     size_t first, rows;
-    dt_comm_block((size_t)got, b->n_slices, b->slice, &first, &rows);
+    dt_block((size_t)got, b->n_slices, b->slice, &first, &rows);
     int item = b->ds->h * b->ds->w * b->ds->c;
     dt_elem *e = dt_elem_alloc((int)rows, item, 0, 0);
     if (!e)
