@@ -1,5 +1,5 @@
 /* The parameter server's messaging, measured: request/reply round trips over the ZeroMQ links
- * (src/net/zlink.c) with CURVE on and off, against plain TCP sockets doing the same exchange
+ * (src/ps/zlink.c) with CURVE on and off, against plain TCP sockets doing the same exchange
  * (a length-prefixed write, the same bytes back), on loopback, for a small request (a PING) and
  * for replies of 1,000 and 40,000 rows of 33 floats (fm_w + fm_v rows: 40,000 is about the
  * unique rows of a 1,024-example DeepFM batch; 130 KB and 5.3 MB). Prints p50 and p99 round trips
@@ -16,7 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "../src/net/zlink.h"
+#include "../src/ps/zlink.h"
 #include "dtrain/clock.h"
 
 static const char secret[] = "bench secret";

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/net/psmsg.h"
+#include "../src/ps/psmsg.h"
 #include "dtrain/crc32c.h"
 #include "fuzz.h"
 

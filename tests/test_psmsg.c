@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/net/psmsg.h"
+#include "../src/ps/psmsg.h"
 #include "test.h"
 
 static const int64_t ids[3] = {7, 0, 1099511627775};

@@ -11,7 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../src/net/zlink.h"
+#include "../src/ps/zlink.h"
 #include "dtrain/clock.h"
 #include "test.h"
 

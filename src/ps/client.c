@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "../net/dial.h"
-#include "../net/psconn.h"
+#include "psconn.h"
 #include "../net/sock.h"
 #include "dtrain/clock.h"
 #include "shard.h"

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "../net/listener.h"
-#include "../net/psconn.h"
+#include "psconn.h"
 #include "../net/sock.h"
 #include "dtrain/checkpoint.h"
 #include "dtrain/clock.h"

@@ -13,7 +13,7 @@
 
 #include <stdint.h>
 
-#include "../net/psmsg.h"
+#include "psmsg.h"
 #include "dtrain/optim.h"
 #include "dtrain/partition.h"
 #include "dtrain/pool.h"

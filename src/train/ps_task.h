@@ -9,8 +9,8 @@
 #include <stdint.h>
 
 #include "../net/handshake.h"
-#include "../net/psmsg.h"
-#include "../net/zlink.h"
+#include "../ps/psmsg.h"
+#include "../ps/zlink.h"
 #include "../ps/client.h"
 #include "dtrain/cluster.h"
 #include "dtrain/model.h"

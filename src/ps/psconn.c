@@ -3,7 +3,7 @@
 
 #include <stdlib.h>
 
-#include "sock.h"
+#include "../net/sock.h"
 
 dt_status dt_psconn_send(int fd, const dt_psbuf *b, const char *who, double deadline)
 {
