@@ -404,42 +404,33 @@ static inline __attribute__((always_inline)) void deep_input(dt_cols *c, const d
     }
 }
 
-/* Starts loading the table rows that row b's deep inputs and one-output linear weights read:
+/* Starts loading the table rows that input `in` reads in the row whose slots start at lo:
  * rows of tables far larger than the caches are misses more often than not, and without a
- * prefetch each is waited for in turn. (Inlined: GCC drops calls to a function that does
+ * prefetch each is waited for in turn. (Inlined: GCC drops the calls to a function that does
  * nothing but prefetch.) */
-static inline __attribute__((always_inline)) void prefetch_row_tables(const dt_cols *c,
-                                                                      const dt_elem *e, int b)
+static inline __attribute__((always_inline)) void prefetch_input(const dt_cols *c,
+                                                                 const dt_elem *e,
+                                                                 const dt_column_input *in,
+                                                                 const int64_t *lo)
 {
-    const int64_t *lo = slots_of(c, b);
-    for (int i = 0; i < c->spec.n_deep; i++) {
-        const dt_column_input *in = deep_in(c, i);
-        if (in->kind != DT_INPUT_EMBEDDING)
-            continue;
-        const dt_table *t = &c->tables[in->table];
-        for (int64_t j = lo[in->slot]; j < lo[in->slot + 1]; j++)
-            dt_prefetch_read(dt_table_row(t, entry_id(e->sp_ids[j])),
-                             (size_t)t->dim * sizeof(float));
-    }
-    for (int i = 0; c->N == 1 && i < c->spec.n_linear; i++) {
-        const dt_column_input *in = lin_in(c, i);
-        if (in->kind != DT_INPUT_WEIGHTS)
-            continue;
-        const float *w = c->tables[in->table].data;
-        for (int64_t j = lo[in->slot]; j < lo[in->slot + 1]; j++)
-            __builtin_prefetch(w + entry_id(e->sp_ids[j]), 0, 3);
-    }
+    const dt_table *t = &c->tables[in->table];
+    for (int64_t j = lo[in->slot]; j < lo[in->slot + 1]; j++)
+        dt_prefetch_read(dt_table_row(t, entry_id(e->sp_ids[j])), (size_t)t->dim * sizeof(float));
 }
 
 /* With one output, row b's linear weights times their values, from terms on, in the order
- * dt_cols_logits adds them; returns the new end. */
-static float *linear_terms(const dt_cols *c, const dt_elem *e, int b, float *terms)
+ * dt_cols_logits adds them; returns the new end. Each input's weights of the next row (slots
+ * from next; NULL: none) are prefetched as it is read. */
+static float *linear_terms(const dt_cols *c, const dt_elem *e, int b, const int64_t *next,
+                           float *terms)
 {
     const int64_t *lo = slots_of(c, b);
     for (int i = 0; i < c->spec.n_linear; i++) {
         const dt_column_input *in = lin_in(c, i);
         if (in->kind != DT_INPUT_WEIGHTS)
             continue;
+        if (next)
+            prefetch_input(c, e, in, next);
         const float *w = c->tables[in->table].data;
         for (int64_t j = lo[in->slot]; j < lo[in->slot + 1]; j++)
             *terms++ = e->sp_vals[j] * w[entry_id(e->sp_ids[j])];
@@ -458,9 +449,11 @@ static float fm_of_sums(const float *sum, const float *sq, int K)
 }
 
 /* Row b's deep inputs, x0; with DeepFM's term, its per-k sums over the fields (K wide each)
- * taken as each field is written, in field order, and the row's term. */
+ * taken as each field is written, in field order, and the row's term. Each embedding input's
+ * rows of the next row (slots from next; NULL: none) are prefetched as it is written: a row's
+ * worth of lookups in flight, spread over the row. */
 DT_MULTI_ISA
-static void deep_row(dt_cols *c, const dt_elem *e, int b)
+static void deep_row(dt_cols *c, const dt_elem *e, int b, const int64_t *next)
 {
     float *out = c->deep + (size_t)b * c->D;
     const int64_t *lo = slots_of(c, b);
@@ -471,6 +464,8 @@ static void deep_row(dt_cols *c, const dt_elem *e, int b)
         sum[k] = 0, sq[k] = 0;
     for (int i = 0; i < c->spec.n_deep; i++) {
         float *o = out + c->deep_off[i];
+        if (next && deep_in(c, i)->kind == DT_INPUT_EMBEDDING)
+            prefetch_input(c, e, deep_in(c, i), next);
         deep_input(c, e, b, lo, i, o);
         for (int k = 0; k < K; k++) {
             sum[k] += o[k];
@@ -531,17 +526,12 @@ dt_status dt_cols_forward(dt_cols *c, const dt_elem *e, const dt_arena *params)
     c->prepared = NULL;
     if (st)
         return st;
-    /* One row ahead: a DeepFM's 26 embedding rows and 26 weights in flight while a row is
-     * summed. */
-    if (e->n > 0)
-        prefetch_row_tables(c, e, 0);
     float *terms = c->lin_terms;
     for (int b = 0; b < e->n; b++) {
-        if (b + 1 < e->n)
-            prefetch_row_tables(c, e, b + 1);
-        deep_row(c, e, b);
+        const int64_t *next = b + 1 < e->n ? slots_of(c, b + 1) : NULL;
+        deep_row(c, e, b, next);
         if (c->N == 1)
-            terms = linear_terms(c, e, b, terms);
+            terms = linear_terms(c, e, b, next, terms);
     }
     cross_forward(c, e->n, params);
     return DT_OK;
@@ -819,6 +809,10 @@ static dt_status find_places(dt_cols *c)
     return DT_OK;
 }
 
+/* Places' gradient rows are fetched this many places ahead: they lie anywhere in the batch's
+ * (B, D) gradient, as in dt_embedding_accumulate_grouped. */
+#define GRAD_AHEAD 12
+
 /* Each unique id's row: the sum over its places, in place order, of scale x the place's
  * gradient row, in registers, stored once. */
 DT_MULTI_ISA
@@ -826,11 +820,14 @@ static void accumulate_groups(const uint32_t *offsets, const uint32_t *grouped,
                               const float *const *g, const float *scale, int K, size_t n_uniq,
                               float *rows)
 {
+    uint32_t end = offsets[n_uniq];
     for (size_t u = 0; u < n_uniq; u++) {
         float *dst = rows + u * (size_t)K;
         for (int k = 0; k < K; k++)
             dst[k] = 0.0f;
         for (uint32_t q = offsets[u]; q < offsets[u + 1]; q++) {
+            if (q + GRAD_AHEAD < end)
+                dt_prefetch_read(g[grouped[q + GRAD_AHEAD]], (size_t)K * sizeof(float));
             uint32_t p = grouped[q];
             const float *src = g[p];
             float s = scale[p];
