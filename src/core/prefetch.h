@@ -7,6 +7,10 @@
 
 #include <stddef.h>
 
+/* A function whose only effect is prefetching must be inlined into its callers
+ * (always_inline): GCC counts __builtin_prefetch as no effect at all, finds such a function
+ * const, and drops the calls to it, prefetches and all. */
+
 /* __builtin_prefetch takes its read/write hint as a constant, hence a macro under the two. */
 #define DT_PREFETCH_SPAN(ptr, bytes, rw)                                                        \
     do {                                                                                       \

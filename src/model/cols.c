@@ -5,6 +5,10 @@
  *                        numeric values times an embedding row, indicator weights
  *   comb (B, I)          each embedding input's combiner factor per row (1, 1 / sum w or
  *                        1 / sqrt(sum w^2)), by which backward scales its rows' gradients
+ *   fm_sums, fm_out      DeepFM: each row's per-k sums over its fields and its pairwise term,
+ *                        taken as x0 is written
+ *   lin_terms            one output: each linear id's weight times its value, looked up in
+ *                        forward beside the embeddings and added by the logits in order
  *   xs[l], us[l], ts[l]  the cross layers' outputs and products (B, D), (B, D), (B, R)
  * and per table, the places that read it and their unique ids, found once in forward (the
  * embedding's dedupe). Backward turns dlogits and the layers' input gradient into dx0, the
@@ -12,6 +16,7 @@
 #include "cols.h"
 
 #include "../core/cpu.h"
+#include "../core/prefetch.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -53,6 +58,10 @@ struct dt_cols {
     int *deep_off;              /* (n_deep) */
     float *fm_sums;             /* fm: (max_batch, K) */
     float *fm_sq;               /* fm: (K), scratch */
+    float *fm_out;              /* fm: (max_batch), each row's pairwise term */
+    float *lin_terms;           /* one output: each linear id's weight times its value, in the
+                                   order the logits add them (rows, inputs, entries) */
+    size_t lin_cap;
     float *xs[DT_MAX_CROSS_LAYERS + 1], *us[DT_MAX_CROSS_LAYERS], *ts[DT_MAX_CROSS_LAYERS];
     float *dx0, *dcur, *dnext, *du, *dtt; /* backward (max_batch, D) each, dtt (max_batch, R) */
     table_places *places;       /* (n_tables) */
@@ -213,7 +222,8 @@ dt_status dt_cols_create(const dt_columns_spec *spec, int max_batch, dt_arena *p
               c->dx0 && c->dcur && c->dnext && c->du && c->dtt;
     if (ok && spec->fm && spec->n_deep > 0)
         ok = (c->fm_sums = floats((size_t)max_batch * input_width(c, &spec->deep[0]))) &&
-             (c->fm_sq = floats((size_t)input_width(c, &spec->deep[0])));
+             (c->fm_sq = floats((size_t)input_width(c, &spec->deep[0]))) &&
+             (c->fm_out = floats((size_t)max_batch));
     c->xs[0] = c->deep;
     for (int l = 0; ok && l < c->L; l++)
         ok = (c->xs[l + 1] = floats(BD)) && (c->us[l] = floats(BD)) &&
@@ -258,8 +268,8 @@ void dt_cols_destroy(dt_cols *c)
             free(c->places[t].offsets), free(c->places[t].grouped), free(c->places[t].g),
             free(c->places[t].scale);
     free(c->places), free(c->same_places), free(c->slot_limit), free(c->slot_total);
-    free(c->deep_off), free(c->fm_sums), free(c->fm_sq), free(c->dx0), free(c->dcur), free(c->dnext);
-    free(c->du), free(c->dtt);
+    free(c->deep_off), free(c->fm_sums), free(c->fm_sq), free(c->fm_out), free(c->lin_terms);
+    free(c->dx0), free(c->dcur), free(c->dnext), free(c->du), free(c->dtt);
     free(c);
 }
 
@@ -337,6 +347,8 @@ static dt_status index_row(dt_cols *c, const dt_elem *e, int b)
 
 static float combiner_factor(dt_combiner k, const dt_elem *e, int64_t lo, int64_t hi)
 {
+    if (k == DT_COMBINER_SUM)
+        return 1.0f;
     double s = 0;
     for (int64_t j = lo; j < hi; j++)
         s += k == DT_COMBINER_SQRTN ? (double)e->sp_vals[j] * e->sp_vals[j] : e->sp_vals[j];
@@ -350,51 +362,118 @@ static const float *dense_of(const dt_elem *e, int b, int off)
     return e->dense + (size_t)b * e->n_dense + off;
 }
 
-/* Row b's deep inputs, x0. */
+/* Deep input i of row b into o (its width). */
+static inline __attribute__((always_inline)) void deep_input(dt_cols *c, const dt_elem *e, int b,
+                                                             const int64_t *lo, int i, float *o)
+{
+    const dt_column_input *in = deep_in(c, i);
+    if (in->kind == DT_INPUT_NUMERIC) {
+        memcpy(o, dense_of(e, b, in->dense_off), (size_t)in->width * sizeof *o);
+        return;
+    }
+    if (in->kind == DT_INPUT_NUMERIC_EMBEDDING) {
+        const dt_table *t = &c->tables[in->table];
+        float x = dense_of(e, b, in->dense_off)[0];
+        for (int k = 0; k < t->dim; k++)
+            o[k] = x * t->data[k];
+        return;
+    }
+    int64_t j0 = lo[in->slot], j1 = lo[in->slot + 1];
+    if (in->kind == DT_INPUT_INDICATOR) {
+        memset(o, 0, (size_t)in->buckets * sizeof *o);
+        for (int64_t j = j0; j < j1; j++)
+            o[entry_id(e->sp_ids[j])] += e->sp_vals[j];
+        return;
+    }
+    const dt_table *t = &c->tables[in->table];
+    float f = combiner_factor(in->combiner, e, j0, j1);
+    c->comb[(size_t)b * c->spec.n_deep + i] = f;
+    if (j1 - j0 == 1) { /* one id, the usual case: its scaled row, written once */
+        const float *r = dt_table_row(t, entry_id(e->sp_ids[j0]));
+        float w = e->sp_vals[j0] * f;
+        for (int k = 0; k < t->dim; k++)
+            o[k] = w * r[k];
+        return;
+    }
+    memset(o, 0, (size_t)t->dim * sizeof *o);
+    for (int64_t j = j0; j < j1; j++) {
+        const float *r = dt_table_row(t, entry_id(e->sp_ids[j]));
+        float w = e->sp_vals[j] * f;
+        for (int k = 0; k < t->dim; k++)
+            o[k] += w * r[k];
+    }
+}
+
+/* Starts loading the table rows that input `in` reads in the row whose slots start at lo:
+ * rows of tables far larger than the caches are misses more often than not, and without a
+ * prefetch each is waited for in turn. (Inlined: GCC drops the calls to a function that does
+ * nothing but prefetch.) */
+static inline __attribute__((always_inline)) void prefetch_input(const dt_cols *c,
+                                                                 const dt_elem *e,
+                                                                 const dt_column_input *in,
+                                                                 const int64_t *lo)
+{
+    const dt_table *t = &c->tables[in->table];
+    for (int64_t j = lo[in->slot]; j < lo[in->slot + 1]; j++)
+        dt_prefetch_read(dt_table_row(t, entry_id(e->sp_ids[j])), (size_t)t->dim * sizeof(float));
+}
+
+/* With one output, row b's linear weights times their values, from terms on, in the order
+ * dt_cols_logits adds them; returns the new end. Each input's weights of the next row (slots
+ * from next; NULL: none) are prefetched as it is read. */
+static float *linear_terms(const dt_cols *c, const dt_elem *e, int b, const int64_t *next,
+                           float *terms)
+{
+    const int64_t *lo = slots_of(c, b);
+    for (int i = 0; i < c->spec.n_linear; i++) {
+        const dt_column_input *in = lin_in(c, i);
+        if (in->kind != DT_INPUT_WEIGHTS)
+            continue;
+        if (next)
+            prefetch_input(c, e, in, next);
+        const float *w = c->tables[in->table].data;
+        for (int64_t j = lo[in->slot]; j < lo[in->slot + 1]; j++)
+            *terms++ = e->sp_vals[j] * w[entry_id(e->sp_ids[j])];
+    }
+    return terms;
+}
+
+/* DeepFM's pairwise term from a row's per-k sums and sums of squares over its fields:
+ * 1/2 sum_k (sum_k^2 - sq_k), the k's added last. */
+static float fm_of_sums(const float *sum, const float *sq, int K)
+{
+    double tot = 0;
+    for (int k = 0; k < K; k++)
+        tot += (double)sum[k] * sum[k] - sq[k];
+    return (float)(0.5 * tot);
+}
+
+/* Row b's deep inputs, x0; with DeepFM's term, its per-k sums over the fields (K wide each)
+ * taken as each field is written, in field order, and the row's term. Each embedding input's
+ * rows of the next row (slots from next; NULL: none) are prefetched as it is written: a row's
+ * worth of lookups in flight, spread over the row. */
 DT_MULTI_ISA
-static void deep_row(dt_cols *c, const dt_elem *e, int b)
+static void deep_row(dt_cols *c, const dt_elem *e, int b, const int64_t *next)
 {
     float *out = c->deep + (size_t)b * c->D;
     const int64_t *lo = slots_of(c, b);
+    bool fm = c->spec.fm && c->spec.n_deep > 0;
+    int K = fm ? c->spec.tables[deep_in(c, 0)->table].dim : 0;
+    float *sum = fm ? c->fm_sums + (size_t)b * K : NULL, *sq = c->fm_sq;
+    for (int k = 0; k < K; k++)
+        sum[k] = 0, sq[k] = 0;
     for (int i = 0; i < c->spec.n_deep; i++) {
-        const dt_column_input *in = deep_in(c, i);
         float *o = out + c->deep_off[i];
-        if (in->kind == DT_INPUT_NUMERIC) {
-            memcpy(o, dense_of(e, b, in->dense_off), (size_t)in->width * sizeof *o);
-            continue;
-        }
-        if (in->kind == DT_INPUT_NUMERIC_EMBEDDING) {
-            const dt_table *t = &c->tables[in->table];
-            float x = dense_of(e, b, in->dense_off)[0];
-            for (int k = 0; k < t->dim; k++)
-                o[k] = x * t->data[k];
-            continue;
-        }
-        int64_t j0 = lo[in->slot], j1 = lo[in->slot + 1];
-        if (in->kind == DT_INPUT_INDICATOR) {
-            memset(o, 0, (size_t)in->buckets * sizeof *o);
-            for (int64_t j = j0; j < j1; j++)
-                o[entry_id(e->sp_ids[j])] += e->sp_vals[j];
-            continue;
-        }
-        const dt_table *t = &c->tables[in->table];
-        float f = combiner_factor(in->combiner, e, j0, j1);
-        c->comb[(size_t)b * c->spec.n_deep + i] = f;
-        if (j1 - j0 == 1) { /* one id, the usual case: its scaled row, written once */
-            const float *r = dt_table_row(t, entry_id(e->sp_ids[j0]));
-            float w = e->sp_vals[j0] * f;
-            for (int k = 0; k < t->dim; k++)
-                o[k] = w * r[k];
-            continue;
-        }
-        memset(o, 0, (size_t)t->dim * sizeof *o);
-        for (int64_t j = j0; j < j1; j++) {
-            const float *r = dt_table_row(t, entry_id(e->sp_ids[j]));
-            float w = e->sp_vals[j] * f;
-            for (int k = 0; k < t->dim; k++)
-                o[k] += w * r[k];
+        if (next && deep_in(c, i)->kind == DT_INPUT_EMBEDDING)
+            prefetch_input(c, e, deep_in(c, i), next);
+        deep_input(c, e, b, lo, i, o);
+        for (int k = 0; k < K; k++) {
+            sum[k] += o[k];
+            sq[k] += o[k] * o[k];
         }
     }
+    if (fm)
+        c->fm_out[b] = fm_of_sums(sum, sq, K);
 }
 
 static void cross_forward(dt_cols *c, int B, const dt_arena *params)
@@ -424,6 +503,18 @@ dt_status dt_cols_prepare(dt_cols *c, const dt_elem *e)
             return st;
     }
     dt_status st = find_places(c);
+    size_t terms = 0;
+    for (int i = 0; c->N == 1 && i < c->spec.n_linear; i++)
+        if (lin_in(c, i)->kind == DT_INPUT_WEIGHTS)
+            terms += c->slot_total[lin_in(c, i)->slot];
+    if (st == DT_OK && terms > c->lin_cap) {
+        free(c->lin_terms);
+        c->lin_cap = terms + terms / 2;
+        if (!(c->lin_terms = floats(c->lin_cap))) {
+            c->lin_cap = 0;
+            st = dt_error(DT_ERR_NOMEM, "no memory for %zu linear terms", terms);
+        }
+    }
     if (st == DT_OK)
         c->prepared = e;
     return st;
@@ -435,8 +526,13 @@ dt_status dt_cols_forward(dt_cols *c, const dt_elem *e, const dt_arena *params)
     c->prepared = NULL;
     if (st)
         return st;
-    for (int b = 0; b < e->n; b++)
-        deep_row(c, e, b);
+    float *terms = c->lin_terms;
+    for (int b = 0; b < e->n; b++) {
+        const int64_t *next = b + 1 < e->n ? slots_of(c, b + 1) : NULL;
+        deep_row(c, e, b, next);
+        if (c->N == 1)
+            terms = linear_terms(c, e, b, next, terms);
+    }
     cross_forward(c, e->n, params);
     return DT_OK;
 }
@@ -453,35 +549,12 @@ void dt_cols_table_init(const dt_cols *c, int t, float *stddev, uint64_t *seed_o
     *seed_offset = 0x9e3779b97f4a7c15ull * (uint64_t)(t + 1);
 }
 
-/* DeepFM's pairwise term of row b over its fields (the deep inputs, K wide each):
- * 1/2 sum_k ((sum_f v_fk)^2 - sum_f v_fk^2), the sums over fields kept per k (K lanes side by
- * side, in field order) and the k's added last. sq (K) is scratch. */
-DT_MULTI_ISA
-static float fm_term(dt_cols *c, int b, float *sq)
-{
-    int K = c->spec.tables[deep_in(c, 0)->table].dim, F = c->spec.n_deep;
-    const float *x = c->deep + (size_t)b * c->D;
-    float *sum = c->fm_sums + (size_t)b * K;
-    for (int k = 0; k < K; k++)
-        sum[k] = 0, sq[k] = 0;
-    for (int f = 0; f < F; f++) {
-        const float *v = x + (size_t)f * K;
-        for (int k = 0; k < K; k++) {
-            sum[k] += v[k];
-            sq[k] += v[k] * v[k];
-        }
-    }
-    double tot = 0;
-    for (int k = 0; k < K; k++)
-        tot += (double)sum[k] * sum[k] - sq[k];
-    return (float)(0.5 * tot);
-}
-
 void dt_cols_logits(dt_cols *c, int B, const dt_arena *params, const float *deep, float *logits)
 {
     const dt_elem *e = c->batch;
     int N = c->N;
     const float *wout = c->cross_out >= 0 ? dt_arena_view_data(params, c->cross_out) : NULL;
+    const float *terms = c->lin_terms; /* forward's, in this loop's order */
     for (int b = 0; b < B; b++) {
         float *z = logits + (size_t)b * N;
         for (int n = 0; n < N; n++)
@@ -498,9 +571,9 @@ void dt_cols_logits(dt_cols *c, int B, const dt_arena *params, const float *deep
                 for (int k = 0; k < in->width; k++)
                     for (int n = 0; n < N; n++)
                         z[n] += x[k] * dt_table_row(t, in->row0 + k)[n];
-            } else if (N == 1) { /* a binary head: one weight per id */
+            } else if (N == 1) { /* one weight per id, times its value in forward */
                 for (int64_t j = lo[in->slot]; j < lo[in->slot + 1]; j++)
-                    z[0] += e->sp_vals[j] * t->data[entry_id(e->sp_ids[j])];
+                    z[0] += *terms++;
             } else {
                 for (int64_t j = lo[in->slot]; j < lo[in->slot + 1]; j++) {
                     const float *r = dt_table_row(t, entry_id(e->sp_ids[j]));
@@ -510,7 +583,7 @@ void dt_cols_logits(dt_cols *c, int B, const dt_arena *params, const float *deep
             }
         }
         if (c->spec.fm && c->spec.n_deep > 0)
-            z[0] += fm_term(c, b, c->fm_sq);
+            z[0] += c->fm_out[b];
         if (wout) {
             const float *xl = c->xs[c->L] + (size_t)b * c->D;
             for (int d = 0; d < c->D; d++)
@@ -736,6 +809,10 @@ static dt_status find_places(dt_cols *c)
     return DT_OK;
 }
 
+/* Places' gradient rows are fetched this many places ahead: they lie anywhere in the batch's
+ * (B, D) gradient, as in dt_embedding_accumulate_grouped. */
+#define GRAD_AHEAD 12
+
 /* Each unique id's row: the sum over its places, in place order, of scale x the place's
  * gradient row, in registers, stored once. */
 DT_MULTI_ISA
@@ -743,11 +820,14 @@ static void accumulate_groups(const uint32_t *offsets, const uint32_t *grouped,
                               const float *const *g, const float *scale, int K, size_t n_uniq,
                               float *rows)
 {
+    uint32_t end = offsets[n_uniq];
     for (size_t u = 0; u < n_uniq; u++) {
         float *dst = rows + u * (size_t)K;
         for (int k = 0; k < K; k++)
             dst[k] = 0.0f;
         for (uint32_t q = offsets[u]; q < offsets[u + 1]; q++) {
+            if (q + GRAD_AHEAD < end)
+                dt_prefetch_read(g[grouped[q + GRAD_AHEAD]], (size_t)K * sizeof(float));
             uint32_t p = grouped[q];
             const float *src = g[p];
             float s = scale[p];
@@ -811,15 +891,14 @@ static void cross_backward(dt_cols *c, int B, const dt_arena *params, dt_arena *
 }
 
 void dt_cols_backward(dt_cols *c, int B, const dt_arena *params, dt_arena *grads,
-                      const float *dlogits, const float *dlayers)
+                      const float *dlogits, float *dlayers)
 {
     size_t n = (size_t)B * c->D;
-    float *dx0 = c->dx0;
     bool stacked = c->L > 0 && c->spec.cross_stacked;
-    /* The layers' input gradient is dx0's share (x0 feeds them), or dx_L's (stacked). */
-    if (dlayers && !stacked)
-        memcpy(dx0, dlayers, n * sizeof *dx0);
-    else
+    /* The layers' input gradient is dx0's share (x0 feeds them), the rest added to it in
+     * place; or dx_L's (stacked), and dx0 starts at 0. */
+    float *dx0 = dlayers && !stacked ? dlayers : c->dx0;
+    if (dx0 == c->dx0)
         memset(dx0, 0, n * sizeof *dx0);
     if (c->spec.fm && c->spec.n_deep > 0)
         fm_backward(c, B, dlogits, dx0);

@@ -50,9 +50,11 @@ const float *dt_cols_deep_input(const dt_cols *c);
 void dt_cols_logits(dt_cols *c, int B, const dt_arena *params, const float *deep,
                     float *logits);
 /* From dlogits (B, N) and the layers' input gradient dlayers (B, width; NULL without layers):
- * the cross variables' gradients added into grads, and every table's sparse gradient. */
+ * the cross variables' gradients added into grads, and every table's sparse gradient.
+ * dlayers is scratch: unless the cross layers are stacked, x0's whole gradient is summed into
+ * it in place. */
 void dt_cols_backward(dt_cols *c, int B, const dt_arena *params, dt_arena *grads,
-                      const float *dlogits, const float *dlayers);
+                      const float *dlogits, float *dlayers);
 
 int dt_cols_num_tables(const dt_cols *c);
 dt_table *dt_cols_table(dt_cols *c, int i);
