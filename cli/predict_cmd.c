@@ -12,7 +12,7 @@ int cmd_predict(int argc, char **argv)
     const char *compression, *label_column, *ids_key, *values_key;
     int batch, threads, num_features, index_base, field_size;
     int64_t hash_buckets;
-    bool logits, skip_bad, csv_header, help;
+    bool logits, skip_bad, csv_header, private_tables, help;
     flag_def flags[] = {
         {"model-dir", FLAG_STRING, NULL, "the training's --model-dir (its latest checkpoint), or "
          "a directory dtrain export wrote", &model_dir, false},
@@ -29,6 +29,9 @@ int cmd_predict(int argc, char **argv)
          false},
         {"threads", FLAG_INT, "1", "threads scoring (and parsing)", &threads, false},
         {"batch-size", FLAG_INT, "256", "rows per forward", &batch, false},
+        {"private-tables", FLAG_BOOL, "false", "copy the tables into this process (on huge "
+         "pages: faster lookups in large tables) instead of mapping the checkpoint",
+         &private_tables, false},
         {"skip-bad-records", FLAG_BOOL, "false", "skip and count bad rows instead of stopping at "
          "the first", &skip_bad, false},
         {"features", FLAG_STRING, NULL, "tfrecord: the Example features to read, "
@@ -86,7 +89,7 @@ int cmd_predict(int argc, char **argv)
         return cli_fail(2, dt_last_error());
     o.model_dir = model_dir, o.checkpoint = checkpoint, o.data = data, o.input = &io;
     o.out = out, o.logits = logits, o.keep_columns = keep, o.threads = threads;
-    o.batch_size = batch, o.log = stderr;
+    o.batch_size = batch, o.private_tables = private_tables, o.log = stderr;
     dt_predict_run_result r;
     dt_status st = dt_predict_run(&o, &r);
     if (st)

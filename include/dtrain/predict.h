@@ -144,6 +144,8 @@ typedef struct {
                                      a feature-spec model's csv, criteo or tfrecord rows */
     int threads;                  /* rows scored on this many threads (and parsed) */
     int batch_size;               /* rows per forward */
+    bool private_tables;          /* the predictor's private_tables (faster lookups in large
+                                     tables; no sharing with other processes) */
     FILE *log;                    /* warnings; may be NULL */
 } dt_predict_run_options;
 

@@ -435,6 +435,7 @@ dt_status dt_predict_run(const dt_predict_run_options *o, dt_predict_run_result 
     dt_predictor_options po;
     dt_predictor_options_default(&po);
     po.max_batch = o->batch_size;
+    po.private_tables = o->private_tables;
     po.log = o->log;
     dt_status st = check_options(o);
     if (st || (st = dt_predictor_open(o->model_dir ? o->model_dir : o->checkpoint, &po, &r.p)))
