@@ -12,6 +12,7 @@
 #include "dtrain/crc32c.h"
 #include "dtrain/tfrecord.h"
 #include "flags.h"
+#include "read_flags.h"
 
 int cli_sidecar_evaluate(const dt_evaluator_options *o)
 {
@@ -21,59 +22,37 @@ int cli_sidecar_evaluate(const dt_evaluator_options *o)
 
 int cmd_evaluate(int argc, char **argv)
 {
-    const char *model_dir, *checkpoint, *test_data, *features, *label_key, *compression;
-    const char *label_column;
-    int batch, num_features, index_base, field_size;
-    int64_t hash_buckets;
-    const char *ids_key, *values_key;
+    const char *model_dir, *checkpoint, *test_data;
+    int batch;
     double poll, idle;
-    bool watch_dir, help, csv_header;
-    flag_def flags[] = {
-        {"model-dir", FLAG_STRING, NULL, "the training's --model-dir", &model_dir, false},
-        {"checkpoint", FLAG_STRING, NULL, "evaluate this checkpoint file (default: the latest in "
-         "--model-dir)", &checkpoint, false},
-        {"watch", FLAG_BOOL, "false", "sidecar evaluator: evaluate each newer checkpoint of "
-         "--model-dir as it appears, until the final one", &watch_dir, false},
-        {"test-data", FLAG_STRING, "fashion-mnist", "fashion-mnist[:DIR] or mnist:DIR (their "
-         "t10k files), idx:IMAGES,LABELS, tfrecord:GLOB, libsvm:GLOB, csv:GLOB", &test_data,
-         false},
-        {"features", FLAG_STRING, NULL, "tfrecord: the Example features to read, "
-         "KEY:LENGTH[:SCALE[:DEFAULT]],...", &features, false},
-        {"label-key", FLAG_STRING, "label", "tfrecord: the feature holding the label", &label_key,
-         false},
-        {"compression", FLAG_STRING, "auto", "tfrecord: none, gzip, zlib or auto", &compression,
-         false},
-        {"num-features", FLAG_INT, "0", "libsvm: dense features per example", &num_features,
-         false},
-        {"index-base", FLAG_INT, "1", "libsvm: the first feature index", &index_base, false},
-        {"field-size", FLAG_INT, "0", "CTR models: fields per example of field-positional "
-         "libsvm data (as dtrain train's --field-size)", &field_size, false},
-        {"ids-key", FLAG_STRING, "ids", "tfrecord, CTR models: the int64 feature ids", &ids_key,
-         false},
-        {"values-key", FLAG_STRING, "values", "tfrecord, CTR models: the float feature values",
-         &values_key, false},
-        {"hash-buckets", FLAG_INT64, "0", "CTR models: ids hashed with their field into this "
-         "many rows (as dtrain train's --hash-buckets)", &hash_buckets, false},
-        {"csv-header", FLAG_BOOL, "false", "csv: the first line names the columns", &csv_header,
-         false},
-        {"label-column", FLAG_STRING, NULL, "csv: the label's column, by name or 0-based index",
-         &label_column, false},
-        {"batch-size", FLAG_INT, "1000", "examples per forward", &batch, false},
-        {"poll-secs", FLAG_FLOAT, "1", "--watch: seconds between looks at --model-dir", &poll,
-         false},
-        {"watch-timeout", FLAG_FLOAT, "3600", "--watch: give up after this many seconds without a "
-         "new checkpoint (0: never)", &idle, false},
-        {"help", FLAG_BOOL, "false", "this text", &help, false},
-    };
-    int n_flags = (int)(sizeof flags / sizeof flags[0]);
-    if (flags_parse(flags, n_flags, argc, argv))
+    bool watch_dir, help;
+    cli_read_flags rf;
+    flag_def rows[32];
+    flag_table t = {rows, 0, 32};
+#define FLAG(name_, kind_, def_, help_, dst_) flags_add(&t, (flag_def){name_, kind_, def_, help_, dst_, false})
+    FLAG("model-dir", FLAG_STRING, NULL, "the training's --model-dir", &model_dir);
+    FLAG("checkpoint", FLAG_STRING, NULL, "evaluate this checkpoint file (default: the latest in "
+         "--model-dir)", &checkpoint);
+    FLAG("watch", FLAG_BOOL, "false", "sidecar evaluator: evaluate each newer checkpoint of "
+         "--model-dir as it appears, until the final one", &watch_dir);
+    FLAG("test-data", FLAG_STRING, "fashion-mnist", "fashion-mnist[:DIR] or mnist:DIR (their "
+         "t10k files), idx:IMAGES,LABELS, tfrecord:GLOB, libsvm:GLOB, csv:GLOB", &test_data);
+    cli_read_flags_add(&t, &rf, "CTR models: fields per example of field-positional libsvm data "
+                       "(as dtrain train's --field-size)");
+    FLAG("batch-size", FLAG_INT, "1000", "examples per forward", &batch);
+    FLAG("poll-secs", FLAG_FLOAT, "1", "--watch: seconds between looks at --model-dir", &poll);
+    FLAG("watch-timeout", FLAG_FLOAT, "3600", "--watch: give up after this many seconds without a "
+         "new checkpoint (0: never)", &idle);
+    FLAG("help", FLAG_BOOL, "false", "this text", &help);
+#undef FLAG
+    if (flags_parse(t.rows, t.n, argc, argv))
         return cli_fail(2, dt_last_error());
     if (help) {
         printf("usage: dtrain evaluate --model-dir DIR [--checkpoint FILE] [--watch] [flags]\n\n"
                "Evaluates a checkpoint on the test data and prints Estimator's line\n"
                "`Saving dict for global step N: global_step = N, loss = L, accuracy = A`.\n\n"
                "flags:\n");
-        flags_print_help(flags, n_flags, stdout);
+        flags_print_help(t.rows, t.n, stdout);
         return 0;
     }
     if (!model_dir && !checkpoint)
@@ -86,16 +65,8 @@ int cmd_evaluate(int argc, char **argv)
         return cli_fail(2, "--poll-secs: must be in (0, 3600]; --watch-timeout: not negative");
     dt_input_options io;
     dt_input_options_default(&io);
-    if (dt_compression_parse(compression, &io.compression) != DT_OK) {
-        dt_error_prefix(DT_ERR_INVALID, "--compression");
-        return cli_fail(2, dt_last_error());
-    }
-    io.features = features, io.label_key = label_key, io.num_features = num_features;
-    io.index_base = index_base, io.csv_header = csv_header, io.label_column = label_column;
     io.batch_size = batch;
-    io.field_size = field_size, io.hash_buckets = hash_buckets;
-    io.ids_key = ids_key, io.values_key = values_key;
-    if (dt_input_options_check(&io) != DT_OK)
+    if (cli_read_flags_apply(&rf, &io) != DT_OK)
         return cli_fail(2, dt_last_error());
     dt_evaluator_options eo;
     dt_evaluator_options_default(&eo);

@@ -41,6 +41,10 @@ typedef struct {
 /* Replaces path with the concatenation of the parts. */
 dt_status dt_file_write_atomic(const char *path, const dt_file_part *parts, int n_parts);
 
+/* The directory that holds path ("." for a bare file name, "/" for a file in the root), into
+ * out[cap]. */
+void dt_path_dir(const char *path, char *out, size_t cap);
+
 /* Reads a whole text file of at most max_bytes into a malloc'd, NUL-terminated *text (n_bytes,
  * may be NULL, gets its length). A larger file, or one holding a NUL byte, is DT_ERR_INVALID
  * saying it is not `what` ("a JSON text file"). */

@@ -27,9 +27,6 @@ typedef struct {
 dt_status dt_saved_spec_open(const char *dir, dt_saved_spec *out);
 void dt_saved_spec_close(dt_saved_spec *s);
 
-/* The directory that holds checkpoint path ("." for a bare file name), into out[cap]. */
-void dt_saved_checkpoint_dir(const char *path, char *out, size_t cap);
-
 /* The model a checkpoint was written for: its model_spec metadata, which must be the saved
  * spec's model when there is one (DT_ERR_INVALID otherwise: a spec of another model), and must
  * give the input shape. DT_ERR_FORMAT naming the file when the metadata is missing or bad. */

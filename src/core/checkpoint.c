@@ -239,22 +239,33 @@ static size_t dtype_size(const char *name)
     return 0;
 }
 
-static dt_status read_file(dt_ckpt *c)
+/* The checkpoint's file opened, a regular one, its size in c->size; *fd -1 on failure. */
+static dt_status open_regular(dt_ckpt *c, int *fd)
 {
-    int fd = open(c->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
+    *fd = open(c->path, O_RDONLY | O_CLOEXEC);
+    if (*fd < 0)
         return dt_error(DT_ERR_IO, "%s: open: %s", c->path, strerror(errno));
-    dt_status st = DT_OK;
     struct stat sb;
-    if (fstat(fd, &sb) != 0) {
+    dt_status st = DT_OK;
+    if (fstat(*fd, &sb) != 0)
         st = dt_error(DT_ERR_IO, "%s: fstat: %s", c->path, strerror(errno));
-        goto fail;
-    }
-    if (!S_ISREG(sb.st_mode)) {
+    else if (!S_ISREG(sb.st_mode))
         st = dt_error(DT_ERR_IO, "%s: not a regular file", c->path);
-        goto fail;
+    if (st) {
+        close(*fd);
+        *fd = -1;
+        return st;
     }
     c->size = (size_t)sb.st_size;
+    return DT_OK;
+}
+
+static dt_status read_file(dt_ckpt *c)
+{
+    int fd;
+    dt_status st = open_regular(c, &fd);
+    if (st)
+        return st;
     c->buf = malloc(c->size ? c->size : 1);
     if (!c->buf) {
         st = dt_error(DT_ERR_NOMEM, "%s: cannot allocate %zu bytes", c->path, c->size);
@@ -283,20 +294,14 @@ fail:
  * process that maps it. */
 static dt_status map_file(dt_ckpt *c)
 {
-    int fd = open(c->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return dt_error(DT_ERR_IO, "%s: open: %s", c->path, strerror(errno));
-    dt_status st = DT_OK;
-    struct stat sb;
-    if (fstat(fd, &sb) != 0)
-        st = dt_error(DT_ERR_IO, "%s: fstat: %s", c->path, strerror(errno));
-    else if (!S_ISREG(sb.st_mode))
-        st = dt_error(DT_ERR_IO, "%s: not a regular file", c->path);
-    else if (sb.st_size == 0)
+    int fd;
+    dt_status st = open_regular(c, &fd);
+    if (st)
+        return st;
+    if (c->size == 0)
         st = dt_error(DT_ERR_FORMAT, "%s: 0 bytes: too short for the 8-byte header length",
                       c->path);
     if (st == DT_OK) {
-        c->size = (size_t)sb.st_size;
         void *p = mmap(NULL, c->size, PROT_READ, MAP_SHARED, fd, 0);
         if (p == MAP_FAILED)
             st = dt_error(DT_ERR_IO, "%s: mmap of %zu bytes: %s", c->path, c->size,

@@ -26,8 +26,7 @@ const char *dt_file_replace_path(const dt_file_replace *r)
     return r->in_place ? r->target : r->tmp;
 }
 
-/* The directory holding path: what has to be flushed for a rename in it to be durable. */
-static void dir_of(const char *path, char *out, size_t cap)
+void dt_path_dir(const char *path, char *out, size_t cap)
 {
     const char *slash = strrchr(path, '/');
     if (!slash)
@@ -62,7 +61,8 @@ dt_status dt_file_replace_commit(dt_file_replace *r)
         return st;
     }
     char dir[DT_PATH_CAP];
-    dir_of(r->target, dir, sizeof dir);
+    /* The directory holding the file: what is flushed for the rename to be durable. */
+    dt_path_dir(r->target, dir, sizeof dir);
     return fsync_path(dir, r->target, O_RDONLY | O_DIRECTORY);
 }
 

@@ -59,12 +59,24 @@ dt_status dt_export(const char *model_dir, const char *checkpoint, const dt_expo
 
 /* ---- Shared by the formats ---- */
 
+dt_status dt_export_check(const char *model_dir, const char *checkpoint,
+                          const dt_export_options *o, const char *out_kind)
+{
+    if (!o->out || !*o->out)
+        return dt_error(DT_ERR_INVALID, "export: no output %s", out_kind);
+    if ((model_dir == NULL) == (checkpoint == NULL))
+        return dt_error(DT_ERR_INVALID, "export: give a model directory or a checkpoint");
+    if (strlen(o->out) > 4000)
+        return dt_error(DT_ERR_INVALID, "%.64s...: the path is too long", o->out);
+    return DT_OK;
+}
+
 dt_status dt_export_open(const char *model_dir, const char *checkpoint,
                          const dt_export_options *o, dt_saved_spec *sm, dt_ckpt **c)
 {
     char dir[4200];
     if (!model_dir)
-        dt_saved_checkpoint_dir(checkpoint, dir, sizeof dir);
+        dt_path_dir(checkpoint, dir, sizeof dir);
     dt_status st = dt_saved_spec_open(model_dir ? model_dir : dir, sm);
     if (st)
         return st;
@@ -95,7 +107,7 @@ dt_status dt_export_make_dirs(const char *dir)
 const char *dt_export_split_path(const char *path, char *dir, size_t cap)
 {
     const char *slash = strrchr(path, '/');
-    dt_saved_checkpoint_dir(path, dir, cap);
+    dt_path_dir(path, dir, cap);
     return slash ? slash + 1 : path;
 }
 

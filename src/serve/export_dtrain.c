@@ -113,22 +113,20 @@ done:
 dt_status dt_export_dtrain(const char *model_dir, const char *checkpoint,
                            const dt_export_options *o, dt_export_result *r)
 {
-    if (!o->out || !*o->out)
-        return dt_error(DT_ERR_INVALID, "export: no output directory");
-    if ((model_dir == NULL) == (checkpoint == NULL))
-        return dt_error(DT_ERR_INVALID, "export: give a model directory or a checkpoint");
-    if (strlen(o->out) > 4000)
-        return dt_error(DT_ERR_INVALID, "%.64s...: the path is too long", o->out);
+    dt_status st = dt_export_check(model_dir, checkpoint, o, "directory");
+    if (st)
+        return st;
     dt_export_result res;
     memset(&res, 0, sizeof res);
     dt_saved_spec sm;
+    memset(&sm, 0, sizeof sm);
     dt_ckpt *c = NULL;
     dt_model *m = NULL;
     cJSON *sig = NULL, *spec_json = NULL;
     char *spec_text = NULL;
     char path[4200];
-    dt_status st = dt_export_open(model_dir, checkpoint, o, &sm, &c);
-    if (st || (st = dt_saved_model_map(c, &sm, 1, &m)) || (st = dt_export_make_dirs(o->out)))
+    if ((st = dt_export_open(model_dir, checkpoint, o, &sm, &c)) ||
+        (st = dt_saved_model_map(c, &sm, 1, &m)) || (st = dt_export_make_dirs(o->out)))
         goto done;
     res.step = dt_saved_model_step(c);
     snprintf(res.checkpoint, sizeof res.checkpoint, "%s", dt_ckpt_path(c));

@@ -12,6 +12,11 @@
 /* What every export writes beside the model: its inputs and outputs. */
 #define DT_EXPORT_SIGNATURE_FILE "signature.json"
 
+/* The arguments every format takes: an output (out_kind: "file" or "directory" for the message),
+ * and exactly one of model_dir and checkpoint. */
+dt_status dt_export_check(const char *model_dir, const char *checkpoint,
+                          const dt_export_options *o, const char *out_kind);
+
 /* The feature spec saved with the model (none for a built-in one) and the checkpoint to export,
  * mapped: model_dir's latest, or checkpoint (exactly one of them non-NULL). */
 dt_status dt_export_open(const char *model_dir, const char *checkpoint,

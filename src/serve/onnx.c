@@ -859,12 +859,9 @@ static void describe_scope(exporter *x)
 dt_status dt_export_onnx(const char *model_dir, const char *checkpoint,
                          const dt_export_options *o, dt_export_result *r)
 {
-    if (!o->out || !*o->out)
-        return dt_error(DT_ERR_INVALID, "export: no output file");
-    if ((model_dir == NULL) == (checkpoint == NULL))
-        return dt_error(DT_ERR_INVALID, "export: give a model directory or a checkpoint");
-    if (strlen(o->out) > 4000)
-        return dt_error(DT_ERR_INVALID, "%.64s...: the path is too long", o->out);
+    dt_status st = dt_export_check(model_dir, checkpoint, o, "file");
+    if (st)
+        return st;
     dt_export_result res;
     memset(&res, 0, sizeof res);
     exporter x;
@@ -875,8 +872,8 @@ dt_status dt_export_onnx(const char *model_dir, const char *checkpoint,
     char *spec_text = NULL;
     char dir[4096], data_path[4100], sig_path[4200];
     const char *base = dt_export_split_path(o->out, dir, sizeof dir);
-    dt_status st = dt_export_open(model_dir, checkpoint, o, &sm, &c);
-    if (st || (st = dt_saved_model_map(c, &sm, 1, &x.m)) || (st = dt_export_make_dirs(dir)))
+    if ((st = dt_export_open(model_dir, checkpoint, o, &sm, &c)) ||
+        (st = dt_saved_model_map(c, &sm, 1, &x.m)) || (st = dt_export_make_dirs(dir)))
         goto done;
     res.step = dt_saved_model_step(c);
     snprintf(res.checkpoint, sizeof res.checkpoint, "%s", dt_ckpt_path(c));

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "dtrain/checkpoint.h"
+#include "dtrain/fileio.h"
 #include "dtrain/model.h"
 #include "dtrain/saved_model.h"
 
@@ -80,7 +81,7 @@ static dt_status map_checkpoint(const char *path, FILE *log, dt_ckpt **c, char *
     if (stat(path, &sb) != 0)
         return dt_error(DT_ERR_IO, "%s: no such checkpoint or directory", path);
     if (!S_ISDIR(sb.st_mode)) {
-        dt_saved_checkpoint_dir(path, dir, cap);
+        dt_path_dir(path, dir, cap);
         return dt_ckpt_map(path, c);
     }
     snprintf(dir, cap, "%s", path);

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "dtrain/checkpoint.h"
+#include "dtrain/fileio.h"
 #include "dtrain/clock.h"
 #include "dtrain/fit.h"
 #include "dtrain/features.h"
@@ -205,7 +206,7 @@ dt_status dt_evaluate_checkpoints(const dt_evaluator_options *o)
     dt_status st = check_options(o);
     /* Without a model directory, the checkpoint's own directory may hold the spec. */
     if (st == DT_OK && !o->model_dir)
-        dt_saved_checkpoint_dir(o->checkpoint, ckpt_dir, sizeof ckpt_dir);
+        dt_path_dir(o->checkpoint, ckpt_dir, sizeof ckpt_dir);
     if (st == DT_OK && o->watch)
         st = await_first_output(o);
     if (st || (st = dt_saved_spec_open(o->model_dir ? o->model_dir : ckpt_dir, &sm)) ||

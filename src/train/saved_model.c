@@ -31,17 +31,6 @@ void dt_saved_spec_close(dt_saved_spec *s)
     memset(s, 0, sizeof *s);
 }
 
-void dt_saved_checkpoint_dir(const char *path, char *out, size_t cap)
-{
-    const char *slash = strrchr(path, '/');
-    if (!slash)
-        snprintf(out, cap, ".");
-    else if (slash == path)
-        snprintf(out, cap, "/");
-    else
-        snprintf(out, cap, "%.*s", (int)(slash - path), path);
-}
-
 /* The spec's model, if it is the checkpoint's: the same tables, layers and loss. */
 static dt_status spec_of_checkpoint(const dt_ckpt *c, const char *json, const dt_saved_spec *s,
                                     dt_model_spec *spec)
