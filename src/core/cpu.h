@@ -19,6 +19,14 @@ typedef enum {
 /* False on any CPU but x86-64, and for a feature out of range. Thread-safe. */
 bool dt_cpu_has(dt_cpu_feature f);
 
+/* x86-64 with GCC's or Clang's intrinsics: where the AVX2 and AVX-512 kernels are built at all
+ * (the Makefile leaves their files out elsewhere). */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define DT_X86 1
+#else
+#define DT_X86 0
+#endif
+
 /* Before a function: GCC compiles it for AVX-512, AVX2 and the baseline, and the loader picks
  * one for the CPU (target_clones, resolved once). For loops over floats whose every element's
  * result is the same whatever the vector width: no reassociation, and no FMA contraction

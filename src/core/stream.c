@@ -8,6 +8,7 @@
 #include <emmintrin.h>
 #endif
 
+#if defined(__SSE2__)
 /* Elements before dst reaches a 16-byte boundary (a float pointer is 4-byte aligned). */
 static size_t head_elems(const float *dst, size_t n)
 {
@@ -15,6 +16,7 @@ static size_t head_elems(const float *dst, size_t n)
     size_t head = mis ? (16 - mis) / sizeof(float) : 0;
     return head < n ? head : n;
 }
+#endif
 
 void dt_stream_copy(float *dst, const float *src, size_t n)
 {

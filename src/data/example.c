@@ -39,11 +39,11 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
+#include "../core/bytes.h"
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
 #include "../core/cpu.h"
-#include "../core/bytes.h"
 #define LAYOUT_VECTOR 1 /* an AVX2 + BMI2 layout decoder, chosen at run time */
 #endif
 

@@ -49,8 +49,12 @@ static void forward_task(void *ctx, int task, int n_tasks)
     const struct convpool_job *j = ctx;
     long lo, hi;
     dt_pool_slice(j->B, task, n_tasks, &lo, &hi);
+#if DT_X86 /* elsewhere dt_convpool_supported is false: nothing calls this */
     dt_convpool_forward_avx2(lo, hi, j->cg->H, j->cg->W, j->pg->OH, j->pg->OW, j->cg->OC, j->x,
                              j->w, j->b, j->y_out, j->mask_out);
+#else
+    (void)j, (void)lo, (void)hi;
+#endif
 }
 
 void dt_convpool_forward(dt_pool *pool, const dt_conv_geom *cg, const dt_pool_geom *pg, int B,
@@ -67,8 +71,12 @@ static void backward_task(void *ctx, int task, int n_tasks)
     long lo, hi;
     dt_pool_slice(j->B, task, n_tasks, &lo, &hi);
     float *dw_part = j->scratch + part_elems(j->cg) * task;
+#if DT_X86
     dt_convpool_backward_avx2(lo, hi, j->cg->H, j->cg->W, j->pg->OH, j->pg->OW, j->cg->OC, j->x,
                               j->y, j->mask, j->dy, dw_part, dw_part + 9 * j->cg->OC);
+#else
+    (void)dw_part, (void)lo, (void)hi;
+#endif
 }
 
 void dt_convpool_backward(dt_pool *pool, const dt_conv_geom *cg, const dt_pool_geom *pg, int B,

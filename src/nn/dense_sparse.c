@@ -128,13 +128,17 @@ void dt_dense_backward_sparse(dt_pool *pool, int B, int IN, int OUT, const float
 {
     /* The list kernels are dtrain's own, beside its own matrix multiply: with OpenBLAS chosen,
      * or on a CPU without AVX-512, the products stay dense. */
-    if (!scratch || !lists_serve(B, IN, OUT) || strcmp(dt_gemm_kernel_name(), "avx512") != 0 ||
-        !dt_cpu_has(DT_CPU_AVX512F)) {
-        dt_dense_backward(pool, B, IN, OUT, x, w, dy, dw, db, dx);
+#if DT_X86
+    if (scratch && lists_serve(B, IN, OUT) && strcmp(dt_gemm_kernel_name(), "avx512") == 0 &&
+        dt_cpu_has(DT_CPU_AVX512F)) {
+        dt_dense_backward_sparse_with(&dt_sparse_kernels_avx512, pool, B, IN, OUT, x, w, dy, dw,
+                                      db, dx, scratch);
         return;
     }
-    dt_dense_backward_sparse_with(&dt_sparse_kernels_avx512, pool, B, IN, OUT, x, w, dy, dw, db,
-                                  dx, scratch);
+#else
+    (void)scratch;
+#endif
+    dt_dense_backward(pool, B, IN, OUT, x, w, dy, dw, db, dx);
 }
 
 /* ---- Portable kernels: what the AVX-512 ones compute, lane by lane ---- */

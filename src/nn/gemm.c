@@ -38,7 +38,11 @@ static void gemm_blas(bool ta, bool tb, int M, int N, int K, float alpha, const 
 const dt_gemm_kernel dt_gemm_kernel_blas = {"blas", DT_CPU_N_FEATURES, gemm_blas, 1, 1, 1, 0, 0};
 
 /* Fastest first: the first this CPU runs is the default. */
-static const dt_gemm_kernel *const kernels[] = {&dt_gemm_kernel_avx512, &dt_gemm_kernel_blas};
+static const dt_gemm_kernel *const kernels[] = {
+#if DT_X86
+    &dt_gemm_kernel_avx512,
+#endif
+    &dt_gemm_kernel_blas};
 enum { N_KERNELS = sizeof kernels / sizeof kernels[0] };
 
 static const dt_gemm_kernel *chosen;

@@ -181,7 +181,9 @@ struct step_job {
     float lr, lr_t; /* lr_t: Adam's bias-corrected rate */
 };
 
+#if DT_X86
 static bool use_avx2(void) { return dt_cpu_has(DT_CPU_AVX2); }
+#endif
 
 /* The scalar updates below are the reference; the AVX2 ones (optim_avx2.c) compute the same
  * values bit for bit, and the tests compare them. */
@@ -240,6 +242,7 @@ static void step_task(void *ctx, int task, int n_tasks)
     dt_pool_slice((long)(j->n / 16), task, n_tasks, &lo, &hi);
     size_t begin = (size_t)lo * 16, end = task == n_tasks - 1 ? j->n : (size_t)hi * 16;
     const dt_optim_config *c = &j->o->cfg;
+#if DT_X86
     if (use_avx2() && !j->o->scalar_only) {
         switch (c->kind) {
         case DT_OPT_SGD: dt_sgd_avx2(j->p, j->g, begin, end, j->lr); break;
@@ -253,6 +256,7 @@ static void step_task(void *ctx, int task, int n_tasks)
         }
         return;
     }
+#endif
     switch (c->kind) {
     case DT_OPT_SGD: sgd_range(j, begin, end); break;
     case DT_OPT_MOMENTUM: momentum_range(j, begin, end); break;
