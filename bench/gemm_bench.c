@@ -74,7 +74,7 @@ int main(int argc, char **argv)
         int K = shapes[s][4], lda = ta ? M : K, ldb = tb ? K : N;
         float *A = random_floats(&r, (size_t)M * K), *B = random_floats(&r, (size_t)K * N);
         float *C = random_floats(&r, (size_t)M * N), *ref = random_floats(&r, (size_t)M * N);
-        dt_gemm_ref(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, ref, N);
+        dt_gemm_naive(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, ref, N);
         double best[N_KERNELS] = {0};
         for (int rep = 0; rep <= reps; rep++) {
             for (int k = 0; k < N_KERNELS; k++) {

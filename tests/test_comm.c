@@ -16,10 +16,10 @@
 
 /* The naive references beside the fast conversions in src/coll/comm.c (not in comm.h, whose
  * interface the backends share). */
-void dt_f32_to_bf16_ref(const float *src, uint16_t *dst, size_t n_elems);
-void dt_bf16_to_f32_ref(const uint16_t *src, float *dst, size_t n_elems);
-void dt_f32_to_f16_ref(const float *src, uint16_t *dst, size_t n_elems);
-void dt_f16_to_f32_ref(const uint16_t *src, float *dst, size_t n_elems);
+void dt_f32_to_bf16_naive(const float *src, uint16_t *dst, size_t n_elems);
+void dt_bf16_to_f32_naive(const uint16_t *src, float *dst, size_t n_elems);
+void dt_f32_to_f16_naive(const float *src, uint16_t *dst, size_t n_elems);
+void dt_f16_to_f32_naive(const uint16_t *src, float *dst, size_t n_elems);
 
 static uint32_t bits(float f)
 {
@@ -214,7 +214,7 @@ TEST(comm_bf16_edge_cases)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         uint16_t got = bf16_of(from_bits(cases[i].in)), ref;
         float x = from_bits(cases[i].in);
-        dt_f32_to_bf16_ref(&x, &ref, 1);
+        dt_f32_to_bf16_naive(&x, &ref, 1);
         CHECK_MSG(got == cases[i].out, "bf16(%08x) = %04x, expected %04x", cases[i].in, got,
                   cases[i].out);
         CHECK_MSG(ref == cases[i].out, "bf16_ref(%08x) = %04x, expected %04x", cases[i].in, ref,
@@ -254,7 +254,7 @@ TEST(comm_f16_edge_cases)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         uint16_t got = f16_of(cases[i].in), ref;
-        dt_f32_to_f16_ref(&cases[i].in, &ref, 1);
+        dt_f32_to_f16_naive(&cases[i].in, &ref, 1);
         CHECK_MSG(got == cases[i].out, "f16(%a) = %04x, expected %04x", (double)cases[i].in, got,
                   cases[i].out);
         CHECK_MSG(ref == cases[i].out, "f16_ref(%a) = %04x, expected %04x", (double)cases[i].in,
@@ -311,7 +311,7 @@ TEST(comm_conversions_match_references)
     memcpy(x, pat, n * sizeof *x);
     size_t wrong = 0, first = 0;
     dt_f32_to_bf16(x, h, n);
-    dt_f32_to_bf16_ref(x, h_ref, n);
+    dt_f32_to_bf16_naive(x, h_ref, n);
     for (size_t i = 0; i < n; i++)
         if (h[i] != h_ref[i] && wrong++ == 0)
             first = i;
@@ -319,7 +319,7 @@ TEST(comm_conversions_match_references)
               pat[first], h[first], h_ref[first]);
     wrong = 0;
     dt_f32_to_f16(x, h, n);
-    dt_f32_to_f16_ref(x, h_ref, n);
+    dt_f32_to_f16_naive(x, h_ref, n);
     for (size_t i = 0; i < n; i++)
         if (h[i] != h_ref[i] && wrong++ == 0)
             first = i;
@@ -333,11 +333,11 @@ TEST(comm_conversions_match_references)
         all[i] = (uint16_t)i;
     size_t wrong_bf = 0, wrong_h = 0;
     dt_bf16_to_f32(all, f, 65536);
-    dt_bf16_to_f32_ref(all, f_ref, 65536);
+    dt_bf16_to_f32_naive(all, f_ref, 65536);
     for (uint32_t i = 0; i < 65536; i++)
         wrong_bf += bits(f[i]) != bits(f_ref[i]);
     dt_f16_to_f32(all, f, 65536);
-    dt_f16_to_f32_ref(all, f_ref, 65536);
+    dt_f16_to_f32_naive(all, f_ref, 65536);
     for (uint32_t i = 0; i < 65536; i++)
         wrong_h += bits(f[i]) != bits(f_ref[i]);
     CHECK_MSG(wrong_bf == 0, "bf16 -> f32: %zu of 65536 differ", wrong_bf);

@@ -29,7 +29,7 @@ TEST(crc32c_fast_matches_table_at_every_length_and_split)
     for (size_t i = 0; i < sizeof buf; i++)
         buf[i] = (uint8_t)dt_rng_next(&r);
     for (size_t n = 0; n <= sizeof buf; n++) {
-        uint32_t ref = dt_crc32c_extend_ref(0, buf, n);
+        uint32_t ref = dt_crc32c_extend_naive(0, buf, n);
         CHECK_MSG(dt_crc32c(buf, n) == ref, "length %zu", n);
         size_t half = n / 3;
         CHECK_MSG(dt_crc32c_extend(dt_crc32c(buf, half), buf + half, n - half) == ref,
@@ -50,7 +50,7 @@ TEST(crc32c_long_buffers_match_table)
     static const size_t lens[] = {12287, 12288, 12289, 24575, 24576, 36871, 65536, 100003};
     for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
         size_t n = lens[i];
-        uint32_t ref = dt_crc32c_extend_ref(0, buf, n);
+        uint32_t ref = dt_crc32c_extend_naive(0, buf, n);
         CHECK_MSG(dt_crc32c(buf, n) == ref, "length %zu", n);
         size_t cut = n / 7 + 3;
         CHECK_MSG(dt_crc32c_extend(dt_crc32c(buf, cut), buf + cut, n - cut) == ref,

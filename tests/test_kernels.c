@@ -85,7 +85,7 @@ TEST(gemm_matches_reference_in_every_layout)
                                     C[(size_t)i * ldc + j] = NAN;
                         dt_gemm(threads == 2 ? pool : NULL, ta, tb, M, N, K, 0.5f, A, lda, B, ldb,
                                 beta, C, ldc);
-                        dt_gemm_ref(ta, tb, M, N, K, 0.5f, A, lda, B, ldb, beta, C_ref, ldc);
+                        dt_gemm_naive(ta, tb, M, N, K, 0.5f, A, lda, B, ldb, beta, C_ref, ldc);
                         double d = max_rel_diff(C, C_ref, (size_t)M * ldc);
                         CHECK_MSG(d < 1e-5, "%s: M=%d N=%d K=%d ta=%d tb=%d threads=%d beta=%g: "
                                   "diff %g", gemm_kernels[g], M, N, K, ta, tb, threads,
@@ -212,7 +212,7 @@ TEST(gemm_large_split_over_threads_matches_one_thread)
             float *C_ref = calloc((size_t)M * N, sizeof *C_ref);
             dt_gemm(NULL, ta, tb, M, N, K, 1, A, lda, B, ldb, 0, C1, N);
             dt_gemm(pool, ta, tb, M, N, K, 1, A, lda, B, ldb, 0, C2, N);
-            dt_gemm_ref(ta, tb, M, N, K, 1, A, lda, B, ldb, 0, C_ref, N);
+            dt_gemm_naive(ta, tb, M, N, K, 1, A, lda, B, ldb, 0, C_ref, N);
             CHECK_MSG(max_rel_diff(C1, C_ref, (size_t)M * N) < 1e-4, "%s shape %zu",
                       gemm_kernels[g], s);
             CHECK_MSG(max_rel_diff(C2, C_ref, (size_t)M * N) < 1e-4, "%s shape %zu",
@@ -239,9 +239,9 @@ TEST(dense_matches_reference)
     float *dw = random_floats(&r, (size_t)IN * OUT, -1, 1), *dw_ref = copy_floats(dw, (size_t)IN * OUT);
     float *db = random_floats(&r, OUT, -1, 1), *db_ref = copy_floats(db, OUT);
     dt_dense_forward(pool, B, IN, OUT, x, w, b, y);
-    dt_dense_forward_ref(B, IN, OUT, x, w, b, y_ref);
+    dt_dense_forward_naive(B, IN, OUT, x, w, b, y_ref);
     dt_dense_backward(pool, B, IN, OUT, x, w, dy, dw, db, dx);
-    dt_dense_backward_ref(B, IN, OUT, x, w, dy, dw_ref, db_ref, dx_ref);
+    dt_dense_backward_naive(B, IN, OUT, x, w, dy, dw_ref, db_ref, dx_ref);
     CHECK(max_rel_diff(y, y_ref, 35) < 1e-5);
     CHECK(max_rel_diff(dx, dx_ref, 65) < 1e-5);
     CHECK(max_rel_diff(dw, dw_ref, (size_t)IN * OUT) < 1e-5); /* accumulated onto random values */
@@ -348,7 +348,7 @@ TEST(dense_backward_over_nonzeros_matches_reference)
         float *dw0 = random_floats(&r, nw, -1, 1), *db0 = random_floats(&r, OUT, -1, 1);
         float *dw_ref = copy_floats(dw0, nw), *db_ref = copy_floats(db0, OUT);
         float *dx_ref = malloc(nx * sizeof *dx_ref);
-        dt_dense_backward_ref(B, IN, OUT, x, w, dy, dw_ref, db_ref, dx_ref);
+        dt_dense_backward_naive(B, IN, OUT, x, w, dy, dw_ref, db_ref, dx_ref);
         if (cases[c].nan)
             CHECK(nan_where_dy_was(IN, OUT, dx_ref, dw_ref, db_ref));
         float *dw_dense = copy_floats(dw0, nw), *db_dense = copy_floats(db0, OUT);
@@ -476,9 +476,9 @@ TEST(conv2d_im2col_matches_reference)
             dt_pool *pool = pool_of(threads);
             float *scratch = malloc(dt_conv2d_scratch_elems(&g, threads) * 4);
             dt_conv2d_forward(pool, &g, B, x, w, b, y, scratch);
-            dt_conv2d_forward_ref(&g, B, x, w, b, y_ref);
+            dt_conv2d_forward_naive(&g, B, x, w, b, y_ref);
             dt_conv2d_backward(pool, &g, B, x, w, dy, dw, db, dx, scratch);
-            dt_conv2d_backward_ref(&g, B, x, w, dy, dw_ref, db_ref, dx_ref);
+            dt_conv2d_backward_naive(&g, B, x, w, dy, dw_ref, db_ref, dx_ref);
             CHECK_MSG(max_rel_diff(y, y_ref, ny) < 1e-5, "case %zu y", c);
             CHECK_MSG(max_rel_diff(dx, dx_ref, nx) < 1e-5, "case %zu dx", c);
             /* Weight and bias gradients sum B * OH * OW products in float: 1e-4 allows for it. */
@@ -550,7 +550,7 @@ static void check_convpool(int B, int H, int W, int OC, int threads, uint64_t se
     dt_pool *pool = pool_of(threads);
 
     dt_convpool_forward(pool, &cg, &pg, B, x, w, b, y, mask);
-    dt_conv2d_forward_ref(&cg, B, x, w, b, conv);
+    dt_conv2d_forward_naive(&cg, B, x, w, b, conv);
     dt_act_forward(DT_ACT_RELU, nc, conv);
     dt_maxpool_forward(&pg, B, conv, y_ref, arg);
     CHECK_MSG(max_rel_diff(y, y_ref, np) < 1e-5, "pooled output B=%d H=%d W=%d OC=%d", B, H, W, OC);
@@ -558,7 +558,7 @@ static void check_convpool(int B, int H, int W, int OC, int threads, uint64_t se
     dt_convpool_backward(pool, &cg, &pg, B, x, y, mask, dy, dw, db, scratch);
     dt_maxpool_backward(&pg, B, dy, arg, dconv);
     dt_act_backward(DT_ACT_RELU, nc, conv, dconv);
-    dt_conv2d_backward_ref(&cg, B, x, w, dconv, dw_ref, db_ref, NULL);
+    dt_conv2d_backward_naive(&cg, B, x, w, dconv, dw_ref, db_ref, NULL);
     CHECK_MSG(max_rel_diff(dw, dw_ref, nw) < 1e-4, "dw B=%d H=%d W=%d OC=%d: %g", B, H, W, OC,
               max_rel_diff(dw, dw_ref, nw));
     CHECK_MSG(max_rel_diff(db, db_ref, OC) < 1e-4, "db B=%d H=%d W=%d OC=%d", B, H, W, OC);

@@ -27,6 +27,6 @@ static inline uint32_t dt_crc32c_mask(uint32_t c)
 void dt_crc32c_many(int n, const uint8_t *const *data, const size_t *len, uint32_t *out);
 
 /* The table-driven version, kept as the reference the fast one is tested against. */
-uint32_t dt_crc32c_extend_ref(uint32_t crc, const void *data, size_t n_bytes);
+uint32_t dt_crc32c_extend_naive(uint32_t crc, const void *data, size_t n_bytes);
 
 #endif

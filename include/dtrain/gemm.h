@@ -39,7 +39,7 @@ dt_status dt_gemm_use(const char *name);
 bool dt_gemm_kernel_runs_here(const char *name);
 
 /* The same product by three loops with a double accumulator. */
-void dt_gemm_ref(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A,
+void dt_gemm_naive(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A,
                  int lda, const float *B, int ldb, float beta, float *C, int ldc);
 
 #endif

@@ -38,9 +38,9 @@ void dt_dense_backward_sparse(dt_pool *pool, int B, int IN, int OUT, const float
                               float *scratch);
 /* 0 for a layer the listed backward never runs. */
 size_t dt_dense_sparse_scratch_elems(int B, int IN, int OUT, int n_threads);
-void dt_dense_forward_ref(int B, int IN, int OUT, const float *x, const float *w, const float *b,
+void dt_dense_forward_naive(int B, int IN, int OUT, const float *x, const float *w, const float *b,
                           float *y);
-void dt_dense_backward_ref(int B, int IN, int OUT, const float *x, const float *w, const float *dy,
+void dt_dense_backward_naive(int B, int IN, int OUT, const float *x, const float *w, const float *dy,
                            float *dw, float *db, float *dx);
 
 /* ---- Element-wise activations, in place; backward uses the forward output y ---- */
@@ -69,10 +69,10 @@ bool dt_conv_geom_init(dt_conv_geom *g, int H, int W, int C, int KH, int KW, int
                        bool same);
 
 /* x (B, H, W, C); w (KH, KW, C, OC); b (OC); y (B, OH, OW, OC) */
-void dt_conv2d_forward_ref(const dt_conv_geom *g, int B, const float *x, const float *w,
+void dt_conv2d_forward_naive(const dt_conv_geom *g, int B, const float *x, const float *w,
                            const float *b, float *y);
 /* dy (B, OH, OW, OC); dw (KH, KW, C, OC) +=; db (OC) +=; dx (B, H, W, C) = (NULL: skip) */
-void dt_conv2d_backward_ref(const dt_conv_geom *g, int B, const float *x, const float *w,
+void dt_conv2d_backward_naive(const dt_conv_geom *g, int B, const float *x, const float *w,
                             const float *dy, float *dw, float *db, float *dx);
 
 /* The same by im2col + GEMM, examples split over the pool. scratch holds

@@ -347,12 +347,12 @@ static float ref_decode(uint16_t h, int mant_bits, int bias, int max_e)
     return (float)(sign ? -v : v);
 }
 
-void dt_f32_to_bf16_ref(const float *src, uint16_t *dst, size_t n_elems);
-void dt_bf16_to_f32_ref(const uint16_t *src, float *dst, size_t n_elems);
-void dt_f32_to_f16_ref(const float *src, uint16_t *dst, size_t n_elems);
-void dt_f16_to_f32_ref(const uint16_t *src, float *dst, size_t n_elems);
+void dt_f32_to_bf16_naive(const float *src, uint16_t *dst, size_t n_elems);
+void dt_bf16_to_f32_naive(const uint16_t *src, float *dst, size_t n_elems);
+void dt_f32_to_f16_naive(const float *src, uint16_t *dst, size_t n_elems);
+void dt_f16_to_f32_naive(const uint16_t *src, float *dst, size_t n_elems);
 
-void dt_f32_to_bf16_ref(const float *src, uint16_t *dst, size_t n_elems)
+void dt_f32_to_bf16_naive(const float *src, uint16_t *dst, size_t n_elems)
 {
     for (size_t i = 0; i < n_elems; i++) {
         /* A NaN keeps its sign and upper payload, quieted, as the fast version does. */
@@ -362,7 +362,7 @@ void dt_f32_to_bf16_ref(const float *src, uint16_t *dst, size_t n_elems)
     }
 }
 
-void dt_bf16_to_f32_ref(const uint16_t *src, float *dst, size_t n_elems)
+void dt_bf16_to_f32_naive(const uint16_t *src, float *dst, size_t n_elems)
 {
     for (size_t i = 0; i < n_elems; i++) {
         bool nan = (src[i] & 0x7F80u) == 0x7F80u && (src[i] & 0x7Fu);
@@ -372,7 +372,7 @@ void dt_bf16_to_f32_ref(const uint16_t *src, float *dst, size_t n_elems)
     }
 }
 
-void dt_f32_to_f16_ref(const float *src, uint16_t *dst, size_t n_elems)
+void dt_f32_to_f16_naive(const float *src, uint16_t *dst, size_t n_elems)
 {
     for (size_t i = 0; i < n_elems; i++) {
         uint16_t sign = signbit(src[i]) ? (uint16_t)0x8000u : 0;
@@ -380,7 +380,7 @@ void dt_f32_to_f16_ref(const float *src, uint16_t *dst, size_t n_elems)
     }
 }
 
-void dt_f16_to_f32_ref(const uint16_t *src, float *dst, size_t n_elems)
+void dt_f16_to_f32_naive(const uint16_t *src, float *dst, size_t n_elems)
 {
     for (size_t i = 0; i < n_elems; i++) {
         bool nan = (src[i] & 0x7C00u) == 0x7C00u && (src[i] & 0x3FFu);

@@ -18,7 +18,7 @@ static void build_table(void)
     crc_table_ready = 1;
 }
 
-uint32_t dt_crc32c_extend_ref(uint32_t crc, const void *data, size_t n_bytes)
+uint32_t dt_crc32c_extend_naive(uint32_t crc, const void *data, size_t n_bytes)
 {
     /* Building the table twice from two threads writes identical values, so the race is benign;
      * the flag is only an optimisation. */
@@ -139,7 +139,7 @@ static int has_sse42(void) { return dt_cpu_has(DT_CPU_SSE42); }
 uint32_t dt_crc32c_extend(uint32_t crc, const void *data, size_t n_bytes)
 {
     if (!has_sse42())
-        return dt_crc32c_extend_ref(crc, data, n_bytes);
+        return dt_crc32c_extend_naive(crc, data, n_bytes);
     return n_bytes >= 3 * BLOCK ? crc32c_hw_long(crc, data, n_bytes)
                                 : crc32c_hw(crc, data, n_bytes);
 }
@@ -156,12 +156,12 @@ void dt_crc32c_many(int n, const uint8_t *const *data, const size_t *len, uint32
 #else
 uint32_t dt_crc32c_extend(uint32_t crc, const void *data, size_t n_bytes)
 {
-    return dt_crc32c_extend_ref(crc, data, n_bytes);
+    return dt_crc32c_extend_naive(crc, data, n_bytes);
 }
 
 void dt_crc32c_many(int n, const uint8_t *const *data, const size_t *len, uint32_t *out)
 {
     for (int i = 0; i < n; i++)
-        out[i] = dt_crc32c_extend_ref(0, data[i], len[i]);
+        out[i] = dt_crc32c_extend_naive(0, data[i], len[i]);
 }
 #endif

@@ -165,7 +165,7 @@ void dt_gemm(dt_pool *pool, bool ta, bool tb, int M, int N, int K, float alpha, 
     dt_pool_run(pool, gemm_task, &j, (int)n_tasks);
 }
 
-void dt_gemm_ref(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+void dt_gemm_naive(bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
                  const float *B, int ldb, float beta, float *C, int ldc)
 {
     for (int m = 0; m < M; m++) {

@@ -60,20 +60,20 @@ void dt_dense_backward(dt_pool *pool, int B, int IN, int OUT, const float *x, co
         dt_gemm(pool, false, true, B, IN, OUT, 1.0f, dy, OUT, w, OUT, 0.0f, dx, IN);
 }
 
-void dt_dense_forward_ref(int B, int IN, int OUT, const float *x, const float *w, const float *b,
+void dt_dense_forward_naive(int B, int IN, int OUT, const float *x, const float *w, const float *b,
                           float *y)
 {
     add_bias_rows(B, OUT, b, y);
-    dt_gemm_ref(false, false, B, OUT, IN, 1.0f, x, IN, w, OUT, 1.0f, y, OUT);
+    dt_gemm_naive(false, false, B, OUT, IN, 1.0f, x, IN, w, OUT, 1.0f, y, OUT);
 }
 
-void dt_dense_backward_ref(int B, int IN, int OUT, const float *x, const float *w, const float *dy,
+void dt_dense_backward_naive(int B, int IN, int OUT, const float *x, const float *w, const float *dy,
                            float *dw, float *db, float *dx)
 {
-    dt_gemm_ref(true, false, IN, OUT, B, 1.0f, x, IN, dy, OUT, 1.0f, dw, OUT);
+    dt_gemm_naive(true, false, IN, OUT, B, 1.0f, x, IN, dy, OUT, 1.0f, dw, OUT);
     sum_rows_into(B, OUT, dy, db);
     if (dx)
-        dt_gemm_ref(false, true, B, IN, OUT, 1.0f, dy, OUT, w, OUT, 0.0f, dx, IN);
+        dt_gemm_naive(false, true, B, IN, OUT, 1.0f, dy, OUT, w, OUT, 0.0f, dx, IN);
 }
 
 /* ---- Activations ---- */
@@ -236,7 +236,7 @@ bool dt_conv_geom_init(dt_conv_geom *g, int H, int W, int C, int KH, int KW, int
     return g->OH > 0 && g->OW > 0;
 }
 
-void dt_conv2d_forward_ref(const dt_conv_geom *g, int B, const float *x, const float *w,
+void dt_conv2d_forward_naive(const dt_conv_geom *g, int B, const float *x, const float *w,
                            const float *b, float *y)
 {
     for (int n = 0; n < B; n++)
@@ -263,7 +263,7 @@ void dt_conv2d_forward_ref(const dt_conv_geom *g, int B, const float *x, const f
 
 /* Each gradient element is summed in double over everything that feeds it, so the reference is
  * more precise than any float kernel it checks. */
-void dt_conv2d_backward_ref(const dt_conv_geom *g, int B, const float *x, const float *w,
+void dt_conv2d_backward_naive(const dt_conv_geom *g, int B, const float *x, const float *w,
                             const float *dy, float *dw, float *db, float *dx)
 {
     for (int oc = 0; oc < g->OC; oc++) {
