@@ -10,7 +10,6 @@
  * cluster (--ps) is the exception: its chief survives a lost worker, so a failed worker or ps
  * task alone is started again (up to --max-restarts times each) while the others go on, and a
  * worker past its restarts is left out; the chief's end is the run's. */
-#include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -32,6 +31,7 @@
 
 #include "commands.h"
 #include "dtrain/clock.h"
+#include "dtrain/cluster.h"
 #include "flags.h"
 
 extern char **environ;
@@ -333,38 +333,28 @@ static dt_status make_secret(char out[65])
     return DT_OK;
 }
 
+/* The cluster launch runs: the chief (with --chief), the workers and the ps tasks on 127.0.0.1
+ * at ports[] in that order, and the evaluator (which has no port). */
+static dt_status local_cluster(const struct launch *L, const uint16_t *ports, dt_cluster *c)
+{
+    int n[DT_JOB_COUNT] = {0};
+    n[DT_JOB_CHIEF] = L->chief ? 1 : 0;
+    n[DT_JOB_WORKER] = L->n - n[DT_JOB_CHIEF];
+    n[DT_JOB_PS] = L->n_ps;
+    n[DT_JOB_EVALUATOR] = L->evaluator ? 1 : 0;
+    return dt_cluster_local(n, "127.0.0.1", ports, c);
+}
+
 /* The TF_CONFIG of task t: the whole cluster (without the evaluator, as TF lists it) and t. */
 static char *tf_config(const struct launch *L, const struct task *t)
 {
-    static const char *const jobs[] = {"chief", "worker", "ps"};
-    cJSON *root = cJSON_CreateObject();
-    cJSON *cluster = cJSON_AddObjectToObject(root, "cluster");
-    cJSON *task = cJSON_AddObjectToObject(root, "task");
-    char *text = NULL;
-    if (!cluster || !task)
-        goto done;
-    for (int j = 0; j < 3; j++) {
-        cJSON *list = NULL;
-        for (int i = 0; i < L->n_tasks; i++) {
-            const struct task *u = &L->tasks[i];
-            if (u->port_slot < 0 || strcmp(u->job, jobs[j]) != 0)
-                continue;
-            if (!list && !(list = cJSON_AddArrayToObject(cluster, jobs[j])))
-                goto done;
-            char addr[32];
-            snprintf(addr, sizeof addr, "127.0.0.1:%u", (unsigned)L->ports[u->port_slot]);
-            cJSON *s = cJSON_CreateString(addr);
-            if (!s || !cJSON_AddItemToArray(list, s)) {
-                cJSON_Delete(s);
-                goto done;
-            }
-        }
-    }
-    if (cJSON_AddStringToObject(task, "type", t->job) &&
-        cJSON_AddNumberToObject(task, "index", t->index))
-        text = cJSON_PrintUnformatted(root);
-done:
-    cJSON_Delete(root);
+    dt_cluster c;
+    dt_job job;
+    if (local_cluster(L, L->ports, &c) != DT_OK)
+        return NULL;
+    char *text = dt_job_parse(t->job, &job) == DT_OK ? dt_cluster_tf_config(&c, job, t->index)
+                                                     : NULL;
+    dt_cluster_free(&c);
     return text;
 }
 
@@ -412,7 +402,7 @@ static dt_status task_env_build(const struct launch *L, const struct task *t, st
         if (!json)
             goto nomem;
         int r = asprintf(&e->own[1], "TF_CONFIG=%s", json);
-        cJSON_free(json);
+        free(json);
         if (r < 0) {
             e->own[1] = NULL;
             goto nomem;
@@ -1002,12 +992,45 @@ static int take_n(char **argv, int argc, int *i, const char **n_text)
     return 0;
 }
 
+/* --print-tf-config: the TF_CONFIG that task (TYPE:INDEX) would get, its ports counted from
+ * base. */
+static int print_tf_config(const struct launch *L, const char *task, int base)
+{
+    int n_ports = L->n + L->n_ps;
+    if (base < 1 || base + n_ports - 1 > 65535) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "--base-port: must be in 1..%d for %d tasks, got %d",
+                 65536 - n_ports, n_ports, base);
+        return cli_fail(2, msg);
+    }
+    uint16_t *ports = calloc((size_t)(n_ports ? n_ports : 1), sizeof *ports);
+    if (!ports)
+        return cli_fail(1, "no memory");
+    for (int i = 0; i < n_ports; i++)
+        ports[i] = (uint16_t)(base + i);
+    dt_cluster c;
+    dt_status st = local_cluster(L, ports, &c);
+    free(ports);
+    if (st == DT_OK && (st = dt_cluster_set_task(&c, task)))
+        dt_error_prefix(st, "--print-tf-config");
+    char *text = st ? NULL : dt_cluster_tf_config(&c, c.task_type, c.task_index);
+    dt_cluster_free(&c);
+    if (st)
+        return cli_fail(2, dt_last_error());
+    if (!text)
+        return cli_fail(1, "no memory");
+    printf("%s\n", text);
+    free(text);
+    return 0;
+}
+
 int cmd_launch(int argc, char **argv)
 {
     struct launch L;
     memset(&L, 0, sizeof L);
     L.devnull = L.wake[0] = L.wake[1] = -1;
-    const char *comm;
+    const char *comm, *print_task;
+    int base_port;
     bool help;
     flag_def flags[] = {
         {"ps", FLAG_INT, "0", "parameter-server tasks, 0..256", &L.n_ps, false},
@@ -1022,6 +1045,10 @@ int cmd_launch(int argc, char **argv)
          &L.max_restarts, false},
         {"grace", FLAG_FLOAT, "10", "seconds between SIGTERM and SIGKILL when stopping tasks",
          &L.grace, false},
+        {"print-tf-config", FLAG_STRING, NULL, "print the TF_CONFIG task TYPE:INDEX would get "
+         "(ports from --base-port) and run nothing", &print_task, false},
+        {"base-port", FLAG_INT, "0", "--print-tf-config: the first task's port, the others after "
+         "it (chief, workers, ps)", &base_port, false},
         {"help", FLAG_BOOL, "false", "this text", &help, false},
     };
     int n_flags = (int)(sizeof flags / sizeof flags[0]);
@@ -1035,7 +1062,8 @@ int cmd_launch(int argc, char **argv)
     /* Without "--", a word of COMMAND would be reported as an unknown argument: name the cause. */
     bool asks_help = false;
     for (int i = 0; i < n_flag_args; i++)
-        asks_help |= strcmp(argv[i], "--help") == 0 || strncmp(argv[i], "--help=", 7) == 0;
+        asks_help |= strcmp(argv[i], "--help") == 0 || strncmp(argv[i], "--help=", 7) == 0 ||
+                     strncmp(argv[i], "--print-tf-config", 17) == 0;
     if (sep < 0 && !asks_help)
         return cli_fail(2, "launch: expected -- COMMAND after the flags, e.g. dtrain launch -n 2 "
                         "-- dtrain train ...");
@@ -1060,7 +1088,7 @@ int cmd_launch(int argc, char **argv)
         print_help(flags, n_flags);
         return 0;
     }
-    if (sep == argc - 1)
+    if (sep == argc - 1 && !print_task)
         return cli_fail(2, "launch: COMMAND is missing after --");
     if (!n_text)
         return cli_fail(2, "launch: -n N is required (the number of training tasks)");
@@ -1072,8 +1100,10 @@ int cmd_launch(int argc, char **argv)
         snprintf(msg, sizeof msg, "-n: expected a number of tasks, got '%s'", n_text);
         return cli_fail(2, msg);
     }
-    if (n < 1 || n > MAX_JOB_TASKS) {
-        snprintf(msg, sizeof msg, "-n: must be in 1..%d, got %ld", MAX_JOB_TASKS, n);
+    /* Printing a TF_CONFIG, a ps cluster may be its chief and ps tasks alone (-n 0 --ps M). */
+    int min_n = print_task ? 0 : 1;
+    if (n < min_n || n > MAX_JOB_TASKS) {
+        snprintf(msg, sizeof msg, "-n: must be in %d..%d, got %ld", min_n, MAX_JOB_TASKS, n);
         return cli_fail(2, msg);
     }
     L.n = (int)n;
@@ -1105,6 +1135,8 @@ int cmd_launch(int argc, char **argv)
         L.chief = true;
         L.n += 1;
     }
+    if (print_task)
+        return print_tf_config(&L, print_task, base_port);
 
     struct sigaction old[N_CAUGHT];
     bool installed[N_CAUGHT] = {false};

@@ -335,5 +335,18 @@ run env PATH="$tmp/bin:$PATH" FAKE_MPIRUN_EXIT=6 "$dtrain" launch -n 2 --comm mp
 if [ "$status" -eq 6 ] && grep -q "task mpi (pid [0-9]*) exited with status 6" "$tmp/err"; then ok mpi_failure_status; \
 else fail mpi_failure_status "exit $status: $(cat "$tmp/err")"; fi
 
+# --- --print-tf-config: the TF_CONFIG a task would get, from the library's writer ---
+run "$dtrain" launch -n 2 --ps 1 --base-port 7000 --print-tf-config worker:1
+want='{"cluster":{"chief":["127.0.0.1:7000"],"worker":["127.0.0.1:7001","127.0.0.1:7002"],"ps":["127.0.0.1:7003"]},"task":{"type":"worker","index":1}}'
+if [ "$status" -eq 0 ] && [ "$(cat "$tmp/out")" = "$want" ]; then
+    ok launch_print_tf_config_writes_the_cluster
+else
+    fail launch_print_tf_config_writes_the_cluster "exit $status: $(cat "$tmp/out" "$tmp/err")"
+fi
+expect_error launch_print_tf_config_names_a_missing_task 2 "job 'ps' has 0 tasks" launch -n 2 \
+    --base-port 7000 --print-tf-config ps:0
+expect_error launch_print_tf_config_needs_a_base_port 2 "--base-port" launch -n 2 \
+    --print-tf-config worker:0
+
 echo "launch: $passed passed, $failed failed"
 echo "$passed $failed" > "$counts"

@@ -63,10 +63,10 @@ PY
 start_rank() {
     local n=$1 base=$2 i=$3
     shift 3
-    local workers="" k
-    for ((k = 0; k < n; k++)); do workers="$workers${workers:+,}\"127.0.0.1:$((base + k))\""; done
-    TF_CONFIG="{\"cluster\":{\"worker\":[$workers]},\"task\":{\"type\":\"worker\",\"index\":$i}}" \
-        "$dtrain" "$@" > "$tmp/r$i.out" 2> "$tmp/r$i.err" &
+    # Written before the rank starts, so that its pid is dtrain's from the first moment.
+    local tf_config
+    tf_config=$("$dtrain" launch -n "$n" --base-port "$base" --print-tf-config "worker:$i")
+    TF_CONFIG="$tf_config" "$dtrain" "$@" > "$tmp/r$i.out" 2> "$tmp/r$i.err" &
     pids[$i]=$!
 }
 

@@ -314,8 +314,8 @@ fi
 if [ "$(id -u)" = 0 ] && command -v unshare > /dev/null && unshare -m true 2> /dev/null; then
     base=$(free_base 2)
     start_rank 2 "$base" 0 bench allreduce --check --sizes 4K..1M --iters 2 --connect-timeout 20
-    workers="\"127.0.0.1:$base\",\"127.0.0.1:$((base + 1))\""
-    TF_CONFIG="{\"cluster\":{\"worker\":[$workers]},\"task\":{\"type\":\"worker\",\"index\":1}}" \
+    config=$("$dtrain" launch -n 2 --base-port "$base" --print-tf-config worker:1)
+    TF_CONFIG="$config" \
         unshare -m sh -c 'mount -t tmpfs tmpfs /dev/shm && exec "$0" "$@"' "$dtrain" bench allreduce \
         --check --sizes 4K..1M --iters 2 --connect-timeout 20 > "$tmp/r1.out" 2> "$tmp/r1.err" &
     pids[1]=$!

@@ -26,12 +26,10 @@ failed=0
 export DTRAIN_CLUSTER_SECRET=ps-test-secret-0123456789abcdef
 [ -x "$check" ] || { fail ps_check_built "$check is missing (make unit-tests)"; echo "$passed $failed" > "$counts"; exit 0; }
 
-chief_task='"task":{"type":"chief","index":0}'
-# cluster BASE N_PS: TF_CONFIG's cluster with the chief at BASE and N_PS ps tasks after it.
-cluster() {
-    local base=$1 n=$2 ps="" k
-    for ((k = 0; k < n; k++)); do ps="$ps${ps:+,}\"127.0.0.1:$((base + 1 + k))\""; done
-    echo "{\"chief\":[\"127.0.0.1:$base\"],\"ps\":[$ps]}"
+# tf_config BASE N_PS TASK: the TF_CONFIG of TASK in a cluster of the chief at BASE and N_PS ps
+# tasks after it, as dtrain launch writes it.
+tf_config() {
+    "$dtrain" launch -n 0 --ps "$2" --base-port "$1" --print-tf-config "$3"
 }
 
 # start_ps BASE N_PS [FLAGS...]: starts the N_PS ps tasks; their pids in ps_pids.
@@ -40,8 +38,9 @@ start_ps() {
     shift 2
     ps_pids=()
     for ((k = 0; k < n; k++)); do
-        TF_CONFIG="{\"cluster\":$(cluster "$base" "$n"),\"task\":{\"type\":\"ps\",\"index\":$k}}" \
-            "$dtrain" server "$@" > "$tmp/ps$k.out" 2> "$tmp/ps$k.err" &
+        local config
+        config=$(tf_config "$base" "$n" "ps:$k")
+        TF_CONFIG="$config" "$dtrain" server "$@" > "$tmp/ps$k.out" 2> "$tmp/ps$k.err" &
         ps_pids[$k]=$!
         pids+=($!)
     done
@@ -80,7 +79,7 @@ for spec in "2 1000 8 5 div" "3 997 16 3 mod" "2 50 4 2 mod"; do
     read -r nps rows dim shards strat <<< "$spec"
     base=$(free_base $((nps + 1)))
     start_ps "$base" "$nps" --coordinator-timeout 20
-    TF_CONFIG="{\"cluster\":$(cluster "$base" "$nps"),$chief_task}" run "$check" "$rows" "$dim" "$shards" "$strat" 40
+    TF_CONFIG="$(tf_config "$base" "$nps" chief:0)" run "$check" "$rows" "$dim" "$shards" "$strat" 40
     name="ps_${nps}ps_${shards}shards_$strat"
     if [ "$status" -ne 0 ] || ! grep -q "ps_check: ok" "$tmp/out"; then
         fail "$name" "ps_check exit $status: $(head -c 400 "$tmp/err")"
@@ -112,7 +111,8 @@ no_leftovers ps_without_coordinator_leaves_nothing "$base" 1
 # ---- the coordinator killed while connected: the ps exits within the timeout ----
 base=$(free_base 3)
 start_ps "$base" 2 --coordinator-timeout 2
-TF_CONFIG="{\"cluster\":$(cluster "$base" 2),$chief_task}" "$check" 100 4 2 mod 5 --no-stop --hold 30 \
+config=$(tf_config "$base" 2 chief:0)
+TF_CONFIG="$config" "$check" 100 4 2 mod 5 --no-stop --hold 30 \
     > "$tmp/chief.out" 2> "$tmp/chief.err" &
 chief=$!
 pids+=("$chief")
@@ -141,10 +141,10 @@ for _ in range(3):
     except OSError:
         pass
 PY
-DTRAIN_CLUSTER_SECRET=not-the-secret-0123456789abcdef TF_CONFIG="{\"cluster\":$(cluster "$base" 2),$chief_task}" \
+DTRAIN_CLUSTER_SECRET=not-the-secret-0123456789abcdef TF_CONFIG="$(tf_config "$base" 2 chief:0)" \
     run "$check" 100 4 2 div 3
 wrong_status=$status wrong_err=$(head -c 300 "$tmp/err")
-TF_CONFIG="{\"cluster\":$(cluster "$base" 2),$chief_task}" run "$check" 100 4 2 div 10
+TF_CONFIG="$(tf_config "$base" 2 chief:0)" run "$check" 100 4 2 div 10
 if [ "$wrong_status" -ne 0 ] && echo "$wrong_err" | grep -qi "auth\|secret\|MAC\|refused" &&
     [ "$status" -eq 0 ] && grep -q "not a dtrain peer" "$tmp/ps0.err"; then
     ok ps_refuses_strangers_job_completes
@@ -156,11 +156,12 @@ no_leftovers ps_strangers_leave_nothing "$base" 2
 
 # ---- invalid clusters: named errors, no hang ----
 base=$(free_base 3)
-TF_CONFIG="{\"cluster\":$(cluster "$base" 2),\"task\":{\"type\":\"chief\",\"index\":0}}" \
+TF_CONFIG="$(tf_config "$base" 2 chief:0)" \
     expect_error ps_server_on_chief_task 1 "is not a ps task" server --coordinator-timeout 1
+# A cluster no launch writes: a ps and a worker without a chief.
 TF_CONFIG="{\"cluster\":{\"ps\":[\"127.0.0.1:$base\"],\"worker\":[\"127.0.0.1:$((base + 1))\"]},\"task\":{\"type\":\"ps\",\"index\":0}}" \
     expect_error ps_cluster_without_chief 1 "needs one chief" server --coordinator-timeout 1
-TF_CONFIG="{\"cluster\":$(cluster "$base" 2),\"task\":{\"type\":\"ps\",\"index\":0}}" \
+TF_CONFIG="$(tf_config "$base" 2 ps:0)" \
     expect_error ps_index_out_of_range 1 "ps:5" server --task ps:5
 expect_error ps_without_tf_config 1 "TF_CONFIG" server
 expect_error ps_bad_coordinator_timeout 2 "--coordinator-timeout" server --coordinator-timeout 0
@@ -169,7 +170,7 @@ python3 -c "import socket,time,sys; s=socket.socket(); s.bind(('127.0.0.1', $((b
 holder=$!
 pids+=("$holder")
 sleep 0.3
-TF_CONFIG="{\"cluster\":$(cluster "$base" 2),\"task\":{\"type\":\"ps\",\"index\":0}}" \
+TF_CONFIG="$(tf_config "$base" 2 ps:0)" \
     expect_error ps_address_in_use 1 "127.0.0.1" server --coordinator-timeout 5
 kill "$holder" 2>/dev/null
 wait "$holder" 2>/dev/null
@@ -354,9 +355,9 @@ long=(train --data "libsvm:$tmp/long.svm" --feature-size "$fs2" --model deepfm -
 start_task() {
     local base=$1 task=$2 out=$3
     shift 3
-    local cl="{\"chief\":[\"127.0.0.1:$base\"],\"worker\":[\"127.0.0.1:$((base + 1))\",\"127.0.0.1:$((base + 2))\"],\"ps\":[\"127.0.0.1:$((base + 3))\"]}"
-    TF_CONFIG="{\"cluster\":$cl,\"task\":{\"type\":\"${task%%:*}\",\"index\":${task#*:}}}" \
-        "$dtrain" "$@" > "$tmp/$out.out" 2> "$tmp/$out.err" &
+    local config
+    config=$("$dtrain" launch -n 2 --ps 1 --base-port "$base" --print-tf-config "$task")
+    TF_CONFIG="$config" "$dtrain" "$@" > "$tmp/$out.out" 2> "$tmp/$out.err" &
     task_pid[$task]=$!
     pids+=($!)
 }
@@ -600,20 +601,22 @@ no_leftovers ps_train_ps_restart_leaves_nothing "$base" 3
 
 # ---- invalid parameter-server clusters and flags: named errors at once ----
 base=$(free_base 4)
-psc="{\"chief\":[\"127.0.0.1:$base\"],\"worker\":[\"127.0.0.1:$((base + 1))\"],\"ps\":[\"127.0.0.1:$((base + 2))\"]}"
+# The chief, one worker and one ps at BASE..BASE+2, as dtrain launch writes them.
+psc_worker=$("$dtrain" launch -n 1 --ps 1 --base-port "$base" --print-tf-config worker:0)
+# A cluster no launch writes: a worker and a ps without a chief.
 TF_CONFIG="{\"cluster\":{\"worker\":[\"127.0.0.1:$base\"],\"ps\":[\"127.0.0.1:$((base + 1))\"]},\"task\":{\"type\":\"worker\",\"index\":0}}" \
     expect_error ps_train_without_chief 1 "needs one chief" "${ctr[@]}"
-TF_CONFIG="{\"cluster\":$psc,\"task\":{\"type\":\"worker\",\"index\":0}}" \
+TF_CONFIG="$psc_worker" \
     expect_error ps_train_other_strategy 1 "only --strategy parameter_server" "${ctr[@]}" --strategy multi_worker_mirrored
-TF_CONFIG="{\"cluster\":{\"chief\":[\"127.0.0.1:$base\"],\"worker\":[\"127.0.0.1:$((base + 1))\"]},\"task\":{\"type\":\"chief\",\"index\":0}}" \
+TF_CONFIG="$("$dtrain" launch -n 2 --chief --base-port "$base" --print-tf-config chief:0)" \
     expect_error ps_train_without_ps 1 "names no ps task" "${ctr[@]}" --strategy parameter_server
 # No ps answers: the chief fails naming it, and tells the waiting worker to stop at once rather
 # than leave it to its --coordinator-timeout.
-TF_CONFIG="{\"cluster\":$psc,\"task\":{\"type\":\"worker\",\"index\":0}}" \
+TF_CONFIG="$psc_worker" \
     "$dtrain" "${ctr[@]}" --coordinator-timeout 60 > "$tmp/w.out" 2> "$tmp/w.err" &
 wpid=$!
 pids+=("$wpid")
-TF_CONFIG="{\"cluster\":$psc,\"task\":{\"type\":\"chief\",\"index\":0}}" \
+TF_CONFIG="$("$dtrain" launch -n 1 --ps 1 --base-port "$base" --print-tf-config chief:0)" \
     expect_error ps_train_unreachable_ps 1 "could not connect to ps:0" "${ctr[@]}" --connect-timeout 1
 wait_pid "$wpid" 20
 if [ "$status" -eq 0 ]; then ok ps_train_chief_failing_stops_workers;

@@ -539,3 +539,47 @@ TEST(cluster_workers_ring)
     dt_cluster_free(&ring);
     dt_cluster_free(&c);
 }
+
+/* The writer is the parser's inverse: a local cluster written as each task's TF_CONFIG parses
+ * back to the same jobs, addresses, task, rank and cluster id; an IPv6 host keeps its brackets. */
+TEST(cluster_tf_config_writer_round_trips_through_the_parser)
+{
+    int n[DT_JOB_COUNT] = {1, 3, 2, 1};
+    uint16_t ports[6] = {4000, 4001, 4002, 4003, 4004, 4005};
+    dt_cluster c;
+    CHECK_OK(dt_cluster_local(n, "127.0.0.1", ports, &c));
+    CHECK(c.is_chief && c.rank == 0 && c.n_workers == 4);
+    for (int j = 0; j < DT_JOB_COUNT; j++)
+        for (int i = 0; i < n[j]; i++) {
+            char *text = dt_cluster_tf_config(&c, (dt_job)j, i);
+            CHECK(text != NULL);
+            dt_cluster back;
+            CHECK_OK(dt_cluster_parse(text, &back));
+            CHECK_MSG(back.task_type == (dt_job)j && back.task_index == i, "%s", text);
+            /* The evaluator is outside the cluster: every other job is as written. */
+            for (int k = 0; k < DT_JOB_EVALUATOR; k++) {
+                CHECK(back.n_tasks[k] == c.n_tasks[k]);
+                for (int t = 0; t < c.n_tasks[k] && t < back.n_tasks[k]; t++)
+                    CHECK(back.tasks[k][t].port == c.tasks[k][t].port &&
+                          strcmp(back.tasks[k][t].host, "127.0.0.1") == 0);
+            }
+            if (j != DT_JOB_EVALUATOR)
+                CHECK(back.rank == dt_cluster_rank_of(&c, (dt_job)j, i));
+            dt_cluster_free(&back);
+            free(text);
+        }
+    dt_cluster_free(&c);
+    int m[DT_JOB_COUNT] = {0, 2, 0, 0};
+    CHECK_OK(dt_cluster_local(m, "::1", ports, &c));
+    char *text = dt_cluster_tf_config(&c, DT_JOB_WORKER, 1);
+    CHECK(text && strstr(text, "\"[::1]:4001\""));
+    dt_cluster back;
+    CHECK_OK(dt_cluster_parse(text, &back));
+    CHECK(back.tasks[DT_JOB_WORKER][1].port == 4001 &&
+          strcmp(back.tasks[DT_JOB_WORKER][1].host, "::1") == 0 && back.rank == 1);
+    dt_cluster_free(&back);
+    free(text);
+    dt_cluster_free(&c);
+    int two_chiefs[DT_JOB_COUNT] = {2, 0, 0, 0};
+    CHECK_ERR(dt_cluster_local(two_chiefs, "h", ports, &c), DT_ERR_INVALID, "2 chief");
+}

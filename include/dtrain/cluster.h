@@ -76,6 +76,17 @@ const dt_addr *dt_cluster_addr(const dt_cluster *c, dt_job job, int index);
 /* True when every address of the cluster is a loopback one (localhost, 127.0.0.0/8, ::1). */
 bool dt_cluster_all_loopback(const dt_cluster *c);
 
+/* The TF_CONFIG of task job:index of c, compact JSON, the inverse of dt_cluster_parse:
+ * {"cluster": {"chief": [...], "worker": [...], "ps": [...]}, "task": {"type", "index"}}, the
+ * jobs in that order and without the evaluator, which TF lists apart. malloc'd; NULL without
+ * memory. What dtrain launch gives each task, and what tests and scripts ask it for. */
+char *dt_cluster_tf_config(const dt_cluster *c, dt_job job, int index);
+
+/* A cluster of n[job] tasks on host (at most one chief), every task but the evaluator at the
+ * next of ports in job order (chief, worker, ps), this task its chief (worker 0 without one). */
+dt_status dt_cluster_local(const int n[DT_JOB_COUNT], const char *host, const uint16_t *ports,
+                           dt_cluster *out);
+
 /* Parses "host:port" or "[v6addr]:port" into a; DT_ERR_INVALID "'s' is not host:port" otherwise
  * (an empty host, a port outside 1..65535 or not a number). */
 dt_status dt_addr_parse(const char *s, dt_addr *a);

@@ -555,3 +555,71 @@ void dt_cluster_task_name(const dt_cluster *c, dt_job job, int index, char *out,
     snprintf(out, cap, "%s:%d (%s:%u)", (unsigned)job < DT_JOB_COUNT ? dt_job_name(job) : "?",
              index, a ? a->host : "?", a ? (unsigned)a->port : 0u);
 }
+
+/* ---- Writing TF_CONFIG: the inverse of the parser ---- */
+
+/* An address as TF_CONFIG writes it: host:port, an IPv6 host in brackets. */
+static void addr_text(const dt_addr *a, char *out, size_t cap)
+{
+    if (strchr(a->host, ':'))
+        snprintf(out, cap, "[%s]:%u", a->host, (unsigned)a->port);
+    else
+        snprintf(out, cap, "%s:%u", a->host, (unsigned)a->port);
+}
+
+char *dt_cluster_tf_config(const dt_cluster *c, dt_job job, int index)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON *cluster = cJSON_AddObjectToObject(root, "cluster");
+    cJSON *task = cJSON_AddObjectToObject(root, "task");
+    char *text = NULL;
+    bool ok = cluster && task;
+    /* TF lists the evaluator apart from the cluster: only its own TF_CONFIG names it. */
+    for (int j = 0; ok && j < DT_JOB_EVALUATOR; j++) {
+        if (c->n_tasks[j] == 0)
+            continue;
+        cJSON *list = cJSON_AddArrayToObject(cluster, dt_job_name((dt_job)j));
+        for (int i = 0; ok && list && i < c->n_tasks[j]; i++) {
+            char addr[DT_HOST_CAP + 16];
+            addr_text(&c->tasks[j][i], addr, sizeof addr);
+            cJSON *s = cJSON_CreateString(addr);
+            ok = s && cJSON_AddItemToArray(list, s);
+            if (!ok)
+                cJSON_Delete(s);
+        }
+        ok = ok && list;
+    }
+    if (ok && cJSON_AddStringToObject(task, "type", dt_job_name(job)) &&
+        cJSON_AddNumberToObject(task, "index", index))
+        text = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return text;
+}
+
+dt_status dt_cluster_local(const int n[DT_JOB_COUNT], const char *host, const uint16_t *ports,
+                           dt_cluster *out)
+{
+    memset(out, 0, sizeof *out);
+    out->has_cluster = true;
+    int slot = 0;
+    for (int j = 0; j < DT_JOB_COUNT; j++) {
+        if (n[j] < 0 || (j == DT_JOB_CHIEF && n[j] > 1))
+            return dt_error(DT_ERR_INVALID, "a local cluster of %d %s tasks", n[j],
+                            dt_job_name((dt_job)j));
+        if (n[j] == 0)
+            continue;
+        if (!(out->tasks[j] = calloc((size_t)n[j], sizeof *out->tasks[j]))) {
+            dt_cluster_free(out);
+            return dt_error(DT_ERR_NOMEM, "no memory for a cluster");
+        }
+        out->n_tasks[j] = n[j];
+        for (int i = 0; i < n[j]; i++) {
+            snprintf(out->tasks[j][i].host, DT_HOST_CAP, "%s", host);
+            out->tasks[j][i].port = j == DT_JOB_EVALUATOR ? 0 : ports[slot++];
+        }
+    }
+    out->task_type = n[DT_JOB_CHIEF] ? DT_JOB_CHIEF : DT_JOB_WORKER;
+    assign_roles(out);
+    out->id = cluster_id(out);
+    return DT_OK;
+}
