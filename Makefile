@@ -40,7 +40,10 @@ LIB_SRCS := $(sort $(wildcard src/*/*.c))
 # The AVX2 and AVX-512 kernels exist on x86-64 only; elsewhere the portable code runs (make cross).
 X86_ONLY_SRCS := src/nn/convpool_avx2.c src/nn/dense_sparse_avx512.c src/nn/gemm_avx512.c \
 	src/optim/optim_avx2.c
-ifeq ($(filter x86_64%,$(shell $(CC) -dumpmachine)),)
+# The compiler's target, or this machine's when there is no compiler yet (a bare machine, before
+# make installs one).
+TARGET_MACHINE := $(or $(shell $(CC) -dumpmachine 2> /dev/null),$(shell uname -m))
+ifeq ($(filter x86_64%,$(TARGET_MACHINE)),)
 LIB_SRCS := $(filter-out $(X86_ONLY_SRCS),$(LIB_SRCS))
 endif
 CLI_SRCS := $(sort $(wildcard cli/*.c))

@@ -1,6 +1,7 @@
 /* fit: the epoch order follows tf.data's shuffle, batches are scaled like the tutorial, training
  * learns, runs are bit-reproducible for a thread count, and divergence is reported. */
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -503,4 +504,101 @@ TEST(shared_stores_follow_a_change_at_the_next_trial)
     CHECK_MSG(first_streamed_after == DT_STORE_TRIAL_START + DT_STORE_TRIAL_EVERY +
                                           2 * DT_STORE_TRIAL_STEPS,
               "streaming from step %lld", (long long)first_streamed_after);
+}
+
+/* ---- A program's own callbacks (dt_fit_callback) ---- */
+
+typedef struct {
+    int begins, steps, epochs, ends;
+    int stop_after_epoch, fail_at_step;
+    bool steps_in_order, validated_seen;
+    double last_epoch_loss;
+} probe;
+
+static dt_status probe_begin(void *user, const dt_fit_status *s)
+{
+    probe *p = user;
+    p->begins++;
+    p->steps_in_order = s->step == 0;
+    return DT_OK;
+}
+
+static dt_status probe_step(void *user, const dt_fit_status *s)
+{
+    probe *p = user;
+    p->steps++;
+    p->steps_in_order = p->steps_in_order && s->step == p->steps && isfinite(s->batch_loss) &&
+                        s->chief;
+    if (p->fail_at_step && s->step == p->fail_at_step)
+        return dt_error(DT_ERR_INVALID, "the probe refuses step %lld", (long long)s->step);
+    return DT_OK;
+}
+
+static dt_status probe_epoch(void *user, const dt_fit_status *s)
+{
+    probe *p = user;
+    p->epochs++;
+    p->last_epoch_loss = s->epoch_loss;
+    p->validated_seen = p->validated_seen || (s->validated && isfinite(s->val_loss));
+    return p->stop_after_epoch && s->epoch + 1 == p->stop_after_epoch ? DT_END : DT_OK;
+}
+
+static dt_status probe_end(void *user, const dt_fit_status *s)
+{
+    (void)s;
+    ((probe *)user)->ends++;
+    return DT_OK;
+}
+
+/* Trains small_cnn 5 epochs (16 steps each) on the quadrants with the probe as callback. */
+static dt_status train_with_probe(probe *p, dt_fit_result *res)
+{
+    dt_image_dataset train, test;
+    make_quadrants(&train, 512, 100);
+    make_quadrants(&test, 128, 200);
+    dt_model_spec spec;
+    dt_model *m = NULL;
+    dt_optim o;
+    dt_optim_init(&o);
+    dt_status st = dt_model_spec_from_json(small_cnn, "small_cnn", &spec);
+    if (st == DT_OK)
+        st = dt_model_create(&spec, 32, NULL, NULL, &m);
+    dt_optim_config cfg;
+    dt_optim_config_default(&cfg, DT_OPT_ADAM);
+    if (st == DT_OK) {
+        dt_model_init_params(m, 3);
+        st = dt_optim_setup(&o, &cfg, dt_model_params(m));
+    }
+    dt_fit_callback cb = {p, probe_begin, probe_step, probe_epoch, probe_end};
+    dt_fit_config fc;
+    dt_fit_config_default(&fc);
+    fc.epochs = 5, fc.batch_size = 32, fc.validate = true;
+    fc.callbacks = &cb, fc.n_callbacks = 1;
+    if (st == DT_OK)
+        st = dt_fit(m, &o, NULL, &train, &test, &fc, res);
+    dt_optim_free(&o);
+    dt_model_destroy(m);
+    dt_image_dataset_free(&train);
+    dt_image_dataset_free(&test);
+    return st;
+}
+
+TEST(fit_calls_a_programs_callbacks_and_stops_when_asked)
+{
+    probe p = {.stop_after_epoch = 2};
+    dt_fit_result r;
+    CHECK_OK(train_with_probe(&p, &r));
+    CHECK_MSG(r.epochs == 2 && r.steps == 32, "%d epochs, %lld steps", r.epochs,
+              (long long)r.steps);
+    CHECK(p.begins == 1 && p.steps == 32 && p.epochs == 2 && p.ends == 1);
+    CHECK(p.steps_in_order && p.validated_seen);
+    CHECK(p.last_epoch_loss == r.final_loss);
+    /* An error of a hook ends fit with it, naming the callback. */
+    probe q = {.fail_at_step = 5};
+    CHECK_ERR(train_with_probe(&q, &r), DT_ERR_INVALID, "callback 0: the probe refuses step 5");
+    CHECK(q.steps == 5);
+    dt_fit_config fc;
+    dt_fit_config_default(&fc);
+    fc.n_callbacks = 1;
+    CHECK_ERR(dt_fit_check(&fc, 100), DT_ERR_INVALID, "n_callbacks");
 }

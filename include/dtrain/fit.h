@@ -30,6 +30,32 @@ typedef enum {
                                        gradients of replicas summable in distributed training */
 } dt_reduction;
 
+/* What a program's own callback sees of training, read only. */
+typedef struct {
+    int64_t step;            /* global steps done */
+    int64_t epoch;           /* the epoch under way (0-based), or just ended */
+    double batch_loss, batch_accuracy; /* the last step's (its global batch's) */
+    double epoch_loss, epoch_accuracy; /* on_epoch_end: the epoch's means */
+    bool validated;          /* on_epoch_end: val_loss and val_accuracy hold this epoch's */
+    double val_loss, val_accuracy;
+    bool chief;              /* this replica is the chief (the one that prints and saves) */
+} dt_fit_status;
+
+/* A program's own callback, as Keras's Callback: fit calls its hooks after its built-in
+ * callbacks (validation, progress, early stopping, checkpoints, summaries) have run theirs, on
+ * every replica. Any hook may be NULL. A hook that returns DT_END asks training to stop after
+ * the current epoch, as Keras's model.stop_training does (with several replicas, the chief's
+ * request is the one that counts, as early stopping's); any other error ends fit with it. */
+typedef struct {
+    void *user;
+    dt_status (*on_train_begin)(void *user, const dt_fit_status *s);
+    dt_status (*on_step_end)(void *user, const dt_fit_status *s);
+    dt_status (*on_epoch_end)(void *user, const dt_fit_status *s);
+    dt_status (*on_train_end)(void *user, const dt_fit_status *s);
+} dt_fit_callback;
+
+#define DT_FIT_MAX_CALLBACKS 16
+
 typedef struct {
     int epochs;
     int64_t steps_per_epoch; /* 0: the whole dataset */
@@ -89,6 +115,9 @@ typedef struct {
      * directories' latest; NULL: none. */
     const char *restore_path;
     FILE *log;                                /* "Saving checkpoints ..." and warnings; may be NULL */
+    /* The program's own callbacks (borrowed), run in this order after the built-in ones. */
+    const dt_fit_callback *callbacks;
+    int n_callbacks;                          /* 0..DT_FIT_MAX_CALLBACKS */
 } dt_fit_config;
 
 typedef struct {

@@ -78,6 +78,8 @@ dt_status dt_early_stopping_callback(const dt_fit_ctx *c, dt_callback *out);
 dt_status dt_backup_callback(const dt_fit_ctx *c, dt_callback *out);
 dt_status dt_checkpoint_callback(const dt_fit_ctx *c, dt_callback *out);
 dt_status dt_summary_callback(const dt_fit_ctx *c, dt_callback *out);
+/* The program's own callbacks (cfg->callbacks), after every built-in one. */
+dt_status dt_user_callbacks(const dt_fit_ctx *c, dt_callback *out);
 dt_status dt_lr_schedule_callback(const dt_fit_ctx *c, dt_callback *out);
 
 /* The close of a callback whose state is one malloc'd block and nothing else. */

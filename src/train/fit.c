@@ -41,6 +41,10 @@ int64_t dt_fit_batches_per_epoch(const dt_fit_config *cfg, int64_t n_examples)
 
 dt_status dt_fit_check(const dt_fit_config *cfg, int64_t n_examples)
 {
+    if (cfg->n_callbacks < 0 || cfg->n_callbacks > DT_FIT_MAX_CALLBACKS ||
+        (cfg->n_callbacks > 0 && !cfg->callbacks))
+        return dt_error(DT_ERR_INVALID, "n_callbacks: must be in 0..%d with callbacks set, got %d",
+                        DT_FIT_MAX_CALLBACKS, cfg->n_callbacks);
     if (cfg->epochs < 1)
         return dt_error(DT_ERR_INVALID, "epochs: must be at least 1, got %d", cfg->epochs);
     if (cfg->batch_size < 1)

@@ -74,14 +74,14 @@ static dt_status seek_input(dt_dataset *ds, const dt_fit_position *pos)
 
 /* ---- The callbacks ---- */
 
-/* The built-in callbacks, in the order they run: validation before the progress line that
- * shows it, the step's log lines before a periodic evaluation's, the progress line before early
- * stopping's verdict, saves last. */
+/* The callbacks, in the order they run: validation before the progress line that shows it, the
+ * step's log lines before a periodic evaluation's, the progress line before early stopping's
+ * verdict, saves, and last the program's own (which see every figure of the step or epoch). */
 typedef dt_status (*callback_ctor)(const dt_fit_ctx *c, dt_callback *out);
 static const callback_ctor builtins[] = {
     dt_lr_schedule_callback, dt_validation_callback, dt_estimator_log_callback, dt_progress_callback,
     dt_periodic_evaluation_callback, dt_early_stopping_callback, dt_backup_callback,
-    dt_checkpoint_callback, dt_summary_callback,
+    dt_checkpoint_callback, dt_summary_callback, dt_user_callbacks,
 };
 #define N_CALLBACKS (int)(sizeof builtins / sizeof builtins[0])
 
