@@ -66,6 +66,13 @@ if [ ! -x "$root/usr/bin/apt-get" ]; then
     rm -f "$root.debootstrap.log"
 fi
 cp /etc/resolv.conf "$root/etc/resolv.conf" 2> /dev/null || true
+# The local certificate authorities this machine trusts (a network's TLS egress proxy, say): a
+# machine on the same network needs them too to reach the npm registry, and the ca-certificates
+# package that make installs takes them in from there.
+if ls /usr/local/share/ca-certificates/*.crt > /dev/null 2>&1; then
+    mkdir -p "$root/usr/local/share/ca-certificates"
+    cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+fi
 bind proc "$root/proc" proc
 bind sysfs "$root/sys" sysfs
 bind /dev "$root/dev"
