@@ -87,6 +87,11 @@ char *dt_cluster_tf_config(const dt_cluster *c, dt_job job, int index);
 dt_status dt_cluster_local(const int n[DT_JOB_COUNT], const char *host, const uint16_t *ports,
                            dt_cluster *out);
 
+/* The cluster secret every task of a cluster shares: the contents of secret_file if given (a
+ * trailing newline dropped, 16..4096 bytes), else env DTRAIN_CLUSTER_SECRET, else none (*secret
+ * NULL). *secret is malloc'd: free() it. Errors name the file or the variable. */
+dt_status dt_cluster_load_secret(const char *secret_file, uint8_t **secret, size_t *secret_len);
+
 /* Parses "host:port" or "[v6addr]:port" into a; DT_ERR_INVALID "'s' is not host:port" otherwise
  * (an empty host, a port outside 1..65535 or not a number). */
 dt_status dt_addr_parse(const char *s, dt_addr *a);

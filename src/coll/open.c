@@ -34,7 +34,7 @@ dt_status dt_comm_open(const dt_comm_options *f, dt_cluster *cl, dt_comm **out)
     }
     uint8_t *secret = NULL;
     size_t secret_len = 0;
-    if ((st = dt_transport_load_secret(f->secret_file, &secret, &secret_len)))
+    if ((st = dt_cluster_load_secret(f->secret_file, &secret, &secret_len)))
         return st;
     dt_tcp_options o;
     dt_tcp_options_default(&o);

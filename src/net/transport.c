@@ -31,47 +31,6 @@ void dt_transport_options_default(dt_transport_options *o)
     o->listen_fd = -1;
 }
 
-dt_status dt_transport_load_secret(const char *secret_file, uint8_t **secret, size_t *secret_len)
-{
-    *secret = NULL;
-    *secret_len = 0;
-    if (secret_file) {
-        FILE *f = fopen(secret_file, "rb");
-        if (!f)
-            return dt_error(DT_ERR_IO, "%s: %s", secret_file, strerror(errno));
-        uint8_t buf[4097];
-        size_t n = fread(buf, 1, sizeof buf, f);
-        int err = ferror(f);
-        fclose(f);
-        if (err)
-            return dt_error(DT_ERR_IO, "%s: cannot read it", secret_file);
-        if (n == sizeof buf)
-            return dt_error(DT_ERR_INVALID, "%s: a secret of more than 4096 bytes", secret_file);
-        while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
-            n--;
-        if (n < 16)
-            return dt_error(DT_ERR_INVALID, "%s: a secret of %zu bytes is too short (16 at least)",
-                            secret_file, n);
-        if (!(*secret = malloc(n)))
-            return dt_error(DT_ERR_NOMEM, "no memory for the secret");
-        memcpy(*secret, buf, n);
-        *secret_len = n;
-        return DT_OK;
-    }
-    const char *env = getenv("DTRAIN_CLUSTER_SECRET");
-    if (!env || !*env)
-        return DT_OK;
-    size_t n = strlen(env);
-    if (n < 16)
-        return dt_error(DT_ERR_INVALID, "DTRAIN_CLUSTER_SECRET: a secret of %zu bytes is too short "
-                        "(16 at least)", n);
-    if (!(*secret = malloc(n)))
-        return dt_error(DT_ERR_NOMEM, "no memory for the secret");
-    memcpy(*secret, env, n);
-    *secret_len = n;
-    return DT_OK;
-}
-
 /* ---- set-up: the rank mesh ---- */
 
 /* Each rank connects to every lower rank and is connected to by every higher one, through its

@@ -37,10 +37,6 @@ typedef struct {
 
 void dt_transport_options_default(dt_transport_options *o);
 
-/* The cluster secret: the contents of secret_file if given (a trailing newline dropped), else
- * env DTRAIN_CLUSTER_SECRET, else none (*secret NULL). *secret is malloc'd: free() it. */
-dt_status dt_transport_load_secret(const char *secret_file, uint8_t **secret, size_t *secret_len);
-
 typedef struct {
     int fd;        /* -1 for this rank itself */
     char name[DT_HOST_CAP + 48]; /* "worker:1 (127.0.0.1:4001)" */

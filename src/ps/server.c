@@ -7,7 +7,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../net/transport.h"
 #include "dtrain/cluster.h"
 #include "dtrain/log.h"
 #include "service.h"
@@ -75,7 +74,7 @@ dt_status dt_ps_server_run(const dt_ps_server_config *c, dt_ps_server_report *re
     if (st == DT_OK)
         st = check_cluster(&cl);
     if (st == DT_OK)
-        st = dt_transport_load_secret(c->secret_file, &secret, &secret_len);
+        st = dt_cluster_load_secret(c->secret_file, &secret, &secret_len);
     if (st == DT_OK && !secret && !dt_cluster_all_loopback(&cl) && !c->insecure)
         st = dt_error(DT_ERR_AUTH, "this cluster has non-loopback addresses and no secret: set "
                       "DTRAIN_CLUSTER_SECRET or give --secret-file (or --insecure to run "

@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../net/transport.h"
 #include "dtrain/model_spec.h"
 #include "dtrain/optim.h"
 #include "dtrain/partition.h"
@@ -24,7 +23,7 @@ dt_status ps_open_cluster(const dt_train_config *c, ps_cluster *pc)
     if (st == DT_OK && c->comm.task)
         st = dt_cluster_set_task(&pc->cl, c->comm.task);
     if (st == DT_OK)
-        st = dt_transport_load_secret(c->comm.secret_file, &pc->secret, &pc->secret_len);
+        st = dt_cluster_load_secret(c->comm.secret_file, &pc->secret, &pc->secret_len);
     if (st == DT_OK && !pc->secret && !dt_cluster_all_loopback(&pc->cl) && !c->comm.insecure)
         st = dt_error(DT_ERR_AUTH, "this cluster has non-loopback addresses and no secret: set "
                       "DTRAIN_CLUSTER_SECRET or give --secret-file (or --insecure to run "
