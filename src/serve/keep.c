@@ -100,12 +100,14 @@ static void index_columns(const dt_keep *k, keep_scratch *s, const dt_text_heade
 /* Appends text with tabs and line ends made spaces, so the row's columns stay apart. */
 static dt_status add_text(dt_rowbuf *b, const char *p, size_t n)
 {
-    for (size_t i = 0; i < n; i++) {
-        char ch = p[i] == '\t' || p[i] == '\n' || p[i] == '\r' ? ' ' : p[i];
-        dt_status st = dt_rowbuf_add_raw(b, &ch, 1);
-        if (st)
-            return st;
-    }
+    if (n == 0)
+        return DT_OK;
+    dt_status st = dt_rowbuf_add_raw(b, p, n);
+    if (st)
+        return st;
+    for (uint8_t *c = b->raw + b->n_bytes - n; c < b->raw + b->n_bytes; c++)
+        if (*c == '\t' || *c == '\n' || *c == '\r')
+            *c = ' ';
     return DT_OK;
 }
 
