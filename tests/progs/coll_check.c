@@ -748,7 +748,7 @@ int main(int argc, char **argv)
         o.shm = shm;
         uint8_t *secret = NULL;
         if (dt_cluster_from_env(&cl) != DT_OK ||
-            dt_transport_load_secret(NULL, &secret, &o.transport.secret_len) != DT_OK) {
+            dt_cluster_load_secret(NULL, &secret, &o.transport.secret_len) != DT_OK) {
             printf("FAIL the tcp cluster: %s\n", dt_last_error());
             return 1;
         }

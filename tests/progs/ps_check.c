@@ -48,7 +48,7 @@ int main(int argc, char **argv)
     uint8_t *secret = NULL;
     size_t secret_len = 0;
     if (dt_cluster_from_env(&cl) || dt_cluster_set_task(&cl, "chief:0") ||
-        dt_transport_load_secret(NULL, &secret, &secret_len))
+        dt_cluster_load_secret(NULL, &secret, &secret_len))
         return fail("cluster");
     dt_handshake_id me = {secret, secret_len, cl.id, DT_JOB_CHIEF, 0};
     dt_ps_client *c;
