@@ -344,6 +344,24 @@ else
     fail ps_sidecar_evaluator_reads_sharded_checkpoints "exit $status, evaluator '$eval_auc', chief '$chief_auc': $(tail -3 "$tmp/err")"
 fi
 
+# The chief's log follows fit's flags: Estimator's lines every --log-step-count-steps steps of
+# the global count (0, 20 and 40 of 60), and Keras's epoch line with --progress lines.
+pg=(train --data "libsvm:$tmp/train.svm" --test-data none --hash-buckets 3000 --embedding-size 8
+    --deep-layers 16 --model deepfm --batch-size 128 --shuffle-buffer 0 --seed 1 --threads 1
+    --max-steps 60)
+run timeout 120 "$dtrain" launch -n 2 --ps 1 -- "$dtrain" "${pg[@]}" --progress estimator \
+    --log-step-count-steps 20
+logged=$(sed -n 's/^\[chief:0\] loss = [0-9.e-]*, step = \([0-9]*\).*/\1/p' "$tmp/out" | tr '\n' ' ')
+run timeout 120 "$dtrain" launch -n 2 --ps 1 -- "$dtrain" "${pg[@]}" --progress lines \
+    --steps-per-epoch 30
+epochs=$(grep -c '^\[chief:0\] 30/30 - .* - loss: [0-9.]* - accuracy: ' "$tmp/out")
+if [ "$status" -eq 0 ] && [ "$logged" = "0 20 40 " ] && [ "$epochs" -eq 2 ] &&
+    grep -qx '\[chief:0\] Epoch 2' "$tmp/out"; then
+    ok ps_chief_progress_follows_the_flags "estimator steps: $logged; epoch lines: $epochs"
+else
+    fail ps_chief_progress_follows_the_flags "exit $status, estimator steps '$logged', epoch lines $epochs: $(tail -5 "$tmp/out")"
+fi
+
 # ---- failures: a worker or the coordinator killed mid-run; nothing hangs or stays ----
 "$dtrain" data gen-ctr --rows 200000 --seed 13 --out "$tmp/long.svm" > "$tmp/gen2" 2>&1
 "$dtrain" data gen-ctr --rows 20000 --seed 14 --out "$tmp/long_test.svm" > /dev/null 2>&1
@@ -367,14 +385,14 @@ start_cluster() {
     shift
     for task in chief:0 worker:0 worker:1 ps:0; do
         start_task "$base" "$task" "${task%%:*}${task#*:}" "${long[@]}" --test-data none \
-            --progress lines "$@"
+            --progress estimator "$@"
     done
 }
 declare -A task_pid
-# training_runs: waits (up to 60 s) for the chief's progress line of step 200, so that a task is
+# training_runs: waits (up to 60 s) for the chief's log line of step 200, so that a task is
 # killed or stopped in the middle of training, however slowly the build starts.
 training_runs() {
-    for _ in $(seq 1 600); do grep -q "^step 200:" "$tmp/chief0.out" && return; sleep 0.1; done
+    for _ in $(seq 1 600); do grep -q "step = 200 " "$tmp/chief0.out" && return; sleep 0.1; done
 }
 # wait_tasks SECONDS: every task's exit status into task_status.
 declare -A task_status
@@ -422,7 +440,7 @@ fi
 no_leftovers ps_train_silent_worker_leaves_nothing "$base" 3
 # dtrain launch --max-restarts 1: the killed worker alone is started again, rejoins and takes
 # steps; the job ends 0, its AUC within 0.003 of an uninterrupted run's.
-lt=("${long[@]}" --test-data "libsvm:$tmp/long_test.svm" --epochs 1 --progress lines --metrics-out)
+lt=("${long[@]}" --test-data "libsvm:$tmp/long_test.svm" --epochs 1 --progress estimator --metrics-out)
 run timeout 120 "$dtrain" launch -n 2 --ps 2 -- "$dtrain" "${lt[@]}" "$tmp/whole.json"
 whole_auc=$(json_field "$tmp/whole.json" test_auc 2>/dev/null)
 # task_pid_of LAUNCH_PID TASK: the pid of a task of the launch under `timeout` LAUNCH_PID.
@@ -452,7 +470,7 @@ launch_and_kill() {
     chief_before=$(task_pid_of "$lpid" chief:0)
     # Killed once the chief reports step 200 of the 3,125: early enough that the job is still
     # running when the victim is back, however fast or slow this build trains.
-    for _ in $(seq 1 600); do grep -q "step 200:" "$tmp/launch.out" && break; sleep 0.1; done
+    for _ in $(seq 1 600); do grep -q "step = 200 " "$tmp/launch.out" && break; sleep 0.1; done
     [ -n "$victim" ] && kill -9 "$victim"
     local t0
     t0=$(date +%s%N)

@@ -101,7 +101,7 @@ fi
 # job ends with every step, its AUC near an uninterrupted run's ---
 "$dtrain" data gen-ctr --format census --rows 40000 --seed 3 --out "$tmp/big.csv" > /dev/null
 long=(train --feature-spec "$tmp/spec.json" --data "csv:$tmp/big.csv" --test-data "csv:$tmp/test.csv"
-      --batch-size 64 --shuffle-buffer 0 --progress lines --threads 1 --epochs 3 --seed 5
+      --batch-size 64 --shuffle-buffer 0 --progress estimator --threads 1 --epochs 3 --seed 5
       --strategy parameter_server --metrics-out)
 # task_pid_of LAUNCH_PID TASK: the pid of a task of the launch under `timeout` LAUNCH_PID.
 task_pid_of() {
@@ -120,7 +120,7 @@ for _ in $(seq 1 100); do
     [ -n "$victim" ] && break
     sleep 0.1
 done
-for _ in $(seq 1 600); do grep -q "step 200:" "$tmp/kill.out" && break; sleep 0.05; done
+for _ in $(seq 1 600); do grep -q "step = 200 " "$tmp/kill.out" && break; sleep 0.05; done
 [ -n "$victim" ] && kill -9 "$victim"
 wait "$launcher"
 kstatus=$?

@@ -33,6 +33,8 @@ typedef struct {
     double train_t0;          /* the clock when the first step began */
     /* The step just taken. */
     double batch_loss, batch_accuracy;
+    int64_t step_count;       /* the steps a step_end covers: 1 in fit; a worker's function of
+                               * one or more in parameter-server training */
     /* The epoch just ended. */
     int64_t epoch_limit;      /* the steps it was to run (0: until its data ended) */
     bool epoch_cut;           /* max_steps ended it, and training with it */
@@ -40,7 +42,18 @@ typedef struct {
     /* Set by a callback. */
     bool evaluated;           /* an evaluation just put its figures in result->val_* */
     bool stop;                /* training ends after this epoch (early stopping) */
+    /* Where the checkpoint callback saves: NULL, fit's own format (fit_ckpt.h); a saver, its
+     * function (a parameter-server job's sharded checkpoints), or none when that is NULL. */
+    const struct dt_fit_saver *saver;
 } dt_fit_ctx;
+
+/* A checkpoint written by someone other than fit: the variables as of step c->pos.step or
+ * later (*step: the step saved) into mgr; announce: log the save. */
+typedef struct dt_fit_saver {
+    dt_status (*save)(void *arg, dt_ckpt_manager *mgr, const dt_fit_ctx *c, bool announce,
+                      bool final, int64_t *step);
+    void *arg;
+} dt_fit_saver;
 
 /* Each slot may be NULL (nothing to do then). self is the callback's own state. */
 typedef struct {
@@ -81,6 +94,37 @@ dt_status dt_summary_callback(const dt_fit_ctx *c, dt_callback *out);
 /* The program's own callbacks (cfg->callbacks), after every built-in one. */
 dt_status dt_user_callbacks(const dt_fit_ctx *c, dt_callback *out);
 dt_status dt_lr_schedule_callback(const dt_fit_ctx *c, dt_callback *out);
+
+/* The built-in callbacks made for one run, in the order their hooks run (callbacks.c). */
+#define DT_MAX_CALLBACKS 16
+typedef struct {
+    dt_callback cb[DT_MAX_CALLBACKS];
+    int n;
+} dt_callbacks;
+
+/* Every built-in callback that has something to do for c, and the program's own after them. */
+dt_status dt_callbacks_open(const dt_fit_ctx *c, dt_callbacks *cbs);
+/* Closes every callback; the first failure. */
+dt_status dt_callbacks_close(dt_callbacks *cbs, bool completed);
+/* Whether some callback will save the optimizer's state after the step ending at `step`.
+ * Every callback is asked: a time-based checkpoint decides once, here. */
+bool dt_callbacks_saves_after(dt_callbacks *cbs, dt_fit_ctx *c, int64_t step);
+
+/* Calls one hook of every callback that has it, in order, until one fails (st: the caller's
+ * status, DT_OK on entry). */
+#define DT_EACH_CALLBACK(cbs, hook, ...)                                                           \
+    do {                                                                                           \
+        for (int i_ = 0; st == DT_OK && i_ < (cbs)->n; i_++)                                       \
+            if ((cbs)->cb[i_].ops->hook)                                                           \
+                st = (cbs)->cb[i_].ops->hook((cbs)->cb[i_].self, __VA_ARGS__);                     \
+    } while (0)
+
+/* Whether the steps a step_end covers, (pos.step - step_count, pos.step], reach a multiple of
+ * every: at each such step when steps come one at a time, as in fit. */
+static inline bool dt_fit_step_reached(const dt_fit_ctx *c, int64_t every)
+{
+    return every > 0 && c->pos.step / every > (c->pos.step - c->step_count) / every;
+}
 
 /* The close of a callback whose state is one malloc'd block and nothing else. */
 dt_status dt_callback_free_self(void *self, bool completed);

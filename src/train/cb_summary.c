@@ -57,7 +57,7 @@ static dt_status step_end(void *self, dt_fit_ctx *c)
 {
     summaries *s = self;
     dt_status st = write_eval(s, c);
-    if (st == DT_OK && c->pos.step % c->cfg->save_summary_steps == 0)
+    if (st == DT_OK && dt_fit_step_reached(c, c->cfg->save_summary_steps))
         st = write_train(s, c);
     return st;
 }

@@ -72,77 +72,6 @@ static dt_status seek_input(dt_dataset *ds, const dt_fit_position *pos)
     return st;
 }
 
-/* ---- The callbacks ---- */
-
-/* The callbacks, in the order they run: validation before the progress line that shows it, the
- * step's log lines before a periodic evaluation's, the progress line before early stopping's
- * verdict, saves, and last the program's own (which see every figure of the step or epoch). */
-typedef dt_status (*callback_ctor)(const dt_fit_ctx *c, dt_callback *out);
-static const callback_ctor builtins[] = {
-    dt_lr_schedule_callback, dt_validation_callback, dt_estimator_log_callback, dt_progress_callback,
-    dt_periodic_evaluation_callback, dt_early_stopping_callback, dt_backup_callback,
-    dt_checkpoint_callback, dt_summary_callback, dt_user_callbacks,
-};
-#define N_CALLBACKS (int)(sizeof builtins / sizeof builtins[0])
-
-typedef struct {
-    dt_callback cb[N_CALLBACKS];
-    int n;
-} callbacks;
-
-static dt_status open_callbacks(const dt_fit_ctx *c, callbacks *cbs)
-{
-    memset(cbs, 0, sizeof *cbs);
-    for (int i = 0; i < N_CALLBACKS; i++) {
-        dt_status st = builtins[i](c, &cbs->cb[cbs->n]);
-        if (st)
-            return st;
-        if (cbs->cb[cbs->n].ops)
-            cbs->n++;
-    }
-    return DT_OK;
-}
-
-/* Closes every callback; the first failure. */
-static dt_status close_callbacks(callbacks *cbs, bool completed)
-{
-    dt_status first = DT_OK;
-    for (int i = 0; i < cbs->n; i++) {
-        const dt_callback *cb = &cbs->cb[i];
-        dt_status st = cb->ops->close ? cb->ops->close(cb->self, completed) : DT_OK;
-        if (st && !first)
-            first = st;
-    }
-    cbs->n = 0;
-    return first;
-}
-
-dt_status dt_callback_free_self(void *self, bool completed)
-{
-    (void)completed;
-    free(self);
-    return DT_OK;
-}
-
-/* Calls one hook of every callback that has it, in order, until one fails. */
-#define EACH_CALLBACK(cbs, hook, ...)                                                              \
-    do {                                                                                           \
-        for (int i_ = 0; st == DT_OK && i_ < (cbs)->n; i_++)                                       \
-            if ((cbs)->cb[i_].ops->hook)                                                           \
-                st = (cbs)->cb[i_].ops->hook((cbs)->cb[i_].self, __VA_ARGS__);                     \
-    } while (0)
-
-/* Whether some callback will save the optimizer's state after the step ending at `step`.
- * Every callback is asked: a time-based checkpoint decides once, here. */
-static bool state_wanted_after(callbacks *cbs, dt_fit_ctx *c, int64_t step)
-{
-    bool wanted = false;
-    for (int i = 0; i < cbs->n; i++)
-        if (cbs->cb[i].ops->saves_after && cbs->cb[i].ops->saves_after(cbs->cb[i].self, c, step))
-            wanted = true;
-    return wanted;
-}
-
 /* ---- The loop ---- */
 
 /* The steps an epoch runs to (a count from its start; 0: until its data ends). */
@@ -159,7 +88,7 @@ static int64_t epoch_limit(const dt_fit_config *cfg, const dt_fit_position *pos)
 
 typedef struct {
     dt_fit_ctx c;
-    callbacks cbs;
+    dt_callbacks cbs;
     dt_pool *pool;
     dt_dataset *train;
     int32_t *labels;
@@ -182,9 +111,9 @@ static dt_status run_steps(fit_run *f)
         dt_step s = {.step = p->step, .batch_size = c->cfg->batch_size,
                      .mean = c->cfg->reduction == DT_REDUCTION_MEAN, .rows = e ? e->n : 0,
                      .ended = e == NULL,
-                     .state_wanted = state_wanted_after(&f->cbs, c, p->step + 1)};
+                     .state_wanted = dt_callbacks_saves_after(&f->cbs, c, p->step + 1)};
         bool go_on = false;
-        EACH_CALLBACK(&f->cbs, step_begin, c);
+        DT_EACH_CALLBACK(&f->cbs, step_begin, c);
         if (st) {
             dt_elem_free(e);
             return st;
@@ -204,7 +133,7 @@ static dt_status run_steps(fit_run *f)
         c->batch_loss = s.loss / (double)s.rows;
         c->batch_accuracy = (double)s.correct / (double)s.rows;
         c->evaluated = false;
-        EACH_CALLBACK(&f->cbs, step_end, c);
+        DT_EACH_CALLBACK(&f->cbs, step_end, c);
         if (st)
             return st;
     }
@@ -227,7 +156,7 @@ static dt_status run_epoch(fit_run *f, bool positioned, bool *more)
         p->epoch_loss = 0.0;
     }
     c->epoch_limit = epoch_limit(cfg, p);
-    EACH_CALLBACK(&f->cbs, epoch_begin, c);
+    DT_EACH_CALLBACK(&f->cbs, epoch_begin, c);
     if (st)
         return st;
     r->epochs = (int)p->epoch + 1;
@@ -247,7 +176,7 @@ static dt_status run_epoch(fit_run *f, bool positioned, bool *more)
     r->final_accuracy = (double)p->epoch_correct / p->epoch_samples;
     c->epoch_extra[0] = '\0';
     c->evaluated = false;
-    EACH_CALLBACK(&f->cbs, epoch_end, c);
+    DT_EACH_CALLBACK(&f->cbs, epoch_end, c);
     if (st || c->stop || c->epoch_cut)
         return st;
     p->samples += p->epoch_samples;
@@ -257,7 +186,7 @@ static dt_status run_epoch(fit_run *f, bool positioned, bool *more)
     next.epoch_loss = 0.0;
     if ((st = dt_replica_whole_state(c->replica, c->m, c->o)))
         return st;
-    EACH_CALLBACK(&f->cbs, between_epochs, c, &next);
+    DT_EACH_CALLBACK(&f->cbs, between_epochs, c, &next);
     if (st)
         return st;
     *p = next;
@@ -286,7 +215,7 @@ dt_status dt_fit_replica(dt_replica *r, dt_model *m, dt_optim *o, dt_pool *pool,
     if (st)
         return st;
     fit_run f = {.c = {.replica = r, .m = m, .o = o, .cfg = cfg, .test = test, .result = result,
-                       .pos = {.best = INFINITY}},
+                       .pos = {.best = INFINITY}, .step_count = 1},
                  .pool = pool, .train = train};
     dt_fit_ctx *c = &f.c;
     bool completed = false;
@@ -294,11 +223,11 @@ dt_status dt_fit_replica(dt_replica *r, dt_model *m, dt_optim *o, dt_pool *pool,
     if (!f.labels)
         return dt_error(DT_ERR_NOMEM, "no memory for training");
     dt_model_set_dropout_seed(m, cfg->seed);
-    if ((st = open_callbacks(c, &f.cbs)) || (st = dt_replica_start(r, m)) ||
+    if ((st = dt_callbacks_open(c, &f.cbs)) || (st = dt_replica_start(r, m)) ||
         (st = resume(&f)) || (st = dt_replica_place(r, m)))
         goto fail;
     c->train_t0 = dt_clock_now();
-    EACH_CALLBACK(&f.cbs, train_begin, c);
+    DT_EACH_CALLBACK(&f.cbs, train_begin, c);
     bool positioned = c->resumed; /* the first epoch's input is where the checkpoint left it */
     for (bool more = true; st == DT_OK && more && c->pos.epoch < cfg->epochs; positioned = false) {
         if (cfg->max_steps > 0 && c->pos.step >= cfg->max_steps)
@@ -311,12 +240,12 @@ dt_status dt_fit_replica(dt_replica *r, dt_model *m, dt_optim *o, dt_pool *pool,
     if ((st = dt_replica_whole_state(r, m, o)))
         goto fail;
     c->evaluated = false;
-    EACH_CALLBACK(&f.cbs, train_end, c);
+    DT_EACH_CALLBACK(&f.cbs, train_end, c);
     completed = st == DT_OK;
 fail:
     dt_replica_end(r, m);
     free(f.labels);
-    dt_status close_st = close_callbacks(&f.cbs, completed);
+    dt_status close_st = dt_callbacks_close(&f.cbs, completed);
     return st ? st : close_st;
 }
 

@@ -36,9 +36,11 @@
 #include "dtrain/model.h"
 #include "dtrain/train.h"
 
-/* The coordinator: m initialised (its values are what the ps tasks start from); on return m
- * holds the trained variables. */
-dt_status dt_ps_coordinate(const dt_train_config *c, dt_model *m, dt_fit_result *res);
+/* The coordinator: m initialised (its values are what the ps tasks start from); fcfg: the fit
+ * configuration as this process runs it (its callbacks'); on return m holds the trained
+ * variables. */
+dt_status dt_ps_coordinate(const dt_train_config *c, const dt_fit_config *fcfg, dt_model *m,
+                           dt_fit_result *res);
 
 /* A worker task: serves the coordinator's functions over in->train until it stops it; out gets
  * its figures (steps, samples, pull times, traffic). m's tables hold one batch's unique rows

@@ -75,8 +75,12 @@ static dt_status read_task_place(const dt_comm_options *o, task_place *p)
     return st;
 }
 
-/* What this process runs: the strategy, its replicas, their threads, the communicator. */
+typedef struct train_role train_role;
+
+/* What this process runs: the strategy, its replicas, their threads, the communicator, and its
+ * role among them. */
 typedef struct {
+    const train_role *role;
     dt_strategy_kind kind;
     bool on_threads;   /* replicas on threads of this process */
     int workers, rank; /* replicas in sync, and this process's first one */
@@ -85,6 +89,41 @@ typedef struct {
     dt_comm *comm;     /* multi_worker_mirrored's */
     dt_cluster cluster;
 } run_plan;
+
+/* The parts of a training process, made by dt_train, for its role to train with. */
+typedef struct {
+    const dt_train_config *c;
+    const run_plan *plan;
+    const dt_model_spec *spec;
+    const dt_fit_config *fcfg;
+    const dt_input_options *io;
+    dt_input *in;
+    dt_model *model;
+    dt_optim *opt;
+    dt_pool *pool;
+    int64_t table_rows;         /* the rows of the tables the model stands for */
+    dt_train_report *out;
+} train_parts;
+
+/* What a training process does once the plan is made: which share of the data it reads, the
+ * rows its tables hold, how it trains, and how it is described. A synchronous strategy's
+ * replicas and the parameter server's coordinator and workers are one entry each, so dt_train
+ * has no branch on the strategy. (The evaluator and the ps tasks train nothing: dt_train hands
+ * them over before a plan is made.) */
+struct train_role {
+    /* Its input's place among the cluster's readers. */
+    dt_input_context (*input)(const dt_train_config *c, const run_plan *p);
+    /* The model's table rows for this process (NULL: the spec's). */
+    void (*tables)(const dt_input *in, dt_model_spec *spec);
+    /* Trains the model made for it, its variables not yet set. */
+    dt_status (*train)(const train_parts *t);
+    /* The line naming the run's layout (the chief's). */
+    void (*describe)(const dt_train_config *c, const run_plan *p, const char *name);
+    /* Its model is the job's: counted, checksummed and tested for the report. */
+    bool reports;
+};
+
+static const train_role replicas_role, ps_coordinator_role, ps_worker_role;
 
 static dt_status check_divides(int batch, int n, const char *who)
 {
@@ -133,9 +172,16 @@ static dt_status plan_ps(const dt_train_config *c, const task_place *place, run_
     if (strcmp(c->comm.backend, "tcp") != 0)
         return dt_error(DT_ERR_INVALID, "--comm: parameter_server runs over tcp (TF_CONFIG)");
     p->workers = place->n_worker_tasks;
+    dt_status st = c->ps.mode == DT_PS_HYBRID
+                       ? check_divides(c->fit.batch_size, p->workers, "workers")
+                       : DT_OK;
+    if (st)
+        return st;
     if (place->job == DT_JOB_CHIEF) {
+        p->role = &ps_coordinator_role;
         p->rank = 0, p->threads = 1;
     } else {
+        p->role = &ps_worker_role;
         p->rank = place->index + 1;
         if (c->threads <= 0 && place->loopback && p->workers > 1)
             p->threads = p->threads / p->workers > 0 ? p->threads / p->workers : 1;
@@ -146,6 +192,7 @@ static dt_status plan_ps(const dt_train_config *c, const task_place *place, run_
 static dt_status plan_run(const dt_train_config *c, const task_place *place, run_plan *p)
 {
     memset(p, 0, sizeof *p);
+    p->role = &replicas_role;
     p->workers = 1;
     p->threads = c->threads > 0 ? c->threads : dt_cpu_count();
     p->prefetch = c->fit.prefetch;
@@ -450,21 +497,7 @@ static void describe(const dt_train_config *c, const run_plan *p, dt_model *m,
         return;
     if (c->summary)
         dt_model_summary(m, c->out);
-    if (p->kind == DT_STRATEGY_PARAMETER_SERVER && c->ps.mode == DT_PS_SSP)
-        fprintf(c->out, "%s: %d workers, %d examples per worker step, bounded staleness %d\n",
-                name, p->workers, c->fit.batch_size, c->ps.staleness);
-    else if (p->kind == DT_STRATEGY_PARAMETER_SERVER && c->ps.mode == DT_PS_HYBRID)
-        fprintf(c->out, "%s: %d workers, %d examples per worker per step, hybrid (dense variables "
-                "all-reduced among the workers, tables on the ps tasks)\n", name, p->workers,
-                c->fit.batch_size / p->workers);
-    else if (p->kind == DT_STRATEGY_PARAMETER_SERVER)
-        fprintf(c->out, "%s: %d workers, %d examples per worker step, asynchronous\n", name,
-                p->workers, c->fit.batch_size);
-    else if (p->workers > 1)
-        fprintf(c->out, "%s: %d %s (%s), %d examples per %s per step\n", name, p->workers,
-                p->on_threads ? "replicas" : "workers",
-                p->on_threads ? "local" : dt_comm_describe(p->comm),
-                c->fit.batch_size / p->workers, p->on_threads ? "replica" : "worker");
+    p->role->describe(c, p, name);
 }
 
 /* The replicas of a synchronous strategy, trained with fit; out gets the chief's result. */
@@ -492,6 +525,93 @@ static dt_status train_replicas(const dt_train_config *c, const run_plan *plan,
     out->bad_records = run.other_bad_records;
     return st;
 }
+
+/* ---- Roles ---- */
+
+/* A synchronous strategy's replicas: each reads its block of every global batch; the variables
+ * start as one_device's and fit trains them. */
+static dt_input_context replicas_input(const dt_train_config *c, const run_plan *p)
+{
+    (void)c;
+    return (dt_input_context){p->workers, p->rank, p->workers};
+}
+
+static dt_status replicas_train(const train_parts *t)
+{
+    dt_model_init_params(t->model, t->c->fit.seed);
+    dt_status st = dt_model_setup_optimizer(t->model, t->opt, &t->c->optim);
+    return st ? st : train_replicas(t->c, t->plan, t->spec, t->fcfg, t->io, t->in, t->model,
+                                    t->opt, t->pool, t->out);
+}
+
+static void replicas_describe(const dt_train_config *c, const run_plan *p, const char *name)
+{
+    if (p->workers > 1)
+        fprintf(c->out, "%s: %d %s (%s), %d examples per %s per step\n", name, p->workers,
+                p->on_threads ? "replicas" : "workers",
+                p->on_threads ? "local" : dt_comm_describe(p->comm),
+                c->fit.batch_size / p->workers, p->on_threads ? "replica" : "worker");
+}
+
+static const train_role replicas_role = {.input = replicas_input, .train = replicas_train,
+                                         .describe = replicas_describe, .reports = true};
+
+/* The parameter server's coordinator reads the data only for its size; its model's dense
+ * variables are what the ps tasks start from, and its tables are only read back into at the
+ * end (the ps tasks draw the rows). */
+static dt_input_context ps_coordinator_input(const dt_train_config *c, const run_plan *p)
+{
+    (void)c, (void)p;
+    return (dt_input_context){1, 0, 1};
+}
+
+static dt_status ps_coordinator_train(const train_parts *t)
+{
+    dt_model_init_dense_params(t->model, t->c->fit.seed);
+    return dt_ps_coordinate(t->c, t->fcfg, t->model, &t->out->fit);
+}
+
+static void ps_describe(const dt_train_config *c, const run_plan *p, const char *name)
+{
+    if (c->ps.mode == DT_PS_SSP)
+        fprintf(c->out, "%s: %d workers, %d examples per worker step, bounded staleness %d\n",
+                name, p->workers, c->fit.batch_size, c->ps.staleness);
+    else if (c->ps.mode == DT_PS_HYBRID)
+        fprintf(c->out, "%s: %d workers, %d examples per worker per step, hybrid (dense variables "
+                "all-reduced among the workers, tables on the ps tasks)\n", name, p->workers,
+                c->fit.batch_size / p->workers);
+    else
+        fprintf(c->out, "%s: %d workers, %d examples per worker step, asynchronous\n", name,
+                p->workers, c->fit.batch_size);
+}
+
+static const train_role ps_coordinator_role = {.input = ps_coordinator_input,
+                                               .train = ps_coordinator_train,
+                                               .describe = ps_describe, .reports = true};
+
+/* A parameter-server worker reads its own shard in batches of the whole --batch-size (its steps
+ * are its own, not a share of a global step), but in hybrid mode, whose steps are synchronous,
+ * in its share of the global batch. Its tables hold one batch's rows, pulled step by step; its
+ * variables come from the ps tasks. */
+static dt_input_context ps_worker_input(const dt_train_config *c, const run_plan *p)
+{
+    return (dt_input_context){p->workers, p->rank - 1,
+                              c->ps.mode == DT_PS_HYBRID ? p->workers : 1};
+}
+
+static void ps_worker_tables(const dt_input *in, dt_model_spec *spec)
+{
+    if (spec->arch != DT_ARCH_SEQUENTIAL && spec->arch != DT_ARCH_COLUMNS)
+        spec->ctr.feature_size = (int64_t)in->eval_batch * spec->ctr.field_size;
+}
+
+static dt_status ps_worker_train(const train_parts *t)
+{
+    return dt_ps_work(t->c, t->model, t->pool, t->in, t->io, t->table_rows, t->out);
+}
+
+static const train_role ps_worker_role = {.input = ps_worker_input, .tables = ps_worker_tables,
+                                          .train = ps_worker_train, .describe = ps_describe};
 
 dt_status dt_train(const dt_train_config *c, dt_train_report *out)
 {
@@ -545,18 +665,7 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
     }
     dt_input_spec train_spec, test_spec;
     bool have_test;
-    bool ps = plan.kind == DT_STRATEGY_PARAMETER_SERVER;
-    /* A ps worker reads its own shard in batches of the whole --batch-size (its steps are its
-     * own, not a share of a global step), but in hybrid mode, whose steps are synchronous, in
-     * its share of the global batch; the coordinator reads the data only for its size. */
-    dt_input_context ctx = {plan.workers, plan.rank, plan.workers};
-    if (ps && c->ps.mode == DT_PS_HYBRID && (st = check_divides(c->fit.batch_size, plan.workers,
-                                                                 "workers")))
-        goto fail;
-    if (ps)
-        ctx = plan.rank == 0 ? (dt_input_context){1, 0, 1}
-                             : (dt_input_context){plan.workers, plan.rank - 1,
-                                                  c->ps.mode == DT_PS_HYBRID ? plan.workers : 1};
+    dt_input_context ctx = plan.role->input(c, &plan);
     dt_model_spec spec;
     if ((st = input_specs(c, &train_spec, &test_spec, &have_test)) ||
         (st = dt_input_open(&train_spec, have_test ? &test_spec : NULL, &io, &ctx, &in)) ||
@@ -574,10 +683,9 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
         dt_error_prefix(st, "%s", in.source);
         goto fail;
     }
-    /* A ps worker's tables hold one batch's rows, pulled step by step. */
     int64_t table_rows = spec.ctr.feature_size;
-    if (ps && plan.rank > 0 && spec.arch != DT_ARCH_SEQUENTIAL && spec.arch != DT_ARCH_COLUMNS)
-        spec.ctr.feature_size = (int64_t)in.eval_batch * spec.ctr.field_size;
+    if (plan.role->tables)
+        plan.role->tables(&in, &spec);
     /* No batch is larger than the training set: the buffers are sized for what will be used. */
     dt_model_options mopts = {.no_fuse = c->no_fuse};
     if ((st = dt_pool_create(plan.threads, &pool)) ||
@@ -588,26 +696,16 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
     if (in.train_images.n > 0 && ((st = dt_check_dataset(model, &in.train_images)) ||
                                   (in.test && (st = dt_check_dataset(model, &in.test_images)))))
         goto fail;
-    if (ps && plan.rank > 0) {
-        /* A worker: its variables come from the ps tasks, step by step. */
-        st = dt_ps_work(c, model, pool, &in, &io, table_rows, out);
-        snprintf(out->strategy, sizeof out->strategy, "%s", name);
-        goto fail;
-    }
-    /* The coordinator's tables are only read back into at the end: the ps tasks draw the rows. */
-    if (ps)
-        dt_model_init_dense_params(model, c->fit.seed);
-    else
-        dt_model_init_params(model, c->fit.seed);
-    if (!ps && (st = dt_model_setup_optimizer(model, &opt, &c->optim)))
-        goto fail;
     describe(c, &plan, model, name);
-    if ((st = ps ? dt_ps_coordinate(c, model, &out->fit)
-                 : train_replicas(c, &plan, &spec, &fcfg, &io, &in, model, &opt, pool, out)))
+    train_parts parts = {.c = c, .plan = &plan, .spec = &spec, .fcfg = &fcfg, .io = &io,
+                         .in = &in, .model = model, .opt = &opt, .pool = pool,
+                         .table_rows = table_rows, .out = out};
+    st = plan.role->train(&parts);
+    snprintf(out->strategy, sizeof out->strategy, "%s", name);
+    if (st || !plan.role->reports)
         goto fail;
     out->chief = plan.rank == 0;
     out->threads = plan.threads, out->workers = plan.workers, out->prefetch = plan.prefetch;
-    snprintf(out->strategy, sizeof out->strategy, "%s", name);
     snprintf(out->model, sizeof out->model, "%s", dt_model_spec_of(model)->name);
     out->bad_records += in.bad_records;
     out->param_count = dt_arena_payload_elems(dt_model_params(model));

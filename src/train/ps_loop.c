@@ -1,0 +1,457 @@
+/* Parameter-server training: the coordinator's loop (see ps_coord.h, ps_train.h). It places the
+ * variables on the ps tasks, restores the latest checkpoint, starts a thread per worker, and then
+ * follows the job: each result the workers' threads hand over goes through fit's callbacks
+ * (callback.h) as a step of the global count, so progress, Estimator's log, TensorBoard
+ * summaries, checkpoints, early stopping and a program's own callbacks behave and take the
+ * flags they take in fit; and every second it pings the ps tasks, waiting for a lost one. An
+ * epoch here is a pass's worth of global steps (steps_per_epoch, else the training set over the
+ * batch size), as Keras counts the epochs of a parameter-server fit. Files and events are
+ * written by this loop alone, never under the lock the workers' threads take. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "callback.h"
+#include "dtrain/clock.h"
+#include "dtrain/log.h"
+#include "ps_ckpt.h"
+#include "ps_coord.h"
+#include "ps_train.h"
+
+/* The checkpoint to start from: the model directory's latest (a coordinator started again
+ * resumes from it, as Estimator does), else --restore-checkpoint. Its variables and their
+ * optimizer slots go to the ps tasks, however many there are now; *step: where the steps go on
+ * from (0: no checkpoint). */
+static dt_status restore_start(const dt_train_config *c, dt_ps_client *ps, dt_model *m,
+                               int n_ps, int64_t *step)
+{
+    *step = 0;
+    dt_ckpt *ck = NULL;
+    dt_status st = DT_END;
+    if (c->fit.model_dir)
+        st = dt_ckpt_open_latest(c->fit.model_dir, c->fit.log, &ck);
+    if (st == DT_END && c->fit.restore_path)
+        st = dt_ckpt_open(c->fit.restore_path, &ck);
+    if (st == DT_END)
+        return DT_OK;
+    if (st)
+        return st;
+    if (c->ps.mode == DT_PS_HYBRID) {
+        dt_log_to(NULL, DT_LOG_WARN, "dtrain: warning: --ps-mode hybrid does not restore %s "
+                  "(its dense variables live on the workers): training starts afresh",
+                  dt_ckpt_path(ck));
+        dt_ckpt_close(ck);
+        return DT_OK;
+    }
+    double t0 = dt_clock_now();
+    dt_optim o;
+    dt_optim_init(&o);
+    st = dt_optim_setup(&o, &c->optim, dt_model_params(m));
+    if (st == DT_OK)
+        st = dt_ps_ckpt_load(ck, m, &o, step);
+    for (int t = 0; t < dt_model_num_tables(m) && st == DT_OK; t++)
+        st = dt_ps_client_assign_table(ps, (uint32_t)t, dt_model_table(m, t));
+    if (st == DT_OK)
+        st = dt_ps_client_assign_dense(ps, dt_model_params(m), &o);
+    if (st == DT_OK && c->fit.log)
+        dt_log_to(c->fit.log, DT_LOG_INFO, "Restoring parameters from %s (global step %lld) onto "
+                  "%d ps task%s (%.2f s)", dt_ckpt_path(ck), (long long)*step, n_ps,
+                  n_ps == 1 ? "" : "s", dt_clock_now() - t0);
+    if (st)
+        dt_error_prefix(st, "restoring %s", dt_ckpt_path(ck));
+    dt_optim_free(&o);
+    dt_ckpt_close(ck);
+    return st;
+}
+
+
+/* Reads every variable back from the ps tasks into m: dense, then the tables a million rows at
+ * a time. */
+static dt_status read_back(dt_ps_client *ps, dt_model *m, bool dense)
+{
+    dt_status st = dense ? dt_ps_client_pull_dense(ps, dt_model_params(m)->data) : DT_OK;
+    const size_t chunk = (size_t)1 << 20;
+    int64_t *ids = NULL;
+    for (int t = 0; t < dt_model_num_tables(m) && st == DT_OK; t++) {
+        dt_table *tab = dt_model_table(m, t);
+        if (!ids && !(ids = malloc(chunk * sizeof *ids)))
+            return dt_error(DT_ERR_NOMEM, "no memory to read the tables back");
+        for (int64_t lo = 0; lo < tab->rows && st == DT_OK; lo += (int64_t)chunk) {
+            size_t n = (size_t)(tab->rows - lo) < chunk ? (size_t)(tab->rows - lo) : chunk;
+            for (size_t i = 0; i < n; i++)
+                ids[i] = lo + (int64_t)i;
+            st = dt_ps_client_pull(ps, (uint32_t)t, ids, n, dt_table_row(tab, lo));
+        }
+    }
+    free(ids);
+    return st;
+}
+
+typedef struct {
+    const dt_train_config *c;
+    dt_model *m;
+    ps_cluster pc;
+    dt_ps_client *ps;
+    int n_ps;
+    ps_coord co;
+    bool co_ready;
+    /* fit's callbacks, as the coordinator runs them */
+    dt_fit_config cfg;
+    dt_fit_ctx ctx;
+    dt_callbacks cbs;
+    dt_replica *alone;
+    dt_optim o;             /* the optimizer's configuration and step count, for the schedule */
+    dt_fit_saver saver;
+    int64_t epoch_steps;    /* the global steps of an epoch (0: unknown, one epoch throughout) */
+    bool in_epoch;          /* an epoch begun and not ended */
+    bool callbacks_failed;  /* a callback failed: the job is failing, no more are run */
+} ps_run;
+
+/* A checkpoint for the checkpoint callback: no function is given out until every one in
+ * flight is answered, so every update of the steps counted is in and none of a later one; then
+ * every ps task writes its shards, and the manifest (with the dense variables, read back)
+ * follows. */
+static dt_status save_sharded(void *arg, dt_ckpt_manager *mgr, const dt_fit_ctx *fc,
+                              bool announce, bool final, int64_t *step)
+{
+    (void)fc, (void)announce;
+    ps_run *r = arg;
+    ps_coord *co = &r->co;
+    const dt_train_config *c = r->c;
+    double t0 = dt_clock_now();
+    pthread_mutex_lock(&co->mu);
+    dt_ps_sched_pause(&co->sched, true);
+    while (!dt_ps_sched_quiet(&co->sched))
+        pthread_cond_wait(&co->changed, &co->mu);
+    *step = co->sched.steps;
+    pthread_mutex_unlock(&co->mu);
+    dt_status st = DT_OK;
+    if (*step > 0) {
+        st = dt_ps_client_pull_dense(r->ps, dt_model_params(r->m)->data);
+        if (st == DT_OK)
+            st = dt_ps_ckpt_save(mgr, r->ps, r->n_ps, &c->fit, r->m, &c->optim, *step,
+                                 r->pc.cl.n_tasks[DT_JOB_WORKER], final);
+        if (st == DT_OK && c->fit.log)
+            dt_log_to(c->fit.log, DT_LOG_INFO, "Saving checkpoints for %lld into %s (%d ps shard "
+                      "files, %.2f s).", (long long)*step, mgr->dir, r->n_ps,
+                      dt_clock_now() - t0);
+    }
+    pthread_mutex_lock(&co->mu);
+    dt_ps_sched_pause(&co->sched, false);
+    pthread_cond_broadcast(&co->changed);
+    pthread_mutex_unlock(&co->mu);
+    r->ctx.result->checkpoint_seconds += dt_clock_now() - t0;
+    return st;
+}
+
+/* The fit configuration the coordinator's callbacks follow: what needs the variables here
+ * (validation, periodic evaluation) is done once they are read back at the end, and a job
+ * resumes from its sharded checkpoints, not from backups. */
+static dt_fit_config callbacks_config(const dt_fit_config *f)
+{
+    dt_fit_config p = *f;
+    if (p.backup_dir)
+        dt_log_to(NULL, DT_LOG_WARN, "dtrain: warning: --backup-dir: parameter_server training "
+                  "resumes from its checkpoints in --model-dir, and writes no backup");
+    p.backup_dir = NULL;
+    p.validate = false;
+    p.eval_every_steps = 0;
+    p.eval_throttle_secs = 0.0;
+    return p;
+}
+
+static dt_status open_callbacks(ps_run *r, const dt_fit_config *fcfg, dt_fit_result *res,
+                                int64_t start)
+{
+    r->cfg = callbacks_config(fcfg);
+    r->epoch_steps = r->cfg.steps_per_epoch > 0 ? r->cfg.steps_per_epoch
+                                                : r->cfg.expected_steps_per_epoch;
+    /* An input of unknown length: the workers' passes over it are theirs, and the coordinator
+     * shows the run as one epoch. */
+    if (r->epoch_steps <= 0)
+        r->cfg.epochs = 1;
+    dt_optim_init(&r->o);
+    r->o.cfg = r->c->optim;
+    r->o.iterations = start;
+    /* Hybrid mode's dense variables live on the workers: no checkpoint holds them. */
+    r->saver = (dt_fit_saver){.save = r->c->ps.mode == DT_PS_HYBRID ? NULL : save_sharded,
+                              .arg = r};
+    dt_status st = dt_replica_alone(&r->alone);
+    if (st)
+        return st;
+    dt_fit_ctx *c = &r->ctx;
+    *c = (dt_fit_ctx){.replica = r->alone, .m = r->m, .o = &r->o, .cfg = &r->cfg,
+                      .result = res, .pos = {.best = INFINITY, .step = start},
+                      .resumed = start > 0, .step_count = 1, .saver = &r->saver};
+    if (r->epoch_steps > 0)
+        c->pos.epoch = start / r->epoch_steps, c->pos.in_epoch = start % r->epoch_steps;
+    res->resumed_step = start;
+    if ((st = dt_callbacks_open(c, &r->cbs)))
+        return st;
+    c->train_t0 = dt_clock_now();
+    DT_EACH_CALLBACK(&r->cbs, train_begin, c);
+    return st;
+}
+
+static dt_status begin_epoch(ps_run *r)
+{
+    dt_fit_ctx *c = &r->ctx;
+    dt_fit_position *p = &c->pos;
+    if (p->in_epoch == 0)
+        p->epoch_correct = p->epoch_samples = 0, p->epoch_loss = 0.0;
+    c->epoch_limit = r->epoch_steps;
+    c->result->epochs = (int)p->epoch + 1;
+    r->in_epoch = true;
+    dt_status st = DT_OK;
+    DT_EACH_CALLBACK(&r->cbs, epoch_begin, c);
+    return st;
+}
+
+/* The epoch's figures and its end's callbacks; a callback's stop (early stopping, a program's
+ * own) gives out no more steps. */
+static dt_status end_epoch(ps_run *r)
+{
+    dt_fit_ctx *c = &r->ctx;
+    dt_fit_position *p = &c->pos;
+    dt_fit_result *res = c->result;
+    r->in_epoch = false;
+    if (p->epoch_samples == 0)
+        return DT_OK;
+    c->epoch_cut = r->cfg.max_steps > 0 && p->step >= r->cfg.max_steps;
+    res->steps = p->step;
+    res->final_loss = p->epoch_loss / (double)p->epoch_samples;
+    res->final_accuracy = (double)p->epoch_correct / (double)p->epoch_samples;
+    c->epoch_extra[0] = '\0';
+    c->evaluated = false;
+    dt_status st = DT_OK;
+    DT_EACH_CALLBACK(&r->cbs, epoch_end, c);
+    p->samples += p->epoch_samples;
+    p->epoch++;
+    p->in_epoch = p->epoch_correct = p->epoch_samples = 0;
+    p->epoch_loss = 0.0;
+    if (st == DT_OK && c->stop) {
+        pthread_mutex_lock(&r->co.mu);
+        dt_ps_sched_end(&r->co.sched);
+        pthread_cond_broadcast(&r->co.changed);
+        pthread_mutex_unlock(&r->co.mu);
+    }
+    return st;
+}
+
+/* One function's result as steps of the global count: the callbacks of a step around it. */
+static dt_status on_result(ps_run *r, const ps_result *x)
+{
+    dt_fit_ctx *c = &r->ctx;
+    dt_fit_position *p = &c->pos;
+    dt_status st = DT_OK;
+    if (!r->in_epoch && (st = begin_epoch(r)))
+        return st;
+    p->epoch_loss += x->loss;
+    p->epoch_correct += x->correct;
+    p->epoch_samples += x->rows;
+    c->result->samples += x->rows;
+    if (x->steps == 0)
+        return DT_OK; /* hybrid: another worker's share of a step */
+    r->o.iterations = p->step;
+    DT_EACH_CALLBACK(&r->cbs, step_begin, c);
+    p->step += x->steps;
+    p->in_epoch += x->steps;
+    c->step_count = x->steps;
+    c->batch_loss = x->rows > 0 ? x->loss / (double)x->rows : 0.0;
+    c->batch_accuracy = x->rows > 0 ? (double)x->correct / (double)x->rows : 0.0;
+    c->evaluated = false;
+    if (st == DT_OK) {
+        dt_callbacks_saves_after(&r->cbs, c, p->step);
+        DT_EACH_CALLBACK(&r->cbs, step_end, c);
+    }
+    r->o.iterations = p->step;
+    c->result->steps = p->step;
+    if (st == DT_OK && r->epoch_steps > 0 && p->in_epoch >= r->epoch_steps)
+        st = end_epoch(r);
+    return st;
+}
+
+/* A ps task was lost (why: the last error): it is waited for up to --ps-recovery-timeout
+ * (started again by its operator or by dtrain launch, its shards restored from its snapshot);
+ * back, it gets the variables' definitions again: a no-op for the shards it restored, the
+ * initial values for what it lost. Not back in time: the job fails, naming it. */
+static void recover_ps(ps_run *r)
+{
+    const dt_train_config *c = r->c;
+    char why[DT_PSMSG_MAX_TEXT];
+    snprintf(why, sizeof why, "%s", dt_last_error());
+    pthread_mutex_lock(&r->co.mu);
+    int64_t steps = r->co.sched.steps;
+    pthread_mutex_unlock(&r->co.mu);
+    double t0 = dt_clock_now();
+    dt_log_to(NULL, DT_LOG_WARN, "dtrain: a ps task is lost after %lld steps (%s): waiting up "
+              "to %.0f s for it (--ps-recovery-timeout)", (long long)steps, why,
+              c->ps.recovery_timeout);
+    dt_status st = dt_ps_client_reconnect(r->ps, c->ps.recovery_timeout);
+    if (st == DT_OK)
+        st = ps_place_variables(c, r->m, r->ps, r->n_ps, true, 0);
+    if (st) {
+        dt_error(st, "%s, and not back within %.0f s (--ps-recovery-timeout): %s", why,
+                 c->ps.recovery_timeout, dt_last_error());
+        ps_coord_fail(&r->co, -2, st);
+        return;
+    }
+    dt_log_to(NULL, DT_LOG_WARN, "dtrain: the ps tasks are back %.1f s after the loss was "
+              "seen; a ps task started again holds its last snapshot (its log names the "
+              "step), the updates after it up to step %lld are lost", dt_clock_now() - t0,
+              (long long)steps);
+}
+
+/* A callback failed: a lost ps task is waited for, anything else ends the job. */
+static void callback_failed(ps_run *r, dt_status st)
+{
+    if (dt_ps_client_broken(r->ps)) {
+        recover_ps(r);
+        return;
+    }
+    ps_coord_fail(&r->co, -2, st);
+    r->callbacks_failed = true;
+}
+
+/* Until every worker's thread has ended: the results through the callbacks, and a PING to
+ * every ps task each second. */
+static void follow(ps_run *r)
+{
+    ps_coord *co = &r->co;
+    ps_result *mine = NULL;
+    int mine_cap = 0;
+    double next_ping = dt_clock_now() + 1.0;
+    for (;;) {
+        pthread_mutex_lock(&co->mu);
+        while (co->n_results == 0 && co->n_running > 0 && dt_clock_now() < next_ping)
+            ps_coord_wait(co, next_ping);
+        /* The results change hands: the workers' threads queue into the other buffer. */
+        ps_result *got = co->results;
+        int n = co->n_results, got_cap = co->results_cap;
+        co->results = mine, co->results_cap = mine_cap, co->n_results = 0;
+        bool running = co->n_running > 0, failed = co->sched.failed;
+        pthread_mutex_unlock(&co->mu);
+        mine = got, mine_cap = got_cap;
+        for (int i = 0; i < n && !r->callbacks_failed; i++) {
+            dt_status st = on_result(r, &mine[i]);
+            if (st)
+                callback_failed(r, st);
+        }
+        if (!running && n == 0)
+            break;
+        if (!failed && dt_clock_now() >= next_ping) {
+            if (dt_ps_client_ping(r->ps) != DT_OK)
+                recover_ps(r);
+            next_ping = dt_clock_now() + 1.0;
+        }
+    }
+    free(mine);
+}
+
+/* After the last step: the last epoch's end, the final checkpoint and the other callbacks'
+ * ends. */
+static dt_status finish_callbacks(ps_run *r)
+{
+    dt_status st = r->in_epoch ? end_epoch(r) : DT_OK;
+    r->ctx.evaluated = false;
+    DT_EACH_CALLBACK(&r->cbs, train_end, &r->ctx);
+    return st;
+}
+
+/* The ps tasks ready: the variables placed (a ps lost meanwhile waited for), the latest
+ * checkpoint restored (*start: its step). */
+static dt_status prepare(ps_run *r, int64_t *start)
+{
+    const dt_train_config *c = r->c;
+    *start = 0;
+    if (r->pc.cl.n_tasks[DT_JOB_WORKER] < 1)
+        return dt_error(DT_ERR_INVALID, "TF_CONFIG: cluster.worker: parameter_server training "
+                        "needs at least one worker task");
+    dt_status st = dt_ps_client_open(&r->pc.me, &r->pc.cl, c->comm.connect_timeout,
+                                     c->ps.worker_timeout, &r->ps);
+    if (st == DT_OK)
+        st = ps_place_variables(c, r->m, r->ps, r->n_ps, true, 0);
+    if (st && r->ps && dt_ps_client_broken(r->ps)) {
+        dt_log_to(NULL, DT_LOG_WARN, "dtrain: %s: waiting up to %.0f s for the ps task "
+                  "(--ps-recovery-timeout)", dt_last_error(), c->ps.recovery_timeout);
+        if ((st = dt_ps_client_reconnect(r->ps, c->ps.recovery_timeout)) == DT_OK)
+            st = ps_place_variables(c, r->m, r->ps, r->n_ps, true, 0);
+    }
+    if (st == DT_OK)
+        st = restore_start(c, r->ps, r->m, r->n_ps, start);
+    if (st == DT_OK && c->fit.model_dir && c->ps.mode == DT_PS_HYBRID)
+        dt_log_to(NULL, DT_LOG_WARN, "dtrain: warning: --ps-mode hybrid writes no checkpoints "
+                  "(its dense variables live on the workers)");
+    return st;
+}
+
+static dt_ps_sched_config schedule_of(const dt_train_config *c, int n_workers, int64_t start)
+{
+    return (dt_ps_sched_config){
+        .n_workers = n_workers, .hybrid = c->ps.mode == DT_PS_HYBRID,
+        .ssp = c->ps.mode == DT_PS_SSP, .staleness = c->ps.staleness,
+        .steps_per_execution = c->ps.steps_per_execution,
+        .limit = c->fit.max_steps > 0 ? c->fit.max_steps : INT64_MAX, .start = start};
+}
+
+dt_status dt_ps_coordinate(const dt_train_config *c, const dt_fit_config *fcfg, dt_model *m,
+                           dt_fit_result *res)
+{
+    memset(res, 0, sizeof *res);
+    res->final_loss = res->final_accuracy = res->val_auc = NAN;
+    ps_run r = {.c = c, .m = m};
+    dt_status st = ps_open_cluster(c, &r.pc);
+    if (st)
+        return st;
+    r.n_ps = r.pc.cl.n_tasks[DT_JOB_PS];
+    int n_workers = r.pc.cl.n_tasks[DT_JOB_WORKER];
+    int64_t start = 0;
+    if ((st = prepare(&r, &start)) == DT_OK) {
+        dt_ps_sched_config sc = schedule_of(c, n_workers, start);
+        r.co_ready = (st = ps_coord_init(&r.co, c, &r.pc, m, &sc)) == DT_OK;
+    }
+    double t0 = dt_clock_now();
+    if (st == DT_OK)
+        st = open_callbacks(&r, fcfg, res, start);
+    dt_status run = st;
+    if (run == DT_OK && (run = ps_coord_start(&r.co)) == DT_OK)
+        follow(&r);
+    if (r.co_ready) {
+        dt_status joined = ps_coord_join(&r.co);
+        if (run == DT_OK)
+            run = joined;
+    }
+    /* A ps lost at the very end: the reading back waits for it as the steps would have. */
+    if (run == DT_OK && dt_ps_client_broken(r.ps) &&
+        (run = dt_ps_client_reconnect(r.ps, c->ps.recovery_timeout)) == DT_OK)
+        run = ps_place_variables(c, m, r.ps, r.n_ps, true, 0);
+    if (run == DT_OK)
+        run = finish_callbacks(&r);
+    /* The first error is the one reported, whatever stopping the others says. */
+    char first[DT_PSMSG_MAX_TEXT];
+    snprintf(first, sizeof first, "%s", run ? dt_last_error() : "");
+    if (st)
+        ps_coord_stop_workers(&r.pc); /* they waited for functions that will not come */
+    res->train_seconds = dt_clock_now() - t0 - dt_fit_side_seconds(res);
+    res->steps = r.ctx.pos.step;
+    st = run == DT_OK ? read_back(r.ps, m, c->ps.mode != DT_PS_HYBRID) : run;
+    /* The ps tasks stop whatever happened: none outlives the job. */
+    if (r.ps) {
+        dt_status stop = dt_ps_client_stop(r.ps);
+        if (st == DT_OK)
+            st = stop;
+    }
+    dt_status closed = dt_callbacks_close(&r.cbs, run == DT_OK);
+    if (st == DT_OK)
+        st = closed;
+    if (run)
+        dt_error(run, "%s", first);
+    dt_replica_free_alone(r.alone);
+    dt_optim_free(&r.o);
+    dt_ps_client_close(r.ps);
+    if (r.co_ready)
+        ps_coord_free(&r.co);
+    ps_close_cluster(&r.pc);
+    return st;
+}
