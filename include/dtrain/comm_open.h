@@ -11,6 +11,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "dtrain/cluster.h"
 #include "dtrain/comm.h"
@@ -32,6 +33,14 @@ void dt_comm_options_default(dt_comm_options *o);
 /* Opens the communicator; cl receives the cluster (zeroed for mpi; free it after the
  * communicator). Errors name the field, the file or the peer. */
 dt_status dt_comm_open(const dt_comm_options *o, dt_cluster *cl, dt_comm **out);
+
+/* A ring whose members learn each other's ports from elsewhere (the parameter server's hybrid
+ * workers, through the coordinator), joined in two steps: a listener on an ephemeral port of
+ * host (*fd, *port), then the tcp communicator over cl, which names every member with its port,
+ * accepting on that listener (listen_fd: taken, closed on failure too; -1: cl's own port). */
+dt_status dt_comm_listen_any(const char *host, int *fd, uint16_t *port);
+dt_status dt_comm_open_on(const dt_cluster *cl, const dt_comm_options *o, const uint8_t *secret,
+                          size_t secret_len, int listen_fd, dt_comm **out);
 
 /* The communicator's name for messages: "tcp", "tcp, all-reduce in shared memory", "mpi". */
 const char *dt_comm_describe(const dt_comm *c);

@@ -36,6 +36,21 @@ dt_status dt_comm_open(const dt_comm_options *f, dt_cluster *cl, dt_comm **out)
     size_t secret_len = 0;
     if ((st = dt_cluster_load_secret(f->secret_file, &secret, &secret_len)))
         return st;
+    st = dt_comm_open_on(cl, f, secret, secret_len, -1, out);
+    free(secret);
+    if (st)
+        dt_cluster_free(cl);
+    return st;
+}
+
+dt_status dt_comm_listen_any(const char *host, int *fd, uint16_t *port)
+{
+    return dt_transport_listen_any(host, fd, port);
+}
+
+dt_status dt_comm_open_on(const dt_cluster *cl, const dt_comm_options *f, const uint8_t *secret,
+                          size_t secret_len, int listen_fd, dt_comm **out)
+{
     dt_tcp_options o;
     dt_tcp_options_default(&o);
     o.timeout = f->timeout;
@@ -47,11 +62,8 @@ dt_status dt_comm_open(const dt_comm_options *f, dt_cluster *cl, dt_comm **out)
     o.transport.secret_len = secret_len;
     o.transport.insecure = f->insecure;
     o.transport.connect_timeout = f->connect_timeout;
-    st = dt_comm_tcp(cl, &o, out);
-    free(secret);
-    if (st)
-        dt_cluster_free(cl);
-    return st;
+    o.transport.listen_fd = listen_fd;
+    return dt_comm_tcp(cl, &o, out);
 }
 
 const char *dt_comm_describe(const dt_comm *c)

@@ -31,6 +31,11 @@ void dt_transport_options_default(dt_transport_options *o)
     o->listen_fd = -1;
 }
 
+dt_status dt_transport_listen_any(const char *host, int *fd, uint16_t *port)
+{
+    return dt_sock_listen(host, 0, fd, port);
+}
+
 /* ---- set-up: the rank mesh ---- */
 
 /* Each rank connects to every lower rank and is connected to by every higher one, through its

@@ -37,6 +37,10 @@ typedef struct {
 
 void dt_transport_options_default(dt_transport_options *o);
 
+/* A socket listening on an ephemeral port of host, for listen_fd: a task that tells its port
+ * to its peers before they connect. */
+dt_status dt_transport_listen_any(const char *host, int *fd, uint16_t *port);
+
 typedef struct {
     int fd;        /* -1 for this rank itself */
     char name[DT_HOST_CAP + 48]; /* "worker:1 (127.0.0.1:4001)" */

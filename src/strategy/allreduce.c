@@ -102,17 +102,25 @@ static dt_status agree_before_step(dt_replica *r, dt_step *s, bool *go_on)
     return DT_OK;
 }
 
+/* Whether the replicas agree on the global batch before the step: when buckets travel during
+ * backward, and when the step updates the dense variables only, its tables' rows going to the
+ * ps tasks as they are, scaled for the global batch, which must then be known before backward. */
+static bool agrees_before(const dt_replica *r, const dt_step *s)
+{
+    return r->gs || s->dense_only;
+}
+
 dt_status dt_allreduce_begin_step(dt_replica *r, dt_model *m, dt_step *s, bool *go_on)
 {
     *go_on = true;
-    if (r->gs) {
+    if (agrees_before(r, s)) {
         dt_status st = agree_before_step(r, s, go_on);
         if (st || !*go_on)
             return st;
     }
     /* Learned with the sums, the global batch is taken to be the configured one, as it is but
      * for an epoch's short last batch (whose sums are scaled again). */
-    s->scaled_rows = r->gs ? s->rows : s->batch_size;
+    s->scaled_rows = agrees_before(r, s) ? s->rows : s->batch_size;
     if (r->shared_storage)
         dt_store_choice_for_step(&r->stores);
     if (r->shared_storage && r->stores.now) /* other replicas read these (store_choice.h) */
@@ -129,7 +137,7 @@ dt_status dt_allreduce_begin_step(dt_replica *r, dt_model *m, dt_step *s, bool *
  * update, and a replica whose data ended stops them all before it. */
 static dt_status sum_figures(dt_replica *r, dt_step *s)
 {
-    bool with_rows = !r->gs;
+    bool with_rows = !agrees_before(r, s);
     dt_agree_msg m = {.type = DT_AGREE_STEP, .n_ints = 4, .n_reals = 1,
                       .ints = {s->correct, with_rows ? s->rows : 0, s->ended ? 1 : 0,
                                s->state_wanted ? 1 : 0},
@@ -242,7 +250,7 @@ static dt_status apply_sharded(dt_replica *r, dt_model *m, dt_optim *o, dt_pool 
         return st;
     }
     /* The tables first: their update is at the step the optimizer is about to count. */
-    if (dt_model_num_tables(m) > 0) {
+    if (dt_model_num_tables(m) > 0 && !s->dense_only) {
         if ((st = dt_sparse_sync_tables(r, m, rescale_of(s), s)))
             return st;
         dt_replica_update_tables(m, o, pool);
@@ -268,7 +276,7 @@ dt_status dt_allreduce_apply(dt_replica *r, dt_model *m, dt_optim *o, dt_pool *p
     dt_status st = dt_allreduce_sum(r, m, s);
     if (st || s->ended)
         return st;
-    if (dt_model_num_tables(m) > 0) {
+    if (dt_model_num_tables(m) > 0 && !s->dense_only) {
         if ((st = dt_sparse_sync_tables(r, m, rescale_of(s), s)))
             return st;
         dt_replica_update_tables(m, o, pool);

@@ -51,7 +51,8 @@ static dt_status apply(dt_replica *r, dt_model *m, dt_optim *o, dt_pool *pool, d
     if (!isfinite(s->loss))
         return dt_error(DT_ERR_NUMERIC, "step %lld: the loss is %g: training diverged (try a "
                         "lower --lr)", (long long)s->step, s->loss);
-    dt_replica_update_tables(m, o, pool);
+    if (!s->dense_only)
+        dt_replica_update_tables(m, o, pool);
     dt_arena *params = dt_model_params(m), *grads = dt_model_grads(m);
     dt_optim_step(o, pool, params->data, grads->data, params->n_elems);
     return DT_OK;

@@ -37,12 +37,20 @@ typedef struct {
     double comm_seconds;   /* added to by the strategy: time waiting on the other replicas */
     int64_t table_bytes;   /* added to by the strategy: bytes of table gradients this replica
                             * sent (ids and rows) */
+    bool dense_only;       /* the tables' rows are updated elsewhere (on the parameter server's
+                            * ps tasks): the step updates the dense variables only */
 } dt_step;
 
 /* A replica of one_device, for a loop that is given none. */
 dt_status dt_replica_alone(dt_replica **out);
 /* Frees what dt_replica_alone made; accepts NULL. */
 void dt_replica_free_alone(dt_replica *r);
+/* A replica of multi_worker_mirrored over comm (one_device's when comm has one rank), for a
+ * process that joins its ring outside a strategy's run: the parameter server's hybrid workers,
+ * whose dense variables take the all-reduce step and whose tables live on the ps tasks. */
+dt_status dt_replica_over(dt_comm *comm, dt_replica **out);
+/* Frees what dt_replica_over made (before comm); accepts NULL. */
+void dt_replica_free_over(dt_replica *r);
 
 /* Rank 0 of the replicas: it reports, and writes and reads checkpoints. */
 bool dt_replica_is_chief(const dt_replica *r);

@@ -178,6 +178,40 @@ dt_status dt_replica_alone(dt_replica **out)
 
 void dt_replica_free_alone(dt_replica *r) { free(r); }
 
+/* The replica first, so that its address is the block's. */
+typedef struct {
+    dt_replica replica;
+    dt_strategy *strategy;
+} replica_over;
+
+dt_status dt_replica_over(dt_comm *comm, dt_replica **out)
+{
+    *out = NULL;
+    replica_over *o = calloc(1, sizeof *o);
+    if (!o)
+        return dt_error(DT_ERR_NOMEM, "no memory for a replica");
+    dt_strategy_options so;
+    dt_strategy_options_default(&so);
+    so.comm = comm;
+    dt_status st = dt_strategy_create(DT_STRATEGY_MULTI_WORKER_MIRRORED, &so, &o->strategy);
+    if (st) {
+        free(o);
+        return st;
+    }
+    dt_replica_setup(&o->replica, o->strategy, comm->rank, comm->size, comm);
+    *out = &o->replica;
+    return DT_OK;
+}
+
+void dt_replica_free_over(dt_replica *r)
+{
+    if (!r)
+        return;
+    replica_over *o = (replica_over *)r;
+    dt_strategy_destroy(o->strategy);
+    free(o);
+}
+
 int dt_replica_id(const dt_replica *r) { return r->id; }
 int dt_replica_count(const dt_replica *r) { return r->count; }
 dt_comm *dt_replica_comm(const dt_replica *r) { return r->comm; }

@@ -8,7 +8,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../net/handshake.h"
 #include "../ps/psmsg.h"
 #include "../ps/zlink.h"
 #include "../ps/client.h"

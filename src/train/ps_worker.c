@@ -3,12 +3,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
-#include "../coll/agree.h"
-#include "../coll/comm_tcp.h"
-#include "../net/sock.h"
+#include "../strategy/replica.h"
 #include "batch.h"
 #include "dtrain/clock.h"
+#include "dtrain/comm_open.h"
 #include "dtrain/embedding.h"
 #include "dtrain/log.h"
 #include "ps_task.h"
@@ -59,6 +59,7 @@ typedef struct {
     uint16_t ring_port;
     dt_cluster ring_cluster;
     dt_comm *ring;
+    dt_replica *replica;   /* over the ring: the strategy layer's all-reduce step */
     dt_optim opt;
 } worker;
 
@@ -248,39 +249,6 @@ static dt_status push_gradients(worker *w, int64_t step, float table_scale)
                                   table_scale);
 }
 
-/* Hybrid, before a step: the workers learn the global batch, and stop together as soon as one
- * worker's data is used up (shards may differ by a batch). DT_END then. */
-static dt_status agree_on_batch(worker *w, dt_status got, int64_t rows, int64_t step,
-                                int64_t *global_rows)
-{
-    dt_agree_msg m = {.type = DT_AGREE_BEFORE_STEP, .n_ints = 2,
-                      .ints = {got == DT_OK ? rows : 0, got == DT_OK ? 0 : 1}};
-    dt_status st = dt_comm_agree(w->ring, &m);
-    if (st)
-        return dt_error_prefix(st, "step %lld", (long long)step);
-    *global_rows = m.ints[0];
-    if (m.ints[1] > 0) {
-        w->rd->done = true;
-        return DT_END;
-    }
-    return DT_OK;
-}
-
-/* Hybrid, after backward: the dense gradients summed over the workers (each scaled by
- * 1 / global batch), then this worker's copy updated with step's rates, as every other's. */
-static dt_status update_dense(worker *w, int64_t step)
-{
-    dt_arena *p = dt_model_params(w->m), *g = dt_model_grads(w->m);
-    dt_status st = w->ring->size > 1
-                       ? dt_comm_allreduce(w->ring, g->data, g->n_elems, DT_REDUCE_SUM, DT_WIRE_F32)
-                       : DT_OK;
-    if (st)
-        return dt_error_prefix(st, "step %lld", (long long)step);
-    w->opt.iterations = step - 1;
-    dt_optim_step(&w->opt, w->pool, p->data, g->data, p->n_elems);
-    return DT_OK;
-}
-
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -335,16 +303,48 @@ static dt_status await_ps(worker *w, dt_status st, double *deadline)
     return DT_OK;
 }
 
+/* Hybrid, before a step: the workers' replicas begin it together (they agree on the global
+ * batch, and stop together as soon as one worker's data is used up: DT_END then), the
+ * gradients cleared. */
+static dt_status begin_dense_step(worker *w, dt_step *s)
+{
+    bool go_on = true;
+    dt_status st = dt_replica_begin_step(w->replica, w->m, s, &go_on);
+    if (st)
+        return dt_error_prefix(st, "step %lld", (long long)s->step + 1);
+    if (!go_on) {
+        w->rd->done = true;
+        return DT_END;
+    }
+    return DT_OK;
+}
+
+/* Hybrid, after backward: the strategy layer's all-reduce step over the workers' ring, for
+ * the dense variables only (the tables' rows went to the ps tasks), at global step `step`, as
+ * every other worker takes it. */
+static dt_status apply_dense_step(worker *w, dt_step *s, double loss, int correct)
+{
+    s->loss = loss, s->correct = correct;
+    w->opt.iterations = s->step;
+    dt_status st = dt_replica_apply(w->replica, w->m, &w->opt, w->pool, s);
+    if (st == DT_OK && s->ended) /* cannot be: the workers agreed on the step before it */
+        st = dt_error(DT_ERR_PEER, "step %lld: the workers' ring ended a step it had begun",
+                      (long long)s->step + 1);
+    return st;
+}
+
 /* One step, global step number `step`: the batch's loss summed into r. */
 static dt_status worker_step(worker *w, int64_t step, dt_psmsg *r)
 {
     dt_model *m = w->m;
     dt_elem *e = NULL;
     dt_status st = next_batch(w, &e);
-    int64_t global_rows = st == DT_OK ? e->n : 0;
-    if (w->ring && (st == DT_OK || st == DT_END)) {
-        dt_status agreed = agree_on_batch(w, st, global_rows, step, &global_rows);
-        st = agreed ? agreed : st;
+    dt_step s = {.step = step - 1, .batch_size = w->c->fit.batch_size,
+                 .mean = w->c->fit.reduction == DT_REDUCTION_MEAN,
+                 .rows = st == DT_OK ? e->n : 0, .ended = st != DT_OK, .dense_only = true};
+    if (w->replica && (st == DT_OK || st == DT_END)) {
+        dt_status begun = begin_dense_step(w, &s);
+        st = begun ? begun : st;
     }
     if (st) {
         dt_elem_free(e);
@@ -356,8 +356,9 @@ static dt_status worker_step(worker *w, int64_t step, dt_psmsg *r)
         (st = renumber_ids(w, e)))
         goto done;
     /* Before the pull: a feature-spec model's pull finds the batch's ids of each table, which
-     * are its gradients' ids too, and zeroing empties those. */
-    dt_model_zero_grads(m);
+     * are its gradients' ids too, and zeroing empties those (hybrid's step began with it). */
+    if (!w->replica)
+        dt_model_zero_grads(m);
     while ((st = pull_variables(w, e)) && (st = await_ps(w, st, &recovery)) == DT_OK) {
     }
     if (st)
@@ -366,6 +367,7 @@ static dt_status worker_step(worker *w, int64_t step, dt_psmsg *r)
         goto done;
     /* Hybrid sums the workers' gradients: each scaled by 1 / global batch, as
      * multi_worker_mirrored's. */
+    int64_t global_rows = w->replica ? s.scaled_rows : e->n;
     double loss = dt_model_loss(m, e->n, w->labels, 1.0f / (float)global_rows, true, &correct);
     if (!isfinite(loss)) {
         st = dt_error(DT_ERR_NUMERIC, "step %lld: the loss is %g: training diverged (try a lower "
@@ -382,8 +384,8 @@ static dt_status worker_step(worker *w, int64_t step, dt_psmsg *r)
     if (recovery > 0 && st == DT_OK)
         dt_log_to(NULL, DT_LOG_WARN, "dtrain: the ps tasks are back: step %lld goes on",
                   (long long)step);
-    if (st == DT_OK && w->ring)
-        st = update_dense(w, step);
+    if (st == DT_OK && w->replica)
+        st = apply_dense_step(w, &s, loss, correct);
     if (st)
         goto done;
     r->n++, r->rows += e->n, r->correct += correct, r->loss += loss;
@@ -465,7 +467,7 @@ static dt_status answer_ring(worker *w, const dt_psmsg *req, dt_psmsg *r)
         const dt_addr *me = dt_cluster_addr(cl, cl->task_type, cl->task_index);
         dt_status st = w->ring_fd >= 0 || w->ring
                            ? DT_OK
-                           : dt_sock_listen(me->host, 0, &w->ring_fd, &w->ring_port);
+                           : dt_comm_listen_any(me->host, &w->ring_fd, &w->ring_port);
         if (st)
             return dt_error_prefix(st, "the workers' ring");
         *r = (dt_psmsg){.type = DT_PSMSG_RING, .request_id = req->request_id, .n = 1,
@@ -485,19 +487,13 @@ static dt_status answer_ring(worker *w, const dt_psmsg *req, dt_psmsg *r)
     free(ports);
     if (st)
         return st;
-    const dt_comm_options *co = &w->c->comm;
-    dt_tcp_options o;
-    dt_tcp_options_default(&o);
-    o.timeout = co->timeout, o.stall_warn = co->timeout / 2, o.shm = co->shm;
-    if (co->segment_bytes)
-        o.segment_bytes = co->segment_bytes;
-    o.transport.secret = w->pc->secret, o.transport.secret_len = w->pc->secret_len;
-    o.transport.insecure = co->insecure, o.transport.connect_timeout = co->connect_timeout;
-    o.transport.listen_fd = w->ring_fd;
-    w->ring_fd = -1; /* the transport's now, whatever happens */
-    dt_arena *p = dt_model_params(w->m);
-    if ((st = dt_comm_tcp(&w->ring_cluster, &o, &w->ring)) ||
-        (st = dt_comm_broadcast(w->ring, p->data, p->n_elems * sizeof(float), 0)))
+    int fd = w->ring_fd;
+    w->ring_fd = -1; /* the communicator's now, whatever happens */
+    /* The dense variables start as worker 0's everywhere. */
+    if ((st = dt_comm_open_on(&w->ring_cluster, &w->c->comm, w->pc->secret, w->pc->secret_len,
+                              fd, &w->ring)) ||
+        (st = dt_replica_over(w->ring, &w->replica)) ||
+        (st = dt_replica_start(w->replica, w->m)))
         return dt_error_prefix(st, "the workers' ring");
     return DT_OK;
 }
@@ -660,9 +656,13 @@ dt_status dt_ps_work(const dt_train_config *c, dt_model *m, dt_pool *pool, dt_in
     worker_figures(&w, &pc, out);
     dt_zlink_close(z);
     dt_ps_client_close(w.ps);
+    if (w.replica)
+        dt_replica_end(w.replica, m);
+    dt_replica_free_over(w.replica);
     dt_comm_destroy(w.ring);
     dt_cluster_free(&w.ring_cluster);
-    dt_sock_close(w.ring_fd);
+    if (w.ring_fd >= 0)
+        close(w.ring_fd);
     dt_optim_free(&w.opt);
     free(w.labels), free(w.uniq), free(w.gids), free(w.slot), free(w.scratch), free(w.pull_ms);
     free(w.rows_buf);
