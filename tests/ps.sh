@@ -362,6 +362,21 @@ else
     fail ps_chief_progress_follows_the_flags "exit $status, estimator steps '$logged', epoch lines $epochs: $(tail -5 "$tmp/out")"
 fi
 
+# Validation and periodic evaluation of a ps job go through the callbacks too, on the variables
+# read back from the ps tasks: the last evaluation's AUC is the final test's.
+run timeout 120 "$dtrain" launch -n 2 --ps 1 -- "$dtrain" "${pg[@]/none/libsvm:$tmp/test.svm}" \
+    --progress lines --steps-per-epoch 30 --validate --eval-every-steps 25
+evals=$(sed -n 's/^\[chief:0\] Saving dict for global step \([0-9]*\): .*/\1/p' "$tmp/out" | tr '\n' ' ')
+last_auc=$(sed -n 's/^\[chief:0\] Saving dict for global step 60: .*auc = \([0-9.]*\),.*/\1/p' "$tmp/out")
+test_auc=$(sed -n 's/^\[chief:0\] .*test AUC: \([0-9.]*\).*/\1/p' "$tmp/out")
+if [ "$status" -eq 0 ] && [ "$evals" = "25 50 60 " ] && [ -n "$last_auc" ] &&
+    [ "$(grep -c '^\[chief:0\] 30/30 - .* - val_auc: ' "$tmp/out")" -eq 2 ] &&
+    python3 -c "import sys; sys.exit(0 if abs($last_auc - ${test_auc:-9}) < 1e-4 else 1)"; then
+    ok ps_chief_evaluates_through_the_callbacks "evaluations at $evals; auc $last_auc, test $test_auc"
+else
+    fail ps_chief_evaluates_through_the_callbacks "exit $status, evaluations '$evals', auc '$last_auc' test '$test_auc': $(tail -4 "$tmp/out")"
+fi
+
 # ---- failures: a worker or the coordinator killed mid-run; nothing hangs or stays ----
 "$dtrain" data gen-ctr --rows 200000 --seed 13 --out "$tmp/long.svm" > "$tmp/gen2" 2>&1
 "$dtrain" data gen-ctr --rows 20000 --seed 14 --out "$tmp/long_test.svm" > /dev/null 2>&1

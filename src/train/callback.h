@@ -42,18 +42,28 @@ typedef struct {
     /* Set by a callback. */
     bool evaluated;           /* an evaluation just put its figures in result->val_* */
     bool stop;                /* training ends after this epoch (early stopping) */
-    /* Where the checkpoint callback saves: NULL, fit's own format (fit_ckpt.h); a saver, its
-     * function (a parameter-server job's sharded checkpoints), or none when that is NULL. */
-    const struct dt_fit_saver *saver;
+    /* NULL: the variables are m's own. Else they live in other processes (a parameter-server
+     * job's ps tasks), and this says how to save and read them. */
+    const struct dt_fit_remote *remote;
 } dt_fit_ctx;
 
-/* A checkpoint written by someone other than fit: the variables as of step c->pos.step or
- * later (*step: the step saved) into mgr; announce: log the save. */
-typedef struct dt_fit_saver {
+/* Variables held elsewhere, as the callbacks reach them. */
+typedef struct dt_fit_remote {
+    /* The checkpoint callback's save: the variables as of step c->pos.step or later (*step: the
+     * step saved) into mgr; announce: log the save. NULL: no checkpoints (they cannot be saved
+     * from here). */
     dt_status (*save)(void *arg, dt_ckpt_manager *mgr, const dt_fit_ctx *c, bool announce,
                       bool final, int64_t *step);
+    /* Before a callback evaluates c->m: its variables brought up to date. */
+    dt_status (*refresh)(void *arg, dt_fit_ctx *c);
     void *arg;
-} dt_fit_saver;
+} dt_fit_remote;
+
+/* c->m's variables up to date for an evaluation (nothing to do when they are its own). */
+static inline dt_status dt_fit_refresh(dt_fit_ctx *c)
+{
+    return c->remote && c->remote->refresh ? c->remote->refresh(c->remote->arg, c) : DT_OK;
+}
 
 /* Each slot may be NULL (nothing to do then). self is the callback's own state. */
 typedef struct {

@@ -1,4 +1,4 @@
-/* Estimator's checkpoints in model_dir: ckpt-<step>.safetensors (or a saver's, ctx->saver)
+/* Estimator's checkpoints in model_dir: ckpt-<step>.safetensors (or the remote variables' own, ctx->remote)
  * every save_checkpoints_steps steps, or every save_checkpoints_secs seconds when that is 0, and after the last step (with
  * metadata final = 1), kept as keep_checkpoint_max and keep_checkpoint_every_n_hours say. Only
  * the chief writes them. */
@@ -39,9 +39,9 @@ static bool saves_after(void *self, dt_fit_ctx *c, int64_t step)
 static dt_status save(checkpoint *k, dt_fit_ctx *c, bool announce, bool final)
 {
     int64_t step = c->pos.step;
-    dt_status st = c->saver ? c->saver->save(c->saver->arg, &k->mgr, c, announce, final, &step)
-                            : dt_fit_save(&k->mgr, announce, c->cfg, dt_replica_count(c->replica),
-                                          c->m, c->o, &c->pos, final, c->result);
+    dt_status st = c->remote ? c->remote->save(c->remote->arg, &k->mgr, c, announce, final, &step)
+                             : dt_fit_save(&k->mgr, announce, c->cfg, dt_replica_count(c->replica),
+                                           c->m, c->o, &c->pos, final, c->result);
     if (st == DT_OK)
         k->last_saved_step = step;
     return st;
@@ -81,7 +81,7 @@ dt_status dt_checkpoint_callback(const dt_fit_ctx *c, dt_callback *out)
 {
     *out = (dt_callback){0};
     const dt_fit_config *cfg = c->cfg;
-    if (!cfg->model_dir || !dt_replica_is_chief(c->replica) || (c->saver && !c->saver->save))
+    if (!cfg->model_dir || !dt_replica_is_chief(c->replica) || (c->remote && !c->remote->save))
         return DT_OK;
     checkpoint *k = calloc(1, sizeof *k);
     if (!k)

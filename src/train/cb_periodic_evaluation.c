@@ -20,13 +20,14 @@ static dt_status train_begin(void *self, dt_fit_ctx *c)
     return DT_OK;
 }
 
-/* Whether an evaluation is due after global step `step` (counted from 1), `elapsed` seconds of
- * training in and `since_last` seconds after the previous evaluation (or the start). */
-static bool due(const dt_fit_config *cfg, int64_t step, double elapsed, double since_last)
+/* Whether an evaluation is due after the step c just took, `elapsed` seconds of training in and
+ * `since_last` seconds after the previous evaluation (or the start). */
+static bool due(const dt_fit_ctx *c, double elapsed, double since_last)
 {
+    const dt_fit_config *cfg = c->cfg;
     if (elapsed < cfg->eval_start_delay_secs)
         return false;
-    if (cfg->eval_every_steps > 0 && step % cfg->eval_every_steps == 0)
+    if (dt_fit_step_reached(c, cfg->eval_every_steps))
         return true;
     return cfg->eval_throttle_secs > 0.0 && since_last >= cfg->eval_throttle_secs;
 }
@@ -36,8 +37,10 @@ static dt_status evaluate(periodic *p, dt_fit_ctx *c)
     const dt_fit_config *cfg = c->cfg;
     dt_fit_result *r = c->result;
     int64_t step = c->pos.step;
+    dt_status st = dt_fit_refresh(c);
     double t0 = dt_clock_now();
-    dt_status st = dt_dataset_reset(c->test);
+    if (st == DT_OK)
+        st = dt_dataset_reset(c->test);
     dt_eval_metrics e;
     if (st || (st = dt_evaluate_metrics(c->m, c->test, cfg->eval_steps, &e)))
         return dt_error_prefix(st, "evaluation at global step %lld", (long long)step);
@@ -65,7 +68,7 @@ static dt_status step_end(void *self, dt_fit_ctx *c)
     periodic *p = self;
     double now = dt_clock_now();
     double elapsed = now - c->train_t0 - dt_fit_side_seconds(c->result);
-    if (!due(c->cfg, c->pos.step, elapsed, now - p->last_t))
+    if (!due(c, elapsed, now - p->last_t))
         return DT_OK;
     return evaluate(p, c);
 }

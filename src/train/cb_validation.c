@@ -11,7 +11,8 @@ static dt_status epoch_end(void *self, dt_fit_ctx *c)
     dt_fit_result *r = c->result;
     dt_status st;
     dt_eval_metrics e;
-    if ((st = dt_dataset_reset(c->test)) || (st = dt_evaluate_metrics(c->m, c->test, 0, &e)))
+    if ((st = dt_fit_refresh(c)) || (st = dt_dataset_reset(c->test)) ||
+        (st = dt_evaluate_metrics(c->m, c->test, 0, &e)))
         return st;
     r->val_loss = e.loss, r->val_accuracy = e.accuracy, r->val_auc = e.auc;
     r->validated = true;

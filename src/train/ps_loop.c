@@ -1,9 +1,10 @@
 /* Parameter-server training: the coordinator's loop (see ps_coord.h, ps_train.h). It places the
  * variables on the ps tasks, restores the latest checkpoint, starts a thread per worker, and then
  * follows the job: each result the workers' threads hand over goes through fit's callbacks
- * (callback.h) as a step of the global count, so progress, Estimator's log, TensorBoard
- * summaries, checkpoints, early stopping and a program's own callbacks behave and take the
- * flags they take in fit; and every second it pings the ps tasks, waiting for a lost one. An
+ * (callback.h) as a step of the global count, so progress, Estimator's log, validation and
+ * periodic evaluation (on the variables read back from the ps tasks), TensorBoard summaries,
+ * checkpoints, early stopping and a program's own callbacks behave and take the flags they
+ * take in fit; and every second it pings the ps tasks, waiting for a lost one. An
  * epoch here is a pass's worth of global steps (steps_per_epoch, else the training set over the
  * batch size), as Keras counts the epochs of a parameter-server fit. Files and events are
  * written by this loop alone, never under the lock the workers' threads take. */
@@ -102,7 +103,7 @@ typedef struct {
     dt_callbacks cbs;
     dt_replica *alone;
     dt_optim o;             /* the optimizer's configuration and step count, for the schedule */
-    dt_fit_saver saver;
+    dt_fit_remote remote;   /* the variables on the ps tasks, as the callbacks reach them */
     int64_t epoch_steps;    /* the global steps of an epoch (0: unknown, one epoch throughout) */
     bool in_epoch;          /* an epoch begun and not ended */
     bool callbacks_failed;  /* a callback failed: the job is failing, no more are run */
@@ -145,26 +146,55 @@ static dt_status save_sharded(void *arg, dt_ckpt_manager *mgr, const dt_fit_ctx 
     return st;
 }
 
-/* The fit configuration the coordinator's callbacks follow: what needs the variables here
- * (validation, periodic evaluation) is done once they are read back at the end, and a job
- * resumes from its sharded checkpoints, not from backups. */
-static dt_fit_config callbacks_config(const dt_fit_config *f)
+/* Before an evaluation: every function in flight answered and none given out, the variables
+ * read back from the ps tasks into the coordinator's model, and the steps go on. */
+static dt_status refresh_variables(void *arg, dt_fit_ctx *fc)
 {
-    dt_fit_config p = *f;
-    if (p.backup_dir)
-        dt_log_to(NULL, DT_LOG_WARN, "dtrain: warning: --backup-dir: parameter_server training "
-                  "resumes from its checkpoints in --model-dir, and writes no backup");
-    p.backup_dir = NULL;
-    p.validate = false;
-    p.eval_every_steps = 0;
-    p.eval_throttle_secs = 0.0;
-    return p;
+    ps_run *r = arg;
+    ps_coord *co = &r->co;
+    double t0 = dt_clock_now();
+    pthread_mutex_lock(&co->mu);
+    dt_ps_sched_pause(&co->sched, true);
+    while (!dt_ps_sched_quiet(&co->sched))
+        pthread_cond_wait(&co->changed, &co->mu);
+    pthread_mutex_unlock(&co->mu);
+    dt_status st = read_back(r->ps, r->m, true);
+    pthread_mutex_lock(&co->mu);
+    dt_ps_sched_pause(&co->sched, false);
+    pthread_cond_broadcast(&co->changed);
+    pthread_mutex_unlock(&co->mu);
+    fc->result->eval_seconds += dt_clock_now() - t0;
+    return st;
 }
 
-static dt_status open_callbacks(ps_run *r, const dt_fit_config *fcfg, dt_fit_result *res,
-                                int64_t start)
+/* The fit configuration the coordinator's callbacks follow. A job resumes from its sharded
+ * checkpoints, not from backups. Hybrid mode's dense variables are on the workers, where no
+ * evaluation during training reaches them: the test set is evaluated once, at the end. */
+static dt_status callbacks_config(const dt_train_config *c, const dt_fit_config *f,
+                                  dt_fit_config *p)
 {
-    r->cfg = callbacks_config(fcfg);
+    *p = *f;
+    if (p->backup_dir)
+        dt_log_to(NULL, DT_LOG_WARN, "dtrain: warning: --backup-dir: parameter_server training "
+                  "resumes from its checkpoints in --model-dir, and writes no backup");
+    p->backup_dir = NULL;
+    if (c->ps.mode != DT_PS_HYBRID)
+        return DT_OK;
+    if (p->eval_every_steps > 0 || p->eval_throttle_secs > 0.0)
+        return dt_error(DT_ERR_INVALID, "--eval-every-steps, --eval-throttle-secs: --ps-mode "
+                        "hybrid keeps the dense variables on the workers, out of an evaluation's "
+                        "reach during training (the sidecar evaluator reads the checkpoints of "
+                        "the other modes)");
+    p->validate = false;
+    return DT_OK;
+}
+
+static dt_status open_callbacks(ps_run *r, const dt_fit_config *fcfg, dt_dataset *test,
+                                dt_fit_result *res, int64_t start)
+{
+    dt_status st = callbacks_config(r->c, fcfg, &r->cfg);
+    if (st)
+        return st;
     r->epoch_steps = r->cfg.steps_per_epoch > 0 ? r->cfg.steps_per_epoch
                                                 : r->cfg.expected_steps_per_epoch;
     /* An input of unknown length: the workers' passes over it are theirs, and the coordinator
@@ -175,15 +205,16 @@ static dt_status open_callbacks(ps_run *r, const dt_fit_config *fcfg, dt_fit_res
     r->o.cfg = r->c->optim;
     r->o.iterations = start;
     /* Hybrid mode's dense variables live on the workers: no checkpoint holds them. */
-    r->saver = (dt_fit_saver){.save = r->c->ps.mode == DT_PS_HYBRID ? NULL : save_sharded,
-                              .arg = r};
-    dt_status st = dt_replica_alone(&r->alone);
+    bool hybrid = r->c->ps.mode == DT_PS_HYBRID;
+    r->remote = (dt_fit_remote){.save = hybrid ? NULL : save_sharded,
+                                .refresh = hybrid ? NULL : refresh_variables, .arg = r};
+    st = dt_replica_alone(&r->alone);
     if (st)
         return st;
     dt_fit_ctx *c = &r->ctx;
-    *c = (dt_fit_ctx){.replica = r->alone, .m = r->m, .o = &r->o, .cfg = &r->cfg,
+    *c = (dt_fit_ctx){.replica = r->alone, .m = r->m, .o = &r->o, .cfg = &r->cfg, .test = test,
                       .result = res, .pos = {.best = INFINITY, .step = start},
-                      .resumed = start > 0, .step_count = 1, .saver = &r->saver};
+                      .resumed = start > 0, .step_count = 1, .remote = &r->remote};
     if (r->epoch_steps > 0)
         c->pos.epoch = start / r->epoch_steps, c->pos.in_epoch = start % r->epoch_steps;
     res->resumed_step = start;
@@ -396,7 +427,7 @@ static dt_ps_sched_config schedule_of(const dt_train_config *c, int n_workers, i
 }
 
 dt_status dt_ps_coordinate(const dt_train_config *c, const dt_fit_config *fcfg, dt_model *m,
-                           dt_fit_result *res)
+                           dt_dataset *test, dt_fit_result *res)
 {
     memset(res, 0, sizeof *res);
     res->final_loss = res->final_accuracy = res->val_auc = NAN;
@@ -413,7 +444,7 @@ dt_status dt_ps_coordinate(const dt_train_config *c, const dt_fit_config *fcfg, 
     }
     double t0 = dt_clock_now();
     if (st == DT_OK)
-        st = open_callbacks(&r, fcfg, res, start);
+        st = open_callbacks(&r, fcfg, test, res, start);
     dt_status run = st;
     if (run == DT_OK && (run = ps_coord_start(&r.co)) == DT_OK)
         follow(&r);

@@ -37,10 +37,10 @@
 #include "dtrain/train.h"
 
 /* The coordinator: m initialised (its values are what the ps tasks start from); fcfg: the fit
- * configuration as this process runs it (its callbacks'); on return m holds the trained
- * variables. */
+ * configuration as this process runs it (its callbacks'); test: the data its validation and
+ * periodic evaluation read (NULL: none); on return m holds the trained variables. */
 dt_status dt_ps_coordinate(const dt_train_config *c, const dt_fit_config *fcfg, dt_model *m,
-                           dt_fit_result *res);
+                           dt_dataset *test, dt_fit_result *res);
 
 /* A worker task: serves the coordinator's functions over in->train until it stops it; out gets
  * its figures (steps, samples, pull times, traffic). m's tables hold one batch's unique rows

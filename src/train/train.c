@@ -568,7 +568,7 @@ static dt_input_context ps_coordinator_input(const dt_train_config *c, const run
 static dt_status ps_coordinator_train(const train_parts *t)
 {
     dt_model_init_dense_params(t->model, t->c->fit.seed);
-    return dt_ps_coordinate(t->c, t->fcfg, t->model, &t->out->fit);
+    return dt_ps_coordinate(t->c, t->fcfg, t->model, t->in->test, &t->out->fit);
 }
 
 static void ps_describe(const dt_train_config *c, const run_plan *p, const char *name)
