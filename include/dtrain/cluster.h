@@ -92,6 +92,11 @@ dt_status dt_cluster_local(const int n[DT_JOB_COUNT], const char *host, const ui
  * NULL). *secret is malloc'd: free() it. Errors name the file or the variable. */
 dt_status dt_cluster_load_secret(const char *secret_file, uint8_t **secret, size_t *secret_len);
 
+/* A fresh cluster secret for tasks that share no other: 32 bytes from the kernel's random
+ * source as 64 lowercase hex digits and a NUL (what dtrain launch gives its tasks as
+ * DTRAIN_CLUSTER_SECRET, and the handshake then proves knowledge of). */
+dt_status dt_cluster_make_secret(char out[65]);
+
 /* Parses "host:port" or "[v6addr]:port" into a; DT_ERR_INVALID "'s' is not host:port" otherwise
  * (an empty host, a port outside 1..65535 or not a number). */
 dt_status dt_addr_parse(const char *s, dt_addr *a);

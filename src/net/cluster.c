@@ -34,6 +34,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "wire.h"
+
 #define TFC "TF_CONFIG: "
 #define JOB_LIST "chief, worker, ps, evaluator"
 
@@ -665,5 +667,20 @@ dt_status dt_cluster_load_secret(const char *secret_file, uint8_t **secret, size
         return dt_error(DT_ERR_NOMEM, "no memory for the secret");
     memcpy(*secret, env, n);
     *secret_len = n;
+    return DT_OK;
+}
+
+dt_status dt_cluster_make_secret(char out[65])
+{
+    unsigned char raw[32];
+    dt_status st = dt_random_bytes(raw, sizeof raw);
+    if (st)
+        return st;
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < sizeof raw; i++) {
+        out[2 * i] = hex[raw[i] >> 4];
+        out[2 * i + 1] = hex[raw[i] & 15];
+    }
+    out[64] = '\0';
     return DT_OK;
 }
