@@ -349,7 +349,9 @@ static void start_failed(struct run *R, struct task *t, int status)
     stop_all(R, SIGTERM);
 }
 
-/* Starts again the tasks the rules restart alone. */
+/* Starts again the tasks the rules restart alone. Once training has ended well (a chief that
+ * finished in the same pass as a ps task failed), nothing is started again: a task started then
+ * would serve a job that is over. */
 static void restart_pending(struct run *R)
 {
     for (int i = 0; i < R->n_tasks && !R->stopping; i++) {
@@ -357,6 +359,8 @@ static void restart_pending(struct run *R)
         if (!t->restart_pending || t->pid > 0)
             continue;
         t->restart_pending = false;
+        if (R->training_done)
+            continue;
         t->stop_asked = t->killed = t->exited_ok = false;
         t->term_at = 0;
         int status = start_task(R, t);
