@@ -109,10 +109,29 @@ typedef struct {
     bool callbacks_failed;  /* a callback failed: the job is failing, no more are run */
 } ps_run;
 
-/* A checkpoint for the checkpoint callback: no function is given out until every one in
- * flight is answered, so every update of the steps counted is in and none of a later one; then
- * every ps task writes its shards, and the manifest (with the dense variables, read back)
- * follows. */
+/* No function is given out until every one in flight is answered: every update of the steps
+ * counted is then in the ps tasks and none of a later one. Returns those steps. */
+static int64_t pause_at_a_step(ps_coord *co)
+{
+    pthread_mutex_lock(&co->mu);
+    dt_ps_sched_pause(&co->sched, true);
+    while (!dt_ps_sched_quiet(&co->sched))
+        pthread_cond_wait(&co->changed, &co->mu);
+    int64_t steps = co->sched.steps;
+    pthread_mutex_unlock(&co->mu);
+    return steps;
+}
+
+static void resume(ps_coord *co)
+{
+    pthread_mutex_lock(&co->mu);
+    dt_ps_sched_pause(&co->sched, false);
+    pthread_cond_broadcast(&co->changed);
+    pthread_mutex_unlock(&co->mu);
+}
+
+/* A checkpoint for the checkpoint callback, at a step: every ps task writes its shards, and the
+ * manifest (with the dense variables, read back) follows. */
 static dt_status save_sharded(void *arg, dt_ckpt_manager *mgr, const dt_fit_ctx *fc,
                               bool announce, bool final, int64_t *step)
 {
@@ -121,12 +140,7 @@ static dt_status save_sharded(void *arg, dt_ckpt_manager *mgr, const dt_fit_ctx 
     ps_coord *co = &r->co;
     const dt_train_config *c = r->c;
     double t0 = dt_clock_now();
-    pthread_mutex_lock(&co->mu);
-    dt_ps_sched_pause(&co->sched, true);
-    while (!dt_ps_sched_quiet(&co->sched))
-        pthread_cond_wait(&co->changed, &co->mu);
-    *step = co->sched.steps;
-    pthread_mutex_unlock(&co->mu);
+    *step = pause_at_a_step(co);
     dt_status st = DT_OK;
     if (*step > 0) {
         st = dt_ps_client_pull_dense(r->ps, dt_model_params(r->m)->data);
@@ -138,31 +152,20 @@ static dt_status save_sharded(void *arg, dt_ckpt_manager *mgr, const dt_fit_ctx 
                       "files, %.2f s).", (long long)*step, mgr->dir, r->n_ps,
                       dt_clock_now() - t0);
     }
-    pthread_mutex_lock(&co->mu);
-    dt_ps_sched_pause(&co->sched, false);
-    pthread_cond_broadcast(&co->changed);
-    pthread_mutex_unlock(&co->mu);
+    resume(co);
     r->ctx.result->checkpoint_seconds += dt_clock_now() - t0;
     return st;
 }
 
-/* Before an evaluation: every function in flight answered and none given out, the variables
- * read back from the ps tasks into the coordinator's model, and the steps go on. */
+/* Before an evaluation: the variables at a step, read back from the ps tasks into the
+ * coordinator's model; then the steps go on. */
 static dt_status refresh_variables(void *arg, dt_fit_ctx *fc)
 {
     ps_run *r = arg;
-    ps_coord *co = &r->co;
     double t0 = dt_clock_now();
-    pthread_mutex_lock(&co->mu);
-    dt_ps_sched_pause(&co->sched, true);
-    while (!dt_ps_sched_quiet(&co->sched))
-        pthread_cond_wait(&co->changed, &co->mu);
-    pthread_mutex_unlock(&co->mu);
+    pause_at_a_step(&r->co);
     dt_status st = read_back(r->ps, r->m, true);
-    pthread_mutex_lock(&co->mu);
-    dt_ps_sched_pause(&co->sched, false);
-    pthread_cond_broadcast(&co->changed);
-    pthread_mutex_unlock(&co->mu);
+    resume(&r->co);
     fc->result->eval_seconds += dt_clock_now() - t0;
     return st;
 }
