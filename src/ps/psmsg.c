@@ -1,4 +1,7 @@
-/* The parameter server's messages (see psmsg.h). */
+/* The parameter server's messages (see psmsg.h): the header, and the payload of each group of
+ * message types written by its encoder and read and checked by its decoder. dt_psmsg_encode and
+ * dt_psmsg_decode check the header and the limits every type shares and reach a type's pair
+ * through the codecs table. */
 #include "psmsg.h"
 
 #include <math.h>
@@ -108,107 +111,6 @@ static uint64_t payload_size(const dt_psmsg *m, bool *bad)
     return 0;
 }
 
-dt_status dt_psmsg_encode(const dt_psmsg *m, const int64_t *ids_host, const float *values_host,
-                          dt_psbuf *out)
-{
-    bool bad;
-    uint64_t size = payload_size(m, &bad);
-    if (bad || m->n > DT_PSMSG_MAX_ROWS || m->dim > DT_PSMSG_MAX_DIM ||
-        (m->type == DT_PSMSG_RING && m->n > DT_PSMSG_MAX_RING) ||
-        (m->type == DT_PSMSG_ASSIGN && (m->slots > DT_PSMSG_MAX_SLOTS || m->target > 1)) ||
-        m->text_len > DT_PSMSG_MAX_TEXT || size > DT_PSMSG_MAX_PAYLOAD ||
-        (m->type == DT_PSMSG_TABLE && m->text_len > DT_PSMSG_MAX_NAME))
-        return dt_error(DT_ERR_INVALID, "ps message %s: sizes beyond the limits (%u rows of %u, "
-                        "%llu values)", dt_psmsg_type_name(m->type), m->n, m->dim,
-                        (unsigned long long)m->count);
-    dt_status st = reserve(out, DT_PSMSG_HEADER_BYTES + (size_t)size);
-    if (st)
-        return st;
-    uint8_t *h = out->data + out->len, *p = h + DT_PSMSG_HEADER_BYTES;
-    size_t nv = m->type == DT_PSMSG_ROWS || m->type == DT_PSMSG_PUSH_ROWS
-                    ? (size_t)m->n * m->dim
-                : m->type == DT_PSMSG_ASSIGN ? (size_t)m->count * (1 + (size_t)m->slots)
-                                             : (size_t)m->count;
-    uint8_t *at = p;
-    switch (m->type) {
-    case DT_PSMSG_PULL_ROWS: case DT_PSMSG_ROWS: case DT_PSMSG_PUSH_ROWS:
-        put32(at, m->table), put32(at + 4, m->n), at += 8;
-        if (m->type != DT_PSMSG_PULL_ROWS)
-            put32(at, m->dim), at += 4;
-        if (m->type == DT_PSMSG_PUSH_ROWS)
-            put64(at, (uint64_t)m->step), putf(at + 8, m->lr_scale), at += 12;
-        if (m->type != DT_PSMSG_ROWS)
-            put_ids(at, ids_host, m->n), at += 8 * (size_t)m->n;
-        break;
-    case DT_PSMSG_PULL_DENSE: case DT_PSMSG_DENSE: case DT_PSMSG_PUSH_DENSE:
-        put32(at, m->table), put64(at + 4, m->offset), put64(at + 12, m->count), at += 20;
-        if (m->type == DT_PSMSG_PUSH_DENSE)
-            put64(at, (uint64_t)m->step), putf(at + 8, m->lr_scale), at += 12;
-        break;
-    case DT_PSMSG_ACK:
-        put64(at, (uint64_t)m->clock), at += 8;
-        break;
-    case DT_PSMSG_ERROR:
-        put32(at, (uint32_t)m->status), put32(at + 4, m->text_len), at += 8;
-        memcpy(at, m->text, m->text_len), at += m->text_len;
-        break;
-    case DT_PSMSG_TABLE:
-        put32(at, m->table), put32(at + 4, m->dim), put64(at + 8, (uint64_t)m->rows_total);
-        put64(at + 16, (uint64_t)m->n_shards), put64(at + 24, (uint64_t)m->shard);
-        put32(at + 32, m->strategy), put32(at + 36, m->optimizer), at += 40;
-        for (int k = 0; k < DT_PSMSG_TABLE_PARAMS; k++, at += 4)
-            putf(at, m->params[k]);
-        putf(at, m->init_stddev), put64(at + 4, m->seed), put32(at + 12, m->text_len), at += 16;
-        memcpy(at, m->text, m->text_len), at += m->text_len;
-        break;
-    case DT_PSMSG_RUN:
-        put64(at, (uint64_t)m->step), put32(at + 8, m->n), put64(at + 12, (uint64_t)m->position);
-        put32(at + 20, (uint32_t)m->shard), at += 24;
-        break;
-    case DT_PSMSG_RESULT: {
-        uint64_t loss_bits;
-        memcpy(&loss_bits, &m->loss, 8);
-        put32(at, m->n), put32(at + 4, m->done), put64(at + 8, (uint64_t)m->rows);
-        put64(at + 16, (uint64_t)m->correct), put64(at + 24, loss_bits), at += 32;
-        break;
-    }
-    case DT_PSMSG_ASSIGN:
-        put32(at, m->target), put32(at + 4, m->table), put64(at + 8, m->offset);
-        put64(at + 16, m->count), put32(at + 24, m->slots), at += 28;
-        break;
-    case DT_PSMSG_SAVE:
-        put64(at, (uint64_t)m->step), put32(at + 8, m->text_len), at += 12;
-        memcpy(at, m->text, m->text_len), at += m->text_len;
-        break;
-    case DT_PSMSG_RING:
-        put32(at, m->n), at += 4;
-        for (uint32_t i = 0; i < m->n; i++, at += 2)
-            at[0] = (uint8_t)m->ports_host[i], at[1] = (uint8_t)(m->ports_host[i] >> 8);
-        break;
-    case DT_PSMSG_VAR:
-        put32(at, m->table), put64(at + 4, m->offset), put64(at + 12, m->count);
-        put64(at + 20, m->total), put32(at + 28, m->optimizer), put32(at + 32, m->schedule);
-        put64(at + 36, (uint64_t)m->decay_steps), at += 44;
-        for (int k = 0; k < DT_PSMSG_TABLE_PARAMS; k++, at += 4)
-            putf(at, m->params[k]);
-        break;
-    default:
-        break;
-    }
-    if (m->type == DT_PSMSG_ROWS || m->type == DT_PSMSG_PUSH_ROWS || m->type == DT_PSMSG_DENSE ||
-        m->type == DT_PSMSG_PUSH_DENSE || m->type == DT_PSMSG_VAR || m->type == DT_PSMSG_ASSIGN)
-        put_floats(at, values_host, nv), at += 4 * nv;
-    memcpy(h, "DTPS", 4);
-    h[4] = DT_PSMSG_VERSION & 0xff, h[5] = DT_PSMSG_VERSION >> 8;
-    h[6] = (uint8_t)m->type, h[7] = (uint8_t)(m->type >> 8);
-    put64(h + 8, m->request_id);
-    put32(h + 16, (uint32_t)size);
-    put32(h + 20, dt_crc32c(p, (size_t)size));
-    put32(h + 24, dt_crc32c(h, 24));
-    out->len += DT_PSMSG_HEADER_BYTES + (size_t)size;
-    return DT_OK;
-}
-
 static dt_status bad_msg(const char *peer, size_t offset, const char *what)
 {
     return dt_error(DT_ERR_FORMAT, "%s: ps message, byte %zu: %s", peer, offset, what);
@@ -241,7 +143,6 @@ void dt_psmsg_values(const dt_psmsg *m, size_t first, size_t n, float *out)
 #endif
 }
 
-
 /* A push's step and rate scale (12 bytes at p); false when the scale is not a finite number
  * >= 0. */
 static bool read_push(const uint8_t *p, dt_psmsg *out)
@@ -251,11 +152,213 @@ static bool read_push(const uint8_t *p, dt_psmsg *out)
     return isfinite(out->lr_scale) && out->lr_scale >= 0.0f;
 }
 
+/* The first of n little-endian floats at p whose exponent bits are all set (an infinity or a
+ * NaN), or n: a branch-free pass over blocks, then the block that has one is searched. */
+static size_t first_not_finite(const uint8_t *p, size_t n)
+{
+    const size_t block = 256;
+    for (size_t lo = 0; lo < n; lo += block) {
+        size_t hi = lo + block < n ? lo + block : n;
+        uint32_t bad = 0;
+        for (size_t i = lo; i < hi; i++)
+            bad |= (dt_load_le32(p + 4 * i) & 0x7f800000u) == 0x7f800000u;
+        if (bad)
+            for (size_t i = lo; i < hi; i++)
+                if ((dt_load_le32(p + 4 * i) & 0x7f800000u) == 0x7f800000u)
+                    return i;
+    }
+    return n;
+}
+
+/* The floats a message carries after its fields: rows x width (ROWS, PUSH_ROWS), count for
+ * every slot and the values (ASSIGN), or count. */
+static size_t n_values(const dt_psmsg *m)
+{
+    return m->type == DT_PSMSG_ROWS || m->type == DT_PSMSG_PUSH_ROWS
+               ? (size_t)m->n * m->dim
+           : m->type == DT_PSMSG_ASSIGN ? (size_t)m->count * (1 + (size_t)m->slots)
+                                        : (size_t)m->count;
+}
+
+/* Decoders name a byte by its offset in the message: the header, then the payload's offset. */
+enum { H = DT_PSMSG_HEADER_BYTES };
+
+/* In a decoder: unless k more bytes of the payload (size bytes) follow at, fails naming at. */
+#define NEED(k, what)                                                                              \
+    do {                                                                                           \
+        if ((uint64_t)size - at < (uint64_t)(k))                                                   \
+            return bad_msg(peer, H + at, what);                                                    \
+    } while (0)
+
+/* ---- PING, PONG, STOP: no payload ---- */
+
+static void encode_empty(const dt_psmsg *m, const int64_t *ids_host, const float *values_host,
+                         uint8_t *at)
+{
+    (void)m, (void)ids_host, (void)values_host, (void)at;
+}
+
+static dt_status decode_empty(const uint8_t *p, uint32_t size, const char *peer, dt_psmsg *out,
+                              size_t *used)
+{
+    (void)p, (void)size, (void)peer, (void)out;
+    *used = 0;
+    return DT_OK;
+}
+
+/* ---- PULL_ROWS, ROWS, PUSH_ROWS: a table's rows looked up, sent and pushed ---- */
+
+static void encode_rows(const dt_psmsg *m, const int64_t *ids_host, const float *values_host,
+                        uint8_t *at)
+{
+    put32(at, m->table), put32(at + 4, m->n), at += 8;
+    if (m->type != DT_PSMSG_PULL_ROWS)
+        put32(at, m->dim), at += 4;
+    if (m->type == DT_PSMSG_PUSH_ROWS)
+        put64(at, (uint64_t)m->step), putf(at + 8, m->lr_scale), at += 12;
+    if (m->type != DT_PSMSG_ROWS)
+        put_ids(at, ids_host, m->n), at += 8 * (size_t)m->n;
+    if (m->type != DT_PSMSG_PULL_ROWS)
+        put_floats(at, values_host, n_values(m));
+}
+
+static dt_status decode_rows(const uint8_t *p, uint32_t size, const char *peer, dt_psmsg *out,
+                             size_t *used)
+{
+    size_t at = 0;
+    NEED(8, "truncated table and row count");
+    out->table = dt_load_le32(p), out->n = dt_load_le32(p + 4), at = 8;
+    if (out->n > DT_PSMSG_MAX_ROWS)
+        return bad_msg(peer, H + 4, "more rows than a message carries");
+    if (out->type != DT_PSMSG_PULL_ROWS) {
+        NEED(4, "truncated row width");
+        out->dim = dt_load_le32(p + at), at += 4;
+        if (out->dim < 1 || out->dim > DT_PSMSG_MAX_DIM)
+            return bad_msg(peer, H + at - 4, "row width outside 1..65536");
+    }
+    if (out->type == DT_PSMSG_PUSH_ROWS) {
+        NEED(12, "truncated step and rate");
+        if (!read_push(p + at, out))
+            return bad_msg(peer, H + at + 8, "the rate's scale is not a finite number >= 0");
+        at += 12;
+    }
+    if (out->type != DT_PSMSG_ROWS) {
+        NEED(8ull * out->n, "truncated ids");
+        out->ids = p + at;
+        for (uint32_t i = 0; i < out->n; i++)
+            if (dt_psmsg_id(out, i) < 0)
+                return bad_msg(peer, H + at + 8 * i, "a negative id");
+        at += 8ull * out->n;
+    }
+    if (out->type != DT_PSMSG_PULL_ROWS) {
+        NEED(4ull * out->n * out->dim, "truncated rows");
+        out->values = p + at;
+        at += 4ull * out->n * out->dim;
+    }
+    *used = at;
+    return DT_OK;
+}
+
+/* ---- PULL_DENSE, DENSE, PUSH_DENSE: a slice of the dense variables read, sent and pushed ---- */
+
+static void encode_dense(const dt_psmsg *m, const int64_t *ids_host, const float *values_host,
+                         uint8_t *at)
+{
+    (void)ids_host;
+    put32(at, m->table), put64(at + 4, m->offset), put64(at + 12, m->count), at += 20;
+    if (m->type == DT_PSMSG_PUSH_DENSE)
+        put64(at, (uint64_t)m->step), putf(at + 8, m->lr_scale), at += 12;
+    if (m->type != DT_PSMSG_PULL_DENSE)
+        put_floats(at, values_host, n_values(m));
+}
+
+static dt_status decode_dense(const uint8_t *p, uint32_t size, const char *peer, dt_psmsg *out,
+                              size_t *used)
+{
+    size_t at = 0;
+    NEED(20, "truncated variable, offset and count");
+    out->table = dt_load_le32(p), out->offset = dt_load_le64(p + 4);
+    out->count = dt_load_le64(p + 12), at = 20;
+    if (out->count > DT_PSMSG_MAX_PAYLOAD / 4 || out->offset > ((uint64_t)1 << 40))
+        return bad_msg(peer, H + 4, "offset or count beyond the limits");
+    if (out->type == DT_PSMSG_PUSH_DENSE) {
+        NEED(12, "truncated step and rate");
+        if (!read_push(p + at, out))
+            return bad_msg(peer, H + at + 8, "the rate's scale is not a finite number >= 0");
+        at += 12;
+    }
+    if (out->type != DT_PSMSG_PULL_DENSE) {
+        NEED(4 * out->count, "truncated values");
+        out->values = p + at;
+        at += 4 * out->count;
+    }
+    *used = at;
+    return DT_OK;
+}
+
+/* ---- ACK, ERROR: a ps task's replies to pushes and to what it cannot do ---- */
+
+static void encode_reply(const dt_psmsg *m, const int64_t *ids_host, const float *values_host,
+                         uint8_t *at)
+{
+    (void)ids_host, (void)values_host;
+    if (m->type == DT_PSMSG_ACK) {
+        put64(at, (uint64_t)m->clock);
+        return;
+    }
+    put32(at, (uint32_t)m->status), put32(at + 4, m->text_len), at += 8;
+    memcpy(at, m->text, m->text_len);
+}
+
+static dt_status decode_reply(const uint8_t *p, uint32_t size, const char *peer, dt_psmsg *out,
+                              size_t *used)
+{
+    size_t at = 0;
+    if (out->type == DT_PSMSG_ACK) {
+        NEED(8, "truncated clock");
+        out->clock = (int64_t)dt_load_le64(p), at = 8;
+    } else {
+        NEED(8, "truncated status and length");
+        out->status = (int32_t)dt_load_le32(p), out->text_len = dt_load_le32(p + 4), at = 8;
+        if (out->text_len > DT_PSMSG_MAX_TEXT)
+            return bad_msg(peer, H + 4, "an error text longer than 1024 bytes");
+        NEED(out->text_len, "truncated error text");
+        out->text = (const char *)(p + at);
+        at += out->text_len;
+    }
+    *used = at;
+    return DT_OK;
+}
+
+/* ---- TABLE, VAR: the coordinator's definitions of a table's shard and a dense slice, with
+ * their partition and optimizer parameters ---- */
+
+static void encode_define(const dt_psmsg *m, const int64_t *ids_host, const float *values_host,
+                          uint8_t *at)
+{
+    (void)ids_host;
+    if (m->type == DT_PSMSG_TABLE) {
+        put32(at, m->table), put32(at + 4, m->dim), put64(at + 8, (uint64_t)m->rows_total);
+        put64(at + 16, (uint64_t)m->n_shards), put64(at + 24, (uint64_t)m->shard);
+        put32(at + 32, m->strategy), put32(at + 36, m->optimizer), at += 40;
+        for (int k = 0; k < DT_PSMSG_TABLE_PARAMS; k++, at += 4)
+            putf(at, m->params[k]);
+        putf(at, m->init_stddev), put64(at + 4, m->seed), put32(at + 12, m->text_len), at += 16;
+        memcpy(at, m->text, m->text_len);
+        return;
+    }
+    put32(at, m->table), put64(at + 4, m->offset), put64(at + 12, m->count);
+    put64(at + 20, m->total), put32(at + 28, m->optimizer), put32(at + 32, m->schedule);
+    put64(at + 36, (uint64_t)m->decay_steps), at += 44;
+    for (int k = 0; k < DT_PSMSG_TABLE_PARAMS; k++, at += 4)
+        putf(at, m->params[k]);
+    put_floats(at, values_host, n_values(m));
+}
+
 /* A TABLE payload (size bytes at p, at least its fixed part): the shard's numbers in range, the
  * floats finite, the name 1..64 printable bytes. */
 static dt_status decode_table(const uint8_t *p, uint32_t size, const char *peer, dt_psmsg *out)
 {
-    const size_t H = DT_PSMSG_HEADER_BYTES;
     out->table = dt_load_le32(p), out->dim = dt_load_le32(p + 4);
     out->rows_total = (int64_t)dt_load_le64(p + 8), out->n_shards = (int64_t)dt_load_le64(p + 16);
     out->shard = (int64_t)dt_load_le64(p + 24);
@@ -292,7 +395,6 @@ static dt_status decode_table(const uint8_t *p, uint32_t size, const char *peer,
  * parameters finite. */
 static dt_status decode_var(const uint8_t *p, const char *peer, dt_psmsg *out)
 {
-    const size_t H = DT_PSMSG_HEADER_BYTES;
     out->table = dt_load_le32(p), out->offset = dt_load_le64(p + 4);
     out->count = dt_load_le64(p + 12), out->total = dt_load_le64(p + 20);
     out->optimizer = dt_load_le32(p + 28), out->schedule = dt_load_le32(p + 32);
@@ -310,22 +412,213 @@ static dt_status decode_var(const uint8_t *p, const char *peer, dt_psmsg *out)
     return DT_OK;
 }
 
-/* The first of n little-endian floats at p whose exponent bits are all set (an infinity or a
- * NaN), or n: a branch-free pass over blocks, then the block that has one is searched. */
-static size_t first_not_finite(const uint8_t *p, size_t n)
+static dt_status decode_define(const uint8_t *p, uint32_t size, const char *peer, dt_psmsg *out,
+                               size_t *used)
 {
-    const size_t block = 256;
-    for (size_t lo = 0; lo < n; lo += block) {
-        size_t hi = lo + block < n ? lo + block : n;
-        uint32_t bad = 0;
-        for (size_t i = lo; i < hi; i++)
-            bad |= (dt_load_le32(p + 4 * i) & 0x7f800000u) == 0x7f800000u;
-        if (bad)
-            for (size_t i = lo; i < hi; i++)
-                if ((dt_load_le32(p + 4 * i) & 0x7f800000u) == 0x7f800000u)
-                    return i;
+    size_t at = 0;
+    dt_status st;
+    if (out->type == DT_PSMSG_TABLE) {
+        NEED(TABLE_FIXED_BYTES, "truncated table definition");
+        st = decode_table(p, size, peer, out);
+        if (st)
+            return st;
+        at = TABLE_FIXED_BYTES + out->text_len;
+    } else {
+        NEED(VAR_FIXED_BYTES, "truncated variable definition");
+        if ((st = decode_var(p, peer, out)))
+            return st;
+        at = VAR_FIXED_BYTES;
+        NEED(4 * out->count, "truncated values");
+        out->values = p + at;
+        at += 4 * out->count;
     }
-    return n;
+    *used = at;
+    return DT_OK;
+}
+
+/* ---- RUN, RESULT, RING: the coordinator's scheduling of the workers ---- */
+
+static void encode_control(const dt_psmsg *m, const int64_t *ids_host, const float *values_host,
+                           uint8_t *at)
+{
+    (void)ids_host, (void)values_host;
+    switch (m->type) {
+    case DT_PSMSG_RUN:
+        put64(at, (uint64_t)m->step), put32(at + 8, m->n), put64(at + 12, (uint64_t)m->position);
+        put32(at + 20, (uint32_t)m->shard);
+        break;
+    case DT_PSMSG_RESULT: {
+        uint64_t loss_bits;
+        memcpy(&loss_bits, &m->loss, 8);
+        put32(at, m->n), put32(at + 4, m->done), put64(at + 8, (uint64_t)m->rows);
+        put64(at + 16, (uint64_t)m->correct), put64(at + 24, loss_bits);
+        break;
+    }
+    default: /* RING */
+        put32(at, m->n), at += 4;
+        for (uint32_t i = 0; i < m->n; i++, at += 2)
+            at[0] = (uint8_t)m->ports_host[i], at[1] = (uint8_t)(m->ports_host[i] >> 8);
+        break;
+    }
+}
+
+static dt_status decode_control(const uint8_t *p, uint32_t size, const char *peer, dt_psmsg *out,
+                                size_t *used)
+{
+    size_t at = 0;
+    switch (out->type) {
+    case DT_PSMSG_RUN:
+        NEED(24, "truncated step, count, position and data shard");
+        out->step = (int64_t)dt_load_le64(p), out->n = dt_load_le32(p + 8);
+        out->position = (int64_t)dt_load_le64(p + 12), out->shard = (int64_t)dt_load_le32(p + 20);
+        at = 24;
+        if (out->step < 1 || out->n < 1 || out->n > 1000000 || out->position < 0)
+            return bad_msg(peer, H, "a first step below 1, a step count outside 1..10^6 or a "
+                           "negative position");
+        break;
+    case DT_PSMSG_RESULT: {
+        NEED(32, "truncated result");
+        out->n = dt_load_le32(p), out->done = dt_load_le32(p + 4);
+        out->rows = (int64_t)dt_load_le64(p + 8), out->correct = (int64_t)dt_load_le64(p + 16);
+        uint64_t loss_bits = dt_load_le64(p + 24);
+        memcpy(&out->loss, &loss_bits, 8);
+        at = 32;
+        if (out->n > 1000000 || out->done > 1 || out->rows < 0 || out->correct < 0 ||
+            out->correct > out->rows)
+            return bad_msg(peer, H, "a result's steps, flag, rows or correct count out of range");
+        if (!isfinite(out->loss))
+            return bad_msg(peer, H + 24, "a loss that is not finite");
+        break;
+    }
+    default: /* RING */
+        NEED(4, "truncated port count");
+        out->n = dt_load_le32(p), at = 4;
+        if (out->n > DT_PSMSG_MAX_RING)
+            return bad_msg(peer, H, "more ring ports than the limit");
+        NEED(2ull * out->n, "truncated ports");
+        out->ports = p + at;
+        for (uint32_t i = 0; i < out->n; i++)
+            if (dt_psmsg_port(out, i) == 0)
+                return bad_msg(peer, H + at + 2 * i, "port 0 in the ring");
+        at += 2ull * out->n;
+        break;
+    }
+    *used = at;
+    return DT_OK;
+}
+
+/* ---- SAVE, ASSIGN: a checkpoint's shards saved by the ps tasks, and restored into them ---- */
+
+static void encode_checkpoint(const dt_psmsg *m, const int64_t *ids_host,
+                              const float *values_host, uint8_t *at)
+{
+    (void)ids_host;
+    if (m->type == DT_PSMSG_SAVE) {
+        put64(at, (uint64_t)m->step), put32(at + 8, m->text_len), at += 12;
+        memcpy(at, m->text, m->text_len);
+        return;
+    }
+    put32(at, m->target), put32(at + 4, m->table), put64(at + 8, m->offset);
+    put64(at + 16, m->count), put32(at + 24, m->slots), at += 28;
+    put_floats(at, values_host, n_values(m));
+}
+
+static dt_status decode_checkpoint(const uint8_t *p, uint32_t size, const char *peer,
+                                   dt_psmsg *out, size_t *used)
+{
+    size_t at = 0;
+    if (out->type == DT_PSMSG_SAVE) {
+        NEED(12, "truncated step and directory length");
+        out->step = (int64_t)dt_load_le64(p), out->text_len = dt_load_le32(p + 8), at = 12;
+        if (out->step < 0 || out->text_len < 1 || out->text_len > DT_PSMSG_MAX_TEXT)
+            return bad_msg(peer, H, "a negative step, or a directory of 0 or more than 1024 "
+                           "bytes");
+        NEED(out->text_len, "truncated directory");
+        out->text = (const char *)(p + at);
+        for (uint32_t i = 0; i < out->text_len; i++)
+            if (p[at + i] < 0x20 || p[at + i] == 0x7f)
+                return bad_msg(peer, H + at + i, "a directory byte that is not printable");
+        at += out->text_len;
+    } else {
+        NEED(28, "truncated assignment");
+        out->target = dt_load_le32(p), out->table = dt_load_le32(p + 4);
+        out->offset = dt_load_le64(p + 8), out->count = dt_load_le64(p + 16);
+        out->slots = dt_load_le32(p + 24), at = 28;
+        if (out->target > 1 || out->slots > DT_PSMSG_MAX_SLOTS ||
+            out->count > DT_PSMSG_MAX_PAYLOAD / 4)
+            return bad_msg(peer, H, "an assignment's target, slot count or size out of range");
+        NEED(4 * out->count * (1 + (uint64_t)out->slots), "truncated values");
+        out->values = p + at;
+        at += 4 * out->count * (1 + (size_t)out->slots);
+    }
+    *used = at;
+    return DT_OK;
+}
+
+#undef NEED
+
+/* Each type's pair, by type. encode writes m's payload from at, the values last (ids_host and
+ * values_host in host order, as dt_psmsg_encode takes them), into the room payload_size gave
+ * it. decode reads and checks a payload of size bytes at p (its checksum already right) into
+ * out, whose type is set, and gives the bytes its fields took in *used. finite_values: the
+ * values must be numbers (pushed gradients, and the values that define or restore a shard): one
+ * NaN would poison a shard for every worker. */
+static const struct {
+    void (*encode)(const dt_psmsg *m, const int64_t *ids_host, const float *values_host,
+                   uint8_t *at);
+    dt_status (*decode)(const uint8_t *p, uint32_t size, const char *peer, dt_psmsg *out,
+                        size_t *used);
+    bool finite_values;
+} codecs[] = {
+    [DT_PSMSG_PING] = {encode_empty, decode_empty, false},
+    [DT_PSMSG_PONG] = {encode_empty, decode_empty, false},
+    [DT_PSMSG_STOP] = {encode_empty, decode_empty, false},
+    [DT_PSMSG_PULL_ROWS] = {encode_rows, decode_rows, false},
+    [DT_PSMSG_ROWS] = {encode_rows, decode_rows, false},
+    [DT_PSMSG_PUSH_ROWS] = {encode_rows, decode_rows, true},
+    [DT_PSMSG_PULL_DENSE] = {encode_dense, decode_dense, false},
+    [DT_PSMSG_DENSE] = {encode_dense, decode_dense, false},
+    [DT_PSMSG_PUSH_DENSE] = {encode_dense, decode_dense, true},
+    [DT_PSMSG_ACK] = {encode_reply, decode_reply, false},
+    [DT_PSMSG_ERROR] = {encode_reply, decode_reply, false},
+    [DT_PSMSG_TABLE] = {encode_define, decode_define, false},
+    [DT_PSMSG_VAR] = {encode_define, decode_define, true},
+    [DT_PSMSG_RUN] = {encode_control, decode_control, false},
+    [DT_PSMSG_RESULT] = {encode_control, decode_control, false},
+    [DT_PSMSG_RING] = {encode_control, decode_control, false},
+    [DT_PSMSG_SAVE] = {encode_checkpoint, decode_checkpoint, false},
+    [DT_PSMSG_ASSIGN] = {encode_checkpoint, decode_checkpoint, true},
+};
+_Static_assert(sizeof codecs / sizeof codecs[0] == DT_PSMSG_ASSIGN + 1,
+               "a codec for every message type");
+
+dt_status dt_psmsg_encode(const dt_psmsg *m, const int64_t *ids_host, const float *values_host,
+                          dt_psbuf *out)
+{
+    bool bad;
+    uint64_t size = payload_size(m, &bad);
+    if (bad || m->n > DT_PSMSG_MAX_ROWS || m->dim > DT_PSMSG_MAX_DIM ||
+        (m->type == DT_PSMSG_RING && m->n > DT_PSMSG_MAX_RING) ||
+        (m->type == DT_PSMSG_ASSIGN && (m->slots > DT_PSMSG_MAX_SLOTS || m->target > 1)) ||
+        m->text_len > DT_PSMSG_MAX_TEXT || size > DT_PSMSG_MAX_PAYLOAD ||
+        (m->type == DT_PSMSG_TABLE && m->text_len > DT_PSMSG_MAX_NAME))
+        return dt_error(DT_ERR_INVALID, "ps message %s: sizes beyond the limits (%u rows of %u, "
+                        "%llu values)", dt_psmsg_type_name(m->type), m->n, m->dim,
+                        (unsigned long long)m->count);
+    dt_status st = reserve(out, DT_PSMSG_HEADER_BYTES + (size_t)size);
+    if (st)
+        return st;
+    uint8_t *h = out->data + out->len, *p = h + DT_PSMSG_HEADER_BYTES;
+    codecs[m->type].encode(m, ids_host, values_host, p);
+    memcpy(h, "DTPS", 4);
+    h[4] = DT_PSMSG_VERSION & 0xff, h[5] = DT_PSMSG_VERSION >> 8;
+    h[6] = (uint8_t)m->type, h[7] = (uint8_t)(m->type >> 8);
+    put64(h + 8, m->request_id);
+    put32(h + 16, (uint32_t)size);
+    put32(h + 20, dt_crc32c(p, (size_t)size));
+    put32(h + 24, dt_crc32c(h, 24));
+    out->len += DT_PSMSG_HEADER_BYTES + (size_t)size;
+    return DT_OK;
 }
 
 dt_status dt_psmsg_peek(const uint8_t hdr[DT_PSMSG_HEADER_BYTES], const char *peer,
@@ -362,165 +655,13 @@ dt_status dt_psmsg_decode(const uint8_t *buf, size_t n, const char *peer, dt_psm
     const uint8_t *p = buf + DT_PSMSG_HEADER_BYTES;
     if (dt_crc32c(p, size) != dt_load_le32(buf + 20))
         return bad_msg(peer, 20, "payload checksum mismatch");
-    const size_t H = DT_PSMSG_HEADER_BYTES;
-    size_t at = 0; /* within the payload */
-#define NEED(k, what)                                                                              \
-    do {                                                                                           \
-        if ((uint64_t)size - at < (uint64_t)(k))                                                   \
-            return bad_msg(peer, H + at, what);                                                    \
-    } while (0)
-    switch (out->type) {
-    case DT_PSMSG_PING: case DT_PSMSG_PONG: case DT_PSMSG_STOP:
-        break;
-    case DT_PSMSG_PULL_ROWS: case DT_PSMSG_ROWS: case DT_PSMSG_PUSH_ROWS:
-        NEED(8, "truncated table and row count");
-        out->table = dt_load_le32(p), out->n = dt_load_le32(p + 4), at = 8;
-        if (out->n > DT_PSMSG_MAX_ROWS)
-            return bad_msg(peer, H + 4, "more rows than a message carries");
-        if (out->type != DT_PSMSG_PULL_ROWS) {
-            NEED(4, "truncated row width");
-            out->dim = dt_load_le32(p + at), at += 4;
-            if (out->dim < 1 || out->dim > DT_PSMSG_MAX_DIM)
-                return bad_msg(peer, H + at - 4, "row width outside 1..65536");
-        }
-        if (out->type == DT_PSMSG_PUSH_ROWS) {
-            NEED(12, "truncated step and rate");
-            if (!read_push(p + at, out))
-                return bad_msg(peer, H + at + 8, "the rate's scale is not a finite number >= 0");
-            at += 12;
-        }
-        if (out->type != DT_PSMSG_ROWS) {
-            NEED(8ull * out->n, "truncated ids");
-            out->ids = p + at;
-            for (uint32_t i = 0; i < out->n; i++)
-                if (dt_psmsg_id(out, i) < 0)
-                    return bad_msg(peer, H + at + 8 * i, "a negative id");
-            at += 8ull * out->n;
-        }
-        if (out->type != DT_PSMSG_PULL_ROWS) {
-            NEED(4ull * out->n * out->dim, "truncated rows");
-            out->values = p + at;
-            at += 4ull * out->n * out->dim;
-        }
-        break;
-    case DT_PSMSG_PULL_DENSE: case DT_PSMSG_DENSE: case DT_PSMSG_PUSH_DENSE:
-        NEED(20, "truncated variable, offset and count");
-        out->table = dt_load_le32(p), out->offset = dt_load_le64(p + 4);
-        out->count = dt_load_le64(p + 12), at = 20;
-        if (out->count > DT_PSMSG_MAX_PAYLOAD / 4 || out->offset > ((uint64_t)1 << 40))
-            return bad_msg(peer, H + 4, "offset or count beyond the limits");
-        if (out->type == DT_PSMSG_PUSH_DENSE) {
-            NEED(12, "truncated step and rate");
-            if (!read_push(p + at, out))
-                return bad_msg(peer, H + at + 8, "the rate's scale is not a finite number >= 0");
-            at += 12;
-        }
-        if (out->type != DT_PSMSG_PULL_DENSE) {
-            NEED(4 * out->count, "truncated values");
-            out->values = p + at;
-            at += 4 * out->count;
-        }
-        break;
-    case DT_PSMSG_ACK:
-        NEED(8, "truncated clock");
-        out->clock = (int64_t)dt_load_le64(p), at = 8;
-        break;
-    case DT_PSMSG_ERROR:
-        NEED(8, "truncated status and length");
-        out->status = (int32_t)dt_load_le32(p), out->text_len = dt_load_le32(p + 4), at = 8;
-        if (out->text_len > DT_PSMSG_MAX_TEXT)
-            return bad_msg(peer, H + 4, "an error text longer than 1024 bytes");
-        NEED(out->text_len, "truncated error text");
-        out->text = (const char *)(p + at);
-        at += out->text_len;
-        break;
-    case DT_PSMSG_RUN:
-        NEED(24, "truncated step, count, position and data shard");
-        out->step = (int64_t)dt_load_le64(p), out->n = dt_load_le32(p + 8);
-        out->position = (int64_t)dt_load_le64(p + 12), out->shard = (int64_t)dt_load_le32(p + 20);
-        at = 24;
-        if (out->step < 1 || out->n < 1 || out->n > 1000000 || out->position < 0)
-            return bad_msg(peer, H, "a first step below 1, a step count outside 1..10^6 or a "
-                           "negative position");
-        break;
-    case DT_PSMSG_RESULT: {
-        NEED(32, "truncated result");
-        out->n = dt_load_le32(p), out->done = dt_load_le32(p + 4);
-        out->rows = (int64_t)dt_load_le64(p + 8), out->correct = (int64_t)dt_load_le64(p + 16);
-        uint64_t loss_bits = dt_load_le64(p + 24);
-        memcpy(&out->loss, &loss_bits, 8);
-        at = 32;
-        if (out->n > 1000000 || out->done > 1 || out->rows < 0 || out->correct < 0 ||
-            out->correct > out->rows)
-            return bad_msg(peer, H, "a result's steps, flag, rows or correct count out of range");
-        if (!isfinite(out->loss))
-            return bad_msg(peer, H + 24, "a loss that is not finite");
-        break;
-    }
-    case DT_PSMSG_SAVE:
-        NEED(12, "truncated step and directory length");
-        out->step = (int64_t)dt_load_le64(p), out->text_len = dt_load_le32(p + 8), at = 12;
-        if (out->step < 0 || out->text_len < 1 || out->text_len > DT_PSMSG_MAX_TEXT)
-            return bad_msg(peer, H, "a negative step, or a directory of 0 or more than 1024 "
-                           "bytes");
-        NEED(out->text_len, "truncated directory");
-        out->text = (const char *)(p + at);
-        for (uint32_t i = 0; i < out->text_len; i++)
-            if (p[at + i] < 0x20 || p[at + i] == 0x7f)
-                return bad_msg(peer, H + at + i, "a directory byte that is not printable");
-        at += out->text_len;
-        break;
-    case DT_PSMSG_RING:
-        NEED(4, "truncated port count");
-        out->n = dt_load_le32(p), at = 4;
-        if (out->n > DT_PSMSG_MAX_RING)
-            return bad_msg(peer, H, "more ring ports than the limit");
-        NEED(2ull * out->n, "truncated ports");
-        out->ports = p + at;
-        for (uint32_t i = 0; i < out->n; i++)
-            if (dt_psmsg_port(out, i) == 0)
-                return bad_msg(peer, H + at + 2 * i, "port 0 in the ring");
-        at += 2ull * out->n;
-        break;
-    case DT_PSMSG_ASSIGN:
-        NEED(28, "truncated assignment");
-        out->target = dt_load_le32(p), out->table = dt_load_le32(p + 4);
-        out->offset = dt_load_le64(p + 8), out->count = dt_load_le64(p + 16);
-        out->slots = dt_load_le32(p + 24), at = 28;
-        if (out->target > 1 || out->slots > DT_PSMSG_MAX_SLOTS ||
-            out->count > DT_PSMSG_MAX_PAYLOAD / 4)
-            return bad_msg(peer, H, "an assignment's target, slot count or size out of range");
-        NEED(4 * out->count * (1 + (uint64_t)out->slots), "truncated values");
-        out->values = p + at;
-        at += 4 * out->count * (1 + (size_t)out->slots);
-        break;
-    case DT_PSMSG_VAR:
-        NEED(VAR_FIXED_BYTES, "truncated variable definition");
-        if ((st = decode_var(p, peer, out)))
-            return st;
-        at = VAR_FIXED_BYTES;
-        NEED(4 * out->count, "truncated values");
-        out->values = p + at;
-        at += 4 * out->count;
-        break;
-    case DT_PSMSG_TABLE: {
-        NEED(TABLE_FIXED_BYTES, "truncated table definition");
-        st = decode_table(p, size, peer, out);
-        if (st)
-            return st;
-        at = TABLE_FIXED_BYTES + out->text_len;
-        break;
-    }
-    }
-#undef NEED
+    size_t at; /* within the payload: where the type's fields end */
+    if ((st = codecs[type].decode(p, size, peer, out, &at)))
+        return st;
     if (at != size)
         return bad_msg(peer, H + at, "bytes after the payload's fields");
-    /* Pushed gradients must be numbers: one NaN would poison a shard for every worker. */
-    if (out->type == DT_PSMSG_PUSH_ROWS || out->type == DT_PSMSG_PUSH_DENSE ||
-        out->type == DT_PSMSG_VAR || out->type == DT_PSMSG_ASSIGN) {
-        size_t nv = out->type == DT_PSMSG_PUSH_ROWS ? (size_t)out->n * out->dim
-                    : out->type == DT_PSMSG_ASSIGN ? (size_t)out->count * (1 + (size_t)out->slots)
-                                                   : (size_t)out->count;
+    if (codecs[type].finite_values) {
+        size_t nv = n_values(out);
         size_t i = first_not_finite(out->values, nv);
         if (i < nv)
             return bad_msg(peer, (size_t)(out->values - buf) + 4 * i, "a value that is not "
