@@ -23,7 +23,8 @@
 #include "../core/bytes.h"
 #include "dtrain/crc32c.h"
 
-/* Tensor data is written and read as the host's bytes: dtrain targets x86-64 only. */
+/* Tensor data is written and read as the host's bytes: dtrain builds for little-endian hosts
+ * only (x86-64, aarch64), which the check below holds it to. */
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors.c writes the host's floats as safetensors' little-endian data"
 #endif

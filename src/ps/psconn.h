@@ -1,8 +1,8 @@
 /* Parameter-server messages (psmsg.h) over an authenticated connection: one message at a time,
  * each read whole before a deadline, its header checked before its payload is allocated
  * (internal to the library). */
-#ifndef DTRAIN_NET_PSCONN_H
-#define DTRAIN_NET_PSCONN_H
+#ifndef DTRAIN_PS_PSCONN_H
+#define DTRAIN_PS_PSCONN_H
 
 #include "psmsg.h"
 

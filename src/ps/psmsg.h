@@ -53,8 +53,8 @@
  * type, every count against the payload's size and the limits below, ids not negative, floats
  * finite in pushes. Its views point into the message (no copy); errors name the peer, the field
  * and the byte offset. */
-#ifndef DTRAIN_NET_PSMSG_H
-#define DTRAIN_NET_PSMSG_H
+#ifndef DTRAIN_PS_PSMSG_H
+#define DTRAIN_PS_PSMSG_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -8,8 +8,8 @@
  * no secret (a loopback cluster), CURVE is off.
  *
  * Every receive has a deadline; sockets linger 0, so a close never waits on an absent peer. */
-#ifndef DTRAIN_NET_ZLINK_H
-#define DTRAIN_NET_ZLINK_H
+#ifndef DTRAIN_PS_ZLINK_H
+#define DTRAIN_PS_ZLINK_H
 
 #include <stdbool.h>
 #include <stddef.h>
