@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -151,6 +153,66 @@ TEST(listener_admits_ps_and_evaluator_tasks_its_policy_allows_and_stays_open)
     free(log_text);
     /* Stopped: no one is accepted any more. */
     CHECK(connect_as(&c, port, DT_JOB_PS, 1, secret) != DT_OK);
+    dt_cluster_free(&c);
+}
+
+/* A connection from source address `from` to 127.0.0.1:port that says nothing; -1 on failure. */
+static int silent_connection(const char *from, uint16_t port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in me = {.sin_family = AF_INET}, to = {.sin_family = AF_INET,
+                                                           .sin_port = htons(port)};
+    inet_pton(AF_INET, from, &me.sin_addr);
+    inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&me, sizeof me) != 0 ||
+        connect(fd, (struct sockaddr *)&to, sizeof to) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* 200 connections that never say hello, from another address, with a handshake deadline of a
+ * minute: a task still completes its handshake at once, since handshakes run side by side and
+ * the strangers' address holds at most its share of them. (A listener that ran handshakes one
+ * after the other kept it out for 200 minutes.) */
+TEST(listener_admits_a_task_beside_200_silent_connections)
+{
+    dt_cluster c;
+    CHECK_OK(dt_cluster_parse(tf_config, &c));
+    server s = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    dt_listener_options o = {.me = id_of(&c, DT_JOB_CHIEF, 0, secret),
+                             .policy = servers_policy, .policy_ctx = &s,
+                             .on_peer = on_peer, .ctx = &s, .handshake_timeout = 60.0};
+    char *log_text = NULL;
+    size_t log_n = 0;
+    o.log = open_memstream(&log_text, &log_n);
+    dt_listener *l;
+    CHECK_OK(dt_listener_start("127.0.0.1", 0, &o, &l));
+    uint16_t port = dt_listener_port(l);
+    int silent[200], opened = 0;
+    for (int i = 0; i < 200; i++)
+        if ((silent[opened] = silent_connection("127.0.0.2", port)) >= 0)
+            opened++;
+    CHECK_MSG(opened == 200, "%d of 200 silent connections opened", opened);
+    usleep(200000); /* the listener has accepted them (or closed those past its bound) */
+    double t0 = dt_clock_now();
+    CHECK_OK(connect_as(&c, port, DT_JOB_PS, 0, secret));
+    CHECK(wait_admitted(&s, 1));
+    double took = dt_clock_now() - t0;
+    CHECK_MSG(took < 5.0, "admitted after %.1f s", took);
+    for (int i = 0; i < opened; i++)
+        close(silent[i]);
+    /* The stop ends the handshakes still waiting, well before their minute. */
+    t0 = dt_clock_now();
+    dt_listener_stop(l);
+    CHECK_MSG(dt_clock_now() - t0 < 5.0, "stopped after %.1f s", dt_clock_now() - t0);
+    fclose(o.log);
+    CHECK_MSG(log_text && strstr(log_text, "too many handshakes under way") &&
+                  strstr(log_text, "127.0.0.2"),
+              "log: %s", log_text ? log_text : "");
+    free(log_text);
     dt_cluster_free(&c);
 }
 

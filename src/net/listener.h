@@ -2,10 +2,12 @@
  * half of the handshake with a policy saying which tasks may connect, and hands each
  * authenticated connection to a callback (internal to src/net). It stays open until stopped, so
  * a task that restarts, or joins later, can connect while the others run; the rank mesh stops
- * it once every rank is in, a server task keeps it. A connection that fails the handshake (a
- * stranger, a wrong secret, another cluster, garbage, a port scan) is dropped and logged with
- * its address; the listener carries on. Nothing a stranger sends makes it allocate: the
- * handshake reads fixed sizes only. */
+ * it once every rank is in, a server task keeps it. Handshakes run side by side, each on a
+ * thread of its own with a short deadline, bounded in number overall and per address, so
+ * connections that say nothing never keep a task out. A connection that fails the handshake (a
+ * stranger, a wrong secret, another cluster, garbage, a port scan, silence) is dropped and
+ * logged with its address; the listener carries on. Nothing a stranger sends makes it
+ * allocate: the handshake reads fixed sizes only. */
 #ifndef DTRAIN_NET_LISTENER_H
 #define DTRAIN_NET_LISTENER_H
 
@@ -14,8 +16,12 @@
 
 #include "handshake.h"
 
+/* Seconds a connection has to finish the server half of the handshake, unless the options say
+ * otherwise: a task's first message follows its connect at once. */
+#define DT_LISTENER_HANDSHAKE_SECONDS 2.0
+
 /* An authenticated connection from task job:index; the callback owns fd. Called on the
- * listener's thread. */
+ * connection's handshake thread, one call at a time. */
 typedef void (*dt_listener_fn)(void *ctx, int fd, dt_job job, int index);
 
 typedef struct {
@@ -24,7 +30,8 @@ typedef struct {
     void *policy_ctx;
     dt_listener_fn on_peer;
     void *ctx;
-    double handshake_timeout; /* seconds a connection has to finish the handshake */
+    double handshake_timeout; /* seconds a connection has to finish the handshake (<= 0:
+                                 DT_LISTENER_HANDSHAKE_SECONDS) */
     FILE *log;                /* refusals; NULL: the library's log */
 } dt_listener_options;
 

@@ -99,7 +99,7 @@ dt_status dt_ps_server_run(const dt_ps_server_config *c, dt_ps_server_report *re
         .cluster = &cl,
         .coordinator_timeout = c->coordinator_timeout,
         .request_timeout = c->request_timeout,
-        .handshake_timeout = 10.0,
+        .handshake_timeout = 0, /* the listener's: a short deadline (listener.h) */
         .threads = c->threads,
         .snapshot_path = c->snapshot_dir ? path : NULL,
         .snapshot_secs = c->snapshot_secs,
