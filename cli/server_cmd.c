@@ -17,7 +17,7 @@ int cmd_server(int argc, char **argv)
          "DTRAIN_CLUSTER_SECRET)", &c.secret_file, false},
         {"insecure", FLAG_BOOL, "false", "allow a non-loopback cluster without a secret",
          &c.insecure, false},
-        {"coordinator-timeout", FLAG_FLOAT, "120", "seconds without a connected coordinator "
+        {"coordinator-timeout", FLAG_FLOAT, "120", "seconds without a word from the coordinator "
          "(the chief) before the task gives up", &c.coordinator_timeout, false},
         {"request-timeout", FLAG_FLOAT, "60", "seconds a request that has begun has to arrive",
          &c.request_timeout, false},

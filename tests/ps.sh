@@ -100,7 +100,7 @@ done
 base=$(free_base 2)
 start_ps "$base" 1 --coordinator-timeout 1
 wait_pid "${ps_pids[0]}" 10
-if [ "$status" -eq 1 ] && grep -q "coordinator (chief:0 (127.0.0.1:$base)) has not been connected" "$tmp/ps0.err" &&
+if [ "$status" -eq 1 ] && grep -q "coordinator (chief:0 (127.0.0.1:$base)) has not been heard from" "$tmp/ps0.err" &&
     [ "$(wc -l < "$tmp/ps0.err")" -eq 1 ]; then
     ok ps_without_coordinator_gives_up
 else
@@ -122,11 +122,38 @@ wait "$chief" 2>/dev/null
 bad=""
 for k in 0 1; do
     wait_pid "${ps_pids[$k]}" 10
-    [ "$status" -eq 1 ] && grep -q "has not been connected for 2 s" "$tmp/ps$k.err" ||
+    [ "$status" -eq 1 ] && grep -q "has not been heard from for 2 s" "$tmp/ps$k.err" ||
         bad="$bad ps:$k exit $status $(head -c 200 "$tmp/ps$k.err")"
 done
 if [ -z "$bad" ]; then ok ps_coordinator_killed_ps_exit; else fail ps_coordinator_killed_ps_exit "$bad"; fi
 no_leftovers ps_coordinator_killed_leaves_nothing "$base" 2
+
+# ---- the coordinator connected but silent (stopped, or its host cut off: the connection stays
+# open): the ps tasks exit within the timeout, naming it, while it still holds its connections ----
+base=$(free_base 3)
+start_ps "$base" 2 --coordinator-timeout 2
+config=$(tf_config "$base" 2 chief:0)
+TF_CONFIG="$config" "$check" 100 4 2 mod 5 --no-stop --hold 30 \
+    > "$tmp/chief.out" 2> "$tmp/chief.err" &
+chief=$!
+pids+=("$chief")
+t0=$(date +%s%N)
+bad=""
+for k in 0 1; do
+    wait_pid "${ps_pids[$k]}" 10
+    [ "$status" -eq 1 ] && grep -q "coordinator (chief:0 (127.0.0.1:$base)) has not been heard from for 2 s" "$tmp/ps$k.err" ||
+        bad="$bad ps:$k exit $status $(head -c 200 "$tmp/ps$k.err")"
+done
+gone_ms=$((($(date +%s%N) - t0) / 1000000))
+kill -0 "$chief" 2> /dev/null || bad="$bad (the chief had ended: the test proves nothing)"
+kill -9 "$chief" 2> /dev/null
+wait "$chief" 2> /dev/null
+if [ -z "$bad" ] && [ "$gone_ms" -lt 7000 ]; then
+    ok ps_silent_coordinator_ps_exit "both ps gone after ${gone_ms} ms"
+else
+    fail ps_silent_coordinator_ps_exit "after ${gone_ms} ms:$bad"
+fi
+no_leftovers ps_silent_coordinator_leaves_nothing "$base" 2
 
 # ---- strangers: random bytes and a wrong secret are refused; the job completes ----
 base=$(free_base 3)

@@ -3,8 +3,9 @@
  * The listener hands each authenticated connection to a thread of its own. A connection thread
  * waits for a message in short slices (so that it sees the service stopping), then reads it whole
  * before the request timeout, answers it under the shard's lock and sends the reply. The main
- * thread waits for STOP or for the coordinator timeout, then stops the listener, shuts every
- * connection down and joins the threads. */
+ * thread waits for STOP or for the coordinator timeout (the chief silent that long: it pings
+ * every second, and a request it waits on counts as heard), then stops the listener, shuts
+ * every connection down and joins the threads. */
 #include "service.h"
 
 #include <poll.h>
@@ -51,8 +52,8 @@ struct service {
     pthread_mutex_t mu; /* what follows */
     pthread_cond_t changed;
     int stop;
-    int chiefs;         /* chief connections open */
-    double chief_gone;  /* when the last one closed (or the service started) */
+    int chief_busy;     /* the chief's requests being answered */
+    double chief_heard; /* the chief's last message or connection (or the service's start) */
     conn *conns[MAX_CONNS];
     int n_conns;
     dt_ps_service_stats stats;
@@ -165,6 +166,18 @@ static dt_status answer(conn *c, const dt_psmsg *req, dt_psbuf *reply)
     return st;
 }
 
+/* The chief was heard from: a request arrived (busy +1) or was answered (busy -1), or it
+ * connected (0). A long request (a SAVE) is a sign of life for as long as it runs. */
+static void chief_heard(conn *c, int busy)
+{
+    if (c->job != DT_JOB_CHIEF)
+        return;
+    pthread_mutex_lock(&c->sv->mu);
+    c->sv->chief_busy += busy;
+    c->sv->chief_heard = dt_clock_now();
+    pthread_mutex_unlock(&c->sv->mu);
+}
+
 static void *conn_main(void *arg)
 {
     conn *c = arg;
@@ -187,8 +200,11 @@ static void *conn_main(void *arg)
             break;
         }
         reply.len = 0;
-        if ((st = answer(c, &req, &reply)) ||
-            (st = dt_psconn_send(c->fd, &reply, c->name, dt_clock_now() + sv->o->request_timeout))) {
+        chief_heard(c, 1);
+        if ((st = answer(c, &req, &reply)) == DT_OK)
+            st = dt_psconn_send(c->fd, &reply, c->name, dt_clock_now() + sv->o->request_timeout);
+        chief_heard(c, -1);
+        if (st) {
             dt_log_to(sv->log, DT_LOG_WARN, "dtrain server: dropping %s: %s", c->name,
                       dt_last_error());
             break;
@@ -197,8 +213,6 @@ static void *conn_main(void *arg)
     dt_psbuf_free(&in);
     dt_psbuf_free(&reply);
     pthread_mutex_lock(&sv->mu);
-    if (c->job == DT_JOB_CHIEF && --sv->chiefs == 0)
-        sv->chief_gone = dt_clock_now();
     c->done = 1;
     pthread_cond_broadcast(&sv->changed);
     pthread_mutex_unlock(&sv->mu);
@@ -244,7 +258,7 @@ static void on_peer(void *ctx, int fd, dt_job job, int index)
     }
     sv->conns[sv->n_conns++] = c;
     if (job == DT_JOB_CHIEF)
-        sv->chiefs++;
+        sv->chief_heard = dt_clock_now();
     pthread_mutex_unlock(&sv->mu);
 }
 
@@ -281,8 +295,10 @@ static void wait_until_done(service *sv, dt_status *st)
             next_snapshot = dt_clock_now() + sv->o->snapshot_secs;
             continue;
         }
-        if (sv->chiefs == 0 && now - sv->chief_gone >= sv->o->coordinator_timeout) {
-            *st = dt_error(DT_ERR_TIMEOUT, "the coordinator (%s) has not been connected for %.0f "
+        /* Silence, not a closed connection, is what counts: a stopped or cut-off chief's
+         * connection stays open. */
+        if (sv->chief_busy == 0 && now - sv->chief_heard >= sv->o->coordinator_timeout) {
+            *st = dt_error(DT_ERR_TIMEOUT, "the coordinator (%s) has not been heard from for %.0f "
                            "s (--coordinator-timeout): giving up", task,
                            sv->o->coordinator_timeout);
             break;
@@ -358,7 +374,7 @@ dt_status dt_ps_serve(const dt_ps_service_options *o, dt_ps_service_stats *stats
     if (!sv)
         return dt_error(DT_ERR_NOMEM, "no memory for the ps service");
     sv->o = o, sv->log = o->log;
-    sv->chief_gone = sv->started = dt_clock_now();
+    sv->chief_heard = sv->started = dt_clock_now();
     pthread_mutex_init(&sv->shard_mu, NULL);
     pthread_mutex_init(&sv->mu, NULL);
     pthread_cond_init(&sv->changed, NULL);
