@@ -67,17 +67,24 @@ static dt_status restore_start(const dt_train_config *c, dt_ps_client *ps, dt_mo
 }
 
 
-/* Reads every variable back from the ps tasks into m: dense, then the tables a million rows at
- * a time. */
+/* A read back's request: at most this many rows, of at most this many bytes. */
+#define READ_BACK_MAX_ROWS ((size_t)1 << 20)
+#define READ_BACK_BYTES ((size_t)64 << 20)
+
+/* Reads every variable back from the ps tasks into m: dense, then the tables, 64 MiB of rows
+ * at a time. */
 static dt_status read_back(dt_ps_client *ps, dt_model *m, bool dense)
 {
     dt_status st = dense ? dt_ps_client_pull_dense(ps, dt_model_params(m)->data) : DT_OK;
-    const size_t chunk = (size_t)1 << 20;
-    int64_t *ids = NULL;
+    size_t cap = READ_BACK_MAX_ROWS;
+    int64_t *ids = malloc(cap * sizeof *ids);
+    if (!ids)
+        return dt_error(DT_ERR_NOMEM, "no memory to read the tables back");
     for (int t = 0; t < dt_model_num_tables(m) && st == DT_OK; t++) {
         dt_table *tab = dt_model_table(m, t);
-        if (!ids && !(ids = malloc(chunk * sizeof *ids)))
-            return dt_error(DT_ERR_NOMEM, "no memory to read the tables back");
+        /* Rows by bytes: one reply stays far below a message's limit, however wide a row. */
+        size_t chunk = READ_BACK_BYTES / ((size_t)tab->dim * sizeof(float));
+        chunk = chunk < 1 ? 1 : chunk > cap ? cap : chunk;
         for (int64_t lo = 0; lo < tab->rows && st == DT_OK; lo += (int64_t)chunk) {
             size_t n = (size_t)(tab->rows - lo) < chunk ? (size_t)(tab->rows - lo) : chunk;
             for (size_t i = 0; i < n; i++)
