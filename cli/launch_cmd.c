@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 #include "commands.h"
-#include "dtrain/clock.h"
+#include "../src/core/clock.h"
 #include "dtrain/cluster.h"
 #include "flags.h"
 

@@ -2,7 +2,7 @@
  *
  * dt_fit_dataset consumes any dataset of batches (dataset.h); each step runs forward, the loss,
  * backward and one optimizer step, and each epoch starts a new iteration of the dataset. dt_fit
- * does the same for an in-memory image dataset through the pipeline dt_image_pipeline builds:
+ * does the same for an in-memory image dataset through the library's image pipeline:
  * indices -> shuffle(buffer, seed, reshuffle_each_iteration=True) -> batch -> gather the images,
  * scaled to [0, 1] as the tutorial's x / 255 -> prefetch. Shuffling indices rather than images
  * keeps the shuffle buffer small. The last partial batch of an epoch is dropped by default (the
@@ -16,7 +16,6 @@
 
 #include "dtrain/dataset.h"
 #include "dtrain/idx.h"
-#include "dtrain/image_pipeline.h"
 #include "dtrain/model.h"
 #include "dtrain/optim.h"
 #include "dtrain/pool.h"
@@ -171,7 +170,7 @@ dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *tr
 dt_status dt_train_and_evaluate(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *train,
                                 dt_dataset *eval, const dt_fit_config *cfg, dt_fit_result *result);
 
-/* dt_fit_dataset over dt_image_pipeline(train ...). Batches hold min(batch_size, examples) at
+/* dt_fit_dataset over the image pipeline of train. Batches hold min(batch_size, examples) at
  * most: the model's maximum batch must cover that. */
 dt_status dt_fit(dt_model *m, dt_optim *o, dt_pool *pool, const dt_image_dataset *train,
                  const dt_image_dataset *test, const dt_fit_config *cfg, dt_fit_result *result);

@@ -11,9 +11,9 @@
  *   libsvm:GLOB            stdin), LibSVM text, CSV text
  *   csv:GLOB
  *   criteo:GLOB            Criteo's TSV click logs, for CTR models (criteo.h)
- * Images are loaded into memory and batched by the image pipeline (image_pipeline.h); files are
- * streamed: source -> [shard] -> [cache] -> [shuffle] -> batch -> [parse Examples] -> [prefetch],
- * the order the tf.data guides recommend.
+ * Images are loaded into memory and batched by the image pipeline (src/data/image_pipeline.h);
+ * files are streamed: source -> [shard] -> [cache] -> [shuffle] -> batch -> [parse Examples] ->
+ * [prefetch], the order the tf.data guides recommend.
  *
  * Across workers (the input context), images are batched alike on every worker and each gathers
  * its block of every global batch; file data is sharded as tf.data's auto-shard policy says

@@ -13,7 +13,6 @@
 
 #include "dtrain/arena.h"
 #include "dtrain/model_spec.h"
-#include "dtrain/nn.h"
 #include "dtrain/optim.h"
 #include "dtrain/pool.h"
 #include "dtrain/rowopt.h"

@@ -5,12 +5,15 @@
 #define DTRAIN_MODEL_SPEC_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
-#include "dtrain/nn.h"
 #include "dtrain/status.h"
 
 #define DT_MAX_LAYERS 64
 #define DT_LAYER_NAME_CAP 48
+
+/* A dense or conv2d layer's activation, applied to its output. */
+typedef enum { DT_ACT_NONE = 0, DT_ACT_RELU, DT_ACT_SIGMOID, DT_ACT_TANH } dt_activation;
 
 typedef enum {
     DT_LAYER_DENSE = 0,

@@ -1,9 +1,10 @@
 /* TFRecord files: TensorFlow's framing of a sequence of binary records, read and written.
  *
  * Each record is: u64 data length (little endian), u32 masked CRC32C of those 8 length bytes,
- * the data, u32 masked CRC32C of the data (mask: see dt_crc32c_mask). A file may be compressed as
- * a whole with gzip (TF's "GZIP") or zlib (TF's "ZLIB": deflate with a zlib header); offsets in
- * messages and returned by the reader are then offsets in the decompressed stream.
+ * the data, u32 masked CRC32C of the data (TFRecord's mask of a CRC c: ((c >> 15) | (c << 17)) +
+ * 0xa282ead8). A file may be compressed as a whole with gzip (TF's "GZIP") or zlib (TF's "ZLIB":
+ * deflate with a zlib header); offsets in messages and returned by the reader are then offsets
+ * in the decompressed stream.
  *
  * The reader reads its file descriptor front to back with read() and never seeks, so pipes and
  * stdin work. It checks both CRCs of every record. It keeps one buffer that holds the current

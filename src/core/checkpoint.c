@@ -4,7 +4,7 @@
  * second copy of the parameters. Reading loads the whole file into one buffer (its size comes from
  * fstat, never from the header), parses the header with cJSON and keeps the parsed tree: tensor
  * names, metadata keys and values point into it, tensor data into the buffer. */
-#include "dtrain/fileio.h"
+#include "fileio.h"
 #include "dtrain/log.h"
 #include "dtrain/checkpoint.h"
 
@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "../core/bytes.h"
-#include "dtrain/crc32c.h"
+#include "crc32c.h"
 
 /* Tensor data is written and read as the host's bytes: dtrain targets x86-64 only. */
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__

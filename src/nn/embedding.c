@@ -1,5 +1,5 @@
-/* Embedding lookups and their sparse gradient (see include/dtrain/embedding.h). */
-#include "dtrain/embedding.h"
+/* Embedding lookups and their sparse gradient (see embedding.h). */
+#include "embedding.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
-/* The factorization machine's pairwise term (see include/dtrain/fm.h). */
-#include "dtrain/fm.h"
+/* The factorization machine's pairwise term (see fm.h). */
+#include "fm.h"
 
 #include <stddef.h>
 #include <stdlib.h>

@@ -1,12 +1,12 @@
-/* Layer kernels (see include/dtrain/nn.h): dense, activations, conv2d by im2col + GEMM, max
+/* Layer kernels (see nn.h): dense, activations, conv2d by im2col + GEMM, max
  * pooling, dropout and losses, each beside its naive reference. */
-#include "dtrain/nn.h"
+#include "nn.h"
 
 #include <float.h>
 #include <math.h>
 #include <string.h>
 
-#include "dtrain/gemm.h"
+#include "gemm.h"
 #include "../core/cpu.h"
 
 /* ---- Dense ---- */
