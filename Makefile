@@ -91,10 +91,10 @@ $(patsubst %.c,$(BUILD)/%.o,$(wildcard src/serve/onnx*.c)): $(GEN)/onnx.pb-c.h
 $(patsubst %.c,$(BUILD)/%.o,$(wildcard src/serve/onnx*.c)): CFLAGS += -I$(GEN)
 
 # The library's objects (in libdtrain.a and libdtrain.so alike) keep their symbols hidden: the
-# shared library exports only what a public header declares DT_API (include/dtrain/api.h).
-# Programs linked with libdtrain.a (the CLI, the tests, the benchmarks) still reach every
-# function, hidden or not. An object older than api.h may have been built without the flag: it
-# is built again.
+# shared library exports only what a public header declares DT_API (include/dtrain/api.h), which
+# tests/exports.sh checks. Programs linked with libdtrain.a (the CLI, the tests, the
+# benchmarks) still reach every function, hidden or not. An object older than api.h may have
+# been built without the flag: it is built again.
 $(LIB_OBJS): CFLAGS += -fvisibility=hidden
 $(LIB_OBJS): include/dtrain/api.h
 
