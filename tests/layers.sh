@@ -38,6 +38,8 @@ plant layers_upward_private_include_fails src/core/log.c '#include "../data/shuf
     "a layer above it"
 plant layers_private_header_of_another_layer_fails src/train/loop.c '#include "../net/conn.h"' \
     "not its interface"
+plant layers_cli_private_header_not_its_interface_fails cli/main.c '#include "../src/net/conn.h"' \
+    "not its interface to cli/"
 plant layers_public_header_including_above_fails include/dtrain/rows.h \
     '#include "dtrain/model.h"' "a layer above it"
 

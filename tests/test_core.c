@@ -6,7 +6,7 @@
 #include <time.h>
 
 #include "dtrain/arena.h"
-#include "dtrain/crc32c.h"
+#include "../src/core/crc32c.h"
 #include "dtrain/hash.h"
 #include "dtrain/pool.h"
 #include "dtrain/rng.h"

@@ -12,7 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "dtrain/clock.h"
+#include "../src/core/clock.h"
 #include "dtrain/cluster.h"
 #include "../src/net/conn.h"
 #include "../src/net/handshake.h"

@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "dtrain/api.h"
 #include "dtrain/comm.h"
 #include "dtrain/comm_open.h"
 #include "dtrain/fit.h"
@@ -59,7 +60,7 @@ typedef struct {
 } dt_train_config;
 
 /* A built-in mnist_cnn on fashion-mnist, fit's and the input's defaults, Keras's SGD, tcp. */
-void dt_train_config_default(dt_train_config *c);
+DT_API void dt_train_config_default(dt_train_config *c);
 
 typedef struct {
     bool chief;               /* this process reported for the cluster; the rest is the chief's */
@@ -89,6 +90,6 @@ typedef struct {
 
 /* Trains as configured. Errors name the flag, the field, the file or the peer, as the layers
  * below report them. */
-dt_status dt_train(const dt_train_config *c, dt_train_report *out);
+DT_API dt_status dt_train(const dt_train_config *c, dt_train_report *out);
 
 #endif

@@ -3,7 +3,7 @@
 
 #include <unistd.h>
 
-#include "dtrain/clock.h"
+#include "../core/clock.h"
 #include "sock.h"
 
 dt_status dt_dial_task(const dt_handshake_id *me, const dt_addr *a, dt_job job, int index,

@@ -14,7 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "dtrain/clock.h"
+#include "../core/clock.h"
 
 /* poll() timeout in ms for the time left until deadline, rounded up so a wait never ends early
  * and spins; 0 when it has passed. */

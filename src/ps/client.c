@@ -8,7 +8,7 @@
 #include "../net/dial.h"
 #include "psconn.h"
 #include "../net/sock.h"
-#include "dtrain/clock.h"
+#include "../core/clock.h"
 #include "shard.h"
 
 #define MAX_TABLES DT_PS_MAX_TABLES

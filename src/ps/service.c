@@ -20,7 +20,7 @@
 #include "psconn.h"
 #include "../net/sock.h"
 #include "dtrain/checkpoint.h"
-#include "dtrain/clock.h"
+#include "../core/clock.h"
 #include "dtrain/log.h"
 #include "shard.h"
 #include "shard_ckpt.h"

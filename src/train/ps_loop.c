@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "callback.h"
-#include "dtrain/clock.h"
+#include "../core/clock.h"
 #include "dtrain/log.h"
 #include "ps_ckpt.h"
 #include "ps_coord.h"

@@ -12,7 +12,7 @@
 
 #include "../../src/net/transport.h"
 #include "../../src/ps/client.h"
-#include "dtrain/crc32c.h"
+#include "../../src/core/crc32c.h"
 #include "dtrain/rng.h"
 #include "dtrain/table.h"
 
