@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "../net/listener.h"
+#include "cow_write.h"
 #include "psconn.h"
 #include "../net/sock.h"
 #include "dtrain/checkpoint.h"
@@ -106,9 +107,31 @@ static void count(service *sv, const dt_psmsg *req)
     pthread_mutex_unlock(&sv->mu);
 }
 
-/* SAVE from the chief: this task's shards as its file of the checkpoint, held still meanwhile.
- * A failure goes back as an ERROR: the chief then writes no manifest, and the previous
- * checkpoint stays the latest. */
+/* What a child writes: this task's shards, as a checkpoint's file or as its snapshot. */
+typedef struct {
+    service *sv;
+    const char *path;
+    int64_t step;
+} shard_write;
+
+static dt_status write_ckpt_file(void *arg)
+{
+    shard_write *w = arg;
+    const dt_ps_service_options *o = w->sv->o;
+    return dt_ps_shard_save_ckpt(&w->sv->shard, w->path, w->step, o->me.index,
+                                 o->cluster->n_tasks[DT_JOB_PS]);
+}
+
+static dt_status write_snapshot(void *arg)
+{
+    shard_write *w = arg;
+    return dt_ps_snapshot_save(&w->sv->shard, w->sv->o->me.index, w->path);
+}
+
+/* SAVE from the chief: this task's shards as its file of the checkpoint, written by a child from
+ * a copy-on-write image taken under the shards' lock (held only for the fork), so requests and
+ * PINGs go on being answered however slow the write. A failure goes back as an ERROR: the chief
+ * then writes no manifest, and the previous checkpoint stays the latest. */
 static dt_status save(conn *c, const dt_psmsg *req, dt_psbuf *reply)
 {
     service *sv = c->sv;
@@ -121,10 +144,11 @@ static dt_status save(conn *c, const dt_psmsg *req, dt_psbuf *reply)
     dt_status st = c->job == DT_JOB_CHIEF ? DT_OK
                                           : dt_error(DT_ERR_INVALID, "only the chief saves");
     if (st == DT_OK) {
-        pthread_mutex_lock(&sv->shard_mu);
-        st = dt_ps_shard_save_ckpt(&sv->shard, path, req->step, sv->o->me.index,
-                                   sv->o->cluster->n_tasks[DT_JOB_PS]);
-        pthread_mutex_unlock(&sv->shard_mu);
+        shard_write w = {sv, path, req->step};
+        dt_cow_write child;
+        if ((st = dt_cow_start(&child, write_ckpt_file, &w, &sv->shard_mu,
+                               sv->o->request_timeout, path)) == DT_OK)
+            st = dt_cow_wait(&child);
     }
     if (st) {
         char text[DT_PSMSG_MAX_TEXT];
@@ -159,6 +183,12 @@ static dt_status answer(conn *c, const dt_psmsg *req, dt_psbuf *reply)
     }
     if (req->type == DT_PSMSG_SAVE)
         return save(c, req, reply);
+    /* A PING is answered without the shards' lock, which a snapshot or a SAVE holds through its
+     * whole write: a ps busy writing is alive, and its coordinator hears so at once. */
+    if (req->type == DT_PSMSG_PING) {
+        dt_psmsg pong = {.type = DT_PSMSG_PONG, .request_id = req->request_id};
+        return dt_psmsg_encode(&pong, NULL, NULL, reply);
+    }
     pthread_mutex_lock(&sv->shard_mu);
     dt_status st = dt_ps_shard_handle(&sv->shard, req, reply);
     pthread_mutex_unlock(&sv->shard_mu);
@@ -262,37 +292,56 @@ static void on_peer(void *ctx, int fd, dt_job job, int index)
     pthread_mutex_unlock(&sv->mu);
 }
 
-/* The shards written to the snapshot, held still meanwhile (the requests wait). A failure is
- * logged, and serving goes on: the previous snapshot stays. */
-static void take_snapshot(service *sv)
+/* A snapshot's write may take this long (at least SNAPSHOT_MIN_SECONDS, else two periods)
+ * before it is stopped. */
+#define SNAPSHOT_MIN_SECONDS 300.0
+
+/* The shards' snapshot starts: a child writes it from the instant's memory while the service
+ * goes on. */
+static void start_snapshot(service *sv, dt_cow_write *child)
 {
-    pthread_mutex_lock(&sv->shard_mu);
-    double t0 = dt_clock_now();
-    dt_status st = dt_ps_snapshot_save(&sv->shard, sv->o->me.index, sv->o->snapshot_path);
-    double secs = dt_clock_now() - t0;
-    pthread_mutex_unlock(&sv->shard_mu);
+    shard_write w = {sv, sv->o->snapshot_path, 0};
+    double limit = 2 * sv->o->snapshot_secs;
+    dt_status st = dt_cow_start(child, write_snapshot, &w, &sv->shard_mu,
+                                limit > SNAPSHOT_MIN_SECONDS ? limit : SNAPSHOT_MIN_SECONDS,
+                                sv->o->snapshot_path);
+    if (st)
+        dt_log_to(sv->log, DT_LOG_WARN, "dtrain server: warning: snapshot not written (the "
+                  "previous one stays): %s", dt_last_error());
+}
+
+/* A snapshot's write ended (st): a failure is logged, and serving goes on, the previous
+ * snapshot kept. */
+static void snapshot_ended(service *sv, double started, dt_status st)
+{
     if (st)
         dt_log_to(sv->log, DT_LOG_WARN, "dtrain server: warning: snapshot not written (the "
                   "previous one stays): %s", dt_last_error());
     else if (sv->stats.snapshots++ == 0)
         dt_log_to(sv->log, DT_LOG_WARN, "dtrain server: snapshots of this ps go to %s every "
                   "%g s (the first took %.2f s)", sv->o->snapshot_path, sv->o->snapshot_secs,
-                  secs);
+                  dt_clock_now() - started);
 }
 
 static void wait_until_done(service *sv, dt_status *st)
 {
     char task[DT_HOST_CAP + 48];
     dt_cluster_task_name(sv->o->cluster, DT_JOB_CHIEF, 0, task, sizeof task);
-    double next_snapshot = dt_clock_now() + sv->o->snapshot_secs;
+    double next_snapshot = dt_clock_now() + sv->o->snapshot_secs, snapshot_started = 0;
+    dt_cow_write child = {.fd = -1};
     pthread_mutex_lock(&sv->mu);
     while (!sv->stop) {
         double now = dt_clock_now();
-        if (sv->o->snapshot_path && sv->o->snapshot_secs > 0 && now >= next_snapshot) {
+        if (dt_cow_running(&child)) {
+            dt_status done = dt_cow_poll(&child);
+            if (done != DT_END)
+                snapshot_ended(sv, snapshot_started, done);
+        } else if (sv->o->snapshot_path && sv->o->snapshot_secs > 0 && now >= next_snapshot) {
             pthread_mutex_unlock(&sv->mu);
-            take_snapshot(sv);
+            snapshot_started = dt_clock_now();
+            start_snapshot(sv, &child);
             pthread_mutex_lock(&sv->mu);
-            next_snapshot = dt_clock_now() + sv->o->snapshot_secs;
+            next_snapshot = snapshot_started + sv->o->snapshot_secs;
             continue;
         }
         /* Silence, not a closed connection, is what counts: a stopped or cut-off chief's
@@ -313,6 +362,11 @@ static void wait_until_done(service *sv, dt_status *st)
     }
     sv->stop = 1;
     pthread_mutex_unlock(&sv->mu);
+    if (dt_cow_running(&child)) {
+        dt_log_to(sv->log, DT_LOG_WARN, "dtrain server: warning: a snapshot still being written "
+                  "is stopped: the previous one stays");
+        dt_cow_kill(&child);
+    }
 }
 
 /* Every connection thread sees the stop within a slice and ends (the one that took STOP after
