@@ -570,6 +570,34 @@ else
     fail ps_train_ps_killed_restores_its_snapshot "exit $status, victim '$victim', chief $chief_before/$chief_after, auc $ps_auc vs $whole_auc: $(grep -v 'bytes per sample' "$tmp/launch.err" | grep -v '^\[ps:[0-9]\] dtrain server: dropping' | head -20)"
 fi
 no_leftovers ps_train_launch_kills_leave_nothing "$base" 3
+# A ps whose snapshot write hangs (its writer stopped, as on a stalled network file system)
+# still answers: the job completes, and the stopping ps kills the hung writer.
+timeout 120 "$dtrain" launch -n 2 --ps 1 -- "$dtrain" "${lt[@]}" "$tmp/hung.json" \
+    --model-dir "$tmp/mdh" --ps-snapshot-secs 0.3 > "$tmp/hung.out" 2> "$tmp/hung.err" &
+launcher=$!
+pids+=("$launcher")
+stopped=""
+for _ in $(seq 1 600); do
+    kill -0 "$launcher" 2> /dev/null || break
+    ps_task=$(task_pid_of "$launcher" ps:0)
+    if [ -n "$ps_task" ]; then
+        # The ps task's only children are its writers.
+        for c in $(pgrep -P "$ps_task" 2> /dev/null); do
+            kill -STOP "$c" 2> /dev/null && stopped="$stopped $c"
+        done
+    fi
+    [ -n "$stopped" ] && break
+    sleep 0.05
+done
+wait "$launcher"
+status=$?
+if [ "$status" -eq 0 ] && [ -n "$stopped" ] &&
+    grep -q "\[ps:0\] dtrain server: warning: a snapshot still being written is stopped" "$tmp/hung.err"; then
+    ok ps_train_hung_snapshot_write_holds_nothing "writer$stopped stopped; the job completed"
+else
+    fail ps_train_hung_snapshot_write_holds_nothing "exit $status, writers stopped: '$stopped': $(grep -v 'bytes per sample' "$tmp/hung.err" | tail -5)"
+fi
+for c in $stopped; do kill -0 "$c" 2> /dev/null && kill -9 "$c"; done
 # Hybrid: the other worker's all-reduce fails at once naming the lost one; every task ends.
 base=$(free_base 4)
 start_cluster "$base" --ps-mode hybrid --epochs 5
