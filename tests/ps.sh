@@ -168,8 +168,8 @@ for _ in range(3):
     except OSError:
         pass
 PY
-DTRAIN_CLUSTER_SECRET=not-the-secret-0123456789abcdef TF_CONFIG="$(tf_config "$base" 2 chief:0)" \
-    run "$check" 100 4 2 div 3
+DTRAIN_CLUSTER_SECRET=not-the-secret-0123456789abcdef PS_CHECK_CONNECT_TIMEOUT=3 \
+    TF_CONFIG="$(tf_config "$base" 2 chief:0)" run "$check" 100 4 2 div 3
 wrong_status=$status wrong_err=$(head -c 300 "$tmp/err")
 TF_CONFIG="$(tf_config "$base" 2 chief:0)" run "$check" 100 4 2 div 10
 if [ "$wrong_status" -ne 0 ] && echo "$wrong_err" | grep -qi "auth\|secret\|MAC\|refused" &&
