@@ -96,6 +96,23 @@ for spec in "2 1000 8 5 div" "3 997 16 3 mod" "2 50 4 2 mod"; do
     no_leftovers "${name}_leaves_nothing" "$base" "$nps"
 done
 
+# ---- every row of 8 tables of 500k rows x 16 from one ps in one round: the client reads replies
+# while it still sends, where sending every request first deadlocked (each side's send waiting on
+# the other's read) until the request timeout ----
+base=$(free_base 2)
+start_ps "$base" 1 --coordinator-timeout 60 --request-timeout 20
+TF_CONFIG="$(tf_config "$base" 1 chief:0)" run timeout 60 "$check" 500000 16 1 div 3 --big-round 8
+if [ "$status" -eq 0 ] && grep -q "ps_check: one round of 8 tables of 500000 rows x 16" "$tmp/out" &&
+    grep -q "ps_check: ok" "$tmp/out"; then
+    wait_pid "${ps_pids[0]}" 10
+    ok ps_client_one_round_of_8_tables_of_500k_ids "$(grep -o 'one round.*' "$tmp/out")"
+else
+    fail ps_client_one_round_of_8_tables_of_500k_ids "exit $status: $(head -c 300 "$tmp/err") ps: $(tail -2 "$tmp/ps0.err")"
+    kill -9 "${ps_pids[0]}" 2> /dev/null
+    wait "${ps_pids[0]}" 2> /dev/null
+fi
+no_leftovers ps_client_big_round_leaves_nothing "$base" 1
+
 # ---- no coordinator ever: the ps gives up naming it ----
 base=$(free_base 2)
 start_ps "$base" 1 --coordinator-timeout 1
