@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../src/net/sock.h"
 #include "../src/ps/cow_write.h"
 #include "test.h"
 
@@ -69,4 +70,23 @@ TEST(cow_write_that_hangs_is_stopped_at_its_deadline)
     pid = w.pid;
     dt_cow_kill(&w);
     CHECK(!dt_cow_running(&w) && kill(pid, 0) != 0);
+}
+
+/* The child holds none of the parent's sockets: a port the parent closes while the child writes
+ * can be bound again at once (a ps started again binds its predecessor's port). */
+TEST(cow_write_child_keeps_no_socket_of_the_parent)
+{
+    int fd;
+    uint16_t port;
+    CHECK_OK(dt_sock_listen("127.0.0.1", 0, &fd, &port));
+    dt_cow_write w;
+    unsigned secs = 60;
+    CHECK_OK(dt_cow_start(&w, write_slowly, &secs, NULL, 60.0, "snapshot"));
+    usleep(100000); /* the child has closed what it inherited */
+    dt_sock_close(fd);
+    int again;
+    uint16_t same;
+    CHECK_OK(dt_sock_listen("127.0.0.1", port, &again, &same));
+    dt_sock_close(again);
+    dt_cow_kill(&w);
 }

@@ -7,15 +7,25 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "../core/clock.h"
 
-/* In the child: the write, its message to the pipe, and an exit that runs no handler of the
+/* In the child: none of the parent's descriptors but the standard ones and the message pipe
+ * (the ps's listening socket and connections must close when the ps does, for a ps started
+ * again to bind its port), an end when the parent ends (a write must not finish after a
+ * restarted ps has moved on), the write, its message, and an exit that runs no handler of the
  * parent's (atexit, stdio flushes of the parent's buffers). */
-static void child_main(int fd, dt_cow_fn fn, void *arg)
+static void child_main(int fd, pid_t parent, dt_cow_fn fn, void *arg)
 {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent)
+        _exit(1);
+    if (fd > 3)
+        close_range(3, (unsigned)fd - 1, 0);
+    close_range((unsigned)fd + 1, ~0U, 0);
     dt_status st = fn(arg);
     if (st) {
         const char *msg = dt_last_error();
@@ -39,12 +49,13 @@ dt_status dt_cow_start(dt_cow_write *w, dt_cow_fn fn, void *arg, pthread_mutex_t
     int p[2];
     if (pipe2(p, O_CLOEXEC) != 0)
         return dt_error(DT_ERR_IO, "%s: pipe: %s", what, strerror(errno));
+    pid_t parent = getpid();
     if (hold)
         pthread_mutex_lock(hold);
     pid_t pid = fork();
     if (pid == 0) {
         close(p[0]);
-        child_main(p[1], fn, arg);
+        child_main(p[1], parent, fn, arg);
     }
     if (hold)
         pthread_mutex_unlock(hold);
