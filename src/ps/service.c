@@ -107,6 +107,18 @@ static void count(service *sv, const dt_psmsg *req)
     pthread_mutex_unlock(&sv->mu);
 }
 
+/* reply becomes an ERROR answering req, with st and the last error's message. */
+static dt_status error_reply(const dt_psmsg *req, dt_status st, dt_psbuf *reply)
+{
+    char text[DT_PSMSG_MAX_TEXT];
+    int n = snprintf(text, sizeof text, "%s", dt_last_error());
+    dt_psmsg e = {.type = DT_PSMSG_ERROR, .request_id = req->request_id, .status = st,
+                  .text = text,
+                  .text_len = (uint32_t)(n < (int)sizeof text ? n : (int)sizeof text - 1)};
+    reply->len = 0;
+    return dt_psmsg_encode(&e, NULL, NULL, reply);
+}
+
 /* What a child writes: this task's shards, as a checkpoint's file or as its snapshot. */
 typedef struct {
     service *sv;
@@ -150,14 +162,8 @@ static dt_status save(conn *c, const dt_psmsg *req, dt_psbuf *reply)
                                sv->o->request_timeout, path)) == DT_OK)
             st = dt_cow_wait(&child);
     }
-    if (st) {
-        char text[DT_PSMSG_MAX_TEXT];
-        int n = snprintf(text, sizeof text, "%s", dt_last_error());
-        dt_psmsg e = {.type = DT_PSMSG_ERROR, .request_id = req->request_id, .status = st,
-                      .text = text,
-                      .text_len = (uint32_t)(n < (int)sizeof text ? n : (int)sizeof text - 1)};
-        return dt_psmsg_encode(&e, NULL, NULL, reply);
-    }
+    if (st)
+        return error_reply(req, st, reply);
     dt_psmsg ack = {.type = DT_PSMSG_ACK, .request_id = req->request_id};
     return dt_psmsg_encode(&ack, NULL, NULL, reply);
 }
@@ -231,7 +237,11 @@ static void *conn_main(void *arg)
         }
         reply.len = 0;
         chief_heard(c, 1);
-        if ((st = answer(c, &req, &reply)) == DT_OK)
+        /* A request that cannot be answered (its reply too large to encode, no memory) gets an
+         * ERROR naming why: the link stays in step, and the requester reports the cause. */
+        if ((st = answer(c, &req, &reply)) != DT_OK)
+            st = error_reply(&req, st, &reply);
+        if (st == DT_OK)
             st = dt_psconn_send(c->fd, &reply, c->name, dt_clock_now() + sv->o->request_timeout);
         chief_heard(c, -1);
         if (st) {
