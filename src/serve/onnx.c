@@ -869,14 +869,10 @@ dt_status dt_export_onnx(const char *model_dir, const char *checkpoint,
     dt_saved_spec sm;
     memset(&sm, 0, sizeof sm);
     dt_ckpt *c = NULL;
-    char *spec_text = NULL;
     char dir[4096], data_path[4100], sig_path[4200];
     const char *base = dt_export_split_path(o->out, dir, sizeof dir);
-    if ((st = dt_export_open(model_dir, checkpoint, o, &sm, &c)) ||
-        (st = dt_saved_model_map(c, &sm, 1, &x.m)) || (st = dt_export_make_dirs(dir)))
+    if ((st = dt_export_begin(model_dir, checkpoint, o, dir, &sm, &c, &x.m, &res)))
         goto done;
-    res.step = dt_saved_model_step(c);
-    snprintf(res.checkpoint, sizeof res.checkpoint, "%s", dt_ckpt_path(c));
     x.spec = dt_model_spec_of(x.m);
     x.f = sm.features;
     x.sig = cJSON_CreateObject();
@@ -884,12 +880,9 @@ dt_status dt_export_onnx(const char *model_dir, const char *checkpoint,
         st = dt_error(DT_ERR_NOMEM, "no memory for the signature");
         goto done;
     }
-    if (x.f) {
-        spec_text = dt_features_to_json(x.f);
-        if (!spec_text || !(x.spec_json = cJSON_Parse(spec_text))) {
-            st = dt_error(DT_ERR_NOMEM, "no memory for the feature spec");
-            goto done;
-        }
+    if (x.f && !(x.spec_json = dt_export_features_json(x.f))) {
+        st = DT_ERR_NOMEM;
+        goto done;
     }
     dt_export_model_kind(x.spec, x.spec_json, res.model_kind, sizeof res.model_kind);
     describe_model(&x, c, res.step, res.model_kind, base);
@@ -949,7 +942,6 @@ dt_status dt_export_onnx(const char *model_dir, const char *checkpoint,
 done:
     if (r)
         *r = res;
-    free(spec_text);
     cJSON_Delete(x.sig);
     cJSON_Delete(x.spec_json);
     free(x.slot_ids), free(x.slot_weights), free(x.numeric);
