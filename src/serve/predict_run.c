@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../data/input_int.h"
 #include "dtrain/clock.h"
 #include "keep.h"
 
@@ -352,11 +353,7 @@ static dt_status open_input(run *r, dt_feature_parser **fp, dt_row_parser *keepe
 {
     const dt_predict_run_options *o = r->o;
     dt_input_options io;
-    if (o->input)
-        io = *o->input;
-    else
-        dt_input_options_default(&io);
-    io.batch_size = o->batch_size;
+    dt_input_options_for_batch(&io, o->input, o->batch_size);
     io.num_parallel_calls = o->threads;
     io.shuffle_buffer = 0;
     dt_features *f = (dt_features *)dt_predictor_features(r->p);
