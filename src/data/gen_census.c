@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "dtrain/hash.h"
+#include "gen_text.h"
 
 const char dt_gen_census_header[] =
     "age,workclass,fnlwgt,education,education_num,marital_status,occupation,relationship,race,"
@@ -308,17 +309,8 @@ static char *put_str(char *p, const char *s)
     return p + n;
 }
 
-static char *put_int(char *p, int v)
-{
-    char tmp[12];
-    int n = 0;
-    do
-        tmp[n++] = (char)('0' + v % 10);
-    while ((v /= 10) != 0);
-    while (n)
-        *p++ = tmp[--n];
-    return p;
-}
+/* A census number: every one is >= 0. */
+static char *put_int(char *p, int v) { return dt_put_decimal(p, (uint64_t)v); }
 
 size_t dt_gen_census_row(double bias, dt_rng *r, char *out, float *logit, float *label)
 {
