@@ -27,7 +27,7 @@
 #include <string.h>
 
 #include "dtrain/hash.h"
-#include "gen_text.h"
+#include "gen_int.h"
 
 const char dt_gen_census_header[] =
     "age,workclass,fnlwgt,education,education_num,marital_status,occupation,relationship,race,"
@@ -286,18 +286,9 @@ double dt_gen_census_bias(void)
         draw_person(&r, &p);
         z[n] = teacher_logit(&p);
     }
-    double lo = -20.0, hi = 20.0;
-    for (int it = 0; it < 50; it++) {
-        double mid = (lo + hi) / 2.0, s = 0.0;
-        for (int n = 0; n < SAMPLE; n++)
-            s += 1.0 / (1.0 + exp(-(z[n] + mid)));
-        if (s / SAMPLE < 0.24)
-            lo = mid;
-        else
-            hi = mid;
-    }
+    double bias = dt_gen_bias_for_rate(z, SAMPLE, 0.24);
     free(z);
-    return lo;
+    return bias;
 }
 
 /* ---- The line ---- */

@@ -17,7 +17,7 @@
 #include "dtrain/metrics.h"
 #include "dtrain/rng.h"
 #include "dtrain/crc32c.h"
-#include "gen_text.h"
+#include "gen_int.h"
 
 #define LATENT 4
 #define BLOCK_ROWS 8192
@@ -180,18 +180,23 @@ static void teacher_init(teacher *t)
         draw_row(t, &r, &x);
         z[n] = x.logit;
     }
+    t->bias = dt_gen_bias_for_rate(z, SAMPLE, 0.25);
+    free(z);
+}
+
+double dt_gen_bias_for_rate(const double *z, int n, double rate)
+{
     double lo = -20.0, hi = 20.0;
     for (int it = 0; it < 50; it++) {
         double mid = (lo + hi) / 2.0, p = 0.0;
-        for (int n = 0; n < SAMPLE; n++)
-            p += 1.0 / (1.0 + exp(-(z[n] + mid)));
-        if (p / SAMPLE < 0.25)
+        for (int i = 0; i < n; i++)
+            p += 1.0 / (1.0 + exp(-(z[i] + mid)));
+        if (p / n < rate)
             lo = mid;
         else
             hi = mid;
     }
-    t->bias = lo;
-    free(z);
+    return lo;
 }
 
 int64_t dt_gen_ctr_feature_size(void)
