@@ -173,6 +173,17 @@ static void divide(float *data, size_t n, int size)
         data[i] /= d;
 }
 
+/* The end of a reduction that ran as st says: the communicator broken on a failure, else MEAN's
+ * division of the n values this rank holds reduced (at data) by the group's size. */
+static dt_status end_reduction(dt_comm *c, dt_status st, dt_reduce_op op, float *data, size_t n)
+{
+    if (st)
+        return fail(c, st);
+    if (op == DT_REDUCE_MEAN)
+        divide(data, n, c->size);
+    return DT_OK;
+}
+
 /* Ring reduce-scatter: afterwards rank r holds block r reduced. Step k sends block r - 1 - k. */
 static dt_status ring_reduce_scatter(dt_comm *c, dt_xfer *x, float *data, size_t n,
                                      dt_reduce_op op, dt_wire_dtype w)
@@ -275,16 +286,11 @@ static dt_status tcp_allreduce(dt_comm *c, float *data, size_t n, dt_reduce_op o
             return fail(c, st);
         return DT_OK; /* MEAN divided already */
     }
-    if (n * wire_bytes(w) <= s->o.small_bytes) {
+    if (n * wire_bytes(w) <= s->o.small_bytes)
         st = rd_allreduce(c, &x, data, n, op, w);
-    } else {
+    else
         st = ring_allreduce(c, &x, data, n, op, w);
-    }
-    if (st)
-        return fail(c, st);
-    if (op == DT_REDUCE_MEAN)
-        divide(data, n, c->size);
-    return DT_OK;
+    return end_reduction(c, st, op, data, n);
 }
 
 static dt_status tcp_reduce_scatter(dt_comm *c, float *data, size_t n, dt_reduce_op op,
@@ -294,14 +300,9 @@ static dt_status tcp_reduce_scatter(dt_comm *c, float *data, size_t n, dt_reduce
     dt_status st = begin(c, "reduce-scatter", OP_REDUCE_SCATTER, &x);
     if (st || c->size == 1)
         return st;
-    if ((st = ring_reduce_scatter(c, &x, data, n, op, w)))
-        return fail(c, st);
-    if (op == DT_REDUCE_MEAN) {
-        size_t off, k;
-        dt_comm_block(n, c->size, c->rank, &off, &k);
-        divide(data + off, k, c->size);
-    }
-    return DT_OK;
+    size_t off, k; /* this rank's block */
+    dt_comm_block(n, c->size, c->rank, &off, &k);
+    return end_reduction(c, ring_reduce_scatter(c, &x, data, n, op, w), op, data + off, k);
 }
 
 static dt_status tcp_allgather(dt_comm *c, const void *send, size_t n_bytes, void *recv)

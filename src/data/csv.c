@@ -55,6 +55,18 @@ static int is_blank_line(const char *p, const char *end)
     return 1;
 }
 
+/* What every reader of a line does first: the delimiter checked, and the line's content
+ * (line_bounds) in [*p, *end); DT_END for a blank line. */
+static dt_status line_content(const char *line, size_t len, const dt_csv_options *o,
+                              const char **p, const char **end)
+{
+    dt_status st = check_delimiter(o);
+    if (st)
+        return st;
+    line_bounds(line, len, p, end);
+    return is_blank_line(*p, *end) ? DT_END : DT_OK;
+}
+
 typedef struct {
     const char *start;       /* the field's first byte after padding: where errors point */
     const char *text, *stop; /* its content: inside the quotes, or with padding trimmed */
@@ -251,13 +263,10 @@ dt_status dt_csv_parse_header(const char *line, size_t len, const dt_csv_options
                               char names[][DT_CSV_NAME_CAP], int max, int *n)
 {
     *n = 0;
-    dt_status st = check_delimiter(o);
+    const char *p, *end;
+    dt_status st = line_content(line, len, o, &p, &end);
     if (st)
         return st;
-    const char *p, *end;
-    line_bounds(line, len, &p, &end);
-    if (is_blank_line(p, end))
-        return DT_END;
     const char delim = o->delimiter;
     int k = 0;
     for (;;) {
@@ -303,13 +312,10 @@ int dt_csv_find_column(const char names[][DT_CSV_NAME_CAP], int n, const char *n
 dt_status dt_csv_count_fields(const char *line, size_t len, const dt_csv_options *o, int *n)
 {
     *n = 0;
-    dt_status st = check_delimiter(o);
+    const char *p, *end;
+    dt_status st = line_content(line, len, o, &p, &end);
     if (st)
         return st;
-    const char *p, *end;
-    line_bounds(line, len, &p, &end);
-    if (is_blank_line(p, end))
-        return DT_END;
     int k = count_from(line, p, end, o->delimiter, 1);
     if (k < 0)
         return DT_ERR_FORMAT;

@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "dtrain/hash.h"
+#include "gen_int.h"
 
 const char dt_gen_census_header[] =
     "age,workclass,fnlwgt,education,education_num,marital_status,occupation,relationship,race,"
@@ -285,18 +286,9 @@ double dt_gen_census_bias(void)
         draw_person(&r, &p);
         z[n] = teacher_logit(&p);
     }
-    double lo = -20.0, hi = 20.0;
-    for (int it = 0; it < 50; it++) {
-        double mid = (lo + hi) / 2.0, s = 0.0;
-        for (int n = 0; n < SAMPLE; n++)
-            s += 1.0 / (1.0 + exp(-(z[n] + mid)));
-        if (s / SAMPLE < 0.24)
-            lo = mid;
-        else
-            hi = mid;
-    }
+    double bias = dt_gen_bias_for_rate(z, SAMPLE, 0.24);
     free(z);
-    return lo;
+    return bias;
 }
 
 /* ---- The line ---- */
@@ -308,17 +300,8 @@ static char *put_str(char *p, const char *s)
     return p + n;
 }
 
-static char *put_int(char *p, int v)
-{
-    char tmp[12];
-    int n = 0;
-    do
-        tmp[n++] = (char)('0' + v % 10);
-    while ((v /= 10) != 0);
-    while (n)
-        *p++ = tmp[--n];
-    return p;
-}
+/* A census number: every one is >= 0. */
+static char *put_int(char *p, int v) { return dt_put_decimal(p, (uint64_t)v); }
 
 size_t dt_gen_census_row(double bias, dt_rng *r, char *out, float *logit, float *label)
 {

@@ -17,6 +17,7 @@
 #include "dtrain/metrics.h"
 #include "dtrain/rng.h"
 #include "../core/crc32c.h"
+#include "gen_int.h"
 
 #define LATENT 4
 #define BLOCK_ROWS 8192
@@ -179,18 +180,23 @@ static void teacher_init(teacher *t)
         draw_row(t, &r, &x);
         z[n] = x.logit;
     }
+    t->bias = dt_gen_bias_for_rate(z, SAMPLE, 0.25);
+    free(z);
+}
+
+double dt_gen_bias_for_rate(const double *z, int n, double rate)
+{
     double lo = -20.0, hi = 20.0;
     for (int it = 0; it < 50; it++) {
         double mid = (lo + hi) / 2.0, p = 0.0;
-        for (int n = 0; n < SAMPLE; n++)
-            p += 1.0 / (1.0 + exp(-(z[n] + mid)));
-        if (p / SAMPLE < 0.25)
+        for (int i = 0; i < n; i++)
+            p += 1.0 / (1.0 + exp(-(z[i] + mid)));
+        if (p / n < rate)
             lo = mid;
         else
             hi = mid;
     }
-    t->bias = lo;
-    free(z);
+    return lo;
 }
 
 int64_t dt_gen_ctr_feature_size(void)
@@ -234,23 +240,11 @@ static bool reserve(buf *b, size_t more)
     return true;
 }
 
-static char *put_u64(char *p, uint64_t v)
-{
-    char tmp[24];
-    int n = 0;
-    do
-        tmp[n++] = (char)('0' + v % 10);
-    while ((v /= 10) != 0);
-    while (n)
-        *p++ = tmp[--n];
-    return p;
-}
-
 /* v >= 0 with six decimals, trailing zeros dropped: exact enough for a float reader. */
 static char *put_fixed6(char *p, double v)
 {
     uint64_t n = (uint64_t)llround(v * 1e6);
-    p = put_u64(p, n / 1000000);
+    p = dt_put_decimal(p, n / 1000000);
     uint64_t frac = n % 1000000;
     if (frac) {
         *p++ = '.';
@@ -289,7 +283,7 @@ static bool format_libsvm(const teacher *t, const row *x, buf *b)
     ids_values(t, x, ids, vals);
     for (int f = 0; f < DT_GEN_FIELDS; f++) {
         *p++ = ' ';
-        p = put_u64(p, (uint64_t)ids[f]);
+        p = dt_put_decimal(p, (uint64_t)ids[f]);
         *p++ = ':';
         p = f < DT_GEN_NUMERIC ? put_fixed6(p, x->num[f]) : (*p = '1', p + 1);
     }
@@ -318,7 +312,7 @@ static bool format_columns(const row *x, char sep, buf *b)
     for (int i = 0; i < DT_GEN_NUMERIC; i++) {
         *p++ = sep;
         if (x->count[i] >= 0)
-            p = put_u64(p, (uint64_t)x->count[i]);
+            p = dt_put_decimal(p, (uint64_t)x->count[i]);
     }
     for (int j = 0; j < DT_GEN_CATEGORICAL; j++) {
         *p++ = sep;

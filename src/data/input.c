@@ -12,6 +12,7 @@
 
 #include "image_pipeline.h"
 #include "dtrain/log.h"
+#include "input_int.h"
 
 /* ---- Specs ---- */
 
@@ -134,6 +135,16 @@ void dt_input_options_default(dt_input_options *o)
     o->index_base = 1;
     o->ids_key = "ids";
     o->values_key = "values";
+}
+
+void dt_input_options_for_batch(dt_input_options *io, const dt_input_options *given,
+                                int batch_size)
+{
+    if (given)
+        *io = *given;
+    else
+        dt_input_options_default(io);
+    io->batch_size = batch_size;
 }
 
 /* ---- Images ---- */

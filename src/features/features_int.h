@@ -8,6 +8,7 @@
 #ifndef DTRAIN_FEATURES_INT_H
 #define DTRAIN_FEATURES_INT_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -120,6 +121,11 @@ int64_t dt_vocab_find_hashed(const dt_vocab *v, const char *token, size_t len, u
 static inline const char *dt_vocab_token(const dt_vocab *v, int64_t i) { return v->blob + v->offset[i]; }
 
 /* ---- Columns (spec.c) ---- */
+/* DT_ERR_INVALID for a spec's content, as its parser and the model builder name it:
+ * "SOURCE: WHERE: message" ("columns[3] 'age'", "model.dnn_hidden_units"), or
+ * "SOURCE: message" when where is empty. */
+dt_status dt_features_verror(const dt_features *f, const char *where, const char *fmt,
+                             va_list ap) __attribute__((format(printf, 3, 0)));
 /* The column called name, or -1. */
 int dt_features_find_column(const dt_features *f, const char *name);
 /* Whether a column's output is ids (categorical) rather than values. */

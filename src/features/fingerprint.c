@@ -62,28 +62,32 @@ static uint64_t hash_upto16(const uint8_t *p, size_t n)
     return FP_K2;
 }
 
-/* 17 to 32 bytes: the first 16 and the last 16, which overlap below 32. */
-static uint64_t hash_17to32(const uint8_t *p, size_t n)
+/* The mix of the first 16 and the last 16 bytes (which overlap below 32) that 17-to-32 returns
+ * and 33-to-64 starts from; a is the first word times the caller's factor, and *y the first
+ * half of the mixed pair. */
+static inline uint64_t mix_ends(const uint8_t *p, size_t n, uint64_t mul, uint64_t a,
+                                uint64_t *y)
 {
-    uint64_t mul = FP_K2 + 2 * (uint64_t)n;
-    uint64_t a = ld64(p) * FP_K1;
     uint64_t b = ld64(p + 8);
     uint64_t c = ld64(p + n - 8) * mul;
     uint64_t d = ld64(p + n - 16) * FP_K2;
-    return mix2(rotr(a + b, 43) + rotr(c, 30) + d, a + rotr(b + FP_K2, 18) + c, mul);
+    *y = rotr(a + b, 43) + rotr(c, 30) + d;
+    return mix2(*y, a + rotr(b + FP_K2, 18) + c, mul);
 }
 
-/* 33 to 64 bytes: the 17-to-32 mix over both ends, chained into a second one over the middle
- * words. */
+/* 17 to 32 bytes: both ends. */
+static uint64_t hash_17to32(const uint8_t *p, size_t n)
+{
+    uint64_t y;
+    return mix_ends(p, n, FP_K2 + 2 * (uint64_t)n, ld64(p) * FP_K1, &y);
+}
+
+/* 33 to 64 bytes: the mix of both ends, chained into a second one over the middle words. */
 static uint64_t hash_33to64(const uint8_t *p, size_t n)
 {
     uint64_t mul = FP_K2 + 2 * (uint64_t)n;
-    uint64_t a = ld64(p) * FP_K2;
-    uint64_t b = ld64(p + 8);
-    uint64_t c = ld64(p + n - 8) * mul;
-    uint64_t d = ld64(p + n - 16) * FP_K2;
-    uint64_t y = rotr(a + b, 43) + rotr(c, 30) + d;
-    uint64_t z = mix2(y, a + rotr(b + FP_K2, 18) + c, mul);
+    uint64_t a = ld64(p) * FP_K2, y;
+    uint64_t z = mix_ends(p, n, mul, a, &y);
     uint64_t e = ld64(p + 16) * mul;
     uint64_t f = ld64(p + 24);
     uint64_t g = (y + ld64(p + n - 32)) * mul;

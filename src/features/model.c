@@ -38,13 +38,13 @@ static dt_status model_error(const mctx *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static dt_status model_error(const mctx *c, const char *fmt, ...)
 {
-    char msg[512];
+    char where[sizeof c->where + 8];
+    snprintf(where, sizeof where, "model%s%s", c->where[0] ? "." : "", c->where);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    dt_status st = dt_features_verror(c->f, where, fmt, ap);
     va_end(ap);
-    return dt_error(DT_ERR_INVALID, "%s: model%s%s: %s", c->f->source, c->where[0] ? "." : "",
-                    c->where, msg);
+    return st;
 }
 
 static dt_status add_table(mctx *c, const char *name, int64_t rows, int dim, bool linear,

@@ -81,14 +81,21 @@ static dt_status spec_error(const pctx *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 static dt_status spec_error(const pctx *c, const char *fmt, ...)
 {
-    char msg[768];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    dt_status st = dt_features_verror(c->f, c->where, fmt, ap);
     va_end(ap);
-    if (c->where[0])
-        return dt_error(DT_ERR_INVALID, "%s: %s: %s", c->f->source, c->where, msg);
-    return dt_error(DT_ERR_INVALID, "%s: %s", c->f->source, msg);
+    return st;
+}
+
+dt_status dt_features_verror(const dt_features *f, const char *where, const char *fmt,
+                             va_list ap)
+{
+    char msg[768];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    if (where[0])
+        return dt_error(DT_ERR_INVALID, "%s: %s: %s", f->source, where, msg);
+    return dt_error(DT_ERR_INVALID, "%s: %s", f->source, msg);
 }
 
 static dt_status check_fields(const pctx *c, const cJSON *obj, const char *const *allowed)

@@ -601,6 +601,15 @@ void dt_cols_logits(dt_cols *c, int B, const dt_arena *params, const float *deep
  * factor in the same order (grad_places) and sums them per unique id, so that the sums depend
  * on nothing but the batch. */
 
+/* Input k of that order (k < n_deep + n_linear), *deep saying which of the two it is (a deep
+ * input's index is k); NULL when it reads another table than t. */
+static const dt_column_input *place_input(const dt_cols *c, int t, int k, bool *deep)
+{
+    *deep = k < c->spec.n_deep;
+    const dt_column_input *in = *deep ? deep_in(c, k) : lin_in(c, k - c->spec.n_deep);
+    return in->table == t ? in : NULL;
+}
+
 /* Appends the ids of input in's slot over the batch to ids from at; returns the new end. */
 static size_t slot_ids(const dt_cols *c, const dt_column_input *in, int64_t *ids, size_t at)
 {
@@ -617,21 +626,18 @@ static void list_places(dt_cols *c, int t)
 {
     table_places *tp = &c->places[t];
     size_t at = 0;
-    for (int i = 0; i < c->spec.n_deep; i++) {
-        const dt_column_input *in = deep_in(c, i);
-        if (in->table != t)
+    for (int i = 0; i < c->spec.n_deep + c->spec.n_linear; i++) {
+        bool deep;
+        const dt_column_input *in = place_input(c, t, i, &deep);
+        if (!in)
             continue;
-        if (in->kind == DT_INPUT_EMBEDDING)
-            at = slot_ids(c, in, tp->ids, at);
-        else if (in->kind == DT_INPUT_NUMERIC_EMBEDDING)
-            for (int b = 0; b < c->B; b++)
-                tp->ids[at++] = 0;
-    }
-    for (int i = 0; i < c->spec.n_linear; i++) {
-        const dt_column_input *in = lin_in(c, i);
-        if (in->table != t)
-            continue;
-        if (in->kind == DT_INPUT_BIAS)
+        if (deep) {
+            if (in->kind == DT_INPUT_EMBEDDING)
+                at = slot_ids(c, in, tp->ids, at);
+            else if (in->kind == DT_INPUT_NUMERIC_EMBEDDING)
+                for (int b = 0; b < c->B; b++)
+                    tp->ids[at++] = 0;
+        } else if (in->kind == DT_INPUT_BIAS)
             for (int b = 0; b < c->B; b++)
                 tp->ids[at++] = 0;
         else if (in->kind == DT_INPUT_NUMERIC)
@@ -668,25 +674,22 @@ static void grad_places(dt_cols *c, int t, const float *dlogits, const float *dx
     const dt_elem *e = c->batch;
     table_places *tp = &c->places[t];
     size_t at = 0;
-    for (int i = 0; i < c->spec.n_deep; i++) {
-        const dt_column_input *in = deep_in(c, i);
-        if (in->table != t)
+    for (int i = 0; i < c->spec.n_deep + c->spec.n_linear; i++) {
+        bool deep;
+        const dt_column_input *in = place_input(c, t, i, &deep);
+        if (!in)
             continue;
-        if (in->kind == DT_INPUT_EMBEDDING) {
-            at = slot_grads(c, in, dx0 + c->deep_off[i], (size_t)c->D, c->comb + i,
-                            (size_t)c->spec.n_deep, tp, at);
-        } else if (in->kind == DT_INPUT_NUMERIC_EMBEDDING) {
-            for (int b = 0; b < c->B; b++, at++) {
-                tp->g[at] = dx0 + (size_t)b * c->D + c->deep_off[i];
-                tp->scale[at] = dense_of(e, b, in->dense_off)[0];
+        if (deep) {
+            if (in->kind == DT_INPUT_EMBEDDING) {
+                at = slot_grads(c, in, dx0 + c->deep_off[i], (size_t)c->D, c->comb + i,
+                                (size_t)c->spec.n_deep, tp, at);
+            } else if (in->kind == DT_INPUT_NUMERIC_EMBEDDING) {
+                for (int b = 0; b < c->B; b++, at++) {
+                    tp->g[at] = dx0 + (size_t)b * c->D + c->deep_off[i];
+                    tp->scale[at] = dense_of(e, b, in->dense_off)[0];
+                }
             }
-        }
-    }
-    for (int i = 0; i < c->spec.n_linear; i++) {
-        const dt_column_input *in = lin_in(c, i);
-        if (in->table != t)
-            continue;
-        if (in->kind == DT_INPUT_BIAS) {
+        } else if (in->kind == DT_INPUT_BIAS) {
             for (int b = 0; b < c->B; b++, at++) {
                 tp->g[at] = dlogits + (size_t)b * c->N;
                 tp->scale[at] = 1.0f;
@@ -725,13 +728,12 @@ static size_t input_places(const dt_cols *c, const dt_column_input *in)
 static size_t count_places(const dt_cols *c, int t)
 {
     size_t n = 0;
-    for (int i = 0; i < c->spec.n_deep; i++)
-        if (deep_in(c, i)->table == t && deep_in(c, i)->kind != DT_INPUT_NUMERIC &&
-            deep_in(c, i)->kind != DT_INPUT_INDICATOR)
-            n += input_places(c, deep_in(c, i));
-    for (int i = 0; i < c->spec.n_linear; i++)
-        if (lin_in(c, i)->table == t)
-            n += input_places(c, lin_in(c, i));
+    for (int i = 0; i < c->spec.n_deep + c->spec.n_linear; i++) {
+        bool deep;
+        const dt_column_input *in = place_input(c, t, i, &deep);
+        if (in && !(deep && (in->kind == DT_INPUT_NUMERIC || in->kind == DT_INPUT_INDICATOR)))
+            n += input_places(c, in);
+    }
     return n;
 }
 

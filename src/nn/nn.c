@@ -212,8 +212,15 @@ void dt_act_backward_pool(dt_pool *pool, dt_activation act, size_t n, const floa
 
 /* ---- Conv2D ---- */
 
-static void same_padding(int in, int k, int s, int *out, int *pad_before)
+/* One spatial axis of a window's output, for convolutions and pooling alike: "same" padding
+ * (as TensorFlow places it, the extra row or column after) or none ("valid"). */
+static void window_extent(int in, int k, int s, bool same, int *out, int *pad_before)
 {
+    if (!same) {
+        *out = in >= k ? (in - k) / s + 1 : 0;
+        *pad_before = 0;
+        return;
+    }
     *out = (in + s - 1) / s;
     int total = (*out - 1) * s + k - in;
     if (total < 0)
@@ -228,13 +235,8 @@ bool dt_conv_geom_init(dt_conv_geom *g, int H, int W, int C, int KH, int KW, int
     if (H <= 0 || W <= 0 || C <= 0 || KH <= 0 || KW <= 0 || OC <= 0 || SH <= 0 || SW <= 0)
         return false;
     g->H = H, g->W = W, g->C = C, g->KH = KH, g->KW = KW, g->OC = OC, g->SH = SH, g->SW = SW;
-    if (same) {
-        same_padding(H, KH, SH, &g->OH, &g->pad_top);
-        same_padding(W, KW, SW, &g->OW, &g->pad_left);
-    } else {
-        g->OH = H >= KH ? (H - KH) / SH + 1 : 0;
-        g->OW = W >= KW ? (W - KW) / SW + 1 : 0;
-    }
+    window_extent(H, KH, SH, same, &g->OH, &g->pad_top);
+    window_extent(W, KW, SW, same, &g->OW, &g->pad_left);
     return g->OH > 0 && g->OW > 0;
 }
 
@@ -483,13 +485,8 @@ bool dt_pool_geom_init(dt_pool_geom *g, int H, int W, int C, int PH, int PW, int
     if (H <= 0 || W <= 0 || C <= 0 || PH <= 0 || PW <= 0 || SH <= 0 || SW <= 0)
         return false;
     g->H = H, g->W = W, g->C = C, g->PH = PH, g->PW = PW, g->SH = SH, g->SW = SW;
-    if (same) {
-        same_padding(H, PH, SH, &g->OH, &g->pad_top);
-        same_padding(W, PW, SW, &g->OW, &g->pad_left);
-    } else {
-        g->OH = H >= PH ? (H - PH) / SH + 1 : 0;
-        g->OW = W >= PW ? (W - PW) / SW + 1 : 0;
-    }
+    window_extent(H, PH, SH, same, &g->OH, &g->pad_top);
+    window_extent(W, PW, SW, same, &g->OW, &g->pad_left);
     return g->OH > 0 && g->OW > 0;
 }
 
@@ -572,13 +569,25 @@ void dt_dropout_backward(size_t n, const float *mask, float *dy)
 }
 DT_MULTI_ISA_HIDE(dt_dropout_backward)
 
-/* Task t draws chunk t: the chunk, not the thread count, fixes the split. */
+/* The dropout passes' tasks: task t takes chunk t, [*lo, *lo + return), so the chunk, not the
+ * thread count, fixes the split (and the draws). */
+static int dropout_tasks(size_t n)
+{
+    /* Chunks beyond INT_MAX would need 2^31 x 16384 values: no batch holds them. */
+    return (int)((n + DT_DROPOUT_CHUNK - 1) / DT_DROPOUT_CHUNK);
+}
+
+static size_t dropout_chunk(const struct elementwise_job *j, int task, size_t *lo)
+{
+    *lo = (size_t)task * DT_DROPOUT_CHUNK;
+    return j->n - *lo < DT_DROPOUT_CHUNK ? j->n - *lo : DT_DROPOUT_CHUNK;
+}
+
 static void dropout_forward_task(void *ctx, int task, int n_tasks)
 {
     (void)n_tasks;
     const struct elementwise_job *j = ctx;
-    size_t lo = (size_t)task * DT_DROPOUT_CHUNK;
-    size_t len = j->n - lo < DT_DROPOUT_CHUNK ? j->n - lo : DT_DROPOUT_CHUNK;
+    size_t lo, len = dropout_chunk(j, task, &lo);
     dt_rng rng;
     dt_rng_derive(&rng, j->seed, j->key1, j->key2 + ((uint64_t)task << 16));
     dt_dropout_forward(len, j->rate, &rng, j->in + lo, j->out + lo, j->mask_out + lo);
@@ -598,9 +607,7 @@ void dt_dropout_forward_pool(dt_pool *pool, size_t n, float rate, uint64_t seed,
 {
     struct elementwise_job j = {.n = n, .in = x, .out = y, .mask_out = mask, .rate = rate,
                                 .seed = seed, .key1 = key1, .key2 = key2};
-    size_t chunks = (n + DT_DROPOUT_CHUNK - 1) / DT_DROPOUT_CHUNK;
-    /* Chunks beyond INT_MAX would need 2^31 x 16384 values: no batch holds them. */
-    dt_pool_run(pool, dropout_forward_task, &j, (int)chunks);
+    dt_pool_run(pool, dropout_forward_task, &j, dropout_tasks(n));
 }
 
 /* Chunk t of y through the activation, then chunk t's dropout: a chunk is still in this core's
@@ -609,8 +616,7 @@ void dt_dropout_forward_pool(dt_pool *pool, size_t n, float rate, uint64_t seed,
 static void act_dropout_forward_task(void *ctx, int task, int n_tasks)
 {
     const struct elementwise_job *j = ctx;
-    size_t lo = (size_t)task * DT_DROPOUT_CHUNK;
-    size_t len = j->n - lo < DT_DROPOUT_CHUNK ? j->n - lo : DT_DROPOUT_CHUNK;
+    size_t lo, len = dropout_chunk(j, task, &lo);
     if (j->act != DT_ACT_NONE)
         dt_act_forward(j->act, len, j->act_y + lo);
     dropout_forward_task(ctx, task, n_tasks);
@@ -623,8 +629,7 @@ void dt_act_dropout_forward_pool(dt_pool *pool, dt_activation act, size_t n, flo
     struct elementwise_job j = {.act = act, .n = n, .act_y = y, .in = y, .out = out,
                                 .mask_out = mask, .rate = rate, .seed = seed, .key1 = key1,
                                 .key2 = key2};
-    size_t chunks = (n + DT_DROPOUT_CHUNK - 1) / DT_DROPOUT_CHUNK;
-    dt_pool_run(pool, act_dropout_forward_task, &j, (int)chunks);
+    dt_pool_run(pool, act_dropout_forward_task, &j, dropout_tasks(n));
 }
 
 static void dropout_act_backward_task(void *ctx, int task, int n_tasks)

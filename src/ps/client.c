@@ -353,8 +353,10 @@ static dt_status plan(table_info *t, const int64_t *ids, size_t n)
     return DT_OK;
 }
 
-/* One PULL_ROWS per shard with ids; rows go to t's destination. */
-static dt_status queue_pull(dt_ps_client *c, int ti)
+/* One message like m per shard of table ti with ids, for the shard's table and with its ids;
+ * rows (grouped by shard, dim floats an id) go with them unless NULL. */
+static dt_status queue_rows(dt_ps_client *c, int ti, dt_psmsg m, reply_kind reply,
+                            const float *rows)
 {
     table_info *t = &c->tables[ti];
     dt_status st = DT_OK;
@@ -362,11 +364,17 @@ static dt_status queue_pull(dt_ps_client *c, int ti)
         size_t lo = t->count[s], n = t->count[s + 1] - lo;
         if (n == 0)
             continue;
-        dt_psmsg m = {.type = DT_PSMSG_PULL_ROWS, .table = wire_table(t->id, s),
-                      .n = (uint32_t)n};
-        st = queue(c, (pending){ps_of_shard(c, s), REPLY_ROWS, ti, s, 0}, &m, t->ids + lo, NULL);
+        m.table = wire_table(t->id, s), m.n = (uint32_t)n;
+        st = queue(c, (pending){ps_of_shard(c, s), reply, ti, s, 0}, &m, t->ids + lo,
+                   rows ? rows + lo * (size_t)t->dim : NULL);
     }
     return st;
+}
+
+/* One PULL_ROWS per shard with ids; rows go to t's destination. */
+static dt_status queue_pull(dt_ps_client *c, int ti)
+{
+    return queue_rows(c, ti, (dt_psmsg){.type = DT_PSMSG_PULL_ROWS}, REPLY_ROWS, NULL);
 }
 
 /* One PUSH_ROWS per shard with ids, their rows taken from rows (by place). */
@@ -388,18 +396,9 @@ static dt_status queue_push(dt_ps_client *c, int ti, const float *rows, int64_t 
             memcpy(c->grouped + i * dim, rows + t->places[i] * dim, dim * sizeof *rows);
         grouped = c->grouped;
     }
-    dt_status st = DT_OK;
-    for (int64_t s = 0; s < t->n_shards && st == DT_OK; s++) {
-        size_t lo = t->count[s], n = t->count[s + 1] - lo;
-        if (n == 0)
-            continue;
-        dt_psmsg m = {.type = DT_PSMSG_PUSH_ROWS, .table = wire_table(t->id, s),
-                      .n = (uint32_t)n, .dim = (uint32_t)dim, .step = step,
-                      .lr_scale = lr_scale};
-        st = queue(c, (pending){ps_of_shard(c, s), REPLY_ACK, ti, s, 0}, &m, t->ids + lo,
-                   grouped + lo * dim);
-    }
-    return st;
+    dt_psmsg m = {.type = DT_PSMSG_PUSH_ROWS, .dim = (uint32_t)dim, .step = step,
+                  .lr_scale = lr_scale};
+    return queue_rows(c, ti, m, REPLY_ACK, grouped);
 }
 
 /* One PULL_DENSE (values NULL) or PUSH_DENSE per dense variable. */

@@ -211,7 +211,8 @@ static dt_status get_clock(reader *r, uint64_t id, int64_t *clock)
     return st;
 }
 
-/* A definition, replayed as the coordinator's would be: it must be accepted. */
+/* A definition (a table's or a slice's), replayed as the coordinator's would be: it must be
+ * accepted. Then the clock the shard had for what it defines. */
 static dt_status define(reader *r, dt_ps_shard *s, const dt_psmsg *def, uint64_t at)
 {
     dt_psbuf reply = {0};
@@ -222,7 +223,14 @@ static dt_status define(reader *r, dt_ps_shard *s, const dt_psmsg *def, uint64_t
         st = dt_error(DT_ERR_FORMAT, "%s: byte %llu: %.*s", r->path, (unsigned long long)at,
                       (int)ack.text_len, ack.text);
     dt_psbuf_free(&reply);
-    return st;
+    if (st)
+        return st;
+    if (def->type == DT_PSMSG_TABLE) {
+        dt_ps_table_shard *ts = &s->tables[s->n_tables - 1];
+        return get_clock(r, ts->id, &ts->clock);
+    }
+    dt_ps_dense_slice *v = &s->slices[s->n_slices - 1];
+    return get_clock(r, v->id, &v->clock);
 }
 
 static dt_status get_table(reader *r, dt_ps_shard *s, const dt_psmsg *def, uint64_t at)
@@ -231,8 +239,7 @@ static dt_status get_table(reader *r, dt_ps_shard *s, const dt_psmsg *def, uint6
     if (st)
         return st;
     dt_ps_table_shard *ts = &s->tables[s->n_tables - 1];
-    if ((st = get_clock(r, ts->id, &ts->clock)) ||
-        (st = get_rows(r, ts->id, 0, ts->t.data, ts->t.rows, ts->t.dim)))
+    if ((st = get_rows(r, ts->id, 0, ts->t.data, ts->t.rows, ts->t.dim)))
         return st;
     for (int k = 0; k < ts->t.n_slots && st == DT_OK; k++)
         st = get_rows(r, ts->id, (uint64_t)k + 1, ts->t.slots[k], ts->t.rows, ts->t.dim);
@@ -245,8 +252,6 @@ static dt_status get_slice(reader *r, dt_ps_shard *s, const dt_psmsg *def, uint6
     if (st)
         return st;
     dt_ps_dense_slice *v = &s->slices[s->n_slices - 1];
-    if ((st = get_clock(r, v->id, &v->clock)))
-        return st;
     for (int k = 0; k < s->dense_opt.n_slots; k++) {
         uint64_t at_k = r->at;
         dt_psmsg m;

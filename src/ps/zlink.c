@@ -44,6 +44,29 @@ static dt_status derive_keys(const void *secret, size_t secret_len, const char *
 static const char *const server_label = "dtrain ps curve server";
 static const char *const client_label = "dtrain ps curve client";
 
+/* CURVE on l's socket, its keys derived from the cluster secret (no secret: plain ZeroMQ): a
+ * server's own secret key, or a client's key pair and the server's public key. what and where
+ * name the step in an error. */
+static dt_status set_curve(dt_zlink *l, const void *secret, size_t secret_len, bool server,
+                           const char *what, const char *where)
+{
+    if (secret_len == 0)
+        return DT_OK;
+    char spub[41], ssec[41], cpub[41], csec[41];
+    dt_status st = derive_keys(secret, secret_len, server_label, spub, ssec);
+    if (st == DT_OK && !server)
+        st = derive_keys(secret, secret_len, client_label, cpub, csec);
+    if (st)
+        return st;
+    int one = 1;
+    bool set = server ? zmq_setsockopt(l->sock, ZMQ_CURVE_SERVER, &one, sizeof one) == 0 &&
+                            zmq_setsockopt(l->sock, ZMQ_CURVE_SECRETKEY, ssec, 40) == 0
+                      : zmq_setsockopt(l->sock, ZMQ_CURVE_SERVERKEY, spub, 40) == 0 &&
+                            zmq_setsockopt(l->sock, ZMQ_CURVE_PUBLICKEY, cpub, 40) == 0 &&
+                            zmq_setsockopt(l->sock, ZMQ_CURVE_SECRETKEY, csec, 40) == 0;
+    return set ? DT_OK : zmq_fail(what, where);
+}
+
 static dt_status open_socket(int type, dt_zlink **out)
 {
     dt_zlink *l = calloc(1, sizeof *l);
@@ -68,16 +91,8 @@ dt_status dt_zlink_server(const char *endpoint, const void *secret, size_t secre
     dt_status st = open_socket(ZMQ_ROUTER, &l);
     if (st)
         return st;
-    if (secret_len > 0) {
-        char pub[41], sec[41];
-        int one = 1;
-        if ((st = derive_keys(secret, secret_len, server_label, pub, sec)) ||
-            zmq_setsockopt(l->sock, ZMQ_CURVE_SERVER, &one, sizeof one) != 0 ||
-            zmq_setsockopt(l->sock, ZMQ_CURVE_SECRETKEY, sec, 40) != 0) {
-            st = st ? st : zmq_fail("setting CURVE on", endpoint);
-            goto fail;
-        }
-    }
+    if ((st = set_curve(l, secret, secret_len, true, "setting CURVE on", endpoint)))
+        goto fail;
     size_t cap = sizeof l->endpoint;
     if (zmq_bind(l->sock, endpoint) != 0 ||
         zmq_getsockopt(l->sock, ZMQ_LAST_ENDPOINT, l->endpoint, &cap) != 0) {
@@ -169,19 +184,9 @@ dt_status dt_zlink_client(const char *endpoint, const char *peer, const void *se
         return st;
     snprintf(l->peer, sizeof l->peer, "%s", peer);
     snprintf(l->endpoint, sizeof l->endpoint, "%s", endpoint);
-    if ((st = watch_connection(l, heartbeat)))
+    if ((st = watch_connection(l, heartbeat)) ||
+        (st = set_curve(l, secret, secret_len, false, "setting CURVE for", peer)))
         goto fail;
-    if (secret_len > 0) {
-        char spub[41], ssec[41], cpub[41], csec[41];
-        if ((st = derive_keys(secret, secret_len, server_label, spub, ssec)) ||
-            (st = derive_keys(secret, secret_len, client_label, cpub, csec)) ||
-            zmq_setsockopt(l->sock, ZMQ_CURVE_SERVERKEY, spub, 40) != 0 ||
-            zmq_setsockopt(l->sock, ZMQ_CURVE_PUBLICKEY, cpub, 40) != 0 ||
-            zmq_setsockopt(l->sock, ZMQ_CURVE_SECRETKEY, csec, 40) != 0) {
-            st = st ? st : zmq_fail("setting CURVE for", peer);
-            goto fail;
-        }
-    }
     if (zmq_connect(l->sock, endpoint) != 0) {
         st = zmq_fail("connecting to", peer);
         goto fail;

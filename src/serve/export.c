@@ -104,6 +104,29 @@ dt_status dt_export_make_dirs(const char *dir)
     }
 }
 
+dt_status dt_export_begin(const char *model_dir, const char *checkpoint,
+                          const dt_export_options *o, const char *out_dir, dt_saved_spec *sm,
+                          dt_ckpt **c, dt_model **m, dt_export_result *res)
+{
+    dt_status st;
+    if ((st = dt_export_open(model_dir, checkpoint, o, sm, c)) ||
+        (st = dt_saved_model_map(*c, sm, 1, m)) || (st = dt_export_make_dirs(out_dir)))
+        return st;
+    res->step = dt_saved_model_step(*c);
+    snprintf(res->checkpoint, sizeof res->checkpoint, "%s", dt_ckpt_path(*c));
+    return DT_OK;
+}
+
+cJSON *dt_export_features_json(const dt_features *f)
+{
+    char *text = dt_features_to_json(f);
+    cJSON *json = text ? cJSON_Parse(text) : NULL;
+    free(text);
+    if (!json)
+        dt_error(DT_ERR_NOMEM, "no memory for the feature spec");
+    return json;
+}
+
 const char *dt_export_split_path(const char *path, char *dir, size_t cap)
 {
     const char *slash = strrchr(path, '/');

@@ -123,17 +123,12 @@ dt_status dt_export_dtrain(const char *model_dir, const char *checkpoint,
     dt_ckpt *c = NULL;
     dt_model *m = NULL;
     cJSON *sig = NULL, *spec_json = NULL;
-    char *spec_text = NULL;
     char path[4200];
-    if ((st = dt_export_open(model_dir, checkpoint, o, &sm, &c)) ||
-        (st = dt_saved_model_map(c, &sm, 1, &m)) || (st = dt_export_make_dirs(o->out)))
+    if ((st = dt_export_begin(model_dir, checkpoint, o, o->out, &sm, &c, &m, &res)))
         goto done;
-    res.step = dt_saved_model_step(c);
-    snprintf(res.checkpoint, sizeof res.checkpoint, "%s", dt_ckpt_path(c));
     if (sm.features) {
-        if (!(spec_text = dt_features_to_json(sm.features)) ||
-            !(spec_json = cJSON_Parse(spec_text))) {
-            st = dt_error(DT_ERR_NOMEM, "no memory for the feature spec");
+        if (!(spec_json = dt_export_features_json(sm.features))) {
+            st = DT_ERR_NOMEM;
             goto done;
         }
         snprintf(path, sizeof path, "%s/%s", o->out, DT_FEATURE_SPEC_FILE);
@@ -164,7 +159,6 @@ done:
         *r = res;
     cJSON_Delete(sig);
     cJSON_Delete(spec_json);
-    free(spec_text);
     dt_model_destroy(m);
     dt_ckpt_close(c);
     dt_saved_spec_close(&sm);

@@ -25,6 +25,18 @@ dt_status dt_export_open(const char *model_dir, const char *checkpoint,
 /* Creates dir and its parents where missing, as a model directory is created. */
 dt_status dt_export_make_dirs(const char *dir);
 
+/* What every format starts with, after dt_export_check: the saved feature spec and the
+ * checkpoint opened (dt_export_open), the model built from it with its tables read where they
+ * lie in the mapped file, out_dir created, and res's step and checkpoint set. The caller closes
+ * sm, *c and *m, also after a failure. */
+dt_status dt_export_begin(const char *model_dir, const char *checkpoint,
+                          const dt_export_options *o, const char *out_dir, dt_saved_spec *sm,
+                          dt_ckpt **c, dt_model **m, dt_export_result *res);
+
+/* The feature spec f as a JSON object, as it is saved beside a model; NULL (and the error set)
+ * without memory. */
+cJSON *dt_export_features_json(const dt_features *f);
+
 /* The base name of path, and its directory ("." for none) into dir. */
 const char *dt_export_split_path(const char *path, char *dir, size_t cap);
 

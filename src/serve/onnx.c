@@ -438,34 +438,47 @@ static cJSON *spec_column(const exporter *x, const char *name)
     return NULL;
 }
 
+/* The rule of each column type (the vocabulary row stands for vocabulary_list and
+ * vocabulary_file too). */
+static const struct {
+    const char *type;
+    const char *rule;
+} rules[] = {
+    {"hash_bucket",
+     "id = Fingerprint64(value) mod hash_bucket_size: FarmHash's Fingerprint64 of the "
+     "value's bytes (an integer as its decimal digits), unsigned 64-bit"},
+    {"vocabulary",
+     "id = the token's index in the vocabulary (for vocabulary_file, the file's first "
+     "vocabulary_size lines, one token a line); any other token: vocabulary length + "
+     "Fingerprint64(token) mod num_oov_buckets when num_oov_buckets is given, else "
+     "default_value, where -1 (also without either) drops the value"},
+    {"identity",
+     "id = the integer value; outside [0, num_buckets): default_value, where -1 drops "
+     "the value (without default_value dtrain stops)"},
+    {"bucketized",
+     "id = how many boundaries are <= the source column's raw value (its "
+     "default_value when missing), before the source's normalizer"},
+    {"crossed",
+     "h = hash_key (default 0xDECAFCAFFE); for each key in order, h = "
+     "FingerprintCat64(h, v) with v = Fingerprint64 of a raw key's string, or a "
+     "column's id as it is; id = h mod hash_bucket_size; with several values per key, "
+     "one id per element of their Cartesian product, the last key fastest; a key "
+     "without values gives no ids"},
+    {"weighted",
+     "the categorical column's ids, each with the number of weight_key paired with "
+     "its value"},
+    {"numeric",
+     "the raw value (default_value when missing); the normalizer is applied in the "
+     "graph"},
+};
+
 static const char *rule_of(const char *type)
 {
-    if (strcmp(type, "hash_bucket") == 0)
-        return "id = Fingerprint64(value) mod hash_bucket_size: FarmHash's Fingerprint64 of the "
-               "value's bytes (an integer as its decimal digits), unsigned 64-bit";
     if (strncmp(type, "vocabulary", 10) == 0)
-        return "id = the token's index in the vocabulary (for vocabulary_file, the file's first "
-               "vocabulary_size lines, one token a line); any other token: vocabulary length + "
-               "Fingerprint64(token) mod num_oov_buckets when num_oov_buckets is given, else "
-               "default_value, where -1 (also without either) drops the value";
-    if (strcmp(type, "identity") == 0)
-        return "id = the integer value; outside [0, num_buckets): default_value, where -1 drops "
-               "the value (without default_value dtrain stops)";
-    if (strcmp(type, "bucketized") == 0)
-        return "id = how many boundaries are <= the source column's raw value (its "
-               "default_value when missing), before the source's normalizer";
-    if (strcmp(type, "crossed") == 0)
-        return "h = hash_key (default 0xDECAFCAFFE); for each key in order, h = "
-               "FingerprintCat64(h, v) with v = Fingerprint64 of a raw key's string, or a "
-               "column's id as it is; id = h mod hash_bucket_size; with several values per key, "
-               "one id per element of their Cartesian product, the last key fastest; a key "
-               "without values gives no ids";
-    if (strcmp(type, "weighted") == 0)
-        return "the categorical column's ids, each with the number of weight_key paired with "
-               "its value";
-    if (strcmp(type, "numeric") == 0)
-        return "the raw value (default_value when missing); the normalizer is applied in the "
-               "graph";
+        type = "vocabulary";
+    for (size_t i = 0; i < sizeof rules / sizeof rules[0]; i++)
+        if (strcmp(type, rules[i].type) == 0)
+            return rules[i].rule;
     return "";
 }
 
@@ -870,14 +883,10 @@ dt_status dt_export_onnx(const char *model_dir, const char *checkpoint,
     dt_saved_spec sm;
     memset(&sm, 0, sizeof sm);
     dt_ckpt *c = NULL;
-    char *spec_text = NULL;
     char dir[4096], data_path[4100], sig_path[4200];
     const char *base = dt_export_split_path(o->out, dir, sizeof dir);
-    if ((st = dt_export_open(model_dir, checkpoint, o, &sm, &c)) ||
-        (st = dt_saved_model_map(c, &sm, 1, &x.m)) || (st = dt_export_make_dirs(dir)))
+    if ((st = dt_export_begin(model_dir, checkpoint, o, dir, &sm, &c, &x.m, &res)))
         goto done;
-    res.step = dt_saved_model_step(c);
-    snprintf(res.checkpoint, sizeof res.checkpoint, "%s", dt_ckpt_path(c));
     x.spec = dt_model_spec_of(x.m);
     x.f = sm.features;
     x.sig = cJSON_CreateObject();
@@ -885,12 +894,9 @@ dt_status dt_export_onnx(const char *model_dir, const char *checkpoint,
         st = dt_error(DT_ERR_NOMEM, "no memory for the signature");
         goto done;
     }
-    if (x.f) {
-        spec_text = dt_features_to_json(x.f);
-        if (!spec_text || !(x.spec_json = cJSON_Parse(spec_text))) {
-            st = dt_error(DT_ERR_NOMEM, "no memory for the feature spec");
-            goto done;
-        }
+    if (x.f && !(x.spec_json = dt_export_features_json(x.f))) {
+        st = DT_ERR_NOMEM;
+        goto done;
     }
     dt_export_model_kind(x.spec, x.spec_json, res.model_kind, sizeof res.model_kind);
     describe_model(&x, c, res.step, res.model_kind, base);
@@ -950,7 +956,6 @@ dt_status dt_export_onnx(const char *model_dir, const char *checkpoint,
 done:
     if (r)
         *r = res;
-    free(spec_text);
     cJSON_Delete(x.sig);
     cJSON_Delete(x.spec_json);
     free(x.slot_ids), free(x.slot_weights), free(x.numeric);

@@ -423,7 +423,10 @@ const char *og_node(og_graph *g, const char *op, const char *out, int n_in,
     return outs[0] ? outs[0] : "?";
 }
 
-static Onnx__AttributeProto *new_attr(og_graph *g, const char *name)
+/* An attribute of the type on the last node made; NULL (and the failure noted) when it cannot
+ * be. */
+static Onnx__AttributeProto *new_attr(og_graph *g, const char *name,
+                                      Onnx__AttributeProto__AttributeType type)
 {
     if (g->nodes.n == 0) {
         fail_msg(g, DT_ERR_INVALID, "an ONNX attribute before any node");
@@ -440,37 +443,31 @@ static Onnx__AttributeProto *new_attr(og_graph *g, const char *name)
     onnx__attribute_proto__init(a);
     a->name = str(g, name);
     a->has_type = 1;
+    a->type = type;
     nd->attribute[nd->n_attribute++] = a;
     return a;
 }
 
 void og_attr_int(og_graph *g, const char *name, int64_t v)
 {
-    Onnx__AttributeProto *a = new_attr(g, name);
-    if (a) {
-        a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT;
-        a->has_i = 1;
-        a->i = v;
-    }
+    Onnx__AttributeProto *a = new_attr(g, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT);
+    if (a)
+        a->has_i = 1, a->i = v;
 }
 
 void og_attr_float(og_graph *g, const char *name, float v)
 {
-    Onnx__AttributeProto *a = new_attr(g, name);
-    if (a) {
-        a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT;
-        a->has_f = 1;
-        a->f = v;
-    }
+    Onnx__AttributeProto *a = new_attr(g, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT);
+    if (a)
+        a->has_f = 1, a->f = v;
 }
 
 void og_attr_ints(og_graph *g, const char *name, int n, const int64_t *v)
 {
-    Onnx__AttributeProto *a = new_attr(g, name);
+    Onnx__AttributeProto *a = new_attr(g, name, ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS);
     int64_t *d = mem(g, (size_t)(n ? n : 1) * sizeof *d);
     if (a && d) {
         memcpy(d, v, (size_t)n * sizeof *d);
-        a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS;
         a->n_ints = (size_t)n;
         a->ints = d;
     }

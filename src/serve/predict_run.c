@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "../core/clock.h"
+#include "../data/input_int.h"
 #include "keep.h"
 
 void dt_predict_run_options_default(dt_predict_run_options *o)
@@ -352,11 +353,7 @@ static dt_status open_input(run *r, dt_feature_parser **fp, dt_row_parser *keepe
 {
     const dt_predict_run_options *o = r->o;
     dt_input_options io;
-    if (o->input)
-        io = *o->input;
-    else
-        dt_input_options_default(&io);
-    io.batch_size = o->batch_size;
+    dt_input_options_for_batch(&io, o->input, o->batch_size);
     io.num_parallel_calls = o->threads;
     io.shuffle_buffer = 0;
     dt_features *f = (dt_features *)dt_predictor_features(r->p);

@@ -240,6 +240,21 @@ static void update_owned(void *ctx, size_t lo, size_t hi, const float *sum)
     u->seconds += dt_clock_now() - t0;
 }
 
+/* The tables' rows, their sparse gradients summed over the replicas, updated before the dense
+ * variables: at the step the optimizer is about to count. Not when the step updates the dense
+ * variables only. */
+static dt_status update_tables(dt_replica *r, dt_model *m, dt_optim *o, dt_pool *pool,
+                               dt_step *s)
+{
+    if (dt_model_num_tables(m) == 0 || s->dense_only)
+        return DT_OK;
+    dt_status st = dt_sparse_sync_tables(r, m, rescale_of(s), s);
+    if (st)
+        return st;
+    dt_replica_update_tables(m, o, pool);
+    return DT_OK;
+}
+
 static dt_status apply_sharded(dt_replica *r, dt_model *m, dt_optim *o, dt_pool *pool,
                                dt_step *s)
 {
@@ -249,12 +264,8 @@ static dt_status apply_sharded(dt_replica *r, dt_model *m, dt_optim *o, dt_pool 
         s->comm_seconds += dt_clock_now() - t0;
         return st;
     }
-    /* The tables first: their update is at the step the optimizer is about to count. */
-    if (dt_model_num_tables(m) > 0 && !s->dense_only) {
-        if ((st = dt_sparse_sync_tables(r, m, rescale_of(s), s)))
-            return st;
-        dt_replica_update_tables(m, o, pool);
-    }
+    if ((st = update_tables(r, m, o, pool, s)))
+        return st;
     dt_arena *params = dt_model_params(m), *grads = dt_model_grads(m);
     owned_update u = {o, pool, params->data, grads->data, rescale_of(s),
                       r->shared_storage && r->stores.now, 0.0};
@@ -274,13 +285,8 @@ dt_status dt_allreduce_apply(dt_replica *r, dt_model *m, dt_optim *o, dt_pool *p
     if (sharded(r))
         return apply_sharded(r, m, o, pool, s);
     dt_status st = dt_allreduce_sum(r, m, s);
-    if (st || s->ended)
+    if (st || s->ended || (st = update_tables(r, m, o, pool, s)))
         return st;
-    if (dt_model_num_tables(m) > 0 && !s->dense_only) {
-        if ((st = dt_sparse_sync_tables(r, m, rescale_of(s), s)))
-            return st;
-        dt_replica_update_tables(m, o, pool);
-    }
     dt_arena *params = dt_model_params(m), *grads = dt_model_grads(m);
     dt_optim_step(o, pool, params->data, grads->data, params->n_elems);
     return DT_OK;

@@ -19,6 +19,7 @@
 #include "dtrain/saved_model.h"
 #include "dtrain/input.h"
 #include "fit_ckpt.h"
+#include "../data/input_int.h"
 #include "dtrain/model.h"
 #include "dtrain/pool.h"
 #include "dtrain/summary.h"
@@ -156,11 +157,7 @@ static dt_status check_options(const dt_evaluator_options *o)
 static dt_status open_test(const dt_evaluator_options *o, const dt_saved_spec *sm, dt_input *test)
 {
     dt_input_options io;
-    if (o->input)
-        io = *o->input;
-    else
-        dt_input_options_default(&io);
-    io.batch_size = o->batch_size;
+    dt_input_options_for_batch(&io, o->input, o->batch_size);
     if (sm->parser)
         io.row_parser = dt_feature_parser_rows(sm->parser);
     dt_input_spec spec;
