@@ -412,7 +412,7 @@ static dt_status csv_open(const dt_input_options *o, const dt_file_list *files,
         else
             label_name = o->label_column;
         if (label_name && !co.header)
-            return dt_error(DT_ERR_INVALID, "label_column: a column name needs --csv-header");
+            return dt_error(DT_ERR_INVALID, "label_column: a column name needs `csv_header`");
     }
     return dt_dataset_csv(files, &co, label_name, so, out);
 }

@@ -88,7 +88,7 @@ dt_status dt_fit_check(const dt_fit_config *cfg, int64_t n_examples)
     for (size_t i = 0; i < sizeof seconds / sizeof seconds[0]; i++) {
         if (!(seconds[i].value >= 0.0 && seconds[i].value <= seconds[i].max) &&
             seconds[i].max < INFINITY)
-            return dt_error(DT_ERR_INVALID, "%s: must be in 0..%g, got %g", seconds[i].field,
+            return dt_error(DT_ERR_INVALID, "%s: must be in 0..%.0f, got %g", seconds[i].field,
                             seconds[i].max, seconds[i].value);
         if (!(seconds[i].value >= 0.0))
             return dt_error(DT_ERR_INVALID, "%s: must not be negative, got %g", seconds[i].field,
