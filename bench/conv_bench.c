@@ -26,10 +26,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dtrain/clock.h"
+#include "../src/core/clock.h"
 #include "../src/nn/convpool.h"
-#include "dtrain/gemm.h"
-#include "dtrain/nn.h"
+#include "../src/nn/gemm.h"
+#include "../src/nn/nn.h"
 #include "dtrain/pool.h"
 #include "dtrain/rng.h"
 

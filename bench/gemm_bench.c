@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dtrain/clock.h"
-#include "dtrain/gemm.h"
+#include "../src/core/clock.h"
+#include "../src/nn/gemm.h"
 #include "dtrain/rng.h"
 
 static const char *const kernels[] = {"avx512", "blas"};

@@ -20,9 +20,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "dtrain/gemm.h"
-#include "dtrain/mapview.h"
-#include "dtrain/clock.h"
+#include "../src/nn/gemm.h"
+#include "../src/core/mapview.h"
+#include "../src/core/clock.h"
+#include "../src/data/image_pipeline.h"
 #include "dtrain/fit.h"
 #include "dtrain/model.h"
 #include "dtrain/optim.h"

@@ -18,8 +18,8 @@
 #include <time.h>
 
 #include "dtrain/checkpoint.h"
-#include "dtrain/clock.h"
-#include "dtrain/gemm.h"
+#include "../src/core/clock.h"
+#include "../src/nn/gemm.h"
 #include "dtrain/libsvm.h"
 #include "dtrain/model.h"
 #include "dtrain/predict.h"

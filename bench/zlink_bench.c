@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "../src/ps/zlink.h"
-#include "dtrain/clock.h"
+#include "../src/core/clock.h"
 
 static const char secret[] = "bench secret";
 

@@ -9,7 +9,7 @@
 
 #include "commands.h"
 #include "comm_open.h"
-#include "dtrain/comm_bench.h"
+#include "../src/coll/comm_bench.h"
 #include "flags.h"
 
 /* "4K", "64M", "1G", "100" -> bytes. */

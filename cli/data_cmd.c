@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include "commands.h"
-#include "dtrain/clock.h"
-#include "dtrain/fileio.h"
+#include "../src/core/clock.h"
+#include "../src/core/fileio.h"
 #include "dtrain/gen_ctr.h"
 #include "dtrain/pool.h"
 #include "dtrain/example.h"

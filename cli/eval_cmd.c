@@ -9,7 +9,7 @@
 #include "commands.h"
 #include "dtrain/checkpoint.h"
 #include "dtrain/evaluator.h"
-#include "dtrain/crc32c.h"
+#include "../src/core/crc32c.h"
 #include "dtrain/tfrecord.h"
 #include "flags.h"
 #include "read_flags.h"

@@ -6,8 +6,7 @@
 #include <string.h>
 
 #include "commands.h"
-#include "dtrain/gemm.h"
-#include "dtrain/mapview.h"
+#include "dtrain/process.h"
 
 #define DTRAIN_VERSION "0.1.0"
 

@@ -18,7 +18,7 @@ int cmd_server(int argc, char **argv)
     ROW("secret-file", FLAG_STRING, secret_file, "file holding the cluster secret (default: env "
         "DTRAIN_CLUSTER_SECRET)");
     ROW("insecure", FLAG_BOOL, insecure, "allow a non-loopback cluster without a secret");
-    ROW("coordinator-timeout", FLAG_FLOAT, coordinator_timeout, "seconds without a connected "
+    ROW("coordinator-timeout", FLAG_FLOAT, coordinator_timeout, "seconds without a word from the "
         "coordinator (the chief) before the task gives up");
     ROW("request-timeout", FLAG_FLOAT, request_timeout, "seconds a request that has begun has to "
         "arrive");

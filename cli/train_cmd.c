@@ -9,11 +9,11 @@
 
 #include "commands.h"
 #include "comm_open.h"
+#include "../src/core/clock.h"
+#include "../src/core/fileio.h"
+#include "../src/train/progress.h"
 #include "config_flags.h"
-#include "dtrain/clock.h"
-#include "dtrain/fileio.h"
-#include "dtrain/gemm.h"
-#include "dtrain/progress.h"
+#include "dtrain/process.h"
 #include "dtrain/train.h"
 #include "flags.h"
 

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "../src/ps/psmsg.h"
-#include "dtrain/crc32c.h"
+#include "../src/core/crc32c.h"
 #include "fuzz.h"
 
 static void check(const uint8_t *data, size_t size);

@@ -22,7 +22,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "dtrain/crc32c.h"
+#include "../src/core/crc32c.h"
 #include "dtrain/sources.h"
 
 typedef struct {

@@ -38,13 +38,15 @@ plant layers_upward_private_include_fails src/core/log.c '#include "../data/shuf
     "a layer above it"
 plant layers_private_header_of_another_layer_fails src/train/loop.c '#include "../net/conn.h"' \
     "not its interface"
+plant layers_cli_private_header_not_its_interface_fails cli/main.c '#include "../src/net/conn.h"' \
+    "not its interface to cli/"
 plant layers_public_header_including_above_fails include/dtrain/rows.h \
     '#include "dtrain/model.h"' "a layer above it"
 
 # An edge listed as still to remove that was removed must leave the list.
 mkdir -p "$tmp/stale"
 cp -r "$root/src" "$root/cli" "$root/include" "$root/docs" "$tmp/stale/"
-sed -i 's|^    src/train/ps_worker.c coll/agree.h$|    src/train/ps_worker.c coll/agree.h\n    src/data/csv.c core/json.h|' "$tmp/stale/docs/ARCHITECTURE.md"
+sed -i 's|None is listed now\.$|None is listed now.\n\nEdges still to remove:\n\n    src/data/csv.c core/json.h|' "$tmp/stale/docs/ARCHITECTURE.md"
 run python3 "$root/tests/layers.py" "$tmp/stale"
 if [ "$status" -ne 0 ] && grep -q "src/data/csv.c -> core/json.h is listed as still to remove but no longer exists" "$tmp/out"; then
     ok layers_list_of_edges_to_remove_only_shrinks

@@ -96,11 +96,28 @@ for spec in "2 1000 8 5 div" "3 997 16 3 mod" "2 50 4 2 mod"; do
     no_leftovers "${name}_leaves_nothing" "$base" "$nps"
 done
 
+# ---- every row of 8 tables of 500k rows x 16 from one ps in one round: the client reads replies
+# while it still sends, where sending every request first deadlocked (each side's send waiting on
+# the other's read) until the request timeout ----
+base=$(free_base 2)
+start_ps "$base" 1 --coordinator-timeout 60 --request-timeout 20
+TF_CONFIG="$(tf_config "$base" 1 chief:0)" run timeout 60 "$check" 500000 16 1 div 3 --big-round 8
+if [ "$status" -eq 0 ] && grep -q "ps_check: one round of 8 tables of 500000 rows x 16" "$tmp/out" &&
+    grep -q "ps_check: ok" "$tmp/out"; then
+    wait_pid "${ps_pids[0]}" 10
+    ok ps_client_one_round_of_8_tables_of_500k_ids "$(grep -o 'one round.*' "$tmp/out")"
+else
+    fail ps_client_one_round_of_8_tables_of_500k_ids "exit $status: $(head -c 300 "$tmp/err") ps: $(tail -2 "$tmp/ps0.err")"
+    kill -9 "${ps_pids[0]}" 2> /dev/null
+    wait "${ps_pids[0]}" 2> /dev/null
+fi
+no_leftovers ps_client_big_round_leaves_nothing "$base" 1
+
 # ---- no coordinator ever: the ps gives up naming it ----
 base=$(free_base 2)
 start_ps "$base" 1 --coordinator-timeout 1
 wait_pid "${ps_pids[0]}" 10
-if [ "$status" -eq 1 ] && grep -q "coordinator (chief:0 (127.0.0.1:$base)) has not been connected" "$tmp/ps0.err" &&
+if [ "$status" -eq 1 ] && grep -q "coordinator (chief:0 (127.0.0.1:$base)) has not been heard from" "$tmp/ps0.err" &&
     [ "$(wc -l < "$tmp/ps0.err")" -eq 1 ]; then
     ok ps_without_coordinator_gives_up
 else
@@ -122,11 +139,38 @@ wait "$chief" 2>/dev/null
 bad=""
 for k in 0 1; do
     wait_pid "${ps_pids[$k]}" 10
-    [ "$status" -eq 1 ] && grep -q "has not been connected for 2 s" "$tmp/ps$k.err" ||
+    [ "$status" -eq 1 ] && grep -q "has not been heard from for 2 s" "$tmp/ps$k.err" ||
         bad="$bad ps:$k exit $status $(head -c 200 "$tmp/ps$k.err")"
 done
 if [ -z "$bad" ]; then ok ps_coordinator_killed_ps_exit; else fail ps_coordinator_killed_ps_exit "$bad"; fi
 no_leftovers ps_coordinator_killed_leaves_nothing "$base" 2
+
+# ---- the coordinator connected but silent (stopped, or its host cut off: the connection stays
+# open): the ps tasks exit within the timeout, naming it, while it still holds its connections ----
+base=$(free_base 3)
+start_ps "$base" 2 --coordinator-timeout 2
+config=$(tf_config "$base" 2 chief:0)
+TF_CONFIG="$config" "$check" 100 4 2 mod 5 --no-stop --hold 30 \
+    > "$tmp/chief.out" 2> "$tmp/chief.err" &
+chief=$!
+pids+=("$chief")
+t0=$(date +%s%N)
+bad=""
+for k in 0 1; do
+    wait_pid "${ps_pids[$k]}" 10
+    [ "$status" -eq 1 ] && grep -q "coordinator (chief:0 (127.0.0.1:$base)) has not been heard from for 2 s" "$tmp/ps$k.err" ||
+        bad="$bad ps:$k exit $status $(head -c 200 "$tmp/ps$k.err")"
+done
+gone_ms=$((($(date +%s%N) - t0) / 1000000))
+kill -0 "$chief" 2> /dev/null || bad="$bad (the chief had ended: the test proves nothing)"
+kill -9 "$chief" 2> /dev/null
+wait "$chief" 2> /dev/null
+if [ -z "$bad" ] && [ "$gone_ms" -lt 7000 ]; then
+    ok ps_silent_coordinator_ps_exit "both ps gone after ${gone_ms} ms"
+else
+    fail ps_silent_coordinator_ps_exit "after ${gone_ms} ms:$bad"
+fi
+no_leftovers ps_silent_coordinator_leaves_nothing "$base" 2
 
 # ---- strangers: random bytes and a wrong secret are refused; the job completes ----
 base=$(free_base 3)
@@ -141,8 +185,8 @@ for _ in range(3):
     except OSError:
         pass
 PY
-DTRAIN_CLUSTER_SECRET=not-the-secret-0123456789abcdef TF_CONFIG="$(tf_config "$base" 2 chief:0)" \
-    run "$check" 100 4 2 div 3
+DTRAIN_CLUSTER_SECRET=not-the-secret-0123456789abcdef PS_CHECK_CONNECT_TIMEOUT=3 \
+    TF_CONFIG="$(tf_config "$base" 2 chief:0)" run "$check" 100 4 2 div 3
 wrong_status=$status wrong_err=$(head -c 300 "$tmp/err")
 TF_CONFIG="$(tf_config "$base" 2 chief:0)" run "$check" 100 4 2 div 10
 if [ "$wrong_status" -ne 0 ] && echo "$wrong_err" | grep -qi "auth\|secret\|MAC\|refused" &&
@@ -543,6 +587,34 @@ else
     fail ps_train_ps_killed_restores_its_snapshot "exit $status, victim '$victim', chief $chief_before/$chief_after, auc $ps_auc vs $whole_auc: $(grep -v 'bytes per sample' "$tmp/launch.err" | grep -v '^\[ps:[0-9]\] dtrain server: dropping' | head -20)"
 fi
 no_leftovers ps_train_launch_kills_leave_nothing "$base" 3
+# A ps whose snapshot write hangs (its writer stopped, as on a stalled network file system)
+# still answers: the job completes, and the stopping ps kills the hung writer.
+timeout 120 "$dtrain" launch -n 2 --ps 1 -- "$dtrain" "${lt[@]}" "$tmp/hung.json" \
+    --model-dir "$tmp/mdh" --ps-snapshot-secs 0.3 > "$tmp/hung.out" 2> "$tmp/hung.err" &
+launcher=$!
+pids+=("$launcher")
+stopped=""
+for _ in $(seq 1 600); do
+    kill -0 "$launcher" 2> /dev/null || break
+    ps_task=$(task_pid_of "$launcher" ps:0)
+    if [ -n "$ps_task" ]; then
+        # The ps task's only children are its writers.
+        for c in $(pgrep -P "$ps_task" 2> /dev/null); do
+            kill -STOP "$c" 2> /dev/null && stopped="$stopped $c"
+        done
+    fi
+    [ -n "$stopped" ] && break
+    sleep 0.05
+done
+wait "$launcher"
+status=$?
+if [ "$status" -eq 0 ] && [ -n "$stopped" ] &&
+    grep -q "\[ps:0\] dtrain server: warning: a snapshot still being written is stopped" "$tmp/hung.err"; then
+    ok ps_train_hung_snapshot_write_holds_nothing "writer$stopped stopped; the job completed"
+else
+    fail ps_train_hung_snapshot_write_holds_nothing "exit $status, writers stopped: '$stopped': $(grep -v 'bytes per sample' "$tmp/hung.err" | tail -5)"
+fi
+for c in $stopped; do kill -0 "$c" 2> /dev/null && kill -9 "$c"; done
 # Hybrid: the other worker's all-reduce fails at once naming the lost one; every task ends.
 base=$(free_base 4)
 start_cluster "$base" --ps-mode hybrid --epochs 5

@@ -28,6 +28,8 @@ export DTRAIN_FARMHASH_JUDGE="$build/tests/farmhash_judge"
 run_suite unit "$work/unit" "$build/tests/unit" --counts "$work/unit"
 run_suite cli "$work/cli" bash tests/cli.sh "$build" "$work/cli"
 run_suite layers "$work/layers" bash tests/layers.sh "$build" "$work/layers"
+# What libdtrain.so exports against the public headers' DT_API declarations.
+run_suite exports "$work/exports" bash tests/exports.sh "$build" "$work/exports"
 # CTR models: generated data, AUC, bad CTR input.
 run_suite ctr "$work/ctr" bash tests/ctr.sh "$build" "$work/ctr"
 # Feature specs: dtrain data transform, ids against FarmHash, written specs, errors.

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "dtrain/checkpoint.h"
-#include "dtrain/crc32c.h"
+#include "../src/core/crc32c.h"
 #include "test.h"
 
 /* ---- helpers ---- */

@@ -1,12 +1,14 @@
 /* Core: CRC32C, RNG, arenas, the thread pool, error messages. */
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <time.h>
 
 #include "dtrain/arena.h"
-#include "dtrain/crc32c.h"
+#include "../src/core/crc32c.h"
 #include "dtrain/hash.h"
 #include "dtrain/pool.h"
 #include "dtrain/rng.h"
@@ -194,18 +196,37 @@ TEST(pool_runs_every_task_once)
 struct pool_owner_probe {
     pthread_t ran[8];
     int runs[8];
-    long hold_ms; /* task 0's time; the others take 30 ms */
+    int started[8];
+    bool held;      /* task 0 waits until every other task has run */
 };
+
+/* Until cond holds (polled every millisecond), at most two seconds. */
+#define WAIT_FOR(cond)                                                                             \
+    for (int w_ = 0; w_ < 2000 && !(cond); w_++)                                                   \
+        usleep(1000)
+
+static bool others_done(struct pool_owner_probe *p)
+{
+    int done = 0;
+    for (int t = 1; t < 8; t++)
+        done += __atomic_load_n(&p->runs[t], __ATOMIC_ACQUIRE);
+    return done == 7;
+}
 
 static void owner_task(void *ctx, int task, int n_tasks)
 {
     struct pool_owner_probe *p = ctx;
     (void)n_tasks;
     p->ran[task] = pthread_self();
-    __atomic_add_fetch(&p->runs[task], 1, __ATOMIC_RELAXED);
-    long ms = task == 0 ? p->hold_ms : 30;
-    struct timespec d = {0, ms * 1000000L};
-    nanosleep(&d, NULL);
+    __atomic_store_n(&p->started[task], 1, __ATOMIC_RELEASE);
+    if (p->held && task == 0) {
+        WAIT_FOR(others_done(p));
+    } else if (!p->held) {
+        /* In step with the other block: a task ends once its partner in the other block has
+         * begun, so neither thread finishes its own block while the other's is unclaimed. */
+        WAIT_FOR(__atomic_load_n(&p->started[(task + 4) % 8], __ATOMIC_ACQUIRE));
+    }
+    __atomic_add_fetch(&p->runs[task], 1, __ATOMIC_RELEASE);
 }
 
 /* Two threads, eight tasks: the caller owns tasks 0-3 and the worker 4-7, and each runs its own
@@ -216,13 +237,13 @@ TEST(pool_threads_run_their_own_block_then_help_a_held_up_one)
     dt_pool *pool;
     CHECK_OK(dt_pool_create(2, &pool));
     pthread_t me = pthread_self();
-    struct pool_owner_probe even = {.hold_ms = 30};
+    struct pool_owner_probe even = {.held = false};
     dt_pool_run(pool, owner_task, &even, 8);
     for (int t = 0; t < 8; t++)
         CHECK_MSG(even.runs[t] == 1 && pthread_equal(even.ran[t], me) == (t < 4),
                   "task %d: %d runs, %s thread", t, even.runs[t],
                   pthread_equal(even.ran[t], me) ? "the caller's" : "the worker's");
-    struct pool_owner_probe held = {.hold_ms = 400};
+    struct pool_owner_probe held = {.held = true};
     dt_pool_run(pool, owner_task, &held, 8);
     CHECK(pthread_equal(held.ran[0], me));
     int worker_ran = 0;

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "../src/nn/cross.h"
-#include "dtrain/gemm.h"
+#include "../src/nn/gemm.h"
 #include "dtrain/pool.h"
 #include "dtrain/rng.h"
 #include "test.h"

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dtrain/embedding.h"
-#include "dtrain/fm.h"
+#include "../src/nn/embedding.h"
+#include "../src/nn/fm.h"
 #include "dtrain/model.h"
 #include "dtrain/pool.h"
 #include "dtrain/rng.h"

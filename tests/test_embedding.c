@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dtrain/embedding.h"
+#include "../src/nn/embedding.h"
 #include "dtrain/rng.h"
 #include "test.h"
 

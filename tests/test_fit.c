@@ -10,6 +10,7 @@
 #include "dtrain/fit.h"
 #include "dtrain/rng.h"
 #include "test.h"
+#include "../src/data/image_pipeline.h"
 #include "../src/strategy/store_choice.h"
 
 TEST(batches_are_scaled_by_255_like_the_tutorial)

@@ -26,7 +26,7 @@
 
 #include "dtrain/arena.h"
 #include "../src/nn/convpool.h"
-#include "dtrain/crc32c.h"
+#include "../src/core/crc32c.h"
 #include "dtrain/model.h"
 #include "dtrain/model_spec.h"
 #include "test.h"

@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dtrain/crc32c.h"
+#include "../src/core/crc32c.h"
 #include "dtrain/features.h"
 #include "dtrain/model.h"
 #include "dtrain/pool.h"

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dtrain/crc32c.h"
+#include "../src/core/crc32c.h"
 #include "dtrain/model.h"
 #include "test.h"
 

@@ -5,8 +5,8 @@
 
 #include "../src/nn/convpool.h"
 #include "../src/nn/dense_sparse.h"
-#include "dtrain/gemm.h"
-#include "dtrain/nn.h"
+#include "../src/nn/gemm.h"
+#include "../src/nn/nn.h"
 #include "dtrain/rng.h"
 #include "test.h"
 

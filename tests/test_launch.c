@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "../src/launch/mux.h"
-#include "dtrain/clock.h"
+#include "../src/core/clock.h"
 #include "dtrain/launch.h"
 #include "test.h"
 

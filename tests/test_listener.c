@@ -12,9 +12,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "dtrain/clock.h"
+#include "../src/core/clock.h"
 #include "dtrain/cluster.h"
 #include "../src/net/conn.h"
+#include "../src/net/dial.h"
 #include "../src/net/handshake.h"
 #include "../src/net/listener.h"
 #include "../src/net/sock.h"
@@ -213,6 +214,56 @@ TEST(listener_admits_a_task_beside_200_silent_connections)
                   strstr(log_text, "127.0.0.2"),
               "log: %s", log_text ? log_text : "");
     free(log_text);
+    dt_cluster_free(&c);
+}
+
+/* An impostor holds the chief's port (a local user's listener, bound while the chief restarts):
+ * its refusal does not end a task's dial, which tries again until the chief is back. */
+typedef struct {
+    dt_listener *impostor;
+    dt_listener_options real;
+    uint16_t port;
+    dt_listener *back;
+} swap;
+
+static void *chief_comes_back(void *arg)
+{
+    swap *w = arg;
+    usleep(700000);
+    dt_listener_stop(w->impostor);
+    if (dt_listener_start("127.0.0.1", w->port, &w->real, &w->back) != DT_OK)
+        w->back = NULL;
+    return NULL;
+}
+
+TEST(dial_outlasts_an_impostor_on_the_port)
+{
+    dt_cluster c;
+    CHECK_OK(dt_cluster_parse(tf_config, &c));
+    static const uint8_t other[] = "an impostor's secret of 32 byte";
+    server fake = {.mu = PTHREAD_MUTEX_INITIALIZER}, real = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    FILE *quiet = tmpfile();
+    dt_listener_options io = {.me = id_of(&c, DT_JOB_CHIEF, 0, other), .policy = servers_policy,
+                              .policy_ctx = &fake, .on_peer = on_peer, .ctx = &fake,
+                              .log = quiet};
+    swap w = {.real = {.me = id_of(&c, DT_JOB_CHIEF, 0, secret), .policy = servers_policy,
+                       .policy_ctx = &real, .on_peer = on_peer, .ctx = &real, .log = quiet}};
+    CHECK_OK(dt_listener_start("127.0.0.1", 0, &io, &w.impostor));
+    w.port = dt_listener_port(w.impostor);
+    pthread_t t;
+    pthread_create(&t, NULL, chief_comes_back, &w);
+    dt_handshake_id me = id_of(&c, DT_JOB_PS, 0, secret);
+    dt_addr a = {.host = "127.0.0.1", .port = w.port};
+    int fd = -1;
+    dt_status st = dt_dial_task(&me, &a, DT_JOB_CHIEF, 0, "chief:0", 2.0, dt_clock_now() + 10.0,
+                                &fd);
+    CHECK_MSG(st == DT_OK, "%s", dt_last_error());
+    if (fd >= 0)
+        dt_sock_close(fd);
+    pthread_join(t, NULL);
+    CHECK(w.back && wait_admitted(&real, 1));
+    dt_listener_stop(w.back);
+    fclose(quiet);
     dt_cluster_free(&c);
 }
 

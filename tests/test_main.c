@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dtrain/gemm.h"
+#include "../src/nn/gemm.h"
 #include "test.h"
 
 #define MAX_TESTS 512

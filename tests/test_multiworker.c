@@ -13,6 +13,7 @@
 #include "dtrain/model_spec.h"
 #include "dtrain/rng.h"
 #include "test.h"
+#include "../src/data/image_pipeline.h"
 
 /* Quadrant images: the class is the bright quadrant. */
 static void make_data(dt_image_dataset *ds, int n, uint64_t seed)

@@ -11,7 +11,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
-#include "dtrain/clock.h"
+#include "../src/core/clock.h"
 #include "../src/coll/comm_tcp.h"
 #include "../src/net/sock.h"
 #include "../src/net/wire.h"

@@ -10,8 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dtrain/crc32c.h"
-#include "dtrain/mapview.h"
+#include "../src/core/crc32c.h"
+#include "../src/core/mapview.h"
 #include "dtrain/sources.h"
 #include "test.h"
 

@@ -9,7 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dtrain/crc32c.h"
+#include "../src/core/crc32c.h"
 #include "dtrain/summary.h"
 #include "dtrain/tfrecord.h"
 #include "test.h"

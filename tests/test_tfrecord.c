@@ -8,7 +8,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "dtrain/crc32c.h"
+#include "../src/core/crc32c.h"
 #include "dtrain/tfrecord.h"
 #include "test.h"
 

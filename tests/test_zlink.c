@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "../src/ps/zlink.h"
-#include "dtrain/clock.h"
+#include "../src/core/clock.h"
 #include "test.h"
 
 static const char secret[] = "the cluster's secret";

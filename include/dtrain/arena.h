@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtrain/api.h"
 #include "dtrain/status.h"
 
 /* Room for an optimizer slot prefix ("adagrad/accumulator/") before a layer name (up to 47
@@ -34,19 +35,20 @@ typedef struct {
     int views_cap;
 } dt_arena;
 
-void dt_arena_init(dt_arena *a);
-void dt_arena_free(dt_arena *a);
+DT_API void dt_arena_init(dt_arena *a);
+DT_API void dt_arena_free(dt_arena *a);
 
 /* Declares a view; dims has n_dims entries (1..4), each > 0. Its index is written to *index_out
  * when that is not NULL. Only before commit. */
-dt_status dt_arena_add(dt_arena *a, const char *name, int n_dims, const int *dims, int *index_out);
+DT_API dt_status dt_arena_add(dt_arena *a, const char *name, int n_dims, const int *dims,
+                              int *index_out);
 
 /* Allocates the zeroed, 64-byte aligned storage for every declared view. */
-dt_status dt_arena_commit(dt_arena *a);
+DT_API dt_status dt_arena_commit(dt_arena *a);
 
 /* Declares in dst (empty, uncommitted) every view of src, each name prefixed by prefix (may be
  * ""), and commits it: the same layout, so offsets match view for view. */
-dt_status dt_arena_mirror(dt_arena *dst, const dt_arena *src, const char *prefix);
+DT_API dt_status dt_arena_mirror(dt_arena *dst, const dt_arena *src, const char *prefix);
 
 static inline float *dt_arena_view_data(const dt_arena *a, int index)
 {
@@ -54,13 +56,13 @@ static inline float *dt_arena_view_data(const dt_arena *a, int index)
 }
 
 /* The index of the view with this name, or -1. */
-int dt_arena_find(const dt_arena *a, const char *name);
+DT_API int dt_arena_find(const dt_arena *a, const char *name);
 
 /* Number of elements in views, padding excluded. */
-size_t dt_arena_payload_elems(const dt_arena *a);
+DT_API size_t dt_arena_payload_elems(const dt_arena *a);
 
 /* CRC32C (Castagnoli) over the bytes of every view, in order, padding excluded: a fingerprint
  * for comparing parameters run to run. */
-uint32_t dt_arena_checksum(const dt_arena *a);
+DT_API uint32_t dt_arena_checksum(const dt_arena *a);
 
 #endif

@@ -32,6 +32,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "dtrain/api.h"
 #include "dtrain/arena.h"
 #include "dtrain/status.h"
 
@@ -44,8 +45,8 @@ typedef struct {
 
 /* Writes every view of arenas[0..n_arenas) and the metadata (keys must not be "format" or
  * "checksum", which it adds) to path atomically. Errors name the path and the failing call. */
-dt_status dt_ckpt_save(const char *path, const dt_arena *const *arenas, int n_arenas,
-                       const dt_ckpt_meta *meta, int n_meta);
+DT_API dt_status dt_ckpt_save(const char *path, const dt_arena *const *arenas, int n_arenas,
+                              const dt_ckpt_meta *meta, int n_meta);
 
 /* A checkpoint read into memory and verified. */
 typedef struct dt_ckpt dt_ckpt;
@@ -63,30 +64,30 @@ typedef struct {
  * JSON, known dtypes, shapes whose sizes match their offsets, offsets that tile the data section
  * exactly, and the checksum when the metadata has one. Every failure is DT_ERR_FORMAT (DT_ERR_IO
  * for a file that cannot be read) with a message naming the file and the field or byte offset. */
-dt_status dt_ckpt_open(const char *path, dt_ckpt **out);
+DT_API dt_status dt_ckpt_open(const char *path, dt_ckpt **out);
 /* The same checks over the file mapped read-only and shared instead of read: the tensors' data
  * point into the mapping, so processes that map one checkpoint share one copy of it in the page
  * cache. The checksum pass reads every page once. dtrain replaces checkpoints by renaming a new
  * file over the old one, which leaves a mapping of the old file whole; a file truncated in place
  * under a mapping would fault (SIGBUS) when a tensor past its new end is read. */
-dt_status dt_ckpt_map(const char *path, dt_ckpt **out);
-void dt_ckpt_close(dt_ckpt *c);
+DT_API dt_status dt_ckpt_map(const char *path, dt_ckpt **out);
+DT_API void dt_ckpt_close(dt_ckpt *c);
 
-const char *dt_ckpt_path(const dt_ckpt *c);
+DT_API const char *dt_ckpt_path(const dt_ckpt *c);
 /* The metadata value for key, or NULL. */
-const char *dt_ckpt_meta_get(const dt_ckpt *c, const char *key);
+DT_API const char *dt_ckpt_meta_get(const dt_ckpt *c, const char *key);
 /* Every metadata pair, in header order: keys[i], values[i] for i < *n. */
-int dt_ckpt_n_meta(const dt_ckpt *c);
-void dt_ckpt_meta_at(const dt_ckpt *c, int i, const char **key, const char **value);
-int dt_ckpt_n_tensors(const dt_ckpt *c);
-const dt_ckpt_tensor *dt_ckpt_tensor_at(const dt_ckpt *c, int i);
+DT_API int dt_ckpt_n_meta(const dt_ckpt *c);
+DT_API void dt_ckpt_meta_at(const dt_ckpt *c, int i, const char **key, const char **value);
+DT_API int dt_ckpt_n_tensors(const dt_ckpt *c);
+DT_API const dt_ckpt_tensor *dt_ckpt_tensor_at(const dt_ckpt *c, int i);
 /* The tensor with this name, or NULL. */
-const dt_ckpt_tensor *dt_ckpt_find(const dt_ckpt *c, const char *name);
+DT_API const dt_ckpt_tensor *dt_ckpt_find(const dt_ckpt *c, const char *name);
 
 /* Copies into every view of a the tensor of the same name. A missing tensor, another dtype or
  * another shape is DT_ERR_INVALID naming the tensor, both shapes and the file; a fails whole or
  * is not touched. */
-dt_status dt_ckpt_restore_arena(const dt_ckpt *c, dt_arena *a);
+DT_API dt_status dt_ckpt_restore_arena(const dt_ckpt *c, dt_arena *a);
 
 /* ---- The manager ---- */
 
@@ -104,38 +105,39 @@ typedef struct {
 
 /* Opens dir (created when missing, with its parents), reading its state file when there is one.
  * A state file naming files that are gone is not an error: they are dropped from the lists. */
-dt_status dt_ckpt_manager_open(dt_ckpt_manager *m, const char *dir, int max_to_keep,
-                               double keep_checkpoint_every_n_hours, FILE *log);
-void dt_ckpt_manager_close(dt_ckpt_manager *m);
+DT_API dt_status dt_ckpt_manager_open(dt_ckpt_manager *m, const char *dir, int max_to_keep,
+                                      double keep_checkpoint_every_n_hours, FILE *log);
+DT_API void dt_ckpt_manager_close(dt_ckpt_manager *m);
 
 /* Saves ckpt-<step>.safetensors (replacing one of the same step), rewrites the state file, and
  * deletes what max_to_keep lets go. path_out (may be NULL) receives the file's path. */
-dt_status dt_ckpt_manager_save(dt_ckpt_manager *m, int64_t step, const dt_arena *const *arenas,
-                               int n_arenas, const dt_ckpt_meta *meta, int n_meta,
-                               char *path_out, size_t path_cap);
+DT_API dt_status dt_ckpt_manager_save(dt_ckpt_manager *m, int64_t step,
+                                      const dt_arena *const *arenas, int n_arenas,
+                                      const dt_ckpt_meta *meta, int n_meta, char *path_out,
+                                      size_t path_cap);
 
 /* Opens the newest valid checkpoint of dir: the state file's latest, else (with a warning on log
  * naming the file and why) the next older one, and so on, then any ckpt-N.safetensors in dir by
  * decreasing N. DT_END when dir has none that opens (a missing dir included). */
-dt_status dt_ckpt_open_latest(const char *dir, FILE *log, dt_ckpt **out);
+DT_API dt_status dt_ckpt_open_latest(const char *dir, FILE *log, dt_ckpt **out);
 /* The same, mapped as dt_ckpt_map does. */
-dt_status dt_ckpt_map_latest(const char *dir, FILE *log, dt_ckpt **out);
+DT_API dt_status dt_ckpt_map_latest(const char *dir, FILE *log, dt_ckpt **out);
 
 /* A sharded checkpoint (parameter-server training): each ps task k of n writes its shards to
  * "ckpt-<step>.ps-<k>-of-<n>.safetensors" beside the manifest ckpt-<step>.safetensors, which
  * the coordinator writes once every shard file is in, so a checkpoint the state file names is
  * whole. The manager deletes the shard files with their manifest. */
-void dt_ckpt_shard_name(char *out, size_t cap, int64_t step, int k, int n);
+DT_API void dt_ckpt_shard_name(char *out, size_t cap, int64_t step, int k, int n);
 
 /* Opens the shard files a sharded checkpoint's manifest names (its "ps_shards" metadata), from
  * the manifest's directory: *files (n of them) go to dt_ckpt_close_shards. DT_END for a
  * checkpoint that is not sharded; a missing or damaged shard file is an error naming both. */
 /* Whether c is a sharded checkpoint's manifest. */
-bool dt_ckpt_is_sharded(const dt_ckpt *c);
-dt_status dt_ckpt_open_shards(const dt_ckpt *manifest, dt_ckpt ***files, int *n);
-void dt_ckpt_close_shards(dt_ckpt **files, int n);
+DT_API bool dt_ckpt_is_sharded(const dt_ckpt *c);
+DT_API dt_status dt_ckpt_open_shards(const dt_ckpt *manifest, dt_ckpt ***files, int *n);
+DT_API void dt_ckpt_close_shards(dt_ckpt **files, int n);
 
 /* The step in a name of the form ckpt-<step>.safetensors, or -1. */
-int64_t dt_ckpt_step_of_name(const char *name);
+DT_API int64_t dt_ckpt_step_of_name(const char *name);
 
 #endif

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtrain/api.h"
 #include "dtrain/status.h"
 
 typedef enum { DT_JOB_CHIEF, DT_JOB_WORKER, DT_JOB_PS, DT_JOB_EVALUATOR, DT_JOB_COUNT } dt_job;
@@ -39,66 +40,68 @@ typedef struct {
     uint64_t id;    /* a hash of the cluster's jobs and addresses: tasks of another cluster differ */
 } dt_cluster;
 
-const char *dt_job_name(dt_job job);
+DT_API const char *dt_job_name(dt_job job);
 /* "chief", "worker", "ps", "evaluator" -> job; DT_ERR_INVALID otherwise. */
-dt_status dt_job_parse(const char *s, dt_job *job);
+DT_API dt_status dt_job_parse(const char *s, dt_job *job);
 
 /* Parses TF_CONFIG's text (json may be NULL or "": a single local task). */
-dt_status dt_cluster_parse(const char *json, dt_cluster *out);
+DT_API dt_status dt_cluster_parse(const char *json, dt_cluster *out);
 /* From the environment variable TF_CONFIG. */
-dt_status dt_cluster_from_env(dt_cluster *out);
+DT_API dt_status dt_cluster_from_env(dt_cluster *out);
 /* Accepts a zeroed or half-built cluster. */
-void dt_cluster_free(dt_cluster *c);
+DT_API void dt_cluster_free(dt_cluster *c);
 
 /* Makes this process the task "TYPE:INDEX" of the parsed cluster (a --task flag overriding
  * TF_CONFIG's task), recomputing rank and chief. DT_ERR_INVALID naming the flag: no cluster, a
  * malformed task, an unknown job, an index out of range. */
-dt_status dt_cluster_set_task(dt_cluster *c, const char *task);
+DT_API dt_status dt_cluster_set_task(dt_cluster *c, const char *task);
 
 /* The task of a training rank (0 .. n_workers - 1). */
-void dt_cluster_rank_task(const dt_cluster *c, int rank, dt_job *job, int *index);
+DT_API void dt_cluster_rank_task(const dt_cluster *c, int rank, dt_job *job, int *index);
 /* The training rank of task job:index (0 .. n_workers - 1), or -1: a ps or evaluator task, or
  * no such task. */
-int dt_cluster_rank_of(const dt_cluster *c, dt_job job, int index);
+DT_API int dt_cluster_rank_of(const dt_cluster *c, dt_job job, int index);
 
 /* The cluster of c's workers alone, worker i at its own host and ports[i]: the ring over which
  * the workers of hybrid parameter-server training all-reduce, beside the ports TF_CONFIG gives
  * them. This task (a worker of c) is the same task there; the ring's id is derived from c's, so
  * every worker derives the same one and no other cluster has it. Free out with dt_cluster_free. */
-dt_status dt_cluster_workers_ring(const dt_cluster *c, const uint16_t *ports, dt_cluster *out);
+DT_API dt_status dt_cluster_workers_ring(const dt_cluster *c, const uint16_t *ports,
+                                         dt_cluster *out);
 
 /* A task's name for messages: "ps:1 (127.0.0.1:4003)"; "(?:0)" for an address the cluster does
  * not have. */
-void dt_cluster_task_name(const dt_cluster *c, dt_job job, int index, char *out, size_t cap);
+DT_API void dt_cluster_task_name(const dt_cluster *c, dt_job job, int index, char *out, size_t cap);
 
 /* The address of a task; NULL when the cluster has no such task. */
-const dt_addr *dt_cluster_addr(const dt_cluster *c, dt_job job, int index);
+DT_API const dt_addr *dt_cluster_addr(const dt_cluster *c, dt_job job, int index);
 /* True when every address of the cluster is a loopback one (localhost, 127.0.0.0/8, ::1). */
-bool dt_cluster_all_loopback(const dt_cluster *c);
+DT_API bool dt_cluster_all_loopback(const dt_cluster *c);
 
 /* The TF_CONFIG of task job:index of c, compact JSON, the inverse of dt_cluster_parse:
  * {"cluster": {"chief": [...], "worker": [...], "ps": [...]}, "task": {"type", "index"}}, the
  * jobs in that order and without the evaluator, which TF lists apart. malloc'd; NULL without
  * memory. What dtrain launch gives each task, and what tests and scripts ask it for. */
-char *dt_cluster_tf_config(const dt_cluster *c, dt_job job, int index);
+DT_API char *dt_cluster_tf_config(const dt_cluster *c, dt_job job, int index);
 
 /* A cluster of n[job] tasks on host (at most one chief), every task but the evaluator at the
  * next of ports in job order (chief, worker, ps), this task its chief (worker 0 without one). */
-dt_status dt_cluster_local(const int n[DT_JOB_COUNT], const char *host, const uint16_t *ports,
-                           dt_cluster *out);
+DT_API dt_status dt_cluster_local(const int n[DT_JOB_COUNT], const char *host,
+                                  const uint16_t *ports, dt_cluster *out);
 
 /* The cluster secret every task of a cluster shares: the contents of secret_file if given (a
  * trailing newline dropped, 16..4096 bytes), else env DTRAIN_CLUSTER_SECRET, else none (*secret
  * NULL). *secret is malloc'd: free() it. Errors name the file or the variable. */
-dt_status dt_cluster_load_secret(const char *secret_file, uint8_t **secret, size_t *secret_len);
+DT_API dt_status dt_cluster_load_secret(const char *secret_file, uint8_t **secret,
+                                        size_t *secret_len);
 
 /* A fresh cluster secret for tasks that share no other: 32 bytes from the kernel's random
  * source as 64 lowercase hex digits and a NUL (what dtrain launch gives its tasks as
  * DTRAIN_CLUSTER_SECRET, and the handshake then proves knowledge of). */
-dt_status dt_cluster_make_secret(char out[65]);
+DT_API dt_status dt_cluster_make_secret(char out[65]);
 
 /* Parses "host:port" or "[v6addr]:port" into a; DT_ERR_INVALID "'s' is not host:port" otherwise
  * (an empty host, a port outside 1..65535 or not a number). */
-dt_status dt_addr_parse(const char *s, dt_addr *a);
+DT_API dt_status dt_addr_parse(const char *s, dt_addr *a);
 
 #endif

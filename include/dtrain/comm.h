@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtrain/api.h"
 #include "dtrain/block.h"
 #include "dtrain/status.h"
 
@@ -106,48 +107,48 @@ static inline dt_status dt_comm_barrier(dt_comm *c) { return c->ops->barrier(c);
  * 1 / size of the update's state. grads is left unspecified. A backend that does not shard
  * (no allreduce_update slot) all-reduces and lets every rank update everything: the same params
  * either way. */
-dt_status dt_comm_allreduce_update(dt_comm *c, float *grads, float *params, size_t n_elems,
-                                   dt_update_fn update, void *ctx);
+DT_API dt_status dt_comm_allreduce_update(dt_comm *c, float *grads, float *params, size_t n_elems,
+                                          dt_update_fn update, void *ctx);
 /* After sharded updates, the state an owner keeps per element (an optimizer's slots, n_elems
  * aligned with the params) is current only on the owner: this makes every rank's data the
  * owners', as before a checkpoint. Collective; nothing to do where updates are not sharded. */
-dt_status dt_comm_share_owned(dt_comm *c, float *data, size_t n_elems);
+DT_API dt_status dt_comm_share_owned(dt_comm *c, float *data, size_t n_elems);
 /* Where the ranks share memory: storage for the parameters that every rank reads, one copy
  * starting as rank 0's params (n_params floats), and for this rank's gradients (n_grads floats,
  * zero), that the others can read. dt_comm_allreduce_update given exactly these arrays then
  * moves nothing: each owner sums the peers' gradients where they are and updates the one copy.
  * Collective. Both NULL (and DT_OK) where the backend cannot share them: the caller keeps its
  * own. The memory lives as long as the communicator. */
-dt_status dt_comm_share_tensors(dt_comm *c, const float *params, size_t n_params, size_t n_grads,
-                                float **shared_params, float **shared_grads);
+DT_API dt_status dt_comm_share_tensors(dt_comm *c, const float *params, size_t n_params,
+                                       size_t n_grads, float **shared_params, float **shared_grads);
 /* Accepts NULL. */
-void dt_comm_destroy(dt_comm *c);
+DT_API void dt_comm_destroy(dt_comm *c);
 
-const char *dt_reduce_op_name(dt_reduce_op op);
+DT_API const char *dt_reduce_op_name(dt_reduce_op op);
 /* "sum", "mean", "min", "max" -> op; DT_ERR_INVALID otherwise. */
-dt_status dt_reduce_op_parse(const char *s, dt_reduce_op *op);
-const char *dt_wire_dtype_name(dt_wire_dtype w);
-dt_status dt_wire_dtype_parse(const char *s, dt_wire_dtype *w);
+DT_API dt_status dt_reduce_op_parse(const char *s, dt_reduce_op *op);
+DT_API const char *dt_wire_dtype_name(dt_wire_dtype w);
+DT_API dt_status dt_wire_dtype_parse(const char *s, dt_wire_dtype *w);
 
 /* Reduction kernels shared by the backends: dst[i] = op(dst[i], src[i]) (MEAN adds, as SUM). */
-void dt_reduce_f32(float *dst, const float *src, size_t n_elems, dt_reduce_op op);
+DT_API void dt_reduce_f32(float *dst, const float *src, size_t n_elems, dt_reduce_op op);
 /* float32 <-> 16-bit wire formats, round to nearest even; NaN stays NaN. */
-void dt_f32_to_bf16(const float *src, uint16_t *dst, size_t n_elems);
-void dt_bf16_to_f32(const uint16_t *src, float *dst, size_t n_elems);
-void dt_f32_to_f16(const float *src, uint16_t *dst, size_t n_elems);
-void dt_f16_to_f32(const uint16_t *src, float *dst, size_t n_elems);
+DT_API void dt_f32_to_bf16(const float *src, uint16_t *dst, size_t n_elems);
+DT_API void dt_bf16_to_f32(const uint16_t *src, float *dst, size_t n_elems);
+DT_API void dt_f32_to_f16(const float *src, uint16_t *dst, size_t n_elems);
+DT_API void dt_f16_to_f32(const uint16_t *src, float *dst, size_t n_elems);
 /* The conversion for a 16-bit wire (DT_WIRE_BF16 or DT_WIRE_F16). */
-void dt_wire_encode(dt_wire_dtype w, const float *src, uint16_t *dst, size_t n_elems);
-void dt_wire_decode(dt_wire_dtype w, const uint16_t *src, float *dst, size_t n_elems);
+DT_API void dt_wire_encode(dt_wire_dtype w, const float *src, uint16_t *dst, size_t n_elems);
+DT_API void dt_wire_decode(dt_wire_dtype w, const uint16_t *src, float *dst, size_t n_elems);
 
 /* ---- the local backend ---- */
 
 /* A group of size ranks, each to be driven by its own thread of this process. */
 typedef struct dt_local_group dt_local_group;
-dt_status dt_local_group_create(int size, double timeout, dt_local_group **out);
+DT_API dt_status dt_local_group_create(int size, double timeout, dt_local_group **out);
 /* Rank r's communicator; call once per rank; destroy each before the group. */
-dt_status dt_comm_local(dt_local_group *g, int rank, dt_comm **out);
-void dt_local_group_destroy(dt_local_group *g);
+DT_API dt_status dt_comm_local(dt_local_group *g, int rank, dt_comm **out);
+DT_API void dt_local_group_destroy(dt_local_group *g);
 
 /* ---- the mpi backend ---- */
 
@@ -160,6 +161,6 @@ void dt_local_group_destroy(dt_local_group *g);
 /* Loads the MPI plugin (libdtrain_mpi.so beside the library or the program, or $DTRAIN_MPI_PLUGIN),
  * initializes MPI and returns a communicator over MPI_COMM_WORLD. DT_ERR_UNSUPPORTED naming the
  * plugin path when it cannot be loaded. */
-dt_status dt_comm_mpi(double timeout, dt_comm **out);
+DT_API dt_status dt_comm_mpi(double timeout, dt_comm **out);
 
 #endif

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtrain/api.h"
 #include "dtrain/cluster.h"
 #include "dtrain/comm.h"
 
@@ -28,28 +29,29 @@ typedef struct {
 } dt_comm_options;
 
 /* tcp, shared memory on, 300 s to connect, 60 s per collective. */
-void dt_comm_options_default(dt_comm_options *o);
+DT_API void dt_comm_options_default(dt_comm_options *o);
 /* The backend's name and the timeouts, each error naming the field first ("timeout: ..."). */
-dt_status dt_comm_options_check(const dt_comm_options *o);
+DT_API dt_status dt_comm_options_check(const dt_comm_options *o);
 
 /* Opens the communicator; cl receives the cluster (zeroed for mpi; free it after the
  * communicator). Errors name the field, the file or the peer. */
-dt_status dt_comm_open(const dt_comm_options *o, dt_cluster *cl, dt_comm **out);
+DT_API dt_status dt_comm_open(const dt_comm_options *o, dt_cluster *cl, dt_comm **out);
 
 /* A ring whose members learn each other's ports from elsewhere (the parameter server's hybrid
  * workers, through the coordinator), joined in two steps: a listener on an ephemeral port of
  * host (*fd, *port), then the tcp communicator over cl, which names every member with its port,
  * accepting on that listener (listen_fd: taken, closed on failure too; -1: cl's own port). */
-dt_status dt_comm_listen_any(const char *host, int *fd, uint16_t *port);
-dt_status dt_comm_open_on(const dt_cluster *cl, const dt_comm_options *o, const uint8_t *secret,
-                          size_t secret_len, int listen_fd, dt_comm **out);
+DT_API dt_status dt_comm_listen_any(const char *host, int *fd, uint16_t *port);
+DT_API dt_status dt_comm_open_on(const dt_cluster *cl, const dt_comm_options *o,
+                                 const uint8_t *secret, size_t secret_len, int listen_fd,
+                                 dt_comm **out);
 
 /* The communicator's name for messages: "tcp", "tcp, all-reduce in shared memory", "mpi". */
-const char *dt_comm_describe(const dt_comm *c);
+DT_API const char *dt_comm_describe(const dt_comm *c);
 
 /* How many of the communicator's ranks run on this machine, as far as it can tell: all of them
  * when they meet in shared memory; under mpirun, what Open MPI (OMPI_COMM_WORLD_LOCAL_SIZE) or
  * MPICH (MPI_LOCALNRANKS) says; else 1. */
-int dt_comm_local_ranks(const dt_comm *c);
+DT_API int dt_comm_local_ranks(const dt_comm *c);
 
 #endif

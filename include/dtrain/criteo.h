@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtrain/api.h"
 #include "dtrain/rows.h"
 #include "dtrain/status.h"
 
@@ -30,7 +31,7 @@
 /* Parses one line (no '\n'; a trailing '\r' is ignored) into one row of out (n_dense 0) with
  * ids below hash_buckets (> 13). DT_END, appending nothing, for a blank line. On an error
  * appends nothing. */
-dt_status dt_criteo_parse_line(const char *line, size_t len, int64_t hash_buckets,
-                               dt_rowbuf *out);
+DT_API dt_status dt_criteo_parse_line(const char *line, size_t len, int64_t hash_buckets,
+                                      dt_rowbuf *out);
 
 #endif

@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "dtrain/api.h"
 #include "dtrain/rows.h"
 #include "dtrain/status.h"
 
@@ -32,7 +33,7 @@ typedef struct {
 
 /* label_column -1, header false (a header read as data fails loudly; data read as a header
  * would be lost quietly), delimiter ','. */
-void dt_csv_options_default(dt_csv_options *o);
+DT_API void dt_csv_options_default(dt_csv_options *o);
 
 /* Parses one data line (no '\n') of n_columns_expected fields and appends one row to out: the
  * label column's value as the label, the others as out's n_dense floats, which must number
@@ -40,21 +41,21 @@ void dt_csv_options_default(dt_csv_options *o);
  * appending nothing, for a blank line. On an error appends nothing: DT_ERR_FORMAT with "column N
  * (field K): ..." for a field that is empty or not a finite number, a bad quote, or a wrong
  * number of fields; DT_ERR_INVALID for options that do not fit n_columns_expected or out. */
-dt_status dt_csv_parse_line(const char *line, size_t len, const dt_csv_options *o,
-                            int n_columns_expected, dt_rowbuf *out);
+DT_API dt_status dt_csv_parse_line(const char *line, size_t len, const dt_csv_options *o,
+                                   int n_columns_expected, dt_rowbuf *out);
 
 /* Reads a header line's column names into names[0 .. *n), quotes removed and "" unescaped,
  * surrounding spaces trimmed. Errors: more than max fields, a name of DT_CSV_NAME_CAP bytes or
  * more, a bad quote. Returns DT_END for a blank line, with *n = 0. */
-dt_status dt_csv_parse_header(const char *line, size_t len, const dt_csv_options *o,
-                              char names[][DT_CSV_NAME_CAP], int max, int *n);
+DT_API dt_status dt_csv_parse_header(const char *line, size_t len, const dt_csv_options *o,
+                                     char names[][DT_CSV_NAME_CAP], int max, int *n);
 
 /* The index of the column called name among names[0 .. n), or -1: how a caller turns a label
  * given by name into label_column. */
-int dt_csv_find_column(const char names[][DT_CSV_NAME_CAP], int n, const char *name);
+DT_API int dt_csv_find_column(const char names[][DT_CSV_NAME_CAP], int n, const char *name);
 
 /* Counts a line's fields (quotes respected), for a headerless file whose width the first line
  * sets. Returns DT_END with *n = 0 for a blank line, DT_ERR_FORMAT for a bad quote. */
-dt_status dt_csv_count_fields(const char *line, size_t len, const dt_csv_options *o, int *n);
+DT_API dt_status dt_csv_count_fields(const char *line, size_t len, const dt_csv_options *o, int *n);
 
 #endif

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtrain/api.h"
 #include "dtrain/rows.h"
 #include "dtrain/status.h"
 
@@ -33,13 +34,13 @@ typedef struct {
 
 /* The layout from a header line: the named columns found, each once. Errors name the column
  * that is missing. */
-dt_status dt_ctr_csv_from_header(const char *line, size_t len, const char *numeric,
-                                 const char *categorical, const char *label, char delimiter,
-                                 bool log1p, int64_t hash_buckets, dt_ctr_csv *out);
+DT_API dt_status dt_ctr_csv_from_header(const char *line, size_t len, const char *numeric,
+                                        const char *categorical, const char *label, char delimiter,
+                                        bool log1p, int64_t hash_buckets, dt_ctr_csv *out);
 
 /* One data line into one row of out (n_dense 0). DT_END for a blank line. On an error appends
  * nothing. */
-dt_status dt_ctr_csv_parse_line(const dt_ctr_csv *c, const char *line, size_t len,
-                                dt_rowbuf *out);
+DT_API dt_status dt_ctr_csv_parse_line(const dt_ctr_csv *c, const char *line, size_t len,
+                                       dt_rowbuf *out);
 
 #endif

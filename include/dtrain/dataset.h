@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "dtrain/api.h"
 #include "dtrain/pool.h"
 #include "dtrain/rows.h"
 #include "dtrain/status.h"
@@ -49,48 +50,50 @@ struct dt_dataset {
 /* Wraps a new dataset around ops and state (taken: ops->destroy frees it) over input (taken, may
  * be NULL for a source): how sources and transformations, dtrain's and a user's, are made. On
  * failure the state and the input are freed. */
-dt_status dt_dataset_create(const dt_dataset_ops *ops, dt_dataset *input, void *state,
-                            dt_dataset **out);
+DT_API dt_status dt_dataset_create(const dt_dataset_ops *ops, dt_dataset *input, void *state,
+                                   dt_dataset **out);
 
-dt_status dt_dataset_next(dt_dataset *ds, dt_elem **out);
-dt_status dt_dataset_reset(dt_dataset *ds);
-void dt_dataset_destroy(dt_dataset *ds);
+DT_API dt_status dt_dataset_next(dt_dataset *ds, dt_elem **out);
+DT_API dt_status dt_dataset_reset(dt_dataset *ds);
+DT_API void dt_dataset_destroy(dt_dataset *ds);
 
 /* ---- Sources ---- */
 
 /* Integers start, start + step, ... before stop, each one row whose label and one dense value
  * equal it (as floats) and whose one sparse entry has it as id (exact): tf.data.Dataset.range. */
-dt_status dt_dataset_range(int64_t start, int64_t stop, int64_t step, dt_dataset **out);
+DT_API dt_status dt_dataset_range(int64_t start, int64_t stop, int64_t step, dt_dataset **out);
 
 /* The rows of an element array (borrowed, must outlive the dataset), each element once per
  * iteration: tf.data.Dataset.from_tensor_slices over data already in memory. */
-dt_status dt_dataset_from_elems(dt_elem *const *elems, int64_t n, dt_dataset **out);
+DT_API dt_status dt_dataset_from_elems(dt_elem *const *elems, int64_t n, dt_dataset **out);
 
 /* ---- Transformations: each takes `input` (even when it fails: then it destroys it) ---- */
 
-dt_status dt_dataset_shard(dt_dataset *input, int64_t num_shards, int64_t index, dt_dataset **out);
-dt_status dt_dataset_shuffle(dt_dataset *input, int64_t buffer_size, uint64_t seed,
-                             bool reshuffle_each_iteration, dt_dataset **out);
-dt_status dt_dataset_batch(dt_dataset *input, int64_t batch_size, bool drop_remainder,
-                           dt_dataset **out);
+DT_API dt_status dt_dataset_shard(dt_dataset *input, int64_t num_shards, int64_t index,
+                                  dt_dataset **out);
+DT_API dt_status dt_dataset_shuffle(dt_dataset *input, int64_t buffer_size, uint64_t seed,
+                                    bool reshuffle_each_iteration, dt_dataset **out);
+DT_API dt_status dt_dataset_batch(dt_dataset *input, int64_t batch_size, bool drop_remainder,
+                                  dt_dataset **out);
 /* true when ds is a batch transformation, with its parameters: for stages that fuse with it. */
-bool dt_dataset_batch_params(const dt_dataset *ds, int64_t *batch_size, bool *drop_remainder);
+DT_API bool dt_dataset_batch_params(const dt_dataset *ds, int64_t *batch_size, bool *drop_remainder)
+    ;
 
 /* fn turns *in (which it may free, or return as is) into *out, or drops it (DT_OK with *out left
  * NULL: tf.data's ignore_errors). It runs on pool threads when
  * num_parallel_calls > 1, so it must be thread-safe; ctx is shared. Errors propagate in order. */
 typedef dt_status (*dt_map_fn)(void *ctx, dt_elem *in, dt_elem **out);
-dt_status dt_dataset_map(dt_dataset *input, dt_map_fn fn, void *ctx, int num_parallel_calls,
-                         dt_dataset **out);
+DT_API dt_status dt_dataset_map(dt_dataset *input, dt_map_fn fn, void *ctx, int num_parallel_calls,
+                                dt_dataset **out);
 
 /* path NULL: in memory. A cache file is dtrain's own format (magic, version, CRC32C per
  * element), written to path.tmp and renamed when the first iteration completes; an existing
  * valid cache file is read from the start. */
-dt_status dt_dataset_cache(dt_dataset *input, const char *path, dt_dataset **out);
-dt_status dt_dataset_repeat(dt_dataset *input, int64_t count, dt_dataset **out);
-dt_status dt_dataset_prefetch(dt_dataset *input, int buffer_size, dt_dataset **out);
-dt_status dt_dataset_take(dt_dataset *input, int64_t count, dt_dataset **out);
-dt_status dt_dataset_skip(dt_dataset *input, int64_t count, dt_dataset **out);
+DT_API dt_status dt_dataset_cache(dt_dataset *input, const char *path, dt_dataset **out);
+DT_API dt_status dt_dataset_repeat(dt_dataset *input, int64_t count, dt_dataset **out);
+DT_API dt_status dt_dataset_prefetch(dt_dataset *input, int buffer_size, dt_dataset **out);
+DT_API dt_status dt_dataset_take(dt_dataset *input, int64_t count, dt_dataset **out);
+DT_API dt_status dt_dataset_skip(dt_dataset *input, int64_t count, dt_dataset **out);
 
 /* ---- Distributed input ---- */
 
@@ -101,13 +104,13 @@ typedef enum {
     DT_AUTOSHARD_DATA,    /* every worker reads everything and keeps every n-th element */
 } dt_autoshard_policy;
 
-dt_status dt_autoshard_parse(const char *name, dt_autoshard_policy *out);
+DT_API dt_status dt_autoshard_parse(const char *name, dt_autoshard_policy *out);
 
 /* The policy that applies for n_files files and num_workers workers. Where TensorFlow raises an
  * error (FILE with fewer files than workers), dtrain falls back to DATA and says why in *reason
  * (a static string, "" when nothing changed). */
-dt_autoshard_policy dt_autoshard_resolve(dt_autoshard_policy policy, int64_t n_files,
-                                         int64_t num_workers, const char **reason);
+DT_API dt_autoshard_policy dt_autoshard_resolve(dt_autoshard_policy policy, int64_t n_files,
+                                                int64_t num_workers, const char **reason);
 
 /* tf.distribute.InputContext. */
 typedef struct {
@@ -117,7 +120,7 @@ typedef struct {
 } dt_input_context;
 
 /* global_batch / num_replicas_in_sync; an error naming both when it does not divide. */
-dt_status dt_input_context_per_replica_batch(const dt_input_context *c, int64_t global_batch,
-                                             int64_t *out);
+DT_API dt_status dt_input_context_per_replica_batch(const dt_input_context *c, int64_t global_batch,
+                                                    int64_t *out);
 
 #endif

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+#include "dtrain/api.h"
 #include "dtrain/input.h"
 #include "dtrain/status.h"
 
@@ -29,11 +30,11 @@ typedef struct {
 } dt_evaluator_options;
 
 /* fashion-mnist, batch 1000, a look every second, an hour's patience. */
-void dt_evaluator_options_default(dt_evaluator_options *o);
+DT_API void dt_evaluator_options_default(dt_evaluator_options *o);
 /* The options' ranges (and o->input's), each error naming the field first ("poll_secs: ..."). */
-dt_status dt_evaluator_options_check(const dt_evaluator_options *o);
+DT_API dt_status dt_evaluator_options_check(const dt_evaluator_options *o);
 
 /* DT_ERR_INVALID naming the option; the checkpoint's, the data's or the summary's errors. */
-dt_status dt_evaluate_checkpoints(const dt_evaluator_options *o);
+DT_API dt_status dt_evaluate_checkpoints(const dt_evaluator_options *o);
 
 #endif

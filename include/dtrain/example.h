@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtrain/api.h"
 #include "dtrain/rows.h"
 #include "dtrain/status.h"
 
@@ -91,14 +92,15 @@ typedef struct {
  * an empty or too long key, a duplicate key (the label's key included), a negative length, more
  * than DT_EXAMPLE_MAX_DENSE dense slots, a non-finite scale, a default on a variable-length
  * feature. */
-dt_status dt_example_spec_finalize(dt_example_spec *spec);
+DT_API dt_status dt_example_spec_finalize(dt_example_spec *spec);
 
 /* Parses a command-line list of features, "key:length[:scale[:default]]" separated by commas,
  * e.g. "image:784:1/255,label_ids:0,price:1:1:0": scale is a number or a fraction a/b (applied as
  * v * a / b, b the divisor); with a
  * default the feature may be missing. label_key may be NULL or "" (no label). The result is
  * finalized. Errors (DT_ERR_INVALID) quote the item at fault. */
-dt_status dt_example_spec_parse(const char *features, const char *label_key, dt_example_spec *out);
+DT_API dt_status dt_example_spec_parse(const char *features, const char *label_key,
+                                       dt_example_spec *out);
 
 /* Decodes one serialized Example (data, n_bytes) by spec (finalized) and appends exactly one
  * row to out, whose n_dense must equal spec->n_dense. On error nothing is appended and the message
@@ -106,8 +108,8 @@ dt_status dt_example_spec_parse(const char *features, const char *label_key, dt_
  * the caller prefixes the file and the record's offset. DT_ERR_FORMAT for a malformed record or
  * one that does not match the spec, DT_ERR_INVALID for an unfinalized spec or a row buffer of
  * another width, DT_ERR_NOMEM. */
-dt_status dt_example_parse(const dt_example_spec *spec, const uint8_t *data, size_t n_bytes,
-                           dt_rowbuf *out);
+DT_API dt_status dt_example_parse(const dt_example_spec *spec, const uint8_t *data, size_t n_bytes,
+                                  dt_rowbuf *out);
 
 /* The single-pass decoder dt_example_parse tries first, for specs whose features all have a
  * fixed length, and for CTR specs (ctr_fields: the ids and values go straight into the row's
@@ -116,19 +118,19 @@ dt_status dt_example_parse(const dt_example_spec *spec, const uint8_t *data, siz
  * them into the same row dt_example_parse would; at anything else, an error included, it appends
  * nothing and returns DT_END, and dt_example_parse goes on with its general decoder. Exposed so
  * tests can hold the two decoders to the same results. DT_ERR_NOMEM when the row cannot grow. */
-dt_status dt_example_parse_fast(const dt_example_spec *spec, const uint8_t *data, size_t n_bytes,
-                                dt_rowbuf *out);
+DT_API dt_status dt_example_parse_fast(const dt_example_spec *spec, const uint8_t *data,
+                                       size_t n_bytes, dt_rowbuf *out);
 
 /* A record layout learned from earlier records, for dt_example_parse_learned: one per thread. */
 typedef struct dt_example_layout dt_example_layout;
-dt_status dt_example_layout_new(dt_example_layout **out);
-void dt_example_layout_free(dt_example_layout *l);
+DT_API dt_status dt_example_layout_new(dt_example_layout **out);
+DT_API void dt_example_layout_free(dt_example_layout *l);
 /* Records the layout itself decoded (the rest went to the other decoders). */
-uint64_t dt_example_layout_hits(const dt_example_layout *l);
+DT_API uint64_t dt_example_layout_hits(const dt_example_layout *l);
 /* Whether the layout decodes with vector instructions (AVX2 and BMI2), where the CPU has them,
  * or with the portable decoder; the results are the same. On by default. Returns whether the
  * vector decoder is now in use: tests run both. */
-int dt_example_layout_use_vector(dt_example_layout *l, int on);
+DT_API int dt_example_layout_use_vector(dt_example_layout *l, int on);
 
 /* Bytes that must be readable after a record given to dt_example_parse_learned. */
 #define DT_EXAMPLE_LAYOUT_SLACK 32
@@ -139,8 +141,8 @@ int dt_example_layout_use_vector(dt_example_layout *l, int on);
  * with one compare per feature; a record of another shape goes to dt_example_parse_fast and
  * dt_example_parse, and the layout is learned again after a run of such records. data must be
  * followed by DT_EXAMPLE_LAYOUT_SLACK readable bytes (their values do not matter). */
-dt_status dt_example_parse_learned(const dt_example_spec *spec, dt_example_layout *layout,
-                                   const uint8_t *data, size_t n_bytes, dt_rowbuf *out);
+DT_API dt_status dt_example_parse_learned(const dt_example_spec *spec, dt_example_layout *layout,
+                                          const uint8_t *data, size_t n_bytes, dt_rowbuf *out);
 
 /* The kinds of a Feature, numbered as its oneof fields are. */
 enum { DT_FEATURE_BYTES = 1, DT_FEATURE_FLOAT = 2, DT_FEATURE_INT64 = 3 };
@@ -160,8 +162,8 @@ typedef struct {
  * and int64s packed) into *buf, a malloc'd buffer of *cap bytes (NULL and 0 at first) that grows
  * with realloc as needed and stays the caller's to free; *n_bytes receives the length. Errors
  * (DT_ERR_INVALID): a NULL key, an unknown type, NULL values with n > 0, a size past 2 GiB. */
-dt_status dt_example_encode(const dt_feature_value *f, int n_features, uint8_t **buf,
-                            size_t *n_bytes, size_t *cap);
+DT_API dt_status dt_example_encode(const dt_feature_value *f, int n_features, uint8_t **buf,
+                                   size_t *n_bytes, size_t *cap);
 
 /* One feature of an Example as dt_example_read decoded it. kind: DT_FEATURE_BYTES,
  * DT_FEATURE_FLOAT, DT_FEATURE_INT64, or 0 for a Feature with no list set (n = 0). Pointers valid
@@ -180,9 +182,9 @@ typedef struct {
 
 /* A thread's buffers for dt_example_read; reused across records. */
 typedef struct dt_example_reader dt_example_reader;
-dt_status dt_example_reader_new(dt_example_reader **out);
+DT_API dt_status dt_example_reader_new(dt_example_reader **out);
 /* Accepts NULL. */
-void dt_example_reader_free(dt_example_reader *r);
+DT_API void dt_example_reader_free(dt_example_reader *r);
 
 /* Decodes every feature of the record (data, n_bytes): *features gets an array of *n_features
  * entries in record order (through repeated Features messages, which merge). A map key given
@@ -192,14 +194,14 @@ void dt_example_reader_free(dt_example_reader *r);
  * record (which must outlive the use of the features). No allocation per record once the
  * buffers have grown. Errors as dt_example_parse's ("byte N: <what is wrong>", DT_ERR_FORMAT for
  * a malformed record) and DT_ERR_NOMEM; on error *features is NULL and *n_features 0. */
-dt_status dt_example_read(dt_example_reader *r, const uint8_t *data, size_t n_bytes,
-                          const dt_example_feature **features, size_t *n_features);
+DT_API dt_status dt_example_read(dt_example_reader *r, const uint8_t *data, size_t n_bytes,
+                                 const dt_example_feature **features, size_t *n_features);
 
 /* One line of JSON listing every feature of a serialized Example in record order:
  * {"key": [values...], ...}. int64 values print as integers, floats with %.9g and always with a
  * '.' or an exponent (1.0, not 1; "nan", "inf" and "-inf" as strings), bytes values as base64
  * strings; a feature with no list set prints []. A key given twice prints twice (its last value is
  * the one parsing uses). *out_text is malloc'd: free() it. Errors as dt_example_parse's. */
-dt_status dt_example_to_json(const uint8_t *data, size_t n_bytes, char **out_text);
+DT_API dt_status dt_example_to_json(const uint8_t *data, size_t n_bytes, char **out_text);
 
 #endif

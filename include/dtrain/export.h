@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "dtrain/api.h"
 #include "dtrain/status.h"
 
 /* Tensors larger than this go to an external data file beside the model by default: protobuf,
@@ -60,22 +61,22 @@ typedef struct {
 } dt_export_result;
 
 /* The ONNX format, threshold DT_EXPORT_EXTERNAL_DEFAULT; out must be set. */
-void dt_export_options_default(dt_export_options *o);
+DT_API void dt_export_options_default(dt_export_options *o);
 
 /* The format called name ("onnx"); DT_ERR_INVALID listing the formats otherwise. */
-dt_status dt_export_format_parse(const char *name, dt_export_format *out);
+DT_API dt_status dt_export_format_parse(const char *name, dt_export_format *out);
 /* The formats' names, comma-separated, for usage texts. */
-const char *dt_export_format_names(void);
+DT_API const char *dt_export_format_names(void);
 
 /* Exports model_dir's latest checkpoint, or checkpoint (a file; its directory holds the feature
  * spec when there is one), in o->format. Exactly one of model_dir and checkpoint is non-NULL.
  * result may be NULL. Errors name the file and the field: a missing or damaged checkpoint, a
  * feature spec that is not the checkpoint's model, a file that cannot be written. */
-dt_status dt_export(const char *model_dir, const char *checkpoint, const dt_export_options *o,
-                    dt_export_result *result);
+DT_API dt_status dt_export(const char *model_dir, const char *checkpoint,
+                           const dt_export_options *o, dt_export_result *result);
 
 /* dt_export in the ONNX format whatever o->format says. */
-dt_status dt_export_onnx(const char *model_dir, const char *checkpoint,
-                         const dt_export_options *o, dt_export_result *result);
+DT_API dt_status dt_export_onnx(const char *model_dir, const char *checkpoint,
+                                const dt_export_options *o, dt_export_result *result);
 
 #endif

@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtrain/api.h"
 #include "dtrain/input.h"
 #include "dtrain/model_spec.h"
 #include "dtrain/rows.h"
@@ -54,7 +55,7 @@ typedef enum {
 } dt_feature_column_type;
 
 /* The spec's name of a type ("hash_bucket"). */
-const char *dt_feature_column_type_name(dt_feature_column_type t);
+DT_API const char *dt_feature_column_type_name(dt_feature_column_type t);
 
 typedef struct dt_features dt_features;
 
@@ -62,52 +63,52 @@ typedef struct dt_features dt_features;
  * ("spec.json: columns[3] 'age_buckets': boundaries must ascend"), DT_ERR_IO a file that cannot
  * be read (the spec, a vocabulary file). A column that no part of the model names is logged as
  * a warning. */
-dt_status dt_features_load(const char *path, dt_features **out);
+DT_API dt_status dt_features_load(const char *path, dt_features **out);
 /* The same from text; source names it in messages, dir is where relative vocabulary files are
  * (NULL: the working directory). */
-dt_status dt_features_parse(const char *text, const char *source, const char *dir,
-                            dt_features **out);
-void dt_features_destroy(dt_features *f);
+DT_API dt_status dt_features_parse(const char *text, const char *source, const char *dir,
+                                   dt_features **out);
+DT_API void dt_features_destroy(dt_features *f);
 
 /* The spec again as JSON, with everything adapted written in (vocabularies, boundaries, means
  * and deviations), so that evaluation, restores and predictions read it without a pass over the
  * data; malloc'd, NULL without memory. */
-char *dt_features_to_json(const dt_features *f);
+DT_API char *dt_features_to_json(const dt_features *f);
 
 /* Columns whose statistics or vocabulary a pass over the training data must compute first. */
-bool dt_features_needs_adapt(const dt_features *f);
+DT_API bool dt_features_needs_adapt(const dt_features *f);
 
 /* That pass: reads the data (csv:, criteo: or tfrecord:) once on `threads` parse threads and
  * fills in every adapted column (docs/FEATURES.md says how each is computed). Bad rows are
  * errors naming the file and line or record, or, with skip_bad_records, skipped and counted in
  * *bad_records (may be NULL). Nothing to adapt: DT_OK at once. */
-dt_status dt_features_adapt(dt_features *f, const dt_input_spec *data, int threads,
-                            bool skip_bad_records, int64_t *bad_records);
+DT_API dt_status dt_features_adapt(dt_features *f, const dt_input_spec *data, int threads,
+                                   bool skip_bad_records, int64_t *bad_records);
 
 /* The raw keys the spec reads, the label's included: a reader hands over one dt_raw_value per
  * key, in this order. */
-int dt_features_num_keys(const dt_features *f);
-const char *dt_features_key(const dt_features *f, int i);
+DT_API int dt_features_num_keys(const dt_features *f);
+DT_API const char *dt_features_key(const dt_features *f, int i);
 /* The label's key index, or -1 without a label. */
-int dt_features_label_key(const dt_features *f);
+DT_API int dt_features_label_key(const dt_features *f);
 /* Rows to score rather than train on: a row may lack the label (a missing cell, an absent
  * feature, a CSV header without its column) and then reads label 0; a label that is there is
  * still checked. */
-void dt_features_set_unlabeled(dt_features *f, bool unlabeled);
+DT_API void dt_features_set_unlabeled(dt_features *f, bool unlabeled);
 
-int dt_features_num_columns(const dt_features *f);
-const char *dt_features_column_name(const dt_features *f, int i);
-dt_feature_column_type dt_features_column_type(const dt_features *f, int i);
+DT_API int dt_features_num_columns(const dt_features *f);
+DT_API const char *dt_features_column_name(const dt_features *f, int i);
+DT_API dt_feature_column_type dt_features_column_type(const dt_features *f, int i);
 /* Categorical columns: their slot and bucket count; numeric: slot -1, buckets 0. */
-int dt_features_column_slot(const dt_features *f, int i);
-int64_t dt_features_column_buckets(const dt_features *f, int i);
+DT_API int dt_features_column_slot(const dt_features *f, int i);
+DT_API int64_t dt_features_column_buckets(const dt_features *f, int i);
 /* Numeric columns: their dense offset and width; categorical: -1 and 0. */
-int dt_features_column_dense(const dt_features *f, int i, int *width);
+DT_API int dt_features_column_dense(const dt_features *f, int i, int *width);
 /* Dense values and slots of a transformed row. */
-int dt_features_dense_width(const dt_features *f);
-int dt_features_num_slots(const dt_features *f);
+DT_API int dt_features_dense_width(const dt_features *f);
+DT_API int dt_features_num_slots(const dt_features *f);
 /* The column of a slot. */
-int dt_features_slot_column(const dt_features *f, int slot);
+DT_API int dt_features_slot_column(const dt_features *f, int slot);
 
 /* One raw key's values in one row, as a reader found them. */
 typedef enum {
@@ -133,20 +134,20 @@ typedef struct {
 
 /* A thread's working memory for transforms. */
 typedef struct dt_feature_scratch dt_feature_scratch;
-dt_status dt_feature_scratch_new(const dt_features *f, dt_feature_scratch **out);
-void dt_feature_scratch_free(dt_feature_scratch *s);
+DT_API dt_status dt_feature_scratch_new(const dt_features *f, dt_feature_scratch **out);
+DT_API void dt_feature_scratch_free(dt_feature_scratch *s);
 
 /* Transforms one raw row, values[dt_features_num_keys(f)], and appends it to out (whose n_dense
  * must be dt_features_dense_width(f)). On error nothing is appended: DT_ERR_FORMAT naming the
  * column and key ("column 'age' (key 'age'): 'x1' is not a number"; "label 'income': '>60K' is
  * not in its vocabulary"), for the caller to prefix with the file and line or record. */
-dt_status dt_features_transform(const dt_features *f, dt_feature_scratch *s,
-                                const dt_raw_value *values, dt_rowbuf *out);
+DT_API dt_status dt_features_transform(const dt_features *f, dt_feature_scratch *s,
+                                       const dt_raw_value *values, dt_rowbuf *out);
 
 /* The same for one serialized tf.Example: each key's feature (a bytes, int64 or float list; an
  * empty or absent one is a missing value). Errors also as dt_example_parse's ("byte N: ..."). */
-dt_status dt_features_transform_example(const dt_features *f, dt_feature_scratch *s,
-                                        const uint8_t *data, size_t n_bytes, dt_rowbuf *out);
+DT_API dt_status dt_features_transform_example(const dt_features *f, dt_feature_scratch *s,
+                                               const uint8_t *data, size_t n_bytes, dt_rowbuf *out);
 
 /* ---- Delimited text ---- */
 
@@ -154,20 +155,20 @@ dt_status dt_features_transform_example(const dt_features *f, dt_feature_scratch
 typedef struct dt_feature_text dt_feature_text;
 /* From a CSV header line (delimiter ','), or with header NULL for Criteo's TSV (tab, columns
  * label, I1..I13, C1..C26). A key of the spec that no column names is DT_ERR_INVALID naming it. */
-dt_status dt_feature_text_new(const dt_features *f, const char *header, size_t len,
-                              char delimiter, dt_feature_text **out);
-void dt_feature_text_free(dt_feature_text *t);
+DT_API dt_status dt_feature_text_new(const dt_features *f, const char *header, size_t len,
+                                     char delimiter, dt_feature_text **out);
+DT_API void dt_feature_text_free(dt_feature_text *t);
 /* Transforms one data line (no '\n'); DT_END for a blank line (nothing appended). Errors as
  * dt_features_transform's, or "the line has M fields, the header K" (or a quote that does not
  * close, "field N: ..."). */
-dt_status dt_feature_text_parse(const dt_features *f, const dt_feature_text *t,
-                                dt_feature_scratch *s, const char *line, size_t len,
-                                dt_rowbuf *out);
+DT_API dt_status dt_feature_text_parse(const dt_features *f, const dt_feature_text *t,
+                                       dt_feature_scratch *s, const char *line, size_t len,
+                                       dt_rowbuf *out);
 
 /* Row r of a transformed element as one line of JSON: {"label": y, "<numeric column>": [values],
  * "<categorical column>": {"ids": [...]} (and "weights": [...] for a weighted one)}, the
  * columns the model uses in spec order; malloc'd, NULL without memory. */
-char *dt_features_row_json(const dt_features *f, const dt_elem *e, int r);
+DT_API char *dt_features_row_json(const dt_features *f, const dt_elem *e, int r);
 
 /* ---- The model ---- */
 
@@ -190,7 +191,7 @@ typedef struct {
  * optimizers it does not name. Needs every adapted column done. Errors name the spec and the
  * field ("model.dnn_feature_columns[2]: ..."). The spec's columns live in f until the next call
  * or dt_features_destroy. */
-dt_status dt_features_model(dt_features *f, dt_feature_model *out);
+DT_API dt_status dt_features_model(dt_features *f, dt_feature_model *out);
 
 /* ---- Pipelines ---- */
 
@@ -198,8 +199,8 @@ dt_status dt_features_model(dt_features *f, dt_feature_model *out);
  * keys, Criteo TSV lines (no header), tf.Example records. Set dt_input_options.row_parser to
  * dt_feature_parser_rows(p) and the pipeline reads raw data through the spec. f is borrowed. */
 typedef struct dt_feature_parser dt_feature_parser;
-dt_status dt_feature_parser_new(const dt_features *f, dt_feature_parser **out);
-void dt_feature_parser_free(dt_feature_parser *p);
-const dt_row_parser *dt_feature_parser_rows(const dt_feature_parser *p);
+DT_API dt_status dt_feature_parser_new(const dt_features *f, dt_feature_parser **out);
+DT_API void dt_feature_parser_free(dt_feature_parser *p);
+DT_API const dt_row_parser *dt_feature_parser_rows(const dt_feature_parser *p);
 
 #endif

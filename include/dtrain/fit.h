@@ -2,7 +2,7 @@
  *
  * dt_fit_dataset consumes any dataset of batches (dataset.h); each step runs forward, the loss,
  * backward and one optimizer step, and each epoch starts a new iteration of the dataset. dt_fit
- * does the same for an in-memory image dataset through the pipeline dt_image_pipeline builds:
+ * does the same for an in-memory image dataset through the library's image pipeline:
  * indices -> shuffle(buffer, seed, reshuffle_each_iteration=True) -> batch -> gather the images,
  * scaled to [0, 1] as the tutorial's x / 255 -> prefetch. Shuffling indices rather than images
  * keeps the shuffle buffer small. The last partial batch of an epoch is dropped by default (the
@@ -14,9 +14,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "dtrain/api.h"
 #include "dtrain/dataset.h"
 #include "dtrain/idx.h"
-#include "dtrain/image_pipeline.h"
 #include "dtrain/model.h"
 #include "dtrain/optim.h"
 #include "dtrain/pool.h"
@@ -142,7 +142,7 @@ typedef struct {
     double checkpoint_seconds; /* their time, which train_seconds leaves out */
 } dt_fit_result;
 
-void dt_fit_config_default(dt_fit_config *cfg);
+DT_API void dt_fit_config_default(dt_fit_config *cfg);
 
 /* Trains m with o on the batches of train as one replica of a strategy, inside the function
  * dt_strategy_run calls on each replica (strategy.h): train holds this replica's share of every
@@ -152,35 +152,37 @@ void dt_fit_config_default(dt_fit_config *cfg);
  * Losses and accuracies are the global batch's. Only the chief (replica 0) prints progress,
  * evaluates on test (give the others NULL), and writes and reads cfg->model_dir and
  * cfg->backup_dir; what it restores reaches the others. */
-dt_status dt_fit_replica(dt_replica *r, dt_model *m, dt_optim *o, dt_pool *pool,
-                         dt_dataset *train, dt_dataset *test, const dt_fit_config *cfg,
-                         dt_fit_result *result);
+DT_API dt_status dt_fit_replica(dt_replica *r, dt_model *m, dt_optim *o, dt_pool *pool,
+                                dt_dataset *train, dt_dataset *test, const dt_fit_config *cfg,
+                                dt_fit_result *result);
 
 /* dt_fit_replica alone (one_device): trains m with o on the batches of train (an epoch is one iteration of it, or steps_per_epoch
  * batches), validating on test (may be NULL) after each epoch when cfg->validate. Fails with
  * DT_ERR_NUMERIC, naming the step, if the loss stops being finite; with DT_ERR_INVALID if the
  * configuration is out of range or a batch does not fit the model (its width, a label that is not
  * a class of the model), or with the dataset's own error. */
-dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *train,
-                         dt_dataset *test, const dt_fit_config *cfg, dt_fit_result *result);
+DT_API dt_status dt_fit_dataset(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *train,
+                                dt_dataset *test, const dt_fit_config *cfg, dt_fit_result *result);
 
 /* Estimator's train_and_evaluate on datasets: cfg with its epochs unbounded, so training runs to
  * cfg->max_steps (which must be set) over as many passes of train as it takes, logging as
  * Estimator does every cfg->log_step_count_steps (100 when 0), and evaluating on eval (may be
  * NULL on the workers that do not evaluate) as cfg's eval_* fields say. */
-dt_status dt_train_and_evaluate(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *train,
-                                dt_dataset *eval, const dt_fit_config *cfg, dt_fit_result *result);
+DT_API dt_status dt_train_and_evaluate(dt_model *m, dt_optim *o, dt_pool *pool, dt_dataset *train,
+                                       dt_dataset *eval, const dt_fit_config *cfg,
+                                       dt_fit_result *result);
 
-/* dt_fit_dataset over dt_image_pipeline(train ...). Batches hold min(batch_size, examples) at
+/* dt_fit_dataset over the image pipeline of train. Batches hold min(batch_size, examples) at
  * most: the model's maximum batch must cover that. */
-dt_status dt_fit(dt_model *m, dt_optim *o, dt_pool *pool, const dt_image_dataset *train,
-                 const dt_image_dataset *test, const dt_fit_config *cfg, dt_fit_result *result);
+DT_API dt_status dt_fit(dt_model *m, dt_optim *o, dt_pool *pool, const dt_image_dataset *train,
+                        const dt_image_dataset *test, const dt_fit_config *cfg,
+                        dt_fit_result *result);
 
 /* Batches in one pass over n_examples: the last partial one counts only with keep_remainder. */
-int64_t dt_fit_batches_per_epoch(const dt_fit_config *cfg, int64_t n_examples);
+DT_API int64_t dt_fit_batches_per_epoch(const dt_fit_config *cfg, int64_t n_examples);
 
 /* Checks cfg against a training set of n_examples (-1: unknown), naming the field. */
-dt_status dt_fit_check(const dt_fit_config *cfg, int64_t n_examples);
+DT_API dt_status dt_fit_check(const dt_fit_config *cfg, int64_t n_examples);
 
 /* What an evaluation measures. A binary model (one output, binary cross-entropy: CTR models)
  * also gets its exact AUC (ties counted half: include/dtrain/metrics.h) and logloss; NaN
@@ -192,20 +194,22 @@ typedef struct {
 } dt_eval_metrics;
 
 /* Over the first max_batches batches (0: all) of one iteration of a dataset of batches. */
-dt_status dt_evaluate_metrics(dt_model *m, dt_dataset *batches, int64_t max_batches,
-                              dt_eval_metrics *out);
+DT_API dt_status dt_evaluate_metrics(dt_model *m, dt_dataset *batches, int64_t max_batches,
+                                     dt_eval_metrics *out);
 
 /* Mean loss and accuracy over one iteration of a dataset of batches. */
-dt_status dt_evaluate_dataset(dt_model *m, dt_dataset *batches, double *loss, double *accuracy);
+DT_API dt_status dt_evaluate_dataset(dt_model *m, dt_dataset *batches, double *loss,
+                                     double *accuracy);
 
 /* The same over its first max_batches batches at most (0: all of them). */
-dt_status dt_evaluate_batches(dt_model *m, dt_dataset *batches, int64_t max_batches, double *loss,
-                              double *accuracy);
+DT_API dt_status dt_evaluate_batches(dt_model *m, dt_dataset *batches, int64_t max_batches,
+                                     double *loss, double *accuracy);
 
 /* Mean loss and accuracy over the whole dataset, in batches of the model's maximum batch. */
-dt_status dt_evaluate(dt_model *m, const dt_image_dataset *ds, double *loss, double *accuracy);
+DT_API dt_status dt_evaluate(dt_model *m, const dt_image_dataset *ds, double *loss,
+                             double *accuracy);
 
 /* Checks that ds's images and labels fit m. */
-dt_status dt_check_dataset(const dt_model *m, const dt_image_dataset *ds);
+DT_API dt_status dt_check_dataset(const dt_model *m, const dt_image_dataset *ds);
 
 #endif

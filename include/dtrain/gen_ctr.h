@@ -37,6 +37,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "dtrain/api.h"
 #include "dtrain/pool.h"
 #include "dtrain/rng.h"
 #include "dtrain/status.h"
@@ -54,7 +55,7 @@ typedef enum {
     DT_GEN_CENSUS,
 } dt_gen_format;
 
-dt_status dt_gen_format_parse(const char *name, dt_gen_format *out);
+DT_API dt_status dt_gen_format_parse(const char *name, dt_gen_format *out);
 
 typedef struct {
     int64_t rows;
@@ -64,20 +65,20 @@ typedef struct {
 } dt_gen_result;
 
 /* The ids' count of the libsvm form (the same for every seed). */
-int64_t dt_gen_ctr_feature_size(void);
+DT_API int64_t dt_gen_ctr_feature_size(void);
 
 /* Writes rows rows drawn with seed to path in format, split over pool. Errors name the path. */
-dt_status dt_gen_ctr(const char *path, dt_gen_format format, int64_t rows, uint64_t seed,
-                     dt_pool *pool, dt_gen_result *out);
+DT_API dt_status dt_gen_ctr(const char *path, dt_gen_format format, int64_t rows, uint64_t seed,
+                            dt_pool *pool, dt_gen_result *out);
 
 /* The census format's rows, for dt_gen_ctr's blocks (src/data/gen_census.c). */
 #define DT_GEN_CENSUS_LINE_MAX 256
 /* The CSV header line, '\n' included. */
-extern const char dt_gen_census_header[];
+extern DT_API const char dt_gen_census_header[];
 /* The teacher's bias (the same on every call; NAN without memory). */
-double dt_gen_census_bias(void);
+DT_API double dt_gen_census_bias(void);
 /* Draws one row from r and writes it to out (DT_GEN_CENSUS_LINE_MAX bytes) as a CSV line ending
  * in '\n'; returns its length. *logit is the teacher's logit, *label 1 for ">50K". */
-size_t dt_gen_census_row(double bias, dt_rng *r, char *out, float *logit, float *label);
+DT_API size_t dt_gen_census_row(double bias, dt_rng *r, char *out, float *logit, float *label);
 
 #endif

@@ -15,7 +15,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-uint64_t dt_hash_bytes(uint64_t seed, const void *bytes, size_t n);
+#include "dtrain/api.h"
+
+DT_API uint64_t dt_hash_bytes(uint64_t seed, const void *bytes, size_t n);
 
 /* The SplitMix64 finaliser. */
 static inline uint64_t dt_hash_mix(uint64_t x)

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtrain/api.h"
 #include "dtrain/status.h"
 
 #define DT_IDX_MAX_DIMS 4
@@ -26,8 +27,8 @@ typedef struct {
  * 2^33 bytes, truncated data, trailing bytes (after a gzip stream's end zlib ignores them). The
  * buffer grows with the data read (from 1 MiB, doubling), so a header promising more than the
  * file holds costs no more than the file's size. */
-dt_status dt_idx_read(const char *path, dt_idx *out);
-void dt_idx_free(dt_idx *idx);
+DT_API dt_status dt_idx_read(const char *path, dt_idx *out);
+DT_API void dt_idx_free(dt_idx *idx);
 
 /* Images (N, H, W, C) uint8 with labels (N) in [0, n_classes). */
 typedef struct {
@@ -40,11 +41,11 @@ typedef struct {
 
 /* Pairs an images file ((N, H, W) or (N, H, W, C)) with a labels file ((N)); errors when the
  * counts differ, naming both files. */
-dt_status dt_image_dataset_load(const char *images_path, const char *labels_path,
-                                dt_image_dataset *out);
-void dt_image_dataset_free(dt_image_dataset *ds);
+DT_API dt_status dt_image_dataset_load(const char *images_path, const char *labels_path,
+                                       dt_image_dataset *out);
+DT_API void dt_image_dataset_free(dt_image_dataset *ds);
 
 /* Fashion-MNIST (or MNIST) in dir under its standard names, train or t10k, .gz or not. */
-dt_status dt_image_dataset_load_mnist_dir(const char *dir, int train, dt_image_dataset *out);
+DT_API dt_status dt_image_dataset_load_mnist_dir(const char *dir, int train, dt_image_dataset *out);
 
 #endif

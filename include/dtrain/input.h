@@ -11,9 +11,9 @@
  *   libsvm:GLOB            stdin), LibSVM text, CSV text
  *   csv:GLOB
  *   criteo:GLOB            Criteo's TSV click logs, for CTR models (criteo.h)
- * Images are loaded into memory and batched by the image pipeline (image_pipeline.h); files are
- * streamed: source -> [shard] -> [cache] -> [shuffle] -> batch -> [parse Examples] -> [prefetch],
- * the order the tf.data guides recommend.
+ * Images are loaded into memory and batched by the image pipeline (src/data/image_pipeline.h);
+ * files are streamed: source -> [shard] -> [cache] -> [shuffle] -> batch -> [parse Examples] ->
+ * [prefetch], the order the tf.data guides recommend.
  *
  * Across workers (the input context), images are batched alike on every worker and each gathers
  * its block of every global batch; file data is sharded as tf.data's auto-shard policy says
@@ -28,6 +28,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "dtrain/api.h"
 #include "dtrain/dataset.h"
 #include "dtrain/example.h"
 #include "dtrain/idx.h"
@@ -53,17 +54,17 @@ typedef struct {
 } dt_input_spec;
 
 /* Parses text; errors name `what` (a flag such as "--data") and the spec. */
-dt_status dt_input_spec_parse(const char *text, const char *what, dt_input_spec *out);
+DT_API dt_status dt_input_spec_parse(const char *text, const char *what, dt_input_spec *out);
 /* Files streamed (tfrecord, libsvm, csv), rather than images loaded whole. */
-bool dt_input_spec_is_files(const dt_input_spec *s);
+DT_API bool dt_input_spec_is_files(const dt_input_spec *s);
 /* The test data that goes with train when none is named: the t10k half of a directory spec;
  * *have false for the other forms. */
-void dt_input_spec_default_test(const dt_input_spec *train, dt_input_spec *test, bool *have);
+DT_API void dt_input_spec_default_test(const dt_input_spec *train, dt_input_spec *test, bool *have);
 
 /* The images of a directory or IDX spec, loaded whole (test_half: a directory's t10k files);
  * DT_ERR_INVALID for file specs. Errors name `what` and the path. */
-dt_status dt_input_load_images(const dt_input_spec *s, const char *what, bool test_half,
-                               dt_image_dataset *out);
+DT_API dt_status dt_input_load_images(const dt_input_spec *s, const char *what, bool test_half,
+                                      dt_image_dataset *out);
 
 /* How the pipeline is built. */
 typedef struct {
@@ -105,11 +106,11 @@ typedef struct {
 
 /* Keras's and tf.data's defaults: batch 64, full shuffle, seed 1, prefetch 2, AUTO sharding,
  * compression by magic, one reader and parser, label key "label", index base 1. */
-void dt_input_options_default(dt_input_options *o);
+DT_API void dt_input_options_default(dt_input_options *o);
 
 /* The options' ranges, each error naming the field first ("prefetch: must be in 0..4096, got
  * 5000"); the builders check them too. */
-dt_status dt_input_options_check(const dt_input_options *o);
+DT_API dt_status dt_input_options_check(const dt_input_options *o);
 
 /* A pipeline and what its users need to know of it. */
 typedef struct {
@@ -134,22 +135,24 @@ typedef struct {
  * over several workers needs a global batch that the workers divide. The datasets point into
  * *out (its file lists, feature spec and bad-record count): it stays where it is until
  * dt_input_free. */
-dt_status dt_input_open(const dt_input_spec *train, const dt_input_spec *test,
-                        const dt_input_options *o, const dt_input_context *ctx, dt_input *out);
+DT_API dt_status dt_input_open(const dt_input_spec *train, const dt_input_spec *test,
+                               const dt_input_options *o, const dt_input_context *ctx,
+                               dt_input *out);
 
 /* Test data alone, as an evaluator reads it: out->test over test in batches of o->batch_size
  * (images: at most their number), in file order, from every file; out->shape is one example's
  * (--input-shape or 1,1,width for files), out->test_images the images when they are in memory.
  * Of o, the batch, prefetch and the options of the files' kind count. */
-dt_status dt_input_open_test(const dt_input_spec *test, const dt_input_options *o, dt_input *out);
+DT_API dt_status dt_input_open_test(const dt_input_spec *test, const dt_input_options *o,
+                                    dt_input *out);
 
 /* Another replica's training input over in's data: the block of every global batch that
  * replica ctx->input_pipeline_id trains on. Images in memory are in's, shared and read only
  * (free out before in); file data gets its own pipeline over the same files. */
-dt_status dt_input_open_replica(const dt_input *in, const dt_input_options *o,
-                                const dt_input_context *ctx, dt_input *out);
+DT_API dt_status dt_input_open_replica(const dt_input *in, const dt_input_options *o,
+                                       const dt_input_context *ctx, dt_input *out);
 
 /* Accepts a zeroed or half-built input. */
-void dt_input_free(dt_input *in);
+DT_API void dt_input_free(dt_input *in);
 
 #endif

@@ -16,6 +16,7 @@
 
 #include <stdbool.h>
 
+#include "dtrain/api.h"
 #include "dtrain/cluster.h"
 #include "dtrain/status.h"
 
@@ -53,10 +54,10 @@ typedef enum {
 } dt_launch_action;
 
 /* What to do about a task's end. Pure: no I/O, no state; the same answer for the same input. */
-dt_launch_action dt_launch_decide(const dt_launch_exit *e);
+DT_API dt_launch_action dt_launch_decide(const dt_launch_exit *e);
 
 /* "continue", "restart task", ...: for messages and tests. */
-const char *dt_launch_action_name(dt_launch_action a);
+DT_API const char *dt_launch_action_name(dt_launch_action a);
 
 /* ---- the job spec ---- */
 
@@ -115,24 +116,24 @@ typedef struct {
     char *mpi_program;      /* the command mpirun runs (dt_launch_spec_mpirun; owned) */
 } dt_launch_spec;
 
-void dt_launch_spec_init(dt_launch_spec *s);
+DT_API void dt_launch_spec_init(dt_launch_spec *s);
 /* Accepts a spec that dt_launch_spec_init zeroed, however far it was built. */
-void dt_launch_spec_free(dt_launch_spec *s);
+DT_API void dt_launch_spec_free(dt_launch_spec *s);
 
 /* The tasks of a cluster of n[job] tasks (at most one chief), started in job order: chief,
  * workers, ps, evaluator. kind becomes DT_LAUNCH_PS when there are ps tasks and a chief. */
-dt_status dt_launch_spec_cluster(dt_launch_spec *s, const int n[DT_JOB_COUNT]);
+DT_API dt_status dt_launch_spec_cluster(dt_launch_spec *s, const int n[DT_JOB_COUNT]);
 
 /* Every task runs cmd[0..n_cmd) (strings borrowed). A cmd[0] equal to self_name (may be NULL)
  * runs this very program (/proc/self/exe), so a build that is not installed runs itself. */
-dt_status dt_launch_spec_command(dt_launch_spec *s, char *const *cmd, int n_cmd,
-                                 const char *self_name);
+DT_API dt_status dt_launch_spec_command(dt_launch_spec *s, char *const *cmd, int n_cmd,
+                                        const char *self_name);
 
 /* One task, "mpi" (a worker to the rules), running mpirun -np np with cmd, which starts the
  * training ranks itself: no TF_CONFIG, the secret passed on to every rank. DT_ERR_UNSUPPORTED
  * when mpirun is not in PATH. */
-dt_status dt_launch_spec_mpirun(dt_launch_spec *s, int np, char *const *cmd, int n_cmd,
-                                const char *self_name);
+DT_API dt_status dt_launch_spec_mpirun(dt_launch_spec *s, int np, char *const *cmd,
+                                       int n_cmd, const char *self_name);
 
 /* ---- running ---- */
 
@@ -147,7 +148,7 @@ typedef struct {
 /* Runs the job until every task has ended and been reaped and its output printed, starting
  * tasks or the cluster again as the rules say. DT_OK when the tasks ran (r says how they
  * ended); an error when no run could be made (memory, ports, pipes). */
-dt_status dt_launch_run(const dt_launch_spec *s, dt_launch_result *r);
+DT_API dt_status dt_launch_run(const dt_launch_spec *s, dt_launch_result *r);
 
 /* ---- signals ---- */
 
@@ -156,7 +157,7 @@ dt_status dt_launch_run(const dt_launch_spec *s, dt_launch_result *r);
  * handlers only write a byte to a self-pipe that dt_launch_run polls: the first signal stops the
  * cluster with it (SIGKILL after the grace period), another one kills it. Without them a run
  * looks for ended tasks every 50 ms. One installation per process at a time. */
-dt_status dt_launch_signals_install(void);
-void dt_launch_signals_restore(void);
+DT_API dt_status dt_launch_signals_install(void);
+DT_API void dt_launch_signals_restore(void);
 
 #endif

@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtrain/api.h"
 #include "dtrain/rows.h"
 #include "dtrain/status.h"
 
@@ -57,15 +58,15 @@ typedef struct {
 } dt_libsvm_options;
 
 /* n_dense 0 (sparse), index_base 1, zero_based_ok false. */
-void dt_libsvm_options_default(dt_libsvm_options *o);
+DT_API void dt_libsvm_options_default(dt_libsvm_options *o);
 
 /* Parses one line (no '\n'; a trailing '\r' is ignored) and appends exactly one row to out:
  * its label, and its features in the dense slots or the sparse part. Returns DT_END, appending
  * nothing, for a blank or comment-only line. On an error appends nothing and sets "column N:
  * <what>"; DT_ERR_INVALID for bad options (or an out->n_dense that differs from o->n_dense),
  * DT_ERR_NOMEM when the rows cannot grow. */
-dt_status dt_libsvm_parse_line(const char *line, size_t len, const dt_libsvm_options *o,
-                               dt_rowbuf *out);
+DT_API dt_status dt_libsvm_parse_line(const char *line, size_t len, const dt_libsvm_options *o,
+                                      dt_rowbuf *out);
 
 /* Parses the complete lines at the start of buf[0 .. n), appending a row for each that is not
  * blank or a comment; a final line without '\n' counts as complete only when at_eof. first_line
@@ -76,9 +77,9 @@ dt_status dt_libsvm_parse_line(const char *line, size_t len, const dt_libsvm_opt
  * appended, *consumed and *lines_done point at the bad line's start, and the message reads
  * "line L, column C: ...". A line longer than DT_LIBSVM_MAX_LINE is an error as soon as
  * that many bytes without a '\n' are in buf, at_eof or not. */
-dt_status dt_libsvm_parse_buffer(const char *buf, size_t n, bool at_eof,
-                                 const dt_libsvm_options *o, uint64_t first_line, dt_rowbuf *out,
-                                 size_t *consumed, uint64_t *lines_done);
+DT_API dt_status dt_libsvm_parse_buffer(const char *buf, size_t n, bool at_eof,
+                                        const dt_libsvm_options *o, uint64_t first_line,
+                                        dt_rowbuf *out, size_t *consumed, uint64_t *lines_done);
 
 /* What dt_libsvm_parse_float found. */
 typedef enum {
@@ -90,6 +91,6 @@ typedef enum {
 /* Parses exactly the n bytes at s as a decimal number into the nearest float (strtof's result in
  * the C locale, whatever the process locale). Leading or trailing spaces are syntax errors. Sets
  * no message: callers say where the number was. The text parsers (LibSVM, CSV) share it. */
-dt_number_result dt_libsvm_parse_float(const char *s, size_t n, float *out);
+DT_API dt_number_result dt_libsvm_parse_float(const char *s, size_t n, float *out);
 
 #endif

@@ -13,18 +13,20 @@
 
 #include <stdio.h>
 
+#include "dtrain/api.h"
+
 typedef enum { DT_LOG_DEBUG, DT_LOG_INFO, DT_LOG_WARN, DT_LOG_OFF } dt_log_level;
 
 /* The threshold in force: messages below it are dropped. */
-dt_log_level dt_log_level_now(void);
-void dt_log_set_level(dt_log_level level);
+DT_API dt_log_level dt_log_level_now(void);
+DT_API void dt_log_set_level(dt_log_level level);
 /* "debug", "info", "warn" (or "warning"), "off" -> level; -1 otherwise. */
-int dt_log_level_parse(const char *name);
+DT_API int dt_log_level_parse(const char *name);
 /* Where messages without a stream of their own go; NULL: stderr. */
-void dt_log_set_sink(FILE *sink);
+DT_API void dt_log_set_sink(FILE *sink);
 
 /* Writes the formatted text and a newline to out (NULL: the sink), if level passes. */
-void dt_log_to(FILE *out, dt_log_level level, const char *fmt, ...)
+DT_API void dt_log_to(FILE *out, dt_log_level level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 #endif

@@ -10,19 +10,20 @@
 
 #include <stddef.h>
 
+#include "dtrain/api.h"
 #include "dtrain/status.h"
 
 /* scores (n): any real numbers (logits or probabilities: only their order matters); labels (n):
  * 0 or 1. DT_ERR_INVALID when a label is neither, a score is NaN, or a class is absent (the AUC
  * is undefined then). */
-dt_status dt_auc(const float *scores, const float *labels, size_t n, double *auc);
+DT_API dt_status dt_auc(const float *scores, const float *labels, size_t n, double *auc);
 
 /* The naive reference: every positive against every negative, O(n^2), for tests. */
-double dt_auc_naive(const float *scores, const float *labels, size_t n);
+DT_API double dt_auc_naive(const float *scores, const float *labels, size_t n);
 
 /* Mean sigmoid cross-entropy of logits (n) against labels (n) in [0, 1]; DT_ERR_INVALID for
  * n = 0 or a label outside [0, 1]. */
-dt_status dt_logloss_from_logits(const float *logits, const float *labels, size_t n,
-                                 double *logloss);
+DT_API dt_status dt_logloss_from_logits(const float *logits, const float *labels, size_t n,
+                                        double *logloss);
 
 #endif

@@ -11,9 +11,9 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "dtrain/api.h"
 #include "dtrain/arena.h"
 #include "dtrain/model_spec.h"
-#include "dtrain/nn.h"
 #include "dtrain/optim.h"
 #include "dtrain/pool.h"
 #include "dtrain/rowopt.h"
@@ -29,73 +29,73 @@ typedef struct dt_model dt_model;
 /* Builds the runtime for inputs of shape spec->input_shape (which must be set) and batches of up
  * to max_batch examples; pool is borrowed and may be NULL. Parameters start at zero: call
  * dt_model_init_params. Shape errors name the layer. */
-dt_status dt_model_create(const dt_model_spec *spec, int max_batch, dt_pool *pool,
-                          const dt_model_options *opts, dt_model **out);
-void dt_model_destroy(dt_model *m);
+DT_API dt_status dt_model_create(const dt_model_spec *spec, int max_batch, dt_pool *pool,
+                                 const dt_model_options *opts, dt_model **out);
+DT_API void dt_model_destroy(dt_model *m);
 
 /* Keras's default initialisers: Glorot-uniform kernels, zero biases, drawn from seed; a CTR
  * model's tables as model_spec.h says. */
-void dt_model_init_params(dt_model *m, uint64_t seed);
+DT_API void dt_model_init_params(dt_model *m, uint64_t seed);
 /* The same for the parameter arena alone, the tables left as they are (a parameter-server
  * coordinator, whose ps tasks draw the tables' rows themselves). */
-void dt_model_init_dense_params(dt_model *m, uint64_t seed);
+DT_API void dt_model_init_dense_params(dt_model *m, uint64_t seed);
 
-dt_arena *dt_model_params(dt_model *m);
-dt_arena *dt_model_grads(dt_model *m);
+DT_API dt_arena *dt_model_params(dt_model *m);
+DT_API dt_arena *dt_model_grads(dt_model *m);
 /* Variables no optimizer trains, which training forwards update: batch normalisation's moving
  * means and variances ("<layer>/moving_mean"). Empty without such layers. Checkpoints hold them. */
-dt_arena *dt_model_state(dt_model *m);
-const dt_model_spec *dt_model_spec_of(const dt_model *m);
-int dt_model_num_outputs(const dt_model *m);
+DT_API dt_arena *dt_model_state(dt_model *m);
+DT_API const dt_model_spec *dt_model_spec_of(const dt_model *m);
+DT_API int dt_model_num_outputs(const dt_model *m);
 /* A feature-spec model with a regression head: its loss reads the batch's labels as values
  * (any finite number), not as classes. */
-bool dt_model_float_targets(const dt_model *m);
-size_t dt_model_input_elems(const dt_model *m);
-int dt_model_max_batch(const dt_model *m);
+DT_API bool dt_model_float_targets(const dt_model *m);
+DT_API size_t dt_model_input_elems(const dt_model *m);
+DT_API int dt_model_max_batch(const dt_model *m);
 
 /* Runs the layers on x (B, H, W, C), B <= max batch, and returns the outputs (B, K), valid until
  * the next forward. training enables dropout, whose masks come from dropout_seed and a counter
  * of training forwards, so a run is reproducible. */
-const float *dt_model_forward(dt_model *m, int B, const float *x, bool training);
+DT_API const float *dt_model_forward(dt_model *m, int B, const float *x, bool training);
 
 /* dt_model_forward on a batch of the input pipeline: its dense values for a sequential model,
  * its F (id, value) fields per example for a CTR model (checked: field count, ids within the
  * tables, finite values; DT_ERR_INVALID naming the example and the field). *logits (may be
  * NULL) gets the outputs (B, K). */
-dt_status dt_model_forward_batch(dt_model *m, const dt_elem *e, bool training,
-                                 const float **logits);
+DT_API dt_status dt_model_forward_batch(dt_model *m, const dt_elem *e, bool training,
+                                        const float **logits);
 
 /* After a forward of B examples: the sum of their losses against labels (B), and the number
  * predicted right when n_correct is not NULL. With want_grad it also prepares backward, with the
  * loss gradient multiplied by grad_scale (1 / B for the batch mean, 1 / global batch for the
  * distributed sum). Labels must lie in [0, K) (K = 1 for a binary model: labels 0 or 1). */
-double dt_model_loss(dt_model *m, int B, const int32_t *labels, float grad_scale, bool want_grad,
-                     int *n_correct);
+DT_API double dt_model_loss(dt_model *m, int B, const int32_t *labels, float grad_scale,
+                            bool want_grad, int *n_correct);
 
 /* Adds the gradients of the last loss into the gradient arena (zero it first for a fresh step). */
-void dt_model_backward(dt_model *m, int B);
+DT_API void dt_model_backward(dt_model *m, int B);
 
 /* Makes m compute with owner's parameters (the same layout: the same spec) instead of its own:
  * central_storage's one copy of the variables. owner must outlive m's use of them; m's own
  * storage is kept and freed with m. DT_ERR_INVALID when the layouts differ. */
-dt_status dt_model_share_params(dt_model *m, const dt_model *owner);
+DT_API dt_status dt_model_share_params(dt_model *m, const dt_model *owner);
 
 /* Makes table i read its values from data ((rows, dim) floats, read only, owned by the caller and
  * outliving m's use of it: a table of a checkpoint mapped from its file) instead of its own
  * storage, which is released with its slots. For a model that only runs forwards. */
-dt_status dt_model_borrow_table(dt_model *m, int i, const float *data);
+DT_API dt_status dt_model_borrow_table(dt_model *m, int i, const float *data);
 
 /* Makes m compute with owner's variables (the same spec): its parameters, its state and its
  * tables' values, read only; m's own tables are released. The replicas of one model that a
  * predictor's threads run forwards on, each with its own activations. owner must outlive m's
  * use of them. DT_ERR_INVALID when the layouts differ. */
-dt_status dt_model_share_variables(dt_model *m, const dt_model *owner);
+DT_API dt_status dt_model_share_variables(dt_model *m, const dt_model *owner);
 
 /* Makes m keep its parameters and gradients in storage it does not own, of
  * dt_model_params(m)->n_elems floats each (shared memory, say: dt_comm_share_tensors), whose
  * parameters are to be used as they are; with NULL, back to its own storage, into which the
  * current parameters are copied. Not with dt_model_share_params. */
-void dt_model_use_storage(dt_model *m, float *params, float *grads);
+DT_API void dt_model_use_storage(dt_model *m, float *params, float *grads);
 
 /* Called during dt_model_backward each time a layer's parameter gradients are complete, with the
  * arena offset from which every gradient is final: layers run last first and their views lie in
@@ -103,58 +103,58 @@ void dt_model_use_storage(dt_model *m, float *params, float *grads);
  * what lets gradient all-reduce start on the last layers while backward runs on the first. */
 typedef void (*dt_grad_ready_fn)(void *ctx, size_t ready_from);
 /* fn may be NULL (no calls). */
-void dt_model_set_grad_hook(dt_model *m, dt_grad_ready_fn fn, void *ctx);
+DT_API void dt_model_set_grad_hook(dt_model *m, dt_grad_ready_fn fn, void *ctx);
 
 /* Zeroes the dense gradients and empties the tables' sparse ones. */
-void dt_model_zero_grads(dt_model *m);
+DT_API void dt_model_zero_grads(dt_model *m);
 
 /* ---- Tables (CTR models): variables updated row by row, outside the parameter arena ---- */
 
 /* fm_w, then fm_v (none for a sequential model, one for lr). */
-int dt_model_num_tables(const dt_model *m);
-dt_table *dt_model_table(dt_model *m, int i);
+DT_API int dt_model_num_tables(const dt_model *m);
+DT_API dt_table *dt_model_table(dt_model *m, int i);
 /* The table of that name ("fm_w", "fm_v"), or NULL. */
-dt_table *dt_model_find_table(dt_model *m, const char *name);
+DT_API dt_table *dt_model_find_table(dt_model *m, const char *name);
 /* The table's gradient of the last backward: the rows the batch touched, summed. */
-dt_sparse_rows *dt_model_table_grad(dt_model *m, int i);
+DT_API dt_sparse_rows *dt_model_table_grad(dt_model *m, int i);
 /* Gives the tables the slots of optimizer c, which dt_model_update_tables then applies. */
-dt_status dt_model_setup_tables(dt_model *m, const dt_rowopt_config *c);
+DT_API dt_status dt_model_setup_tables(dt_model *m, const dt_rowopt_config *c);
 /* The tables' rules of cfg: its table rule, and its linear rule on a feature-spec model's
  * linear tables when set (dt_model_setup_tables, then dt_model_set_table_rule). */
-dt_status dt_model_setup_table_rules(dt_model *m, const dt_optim_config *cfg);
+DT_API dt_status dt_model_setup_table_rules(dt_model *m, const dt_optim_config *cfg);
 /* o over the parameter arena, and the tables' slots of cfg's table rules. */
-dt_status dt_model_setup_optimizer(dt_model *m, dt_optim *o, const dt_optim_config *cfg);
+DT_API dt_status dt_model_setup_optimizer(dt_model *m, dt_optim *o, const dt_optim_config *cfg);
 /* Gives table i its own rule after dt_model_setup_tables gave every table the same one (a
  * feature-spec model's linear tables take the linear part's optimizer). */
-dt_status dt_model_set_table_rule(dt_model *m, int i, const dt_rowopt_config *c);
+DT_API dt_status dt_model_set_table_rule(dt_model *m, int i, const dt_rowopt_config *c);
 /* Table i's rule; NULL before dt_model_setup_tables. */
-const dt_rowopt_config *dt_model_table_rule(const dt_model *m, int i);
+DT_API const dt_rowopt_config *dt_model_table_rule(const dt_model *m, int i);
 /* A feature-spec model: the unique ids (increasing) that batch e reads of table i, which a
  * parameter-server worker pulls before the forward of e (which then does not read e's entries
  * again). Valid until that forward. DT_ERR_INVALID as the forward's for a bad entry. */
-dt_status dt_model_table_ids(dt_model *m, const dt_elem *e, int i, const int64_t **ids,
-                             size_t *n);
+DT_API dt_status dt_model_table_ids(dt_model *m, const dt_elem *e, int i, const int64_t **ids,
+                                    size_t *n);
 /* How table i starts, as dt_model_init_params draws it: each row from N(0, stddev^2) with the
  * seed plus *seed_offset (stddev 0: zeros) — what a ps task holding rows of it draws. */
-void dt_model_table_init(const dt_model *m, int i, float *stddev, uint64_t *seed_offset);
+DT_API void dt_model_table_init(const dt_model *m, int i, float *stddev, uint64_t *seed_offset);
 /* Whether table i is of a feature-spec model's linear part. */
-bool dt_model_table_linear(const dt_model *m, int i);
+DT_API bool dt_model_table_linear(const dt_model *m, int i);
 /* The tables' optimizer (the rule dt_model_setup_tables gave them all); NULL before it. */
-const dt_rowopt_config *dt_model_table_optimizer(const dt_model *m);
+DT_API const dt_rowopt_config *dt_model_table_optimizer(const dt_model *m);
 /* Applies the tables' gradients with the optimizer's rate times lr_scale (a schedule's factor)
  * at global step `step` (1 for the first). */
-void dt_model_update_tables(dt_model *m, float lr_scale, int64_t step, dt_pool *pool);
+DT_API void dt_model_update_tables(dt_model *m, float lr_scale, int64_t step, dt_pool *pool);
 
 /* Sets the seed of dropout masks and restarts their sequence: the next training forward draws
  * the same masks as the first one after the previous call with this seed. */
-void dt_model_set_dropout_seed(dt_model *m, uint64_t seed);
+DT_API void dt_model_set_dropout_seed(dt_model *m, uint64_t seed);
 
 /* Training forwards since the last dt_model_set_dropout_seed: with the seed, the position in the
  * sequence of dropout masks, which a checkpoint saves so a resumed run draws the same masks. */
-uint64_t dt_model_dropout_position(const dt_model *m);
-void dt_model_set_dropout_position(dt_model *m, uint64_t forwards);
+DT_API uint64_t dt_model_dropout_position(const dt_model *m);
+DT_API void dt_model_set_dropout_position(dt_model *m, uint64_t forwards);
 
 /* A Keras-style table of layers, output shapes and parameter counts. */
-void dt_model_summary(const dt_model *m, FILE *out);
+DT_API void dt_model_summary(const dt_model *m, FILE *out);
 
 #endif

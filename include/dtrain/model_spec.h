@@ -5,12 +5,16 @@
 #define DTRAIN_MODEL_SPEC_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
-#include "dtrain/nn.h"
+#include "dtrain/api.h"
 #include "dtrain/status.h"
 
 #define DT_MAX_LAYERS 64
 #define DT_LAYER_NAME_CAP 48
+
+/* A dense or conv2d layer's activation, applied to its output. */
+typedef enum { DT_ACT_NONE = 0, DT_ACT_RELU, DT_ACT_SIGMOID, DT_ACT_TANH } dt_activation;
 
 typedef enum {
     DT_LAYER_DENSE = 0,
@@ -152,30 +156,30 @@ typedef struct {
 } dt_model_spec;
 
 /* "mnist_cnn" or "mlp". */
-dt_status dt_model_spec_builtin(const char *name, dt_model_spec *out);
+DT_API dt_status dt_model_spec_builtin(const char *name, dt_model_spec *out);
 
 /* The sample's defaults: F 39, K 32, deep layers 128, 64, 32 with keep 0.5, init stddev 0.01;
  * feature_size 0, which the caller must set. */
-void dt_ctr_spec_default(dt_ctr_spec *c);
+DT_API void dt_ctr_spec_default(dt_ctr_spec *c);
 /* The sizes' ranges whatever the architecture (feature_size 0 while it is still to be learnt
  * from the data); errors name the field first ("dropout_keep: ..."). */
-dt_status dt_ctr_spec_check(const dt_ctr_spec *c);
+DT_API dt_status dt_ctr_spec_check(const dt_ctr_spec *c);
 /* The spec of a CTR model of architecture arch (not sequential): checks the sizes, naming the
  * flag-like field ("field_size"), and builds the MLP's layers for DeepFM. */
-dt_status dt_model_spec_ctr(dt_arch arch, const dt_ctr_spec *c, dt_model_spec *out);
+DT_API dt_status dt_model_spec_ctr(dt_arch arch, const dt_ctr_spec *c, dt_model_spec *out);
 /* "lr" | "fm" | "deepfm" (and "sequential"). */
-dt_status dt_arch_parse(const char *name, dt_arch *out);
-const char *dt_arch_name(dt_arch arch);
+DT_API dt_status dt_arch_parse(const char *name, dt_arch *out);
+DT_API const char *dt_arch_name(dt_arch arch);
 
 /* Parses a JSON model description; errors name the file and the field ("layers[2].units"), or the
  * line and column of a syntax error. See README.md for the format. */
-dt_status dt_model_spec_from_json_file(const char *path, dt_model_spec *out);
-dt_status dt_model_spec_from_json(const char *text, const char *source, dt_model_spec *out);
+DT_API dt_status dt_model_spec_from_json_file(const char *path, dt_model_spec *out);
+DT_API dt_status dt_model_spec_from_json(const char *text, const char *source, dt_model_spec *out);
 
-const char *dt_loss_name(dt_loss_kind loss);
+DT_API const char *dt_loss_name(dt_loss_kind loss);
 
 /* The spec as JSON in the form dt_model_spec_from_json reads (every field explicit, names
  * included), so the same model can be rebuilt from a checkpoint; malloc'd, NULL without memory. */
-char *dt_model_spec_to_json(const dt_model_spec *spec);
+DT_API char *dt_model_spec_to_json(const dt_model_spec *spec);
 
 #endif

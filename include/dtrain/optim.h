@@ -19,6 +19,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "dtrain/api.h"
 #include "dtrain/arena.h"
 #include "dtrain/pool.h"
 #include "dtrain/rowopt.h"
@@ -54,7 +55,7 @@ typedef struct {
 } dt_optim_config;
 
 /* The tables' rule that cfg describes. */
-void dt_optim_table_rule(const dt_optim_config *cfg, dt_rowopt_config *out);
+DT_API void dt_optim_table_rule(const dt_optim_config *cfg, dt_rowopt_config *out);
 
 typedef struct {
     dt_optim_config cfg;
@@ -69,42 +70,43 @@ typedef struct {
 
 /* Keras's defaults for kind, learning rate included (sgd 0.01, momentum 0.01, adam 0.001,
  * adagrad 0.001). */
-void dt_optim_config_default(dt_optim_config *cfg, dt_opt_kind kind);
+DT_API void dt_optim_config_default(dt_optim_config *cfg, dt_opt_kind kind);
 
 /* Parses "sgd" | "momentum" | "adam" | "adagrad"; and "constant" | "step" | "cosine". */
-dt_status dt_opt_kind_parse(const char *name, dt_opt_kind *out);
-dt_status dt_lr_kind_parse(const char *name, dt_lr_kind *out);
-const char *dt_opt_kind_name(dt_opt_kind kind);
+DT_API dt_status dt_opt_kind_parse(const char *name, dt_opt_kind *out);
+DT_API dt_status dt_lr_kind_parse(const char *name, dt_lr_kind *out);
+DT_API const char *dt_opt_kind_name(dt_opt_kind kind);
 
 /* Checks the configuration (positive lr, betas in [0, 1), decay steps when a schedule needs
  * them), naming the offending field. */
-dt_status dt_optim_config_check(const dt_optim_config *cfg);
+DT_API dt_status dt_optim_config_check(const dt_optim_config *cfg);
 
-void dt_optim_init(dt_optim *o);
+DT_API void dt_optim_init(dt_optim *o);
 /* Creates the slots for params' layout; on failure o is left freeable. */
-dt_status dt_optim_setup(dt_optim *o, const dt_optim_config *cfg, const dt_arena *params);
-void dt_optim_free(dt_optim *o);
+DT_API dt_status dt_optim_setup(dt_optim *o, const dt_optim_config *cfg, const dt_arena *params);
+DT_API void dt_optim_free(dt_optim *o);
 
 /* The learning rate the next step will use: lr_now when a callback set it, else the schedule's. */
-float dt_optim_current_lr(const dt_optim *o);
+DT_API float dt_optim_current_lr(const dt_optim *o);
 
 /* The config's schedule at a step (a count of steps taken): Keras's LearningRateSchedule. */
-float dt_lr_schedule_at(const dt_optim_config *c, int64_t step);
+DT_API float dt_lr_schedule_at(const dt_optim_config *c, int64_t step);
 
 /* One update of params (n_elems floats) from grads, split over the pool. grads is read only. */
-void dt_optim_step(dt_optim *o, dt_pool *pool, float *params, const float *grads, size_t n_elems);
+DT_API void dt_optim_step(dt_optim *o, dt_pool *pool, float *params, const float *grads,
+                          size_t n_elems);
 
 /* A step taken in parts, as when each rank of a cluster updates the parameters it owns
  * (dt_comm_allreduce_update): each part updates [lo, hi) of params and the slots from the
  * range's gradients (grads[0] is element lo's), with the rates of the step to come (split over
  * pool when large); dt_optim_count_step then counts the step, once. The parts together give
  * dt_optim_step's values bit for bit. */
-void dt_optim_update_range(const dt_optim *o, dt_pool *pool, float *params, const float *grads,
-                           size_t lo, size_t hi);
+DT_API void dt_optim_update_range(const dt_optim *o, dt_pool *pool, float *params,
+                                  const float *grads, size_t lo, size_t hi);
 /* The same with the range's parameters wherever they are (params_lo[0] is element lo's, as in
  * a private copy of a slice of shared parameters); lo and hi place the optimizer's slots. */
-void dt_optim_update_slice(const dt_optim *o, dt_pool *pool, float *params_lo,
-                           const float *grads_lo, size_t lo, size_t hi);
-void dt_optim_count_step(dt_optim *o);
+DT_API void dt_optim_update_slice(const dt_optim *o, dt_pool *pool, float *params_lo,
+                                  const float *grads_lo, size_t lo, size_t hi);
+DT_API void dt_optim_count_step(dt_optim *o);
 
 #endif

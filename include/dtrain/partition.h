@@ -16,6 +16,7 @@
 
 #include <stdint.h>
 
+#include "dtrain/api.h"
 #include "dtrain/status.h"
 
 typedef enum { DT_PARTITION_FIXED = 0, DT_PARTITION_MIN_SIZE, DT_PARTITION_MAX_SIZE } dt_partitioner_kind;
@@ -30,20 +31,20 @@ typedef struct {
 
 /* "fixed:N" | "min_size:BYTES[:MAX_SHARDS]" | "max_size:BYTES[:MAX_SHARDS]"; BYTES may end in
  * K, M or G (powers of 1024). DT_ERR_INVALID quoting the text. */
-dt_status dt_partitioner_parse(const char *text, dt_partitioner *out);
+DT_API dt_status dt_partitioner_parse(const char *text, dt_partitioner *out);
 /* "div" | "mod". */
-dt_status dt_partition_strategy_parse(const char *text, dt_partition_strategy *out);
+DT_API dt_status dt_partition_strategy_parse(const char *text, dt_partition_strategy *out);
 
 /* The number of shards of a table (rows >= 1, bytes_per_row >= 1). */
-int64_t dt_partition_shards(const dt_partitioner *p, int64_t rows, int64_t bytes_per_row);
+DT_API int64_t dt_partition_shards(const dt_partitioner *p, int64_t rows, int64_t bytes_per_row);
 
 /* Shard k's rows [*lo, *hi) of rows split contiguously over n shards (div). */
-void dt_partition_range(int64_t rows, int64_t n, int64_t k, int64_t *lo, int64_t *hi);
+DT_API void dt_partition_range(int64_t rows, int64_t n, int64_t k, int64_t *lo, int64_t *hi);
 
 /* The shard holding row id of a table of rows split over n shards, and its row there. */
-void dt_partition_locate(dt_partition_strategy s, int64_t rows, int64_t n, int64_t id,
-                         int64_t *shard, int64_t *row);
+DT_API void dt_partition_locate(dt_partition_strategy s, int64_t rows, int64_t n, int64_t id,
+                                int64_t *shard, int64_t *row);
 /* The rows shard k holds: its range's length (div) or the ids with id % n == k (mod). */
-int64_t dt_partition_shard_rows(dt_partition_strategy s, int64_t rows, int64_t n, int64_t k);
+DT_API int64_t dt_partition_shard_rows(dt_partition_strategy s, int64_t rows, int64_t n, int64_t k);
 
 #endif

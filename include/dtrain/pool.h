@@ -8,6 +8,7 @@
 #ifndef DTRAIN_POOL_H
 #define DTRAIN_POOL_H
 
+#include "dtrain/api.h"
 #include "dtrain/status.h"
 
 typedef struct dt_pool dt_pool;
@@ -15,19 +16,19 @@ typedef struct dt_pool dt_pool;
 typedef void (*dt_task_fn)(void *ctx, int task, int n_tasks);
 
 /* n_threads >= 1 counts the caller: 1 creates no thread. */
-dt_status dt_pool_create(int n_threads, dt_pool **out);
-void dt_pool_destroy(dt_pool *pool);
+DT_API dt_status dt_pool_create(int n_threads, dt_pool **out);
+DT_API void dt_pool_destroy(dt_pool *pool);
 
 /* Threads in the pool, the caller included; 1 for a NULL pool. */
-int dt_pool_size(const dt_pool *pool);
+DT_API int dt_pool_size(const dt_pool *pool);
 
-void dt_pool_run(dt_pool *pool, dt_task_fn fn, void *ctx, int n_tasks);
+DT_API void dt_pool_run(dt_pool *pool, dt_task_fn fn, void *ctx, int n_tasks);
 
 /* The slice [*begin, *end) of n items that task t of n_tasks owns: contiguous, in order, sizes
  * differing by at most one. */
-void dt_pool_slice(long n, int task, int n_tasks, long *begin, long *end);
+DT_API void dt_pool_slice(long n, int task, int n_tasks, long *begin, long *end);
 
 /* The number of CPUs this process may run on (its affinity mask; at least 1). */
-int dt_cpu_count(void);
+DT_API int dt_cpu_count(void);
 
 #endif

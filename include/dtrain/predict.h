@@ -26,6 +26,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "dtrain/api.h"
 #include "dtrain/features.h"
 #include "dtrain/input.h"
 #include "dtrain/model_spec.h"
@@ -57,7 +58,7 @@ typedef struct {
     FILE *log;      /* warnings: a damaged newest checkpoint passed over; may be NULL */
 } dt_predictor_options;
 
-void dt_predictor_options_default(dt_predictor_options *o);
+DT_API void dt_predictor_options_default(dt_predictor_options *o);
 
 typedef struct dt_predictor dt_predictor;
 
@@ -65,71 +66,72 @@ typedef struct dt_predictor dt_predictor;
  * Errors name the file: one that is not a checkpoint, truncated or damaged (its checksum), of a
  * format version this dtrain does not read, or a feature spec that does not describe the
  * checkpoint's model. */
-dt_status dt_predictor_open(const char *path, const dt_predictor_options *o, dt_predictor **out);
-void dt_predictor_close(dt_predictor *p);
+DT_API dt_status dt_predictor_open(const char *path, const dt_predictor_options *o,
+                                   dt_predictor **out);
+DT_API void dt_predictor_close(dt_predictor *p);
 
 /* The checkpoint file the variables come from, and its global step (-1 when unknown). */
-const char *dt_predictor_checkpoint(const dt_predictor *p);
-int64_t dt_predictor_step(const dt_predictor *p);
-const dt_model_spec *dt_predictor_model_spec(const dt_predictor *p);
+DT_API const char *dt_predictor_checkpoint(const dt_predictor *p);
+DT_API int64_t dt_predictor_step(const dt_predictor *p);
+DT_API const dt_model_spec *dt_predictor_model_spec(const dt_predictor *p);
 /* The feature spec of a feature-spec model (its vocabularies, normalizers and hashing, as
  * trained), NULL for a built-in or JSON model. */
-const dt_features *dt_predictor_features(const dt_predictor *p);
-dt_predict_head dt_predictor_head(const dt_predictor *p);
+DT_API const dt_features *dt_predictor_features(const dt_predictor *p);
+DT_API dt_predict_head dt_predictor_head(const dt_predictor *p);
 /* Scores per row: 1 for binary and regression heads of one output, K for multiclass. */
-int dt_predictor_num_outputs(const dt_predictor *p);
-int dt_predictor_max_batch(const dt_predictor *p);
+DT_API int dt_predictor_num_outputs(const dt_predictor *p);
+DT_API int dt_predictor_max_batch(const dt_predictor *p);
 /* Values per row of a dense model's input (dt_predict_dense), 0 for CTR and spec models; fields
  * per row of a built-in CTR model (dt_predict_ids), else 0. */
-size_t dt_predictor_dense_width(const dt_predictor *p);
-int dt_predictor_field_size(const dt_predictor *p);
+DT_API size_t dt_predictor_dense_width(const dt_predictor *p);
+DT_API int dt_predictor_field_size(const dt_predictor *p);
 
 /* ---- Scoring: one context per thread ---- */
 
 typedef struct dt_predict_ctx dt_predict_ctx;
 
-dt_status dt_predict_ctx_new(const dt_predictor *p, dt_predict_ctx **out);
-void dt_predict_ctx_free(dt_predict_ctx *c);
+DT_API dt_status dt_predict_ctx_new(const dt_predictor *p, dt_predict_ctx **out);
+DT_API void dt_predict_ctx_free(dt_predict_ctx *c);
 
 /* Rows as an input pipeline gives them (dtrain's parsed rows: dense values for a dense model,
  * F (id, value) fields for lr/fm/deepfm, a feature spec's transformed rows); at most max_batch.
  * out gets n x dt_predictor_num_outputs floats. DT_ERR_INVALID naming the row and field for an
  * id outside its table, a value that is not finite or a row of the wrong width. */
-dt_status dt_predict_rows(dt_predict_ctx *c, const dt_elem *rows, dt_predict_output what,
-                          float *out);
+DT_API dt_status dt_predict_rows(dt_predict_ctx *c, const dt_elem *rows, dt_predict_output what,
+                                 float *out);
 
 /* lr, fm, deepfm: n rows of F already-hashed ids (int64 [n, F]) and their values (float [n, F]),
  * the `ids` and `values` of the sample's TFRecords. */
-dt_status dt_predict_ids(dt_predict_ctx *c, int n, const int64_t *ids, const float *values,
-                         dt_predict_output what, float *out);
+DT_API dt_status dt_predict_ids(dt_predict_ctx *c, int n, const int64_t *ids, const float *values,
+                                dt_predict_output what, float *out);
 
 /* A dense model: n rows of dt_predictor_dense_width floats (NHWC images, or features). */
-dt_status dt_predict_dense(dt_predict_ctx *c, int n, const float *x, dt_predict_output what,
-                           float *out);
+DT_API dt_status dt_predict_dense(dt_predict_ctx *c, int n, const float *x, dt_predict_output what,
+                                  float *out);
 
 /* A feature-spec model over raw text: n lines (no line end; lens[i] bytes each) under a CSV
  * header line that names the spec's keys (delimiter ','), or with header NULL, Criteo TSV
  * (label, I1..I13, C1..C26). The spec's vocabularies, hashing, boundaries and normalizers apply
  * as in training; the label column may be absent or empty. An error names the row (0-based in
  * this call) and the column. */
-dt_status dt_predict_lines(dt_predict_ctx *c, const char *header, int n,
-                           const char *const *lines, const size_t *lens, dt_predict_output what,
-                           float *out);
+DT_API dt_status dt_predict_lines(dt_predict_ctx *c, const char *header, int n,
+                                  const char *const *lines, const size_t *lens,
+                                  dt_predict_output what, float *out);
 
 /* A feature-spec model over serialized tf.Examples (records[i], lens[i] bytes). */
-dt_status dt_predict_examples(dt_predict_ctx *c, int n, const uint8_t *const *records,
-                              const size_t *lens, dt_predict_output what, float *out);
+DT_API dt_status dt_predict_examples(dt_predict_ctx *c, int n, const uint8_t *const *records,
+                                     const size_t *lens, dt_predict_output what, float *out);
 
 /* The scores of logits z (n rows of dt_predictor_num_outputs) as the head gives them: what
  * DT_PREDICT_SCORES returns, from what DT_PREDICT_LOGITS returned. */
-void dt_predict_scores_of_logits(const dt_predictor *p, const float *z, int n, float *out);
+DT_API void dt_predict_scores_of_logits(const dt_predictor *p, const float *z, int n, float *out);
 
 /* ---- Batch scoring: dtrain predict ---- */
 
 typedef enum { DT_PREDICT_TSV = 0, DT_PREDICT_JSONL, DT_PREDICT_NPY } dt_predict_format;
 
 /* "tsv", "jsonl" or "npy"; DT_ERR_INVALID naming them otherwise. */
-dt_status dt_predict_format_parse(const char *name, dt_predict_format *out);
+DT_API dt_status dt_predict_format_parse(const char *name, dt_predict_format *out);
 
 typedef struct {
     const char *model_dir;        /* its latest checkpoint, or an exported directory */
@@ -149,7 +151,7 @@ typedef struct {
     FILE *log;                    /* warnings; may be NULL */
 } dt_predict_run_options;
 
-void dt_predict_run_options_default(dt_predict_run_options *o);
+DT_API void dt_predict_run_options_default(dt_predict_run_options *o);
 
 typedef struct {
     int64_t rows;                 /* scored */
@@ -166,6 +168,6 @@ typedef struct {
  * Numbers are written with 9 significant digits, which give the float back exactly. A bad row
  * is an error naming the file and line or record (and the column), unless the input options
  * skip bad records, which are then counted. */
-dt_status dt_predict_run(const dt_predict_run_options *o, dt_predict_run_result *r);
+DT_API dt_status dt_predict_run(const dt_predict_run_options *o, dt_predict_run_result *r);
 
 #endif

@@ -8,25 +8,27 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtrain/api.h"
+
 typedef struct {
     uint64_t s[4];
 } dt_rng;
 
-void dt_rng_seed(dt_rng *r, uint64_t seed);
+DT_API void dt_rng_seed(dt_rng *r, uint64_t seed);
 
-uint64_t dt_rng_next(dt_rng *r);
+DT_API uint64_t dt_rng_next(dt_rng *r);
 
 /* Uniform in [0, 1) with 24 random bits: every value is an exact float. */
-float dt_rng_uniform(dt_rng *r);
+DT_API float dt_rng_uniform(dt_rng *r);
 
 /* Uniform integer in [0, n), without modulo bias; n > 0. */
-uint64_t dt_rng_below(dt_rng *r, uint64_t n);
+DT_API uint64_t dt_rng_below(dt_rng *r, uint64_t n);
 
 /* Fisher-Yates shuffle of idx[0..n). */
-void dt_rng_shuffle_u32(dt_rng *r, uint32_t *idx, size_t n);
+DT_API void dt_rng_shuffle_u32(dt_rng *r, uint32_t *idx, size_t n);
 
 /* An independent stream for a purpose (e.g. dropout at a given step), derived from a seed and
  * keys without disturbing any other stream. */
-void dt_rng_derive(dt_rng *r, uint64_t seed, uint64_t key1, uint64_t key2);
+DT_API void dt_rng_derive(dt_rng *r, uint64_t seed, uint64_t key1, uint64_t key2);
 
 #endif

@@ -21,6 +21,7 @@
 #ifndef DTRAIN_ROWOPT_H
 #define DTRAIN_ROWOPT_H
 
+#include "dtrain/api.h"
 #include "dtrain/pool.h"
 #include "dtrain/table.h"
 
@@ -40,22 +41,22 @@ typedef struct {
 
 /* The defaults above for kind, with lr (sgd 0.01, adagrad 0.001, adam 0.001, ftrl 0.001 as
  * Keras). */
-void dt_rowopt_config_default(dt_rowopt_config *c, dt_rowopt_kind kind);
+DT_API void dt_rowopt_config_default(dt_rowopt_config *c, dt_rowopt_kind kind);
 /* "sgd" | "adagrad" | "adam" | "ftrl". */
-dt_status dt_rowopt_kind_parse(const char *name, dt_rowopt_kind *out);
-const char *dt_rowopt_kind_name(dt_rowopt_kind kind);
+DT_API dt_status dt_rowopt_kind_parse(const char *name, dt_rowopt_kind *out);
+DT_API const char *dt_rowopt_kind_name(dt_rowopt_kind kind);
 /* Ranges of the fields, naming the one that is wrong. */
-dt_status dt_rowopt_config_check(const dt_rowopt_config *c);
+DT_API dt_status dt_rowopt_config_check(const dt_rowopt_config *c);
 
 /* Gives t the slots of c's kind, at their initial values. */
-dt_status dt_rowopt_setup(const dt_rowopt_config *c, dt_table *t);
+DT_API dt_status dt_rowopt_setup(const dt_rowopt_config *c, dt_table *t);
 
 /* One update of t's rows g->ids from g's rows, at learning rate lr (the schedule's value this
  * step) and global step `step` (1 for the first update: Adam's bias correction). Every id must be
  * a row of t and appear once. */
-void dt_rowopt_update(const dt_rowopt_config *c, float lr, int64_t step, dt_table *t,
-                      const dt_sparse_rows *g, dt_pool *pool);
-void dt_rowopt_update_naive(const dt_rowopt_config *c, float lr, int64_t step, dt_table *t,
-                            const dt_sparse_rows *g);
+DT_API void dt_rowopt_update(const dt_rowopt_config *c, float lr, int64_t step, dt_table *t,
+                             const dt_sparse_rows *g, dt_pool *pool);
+DT_API void dt_rowopt_update_naive(const dt_rowopt_config *c, float lr, int64_t step, dt_table *t,
+                                   const dt_sparse_rows *g);
 
 #endif

@@ -11,6 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtrain/api.h"
 #include "dtrain/status.h"
 
 typedef struct dt_elem {
@@ -32,10 +33,10 @@ typedef struct dt_elem {
 
 /* One allocation holding every array; the counts are fixed, the row offsets zero, the values
  * uninitialised. NULL when out of memory. */
-dt_elem *dt_elem_alloc(int n, int n_dense, size_t nnz, size_t n_bytes);
-void dt_elem_free(dt_elem *e);
+DT_API dt_elem *dt_elem_alloc(int n, int n_dense, size_t nnz, size_t n_bytes);
+DT_API void dt_elem_free(dt_elem *e);
 /* A copy of e in a new allocation; NULL when out of memory. */
-dt_elem *dt_elem_clone(const dt_elem *e);
+DT_API dt_elem *dt_elem_clone(const dt_elem *e);
 
 /* Growable rows. Append a row with dt_rowbuf_add_row (it returns the row's dense slots, zeroed,
  * and the label defaults to 0), then its sparse entries with dt_rowbuf_add_sparse, or its bytes
@@ -54,38 +55,38 @@ typedef struct {
     uint64_t index, pos; /* of row 0 */
 } dt_rowbuf;
 
-void dt_rowbuf_init(dt_rowbuf *b, int n_dense);
-void dt_rowbuf_free(dt_rowbuf *b);
+DT_API void dt_rowbuf_init(dt_rowbuf *b, int n_dense);
+DT_API void dt_rowbuf_free(dt_rowbuf *b);
 /* Drops the rows, keeps the capacity (and n_dense). */
-void dt_rowbuf_clear(dt_rowbuf *b);
+DT_API void dt_rowbuf_clear(dt_rowbuf *b);
 
 /* Appends a row; *dense_out (may be NULL) receives its n_dense zeroed floats. */
-dt_status dt_rowbuf_add_row(dt_rowbuf *b, float **dense_out);
+DT_API dt_status dt_rowbuf_add_row(dt_rowbuf *b, float **dense_out);
 /* dt_rowbuf_add_row for a caller that writes every dense value itself: they are left unset. */
-dt_status dt_rowbuf_add_row_unset(dt_rowbuf *b, float **dense_out);
+DT_API dt_status dt_rowbuf_add_row_unset(dt_rowbuf *b, float **dense_out);
 static inline void dt_rowbuf_set_label(dt_rowbuf *b, float label) { b->labels[b->n - 1] = label; }
 /* Appends a sparse entry to the last row. */
-dt_status dt_rowbuf_add_sparse(dt_rowbuf *b, int64_t id, float value);
+DT_API dt_status dt_rowbuf_add_sparse(dt_rowbuf *b, int64_t id, float value);
 /* Room for n more sparse entries: a parser that knows a bound on a row's entries reserves them
  * once, writes them to sp_ids and sp_vals from index nnz on, then commits them with
  * dt_rowbuf_commit_sparse, with no check or call per entry. */
-dt_status dt_rowbuf_reserve_sparse(dt_rowbuf *b, size_t n);
+DT_API dt_status dt_rowbuf_reserve_sparse(dt_rowbuf *b, size_t n);
 static inline void dt_rowbuf_commit_sparse(dt_rowbuf *b, size_t n)
 {
     b->nnz += n;
     b->sp_row[b->n] = (int64_t)b->nnz;
 }
 /* Appends bytes to the last row's raw record. */
-dt_status dt_rowbuf_add_raw(dt_rowbuf *b, const void *data, size_t n_bytes);
+DT_API dt_status dt_rowbuf_add_raw(dt_rowbuf *b, const void *data, size_t n_bytes);
 /* Drops the last row (after a parse error, with --skip-bad-records). */
-void dt_rowbuf_drop_last(dt_rowbuf *b);
+DT_API void dt_rowbuf_drop_last(dt_rowbuf *b);
 
 /* Packs the rows into a new element and clears the builder. NULL when out of memory. */
-dt_elem *dt_rowbuf_take(dt_rowbuf *b);
+DT_API dt_elem *dt_rowbuf_take(dt_rowbuf *b);
 
 /* Appends every row of e (which must have b's n_dense) to b. */
-dt_status dt_rowbuf_append_elem(dt_rowbuf *b, const dt_elem *e);
+DT_API dt_status dt_rowbuf_append_elem(dt_rowbuf *b, const dt_elem *e);
 /* Appends rows [first, first + count) of e. */
-dt_status dt_rowbuf_append_rows(dt_rowbuf *b, const dt_elem *e, int first, int count);
+DT_API dt_status dt_rowbuf_append_rows(dt_rowbuf *b, const dt_elem *e, int first, int count);
 
 #endif

@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 
+#include "dtrain/api.h"
 #include "dtrain/checkpoint.h"
 #include "dtrain/features.h"
 #include "dtrain/model.h"
@@ -24,30 +25,30 @@ typedef struct {
 } dt_saved_spec;
 
 /* Reads dir/feature_spec.json when there is one. Errors name the file and the field. */
-dt_status dt_saved_spec_open(const char *dir, dt_saved_spec *out);
-void dt_saved_spec_close(dt_saved_spec *s);
+DT_API dt_status dt_saved_spec_open(const char *dir, dt_saved_spec *out);
+DT_API void dt_saved_spec_close(dt_saved_spec *s);
 
 /* The model a checkpoint was written for: its model_spec metadata, which must be the saved
  * spec's model when there is one (DT_ERR_INVALID otherwise: a spec of another model), and must
  * give the input shape. DT_ERR_FORMAT naming the file when the metadata is missing or bad. */
-dt_status dt_saved_model_spec(const dt_ckpt *c, const dt_saved_spec *s, dt_model_spec *out);
+DT_API dt_status dt_saved_model_spec(const dt_ckpt *c, const dt_saved_spec *s, dt_model_spec *out);
 
 /* Builds that model for batches of up to max_batch (pool borrowed, may be NULL) and restores
  * its parameters, its state (moving averages) and its tables, from the shard files of a
  * parameter-server checkpoint whatever their placement. */
-dt_status dt_saved_model_build(const dt_ckpt *c, const dt_saved_spec *s, int max_batch,
-                               dt_pool *pool, dt_model **out);
+DT_API dt_status dt_saved_model_build(const dt_ckpt *c, const dt_saved_spec *s, int max_batch,
+                                      dt_pool *pool, dt_model **out);
 
 /* The same for a model that only runs forwards, with its tables read where they lie in c's
  * data (a mapped checkpoint's file: dt_ckpt_map), never copied, and only its dense variables
  * copied: c must stay open while the model is used. A parameter-server checkpoint's tables,
  * spread over its shard files, are assembled in the model's memory as dt_saved_model_build
  * does. DT_ERR_FORMAT naming the file and tensor for a table missing or of another shape. */
-dt_status dt_saved_model_map(const dt_ckpt *c, const dt_saved_spec *s, int max_batch,
-                             dt_model **out);
+DT_API dt_status dt_saved_model_map(const dt_ckpt *c, const dt_saved_spec *s, int max_batch,
+                                    dt_model **out);
 
 /* The global step of a checkpoint: its global_step metadata, else the step in its file name,
  * else -1. */
-int64_t dt_saved_model_step(const dt_ckpt *c);
+DT_API int64_t dt_saved_model_step(const dt_ckpt *c);
 
 #endif

@@ -13,6 +13,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "dtrain/api.h"
 #include "dtrain/csv.h"
 #include "dtrain/dataset.h"
 #include "dtrain/example.h"
@@ -26,10 +27,10 @@ typedef struct {
 
 /* Expands comma-separated glob patterns, each sorted, in the order given. A pattern matching
  * nothing is an error naming it; "-" is stdin; a path without wildcards must exist. */
-dt_status dt_file_list_glob(const char *patterns, dt_file_list *out);
-void dt_file_list_free(dt_file_list *l);
+DT_API dt_status dt_file_list_glob(const char *patterns, dt_file_list *out);
+DT_API void dt_file_list_free(dt_file_list *l);
 /* Keeps files index, index + n, ...: auto-sharding by FILE. Fails when none would be left. */
-dt_status dt_file_list_shard(dt_file_list *l, int num_shards, int index);
+DT_API dt_status dt_file_list_shard(dt_file_list *l, int num_shards, int index);
 
 typedef struct {
     dt_compression compression; /* TFRecord */
@@ -44,11 +45,11 @@ typedef struct {
                                    thread takes at a time (tf.data's buffer_size); 0: 8 MiB */
 } dt_source_options;
 
-void dt_source_options_default(dt_source_options *o);
+DT_API void dt_source_options_default(dt_source_options *o);
 
 /* Records of TFRecord files as raw rows. The list is borrowed (must outlive the dataset). */
-dt_status dt_dataset_tfrecord(const dt_file_list *files, const dt_source_options *o,
-                              dt_dataset **out);
+DT_API dt_status dt_dataset_tfrecord(const dt_file_list *files, const dt_source_options *o,
+                                     dt_dataset **out);
 
 /* Parses the raw rows of each element (single records, or batches of them: batch then map
  * parses a whole batch per call) into Examples' features; num_parallel_calls elements at a time.
@@ -56,17 +57,17 @@ dt_status dt_dataset_tfrecord(const dt_file_list *files, const dt_source_options
  * with one file read at a time, all of them plain (uncompressed, regular) files, the three run as
  * one stage: num_parallel_calls threads read, check and parse whole batches, and the elements and
  * errors are the same. */
-dt_status dt_dataset_parse_examples(dt_dataset *input, const dt_example_spec *spec,
-                                    const dt_file_list *files, int num_parallel_calls,
-                                    const dt_source_options *o, dt_dataset **out);
+DT_API dt_status dt_dataset_parse_examples(dt_dataset *input, const dt_example_spec *spec,
+                                           const dt_file_list *files, int num_parallel_calls,
+                                           const dt_source_options *o, dt_dataset **out);
 
 /* LibSVM lines as parsed rows. */
-dt_status dt_dataset_libsvm(const dt_file_list *files, const dt_libsvm_options *lo,
-                            const dt_source_options *o, dt_dataset **out);
+DT_API dt_status dt_dataset_libsvm(const dt_file_list *files, const dt_libsvm_options *lo,
+                                   const dt_source_options *o, dt_dataset **out);
 
 /* Criteo TSV lines as CTR rows (criteo.h), ids hashed into hash_buckets rows. */
-dt_status dt_dataset_criteo(const dt_file_list *files, int64_t hash_buckets,
-                            const dt_source_options *o, dt_dataset **out);
+DT_API dt_status dt_dataset_criteo(const dt_file_list *files, int64_t hash_buckets,
+                                   const dt_source_options *o, dt_dataset **out);
 
 /* CSV for CTR models (ctr_csv.h): each file opens with a header naming the columns. */
 typedef struct {
@@ -76,12 +77,13 @@ typedef struct {
     bool log1p;
     int64_t hash_buckets;
 } dt_ctr_csv_options;
-dt_status dt_dataset_ctr_csv(const dt_file_list *files, const dt_ctr_csv_options *co,
-                             const dt_source_options *o, dt_dataset **out);
+DT_API dt_status dt_dataset_ctr_csv(const dt_file_list *files, const dt_ctr_csv_options *co,
+                                    const dt_source_options *o, dt_dataset **out);
 
 /* CSV lines as parsed rows: the first file sets the width (its header, or its first line). */
-dt_status dt_dataset_csv(const dt_file_list *files, const dt_csv_options *co,
-                         const char *label_name, const dt_source_options *o, dt_dataset **out);
+DT_API dt_status dt_dataset_csv(const dt_file_list *files, const dt_csv_options *co,
+                                const char *label_name, const dt_source_options *o,
+                                dt_dataset **out);
 
 /* ---- Raw records parsed after batching ---- */
 
@@ -93,7 +95,7 @@ typedef struct {
     size_t len;
     uint32_t file;    /* the file it came from */
 } dt_text_header;
-void dt_text_header_free(dt_text_header *h);
+DT_API void dt_text_header_free(dt_text_header *h);
 
 /* Each raw line starts with where it came from: its file's index (u32) and line number (u64),
  * native byte order (lines never leave the process but through a cache file of this machine). */
@@ -107,8 +109,8 @@ static inline void dt_text_line_where(uint8_t *p, uint32_t file, uint64_t line)
 /* Lines of text files as raw rows (blank lines dropped), each with the prefix above. With a
  * header (not NULL), each file's first non-blank line is its header: kept in *header, which
  * must outlive the dataset and the stages after it, and not a row. */
-dt_status dt_dataset_text_lines(const dt_file_list *files, dt_text_header *header,
-                                const dt_source_options *o, dt_dataset **out);
+DT_API dt_status dt_dataset_text_lines(const dt_file_list *files, dt_text_header *header,
+                                       const dt_source_options *o, dt_dataset **out);
 
 /* A parser of raw records, for pipelines whose source hands them over unparsed (lines of text,
  * tf.Example records) to be parsed after batching, a batch per call on several threads: how a
@@ -134,9 +136,9 @@ typedef struct dt_row_parser_s {
  * order kept. lines: the rows are dt_dataset_text_lines' (errors name the file and line; header
  * as that source's); otherwise records of tfrecord (errors name the file and offset). p is
  * copied; its ctx, and files, are borrowed and must outlive the dataset. */
-dt_status dt_dataset_parse_rows(dt_dataset *input, const dt_row_parser *p, bool lines,
-                                const dt_text_header *header, const dt_file_list *files,
-                                int num_parallel_calls, const dt_source_options *o,
-                                dt_dataset **out);
+DT_API dt_status dt_dataset_parse_rows(dt_dataset *input, const dt_row_parser *p, bool lines,
+                                       const dt_text_header *header, const dt_file_list *files,
+                                       int num_parallel_calls, const dt_source_options *o,
+                                       dt_dataset **out);
 
 #endif

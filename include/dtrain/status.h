@@ -9,6 +9,8 @@
 
 #include <stdarg.h>
 
+#include "dtrain/api.h"
+
 typedef int dt_status;
 
 enum {
@@ -28,19 +30,21 @@ enum {
 };
 
 /* The message of the last error set on this thread ("" if none). */
-const char *dt_last_error(void);
+DT_API const char *dt_last_error(void);
 
 /* Sets this thread's message from a printf format and returns code, so that a failing path can
  * read `return dt_error(DT_ERR_IO, "%s: %s", path, strerror(errno));`. */
-dt_status dt_error(dt_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+DT_API dt_status dt_error(dt_status code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /* Prepends "prefix: " to this thread's message and returns code: how a caller adds context
  * (the flag or file it was handling) to an error raised below it. */
-dt_status dt_error_prefix(dt_status code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+DT_API dt_status dt_error_prefix(dt_status code, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
-void dt_error_clear(void);
+DT_API void dt_error_clear(void);
 
 /* A short name for a code, e.g. "format error". */
-const char *dt_status_name(dt_status code);
+DT_API const char *dt_status_name(dt_status code);
 
 #endif

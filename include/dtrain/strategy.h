@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtrain/api.h"
 #include "dtrain/comm.h"
 #include "dtrain/model.h"
 #include "dtrain/optim.h"
@@ -53,53 +54,54 @@ typedef struct dt_strategy dt_strategy;
 typedef struct dt_replica dt_replica;
 
 /* One replica, float32 on the wire, no buckets. */
-void dt_strategy_options_default(dt_strategy_options *o);
+DT_API void dt_strategy_options_default(dt_strategy_options *o);
 
 /* DT_ERR_INVALID naming the option when o does not suit kind; DT_ERR_UNSUPPORTED for
  * parameter_server. o is copied (its communicator stays borrowed). */
-dt_status dt_strategy_create(dt_strategy_kind kind, const dt_strategy_options *o,
-                             dt_strategy **out);
+DT_API dt_status dt_strategy_create(dt_strategy_kind kind, const dt_strategy_options *o,
+                                    dt_strategy **out);
 /* Accepts NULL. */
-void dt_strategy_destroy(dt_strategy *s);
+DT_API void dt_strategy_destroy(dt_strategy *s);
 
-const char *dt_strategy_name(dt_strategy_kind kind);
+DT_API const char *dt_strategy_name(dt_strategy_kind kind);
 /* "one_device", "mirrored", "multi_worker_mirrored", "central_storage", "parameter_server" ->
  * kind; DT_ERR_INVALID otherwise. */
-dt_status dt_strategy_parse(const char *name, dt_strategy_kind *kind);
-dt_strategy_kind dt_strategy_kind_of(const dt_strategy *s);
+DT_API dt_status dt_strategy_parse(const char *name, dt_strategy_kind *kind);
+DT_API dt_strategy_kind dt_strategy_kind_of(const dt_strategy *s);
 
 /* Replicas training in sync, over every process of the cluster. */
-int dt_strategy_num_replicas_in_sync(const dt_strategy *s);
+DT_API int dt_strategy_num_replicas_in_sync(const dt_strategy *s);
 /* Replicas of this process (threads): mirrored's and central_storage's count, else 1. */
-int dt_strategy_local_replicas(const dt_strategy *s);
+DT_API int dt_strategy_local_replicas(const dt_strategy *s);
 
 /* The per-replica batch of a global batch: global / replicas; DT_ERR_INVALID when it does not
  * divide, as tf.distribute refuses it. */
-dt_status dt_strategy_per_replica_batch(const dt_strategy *s, int64_t global_batch,
-                                        int64_t *per_replica);
+DT_API dt_status dt_strategy_per_replica_batch(const dt_strategy *s, int64_t global_batch,
+                                               int64_t *per_replica);
 
 typedef dt_status (*dt_replica_fn)(void *ctx, dt_replica *r);
 
 /* Runs fn on every local replica (mirrored: each on its own thread, replica 0 on the caller's). */
-dt_status dt_strategy_run(dt_strategy *s, dt_replica_fn fn, void *ctx);
+DT_API dt_status dt_strategy_run(dt_strategy *s, dt_replica_fn fn, void *ctx);
 
 /* Inside fn: this replica's id (0 .. replicas in sync - 1; 0 is the chief, which reports and
  * writes checkpoints), the replicas in sync, and the communicator among them (NULL when it
  * trains alone). */
-int dt_replica_id(const dt_replica *r);
-int dt_replica_count(const dt_replica *r);
-dt_comm *dt_replica_comm(const dt_replica *r);
-const dt_strategy *dt_replica_strategy(const dt_replica *r);
+DT_API int dt_replica_id(const dt_replica *r);
+DT_API int dt_replica_count(const dt_replica *r);
+DT_API dt_comm *dt_replica_comm(const dt_replica *r);
+DT_API const dt_strategy *dt_replica_strategy(const dt_replica *r);
 
 /* Inside fn, for a replica other than the process's first: its variables, made beside the
  * chief's model (built from the same spec). central_storage shares the chief's one copy and
  * gives the replica no optimizer state; the others give it its own copy, initialised from seed
  * (the chief's values reach it when training starts), and its own slots as ocfg says. */
-dt_status dt_replica_create_variables(dt_replica *r, dt_model *m, const dt_model *chief,
-                                      dt_optim *o, const dt_optim_config *ocfg, uint64_t seed);
+DT_API dt_status dt_replica_create_variables(dt_replica *r, dt_model *m, const dt_model *chief,
+                                             dt_optim *o, const dt_optim_config *ocfg,
+                                             uint64_t seed);
 
 /* Inside fn: values (n_elems) become their SUM or MEAN over every replica in sync (MIN and MAX
  * too); alone, they stay as they are. */
-dt_status dt_strategy_reduce(dt_replica *r, dt_reduce_op op, float *values, size_t n_elems);
+DT_API dt_status dt_strategy_reduce(dt_replica *r, dt_reduce_op op, float *values, size_t n_elems);
 
 #endif

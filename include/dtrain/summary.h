@@ -14,32 +14,34 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtrain/api.h"
 #include "dtrain/status.h"
 
 typedef struct dt_summary_writer dt_summary_writer;
 
 /* Creates logdir (and its parents) when missing and a new event file in it, and writes the
  * file_version event. Errors name the path. */
-dt_status dt_summary_open(const char *logdir, dt_summary_writer **out);
+DT_API dt_status dt_summary_open(const char *logdir, dt_summary_writer **out);
 
 /* The event file's path. */
-const char *dt_summary_path(const dt_summary_writer *w);
+DT_API const char *dt_summary_path(const dt_summary_writer *w);
 
 /* Appends one scalar event (wall time now). tag is at most 255 bytes. */
-dt_status dt_summary_scalar(dt_summary_writer *w, const char *tag, int64_t step, float value);
+DT_API dt_status dt_summary_scalar(dt_summary_writer *w, const char *tag, int64_t step, float value)
+    ;
 
 /* Writes buffered events to the file (no fsync). */
-dt_status dt_summary_flush(dt_summary_writer *w);
+DT_API dt_status dt_summary_flush(dt_summary_writer *w);
 
 /* Flushes, closes and frees; returns the first error of the writer's life. NULL is fine. */
-dt_status dt_summary_close(dt_summary_writer *w);
+DT_API dt_status dt_summary_close(dt_summary_writer *w);
 
 /* The Event message bytes of one scalar (for tests and for writers of other streams): returns
  * the length, or 0 when cap is too small. */
-size_t dt_event_encode_scalar(uint8_t *buf, size_t cap, double wall_time, int64_t step,
-                              const char *tag, float value);
+DT_API size_t dt_event_encode_scalar(uint8_t *buf, size_t cap, double wall_time, int64_t step,
+                                     const char *tag, float value);
 
 /* The Event message bytes of the file_version event. */
-size_t dt_event_encode_file_version(uint8_t *buf, size_t cap, double wall_time);
+DT_API size_t dt_event_encode_file_version(uint8_t *buf, size_t cap, double wall_time);
 
 #endif

@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtrain/api.h"
 #include "dtrain/arena.h"
 #include "dtrain/pool.h"
 #include "dtrain/status.h"
@@ -43,17 +44,17 @@ typedef struct {
 
 /* A zeroed table; DT_ERR_INVALID for bad sizes, DT_ERR_NOMEM (naming the table and the bytes)
  * when the mapping fails. On failure t is left freeable. */
-dt_status dt_table_create(dt_table *t, const char *name, int64_t rows, int dim);
+DT_API dt_status dt_table_create(dt_table *t, const char *name, int64_t rows, int dim);
 /* Adds n_slots slots named "<optimizer>/<slot_name[i]>/<table>", each filled with init[i]
  * (0 costs nothing until touched). Replaces slots added before. */
-dt_status dt_table_set_slots(dt_table *t, const char *optimizer, int n_slots,
-                             const char *const *slot_names, const float *init);
-void dt_table_free(dt_table *t);
+DT_API dt_status dt_table_set_slots(dt_table *t, const char *optimizer, int n_slots,
+                                    const char *const *slot_names, const float *init);
+DT_API void dt_table_free(dt_table *t);
 
 /* Makes t read its (rows, dim) values from data, which the caller owns, keeps alive and may have
  * mapped read only (a checkpoint file), instead of its own storage, which is released: a table
  * that only forwards read, as a predictor's do. Its slots are released too. */
-void dt_table_borrow(dt_table *t, const float *data);
+DT_API void dt_table_borrow(dt_table *t, const float *data);
 
 /* Called by an update before it reads elements [off, off + n) of slot s: the first time, each
  * page they lie on is written (an atomic OR of 0, which changes nothing) before it is read.
@@ -62,19 +63,19 @@ void dt_table_borrow(dt_table *t, const float *data);
  * slot of a large table, touched a few rows at a time by several threads, those flushes cost
  * more than the updates. Thread-safe; a page that something else wrote first is just written
  * again. */
-void dt_table_claim_slot(dt_table *t, int s, size_t off, size_t n);
+DT_API void dt_table_claim_slot(dt_table *t, int s, size_t off, size_t n);
 
 /* Bytes of storage the table and its slots map. */
-size_t dt_table_bytes(const dt_table *t);
+DT_API size_t dt_table_bytes(const dt_table *t);
 
 /* Every row r gets dim values drawn from a normal of the given stddev by a generator seeded from
  * (seed, r); split over pool. */
-void dt_table_init_normal(dt_table *t, float stddev, uint64_t seed, dt_pool *pool);
+DT_API void dt_table_init_normal(dt_table *t, float stddev, uint64_t seed, dt_pool *pool);
 /* The same for a table holding some rows of a larger one: its row r is the larger table's row
  * first + r x stride (a div shard: its first row and 1; a mod shard: its index and the shard
  * count), and gets that row's values. */
-void dt_table_init_normal_rows(dt_table *t, float stddev, uint64_t seed, int64_t first,
-                               int64_t stride, dt_pool *pool);
+DT_API void dt_table_init_normal_rows(dt_table *t, float stddev, uint64_t seed, int64_t first,
+                                      int64_t stride, dt_pool *pool);
 
 static inline float *dt_table_row(const dt_table *t, int64_t r)
 {
@@ -85,11 +86,12 @@ static inline float *dt_table_row(const dt_table *t, int64_t r)
  * sharing their storage: what checkpoints read and write. Release it with
  * dt_table_arena_release, never dt_arena_free. DT_ERR_UNSUPPORTED for a table of more than
  * 2^31 - 1 rows, which a view's dimensions cannot hold. */
-dt_status dt_table_arena(const dt_table *t, int slot, dt_arena *out);
+DT_API dt_status dt_table_arena(const dt_table *t, int slot, dt_arena *out);
 /* The same over rows [lo, hi) only, the view named "<name>/part_<lo>_<hi>": what a parameter
  * server holding that row range of the table saves, and a partitioned checkpoint reads back. */
-dt_status dt_table_arena_rows(const dt_table *t, int slot, int64_t lo, int64_t hi, dt_arena *out);
-void dt_table_arena_release(dt_arena *a);
+DT_API dt_status dt_table_arena_rows(const dt_table *t, int slot, int64_t lo, int64_t hi,
+                                     dt_arena *out);
+DT_API void dt_table_arena_release(dt_arena *a);
 
 /* A table's gradient: unique ids (increasing) and one summed row for each. */
 typedef struct {
@@ -100,9 +102,9 @@ typedef struct {
     float *rows;      /* (cap, dim) */
 } dt_sparse_rows;
 
-void dt_sparse_rows_init(dt_sparse_rows *s, int dim);
+DT_API void dt_sparse_rows_init(dt_sparse_rows *s, int dim);
 /* Room for cap rows (keeps the rows held). */
-dt_status dt_sparse_rows_reserve(dt_sparse_rows *s, size_t cap);
-void dt_sparse_rows_free(dt_sparse_rows *s);
+DT_API dt_status dt_sparse_rows_reserve(dt_sparse_rows *s, size_t cap);
+DT_API void dt_sparse_rows_free(dt_sparse_rows *s);
 
 #endif

@@ -20,6 +20,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "dtrain/api.h"
 #include "dtrain/comm.h"
 #include "dtrain/comm_open.h"
 #include "dtrain/fit.h"
@@ -59,13 +60,13 @@ typedef struct {
 } dt_train_config;
 
 /* A built-in mnist_cnn on fashion-mnist, fit's and the input's defaults, Keras's SGD, tcp. */
-void dt_train_config_default(dt_train_config *c);
+DT_API void dt_train_config_default(dt_train_config *c);
 
 /* Every field's range, as dt_train checks before it starts: fit's, the input's (with fit's
  * batching in place), the optimizer's, the CTR sizes', the communicator's and the parameter
  * server's, then its own. An error names the field by its path from c, first:
  * "fit.batch_size: must be in 1..1048576, got 0", "ps.worker_timeout: ...". */
-dt_status dt_train_config_check(const dt_train_config *c);
+DT_API dt_status dt_train_config_check(const dt_train_config *c);
 
 typedef struct {
     bool chief;               /* this process reported for the cluster; the rest is the chief's */
@@ -95,6 +96,6 @@ typedef struct {
 
 /* Trains as configured, after dt_train_config_check. Errors name the field (as its check does),
  * the file or the peer, as the layers below report them. */
-dt_status dt_train(const dt_train_config *c, dt_train_report *out);
+DT_API dt_status dt_train(const dt_train_config *c, dt_train_report *out);
 
 #endif

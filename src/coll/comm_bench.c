@@ -1,10 +1,10 @@
-/* The all-reduce benchmark of `dtrain bench allreduce` (see include/dtrain/comm_bench.h). */
-#include "dtrain/comm_bench.h"
+/* The all-reduce benchmark of `dtrain bench allreduce` (see comm_bench.h). */
+#include "comm_bench.h"
 
 #include <stdlib.h>
 #include <string.h>
 
-#include "dtrain/clock.h"
+#include "../core/clock.h"
 #include "dtrain/comm_open.h"
 
 /* Exact in float32 in any order of addition, so the check compares bits. */

@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "dtrain/log.h"
-#include "dtrain/clock.h"
+#include "../core/clock.h"
 
 #define SHM_MAGIC 0x314d485354445f31ull /* "1_DTSHM1" little-endian */
 #define SHM_VERSION 1u

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dtrain/clock.h"
+#include "../core/clock.h"
 #include "shm.h"
 
 enum { OP_ALLREDUCE = 1, OP_REDUCE_SCATTER, OP_ALLGATHER, OP_BROADCAST, OP_BARRIER };

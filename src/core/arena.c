@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dtrain/crc32c.h"
+#include "crc32c.h"
 
 /* 16 floats = 64 bytes: every view starts on a cache line, and AVX-512 loads are aligned. */
 #define DT_VIEW_ALIGN_ELEMS 16

@@ -5,7 +5,7 @@
  * valid checkpoint opened or mapped, falling back to older ones. The files themselves are
  * safetensors.c's. */
 #include "dtrain/checkpoint.h"
-#include "dtrain/fileio.h"
+#include "fileio.h"
 #include "dtrain/log.h"
 
 #include <ctype.h>

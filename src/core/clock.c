@@ -1,5 +1,5 @@
-/* Monotonic time and resource figures (see include/dtrain/clock.h). */
-#include "dtrain/clock.h"
+/* Monotonic time and resource figures (see clock.h). */
+#include "clock.h"
 
 #include <errno.h>
 #include <sys/resource.h>

@@ -34,8 +34,15 @@ bool dt_cpu_has(dt_cpu_feature f);
 /* Not under ThreadSanitizer, whose instrumented resolvers would run before it starts. */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define DT_MULTI_ISA __attribute__((target_clones("avx512f", "avx2", "default")))
+#define DT_MULTI_ISA_HIDE(name) __asm__(".hidden " #name "\n\t.hidden " #name ".resolver");
 #else
 #define DT_MULTI_ISA
+#define DT_MULTI_ISA_HIDE(name)
 #endif
+/* After a DT_MULTI_ISA function that is not static: GCC 12 gives the symbol it dispatches through
+ * (an ifunc) and its resolver default visibility whatever -fvisibility or the function's own
+ * visibility attribute say, so libdtrain.so would export the kernel. This tells the assembler
+ * to hide both, as -fvisibility=hidden hides the library's other internal functions; a static
+ * link still finds them. Written without a ';' after it. */
 
 #endif

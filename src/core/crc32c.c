@@ -1,6 +1,6 @@
-/* CRC32C (see include/dtrain/crc32c.h). The SSE4.2 crc32 instruction computes the Castagnoli CRC
+/* CRC32C (see crc32c.h). The SSE4.2 crc32 instruction computes the Castagnoli CRC
  * directly, eight bytes per instruction; a byte-wise table is the portable fallback. */
-#include "dtrain/crc32c.h"
+#include "crc32c.h"
 
 #include <string.h>
 

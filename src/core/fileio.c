@@ -1,5 +1,5 @@
-/* Replacing a file whole (see include/dtrain/fileio.h). */
-#include "dtrain/fileio.h"
+/* Replacing a file whole (see fileio.h). */
+#include "fileio.h"
 
 #include <errno.h>
 #include <fcntl.h>

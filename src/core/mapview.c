@@ -1,11 +1,11 @@
-/* Guarded read-only file views (see include/dtrain/mapview.h).
+/* Guarded read-only file views (see mapview.h).
  *
  * The guard is a table of the open views' address ranges that the SIGBUS handler reads without a
  * lock: a slot is claimed by its used flag, filled, and only then published by storing its base
  * address; it is withdrawn (base cleared) before its mapping goes. A fault inside a published
  * range can only come from a thread reading that view, which holds it open, so the handler never
  * sees a slot change under it for the address it looks up. */
-#include "dtrain/mapview.h"
+#include "mapview.h"
 
 #include <errno.h>
 #include <pthread.h>

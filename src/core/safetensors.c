@@ -7,7 +7,8 @@
  * fstat, never from the header), parses the header with cJSON and keeps the parsed tree: tensor
  * names, metadata keys and values point into it, tensor data into the buffer. */
 #include "dtrain/checkpoint.h"
-#include "dtrain/fileio.h"
+
+#include "fileio.h"
 
 #include <cjson/cJSON.h>
 #include <ctype.h>
@@ -21,7 +22,7 @@
 #include <unistd.h>
 
 #include "../core/bytes.h"
-#include "dtrain/crc32c.h"
+#include "crc32c.h"
 
 /* Tensor data is written and read as the host's bytes: dtrain builds for little-endian hosts
  * only (x86-64, aarch64), which the check below holds it to. */

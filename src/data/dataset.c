@@ -13,8 +13,8 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "dtrain/crc32c.h"
-#include "dtrain/fileio.h"
+#include "../core/crc32c.h"
+#include "../core/fileio.h"
 #include "dtrain/rng.h"
 #include "shuffle.h"
 

@@ -12,11 +12,11 @@
 #include <string.h>
 
 #include "dtrain/example.h"
-#include "dtrain/fileio.h"
+#include "../core/fileio.h"
 #include "dtrain/hash.h"
 #include "dtrain/metrics.h"
 #include "dtrain/rng.h"
-#include "dtrain/crc32c.h"
+#include "../core/crc32c.h"
 
 #define LATENT 4
 #define BLOCK_ROWS 8192

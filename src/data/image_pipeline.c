@@ -1,6 +1,6 @@
-/* The image pipeline (see include/dtrain/image_pipeline.h): indices shuffled and batched, then
+/* The image pipeline (see image_pipeline.h): indices shuffled and batched, then
  * each batch's images gathered and scaled to [0, 1]. */
-#include "dtrain/image_pipeline.h"
+#include "image_pipeline.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dtrain/image_pipeline.h"
+#include "image_pipeline.h"
 #include "dtrain/log.h"
 
 /* ---- Specs ---- */

@@ -3,7 +3,7 @@
  * tfrecord -> batch(B) -> parse_examples(k) is how Examples are read, and run as three stages it
  * costs an element allocation and two copies per record, with every read and CRC on one thread.
  * This stage fuses them, as tf.data fuses map and batch, and splits the reading too: k workers
- * claim the files' byte ranges in turn (buffer_bytes each), map them (dtrain/mapview.h: no copy,
+ * claim the files' byte ranges in turn (buffer_bytes each), map them (core/mapview.h: no copy,
  * and a file that shrinks meanwhile is an error, not a SIGBUS), and each frames, CRC-checks and
  * parses the records that start in its range in one pass over the bytes, prefetching ahead.
  *
@@ -29,8 +29,8 @@
 #include <unistd.h>
 
 #include "../core/bytes.h"
-#include "dtrain/crc32c.h"
-#include "dtrain/mapview.h"
+#include "../core/crc32c.h"
+#include "../core/mapview.h"
 #include "sources_int.h"
 
 #define DEFAULT_RANGE ((size_t)8 << 20)

@@ -20,7 +20,7 @@
 #include <zlib.h>
 
 #include "../core/bytes.h"
-#include "dtrain/crc32c.h"
+#include "../core/crc32c.h"
 
 #define IO_CHUNK ((size_t)1 << 20)
 #define HEADER_BYTES DT_TFRECORD_HEADER_BYTES /* u64 length, u32 masked crc of the length */

@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 
 #include "../core/json.h"
-#include "dtrain/fileio.h"
+#include "../core/fileio.h"
 #include "dtrain/log.h"
 #include "features_int.h"
 

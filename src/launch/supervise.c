@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "dtrain/clock.h"
+#include "../core/clock.h"
 #include "dtrain/launch.h"
 #include "interrupt.h"
 #include "mux.h"

@@ -24,8 +24,8 @@
 #include <string.h>
 
 #include "../nn/cross.h"
-#include "dtrain/embedding.h"
-#include "dtrain/gemm.h"
+#include "../nn/embedding.h"
+#include "../nn/gemm.h"
 
 /* A table's places in the batch: each id an input reads, and the index of its unique id. */
 typedef struct {

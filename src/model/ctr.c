@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dtrain/embedding.h"
-#include "dtrain/fm.h"
+#include "../nn/embedding.h"
+#include "../nn/fm.h"
 
 /* Tasks per pool thread: examples, and the unique ids, are split in this many ranges per thread,
  * so that a thread held up for a while leaves its share to the others. The training forward's

@@ -15,7 +15,7 @@
 #include "../nn/convpool.h"
 #include "cols.h"
 #include "ctr.h"
-#include "dtrain/gemm.h"
+#include "../nn/gemm.h"
 #include "dtrain/rng.h"
 
 struct layer_rt {

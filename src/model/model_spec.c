@@ -9,7 +9,7 @@
  * Layer types take Keras's snake-case or class names. Unknown keys are errors, so a misspelt
  * option is reported rather than silently ignored. */
 #include "dtrain/model_spec.h"
-#include "dtrain/fileio.h"
+#include "../core/fileio.h"
 #include "../core/json.h"
 
 #include <cjson/cJSON.h>

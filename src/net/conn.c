@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-#include "dtrain/clock.h"
+#include "../core/clock.h"
 #include "sock.h"
 
 dt_status dt_conn_send_frame(int fd, const char *who, const dt_frame_hdr *h, const void *payload,

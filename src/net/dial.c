@@ -1,18 +1,25 @@
 /* Connecting to another task (see dial.h). */
 #include "dial.h"
 
+#include <stdio.h>
 #include <unistd.h>
 
-#include "dtrain/clock.h"
+#include "../core/clock.h"
+#include "dtrain/log.h"
 #include "sock.h"
 
 dt_status dt_dial_task(const dt_handshake_id *me, const dt_addr *a, dt_job job, int index,
                        const char *who, double handshake_timeout, double deadline, int *fd)
 {
     double backoff = 0.05, started = dt_clock_now();
+    int refusals = 0;
+    char refused[512] = "";
     *fd = -1;
     for (;;) {
         double now = dt_clock_now();
+        if (now >= deadline && refusals > 0)
+            return dt_error(DT_ERR_AUTH, "%s (refused %d time%s over %.0f s)", refused, refusals,
+                            refusals == 1 ? "" : "s", now - started);
         if (now >= deadline)
             return dt_error(DT_ERR_TIMEOUT, "could not connect to %s within %.0f s", who,
                             deadline - started);
@@ -27,8 +34,14 @@ dt_status dt_dial_task(const dt_handshake_id *me, const dt_addr *a, dt_job job, 
             }
             dt_sock_close(s);
         }
-        if (st != DT_ERR_PEER && st != DT_ERR_TIMEOUT)
+        if (st == DT_ERR_AUTH) {
+            if (refusals++ == 0)
+                dt_log_to(NULL, DT_LOG_WARN, "dtrain: warning: %s: trying again until the "
+                          "deadline (whoever answers there may not be the task)", dt_last_error());
+            snprintf(refused, sizeof refused, "%s", dt_last_error());
+        } else if (st != DT_ERR_PEER && st != DT_ERR_TIMEOUT) {
             return st;
+        }
         /* Not listening yet, or the connection broke: try again a little later. */
         double wait = backoff;
         if (dt_clock_now() + wait > deadline)

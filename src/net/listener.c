@@ -15,7 +15,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include "dtrain/clock.h"
+#include "../core/clock.h"
 #include "dtrain/log.h"
 #include "sock.h"
 

@@ -14,7 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "dtrain/clock.h"
+#include "../core/clock.h"
 
 /* poll() timeout in ms for the time left until deadline, rounded up so a wait never ends early
  * and spins; 0 when it has passed. */
@@ -35,14 +35,31 @@ static dt_status set_nonblocking(int fd)
     return DT_OK;
 }
 
+/* Keepalive probes after this many idle seconds, every KEEPALIVE_INTERVAL, KEEPALIVE_PROBES
+ * times; and data unacknowledged for USER_TIMEOUT_MS ends a connection. A peer whose host is
+ * powered off or cut off is then seen within about a minute, where TCP alone waits for hours.
+ * (A stopped process on a live host still acknowledges: the tasks' own timeouts see that.) */
+#define KEEPALIVE_IDLE 20
+#define KEEPALIVE_INTERVAL 5
+#define KEEPALIVE_PROBES 4
+#define USER_TIMEOUT_MS 60000
+
 /* Options for a connected socket: no Nagle delay, buffers large enough for a ring segment in
- * flight each way. Failures only cost speed, so they are ignored. */
+ * flight each way, and the keepalive above. Failures only cost speed or an early warning, so
+ * they are ignored. */
 static void tune_connected(int fd)
 {
-    int one = 1, buf = 4 << 20;
+    int one = 1, buf = 4 << 20, idle = KEEPALIVE_IDLE, interval = KEEPALIVE_INTERVAL,
+        probes = KEEPALIVE_PROBES;
+    unsigned user_timeout = USER_TIMEOUT_MS;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
+    setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+    setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof probes);
+    setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout, sizeof user_timeout);
 }
 
 static void format_peer(const struct sockaddr_storage *sa, char *out, size_t cap)

@@ -14,7 +14,7 @@
 
 #include "conn.h"
 #include "dial.h"
-#include "dtrain/clock.h"
+#include "../core/clock.h"
 #include "dtrain/log.h"
 #include "handshake.h"
 #include "listener.h"

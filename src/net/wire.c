@@ -10,7 +10,7 @@
 
 #include "../core/bytes.h"
 #include "dtrain/cluster.h"
-#include "dtrain/crc32c.h"
+#include "../core/crc32c.h"
 
 static const uint8_t hello_magic[8] = {'d', 't', 'r', 'a', 'i', 'n', 'H', 'S'};
 static const uint8_t frame_magic[4] = {'D', 'T', 'F', '1'};

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dtrain/nn.h"
+#include "nn.h"
 #include "dtrain/pool.h"
 
 /* True when cg is 3x3, C = 1, stride 1, valid, OC a multiple of 8; pg is 2x2, stride 2, valid,

@@ -4,7 +4,7 @@
 
 #include <string.h>
 
-#include "dtrain/gemm.h"
+#include "gemm.h"
 
 // x0, x, y, u (B, D); W (D, D) or U (D, R), V (R, D); t (B, R); b (D)
 void dt_cross_forward(dt_pool *pool, int B, int D, int R, const float *x0, const float *x,

@@ -7,8 +7,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "dtrain/gemm.h"
-#include "dtrain/nn.h"
+#include "gemm.h"
+#include "nn.h"
 #include "../core/cpu.h"
 
 enum { NC = DT_SPARSE_NC, KB = DT_SPARSE_KB };

@@ -1,5 +1,5 @@
 /* A dense layer's backward over the non-zeros of its output gradient (internal to the library;
- * the entry point is dt_dense_backward_sparse in include/dtrain/nn.h).
+ * the entry point is dt_dense_backward_sparse in nn.h).
  *
  * After ReLU and dropout most of dy is zero: in DeepFM's first hidden layer (ReLU, keep 0.5)
  * about 29% of it is not. Both products of the backward, dx = dy . w^T and dw += x^T . dy, then

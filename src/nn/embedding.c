@@ -1,5 +1,5 @@
-/* Embedding lookups and their sparse gradient (see include/dtrain/embedding.h). */
-#include "dtrain/embedding.h"
+/* Embedding lookups and their sparse gradient (see embedding.h). */
+#include "embedding.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +35,7 @@ void dt_embedding_forward(const float *table, int K, const int64_t *ids, const f
             o[k] = row[k] * v;
     }
 }
+DT_MULTI_ISA_HIDE(dt_embedding_forward)
 
 void dt_embedding_forward_naive(const float *table, int K, const int64_t *ids,
                                 const float *vals, size_t n, float *out)
@@ -132,6 +133,7 @@ void dt_embedding_accumulate(const uint32_t *slot, const float *vals, size_t n, 
             row[k] += v * g[k];
     }
 }
+DT_MULTI_ISA_HIDE(dt_embedding_accumulate)
 
 // slot (n); offsets (n_uniq + 1); places (n)
 void dt_embedding_group(const uint32_t *slot, size_t n, size_t n_uniq, uint32_t *offsets,
@@ -174,6 +176,7 @@ void dt_embedding_accumulate_grouped(const uint32_t *offsets, const uint32_t *pl
         }
     }
 }
+DT_MULTI_ISA_HIDE(dt_embedding_accumulate_grouped)
 
 // ids, vals (n); grad_out (n, K); scratch; slot (n); uniq_ids (n); uniq_rows (n, K)
 size_t dt_embedding_backward(const int64_t *ids, const float *vals, size_t n, int K,

@@ -1,5 +1,5 @@
-/* The factorization machine's pairwise term (see include/dtrain/fm.h). */
-#include "dtrain/fm.h"
+/* The factorization machine's pairwise term (see fm.h). */
+#include "fm.h"
 
 #include <stddef.h>
 #include <stdlib.h>
@@ -39,6 +39,7 @@ void dt_fm_forward(int B, int F, int K, const float *emb, float *sums, float *y)
         y[i] = fm_term(s, q, K);
     }
 }
+DT_MULTI_ISA_HIDE(dt_fm_forward)
 
 /* Rows are fetched this many fields ahead, as dt_embedding_forward does (see embedding.c). */
 #define LOOKUP_AHEAD 12
@@ -80,6 +81,7 @@ void dt_fm_forward_lookup(const float *w, const float *v, int B, int F, int K, c
         y[i] = fm_term(s, q, K);
     }
 }
+DT_MULTI_ISA_HIDE(dt_fm_forward_lookup)
 
 void dt_fm_forward_naive(int B, int F, int K, const float *emb, float *y)
 {
@@ -110,6 +112,7 @@ void dt_fm_backward(int B, int F, int K, const float *emb, const float *sums, co
         }
     }
 }
+DT_MULTI_ISA_HIDE(dt_fm_backward)
 
 void dt_fm_backward_naive(int B, int F, int K, const float *emb, const float *dy, float *demb)
 {

@@ -1,5 +1,5 @@
-/* Matrix multiply (see include/dtrain/gemm.h). */
-#include "dtrain/gemm.h"
+/* Matrix multiply (see gemm.h). */
+#include "gemm.h"
 
 #include <cblas.h>
 #include <string.h>

@@ -1,12 +1,12 @@
-/* Layer kernels (see include/dtrain/nn.h): dense, activations, conv2d by im2col + GEMM, max
+/* Layer kernels (see nn.h): dense, activations, conv2d by im2col + GEMM, max
  * pooling, dropout and losses, each beside its naive reference. */
-#include "dtrain/nn.h"
+#include "nn.h"
 
 #include <float.h>
 #include <math.h>
 #include <string.h>
 
-#include "dtrain/gemm.h"
+#include "gemm.h"
 #include "../core/cpu.h"
 
 /* ---- Dense ---- */
@@ -119,6 +119,7 @@ void dt_act_forward(dt_activation act, size_t n, float *y)
         break;
     }
 }
+DT_MULTI_ISA_HIDE(dt_act_forward)
 
 DT_MULTI_ISA
 void dt_act_backward(dt_activation act, size_t n, const float *y, float *dy)
@@ -140,6 +141,7 @@ void dt_act_backward(dt_activation act, size_t n, const float *y, float *dy)
         break;
     }
 }
+DT_MULTI_ISA_HIDE(dt_act_backward)
 
 /* Elements per task of the pooled element-wise kernels: a few tens of microseconds of work, more
  * than a hand-off costs; a multiple of 16 floats, so tasks never share a cache line. */
@@ -560,6 +562,7 @@ void dt_dropout_forward(size_t n, float rate, dt_rng *rng, const float *x, float
         }
     }
 }
+DT_MULTI_ISA_HIDE(dt_dropout_forward)
 
 DT_MULTI_ISA
 void dt_dropout_backward(size_t n, const float *mask, float *dy)
@@ -567,6 +570,7 @@ void dt_dropout_backward(size_t n, const float *mask, float *dy)
     for (size_t i = 0; i < n; i++)
         dy[i] *= mask[i];
 }
+DT_MULTI_ISA_HIDE(dt_dropout_backward)
 
 /* Task t draws chunk t: the chunk, not the thread count, fixes the split. */
 static void dropout_forward_task(void *ctx, int task, int n_tasks)

@@ -1,14 +1,17 @@
 /* The client side of the ps tasks (see client.h). */
 #include "client.h"
 
+#include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "../net/dial.h"
 #include "psconn.h"
 #include "../net/sock.h"
-#include "dtrain/clock.h"
+#include "../core/clock.h"
 #include "shard.h"
 
 #define MAX_TABLES DT_PS_MAX_TABLES
@@ -17,6 +20,8 @@ typedef struct {
     int fd;
     char name[DT_HOST_CAP + 48];
     dt_psbuf out, in;
+    size_t sent;             /* bytes of out on their way */
+    dt_psconn_ahead ahead;   /* replies read while out was still being sent */
 } ps_link;
 
 /* A table as the chief placed it, and the plan of the round under way: its ids grouped by
@@ -99,7 +104,8 @@ dt_status dt_ps_client_reconnect(dt_ps_client *c, double timeout)
     for (int k = 0; k < c->n_ps; k++) {
         dt_sock_close(c->ps[k].fd);
         c->ps[k].fd = -1;
-        c->ps[k].out.len = c->ps[k].in.len = 0;
+        c->ps[k].out.len = c->ps[k].in.len = c->ps[k].sent = 0;
+        dt_psconn_ahead_clear(&c->ps[k].ahead);
     }
     c->n_due = 0;
     for (int k = 0; k < c->n_ps; k++) {
@@ -125,6 +131,7 @@ void dt_ps_client_close(dt_ps_client *c)
         dt_sock_close(c->ps[k].fd);
         dt_psbuf_free(&c->ps[k].out);
         dt_psbuf_free(&c->ps[k].in);
+        dt_psconn_ahead_free(&c->ps[k].ahead);
     }
     free(c->ps);
     free(c->var_offset), free(c->var_count), free(c->var_to);
@@ -197,6 +204,69 @@ static dt_status take_dense(dt_ps_client *c, const pending *p, const dt_psmsg *r
 
 /* Sends what is queued and reads every reply in the order the messages were queued (each ps
  * answers its own in order), handing rows and values to their destinations. */
+/* Some of link l's out, as much as its socket takes now. */
+static dt_status send_some(ps_link *l)
+{
+    while (l->sent < l->out.len) {
+        ssize_t k = send(l->fd, l->out.data + l->sent, l->out.len - l->sent,
+                         MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (k > 0) {
+            l->sent += (size_t)k;
+            continue;
+        }
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return DT_OK;
+        if (k < 0 && (errno == EPIPE || errno == ECONNRESET))
+            return dt_error(DT_ERR_PEER, "%s closed the connection", l->name);
+        return dt_error(DT_ERR_IO, "sending to %s: %s", l->name, strerror(errno));
+    }
+    return DT_OK;
+}
+
+/* Every link's requests sent, the replies that come back meanwhile read ahead: a ps answers its
+ * requests one after the other, so a large reply to the first would otherwise fill both
+ * sockets' buffers while the client still sends the second, each waiting on the other. */
+static dt_status send_draining(dt_ps_client *c, double deadline)
+{
+    struct pollfd fds[c->n_ps > 0 ? c->n_ps : 1];
+    int who[c->n_ps > 0 ? c->n_ps : 1];
+    /* Most rounds fit in the sockets' buffers: sent at once, with no poll. */
+    for (int k = 0; k < c->n_ps; k++) {
+        dt_status st = send_some(&c->ps[k]);
+        if (st)
+            return st;
+    }
+    for (;;) {
+        int n = 0;
+        for (int k = 0; k < c->n_ps; k++)
+            if (c->ps[k].sent < c->ps[k].out.len) {
+                fds[n] = (struct pollfd){.fd = c->ps[k].fd, .events = POLLOUT | POLLIN};
+                who[n++] = k;
+            }
+        if (n == 0)
+            return DT_OK;
+        double left = deadline - dt_clock_now();
+        if (left <= 0)
+            return dt_error(DT_ERR_TIMEOUT, "sending to %s: no progress before the deadline",
+                            c->ps[who[0]].name);
+        int ready = poll(fds, (nfds_t)n, (int)(left * 1000.0) + 1);
+        if (ready < 0 && errno != EINTR)
+            return dt_error(DT_ERR_IO, "poll: %s", strerror(errno));
+        for (int i = 0; i < n && ready > 0; i++) {
+            ps_link *l = &c->ps[who[i]];
+            dt_status st = DT_OK;
+            if (fds[i].revents & POLLIN)
+                st = dt_psconn_read_ahead(l->fd, &l->ahead, l->name);
+            if (st == DT_OK && (fds[i].revents & (POLLOUT | POLLERR | POLLHUP)))
+                st = send_some(l);
+            if (st)
+                return st;
+        }
+    }
+}
+
 static dt_status run_round(dt_ps_client *c)
 {
     static const dt_psmsg_type want[] = {DT_PSMSG_ACK, DT_PSMSG_ROWS, DT_PSMSG_DENSE,
@@ -205,12 +275,12 @@ static dt_status run_round(dt_ps_client *c)
     dt_status st = c->broken ? dt_error(DT_ERR_PEER, "the links to the ps tasks are broken: "
                                         "connect again first")
                              : DT_OK;
-    for (int k = 0; k < c->n_ps && st == DT_OK; k++)
-        if (c->ps[k].out.len > 0) {
-            st = dt_psconn_send(c->ps[k].fd, &c->ps[k].out, c->ps[k].name, deadline);
-            c->bytes_sent += c->ps[k].out.len;
-            c->broken = st != DT_OK;
-        }
+    if (st == DT_OK) {
+        for (int k = 0; k < c->n_ps; k++)
+            c->ps[k].sent = 0, c->bytes_sent += c->ps[k].out.len;
+        st = send_draining(c, deadline);
+        c->broken = st != DT_OK;
+    }
     /* A refusal (an ERROR reply) is kept, and the other replies are still read, so that every
      * link stays in step for the next round; anything else leaves the links broken. */
     dt_status refused = DT_OK;
@@ -219,7 +289,7 @@ static dt_status run_round(dt_ps_client *c)
         const pending *p = &c->due[m];
         ps_link *l = &c->ps[p->to];
         dt_psmsg r;
-        if ((st = dt_psconn_recv(l->fd, l->name, deadline, &l->in, &r))) {
+        if ((st = dt_psconn_recv_ahead(l->fd, &l->ahead, l->name, deadline, &l->in, &r))) {
             c->broken = true;
             break;
         }

@@ -1,7 +1,10 @@
 /* Parameter-server messages over a connection (see psconn.h). */
 #include "psconn.h"
 
+#include <errno.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
 
 #include "../net/sock.h"
 
@@ -21,16 +24,75 @@ static dt_status grow(dt_psbuf *b, size_t n)
     return DT_OK;
 }
 
-dt_status dt_psconn_recv(int fd, const char *who, double deadline, dt_psbuf *in, dt_psmsg *out)
+/* n bytes into dst: those read ahead first (a may be NULL), then from fd. */
+static dt_status read_bytes(int fd, dt_psconn_ahead *a, void *dst, size_t n, double deadline,
+                            const char *who)
+{
+    size_t have = a ? a->len - a->off : 0;
+    if (have > n)
+        have = n;
+    if (have > 0) {
+        memcpy(dst, a->data + a->off, have);
+        a->off += have;
+        if (a->off == a->len)
+            a->off = a->len = 0;
+    }
+    return n > have ? dt_sock_recv_all(fd, (uint8_t *)dst + have, n - have, deadline, who)
+                    : DT_OK;
+}
+
+dt_status dt_psconn_recv_ahead(int fd, dt_psconn_ahead *a, const char *who, double deadline,
+                               dt_psbuf *in, dt_psmsg *out)
 {
     in->len = 0;
     dt_status st = grow(in, DT_PSMSG_HEADER_BYTES);
     uint32_t size = 0;
-    if (st || (st = dt_sock_recv_all(fd, in->data, DT_PSMSG_HEADER_BYTES, deadline, who)) ||
+    if (st || (st = read_bytes(fd, a, in->data, DT_PSMSG_HEADER_BYTES, deadline, who)) ||
         (st = dt_psmsg_peek(in->data, who, &size)) ||
         (st = grow(in, DT_PSMSG_HEADER_BYTES + (size_t)size)) ||
-        (st = dt_sock_recv_all(fd, in->data + DT_PSMSG_HEADER_BYTES, size, deadline, who)))
+        (st = read_bytes(fd, a, in->data + DT_PSMSG_HEADER_BYTES, size, deadline, who)))
         return st;
     in->len = DT_PSMSG_HEADER_BYTES + (size_t)size;
     return dt_psmsg_decode(in->data, in->len, who, out);
+}
+
+dt_status dt_psconn_recv(int fd, const char *who, double deadline, dt_psbuf *in, dt_psmsg *out)
+{
+    return dt_psconn_recv_ahead(fd, NULL, who, deadline, in, out);
+}
+
+/* Read ahead in pieces of this many bytes at most. */
+#define AHEAD_PIECE ((size_t)1 << 20)
+
+dt_status dt_psconn_read_ahead(int fd, dt_psconn_ahead *a, const char *who)
+{
+    for (;;) {
+        if (a->cap - a->len < AHEAD_PIECE) {
+            size_t cap = a->cap ? 2 * a->cap : 2 * AHEAD_PIECE;
+            uint8_t *p = realloc(a->data, cap);
+            if (!p)
+                return dt_error(DT_ERR_NOMEM, "no memory for %zu bytes from %s", cap, who);
+            a->data = p, a->cap = cap;
+        }
+        ssize_t k = recv(fd, a->data + a->len, a->cap - a->len, MSG_DONTWAIT);
+        if (k > 0) {
+            a->len += (size_t)k;
+            continue;
+        }
+        if (k == 0)
+            return dt_error(DT_ERR_PEER, "%s closed the connection", who);
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return DT_OK;
+        return dt_error(DT_ERR_IO, "receiving from %s: %s", who, strerror(errno));
+    }
+}
+
+void dt_psconn_ahead_clear(dt_psconn_ahead *a) { a->len = a->off = 0; }
+
+void dt_psconn_ahead_free(dt_psconn_ahead *a)
+{
+    free(a->data);
+    *a = (dt_psconn_ahead){0};
 }

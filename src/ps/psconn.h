@@ -13,4 +13,21 @@ dt_status dt_psconn_send(int fd, const dt_psbuf *b, const char *who, double dead
  * DT_ERR_FORMAT for a message amiss, the socket's errors otherwise. */
 dt_status dt_psconn_recv(int fd, const char *who, double deadline, dt_psbuf *in, dt_psmsg *out);
 
+/* Bytes read from a connection ahead of its message reads: a client reading replies while it
+ * still sends (so that neither side's send waits on the other's read), then reading them as
+ * messages. */
+typedef struct {
+    uint8_t *data;
+    size_t len, off, cap;
+} dt_psconn_ahead;
+
+/* Whatever fd holds now, without waiting, appended to a. DT_ERR_PEER when the peer closed the
+ * connection. */
+dt_status dt_psconn_read_ahead(int fd, dt_psconn_ahead *a, const char *who);
+/* dt_psconn_recv taking a's bytes first. */
+dt_status dt_psconn_recv_ahead(int fd, dt_psconn_ahead *a, const char *who, double deadline,
+                               dt_psbuf *in, dt_psmsg *out);
+void dt_psconn_ahead_clear(dt_psconn_ahead *a);
+void dt_psconn_ahead_free(dt_psconn_ahead *a);
+
 #endif

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "../core/bytes.h"
-#include "dtrain/crc32c.h"
+#include "../core/crc32c.h"
 
 static const char *const type_names[] = {"?",    "PING",     "PONG",       "STOP",
                                          "PULL_ROWS", "ROWS", "PUSH_ROWS", "PULL_DENSE",

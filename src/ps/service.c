@@ -3,8 +3,9 @@
  * The listener hands each authenticated connection to a thread of its own. A connection thread
  * waits for a message in short slices (so that it sees the service stopping), then reads it whole
  * before the request timeout, answers it under the shard's lock and sends the reply. The main
- * thread waits for STOP or for the coordinator timeout, then stops the listener, shuts every
- * connection down and joins the threads. */
+ * thread waits for STOP or for the coordinator timeout (the chief silent that long: it pings
+ * every second, and a request it waits on counts as heard), then stops the listener, shuts
+ * every connection down and joins the threads. */
 #include "service.h"
 
 #include <poll.h>
@@ -16,10 +17,11 @@
 #include <unistd.h>
 
 #include "../net/listener.h"
+#include "cow_write.h"
 #include "psconn.h"
 #include "../net/sock.h"
 #include "dtrain/checkpoint.h"
-#include "dtrain/clock.h"
+#include "../core/clock.h"
 #include "dtrain/log.h"
 #include "shard.h"
 #include "shard_ckpt.h"
@@ -51,8 +53,8 @@ struct service {
     pthread_mutex_t mu; /* what follows */
     pthread_cond_t changed;
     int stop;
-    int chiefs;         /* chief connections open */
-    double chief_gone;  /* when the last one closed (or the service started) */
+    int chief_busy;     /* the chief's requests being answered */
+    double chief_heard; /* the chief's last message or connection (or the service's start) */
     conn *conns[MAX_CONNS];
     int n_conns;
     dt_ps_service_stats stats;
@@ -105,9 +107,43 @@ static void count(service *sv, const dt_psmsg *req)
     pthread_mutex_unlock(&sv->mu);
 }
 
-/* SAVE from the chief: this task's shards as its file of the checkpoint, held still meanwhile.
- * A failure goes back as an ERROR: the chief then writes no manifest, and the previous
- * checkpoint stays the latest. */
+/* reply becomes an ERROR answering req, with st and the last error's message. */
+static dt_status error_reply(const dt_psmsg *req, dt_status st, dt_psbuf *reply)
+{
+    char text[DT_PSMSG_MAX_TEXT];
+    int n = snprintf(text, sizeof text, "%s", dt_last_error());
+    dt_psmsg e = {.type = DT_PSMSG_ERROR, .request_id = req->request_id, .status = st,
+                  .text = text,
+                  .text_len = (uint32_t)(n < (int)sizeof text ? n : (int)sizeof text - 1)};
+    reply->len = 0;
+    return dt_psmsg_encode(&e, NULL, NULL, reply);
+}
+
+/* What a child writes: this task's shards, as a checkpoint's file or as its snapshot. */
+typedef struct {
+    service *sv;
+    const char *path;
+    int64_t step;
+} shard_write;
+
+static dt_status write_ckpt_file(void *arg)
+{
+    shard_write *w = arg;
+    const dt_ps_service_options *o = w->sv->o;
+    return dt_ps_shard_save_ckpt(&w->sv->shard, w->path, w->step, o->me.index,
+                                 o->cluster->n_tasks[DT_JOB_PS]);
+}
+
+static dt_status write_snapshot(void *arg)
+{
+    shard_write *w = arg;
+    return dt_ps_snapshot_save(&w->sv->shard, w->sv->o->me.index, w->path);
+}
+
+/* SAVE from the chief: this task's shards as its file of the checkpoint, written by a child from
+ * a copy-on-write image taken under the shards' lock (held only for the fork), so requests and
+ * PINGs go on being answered however slow the write. A failure goes back as an ERROR: the chief
+ * then writes no manifest, and the previous checkpoint stays the latest. */
 static dt_status save(conn *c, const dt_psmsg *req, dt_psbuf *reply)
 {
     service *sv = c->sv;
@@ -120,19 +156,14 @@ static dt_status save(conn *c, const dt_psmsg *req, dt_psbuf *reply)
     dt_status st = c->job == DT_JOB_CHIEF ? DT_OK
                                           : dt_error(DT_ERR_INVALID, "only the chief saves");
     if (st == DT_OK) {
-        pthread_mutex_lock(&sv->shard_mu);
-        st = dt_ps_shard_save_ckpt(&sv->shard, path, req->step, sv->o->me.index,
-                                   sv->o->cluster->n_tasks[DT_JOB_PS]);
-        pthread_mutex_unlock(&sv->shard_mu);
+        shard_write w = {sv, path, req->step};
+        dt_cow_write child;
+        if ((st = dt_cow_start(&child, write_ckpt_file, &w, &sv->shard_mu,
+                               sv->o->request_timeout, path)) == DT_OK)
+            st = dt_cow_wait(&child);
     }
-    if (st) {
-        char text[DT_PSMSG_MAX_TEXT];
-        int n = snprintf(text, sizeof text, "%s", dt_last_error());
-        dt_psmsg e = {.type = DT_PSMSG_ERROR, .request_id = req->request_id, .status = st,
-                      .text = text,
-                      .text_len = (uint32_t)(n < (int)sizeof text ? n : (int)sizeof text - 1)};
-        return dt_psmsg_encode(&e, NULL, NULL, reply);
-    }
+    if (st)
+        return error_reply(req, st, reply);
     dt_psmsg ack = {.type = DT_PSMSG_ACK, .request_id = req->request_id};
     return dt_psmsg_encode(&ack, NULL, NULL, reply);
 }
@@ -158,11 +189,29 @@ static dt_status answer(conn *c, const dt_psmsg *req, dt_psbuf *reply)
     }
     if (req->type == DT_PSMSG_SAVE)
         return save(c, req, reply);
+    /* A PING is answered without the shards' lock, which a snapshot or a SAVE holds through its
+     * whole write: a ps busy writing is alive, and its coordinator hears so at once. */
+    if (req->type == DT_PSMSG_PING) {
+        dt_psmsg pong = {.type = DT_PSMSG_PONG, .request_id = req->request_id};
+        return dt_psmsg_encode(&pong, NULL, NULL, reply);
+    }
     pthread_mutex_lock(&sv->shard_mu);
     dt_status st = dt_ps_shard_handle(&sv->shard, req, reply);
     pthread_mutex_unlock(&sv->shard_mu);
     count(sv, req);
     return st;
+}
+
+/* The chief was heard from: a request arrived (busy +1) or was answered (busy -1), or it
+ * connected (0). A long request (a SAVE) is a sign of life for as long as it runs. */
+static void chief_heard(conn *c, int busy)
+{
+    if (c->job != DT_JOB_CHIEF)
+        return;
+    pthread_mutex_lock(&c->sv->mu);
+    c->sv->chief_busy += busy;
+    c->sv->chief_heard = dt_clock_now();
+    pthread_mutex_unlock(&c->sv->mu);
 }
 
 static void *conn_main(void *arg)
@@ -187,8 +236,15 @@ static void *conn_main(void *arg)
             break;
         }
         reply.len = 0;
-        if ((st = answer(c, &req, &reply)) ||
-            (st = dt_psconn_send(c->fd, &reply, c->name, dt_clock_now() + sv->o->request_timeout))) {
+        chief_heard(c, 1);
+        /* A request that cannot be answered (its reply too large to encode, no memory) gets an
+         * ERROR naming why: the link stays in step, and the requester reports the cause. */
+        if ((st = answer(c, &req, &reply)) != DT_OK)
+            st = error_reply(&req, st, &reply);
+        if (st == DT_OK)
+            st = dt_psconn_send(c->fd, &reply, c->name, dt_clock_now() + sv->o->request_timeout);
+        chief_heard(c, -1);
+        if (st) {
             dt_log_to(sv->log, DT_LOG_WARN, "dtrain server: dropping %s: %s", c->name,
                       dt_last_error());
             break;
@@ -197,8 +253,6 @@ static void *conn_main(void *arg)
     dt_psbuf_free(&in);
     dt_psbuf_free(&reply);
     pthread_mutex_lock(&sv->mu);
-    if (c->job == DT_JOB_CHIEF && --sv->chiefs == 0)
-        sv->chief_gone = dt_clock_now();
     c->done = 1;
     pthread_cond_broadcast(&sv->changed);
     pthread_mutex_unlock(&sv->mu);
@@ -244,45 +298,66 @@ static void on_peer(void *ctx, int fd, dt_job job, int index)
     }
     sv->conns[sv->n_conns++] = c;
     if (job == DT_JOB_CHIEF)
-        sv->chiefs++;
+        sv->chief_heard = dt_clock_now();
     pthread_mutex_unlock(&sv->mu);
 }
 
-/* The shards written to the snapshot, held still meanwhile (the requests wait). A failure is
- * logged, and serving goes on: the previous snapshot stays. */
-static void take_snapshot(service *sv)
+/* A snapshot's write may take this long (at least SNAPSHOT_MIN_SECONDS, else two periods)
+ * before it is stopped. */
+#define SNAPSHOT_MIN_SECONDS 300.0
+
+/* The shards' snapshot starts: a child writes it from the instant's memory while the service
+ * goes on. */
+static void start_snapshot(service *sv, dt_cow_write *child)
 {
-    pthread_mutex_lock(&sv->shard_mu);
-    double t0 = dt_clock_now();
-    dt_status st = dt_ps_snapshot_save(&sv->shard, sv->o->me.index, sv->o->snapshot_path);
-    double secs = dt_clock_now() - t0;
-    pthread_mutex_unlock(&sv->shard_mu);
+    shard_write w = {sv, sv->o->snapshot_path, 0};
+    double limit = 2 * sv->o->snapshot_secs;
+    dt_status st = dt_cow_start(child, write_snapshot, &w, &sv->shard_mu,
+                                limit > SNAPSHOT_MIN_SECONDS ? limit : SNAPSHOT_MIN_SECONDS,
+                                sv->o->snapshot_path);
+    if (st)
+        dt_log_to(sv->log, DT_LOG_WARN, "dtrain server: warning: snapshot not written (the "
+                  "previous one stays): %s", dt_last_error());
+}
+
+/* A snapshot's write ended (st): a failure is logged, and serving goes on, the previous
+ * snapshot kept. */
+static void snapshot_ended(service *sv, double started, dt_status st)
+{
     if (st)
         dt_log_to(sv->log, DT_LOG_WARN, "dtrain server: warning: snapshot not written (the "
                   "previous one stays): %s", dt_last_error());
     else if (sv->stats.snapshots++ == 0)
         dt_log_to(sv->log, DT_LOG_WARN, "dtrain server: snapshots of this ps go to %s every "
                   "%g s (the first took %.2f s)", sv->o->snapshot_path, sv->o->snapshot_secs,
-                  secs);
+                  dt_clock_now() - started);
 }
 
 static void wait_until_done(service *sv, dt_status *st)
 {
     char task[DT_HOST_CAP + 48];
     dt_cluster_task_name(sv->o->cluster, DT_JOB_CHIEF, 0, task, sizeof task);
-    double next_snapshot = dt_clock_now() + sv->o->snapshot_secs;
+    double next_snapshot = dt_clock_now() + sv->o->snapshot_secs, snapshot_started = 0;
+    dt_cow_write child = {.fd = -1};
     pthread_mutex_lock(&sv->mu);
     while (!sv->stop) {
         double now = dt_clock_now();
-        if (sv->o->snapshot_path && sv->o->snapshot_secs > 0 && now >= next_snapshot) {
+        if (dt_cow_running(&child)) {
+            dt_status done = dt_cow_poll(&child);
+            if (done != DT_END)
+                snapshot_ended(sv, snapshot_started, done);
+        } else if (sv->o->snapshot_path && sv->o->snapshot_secs > 0 && now >= next_snapshot) {
             pthread_mutex_unlock(&sv->mu);
-            take_snapshot(sv);
+            snapshot_started = dt_clock_now();
+            start_snapshot(sv, &child);
             pthread_mutex_lock(&sv->mu);
-            next_snapshot = dt_clock_now() + sv->o->snapshot_secs;
+            next_snapshot = snapshot_started + sv->o->snapshot_secs;
             continue;
         }
-        if (sv->chiefs == 0 && now - sv->chief_gone >= sv->o->coordinator_timeout) {
-            *st = dt_error(DT_ERR_TIMEOUT, "the coordinator (%s) has not been connected for %.0f "
+        /* Silence, not a closed connection, is what counts: a stopped or cut-off chief's
+         * connection stays open. */
+        if (sv->chief_busy == 0 && now - sv->chief_heard >= sv->o->coordinator_timeout) {
+            *st = dt_error(DT_ERR_TIMEOUT, "the coordinator (%s) has not been heard from for %.0f "
                            "s (--coordinator-timeout): giving up", task,
                            sv->o->coordinator_timeout);
             break;
@@ -297,6 +372,11 @@ static void wait_until_done(service *sv, dt_status *st)
     }
     sv->stop = 1;
     pthread_mutex_unlock(&sv->mu);
+    if (dt_cow_running(&child)) {
+        dt_log_to(sv->log, DT_LOG_WARN, "dtrain server: warning: a snapshot still being written "
+                  "is stopped: the previous one stays");
+        dt_cow_kill(&child);
+    }
 }
 
 /* Every connection thread sees the stop within a slice and ends (the one that took STOP after
@@ -358,7 +438,7 @@ dt_status dt_ps_serve(const dt_ps_service_options *o, dt_ps_service_stats *stats
     if (!sv)
         return dt_error(DT_ERR_NOMEM, "no memory for the ps service");
     sv->o = o, sv->log = o->log;
-    sv->chief_gone = sv->started = dt_clock_now();
+    sv->chief_heard = sv->started = dt_clock_now();
     pthread_mutex_init(&sv->shard_mu, NULL);
     pthread_mutex_init(&sv->mu, NULL);
     pthread_cond_init(&sv->changed, NULL);

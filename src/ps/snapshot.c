@@ -8,8 +8,8 @@
 #include <time.h>
 
 #include "../core/bytes.h"
-#include "dtrain/crc32c.h"
-#include "dtrain/fileio.h"
+#include "../core/crc32c.h"
+#include "../core/fileio.h"
 
 #define HEADER_BYTES 40
 #define VERSION 1

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <zmq.h>
 
-#include "dtrain/clock.h"
+#include "../core/clock.h"
 
 struct dt_zlink {
     void *ctx, *sock;

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "dtrain/fileio.h"
+#include "../core/fileio.h"
 #include "export_int.h"
 
 void dt_export_options_default(dt_export_options *o)

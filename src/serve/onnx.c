@@ -30,7 +30,8 @@
 #include <sys/stat.h>
 
 #include "dtrain/checkpoint.h"
-#include "dtrain/fileio.h"
+#include "../core/fileio.h"
+#include "../nn/nn.h"
 #include "dtrain/model.h"
 #include "dtrain/saved_model.h"
 #include "export_int.h"

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dtrain/fileio.h"
+#include "../core/fileio.h"
 #include "onnx.pb-c.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "dtrain/clock.h"
+#include "../core/clock.h"
 #include "keep.h"
 
 void dt_predict_run_options_default(dt_predict_run_options *o)

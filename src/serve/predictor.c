@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "dtrain/checkpoint.h"
-#include "dtrain/fileio.h"
+#include "../core/fileio.h"
 #include "dtrain/model.h"
 #include "dtrain/saved_model.h"
 

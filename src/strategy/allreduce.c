@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "../coll/agree.h"
-#include "dtrain/clock.h"
+#include "../core/clock.h"
 #include "../core/stream.h"
 #include "strategy_impl.h"
 

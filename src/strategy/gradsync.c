@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dtrain/clock.h"
+#include "../core/clock.h"
 
 #define MAX_BUCKETS 1024 /* per step; past it the last bucket takes the rest */
 

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dtrain/clock.h"
+#include "../core/clock.h"
 #include "strategy_impl.h"
 
 /* The replica's scratch for the gathered rows, grown as needed and kept between steps. */

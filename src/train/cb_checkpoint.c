@@ -5,7 +5,7 @@
 #include <stdlib.h>
 
 #include "callback.h"
-#include "dtrain/clock.h"
+#include "../core/clock.h"
 
 typedef struct {
     dt_ckpt_manager mgr;

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 
 #include "callback.h"
-#include "dtrain/clock.h"
+#include "../core/clock.h"
 
 typedef struct {
     double t0;       /* the clock at the last line */

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 
 #include "callback.h"
-#include "dtrain/clock.h"
+#include "../core/clock.h"
 
 typedef struct {
     double last_t; /* the clock at the last evaluation's end, or the start of training */

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 
 #include "callback.h"
-#include "dtrain/progress.h"
+#include "progress.h"
 
 static dt_status train_begin(void *self, dt_fit_ctx *c)
 {

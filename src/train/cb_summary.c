@@ -6,7 +6,7 @@
 #include <stdlib.h>
 
 #include "callback.h"
-#include "dtrain/clock.h"
+#include "../core/clock.h"
 #include "dtrain/summary.h"
 
 typedef struct {

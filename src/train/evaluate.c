@@ -8,6 +8,8 @@
 #include "dtrain/fit.h"
 #include "dtrain/metrics.h"
 
+#include "../data/image_pipeline.h"
+
 /* Labels of a batch as class indices, checked against the model's outputs. */
 dt_status dt_batch_labels(const dt_model *m, const dt_elem *e, int32_t *labels)
 {

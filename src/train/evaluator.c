@@ -12,8 +12,8 @@
 #include <time.h>
 
 #include "dtrain/checkpoint.h"
-#include "dtrain/fileio.h"
-#include "dtrain/clock.h"
+#include "../core/fileio.h"
+#include "../core/clock.h"
 #include "dtrain/fit.h"
 #include "dtrain/features.h"
 #include "dtrain/saved_model.h"

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../data/image_pipeline.h"
+
 void dt_fit_config_default(dt_fit_config *cfg)
 {
     memset(cfg, 0, sizeof *cfg);

@@ -9,7 +9,7 @@
 
 #include "batch.h"
 #include "callback.h"
-#include "dtrain/clock.h"
+#include "../core/clock.h"
 
 /* One step on the batch e: NULL when this replica's data has ended, or no rows on a replica
  * whose share of a short last batch is empty. The strategy clears the gradients and turns them

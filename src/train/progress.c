@@ -1,10 +1,10 @@
-/* Keras-style progress output (see include/dtrain/progress.h). */
-#include "dtrain/progress.h"
+/* Keras-style progress output (see progress.h). */
+#include "progress.h"
 
 #include <math.h>
 #include <unistd.h>
 
-#include "dtrain/clock.h"
+#include "../core/clock.h"
 
 #define BAR_WIDTH 30
 

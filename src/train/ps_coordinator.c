@@ -5,7 +5,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "dtrain/clock.h"
+#include "../core/clock.h"
 #include "dtrain/log.h"
 #include "ps_coord.h"
 

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "callback.h"
-#include "dtrain/clock.h"
+#include "../core/clock.h"
 #include "dtrain/log.h"
 #include "ps_ckpt.h"
 #include "ps_coord.h"
@@ -67,17 +67,24 @@ static dt_status restore_start(const dt_train_config *c, dt_ps_client *ps, dt_mo
 }
 
 
-/* Reads every variable back from the ps tasks into m: dense, then the tables a million rows at
- * a time. */
+/* A read back's request: at most this many rows, of at most this many bytes. */
+#define READ_BACK_MAX_ROWS ((size_t)1 << 20)
+#define READ_BACK_BYTES ((size_t)64 << 20)
+
+/* Reads every variable back from the ps tasks into m: dense, then the tables, 64 MiB of rows
+ * at a time. */
 static dt_status read_back(dt_ps_client *ps, dt_model *m, bool dense)
 {
     dt_status st = dense ? dt_ps_client_pull_dense(ps, dt_model_params(m)->data) : DT_OK;
-    const size_t chunk = (size_t)1 << 20;
-    int64_t *ids = NULL;
+    size_t cap = READ_BACK_MAX_ROWS;
+    int64_t *ids = malloc(cap * sizeof *ids);
+    if (!ids)
+        return dt_error(DT_ERR_NOMEM, "no memory to read the tables back");
     for (int t = 0; t < dt_model_num_tables(m) && st == DT_OK; t++) {
         dt_table *tab = dt_model_table(m, t);
-        if (!ids && !(ids = malloc(chunk * sizeof *ids)))
-            return dt_error(DT_ERR_NOMEM, "no memory to read the tables back");
+        /* Rows by bytes: one reply stays far below a message's limit, however wide a row. */
+        size_t chunk = READ_BACK_BYTES / ((size_t)tab->dim * sizeof(float));
+        chunk = chunk < 1 ? 1 : chunk > cap ? cap : chunk;
         for (int64_t lo = 0; lo < tab->rows && st == DT_OK; lo += (int64_t)chunk) {
             size_t n = (size_t)(tab->rows - lo) < chunk ? (size_t)(tab->rows - lo) : chunk;
             for (size_t i = 0; i < n; i++)
@@ -89,11 +96,59 @@ static dt_status read_back(dt_ps_client *ps, dt_model *m, bool dense)
     return st;
 }
 
+/* A PING to every ps task each second, over connections of its own, whatever the loop is doing
+ * (a long evaluation, a save): the ps tasks know the coordinator by its messages, and give up
+ * after --coordinator-timeout seconds without one. A failed PING is left for the loop to act
+ * on (lost), and the connections made again for the next. */
+typedef struct {
+    dt_ps_client *client;
+    pthread_t thread;
+    bool running;
+    int over; /* atomic: the loop has ended */
+    int lost; /* atomic: a PING failed since the loop last looked */
+} heartbeat;
+
+static void *beat(void *arg)
+{
+    heartbeat *h = arg;
+    while (!__atomic_load_n(&h->over, __ATOMIC_ACQUIRE)) {
+        for (int i = 0; i < 10 && !__atomic_load_n(&h->over, __ATOMIC_ACQUIRE); i++)
+            dt_sleep(0.1);
+        if (__atomic_load_n(&h->over, __ATOMIC_ACQUIRE))
+            break;
+        if (dt_ps_client_broken(h->client))
+            dt_ps_client_reconnect(h->client, 1.0);
+        else if (dt_ps_client_ping(h->client) != DT_OK)
+            __atomic_store_n(&h->lost, 1, __ATOMIC_RELEASE);
+    }
+    return NULL;
+}
+
+static dt_status heartbeat_start(heartbeat *h, const ps_cluster *pc, const dt_train_config *c)
+{
+    dt_status st = dt_ps_client_open(&pc->me, &pc->cl, c->comm.connect_timeout, 5.0, &h->client);
+    if (st)
+        return dt_error_prefix(st, "the coordinator's heartbeat to the ps tasks");
+    if (pthread_create(&h->thread, NULL, beat, h) != 0)
+        return dt_error(DT_ERR_IO, "cannot start the coordinator's heartbeat thread");
+    h->running = true;
+    return DT_OK;
+}
+
+static void heartbeat_stop(heartbeat *h)
+{
+    __atomic_store_n(&h->over, 1, __ATOMIC_RELEASE);
+    if (h->running)
+        pthread_join(h->thread, NULL);
+    dt_ps_client_close(h->client);
+}
+
 typedef struct {
     const dt_train_config *c;
     dt_model *m;
     ps_cluster pc;
     dt_ps_client *ps;
+    heartbeat beat;
     int n_ps;
     ps_coord co;
     bool co_ready;
@@ -348,18 +403,18 @@ static void callback_failed(ps_run *r, dt_status st)
     r->callbacks_failed = true;
 }
 
-/* Until every worker's thread has ended: the results through the callbacks, and a PING to
- * every ps task each second. */
+/* Until every worker's thread has ended: the results through the callbacks, and, each second,
+ * a look at the heartbeat: a ps task it lost is waited for. */
 static void follow(ps_run *r)
 {
     ps_coord *co = &r->co;
     ps_result *mine = NULL;
     int mine_cap = 0;
-    double next_ping = dt_clock_now() + 1.0;
+    double next_look = dt_clock_now() + 1.0;
     for (;;) {
         pthread_mutex_lock(&co->mu);
-        while (co->n_results == 0 && co->n_running > 0 && dt_clock_now() < next_ping)
-            ps_coord_wait(co, next_ping);
+        while (co->n_results == 0 && co->n_running > 0 && dt_clock_now() < next_look)
+            ps_coord_wait(co, next_look);
         /* The results change hands: the workers' threads queue into the other buffer. */
         ps_result *got = co->results;
         int n = co->n_results, got_cap = co->results_cap;
@@ -374,10 +429,12 @@ static void follow(ps_run *r)
         }
         if (!running && n == 0)
             break;
-        if (!failed && dt_clock_now() >= next_ping) {
-            if (dt_ps_client_ping(r->ps) != DT_OK)
+        if (!failed && dt_clock_now() >= next_look) {
+            /* The heartbeat's loss, seen again on the loop's own connections first. */
+            if (__atomic_exchange_n(&r->beat.lost, 0, __ATOMIC_ACQ_REL) &&
+                dt_ps_client_ping(r->ps) != DT_OK)
                 recover_ps(r);
-            next_ping = dt_clock_now() + 1.0;
+            next_look = dt_clock_now() + 1.0;
         }
     }
     free(mine);
@@ -447,6 +504,8 @@ dt_status dt_ps_coordinate(const dt_train_config *c, const dt_fit_config *fcfg, 
     }
     double t0 = dt_clock_now();
     if (st == DT_OK)
+        st = heartbeat_start(&r.beat, &r.pc, c);
+    if (st == DT_OK)
         st = open_callbacks(&r, fcfg, test, res, start);
     dt_status run = st;
     if (run == DT_OK && (run = ps_coord_start(&r.co)) == DT_OK)
@@ -471,6 +530,7 @@ dt_status dt_ps_coordinate(const dt_train_config *c, const dt_fit_config *fcfg, 
     res->steps = r.ctx.pos.step;
     st = run == DT_OK ? read_back(r.ps, m, c->ps.mode != DT_PS_HYBRID) : run;
     /* The ps tasks stop whatever happened: none outlives the job. */
+    heartbeat_stop(&r.beat);
     if (r.ps) {
         dt_status stop = dt_ps_client_stop(r.ps);
         if (st == DT_OK)

@@ -7,9 +7,9 @@
 
 #include "../strategy/replica.h"
 #include "batch.h"
-#include "dtrain/clock.h"
+#include "../core/clock.h"
+#include "../nn/embedding.h"
 #include "dtrain/comm_open.h"
-#include "dtrain/embedding.h"
 #include "dtrain/log.h"
 #include "ps_task.h"
 #include "ps_train.h"

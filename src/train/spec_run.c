@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dtrain/fileio.h"
+#include "../core/fileio.h"
 #include "dtrain/log.h"
 #include "dtrain/pool.h"
 

@@ -24,7 +24,7 @@
 #include <unistd.h>
 
 #include "../core/bytes.h"
-#include "dtrain/crc32c.h"
+#include "../core/crc32c.h"
 #include "dtrain/tfrecord.h"
 
 #define MAX_TAG_BYTES 255

@@ -11,9 +11,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "dtrain/clock.h"
+#include "../core/clock.h"
 #include "dtrain/cluster.h"
-#include "dtrain/crc32c.h"
+#include "../core/crc32c.h"
 #include "dtrain/evaluator.h"
 #include "dtrain/model.h"
 #include "dtrain/pool.h"

@@ -4,7 +4,12 @@
  * whole table in this process; every pulled row and, at the end, every row of the table must
  * equal the local one bit for bit. Then it stops the ps tasks (unless --no-stop) and prints
  * "ps_check: ok ...". Exit 0 when all agree, 1 otherwise, with the reason.
- * usage: ps_check ROWS DIM SHARDS div|mod STEPS [--no-stop] [--hold SECONDS] */
+ * With --big-round T, T-1 more tables of ROWS x DIM are defined, and every row of every table
+ * comes back in one round (every request sent before any reply is read): with 500k rows a ps's
+ * first reply is far larger than the sockets' buffers while the later requests are still being
+ * sent.
+ * usage: ps_check ROWS DIM SHARDS div|mod STEPS [--no-stop] [--hold SECONDS] [--big-round T] */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,7 +17,9 @@
 
 #include "../../src/net/transport.h"
 #include "../../src/ps/client.h"
-#include "dtrain/crc32c.h"
+#include "../../src/core/clock.h"
+#include "../../src/core/crc32c.h"
+#include "dtrain/ps.h"
 #include "dtrain/rng.h"
 #include "dtrain/table.h"
 
@@ -28,6 +35,52 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Tables 4.. (n - 1 of them) defined beside table 3 (ref's), then every row of all n in one
+ * round; each must equal its local twin. */
+static bool every_table_in_one_round(dt_ps_client *c, const dt_table *ref, int n, int64_t rows,
+                                     int dim, int64_t shards, dt_partition_strategy strategy,
+                                     const dt_rowopt_config *opt)
+{
+    int64_t *all = malloc((size_t)rows * sizeof *all);
+    const int64_t *ids[DT_PS_MAX_TABLES];
+    size_t counts[DT_PS_MAX_TABLES];
+    float *got[DT_PS_MAX_TABLES] = {0};
+    dt_table twin;
+    bool ok = all && n <= DT_PS_MAX_TABLES && dt_table_create(&twin, "twin", rows, dim) == DT_OK;
+    for (int64_t r = 0; ok && r < rows; r++)
+        all[r] = r;
+    for (int t = 1; ok && t < n; t++)
+        ok = dt_ps_client_define(c, (uint32_t)(3 + t), "big", rows, dim, shards, strategy, opt,
+                                 0.05f, (uint64_t)(42 + t)) == DT_OK;
+    for (int t = 0; ok && t < n; t++) {
+        ids[t] = all, counts[t] = (size_t)rows;
+        ok = (got[t] = malloc((size_t)rows * (size_t)dim * 4)) != NULL;
+    }
+    double t0 = dt_clock_now();
+    if (ok && dt_ps_client_pull_tables(c, ids, counts, got, NULL) != DT_OK) {
+        fail("one round of every table");
+        ok = false;
+    }
+    double secs = dt_clock_now() - t0;
+    for (int t = 0; ok && t < n; t++) {
+        if (t > 0)
+            dt_table_init_normal(&twin, 0.05f, (uint64_t)(42 + t), NULL);
+        const float *want = t == 0 ? ref->data : twin.data;
+        if (memcmp(got[t], want, (size_t)rows * (size_t)dim * 4) != 0) {
+            fprintf(stderr, "ps_check: table %d of the big round differs\n", 3 + t);
+            ok = false;
+        }
+    }
+    if (ok)
+        printf("ps_check: one round of %d tables of %lld rows x %d: %.2f s\n", n,
+               (long long)rows, dim, secs);
+    for (int t = 0; t < n; t++)
+        free(got[t]);
+    dt_table_free(&twin);
+    free(all);
+    return ok;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 6)
@@ -36,6 +89,7 @@ int main(int argc, char **argv)
     int64_t rows = atoll(argv[1]), shards = atoll(argv[3]);
     int dim = atoi(argv[2]), steps = atoi(argv[5]), stop = 1;
     double hold = 0;
+    int big_round = 0;
     dt_partition_strategy strategy = strcmp(argv[4], "mod") == 0 ? DT_PARTITION_MOD
                                                                 : DT_PARTITION_DIV;
     for (int i = 6; i < argc; i++) {
@@ -43,6 +97,8 @@ int main(int argc, char **argv)
             stop = 0;
         else if (strcmp(argv[i], "--hold") == 0 && i + 1 < argc)
             hold = atof(argv[++i]);
+        else if (strcmp(argv[i], "--big-round") == 0 && i + 1 < argc)
+            big_round = atoi(argv[++i]);
     }
     dt_cluster cl = {0};
     uint8_t *secret = NULL;
@@ -52,7 +108,10 @@ int main(int argc, char **argv)
         return fail("cluster");
     dt_handshake_id me = {secret, secret_len, cl.id, DT_JOB_CHIEF, 0};
     dt_ps_client *c;
-    if (dt_ps_client_open(&me, &cl, 30.0, 30.0, &c))
+    /* PS_CHECK_CONNECT_TIMEOUT: a shorter wait for a run meant to be refused (a refusal is
+     * tried again until the deadline). */
+    const char *wait = getenv("PS_CHECK_CONNECT_TIMEOUT");
+    if (dt_ps_client_open(&me, &cl, wait ? atof(wait) : 30.0, 30.0, &c))
         return fail("connect");
     dt_rowopt_config opt;
     dt_rowopt_config_default(&opt, DT_ROWOPT_ADAGRAD);
@@ -108,6 +167,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "ps_check: the table on the ps tasks differs from the local one\n");
         return 1;
     }
+    if (big_round > 1 && !every_table_in_one_round(c, &ref, big_round, rows, dim, shards,
+                                                   strategy, &opt))
+        return 1;
     if (hold > 0)
         usleep((useconds_t)(hold * 1e6));
     if (stop && dt_ps_client_stop(c))

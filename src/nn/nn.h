@@ -4,7 +4,8 @@
  * gradients, so several micro-batches or replicas can add into one gradient arena, and write
  * (=) the gradient with respect to their input, which lands in a scratch activation buffer.
  * Kernels never allocate, log or do I/O: buffers and scratch come from the caller.
- * Every fast kernel has a naive reference (_ref) that the tests compare it with. */
+ * Every fast kernel has a naive reference (_naive) that the tests compare it with. Private to
+ * the library: the models call them, and the tests and benchmarks link the static archive. */
 #ifndef DTRAIN_NN_H
 #define DTRAIN_NN_H
 
@@ -12,10 +13,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtrain/model_spec.h"
 #include "dtrain/pool.h"
 #include "dtrain/rng.h"
 
-typedef enum { DT_ACT_NONE = 0, DT_ACT_RELU, DT_ACT_SIGMOID, DT_ACT_TANH } dt_activation;
+/* dt_activation, the layers' activations, is the model spec's (dtrain/model_spec.h). */
 
 /* ---- Dense: y = x . w + b ---- */
 

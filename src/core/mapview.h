@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtrain/process.h"
 #include "dtrain/status.h"
 
 /* Bytes readable after a view's last byte (of no particular value), for loads that run a little
@@ -34,9 +35,7 @@ typedef struct {
     bool copied_short;   /* read without the guard, and the file ended early */
 } dt_mapview;
 
-/* Installs the SIGBUS guard for the whole process (once; later calls do nothing), so views are
- * mapped rather than copied. The dtrain command installs it at start. */
-dt_status dt_mapview_guard_install(void);
+/* dt_mapview_guard_install (include/dtrain/process.h) installs the guard for the whole process. */
 
 /* Maps bytes [off, off + len) of the open file fd (name for messages), followed by at least
  * DT_MAPVIEW_SLACK readable bytes; off need not be page-aligned, and the fd may be closed
