@@ -66,8 +66,9 @@ int cmd_bench(int argc, char **argv)
     const char *sizes, *op_name, *wire_name, *segment;
     int factor, iters, warmup;
     bool check, help;
-    cli_comm_flags cf;
-    flag_def flags[] = {
+    dt_comm_options cf;
+    dt_comm_options_default(&cf);
+    flag_def flags[32] = {
         {"sizes", FLAG_STRING, "4K..64M", "message sizes in bytes, MIN..MAX (K, M, G suffixes)",
          &sizes, false},
         {"factor", FLAG_INT, "4", "each size is the previous one times this", &factor, false},
@@ -78,10 +79,12 @@ int cmd_bench(int argc, char **argv)
         {"wire", FLAG_STRING, "f32", "f32, bf16 or fp16 on the wire", &wire_name, false},
         {"check", FLAG_BOOL, "false", "check each size's result exactly", &check, false},
         {"segment", FLAG_STRING, "256K", "tcp: bytes per ring segment", &segment, false},
-        CLI_COMM_FLAGS(cf),
-        {"help", FLAG_BOOL, "false", "this text", &help, false},
     };
-    int n_flags = (int)(sizeof flags / sizeof flags[0]);
+    flag_ext exts[32];
+    flag_table t = {flags, 8, (int)(sizeof flags / sizeof flags[0]), exts};
+    cli_comm_flags_add(&t, &cf);
+    flags_add(&t, (flag_def){"help", FLAG_BOOL, "false", "this text", &help, NULL});
+    int n_flags = t.n;
     if (flags_parse(flags, n_flags, argc - 1, argv + 1))
         return cli_fail(2, dt_last_error());
     if (help) {
@@ -101,7 +104,7 @@ int cmd_bench(int argc, char **argv)
     dt_cluster cl;
     dt_comm *c;
     if (dt_comm_open(&cf, &cl, &c))
-        return cli_fail(1, dt_last_error());
+        return cli_fail(1, flags_name_fields(flags, n_flags, dt_last_error()));
     if (c->size < 2) {
         /* One rank reduces nothing: its figures would be a memory copy's, not an all-reduce's. */
         dt_comm_destroy(c);

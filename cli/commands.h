@@ -18,11 +18,6 @@ int cmd_predict(int argc, char **argv);
 int cmd_server(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 
-/* The sidecar evaluator of dtrain evaluate, also run by dtrain train in an evaluator task:
- * evaluates checkpoint (a file), or model_dir's latest, or with watch every newer one of
- * model_dir until the final; returns the exit status. */
-int cli_sidecar_evaluate(const dt_evaluator_options *o);
-
 /* Prints "dtrain: error: <message>" on stderr and returns status. */
 int cli_fail(int status, const char *message);
 

@@ -14,39 +14,37 @@
 #include "flags.h"
 #include "read_flags.h"
 
-int cli_sidecar_evaluate(const dt_evaluator_options *o)
-{
-    dt_status st = dt_evaluate_checkpoints(o);
-    return st ? cli_fail(1, dt_last_error()) : 0;
-}
-
 int cmd_evaluate(int argc, char **argv)
 {
-    const char *model_dir, *checkpoint, *test_data;
-    int batch;
-    double poll, idle;
+    const char *model_dir, *checkpoint;
     bool watch_dir, help;
-    cli_read_flags rf;
+    dt_input_options io;
+    dt_input_options_default(&io);
     flag_def rows[32];
-    flag_table t = {rows, 0, 32};
+    flag_ext exts[32];
+    flag_table t = {rows, 0, 32, exts};
+    dt_evaluator_options eo;
+    dt_evaluator_options_default(&eo);
 #define FLAG(name_, kind_, def_, help_, dst_) flags_add(&t, (flag_def){name_, kind_, def_, help_, dst_, false})
     FLAG("model-dir", FLAG_STRING, NULL, "the training's --model-dir", &model_dir);
     FLAG("checkpoint", FLAG_STRING, NULL, "evaluate this checkpoint file (default: the latest in "
          "--model-dir)", &checkpoint);
     FLAG("watch", FLAG_BOOL, "false", "sidecar evaluator: evaluate each newer checkpoint of "
          "--model-dir as it appears, until the final one", &watch_dir);
-    FLAG("test-data", FLAG_STRING, "fashion-mnist", "fashion-mnist[:DIR] or mnist:DIR (their "
-         "t10k files), idx:IMAGES,LABELS, tfrecord:GLOB, libsvm:GLOB, csv:GLOB", &test_data);
-    cli_read_flags_add(&t, &rf, "CTR models: fields per example of field-positional libsvm data "
+#define ROW(...) flags_add_field(&t, eo, __VA_ARGS__)
+    ROW("test-data", FLAG_STRING, test_data, "fashion-mnist[:DIR] or mnist:DIR (their t10k "
+        "files), idx:IMAGES,LABELS, tfrecord:GLOB, libsvm:GLOB, csv:GLOB");
+    cli_read_flags_add(&t, &io, "CTR models: fields per example of field-positional libsvm data "
                        "(as dtrain train's --field-size)");
-    FLAG("batch-size", FLAG_INT, "1000", "examples per forward", &batch);
-    FLAG("poll-secs", FLAG_FLOAT, "1", "--watch: seconds between looks at --model-dir", &poll);
-    FLAG("watch-timeout", FLAG_FLOAT, "3600", "--watch: give up after this many seconds without a "
-         "new checkpoint (0: never)", &idle);
+    ROW("batch-size", FLAG_INT, batch_size, "examples per forward");
+    ROW("poll-secs", FLAG_FLOAT, poll_secs, "--watch: seconds between looks at --model-dir");
+    ROW("watch-timeout", FLAG_FLOAT, idle_timeout, "--watch: give up after this many seconds "
+        "without a new checkpoint (0: never)");
+#undef ROW
     FLAG("help", FLAG_BOOL, "false", "this text", &help);
 #undef FLAG
     if (flags_parse(t.rows, t.n, argc, argv))
-        return cli_fail(2, dt_last_error());
+        return cli_fail(2, flags_name_fields(t.rows, t.n, dt_last_error()));
     if (help) {
         printf("usage: dtrain evaluate --model-dir DIR [--checkpoint FILE] [--watch] [flags]\n\n"
                "Evaluates a checkpoint on the test data and prints Estimator's line\n"
@@ -59,23 +57,16 @@ int cmd_evaluate(int argc, char **argv)
         return cli_fail(2, "evaluate: give --model-dir DIR or --checkpoint FILE");
     if (watch_dir && (!model_dir || checkpoint))
         return cli_fail(2, "evaluate: --watch needs --model-dir and no --checkpoint");
-    if (batch < 1 || batch > 65536)
-        return cli_fail(2, "--batch-size: must be in 1..65536");
-    if (!(poll > 0.0 && poll <= 3600.0) || !(idle >= 0.0))
-        return cli_fail(2, "--poll-secs: must be in (0, 3600]; --watch-timeout: not negative");
-    dt_input_options io;
-    dt_input_options_default(&io);
-    io.batch_size = batch;
-    if (cli_read_flags_apply(&rf, &io) != DT_OK)
-        return cli_fail(2, dt_last_error());
-    dt_evaluator_options eo;
-    dt_evaluator_options_default(&eo);
+    io.batch_size = eo.batch_size;
     eo.input = &io;
     eo.model_dir = model_dir, eo.checkpoint = checkpoint, eo.watch = watch_dir;
-    eo.test_data = test_data, eo.batch_size = batch, eo.poll_secs = poll, eo.idle_timeout = idle;
     eo.out = stdout;
     eo.log = stderr;
-    return cli_sidecar_evaluate(&eo);
+    if (dt_evaluator_options_check(&eo) != DT_OK)
+        return cli_fail(2, flags_name_fields(t.rows, t.n, dt_last_error()));
+    if (dt_evaluate_checkpoints(&eo) != DT_OK)
+        return cli_fail(1, flags_name_fields(t.rows, t.n, dt_last_error()));
+    return 0;
 }
 
 /* ---- inspect ---- */

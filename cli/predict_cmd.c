@@ -12,9 +12,11 @@ int cmd_predict(int argc, char **argv)
     const char *model_dir, *checkpoint, *data, *out, *format, *keep;
     int batch, threads;
     bool logits, skip_bad, private_tables, help;
-    cli_read_flags rf;
+    dt_input_options io;
+    dt_input_options_default(&io);
     flag_def rows[32];
-    flag_table t = {rows, 0, 32};
+    flag_ext exts[32];
+    flag_table t = {rows, 0, 32, exts};
 #define FLAG(name_, kind_, def_, help_, dst_) flags_add(&t, (flag_def){name_, kind_, def_, help_, dst_, false})
     FLAG("model-dir", FLAG_STRING, NULL, "the training's --model-dir (its latest checkpoint), or "
          "a directory dtrain export wrote", &model_dir);
@@ -33,7 +35,7 @@ int cmd_predict(int argc, char **argv)
          &private_tables);
     FLAG("skip-bad-records", FLAG_BOOL, "false", "skip and count bad rows instead of stopping at "
          "the first", &skip_bad);
-    cli_read_flags_add(&t, &rf, "CTR models: fields per row of field-positional libsvm data "
+    cli_read_flags_add(&t, &io, "CTR models: fields per row of field-positional libsvm data "
                        "(default: the model's)");
     FLAG("help", FLAG_BOOL, "false", "this text", &help);
 #undef FLAG
@@ -51,14 +53,12 @@ int cmd_predict(int argc, char **argv)
     }
     dt_predict_run_options o;
     dt_predict_run_options_default(&o);
-    dt_input_options io;
-    dt_input_options_default(&io);
     if (dt_predict_format_parse(format, &o.format) != DT_OK)
         return cli_fail(2, dt_last_error());
     io.skip_bad_records = skip_bad;
     io.batch_size = batch > 0 ? batch : 1;
-    if (cli_read_flags_apply(&rf, &io) != DT_OK)
-        return cli_fail(2, dt_last_error());
+    if (dt_input_options_check(&io) != DT_OK)
+        return cli_fail(2, flags_name_fields(t.rows, t.n, dt_last_error()));
     o.model_dir = model_dir, o.checkpoint = checkpoint, o.data = data, o.input = &io;
     o.out = out, o.logits = logits, o.keep_columns = keep, o.threads = threads;
     o.batch_size = batch, o.private_tables = private_tables, o.log = stderr;

@@ -10,26 +10,27 @@ int cmd_server(int argc, char **argv)
     dt_ps_server_config c;
     dt_ps_server_config_default(&c);
     bool help;
-    flag_def flags[] = {
-        {"task", FLAG_STRING, NULL, "this task as TYPE:INDEX (default: TF_CONFIG's task)",
-         &c.task, false},
-        {"secret-file", FLAG_STRING, NULL, "file holding the cluster secret (default: env "
-         "DTRAIN_CLUSTER_SECRET)", &c.secret_file, false},
-        {"insecure", FLAG_BOOL, "false", "allow a non-loopback cluster without a secret",
-         &c.insecure, false},
-        {"coordinator-timeout", FLAG_FLOAT, "120", "seconds without a word from the coordinator "
-         "(the chief) before the task gives up", &c.coordinator_timeout, false},
-        {"request-timeout", FLAG_FLOAT, "60", "seconds a request that has begun has to arrive",
-         &c.request_timeout, false},
-        {"threads", FLAG_INT, "1", "threads for the row-wise updates", &c.threads, false},
-        {"snapshot-dir", FLAG_STRING, NULL, "snapshots of this task's shards go to "
-         "DIR/ps-INDEX.snapshot; started again, the task restores them from there (the updates "
-         "after the snapshot are lost); removed when the job ends", &c.snapshot_dir, false},
-        {"snapshot-secs", FLAG_FLOAT, "30", "--snapshot-dir: seconds between snapshots (0: "
-         "none)", &c.snapshot_secs, false},
-        {"help", FLAG_BOOL, "false", "this text", &help, false},
-    };
-    int n_flags = (int)(sizeof flags / sizeof flags[0]);
+    flag_def flags[16];
+    flag_ext exts[16];
+    flag_table t = {flags, 0, 16, exts};
+#define ROW(...) flags_add_field(&t, c, __VA_ARGS__)
+    ROW("task", FLAG_STRING, task, "this task as TYPE:INDEX (default: TF_CONFIG's task)");
+    ROW("secret-file", FLAG_STRING, secret_file, "file holding the cluster secret (default: env "
+        "DTRAIN_CLUSTER_SECRET)");
+    ROW("insecure", FLAG_BOOL, insecure, "allow a non-loopback cluster without a secret");
+    ROW("coordinator-timeout", FLAG_FLOAT, coordinator_timeout, "seconds without a word from the "
+        "coordinator (the chief) before the task gives up");
+    ROW("request-timeout", FLAG_FLOAT, request_timeout, "seconds a request that has begun has to "
+        "arrive");
+    ROW("threads", FLAG_INT, threads, "threads for the row-wise updates");
+    ROW("snapshot-dir", FLAG_STRING, snapshot_dir, "snapshots of this task's shards go to "
+        "DIR/ps-INDEX.snapshot; started again, the task restores them from there (the updates "
+        "after the snapshot are lost); removed when the job ends");
+    ROW("snapshot-secs", FLAG_FLOAT, snapshot_secs, "--snapshot-dir: seconds between snapshots "
+        "(0: none)");
+#undef ROW
+    flags_add(&t, (flag_def){"help", FLAG_BOOL, "false", "this text", &help, NULL});
+    int n_flags = t.n;
     if (flags_parse(flags, n_flags, argc, argv))
         return cli_fail(2, dt_last_error());
     if (help) {
@@ -41,17 +42,11 @@ int cmd_server(int argc, char **argv)
         flags_print_help(flags, n_flags, stdout);
         return 0;
     }
-    if (!(c.coordinator_timeout > 0.0 && c.coordinator_timeout <= 86400.0))
-        return cli_fail(2, "--coordinator-timeout: must be in (0, 86400] seconds");
-    if (!(c.request_timeout > 0.0 && c.request_timeout <= 3600.0))
-        return cli_fail(2, "--request-timeout: must be in (0, 3600] seconds");
-    if (c.threads < 1 || c.threads > 256)
-        return cli_fail(2, "--threads: must be in 1..256");
-    if (!(c.snapshot_secs >= 0.0 && c.snapshot_secs <= 86400.0))
-        return cli_fail(2, "--snapshot-secs: must be in [0, 86400] seconds");
+    if (dt_ps_server_config_check(&c))
+        return cli_fail(2, flags_name_fields(flags, n_flags, dt_last_error()));
     dt_ps_server_report r = {0};
     if (dt_ps_server_run(&c, &r))
-        return cli_fail(1, dt_last_error());
+        return cli_fail(1, flags_name_fields(flags, n_flags, dt_last_error()));
     fprintf(stderr, "dtrain server: %s stopped by the coordinator: %llu requests, %llu rows "
             "pulled, %llu rows pushed\n", r.task, (unsigned long long)r.requests,
             (unsigned long long)r.rows_pulled, (unsigned long long)r.rows_pushed);

@@ -104,7 +104,8 @@ expect_error bad_lr 2 "--lr: expected a number, got '1e'" train --lr 1e
 expect_error negative_lr 2 "--lr: must be positive" train --lr -0.1
 expect_error unknown_optimizer 2 "--optimizer: unknown optimizer 'rmsprop'" train --optimizer rmsprop
 expect_error bad_schedule 2 "--lr-schedule: unknown learning-rate schedule" train --lr-schedule linear
-expect_error schedule_without_steps 2 "decay_steps" train --lr-schedule cosine
+expect_error schedule_without_steps 2 "--lr-decay-steps: the cosine schedule needs a positive value" \
+    train --lr-schedule cosine
 expect_error bad_shuffle_buffer 2 "--shuffle-buffer: expected a count" train --shuffle-buffer lots
 expect_error bad_loss_reduction 2 "--loss-reduction: expected mean or sum_over_global_batch" train --loss-reduction sum
 expect_error flag_given_twice 2 "--seed: given twice" train --seed 1 --seed 2

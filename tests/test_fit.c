@@ -331,15 +331,23 @@ TEST(fit_configuration_is_checked)
     dt_fit_config c;
     dt_fit_config_default(&c);
     c.batch_size = 0;
-    CHECK_ERR(dt_fit_check(&c, 100), DT_ERR_INVALID, "batch_size: must be at least 1");
+    CHECK_ERR(dt_fit_check(&c, 100), DT_ERR_INVALID, "batch_size: must be in 1..1048576, got 0");
     dt_fit_config_default(&c);
     c.epochs = 0;
     CHECK_ERR(dt_fit_check(&c, 100), DT_ERR_INVALID, "epochs");
     dt_fit_config_default(&c);
     c.batch_size = 2147483647;
-    CHECK_ERR(dt_fit_check(&c, 100), DT_ERR_INVALID, "100 examples make no full batch of 2147483647");
+    CHECK_ERR(dt_fit_check(&c, 100), DT_ERR_INVALID, "batch_size: must be in 1..1048576");
+    c.batch_size = 1000;
+    CHECK_ERR(dt_fit_check(&c, 100), DT_ERR_INVALID, "100 examples make no full batch of 1000");
     c.keep_remainder = true;
     CHECK_OK(dt_fit_check(&c, 100));
+    dt_fit_config_default(&c);
+    c.save_checkpoints_secs = -1;
+    CHECK_ERR(dt_fit_check(&c, -1), DT_ERR_INVALID, "save_checkpoints_secs: must not be negative");
+    dt_fit_config_default(&c);
+    c.eval_throttle_secs = 2e9;
+    CHECK_ERR(dt_fit_check(&c, -1), DT_ERR_INVALID, "eval_throttle_secs: must be in 0..1000000000");
 }
 
 /* train_and_evaluate on the quadrant data: max_steps 40 over 16-step epochs; returns the

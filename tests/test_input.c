@@ -205,7 +205,7 @@ TEST(input_autoshard_off_and_too_few_files)
     }
 }
 
-TEST(input_builder_errors_name_their_flag)
+TEST(input_builder_errors_name_their_field)
 {
     const char *glob = write_parts();
     const char *rows = "1,2,3\n4,5,6\n";
@@ -222,31 +222,31 @@ TEST(input_builder_errors_name_their_flag)
     file_options(&o, DT_AUTOSHARD_DATA);
     dt_input in;
     CHECK_ERR(dt_input_open(&tfr, NULL, &o, NULL, &in), DT_ERR_INVALID,
-              "--features: tfrecord data needs the features to read");
+              "features: tfrecord data needs the features to read");
     o.features = "image:4:1/255:oops:more";
-    CHECK_ERR(dt_input_open(&tfr, NULL, &o, NULL, &in), DT_ERR_INVALID, "--features");
+    CHECK_ERR(dt_input_open(&tfr, NULL, &o, NULL, &in), DT_ERR_INVALID, "features: features item");
     o.features = NULL;
     CHECK_ERR(dt_input_open(&svm, &tfr, &o, NULL, &in), DT_ERR_INVALID, "--features");
     CHECK_ERR(dt_input_open(&svm, &dir, &o, NULL, &in), DT_ERR_INVALID,
-              "--test-data: 'mnist:/nonexistent/mnist': with libsvm --data, give tfrecord:, "
+              "test_data: 'mnist:/nonexistent/mnist': with libsvm --data, give tfrecord:, "
               "libsvm: or csv: test data");
     CHECK_ERR(dt_input_open(&dir, &svm, &o, NULL, &in), DT_ERR_IO,
-              "--data: /nonexistent/mnist: No such file");
-    CHECK_ERR(dt_input_open(&missing, NULL, &o, NULL, &in), DT_ERR_IO, "--data");
+              "data: /nonexistent/mnist: No such file");
+    CHECK_ERR(dt_input_open(&missing, NULL, &o, NULL, &in), DT_ERR_IO, "data: ");
     o.num_features = 0;
     CHECK_ERR(dt_input_open(&svm, NULL, &o, NULL, &in), DT_ERR_INVALID,
-              "--num-features: libsvm data for a dense model needs the number of features");
+              "num_features: libsvm data for a dense model needs the number of features");
     o.num_features = 1;
     o.input_shape = "1,x,1";
     CHECK_ERR(dt_input_open(&svm, NULL, &o, NULL, &in), DT_ERR_INVALID,
-              "--input-shape: expected H,W,C, got '1,x,1'");
+              "input_shape: expected H,W,C, got '1,x,1'");
     o.input_shape = "2,2,1";
     CHECK_ERR(dt_input_open(&svm, NULL, &o, NULL, &in), DT_ERR_INVALID,
-              "--input-shape: 2x2x1 is not the 1 values per example");
+              "input_shape: 2x2x1 is not the 1 values per example");
     o.input_shape = NULL;
     o.label_column = "price";
     CHECK_ERR(dt_input_open(&csvs, NULL, &o, NULL, &in), DT_ERR_INVALID,
-              "--label-column: a column name needs --csv-header");
+              "label_column: a column name needs `csv_header`");
     o.label_column = "0";
     CHECK_OK(dt_input_open(&csvs, NULL, &o, NULL, &in));
     CHECK(in.shape[0] == 1 && in.shape[1] == 1 && in.shape[2] == 2 && in.n_train == -1 &&
@@ -256,25 +256,25 @@ TEST(input_builder_errors_name_their_flag)
     o.batch_size = 3;
     dt_input_context ctx = {2, 0, 2};
     CHECK_ERR(dt_input_open(&svm, NULL, &o, &ctx, &in), DT_ERR_INVALID,
-              "--batch-size: the global batch 3 is not divisible by the 2 workers");
+              "batch_size: the global batch 3 is not divisible by the 2 workers");
     o.batch_size = 0;
     CHECK_ERR(dt_input_open(&svm, NULL, &o, NULL, &in), DT_ERR_INVALID,
-              "--batch-size: must be at least 1");
+              "batch_size: must be at least 1");
     o.batch_size = 2;
     dt_input_options bad = o;
     bad.shuffle_buffer = -1;
-    CHECK_ERR(dt_input_options_check(&bad), DT_ERR_INVALID, "--shuffle-buffer: must not be");
+    CHECK_ERR(dt_input_options_check(&bad), DT_ERR_INVALID, "shuffle_buffer: must not be");
     bad = o, bad.prefetch = 4097;
     CHECK_ERR(dt_input_open(&svm, NULL, &bad, NULL, &in), DT_ERR_INVALID,
-              "--prefetch: must be in 0..4096, got 4097");
+              "prefetch: must be in 0..4096, got 4097");
     bad = o, bad.num_parallel_reads = 0;
-    CHECK_ERR(dt_input_options_check(&bad), DT_ERR_INVALID, "--num-parallel-reads: must be in");
+    CHECK_ERR(dt_input_options_check(&bad), DT_ERR_INVALID, "num_parallel_reads: must be in");
     bad = o, bad.num_parallel_calls = 1025;
-    CHECK_ERR(dt_input_options_check(&bad), DT_ERR_INVALID, "--num-parallel-calls: must be in");
+    CHECK_ERR(dt_input_options_check(&bad), DT_ERR_INVALID, "num_parallel_calls: must be in");
     bad = o, bad.num_features = -1;
-    CHECK_ERR(dt_input_options_check(&bad), DT_ERR_INVALID, "--num-features: must be in");
+    CHECK_ERR(dt_input_options_check(&bad), DT_ERR_INVALID, "num_features: must be in");
     bad = o, bad.index_base = 2;
-    CHECK_ERR(dt_input_open_test(&svm, &bad, &in), DT_ERR_INVALID, "--index-base: must be 0 or 1");
+    CHECK_ERR(dt_input_open_test(&svm, &bad, &in), DT_ERR_INVALID, "index_base: must be 0 or 1");
     CHECK_OK(dt_input_options_check(&o));
     ctx.input_pipeline_id = 2;
     CHECK_ERR(dt_input_open(&svm, NULL, &o, &ctx, &in), DT_ERR_INVALID, "input: worker 2 of 2");
@@ -435,8 +435,8 @@ TEST(input_test_data_alone_in_file_order)
     test_write_file(test_path("empty.csv"), "", 0);
     snprintf(text, sizeof text, "csv:%s", test_path("empty.csv"));
     CHECK_OK(dt_input_spec_parse(text, "--test-data", &s));
-    CHECK_ERR(dt_input_open_test(&s, &o, &in), DT_ERR_INVALID, "--test-data: ");
+    CHECK_ERR(dt_input_open_test(&s, &o, &in), DT_ERR_INVALID, "test_data: ");
     snprintf(text, sizeof text, "libsvm:%s", test_path("t.csv"));
     CHECK_OK(dt_input_spec_parse(text, "--test-data", &s));
-    CHECK_ERR(dt_input_open_test(&s, &o, &in), DT_ERR_INVALID, "--num-features");
+    CHECK_ERR(dt_input_open_test(&s, &o, &in), DT_ERR_INVALID, "num_features: ");
 }

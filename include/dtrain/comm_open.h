@@ -30,6 +30,8 @@ typedef struct {
 
 /* tcp, shared memory on, 300 s to connect, 60 s per collective. */
 DT_API void dt_comm_options_default(dt_comm_options *o);
+/* The backend's name and the timeouts, each error naming the field first ("timeout: ..."). */
+DT_API dt_status dt_comm_options_check(const dt_comm_options *o);
 
 /* Opens the communicator; cl receives the cluster (zeroed for mpi; free it after the
  * communicator). Errors name the field, the file or the peer. */

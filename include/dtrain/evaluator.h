@@ -31,6 +31,8 @@ typedef struct {
 
 /* fashion-mnist, batch 1000, a look every second, an hour's patience. */
 DT_API void dt_evaluator_options_default(dt_evaluator_options *o);
+/* The options' ranges (and o->input's), each error naming the field first ("poll_secs: ..."). */
+DT_API dt_status dt_evaluator_options_check(const dt_evaluator_options *o);
 
 /* DT_ERR_INVALID naming the option; the checkpoint's, the data's or the summary's errors. */
 DT_API dt_status dt_evaluate_checkpoints(const dt_evaluator_options *o);

@@ -108,8 +108,8 @@ typedef struct {
  * compression by magic, one reader and parser, label key "label", index base 1. */
 DT_API void dt_input_options_default(dt_input_options *o);
 
-/* The options' ranges, each error naming the flag of dtrain train that sets the option (the
- * builders check them too). */
+/* The options' ranges, each error naming the field first ("prefetch: must be in 0..4096, got
+ * 5000"); the builders check them too. */
 DT_API dt_status dt_input_options_check(const dt_input_options *o);
 
 /* A pipeline and what its users need to know of it. */

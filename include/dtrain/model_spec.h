@@ -161,6 +161,9 @@ DT_API dt_status dt_model_spec_builtin(const char *name, dt_model_spec *out);
 /* The sample's defaults: F 39, K 32, deep layers 128, 64, 32 with keep 0.5, init stddev 0.01;
  * feature_size 0, which the caller must set. */
 DT_API void dt_ctr_spec_default(dt_ctr_spec *c);
+/* The sizes' ranges whatever the architecture (feature_size 0 while it is still to be learnt
+ * from the data); errors name the field first ("dropout_keep: ..."). */
+DT_API dt_status dt_ctr_spec_check(const dt_ctr_spec *c);
 /* The spec of a CTR model of architecture arch (not sequential): checks the sizes, naming the
  * flag-like field ("field_size"), and builds the MLP's layers for DeepFM. */
 DT_API dt_status dt_model_spec_ctr(dt_arch arch, const dt_ctr_spec *c, dt_model_spec *out);

@@ -41,6 +41,8 @@ typedef struct {
 DT_API void dt_ps_options_default(dt_ps_options *o);
 /* "async" | "ssp:S" | "hybrid" into o's mode and staleness; DT_ERR_INVALID quoting the text. */
 DT_API dt_status dt_ps_mode_parse(const char *text, dt_ps_options *o);
+/* The ranges of o's fields, each error naming the field first ("worker_timeout: ..."). */
+DT_API dt_status dt_ps_options_check(const dt_ps_options *o);
 
 typedef struct {
     const char *task;           /* "ps:0" overrides TF_CONFIG's task; NULL: TF_CONFIG's */
@@ -64,6 +66,8 @@ typedef struct {
 } dt_ps_server_report;
 
 DT_API void dt_ps_server_config_default(dt_ps_server_config *c);
+/* The ranges of c's fields, each error naming the field first; dt_ps_server_run checks. */
+DT_API dt_status dt_ps_server_config_check(const dt_ps_server_config *c);
 
 /* Serves until STOP (DT_OK) or the coordinator timeout (DT_ERR_TIMEOUT); errors in the cluster
  * (not a ps task, no chief) are DT_ERR_INVALID naming TF_CONFIG's field. report may be NULL. */

@@ -62,6 +62,12 @@ typedef struct {
 /* A built-in mnist_cnn on fashion-mnist, fit's and the input's defaults, Keras's SGD, tcp. */
 DT_API void dt_train_config_default(dt_train_config *c);
 
+/* Every field's range, as dt_train checks before it starts: fit's, the input's (with fit's
+ * batching in place), the optimizer's, the CTR sizes', the communicator's and the parameter
+ * server's, then its own. An error names the field by its path from c, first:
+ * "fit.batch_size: must be in 1..1048576, got 0", "ps.worker_timeout: ...". */
+DT_API dt_status dt_train_config_check(const dt_train_config *c);
+
 typedef struct {
     bool chief;               /* this process reported for the cluster; the rest is the chief's */
     bool evaluator;           /* this task ran the sidecar evaluator instead of training */
@@ -88,8 +94,8 @@ typedef struct {
     uint32_t param_checksum;  /* CRC32C of the parameters */
 } dt_train_report;
 
-/* Trains as configured. Errors name the flag, the field, the file or the peer, as the layers
- * below report them. */
+/* Trains as configured, after dt_train_config_check. Errors name the field (as its check does),
+ * the file or the peer, as the layers below report them. */
 DT_API dt_status dt_train(const dt_train_config *c, dt_train_report *out);
 
 #endif

@@ -15,17 +15,29 @@ void dt_comm_options_default(dt_comm_options *o)
     o->shm = true;
 }
 
+dt_status dt_comm_options_check(const dt_comm_options *o)
+{
+    if (!o->backend || (strcmp(o->backend, "tcp") != 0 && strcmp(o->backend, "mpi") != 0))
+        return dt_error(DT_ERR_INVALID, "backend: '%s' is not tcp or mpi",
+                        o->backend ? o->backend : "(none)");
+    if (!(o->connect_timeout > 0.0))
+        return dt_error(DT_ERR_INVALID, "connect_timeout: must be positive, got %g",
+                        o->connect_timeout);
+    if (!(o->timeout > 0.0))
+        return dt_error(DT_ERR_INVALID, "timeout: must be positive, got %g", o->timeout);
+    return DT_OK;
+}
+
 dt_status dt_comm_open(const dt_comm_options *f, dt_cluster *cl, dt_comm **out)
 {
     *out = NULL;
     memset(cl, 0, sizeof *cl);
-    if (f->timeout <= 0 || f->connect_timeout <= 0)
-        return dt_error(DT_ERR_INVALID, "timeout and connect_timeout must be positive (--timeout, --connect-timeout)");
+    dt_status st = dt_comm_options_check(f);
+    if (st)
+        return st;
     if (strcmp(f->backend, "mpi") == 0)
         return dt_comm_mpi(f->timeout, out);
-    if (strcmp(f->backend, "tcp") != 0)
-        return dt_error(DT_ERR_INVALID, "backend: '%s' is not tcp or mpi (--comm)", f->backend);
-    dt_status st = dt_cluster_from_env(cl);
+    st = dt_cluster_from_env(cl);
     if (st == DT_OK && f->task)
         st = dt_cluster_set_task(cl, f->task);
     if (st) {

@@ -180,8 +180,8 @@ static dt_status image_train_pipeline(const dt_image_dataset *images, const dt_i
 static dt_status open_images(dt_input *in, const dt_input_spec *test, const dt_input_options *o,
                              const dt_input_context *ctx)
 {
-    dt_status st = dt_input_load_images(&in->train_spec, "--data", false, &in->train_images);
-    if (st || (test && (st = dt_input_load_images(test, "--test-data", true, &in->test_images))))
+    dt_status st = dt_input_load_images(&in->train_spec, "data", false, &in->train_images);
+    if (st || (test && (st = dt_input_load_images(test, "test_data", true, &in->test_images))))
         return st;
     const dt_image_dataset *t = &in->train_images;
     in->shape[0] = t->h, in->shape[1] = t->w, in->shape[2] = t->c;
@@ -221,7 +221,7 @@ static dt_status ctr_example_spec(const dt_input_options *o, dt_example_spec *sp
 {
     memset(spec, 0, sizeof *spec);
     const char *keys[3] = {o->ids_key, o->values_key, o->label_key};
-    const char *flags[3] = {"--ids-key", "--values-key", "--label-key"};
+    const char *flags[3] = {"ids_key", "values_key", "label_key"};
     for (int i = 0; i < 3; i++)
         if (!keys[i] || !keys[i][0] || strlen(keys[i]) >= DT_EXAMPLE_KEY_CAP)
             return dt_error(DT_ERR_INVALID, "%s: a feature key of 1..%d bytes", flags[i],
@@ -267,16 +267,16 @@ static dt_status add_columns(const char *list, const char *flag, dt_example_spec
 static dt_status ctr_column_spec(const dt_input_options *o, dt_example_spec *spec)
 {
     memset(spec, 0, sizeof *spec);
-    dt_status st = add_columns(o->numeric_columns, "--numeric-columns", spec);
+    dt_status st = add_columns(o->numeric_columns, "numeric_columns", spec);
     spec->ctr_numeric = spec->n_features;
-    if (st || (st = add_columns(o->categorical_columns, "--categorical-columns", spec)))
+    if (st || (st = add_columns(o->categorical_columns, "categorical_columns", spec)))
         return st;
     if (spec->n_features != o->field_size)
-        return dt_error(DT_ERR_INVALID, "--numeric-columns and --categorical-columns: %d columns "
+        return dt_error(DT_ERR_INVALID, "numeric_columns and categorical_columns: %d columns "
                         "are %d fields, the model takes %d (--field-size)", spec->n_features,
                         spec->n_features, o->field_size);
     if (spec->ctr_numeric < spec->n_features && o->hash_buckets <= spec->ctr_numeric)
-        return dt_error(DT_ERR_INVALID, "--hash-buckets: categorical columns are hashed into the "
+        return dt_error(DT_ERR_INVALID, "hash_buckets: categorical columns are hashed into the "
                         "tables' rows: give their number (more than the %d numeric fields)",
                         spec->ctr_numeric);
     snprintf(spec->label_key, DT_EXAMPLE_KEY_CAP, "%s", o->label_key ? o->label_key : "");
@@ -290,21 +290,21 @@ static dt_status tfrecord_prepare(dt_input *in, const dt_input_options *o)
 {
     if (o->field_size > 0 && (o->numeric_columns || o->categorical_columns)) {
         if (o->features)
-            return dt_error(DT_ERR_INVALID, "--features: CTR columns are named by "
+            return dt_error(DT_ERR_INVALID, "features: CTR columns are named by "
                             "--numeric-columns and --categorical-columns, not --features");
         return ctr_column_spec(o, &in->example_spec);
     }
     if (o->field_size > 0) {
         if (o->features)
-            return dt_error(DT_ERR_INVALID, "--features: CTR models read the ids and values "
+            return dt_error(DT_ERR_INVALID, "features: CTR models read the ids and values "
                             "features (--ids-key, --values-key), not --features");
         return ctr_example_spec(o, &in->example_spec);
     }
     if (!o->features)
-        return dt_error(DT_ERR_INVALID, "--features: tfrecord data needs the features to read, "
+        return dt_error(DT_ERR_INVALID, "features: tfrecord data needs the features to read, "
                         "e.g. --features image:784:1/255 --label-key label");
     dt_status st = dt_example_spec_parse(o->features, o->label_key, &in->example_spec);
-    return st ? dt_error_prefix(st, "--features") : DT_OK;
+    return st ? dt_error_prefix(st, "features") : DT_OK;
 }
 
 static dt_status tfrecord_open(const dt_input_options *o, const dt_file_list *files,
@@ -357,7 +357,7 @@ static dt_status libsvm_width(const dt_input *in, const dt_file_list *files, con
         return DT_OK;
     }
     if (o->num_features < 1)
-        return dt_error(DT_ERR_INVALID, "--num-features: libsvm data for a dense model needs "
+        return dt_error(DT_ERR_INVALID, "num_features: libsvm data for a dense model needs "
                         "the number of features");
     *n_dense = o->num_features;
     return DT_OK;
@@ -372,7 +372,7 @@ static dt_status criteo_prepare(dt_input *in, const dt_input_options *o)
                         "categories), for a CTR model with --field-size %d; the model takes %d",
                         DT_CRITEO_FIELDS, DT_CRITEO_FIELDS, o->field_size);
     if (o->hash_buckets <= DT_CRITEO_NUMERIC)
-        return dt_error(DT_ERR_INVALID, "--hash-buckets: criteo data hashes its categories into "
+        return dt_error(DT_ERR_INVALID, "hash_buckets: criteo data hashes its categories into "
                         "the tables' rows: give their number (more than %d)", DT_CRITEO_NUMERIC);
     return DT_OK;
 }
@@ -397,11 +397,11 @@ static dt_status csv_open(const dt_input_options *o, const dt_file_list *files,
 {
     if (o->field_size > 0) { /* CTR: columns picked by name under each file's header */
         if (!o->numeric_columns && !o->categorical_columns)
-            return dt_error(DT_ERR_INVALID, "--numeric-columns, --categorical-columns: CSV data "
+            return dt_error(DT_ERR_INVALID, "numeric_columns, categorical_columns: CSV data "
                             "for a CTR model names its fields' columns");
         int named = count_names(o->numeric_columns) + count_names(o->categorical_columns);
         if (named != o->field_size)
-            return dt_error(DT_ERR_INVALID, "--numeric-columns and --categorical-columns: %d "
+            return dt_error(DT_ERR_INVALID, "numeric_columns and categorical_columns: %d "
                             "columns are %d fields, the model takes %d (--field-size)", named,
                             named, o->field_size);
         dt_ctr_csv_options co = {.numeric = o->numeric_columns,
@@ -423,7 +423,7 @@ static dt_status csv_open(const dt_input_options *o, const dt_file_list *files,
         else
             label_name = o->label_column;
         if (label_name && !co.header)
-            return dt_error(DT_ERR_INVALID, "--label-column: a column name needs --csv-header");
+            return dt_error(DT_ERR_INVALID, "label_column: a column name needs `csv_header`");
     }
     return dt_dataset_csv(files, &co, label_name, so, out);
 }
@@ -448,7 +448,7 @@ static dt_status csv_width(const dt_input *in, const dt_file_list *files, const 
             *n_dense = o->num_features;
             return DT_OK;
         }
-        return dt_error(DT_ERR_INVALID, "--num-features: CSV from a stream needs the number of "
+        return dt_error(DT_ERR_INVALID, "num_features: CSV from a stream needs the number of "
                         "feature columns");
     }
     char line[65536];
@@ -579,7 +579,7 @@ static dt_status parse_shape(const char *text, int shape[3])
 {
     if (sscanf(text, "%d,%d,%d", &shape[0], &shape[1], &shape[2]) != 3 || shape[0] < 1 ||
         shape[1] < 1 || shape[2] < 1)
-        return dt_error(DT_ERR_INVALID, "--input-shape: expected H,W,C, got '%s'", text);
+        return dt_error(DT_ERR_INVALID, "input_shape: expected H,W,C, got '%s'", text);
     return DT_OK;
 }
 
@@ -597,7 +597,7 @@ static dt_status set_shape(dt_input *in, const dt_input_spec *s, const dt_file_l
         if ((st = parse_shape(o->input_shape, in->shape)))
             return st;
         if ((int64_t)in->shape[0] * in->shape[1] * in->shape[2] != n_dense)
-            return dt_error(DT_ERR_INVALID, "--input-shape: %dx%dx%d is not the %d values per "
+            return dt_error(DT_ERR_INVALID, "input_shape: %dx%dx%d is not the %d values per "
                             "example of the data", in->shape[0], in->shape[1], in->shape[2],
                             n_dense);
     } else {
@@ -628,11 +628,11 @@ static dt_status open_files(dt_input *in, const dt_input_spec *test, const dt_in
                             const dt_input_context *ctx)
 {
     if (test && !dt_input_spec_is_files(test))
-        return dt_error(DT_ERR_INVALID, "--test-data: '%s': with %s --data, give tfrecord:, "
+        return dt_error(DT_ERR_INVALID, "test_data: '%s': with %s --data, give tfrecord:, "
                         "libsvm: or csv: test data", test->text,
                         file_source_of(in->train_spec.kind)->name);
     if (ctx && ctx->num_input_pipelines > 1 && o->batch_size % ctx->num_input_pipelines != 0)
-        return dt_error(DT_ERR_INVALID, "--batch-size: the global batch %d is not divisible by "
+        return dt_error(DT_ERR_INVALID, "batch_size: the global batch %d is not divisible by "
                         "the %d workers", o->batch_size, ctx->num_input_pipelines);
     dt_status st = prepare_sources(in, test, o);
     if (st)
@@ -640,13 +640,13 @@ static dt_status open_files(dt_input *in, const dt_input_spec *test, const dt_in
     in->n_train = -1;
     in->eval_batch = o->batch_size;
     snprintf(in->source, sizeof in->source, "%.590s", in->train_spec.text);
-    if ((st = file_pipeline(in, &in->train_spec, "--data", true, o, ctx, &in->train_files,
+    if ((st = file_pipeline(in, &in->train_spec, "data", true, o, ctx, &in->train_files,
                             &in->train)))
         return st;
-    if (test && (st = file_pipeline(in, &in->test_spec, "--test-data", false, o, NULL,
+    if (test && (st = file_pipeline(in, &in->test_spec, "test_data", false, o, NULL,
                                     &in->test_files, &in->test)))
         return st;
-    return set_shape(in, &in->train_spec, &in->train_files, "--data", o);
+    return set_shape(in, &in->train_spec, &in->train_files, "data", o);
 }
 
 /* ---- The input ---- */
@@ -654,26 +654,31 @@ static dt_status open_files(dt_input *in, const dt_input_spec *test, const dt_in
 dt_status dt_input_options_check(const dt_input_options *o)
 {
     if (o->batch_size < 1)
-        return dt_error(DT_ERR_INVALID, "--batch-size: must be at least 1, got %d", o->batch_size);
+        return dt_error(DT_ERR_INVALID, "batch_size: must be at least 1, got %d", o->batch_size);
     if (o->shuffle_buffer < 0)
-        return dt_error(DT_ERR_INVALID, "--shuffle-buffer: must not be negative, got %lld",
+        return dt_error(DT_ERR_INVALID, "shuffle_buffer: must not be negative, got %lld",
                         (long long)o->shuffle_buffer);
     if (o->prefetch < 0 || o->prefetch > 4096)
-        return dt_error(DT_ERR_INVALID, "--prefetch: must be in 0..4096, got %d", o->prefetch);
+        return dt_error(DT_ERR_INVALID, "prefetch: must be in 0..4096, got %d", o->prefetch);
     if (o->num_parallel_reads < 1 || o->num_parallel_reads > 1024)
-        return dt_error(DT_ERR_INVALID, "--num-parallel-reads: must be in 1..1024, got %d",
+        return dt_error(DT_ERR_INVALID, "num_parallel_reads: must be in 1..1024, got %d",
                         o->num_parallel_reads);
     if (o->num_parallel_calls < 1 || o->num_parallel_calls > 1024)
-        return dt_error(DT_ERR_INVALID, "--num-parallel-calls: must be in 1..1024, got %d",
+        return dt_error(DT_ERR_INVALID, "num_parallel_calls: must be in 1..1024, got %d",
                         o->num_parallel_calls);
     if (o->num_features < 0 || o->num_features > (1 << 24))
-        return dt_error(DT_ERR_INVALID, "--num-features: must be in 0..16777216, got %d",
+        return dt_error(DT_ERR_INVALID, "num_features: must be in 0..16777216, got %d",
                         o->num_features);
     if (o->index_base != 0 && o->index_base != 1)
-        return dt_error(DT_ERR_INVALID, "--index-base: must be 0 or 1, got %d", o->index_base);
-    if (o->field_size < 0 || o->max_id < 0 || o->hash_buckets < 0)
-        return dt_error(DT_ERR_INVALID, "--field-size, --feature-size and --hash-buckets must not "
-                        "be negative");
+        return dt_error(DT_ERR_INVALID, "index_base: must be 0 or 1, got %d", o->index_base);
+    if (o->field_size < 0)
+        return dt_error(DT_ERR_INVALID, "field_size: must not be negative, got %d", o->field_size);
+    if (o->max_id < 0)
+        return dt_error(DT_ERR_INVALID, "max_id: must not be negative, got %lld",
+                        (long long)o->max_id);
+    if (o->hash_buckets < 0)
+        return dt_error(DT_ERR_INVALID, "hash_buckets: must not be negative, got %lld",
+                        (long long)o->hash_buckets);
     return DT_OK;
 }
 
@@ -709,7 +714,7 @@ dt_status dt_input_open(const dt_input_spec *train, const dt_input_spec *test,
 /* Test images alone, in batches of at most o->batch_size, in file order. */
 static dt_status open_test_images(dt_input *in, const dt_input_options *o)
 {
-    dt_status st = dt_input_load_images(&in->test_spec, "--test-data", true, &in->test_images);
+    dt_status st = dt_input_load_images(&in->test_spec, "test_data", true, &in->test_images);
     if (st)
         return st;
     const dt_image_dataset *t = &in->test_images;
@@ -727,10 +732,10 @@ static dt_status open_test_files(dt_input *in, const dt_input_options *o)
         return st;
     in->eval_batch = o->batch_size;
     snprintf(in->source, sizeof in->source, "%.590s", in->test_spec.text);
-    if ((st = file_pipeline(in, &in->test_spec, "--test-data", false, o, NULL, &in->test_files,
+    if ((st = file_pipeline(in, &in->test_spec, "test_data", false, o, NULL, &in->test_files,
                             &in->test)))
         return st;
-    return set_shape(in, &in->test_spec, &in->test_files, "--test-data", o);
+    return set_shape(in, &in->test_spec, &in->test_files, "test_data", o);
 }
 
 dt_status dt_input_open_test(const dt_input_spec *test, const dt_input_options *o, dt_input *out)

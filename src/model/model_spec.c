@@ -149,6 +149,29 @@ void dt_ctr_spec_default(dt_ctr_spec *c)
     c->bn_decay = 0.9f;
 }
 
+dt_status dt_ctr_spec_check(const dt_ctr_spec *c)
+{
+    if (c->feature_size < 0)
+        return dt_error(DT_ERR_INVALID, "feature_size: must not be negative, got %lld",
+                        c->feature_size);
+    if (c->n_deep < 1 || c->n_deep > DT_MAX_DEEP_LAYERS)
+        return dt_error(DT_ERR_INVALID, "deep_layers: 1..%d layers, got %d", DT_MAX_DEEP_LAYERS,
+                        c->n_deep);
+    for (int i = 0; i < c->n_deep; i++) {
+        if (c->deep_layers[i] < 1 || c->deep_layers[i] > (1 << 16))
+            return dt_error(DT_ERR_INVALID, "deep_layers: units in 1..65536, got %d",
+                            c->deep_layers[i]);
+        if (!(c->dropout_keep[i] > 0.0f && c->dropout_keep[i] <= 1.0f))
+            return dt_error(DT_ERR_INVALID, "dropout_keep: keep probabilities in (0, 1], got %g",
+                            c->dropout_keep[i]);
+    }
+    if (!(c->init_stddev >= 0.0f && c->init_stddev < 10.0f))
+        return dt_error(DT_ERR_INVALID, "init_stddev: must be in [0, 10), got %g", c->init_stddev);
+    if (!(c->bn_decay >= 0.0f && c->bn_decay < 1.0f))
+        return dt_error(DT_ERR_INVALID, "bn_decay: a decay in [0, 1), got %g", c->bn_decay);
+    return DT_OK;
+}
+
 /* The largest sizes a CTR model takes: F x K must stay a dense layer's input, rows a table's. */
 #define DT_MAX_FIELDS 4096
 #define DT_MAX_EMBEDDING 1024

@@ -70,7 +70,7 @@ const char *dt_opt_kind_name(dt_opt_kind kind) { return opt_names[kind]; }
 dt_status dt_optim_config_check(const dt_optim_config *c)
 {
     if (!(c->lr > 0.0f) || !isfinite(c->lr))
-        return dt_error(DT_ERR_INVALID, "lr: must be a positive finite number, got %g", c->lr);
+        return dt_error(DT_ERR_INVALID, "lr: must be positive and finite, got %g", c->lr);
     if (c->kind == DT_OPT_MOMENTUM && !(c->momentum >= 0.0f && c->momentum < 1.0f))
         return dt_error(DT_ERR_INVALID, "momentum: must be in [0, 1), got %g", c->momentum);
     if (c->kind == DT_OPT_ADAM && !(c->beta1 >= 0.0f && c->beta1 < 1.0f))
@@ -86,7 +86,20 @@ dt_status dt_optim_config_check(const dt_optim_config *c)
         return dt_error(DT_ERR_INVALID, "decay_rate: must be positive, got %g", c->decay_rate);
     if (c->schedule == DT_LR_COSINE && !(c->alpha >= 0.0f && c->alpha <= 1.0f))
         return dt_error(DT_ERR_INVALID, "alpha: must be in [0, 1], got %g", c->alpha);
-    return DT_OK;
+    const struct {
+        const char *field;
+        float value;
+    } table[] = {{"table_lr", c->table_lr}, {"ftrl_l1", c->ftrl_l1}, {"ftrl_l2", c->ftrl_l2},
+                 {"l2_reg", c->l2_reg}};
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (!(table[i].value >= 0.0f) || !isfinite(table[i].value))
+            return dt_error(DT_ERR_INVALID, "%s: must not be negative, got %g", table[i].field,
+                            table[i].value);
+    /* The tables' rule as it will be built, so a bad combination is named before training. */
+    dt_rowopt_config rule;
+    dt_optim_table_rule(c, &rule);
+    dt_status st = dt_rowopt_config_check(&rule);
+    return st ? dt_error_prefix(st, "table_kind") : DT_OK;
 }
 
 void dt_optim_init(dt_optim *o)

@@ -48,6 +48,49 @@ dt_status dt_ps_mode_parse(const char *text, dt_ps_options *o)
                     text);
 }
 
+/* A number of seconds in (lo, hi], or [lo, hi] when lo_closed. */
+static dt_status check_seconds(const char *field, double v, double lo, bool lo_closed, double hi)
+{
+    if ((lo_closed ? v >= lo : v > lo) && v <= hi)
+        return DT_OK;
+    return dt_error(DT_ERR_INVALID, "%s: must be in %c%g, %g] seconds, got %g", field,
+                    lo_closed ? '[' : '(', lo, hi, v);
+}
+
+dt_status dt_ps_options_check(const dt_ps_options *o)
+{
+    dt_status st;
+    if (o->mode == DT_PS_SSP && (o->staleness < 0 || o->staleness > 1000000))
+        return dt_error(DT_ERR_INVALID, "staleness: must be in 0..1000000, got %d", o->staleness);
+    if (o->steps_per_execution < 1 || o->steps_per_execution > 1000000)
+        return dt_error(DT_ERR_INVALID, "steps_per_execution: must be in 1..1000000, got %d",
+                        o->steps_per_execution);
+    if ((st = check_seconds("coordinator_timeout", o->coordinator_timeout, 0, false, 86400)) ||
+        (st = check_seconds("worker_timeout", o->worker_timeout, 0, false, 86400)) ||
+        (st = check_seconds("heartbeat_timeout", o->heartbeat_timeout, 0.5, true, 6553)) ||
+        (st = check_seconds("snapshot_secs", o->snapshot_secs, 0, true, 86400)) ||
+        (st = check_seconds("recovery_timeout", o->recovery_timeout, 0, false, 86400)))
+        return st;
+    const dt_partitioner *p = &o->partitioner;
+    if (o->partitioner_given &&
+        ((p->kind == DT_PARTITION_FIXED && p->num_shards < 1) ||
+         (p->kind != DT_PARTITION_FIXED && (p->shard_bytes < 1 || p->max_shards < 0))))
+        return dt_error(DT_ERR_INVALID, "partitioner: fixed needs 1 shard or more, min_size and "
+                        "max_size 1 byte or more and a shard limit of 0 or more");
+    return DT_OK;
+}
+
+dt_status dt_ps_server_config_check(const dt_ps_server_config *c)
+{
+    dt_status st;
+    if ((st = check_seconds("coordinator_timeout", c->coordinator_timeout, 0, false, 86400)) ||
+        (st = check_seconds("request_timeout", c->request_timeout, 0, false, 3600)))
+        return st;
+    if (c->threads < 1 || c->threads > 256)
+        return dt_error(DT_ERR_INVALID, "threads: must be in 1..256, got %d", c->threads);
+    return check_seconds("snapshot_secs", c->snapshot_secs, 0, true, 86400);
+}
+
 static dt_status check_cluster(const dt_cluster *cl)
 {
     if (!cl->has_cluster)
@@ -68,7 +111,9 @@ dt_status dt_ps_server_run(const dt_ps_server_config *c, dt_ps_server_report *re
     dt_cluster cl = {0};
     uint8_t *secret = NULL;
     size_t secret_len = 0;
-    dt_status st = dt_cluster_from_env(&cl);
+    dt_status st = dt_ps_server_config_check(c);
+    if (st == DT_OK)
+        st = dt_cluster_from_env(&cl);
     if (st == DT_OK && c->task)
         st = dt_cluster_set_task(&cl, c->task);
     if (st == DT_OK)

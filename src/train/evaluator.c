@@ -34,7 +34,7 @@ static dt_status evaluate_input(dt_model *m, dt_input *test, dt_eval_metrics *r)
     if (test->test_images.n > 0)
         st = dt_check_dataset(m, &test->test_images);
     else if (!ctr && values != dt_model_input_elems(m))
-        st = dt_error(DT_ERR_INVALID, "--test-data: %s gives %zu values per example; the "
+        st = dt_error(DT_ERR_INVALID, "test_data: %s gives %zu values per example; the "
                       "checkpoint's model %s takes %zu", test->source, values,
                       dt_model_spec_of(m)->name, dt_model_input_elems(m));
     if (st == DT_OK)
@@ -138,7 +138,7 @@ void dt_evaluator_options_default(dt_evaluator_options *o)
     o->idle_timeout = 3600.0;
 }
 
-static dt_status check_options(const dt_evaluator_options *o)
+dt_status dt_evaluator_options_check(const dt_evaluator_options *o)
 {
     if (!o->model_dir && !o->checkpoint)
         return dt_error(DT_ERR_INVALID, "evaluate: give a model directory or a checkpoint");
@@ -146,11 +146,13 @@ static dt_status check_options(const dt_evaluator_options *o)
         return dt_error(DT_ERR_INVALID, "evaluate: watching needs a model directory and no "
                         "checkpoint");
     if (o->batch_size < 1 || o->batch_size > 65536)
-        return dt_error(DT_ERR_INVALID, "--batch-size: must be in 1..65536");
-    if (!(o->poll_secs > 0.0 && o->poll_secs <= 3600.0) || !(o->idle_timeout >= 0.0))
-        return dt_error(DT_ERR_INVALID, "--poll-secs: must be in (0, 3600]; --watch-timeout: not "
-                        "negative");
-    return DT_OK;
+        return dt_error(DT_ERR_INVALID, "batch_size: must be in 1..65536, got %d", o->batch_size);
+    if (!(o->poll_secs > 0.0 && o->poll_secs <= 3600.0))
+        return dt_error(DT_ERR_INVALID, "poll_secs: must be in (0, 3600], got %g", o->poll_secs);
+    if (!(o->idle_timeout >= 0.0))
+        return dt_error(DT_ERR_INVALID, "idle_timeout: must not be negative, got %g",
+                        o->idle_timeout);
+    return o->input ? dt_input_options_check(o->input) : DT_OK;
 }
 
 /* The test pipeline: the data's own options (o->input) with the evaluation's batch. */
@@ -161,9 +163,9 @@ static dt_status open_test(const dt_evaluator_options *o, const dt_saved_spec *s
     if (sm->parser)
         io.row_parser = dt_feature_parser_rows(sm->parser);
     dt_input_spec spec;
-    dt_status st = dt_input_spec_parse(o->test_data, "--test-data", &spec);
+    dt_status st = dt_input_spec_parse(o->test_data, "test_data", &spec);
     if (st == DT_OK && sm->parser && !dt_input_spec_is_files(&spec))
-        return dt_error(DT_ERR_INVALID, "--test-data: a feature-spec model reads csv:, criteo: or "
+        return dt_error(DT_ERR_INVALID, "test_data: a feature-spec model reads csv:, criteo: or "
                         "tfrecord: test data, not '%s'", o->test_data);
     return st ? st : dt_input_open_test(&spec, &io, test);
 }
@@ -200,7 +202,7 @@ dt_status dt_evaluate_checkpoints(const dt_evaluator_options *o)
     char eval_dir[4200], ckpt_dir[4200];
     dt_saved_spec sm;
     memset(&sm, 0, sizeof sm);
-    dt_status st = check_options(o);
+    dt_status st = dt_evaluator_options_check(o);
     /* Without a model directory, the checkpoint's own directory may hold the spec. */
     if (st == DT_OK && !o->model_dir)
         dt_path_dir(o->checkpoint, ckpt_dir, sizeof ckpt_dir);

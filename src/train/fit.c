@@ -2,6 +2,7 @@
  * (see include/dtrain/fit.h). */
 #include "dtrain/fit.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -43,22 +44,58 @@ int64_t dt_fit_batches_per_epoch(const dt_fit_config *cfg, int64_t n_examples)
 
 dt_status dt_fit_check(const dt_fit_config *cfg, int64_t n_examples)
 {
+    /* Each error names one field, first, as "field: ...": a program (the dtrain command) can
+     * then say which of its own settings it was. */
     if (cfg->n_callbacks < 0 || cfg->n_callbacks > DT_FIT_MAX_CALLBACKS ||
         (cfg->n_callbacks > 0 && !cfg->callbacks))
         return dt_error(DT_ERR_INVALID, "n_callbacks: must be in 0..%d with callbacks set, got %d",
                         DT_FIT_MAX_CALLBACKS, cfg->n_callbacks);
     if (cfg->epochs < 1)
         return dt_error(DT_ERR_INVALID, "epochs: must be at least 1, got %d", cfg->epochs);
-    if (cfg->batch_size < 1)
-        return dt_error(DT_ERR_INVALID, "batch_size: must be at least 1, got %d", cfg->batch_size);
-    if (cfg->steps_per_epoch < 0 || cfg->max_steps < 0 || cfg->shuffle_buffer < 0 ||
-        cfg->prefetch < 0)
-        return dt_error(DT_ERR_INVALID, "steps_per_epoch, max_steps, shuffle_buffer and prefetch "
-                        "must not be negative");
-    if (cfg->eval_every_steps < 0 || cfg->eval_steps < 0 || !(cfg->eval_throttle_secs >= 0.0) ||
-        !(cfg->eval_start_delay_secs >= 0.0))
-        return dt_error(DT_ERR_INVALID, "eval_every_steps, eval_steps, eval_throttle_secs and "
-                        "eval_start_delay_secs must not be negative");
+    if (cfg->batch_size < 1 || cfg->batch_size > (1 << 20))
+        return dt_error(DT_ERR_INVALID, "batch_size: must be in 1..1048576, got %d",
+                        cfg->batch_size);
+    const struct {
+        const char *field;
+        int64_t value;
+    } counts[] = {
+        {"steps_per_epoch", cfg->steps_per_epoch},
+        {"max_steps", cfg->max_steps},
+        {"shuffle_buffer", cfg->shuffle_buffer},
+        {"early_stopping_patience", cfg->early_stopping_patience},
+        {"log_step_count_steps", cfg->log_step_count_steps},
+        {"eval_every_steps", cfg->eval_every_steps},
+        {"eval_steps", cfg->eval_steps},
+        {"save_checkpoints_steps", cfg->save_checkpoints_steps},
+        {"keep_checkpoint_max", cfg->keep_checkpoint_max},
+        {"save_summary_steps", cfg->save_summary_steps},
+        {"backup_freq", cfg->backup_freq},
+    };
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
+        if (counts[i].value < 0)
+            return dt_error(DT_ERR_INVALID, "%s: must not be negative, got %lld", counts[i].field,
+                            (long long)counts[i].value);
+    if (cfg->prefetch < 0 || cfg->prefetch > 4096)
+        return dt_error(DT_ERR_INVALID, "prefetch: must be in 0..4096, got %d", cfg->prefetch);
+    const struct {
+        const char *field;
+        double value, max;
+    } seconds[] = {
+        {"early_stopping_min_delta", cfg->early_stopping_min_delta, INFINITY},
+        {"eval_throttle_secs", cfg->eval_throttle_secs, 1e9},
+        {"eval_start_delay_secs", cfg->eval_start_delay_secs, 1e9},
+        {"save_checkpoints_secs", cfg->save_checkpoints_secs, INFINITY},
+        {"keep_checkpoint_every_n_hours", cfg->keep_checkpoint_every_n_hours, INFINITY},
+    };
+    for (size_t i = 0; i < sizeof seconds / sizeof seconds[0]; i++) {
+        if (!(seconds[i].value >= 0.0 && seconds[i].value <= seconds[i].max) &&
+            seconds[i].max < INFINITY)
+            return dt_error(DT_ERR_INVALID, "%s: must be in 0..%.0f, got %g", seconds[i].field,
+                            seconds[i].max, seconds[i].value);
+        if (!(seconds[i].value >= 0.0))
+            return dt_error(DT_ERR_INVALID, "%s: must not be negative, got %g", seconds[i].field,
+                            seconds[i].value);
+    }
     if (n_examples >= 0 && !cfg->keep_remainder && n_examples < cfg->batch_size)
         return dt_error(DT_ERR_INVALID, "%lld examples make no full batch of %d (keep the "
                         "remainder or lower the batch size)", (long long)n_examples,

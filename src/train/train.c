@@ -33,6 +33,59 @@ void dt_train_config_default(dt_train_config *c)
     dt_fit_config_default(&c->fit);
 }
 
+/* Puts "member." before this thread's message (a nested struct's check names its own field). */
+static dt_status in_member(dt_status st, const char *member)
+{
+    char message[1024];
+    snprintf(message, sizeof message, "%s", dt_last_error());
+    return dt_error(st, "%s.%s", member, message);
+}
+
+dt_status dt_train_config_check(const dt_train_config *c)
+{
+    dt_status st;
+    if (!c->data)
+        return dt_error(DT_ERR_INVALID, "data: missing: a data spec (input.h)");
+    if ((st = dt_fit_check(&c->fit, -1)))
+        return in_member(st, "fit");
+    /* The input's batching is fit's (dt_train copies it in), so its other fields are checked
+     * with fit's in place. */
+    dt_input_options io = c->input;
+    io.batch_size = c->fit.batch_size, io.seed = c->fit.seed;
+    io.shuffle_buffer = c->fit.shuffle_buffer, io.prefetch = c->fit.prefetch;
+    io.keep_remainder = c->fit.keep_remainder;
+    if ((st = dt_input_options_check(&io)))
+        return in_member(st, "input");
+    if ((st = dt_optim_config_check(&c->optim)))
+        return in_member(st, "optim");
+    if ((st = dt_ctr_spec_check(&c->ctr)))
+        return in_member(st, "ctr");
+    if (c->hash_buckets < 0)
+        return dt_error(DT_ERR_INVALID, "hash_buckets: must not be negative, got %lld",
+                        (long long)c->hash_buckets);
+    if ((st = dt_comm_options_check(&c->comm)))
+        return in_member(st, "comm");
+    if ((st = dt_ps_options_check(&c->ps)))
+        return in_member(st, "ps");
+    dt_strategy_kind kind = DT_STRATEGY_ONE_DEVICE;
+    if (c->strategy && (st = dt_strategy_parse(c->strategy, &kind)))
+        return dt_error_prefix(st, "strategy");
+    if (c->replicas < 0 || c->replicas > 256 ||
+        (c->replicas > 0 && (!c->strategy || (kind != DT_STRATEGY_MIRRORED &&
+                                              kind != DT_STRATEGY_CENTRAL_STORAGE))))
+        return dt_error(DT_ERR_INVALID, "replicas: 1..256 model copies, with `strategy` "
+                        "mirrored or central_storage (0: one per core), got %d", c->replicas);
+    if (c->threads < 0 || c->threads > 1024)
+        return dt_error(DT_ERR_INVALID, "threads: must be in 0..1024 (0: every core), got %d",
+                        c->threads);
+    if (c->wire != DT_WIRE_F32 && c->wire != DT_WIRE_BF16 && c->wire != DT_WIRE_F16)
+        return dt_error(DT_ERR_INVALID, "wire: not a wire type (%d)", (int)c->wire);
+    if (c->bucket_bytes > ((size_t)4096 << 20))
+        return dt_error(DT_ERR_INVALID, "bucket_bytes: must be at most 4096 MiB, got %zu bytes",
+                        c->bucket_bytes);
+    return DT_OK;
+}
+
 /* ---- Where this process stands ---- */
 
 /* This task's place in TF_CONFIG's cluster (with the task override), read once, whatever the
@@ -128,7 +181,7 @@ static const train_role replicas_role, ps_coordinator_role, ps_worker_role;
 static dt_status check_divides(int batch, int n, const char *who)
 {
     if (batch % n != 0)
-        return dt_error(DT_ERR_INVALID, "--batch-size: the global batch %d is not divisible by "
+        return dt_error(DT_ERR_INVALID, "fit.batch_size: the global batch %d is not divisible by "
                         "the %d %s", batch, n, who);
     return DT_OK;
 }
@@ -170,7 +223,7 @@ static dt_status plan_ps(const dt_train_config *c, const task_place *place, run_
         return dt_error(DT_ERR_INVALID, "TF_CONFIG: cluster.worker: parameter-server training "
                         "needs at least one worker task");
     if (strcmp(c->comm.backend, "tcp") != 0)
-        return dt_error(DT_ERR_INVALID, "--comm: parameter_server runs over tcp (TF_CONFIG)");
+        return dt_error(DT_ERR_INVALID, "comm.backend: parameter_server runs over tcp (TF_CONFIG)");
     p->workers = place->n_worker_tasks;
     dt_status st = c->ps.mode == DT_PS_HYBRID
                        ? check_divides(c->fit.batch_size, p->workers, "workers")
@@ -206,7 +259,7 @@ static dt_status plan_run(const dt_train_config *c, const task_place *place, run
                    : "one_device";
     dt_status st = dt_strategy_parse(name, &p->kind);
     if (st)
-        return dt_error_prefix(st, "--strategy");
+        return dt_error_prefix(st, "strategy");
     if (p->kind == DT_STRATEGY_PARAMETER_SERVER)
         return plan_ps(c, place, p);
     if (place->has_ps)
@@ -304,7 +357,7 @@ static dt_status input_specs(const dt_train_config *c, dt_input_spec *train, dt_
                              bool *have_test)
 {
     *have_test = false;
-    dt_status st = dt_input_spec_parse(c->data, "--data", train);
+    dt_status st = dt_input_spec_parse(c->data, "data", train);
     if (st)
         return st;
     if (c->test_data && strcmp(c->test_data, "none") == 0)
@@ -314,7 +367,7 @@ static dt_status input_specs(const dt_train_config *c, dt_input_spec *train, dt_
         return DT_OK;
     }
     *have_test = true;
-    return dt_input_spec_parse(c->test_data, "--test-data", test);
+    return dt_input_spec_parse(c->test_data, "test_data", test);
 }
 
 /* A built-in CTR model's spec: the tables have the hash buckets' rows when ids are hashed. */
@@ -324,8 +377,8 @@ static dt_status ctr_spec(const dt_train_config *c, dt_arch arch, dt_model_spec 
     if (c->hash_buckets > 0)
         ctr.feature_size = c->hash_buckets;
     if (ctr.feature_size < 1)
-        return dt_error(DT_ERR_INVALID, "--feature-size: model %s needs the number of feature "
-                        "ids (the tables' rows), or --hash-buckets", c->model);
+        return dt_error(DT_ERR_INVALID, "ctr.feature_size: model %s needs the number of "
+                        "feature ids (the tables' rows), or `hash_buckets`", c->model);
     return dt_model_spec_ctr(arch, &ctr, spec);
 }
 
@@ -372,7 +425,7 @@ static dt_status load_model_spec(const dt_train_config *c, const dt_input *in,
     dt_status st = c->model_file ? dt_model_spec_from_json_file(c->model_file, spec)
                                  : dt_model_spec_builtin(c->model, spec);
     if (st)
-        return c->model_file ? st : dt_error_prefix(st, "--model");
+        return c->model_file ? st : dt_error_prefix(st, "model");
     if (spec->arch != DT_ARCH_SEQUENTIAL) /* fields, not a shape of dense values */
         return DT_OK;
     if (spec->input_shape[0] == 0) {
@@ -432,7 +485,7 @@ static dt_status run_evaluator(const dt_train_config *c, dt_train_report *out)
                         "--model-dir: give it");
     const char *test = c->test_data;
     dt_input_spec train;
-    if (!test && dt_input_spec_parse(c->data, "--data", &train) == DT_OK &&
+    if (!test && dt_input_spec_parse(c->data, "data", &train) == DT_OK &&
         train.kind == DT_INPUT_MNIST_DIR)
         test = c->data; /* the t10k files beside the training data */
     if (!test || strcmp(test, "none") == 0)
@@ -628,7 +681,9 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
     dt_spec_run sr;
     memset(&sr, 0, sizeof sr);
     dt_train_config with_spec;
-    dt_status st = read_task_place(&c->comm, &place);
+    dt_status st = dt_train_config_check(c);
+    if (st == DT_OK)
+        st = read_task_place(&c->comm, &place);
     if (st)
         return st;
     if (place.evaluator)
@@ -675,8 +730,9 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
         spec = sr.model.spec;
     dt_fit_config fcfg = fit_config_of(c, &plan, &in);
     if ((fcfg.eval_every_steps > 0 || fcfg.eval_throttle_secs > 0.0) && !in.test) {
-        st = dt_error(DT_ERR_INVALID, "--eval-every-steps, --eval-throttle-secs: there is no test "
-                      "data to evaluate on (--test-data)");
+        st = dt_error(DT_ERR_INVALID, "%s: there is no test data to evaluate on (`test_data`)",
+                      fcfg.eval_every_steps > 0 ? "fit.eval_every_steps"
+                                                : "fit.eval_throttle_secs");
         goto fail;
     }
     if ((st = dt_fit_check(&fcfg, in.n_train))) {
