@@ -164,6 +164,11 @@ static dt_status finish_buckets_and_sum(dt_replica *r, dt_step *s)
     dt_status st;
     if (r->gs && (st = dt_gradsync_finish(r->gs)))
         return dt_error_prefix(st, "step %lld", (long long)s->step);
+    /* A dense-only step agreed on its batch and end before it, and its figures are each
+     * replica's own (a parameter-server worker reports its own to the coordinator, and stops on
+     * its own diverged loss before it pushes): no second message. */
+    if (s->dense_only)
+        return DT_OK;
     return sum_figures(r, s);
 }
 
