@@ -728,6 +728,15 @@ if [ "$status" -eq 0 ]; then ok ps_train_chief_failing_stops_workers;
 else fail ps_train_chief_failing_stops_workers "worker exit $status (124: still waiting 20 s later): $(tail -1 "$tmp/w.err")"; fi
 expect_error ps_train_bad_mode 2 "--ps-mode" "${ctr[@]}" --ps-mode sometimes
 expect_error ps_train_bad_partitioner 2 "--partitioner" "${ctr[@]}" --partitioner fixed:0
+# Hybrid's dense variables stay on the workers: a periodic evaluation is refused by name.
+run timeout 60 "$dtrain" launch -n 1 --ps 1 -- "$dtrain" "${ctr[@]}" --ps-mode hybrid \
+    --eval-every-steps 5 --max-steps 20
+if [ "$status" -eq 1 ] &&
+    grep -q "\[chief:0\] dtrain: error: --eval-every-steps, --eval-throttle-secs: --ps-mode hybrid keeps the dense variables on the workers" "$tmp/err"; then
+    ok ps_train_hybrid_refuses_periodic_evaluation
+else
+    fail ps_train_hybrid_refuses_periodic_evaluation "exit $status: $(tail -3 "$tmp/err")"
+fi
 no_leftovers ps_train_errors_leave_nothing "$base" 3
 
 echo "$passed $failed" > "$counts"

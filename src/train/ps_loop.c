@@ -239,10 +239,10 @@ static dt_status callbacks_config(const dt_train_config *c, const dt_fit_config 
     if (c->ps.mode != DT_PS_HYBRID)
         return DT_OK;
     if (p->eval_every_steps > 0 || p->eval_throttle_secs > 0.0)
-        return dt_error(DT_ERR_INVALID, "--eval-every-steps, --eval-throttle-secs: --ps-mode "
-                        "hybrid keeps the dense variables on the workers, out of an evaluation's "
-                        "reach during training (the sidecar evaluator reads the checkpoints of "
-                        "the other modes)");
+        return dt_error(DT_ERR_INVALID, "fit.eval_every_steps, fit.eval_throttle_secs: "
+                        "`ps.mode` hybrid keeps the dense variables on the workers, out of an "
+                        "evaluation's reach during training (the sidecar evaluator reads the "
+                        "checkpoints of the other modes)");
     p->validate = false;
     return DT_OK;
 }
