@@ -125,14 +125,19 @@ else
 fi
 no_leftovers ps_without_coordinator_leaves_nothing "$base" 1
 
+# holding_chief BASE: 2 ps tasks at BASE+1.. with a 2 s coordinator timeout, and a chief (pid in
+# chief) that trains a little, then holds its connections for 30 s without a word.
+holding_chief() {
+    start_ps "$1" 2 --coordinator-timeout 2
+    TF_CONFIG="$(tf_config "$1" 2 chief:0)" "$check" 100 4 2 mod 5 --no-stop --hold 30 \
+        > "$tmp/chief.out" 2> "$tmp/chief.err" &
+    chief=$!
+    pids+=("$chief")
+}
+
 # ---- the coordinator killed while connected: the ps exits within the timeout ----
 base=$(free_base 3)
-start_ps "$base" 2 --coordinator-timeout 2
-config=$(tf_config "$base" 2 chief:0)
-TF_CONFIG="$config" "$check" 100 4 2 mod 5 --no-stop --hold 30 \
-    > "$tmp/chief.out" 2> "$tmp/chief.err" &
-chief=$!
-pids+=("$chief")
+holding_chief "$base"
 sleep 1.5
 kill -9 "$chief" 2>/dev/null
 wait "$chief" 2>/dev/null
@@ -148,12 +153,7 @@ no_leftovers ps_coordinator_killed_leaves_nothing "$base" 2
 # ---- the coordinator connected but silent (stopped, or its host cut off: the connection stays
 # open): the ps tasks exit within the timeout, naming it, while it still holds its connections ----
 base=$(free_base 3)
-start_ps "$base" 2 --coordinator-timeout 2
-config=$(tf_config "$base" 2 chief:0)
-TF_CONFIG="$config" "$check" 100 4 2 mod 5 --no-stop --hold 30 \
-    > "$tmp/chief.out" 2> "$tmp/chief.err" &
-chief=$!
-pids+=("$chief")
+holding_chief "$base"
 t0=$(date +%s%N)
 bad=""
 for k in 0 1; do
