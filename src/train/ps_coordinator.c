@@ -82,25 +82,32 @@ void ps_coord_fail(ps_coord *co, int index, dt_status st)
 
 /* The next function for worker l, once the scheduler has one: false when there is none left
  * for it. */
-static bool take_function(ps_coord *co, ps_worker_link *l, dt_ps_function *fn)
+/* A worker kept waiting (a checkpoint or an evaluation holds the steps, or bounded staleness)
+ * hears from the coordinator this often, so that its --coordinator-timeout counts silence, not
+ * waiting. */
+#define IDLE_PING_SECONDS 1.0
+
+typedef enum { TAKEN_RUN, TAKEN_NONE, TAKEN_IDLE } taken;
+
+/* The next function for worker l, once the scheduler has one: TAKEN_NONE when there is none
+ * left for it, TAKEN_IDLE when it has waited IDLE_PING_SECONDS (ask again after a PING). */
+static taken take_function(ps_coord *co, ps_worker_link *l, dt_ps_function *fn)
 {
+    double idle_at = dt_clock_now() + IDLE_PING_SECONDS;
     pthread_mutex_lock(&co->mu);
     dt_ps_take t;
     int adopted;
     while ((t = dt_ps_sched_take(&co->sched, l->index, fn, &adopted)) == DT_PS_TAKE_WAIT) {
-        if (adopted >= 0)
+        if (adopted >= 0 || dt_clock_now() >= idle_at)
             break;
-        pthread_cond_wait(&co->changed, &co->mu);
+        ps_coord_wait(co, idle_at);
     }
     int64_t position = adopted >= 0 ? co->sched.shards[adopted].position : 0;
     pthread_mutex_unlock(&co->mu);
-    if (adopted >= 0) {
+    if (adopted >= 0)
         dt_log_to(NULL, DT_LOG_WARN, "dtrain: %s takes over the data of worker:%d, lost, from "
                   "its batch %lld", l->name, adopted, (long long)position);
-        if (t == DT_PS_TAKE_WAIT)
-            return take_function(co, l, fn);
-    }
-    return t == DT_PS_TAKE_RUN;
+    return t == DT_PS_TAKE_RUN ? TAKEN_RUN : t == DT_PS_TAKE_NONE ? TAKEN_NONE : TAKEN_IDLE;
 }
 
 /* The result of fn from worker l: to the scheduler, and handed to the loop. */
@@ -311,7 +318,14 @@ static void *drive_worker(void *arg)
     if (st == DT_OK && co->hybrid && (st = join_ring(co, l, z, &id, &out, &in)) == DT_END)
         st = DT_OK, cancelled = true;
     dt_ps_function fn;
-    while (st == DT_OK && !cancelled && take_function(co, l, &fn)) {
+    for (taken k; st == DT_OK && !cancelled && (k = take_function(co, l, &fn)) != TAKEN_NONE;) {
+        if (k == TAKEN_IDLE) {
+            /* Heard from while it waits; a worker that does not answer is found lost at its
+             * next function. */
+            dt_psmsg ping = {.type = DT_PSMSG_PING, .request_id = ++id};
+            request(z, &ping, IDLE_PING_SECONDS, &out, &in, l->name, DT_PSMSG_PONG, &reply);
+            continue;
+        }
         if (fn.again)
             dt_log_to(NULL, DT_LOG_WARN, "dtrain: %s takes steps %lld-%lld again (a lost "
                       "worker's)", l->name, (long long)fn.first, (long long)(fn.first + fn.n - 1));
