@@ -2,7 +2,8 @@
  *
  * The listener hands each authenticated connection to a thread of its own. A connection thread
  * waits for a message in short slices (so that it sees the service stopping), then reads it whole
- * before the request timeout, answers it under the shard's lock and sends the reply. The main
+ * before the request timeout, answers it (under the shards' lock, but for a PING; a SAVE or a
+ * snapshot is written by a copy-on-write child, cow_write.h) and sends the reply. The main
  * thread waits for STOP or for the coordinator timeout (the chief silent that long: it pings
  * every second, and a request it waits on counts as heard), then stops the listener, shuts
  * every connection down and joins the threads. */
@@ -140,6 +141,30 @@ static dt_status write_snapshot(void *arg)
     return dt_ps_snapshot_save(&w->sv->shard, w->sv->o->me.index, w->path);
 }
 
+/* A write's child waited for until it ends, its deadline passes, or the service stops (it is
+ * killed then: a ps task never outlives its job for a write). */
+static dt_status wait_write(service *sv, dt_cow_write *child)
+{
+    dt_status st;
+    while ((st = dt_cow_poll(child)) == DT_END) {
+        pthread_mutex_lock(&sv->mu);
+        int stop = sv->stop;
+        pthread_mutex_unlock(&sv->mu);
+        if (stop) {
+            dt_cow_kill(child);
+            return dt_error(DT_ERR_UNAVAILABLE, "%s: not written: the ps task is stopping",
+                            child->what);
+        }
+        poll(NULL, 0, 50);
+    }
+    return st;
+}
+
+/* How long a SAVE's write may take: a large shard on a slow disk takes minutes, and a hung write
+ * holds only the chief's connection that waits for it (the chief gives up on it sooner, after
+ * its own request timeout). */
+#define SAVE_MAX_SECONDS 3600.0
+
 /* SAVE from the chief: this task's shards as its file of the checkpoint, written by a child from
  * a copy-on-write image taken under the shards' lock (held only for the fork), so requests and
  * PINGs go on being answered however slow the write. A failure goes back as an ERROR: the chief
@@ -158,9 +183,9 @@ static dt_status save(conn *c, const dt_psmsg *req, dt_psbuf *reply)
     if (st == DT_OK) {
         shard_write w = {sv, path, req->step};
         dt_cow_write child;
-        if ((st = dt_cow_start(&child, write_ckpt_file, &w, &sv->shard_mu,
-                               sv->o->request_timeout, path)) == DT_OK)
-            st = dt_cow_wait(&child);
+        if ((st = dt_cow_start(&child, write_ckpt_file, &w, &sv->shard_mu, SAVE_MAX_SECONDS,
+                               path)) == DT_OK)
+            st = wait_write(sv, &child);
     }
     if (st)
         return error_reply(req, st, reply);
@@ -189,8 +214,8 @@ static dt_status answer(conn *c, const dt_psmsg *req, dt_psbuf *reply)
     }
     if (req->type == DT_PSMSG_SAVE)
         return save(c, req, reply);
-    /* A PING is answered without the shards' lock, which a snapshot or a SAVE holds through its
-     * whole write: a ps busy writing is alive, and its coordinator hears so at once. */
+    /* A PING is answered without the shards' lock: a ps whose lock is taken (a long request, the
+     * fork of a write) is alive, and its coordinator hears so at once. */
     if (req->type == DT_PSMSG_PING) {
         dt_psmsg pong = {.type = DT_PSMSG_PONG, .request_id = req->request_id};
         return dt_psmsg_encode(&pong, NULL, NULL, reply);
