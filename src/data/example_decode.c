@@ -180,6 +180,32 @@ static dt_status wrong_type(const rec *r, const uint8_t *at, const char *what, i
     return bad(r, at, "%s has wire type %d, expected %d", what, wt, want);
 }
 
+/* Moves *pp to the next field number `want` of [*pp, end), skipping every other field, and reads
+ * its length-delimited payload into [*f, *f + *len). DT_END when no such field is left. `where`
+ * names the message, `what` the field, for errors. */
+static dt_status next_len_field(const rec *r, const uint8_t **pp, const uint8_t *end,
+                                const char *where, uint32_t want, const char *what,
+                                const uint8_t **f, size_t *len)
+{
+    while (*pp < end) {
+        const uint8_t *at = *pp;
+        uint32_t field;
+        int wt;
+        dt_status st = tag(r, pp, end, where, &field, &wt);
+        if (st)
+            return st;
+        if (field != want) {
+            if ((st = skip(r, pp, end, where, wt)))
+                return st;
+            continue;
+        }
+        if (wt != WT_LEN)
+            return wrong_type(r, at, what, wt, WT_LEN);
+        return payload(r, pp, end, where, f, len);
+    }
+    return DT_END;
+}
+
 /* ---- value sinks: where decode_list puts the values it decodes (the types: example_int.h) ---- */
 
 /* v * scale, then divided by the divisor when there is one: the division rounds once, as
@@ -409,24 +435,11 @@ static dt_status scan_feature(const rec *r, const uint8_t *f, const uint8_t *fe,
 static dt_status each_value(const rec *r, const entry_loc *el, feature_loc *fl, int *run_count,
                             sink *s)
 {
-    const uint8_t *q = el->e0, *e = el->e1;
-    while (q < e) {
-        uint32_t field;
-        int wt;
-        const uint8_t *at = q, *f;
-        size_t len;
-        dt_status st = tag(r, &q, e, "map entry", &field, &wt);
-        if (st)
-            return st;
-        if (field != 2) {
-            if ((st = skip(r, &q, e, "map entry", wt)))
-                return st;
-            continue;
-        }
-        if (wt != WT_LEN)
-            return wrong_type(r, at, "a map entry's value", wt, WT_LEN);
-        if ((st = payload(r, &q, e, "map entry", &f, &len)))
-            return st;
+    const uint8_t *q = el->e0, *e = el->e1, *f;
+    size_t len;
+    dt_status st;
+    while ((st = next_len_field(r, &q, e, "map entry", 2, "a map entry's value", &f, &len)) ==
+           DT_OK) {
         if (fl) {
             if ((st = scan_feature(r, f, f + len, fl, run_count)))
                 return st;
@@ -437,6 +450,8 @@ static dt_status each_value(const rec *r, const entry_loc *el, feature_loc *fl, 
         while (f < fe) {
             const uint8_t *fat = f, *l;
             size_t llen;
+            uint32_t field;
+            int wt;
             if ((st = tag(r, &f, fe, "Feature", &field, &wt)))
                 return st;
             if (field < 1 || field > 3 || wt != WT_LEN) {
@@ -451,7 +466,7 @@ static dt_status each_value(const rec *r, const entry_loc *el, feature_loc *fl, 
                 return st;
         }
     }
-    return DT_OK;
+    return st == DT_END ? DT_OK : st;
 }
 
 dt_status dt_ex_analyze_feature(const rec *r, const entry_loc *el, feature_loc *fl)
@@ -526,45 +541,23 @@ static dt_status read_entry(const rec *r, const uint8_t *q, const uint8_t *qe, c
 
 dt_status dt_ex_each_entry(const rec *r, entry_fn fn, void *ctx)
 {
-    const uint8_t *p = r->base, *end = r->base + r->n;
-    while (p < end) {
-        const uint8_t *at = p, *fs;
-        uint32_t field;
-        int wt;
-        size_t len;
-        dt_status st = tag(r, &p, end, "Example", &field, &wt);
-        if (st)
-            return st;
-        if (field != 1) {
-            if ((st = skip(r, &p, end, "Example", wt)))
-                return st;
-            continue;
-        }
-        if (wt != WT_LEN)
-            return wrong_type(r, at, "Example.features", wt, WT_LEN);
-        if ((st = payload(r, &p, end, "Example", &fs, &len)))
-            return st;
+    const uint8_t *p = r->base, *end = r->base + r->n, *fs, *q, *k;
+    size_t len, klen;
+    dt_status st;
+    while ((st = next_len_field(r, &p, end, "Example", 1, "Example.features", &fs, &len)) ==
+           DT_OK) {
         const uint8_t *fe = fs + len;
-        while (fs < fe) {
-            const uint8_t *eat = fs, *q, *k;
-            size_t klen;
+        while ((st = next_len_field(r, &fs, fe, "Features", 1, "a Features map entry", &q,
+                                    &len)) == DT_OK) {
             entry_loc el;
-            if ((st = tag(r, &fs, fe, "Features", &field, &wt)))
-                return st;
-            if (field != 1) {
-                if ((st = skip(r, &fs, fe, "Features", wt)))
-                    return st;
-                continue;
-            }
-            if (wt != WT_LEN)
-                return wrong_type(r, eat, "a Features map entry", wt, WT_LEN);
-            if ((st = payload(r, &fs, fe, "Features", &q, &len)) ||
-                (st = read_entry(r, q, q + len, &k, &klen, &el)) ||
+            if ((st = read_entry(r, q, q + len, &k, &klen, &el)) ||
                 (st = fn(ctx, r, k, klen, &el)))
                 return st;
         }
+        if (st != DT_END)
+            return st;
     }
-    return DT_OK;
+    return st == DT_END ? DT_OK : st;
 }
 
 /* The first pass: the last entry of each key the spec names (a later entry of a key replaces an
