@@ -68,7 +68,7 @@ $(BUILD)/src/nn/fm.o $(BUILD)/src/nn/embedding.o $(BUILD)/src/optim/rowwise.o: A
 $(BUILD)/src/nn/nn.o $(BUILD)/src/model/ctr.o $(BUILD)/src/nn/dense_sparse.o: ARCH_FLAGS := -O3
 $(BUILD)/src/model/cols.o $(BUILD)/src/nn/cross.o: ARCH_FLAGS := -O3
 
-.PHONY: all demo test asan tsan cross leakcheck bench install clean unit-tests fuzz fuzz-build
+.PHONY: all demo test asan test-large tsan cross leakcheck bench install clean unit-tests fuzz fuzz-build
 .PRECIOUS: $(BUILD)/.deps-%
 all: $(BUILD)/libdtrain.a $(BUILD)/libdtrain.so $(BUILD)/dtrain $(BUILD)/libdtrain_mpi.so
 
@@ -167,6 +167,12 @@ test: $(BUILD)/.deps-test unit-tests fuzz-build
 
 asan:
 	$(MAKE) BUILD=build-asan SAN=1 test
+
+# What needs more memory and disk than the suite may take: a 2 GiB ps shard read back and
+# restored (tests/ps_large.sh; about 10 GB of memory, 5 GB under /tmp).
+test-large: all
+	@c=$$(mktemp); bash tests/ps_large.sh $(BUILD) $$c; read -r p f < $$c; rm -f $$c; \
+		echo "$$p passed, $$f failed"; [ "$$f" -eq 0 ]
 
 # The library and the CLI compiled and linked for aarch64 with Debian's cross compiler and arm64
 # libraries (scripts/cross_deps.sh installs them), then run under qemu-aarch64 for 20 training

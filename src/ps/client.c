@@ -540,7 +540,9 @@ dt_status dt_ps_client_push_step(dt_ps_client *c, const dt_sparse_rows *const *g
 
 /* ---- Restoring a checkpoint ---- */
 
-#define ASSIGN_CHUNK_ROWS 65536
+/* An ASSIGN's rows with their slots: at most 64 MiB, far below a message's limit however wide
+ * a row and however many slots it has. */
+#define ASSIGN_CHUNK_BYTES ((size_t)64 << 20)
 
 dt_status dt_ps_client_assign_table(dt_ps_client *c, uint32_t id, const dt_table *t)
 {
@@ -552,7 +554,9 @@ dt_status dt_ps_client_assign_table(dt_ps_client *c, uint32_t id, const dt_table
         return dt_error(DT_ERR_INVALID, "ps: table %u is %lld x %d, not %lld x %d", id,
                         (long long)info->rows, info->dim, (long long)t->rows, t->dim);
     size_t dim = (size_t)t->dim, per = (size_t)(1 + t->n_slots);
-    float *buf = malloc((size_t)ASSIGN_CHUNK_ROWS * dim * per * sizeof *buf);
+    size_t row_bytes = dim * per * sizeof(float);
+    int64_t chunk = row_bytes < ASSIGN_CHUNK_BYTES ? (int64_t)(ASSIGN_CHUNK_BYTES / row_bytes) : 1;
+    float *buf = malloc((size_t)chunk * row_bytes);
     if (!buf)
         return dt_error(DT_ERR_NOMEM, "no memory to restore table %u", id);
     dt_status st = DT_OK;
@@ -561,8 +565,8 @@ dt_status dt_ps_client_assign_table(dt_ps_client *c, uint32_t id, const dt_table
         int64_t first = s, hi, stride = info->n_shards;
         if (info->strategy == DT_PARTITION_DIV)
             dt_partition_range(info->rows, info->n_shards, s, &first, &hi), stride = 1;
-        for (int64_t lo = 0; lo < rows && st == DT_OK; lo += ASSIGN_CHUNK_ROWS) {
-            size_t n = (size_t)(rows - lo < ASSIGN_CHUNK_ROWS ? rows - lo : ASSIGN_CHUNK_ROWS);
+        for (int64_t lo = 0; lo < rows && st == DT_OK; lo += chunk) {
+            size_t n = (size_t)(rows - lo < chunk ? rows - lo : chunk);
             /* The shard's local rows lo .. lo + n in its own order: values, then each slot. */
             for (size_t i = 0; i < n; i++) {
                 size_t g = (size_t)(first + (lo + (int64_t)i) * stride);
