@@ -192,6 +192,9 @@ static int define_flags(flag_table *t, dt_train_config *c, struct cli_only *o)
     FIELD("ps-snapshot-secs", FLAG_FLOAT, ps.snapshot_secs, "parameter_server ps tasks with "
           "--model-dir: seconds between snapshots of their shards (in --model-dir/ps; 0: none), "
           "which a ps task started again restores");
+    FIELD("ps-timeout", FLAG_FLOAT, ps.ps_timeout, "parameter_server workers and coordinator: "
+          "seconds a ps task may take to answer a pull, a push or a ping before it counts as "
+          "lost (a save or a restore may take longer)");
     FIELD("ps-recovery-timeout", FLAG_FLOAT, ps.recovery_timeout, "parameter_server: seconds the "
           "workers and the coordinator wait for a lost ps task to be back before the job fails");
     CUSTOM("gradient-wire", flag_wire, wire, "multi-worker: gradients on the wire as f32, or "

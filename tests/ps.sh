@@ -497,6 +497,29 @@ else
     fail ps_train_silent_worker_lost_by_heartbeat_then_rejoins "chief ${task_status[chief:0]}, lost after ${lost_ms} ms: $(grep -c . "$tmp/chief0.err") lines: $(tail -3 "$tmp/chief0.err")"
 fi
 no_leftovers ps_train_silent_worker_leaves_nothing "$base" 3
+# A ps gone silent (stopped: its connections stay open and accept bytes) fails every round after
+# --ps-timeout, not after --worker-timeout: the workers and the chief wait out
+# --ps-recovery-timeout for it and fail, naming it, well before the 300 s the job waited before.
+base=$(free_base 4)
+start_cluster "$base" --epochs 2 --ps-timeout 2 --ps-recovery-timeout 3
+training_runs
+kill -STOP "${task_pid[ps:0]}"
+t0=$(date +%s%N)
+for task in chief:0 worker:0 worker:1; do
+    wait_pid "${task_pid[$task]}" 40
+    task_status[$task]=$status
+done
+silent_ms=$((($(date +%s%N) - t0) / 1000000))
+kill -9 "${task_pid[ps:0]}" 2> /dev/null
+wait "${task_pid[ps:0]}" 2> /dev/null
+if [ "${task_status[chief:0]}" -ne 0 ] && [ "${task_status[chief:0]}" -ne 124 ] &&
+    [ "${task_status[worker:0]}" -ne 124 ] && [ "${task_status[worker:1]}" -ne 124 ] &&
+    [ "$silent_ms" -lt 30000 ] && grep -q "ps:0.*no reply within\|ps:0.*timed out\|ps:0.*before the deadline" "$tmp/chief0.err"; then
+    ok ps_train_silent_ps_fails_the_job_in_ps_timeout "all exited after ${silent_ms} ms: $(tail -1 "$tmp/chief0.err" | cut -c1-160)"
+else
+    fail ps_train_silent_ps_fails_the_job_in_ps_timeout "after ${silent_ms} ms: chief ${task_status[chief:0]} ($(tail -2 "$tmp/chief0.err")), workers ${task_status[worker:0]} ${task_status[worker:1]} ($(tail -1 "$tmp/worker0.err"))"
+fi
+no_leftovers ps_train_silent_ps_leaves_nothing "$base" 3
 # dtrain launch --max-restarts 1: the killed worker alone is started again, rejoins and takes
 # steps; the job ends 0, its AUC within 0.003 of an uninterrupted run's.
 lt=("${long[@]}" --test-data "libsvm:$tmp/long_test.svm" --epochs 1 --progress estimator --metrics-out)

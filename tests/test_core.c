@@ -287,6 +287,12 @@ TEST(error_messages_carry_context)
     dt_error_clear();
     CHECK(dt_last_error()[0] == '\0');
     CHECK(strcmp(dt_status_name(DT_ERR_NUMERIC), "numeric error") == 0);
+    /* The last message as an argument of the next, as a caller adding its context writes. */
+    dt_error(DT_ERR_TIMEOUT, "could not connect to ps:0 within 3 s");
+    dt_error(DT_ERR_TIMEOUT, "not back within %d s: %s", 3, dt_last_error());
+    CHECK_MSG(strcmp(dt_last_error(), "not back within 3 s: could not connect to ps:0 within 3 s") ==
+                  0,
+              "got '%s'", dt_last_error());
 }
 
 /* Streaming copies and zeroing give memcpy's and memset's bytes at every alignment of the

@@ -33,6 +33,9 @@ typedef struct {
     double snapshot_secs;       /* ps tasks with --model-dir: seconds between snapshots (30) */
     double recovery_timeout;    /* workers and coordinator: seconds to wait for a lost ps to be
                                    back (restarted, its shards restored) (60) */
+    double ps_timeout;          /* workers and coordinator: seconds a ps task may take over a
+                                   pull, a push or a ping before it counts as lost (60); a
+                                   save or a restore has its own, longer deadline */
     bool partitioner_given;     /* else one shard per ps task (fixed:P) */
     dt_partitioner partitioner;
     dt_partition_strategy partition_strategy; /* div */

@@ -14,10 +14,13 @@ void dt_error_clear(void) { error_message[0] = '\0'; }
 
 dt_status dt_error(dt_status code, const char *fmt, ...)
 {
+    /* Formatted aside first: an argument may be dt_last_error() itself. */
+    char text[DT_ERROR_CAP];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(error_message, sizeof error_message, fmt, ap);
+    vsnprintf(text, sizeof text, fmt, ap);
     va_end(ap);
+    memcpy(error_message, text, sizeof text);
     return code;
 }
 

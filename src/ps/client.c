@@ -55,7 +55,7 @@ struct dt_ps_client {
     dt_handshake_id me;        /* for connecting again */
     const dt_cluster *cl;
     bool broken;               /* a link failed mid-round: every link is out of step */
-    double request_timeout;
+    double request_timeout;    /* a pull, a push, a ping: how long a live ps may take */
     uint64_t next_request;
     table_info tables[MAX_TABLES];
     int n_tables;
@@ -267,11 +267,15 @@ static dt_status send_draining(dt_ps_client *c, double deadline)
     }
 }
 
-static dt_status run_round(dt_ps_client *c)
+/* What a ps may take over a request that allocates or writes a whole shard (defining a table,
+ * saving a checkpoint), whose time grows with the shard: the ps's own bound on a save's write. */
+#define SHARD_WORK_TIMEOUT 3660.0
+
+static dt_status run_round_within(dt_ps_client *c, double timeout)
 {
     static const dt_psmsg_type want[] = {DT_PSMSG_ACK, DT_PSMSG_ROWS, DT_PSMSG_DENSE,
                                          DT_PSMSG_PONG};
-    double deadline = dt_clock_now() + c->request_timeout;
+    double deadline = dt_clock_now() + timeout;
     dt_status st = c->broken ? dt_error(DT_ERR_PEER, "the links to the ps tasks are broken: "
                                         "connect again first")
                              : DT_OK;
@@ -317,6 +321,8 @@ static dt_status run_round(dt_ps_client *c)
         st = dt_error(refused, "%s", why);
     return st;
 }
+
+static dt_status run_round(dt_ps_client *c) { return run_round_within(c, c->request_timeout); }
 
 /* Groups ids by the shard that holds each (a counting sort, stable, so ids that ascend ascend
  * within each shard too). */
@@ -437,7 +443,7 @@ dt_status dt_ps_client_define(dt_ps_client *c, uint32_t id, const char *name, in
                         init_stddev, seed, &m);
         st = queue(c, (pending){ps_of_shard(c, s), REPLY_ACK, 0, 0, 0}, &m, NULL, NULL);
     }
-    return st ? st : run_round(c);
+    return st ? st : run_round_within(c, SHARD_WORK_TIMEOUT);
 }
 
 dt_status dt_ps_client_use_table(dt_ps_client *c, uint32_t id, int64_t rows, int dim,
@@ -613,8 +619,9 @@ dt_status dt_ps_client_assign_dense(dt_ps_client *c, const dt_arena *params, con
     return st;
 }
 
-/* One round of the same message to every ps task, each answering with `kind`. */
-static dt_status to_every_ps(dt_ps_client *c, const dt_psmsg *m, reply_kind kind)
+/* One round of the same message to every ps task, each answering with `kind` within timeout. */
+static dt_status to_every_ps(dt_ps_client *c, const dt_psmsg *m, reply_kind kind,
+                             double timeout)
 {
     for (int k = 0; k < c->n_ps; k++) {
         dt_psmsg mk = *m;
@@ -622,26 +629,26 @@ static dt_status to_every_ps(dt_ps_client *c, const dt_psmsg *m, reply_kind kind
         if (st)
             return run_round(c), st;
     }
-    return run_round(c);
+    return run_round_within(c, timeout);
 }
 
 dt_status dt_ps_client_save(dt_ps_client *c, int64_t step, const char *dir)
 {
     dt_psmsg m = {.type = DT_PSMSG_SAVE, .step = step, .text = dir,
                   .text_len = (uint32_t)strlen(dir)};
-    return to_every_ps(c, &m, REPLY_ACK);
+    return to_every_ps(c, &m, REPLY_ACK, SHARD_WORK_TIMEOUT);
 }
 
 dt_status dt_ps_client_ping(dt_ps_client *c)
 {
     dt_psmsg m = {.type = DT_PSMSG_PING};
-    return to_every_ps(c, &m, REPLY_PONG);
+    return to_every_ps(c, &m, REPLY_PONG, c->request_timeout);
 }
 
 dt_status dt_ps_client_stop(dt_ps_client *c)
 {
     dt_psmsg m = {.type = DT_PSMSG_STOP};
-    return to_every_ps(c, &m, REPLY_ACK);
+    return to_every_ps(c, &m, REPLY_ACK, c->request_timeout);
 }
 
 /* ---- Dense variables ---- */

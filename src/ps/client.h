@@ -15,7 +15,10 @@
 
 typedef struct dt_ps_client dt_ps_client;
 
-/* Connects to every ps task of cl as me, waiting up to connect_timeout seconds for each. */
+/* Connects to every ps task of cl as me, waiting up to connect_timeout seconds for each. A ps
+ * task that does not answer a pull, a push, a ping or a stop within request_timeout seconds
+ * fails the round (DT_ERR_TIMEOUT naming it); defining a table and saving a checkpoint, whose
+ * time grows with the shard, may take up to an hour. */
 dt_status dt_ps_client_open(const dt_handshake_id *me, const dt_cluster *cl,
                             double connect_timeout, double request_timeout, dt_ps_client **out);
 void dt_ps_client_close(dt_ps_client *c);

@@ -22,7 +22,7 @@ void dt_ps_options_default(dt_ps_options *o)
     *o = (dt_ps_options){.mode = DT_PS_ASYNC, .steps_per_execution = 1,
                          .coordinator_timeout = 120.0, .worker_timeout = 300.0,
                          .heartbeat_timeout = 10.0, .snapshot_secs = 30.0,
-                         .recovery_timeout = 60.0,
+                         .recovery_timeout = 60.0, .ps_timeout = 60.0,
                          .partition_strategy = DT_PARTITION_DIV};
 }
 
@@ -69,7 +69,8 @@ dt_status dt_ps_options_check(const dt_ps_options *o)
         (st = check_seconds("worker_timeout", o->worker_timeout, 0, false, 86400)) ||
         (st = check_seconds("heartbeat_timeout", o->heartbeat_timeout, 0.5, true, 6553)) ||
         (st = check_seconds("snapshot_secs", o->snapshot_secs, 0, true, 86400)) ||
-        (st = check_seconds("recovery_timeout", o->recovery_timeout, 0, false, 86400)))
+        (st = check_seconds("recovery_timeout", o->recovery_timeout, 0, false, 86400)) ||
+        (st = check_seconds("ps_timeout", o->ps_timeout, 0, false, 86400)))
         return st;
     const dt_partitioner *p = &o->partitioner;
     if (o->partitioner_given &&

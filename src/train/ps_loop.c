@@ -460,7 +460,7 @@ static dt_status prepare(ps_run *r, int64_t *start)
         return dt_error(DT_ERR_INVALID, "TF_CONFIG: cluster.worker: parameter_server training "
                         "needs at least one worker task");
     dt_status st = dt_ps_client_open(&r->pc.me, &r->pc.cl, c->comm.connect_timeout,
-                                     c->ps.worker_timeout, &r->ps);
+                                     c->ps.ps_timeout, &r->ps);
     if (st == DT_OK)
         st = ps_place_variables(c, r->m, r->ps, r->n_ps, true, 0);
     if (st && r->ps && dt_ps_client_broken(r->ps)) {

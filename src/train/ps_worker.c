@@ -426,7 +426,7 @@ static dt_status run_function(worker *w, const dt_psmsg *req, dt_psmsg *r)
     if (!w->ps) {
         const dt_train_config *c = w->c;
         dt_status st = dt_ps_client_open(&w->pc->me, &w->pc->cl, c->comm.connect_timeout,
-                                         c->ps.worker_timeout, &w->ps);
+                                         c->ps.ps_timeout, &w->ps);
         if (st == DT_OK)
             st = ps_place_variables(c, w->m, w->ps, w->pc->cl.n_tasks[DT_JOB_PS], false,
                                     w->table_rows);
