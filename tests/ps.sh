@@ -200,7 +200,7 @@ for k in 0 1; do wait_pid "${ps_pids[$k]}" 10; done
 no_leftovers ps_strangers_leave_nothing "$base" 2
 
 # ---- someone on the path (tests/progs/ps_proxy.py between the chief and ps:0): a PUSH_ROWS with
-# a bit of a row flipped and its CRC32Cs recomputed, or a PUSH_ROWS sent twice, fails its MAC;
+# a bit of a row flipped and its checksums made right, or a PUSH_ROWS sent twice, fails its MAC;
 # the ps drops the connection naming the peer and applies nothing of it (the table stays equal
 # to ps_check's local one bit for bit), the client connects again and the job completes ----
 for spec in "alter 2 an_altered" "replay 1 a_replayed"; do

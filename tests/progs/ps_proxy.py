@@ -3,8 +3,9 @@
 and forwards every connection to 127.0.0.1:TARGET, byte for byte, except the first PUSH_ROWS
 message it sees from a client (over all connections):
 
-  alter   a bit of the message's last row is flipped and both of its CRC32Cs are recomputed, so
-          that it decodes as a valid message with another gradient;
+  alter   a bit of the message's last row is flipped and its checksums made right again (the
+          header's CRC32C, and before version 2 of the messages the payload's), so that it
+          decodes as a valid message with another gradient;
   replay  the message is forwarded, then sent again a second later (by then the ps has answered
           it and the answer has reached the client, so only the copy is in question).
 
@@ -75,11 +76,12 @@ def forward(s, msg, mac, mode):
     m = bytearray(msg)
     m[len(m) - 4] ^= 0x01  # the low mantissa bit of the last row's last float
     size = struct.unpack_from("<I", m, 16)[0]
-    struct.pack_into("<I", m, 20, crc32c(m[HEADER:HEADER + size]))
+    if struct.unpack_from("<H", m, 4)[0] < 2:
+        struct.pack_into("<I", m, 20, crc32c(m[HEADER:HEADER + size]))
     struct.pack_into("<I", m, 24, crc32c(m[:24]))
     s.sendall(bytes(m) + mac)
-    print(f"ps_proxy: altered PUSH_ROWS request {request} (CRC32Cs recomputed)", file=sys.stderr,
-          flush=True)
+    print(f"ps_proxy: altered PUSH_ROWS request {request} (checksums made right)",
+          file=sys.stderr, flush=True)
 
 
 def client_to_server(c, s, mode):
