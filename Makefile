@@ -206,14 +206,15 @@ bench: $(BUILD)/.deps-bench all $(BUILD)/bench/conv_bench $(BUILD)/bench/input_b
 	bash bench/checkpoint.sh $(BUILD)
 
 # libFuzzer targets (fuzz/fuzz_*.c) over the readers and parsers, built by clang with ASan and
-# UBSan from the core and data sources and the transport's wire formats. tests/fuzz.sh runs them;
+# UBSan from the core and data sources, the transport's wire formats and the ps messages and
+# their MAC'd framing. tests/fuzz.sh runs them;
 # make test runs a short smoke pass.
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_CFLAGS := -std=c11 -g -O1 -D_GNU_SOURCE -Iinclude -pthread \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 FUZZ_LIB_SRCS := $(sort $(wildcard src/core/*.c src/data/*.c src/features/*.c)) src/net/wire.c \
-	src/ps/psmsg.c
+	src/net/session.c src/net/sock.c src/ps/psmsg.c src/ps/psconn.c
 FUZZ_BINS := $(patsubst fuzz/%.c,$(BUILD)/fuzz/%,$(sort $(wildcard fuzz/fuzz_*.c)))
 
 $(BUILD)/fuzz/%: fuzz/%.c fuzz/fuzz.h $(FUZZ_LIB_SRCS) | $(BUILD)/.deps-build $(BUILD)/.deps-test

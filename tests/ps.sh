@@ -3,7 +3,8 @@
 # shards (div and mod placement) and train it against tests/progs/ps_check as the chief, bit for
 # bit as one table in one process; they exit 0 when the chief stops them, and 1 naming the
 # coordinator when it never comes or is killed (--coordinator-timeout); strangers (random bytes,
-# a wrong secret) are refused while the job completes; invalid clusters are named errors.
+# a wrong secret) are refused while the job completes; a push altered or replayed on the path
+# is dropped with its connection and never applied; invalid clusters are named errors.
 # Training under `dtrain launch`: one worker equals one_device bit for bit in every mode, hybrid
 # equals multi_worker_mirrored; a worker killed or gone silent is lost, its function re-queued,
 # and it rejoins when started again. After each check no process of ours, no listening port and
@@ -197,6 +198,36 @@ else
 fi
 for k in 0 1; do wait_pid "${ps_pids[$k]}" 10; done
 no_leftovers ps_strangers_leave_nothing "$base" 2
+
+# ---- someone on the path (tests/progs/ps_proxy.py between the chief and ps:0): a PUSH_ROWS with
+# a bit of a row flipped and its checksums made right, or a PUSH_ROWS sent twice, fails its MAC;
+# the ps drops the connection naming the peer and applies nothing of it (the table stays equal
+# to ps_check's local one bit for bit), the client connects again and the job completes ----
+for spec in "alter 2 an_altered" "replay 1 a_replayed"; do
+    read -r mode shards what <<< "$spec"
+    base=$(free_base 3)
+    start_ps "$base" 1 --coordinator-timeout 20
+    python3 "$(dirname "$0")/progs/ps_proxy.py" "$((base + 2))" "$((base + 1))" "$mode" \
+        2> "$tmp/proxy.err" &
+    proxy=$!
+    pids+=("$proxy")
+    sleep 0.5
+    PS_CHECK_VIA=$((base + 2)) TF_CONFIG="$(tf_config "$base" 1 chief:0)" \
+        run timeout 60 "$check" 300 8 "$shards" div 10
+    wait_pid "${ps_pids[0]}" 10
+    ps_status=$status
+    kill "$proxy" 2> /dev/null
+    wait "$proxy" 2> /dev/null
+    name="ps_drops_${what}_push_and_applies_none_of_it"
+    if grep -q "ps_check: ok" "$tmp/out" && grep -q "ps_proxy: ${mode}ed PUSH_ROWS" "$tmp/proxy.err" &&
+        grep -q "dropping chief:0 (127.0.0.1:$base): .*failed its MAC" "$tmp/ps0.err" &&
+        grep -q "connected again after" "$tmp/err" && [ "$ps_status" -eq 0 ]; then
+        ok "$name" "$(grep -o 'message [0-9]* of the connection failed its MAC' "$tmp/ps0.err")"
+    else
+        fail "$name" "ps_check: $(head -c 300 "$tmp/out") $(head -c 300 "$tmp/err"); proxy: $(cat "$tmp/proxy.err"); ps exit $ps_status: $(head -c 400 "$tmp/ps0.err")"
+    fi
+    no_leftovers "${name}_leaves_nothing" "$base" 2
+done
 
 # ---- invalid clusters: named errors, no hang ----
 base=$(free_base 3)

@@ -63,8 +63,9 @@ static const char *servers_policy(void *ctx, dt_job job, int index, bool authent
     return NULL;
 }
 
-static void on_peer(void *ctx, int fd, dt_job job, int index)
+static void on_peer(void *ctx, int fd, dt_job job, int index, const dt_session_keys *keys)
 {
+    (void)keys;
     server *s = ctx;
     pthread_mutex_lock(&s->mu);
     s->admitted++;
@@ -88,7 +89,7 @@ static dt_status connect_as(const dt_cluster *c, uint16_t port, dt_job job, int 
     if (st)
         return st;
     dt_handshake_id me = id_of(c, job, index, key);
-    st = dt_handshake_connect(&me, fd, DT_JOB_CHIEF, 0, "chief:0", d);
+    st = dt_handshake_connect(&me, fd, DT_JOB_CHIEF, 0, "chief:0", d, NULL);
     dt_sock_close(fd);
     return st;
 }
@@ -256,7 +257,7 @@ TEST(dial_outlasts_an_impostor_on_the_port)
     dt_addr a = {.host = "127.0.0.1", .port = w.port};
     int fd = -1;
     dt_status st = dt_dial_task(&me, &a, DT_JOB_CHIEF, 0, "chief:0", 2.0, dt_clock_now() + 10.0,
-                                &fd);
+                                &fd, NULL);
     CHECK_MSG(st == DT_OK, "%s", dt_last_error());
     if (fd >= 0)
         dt_sock_close(fd);

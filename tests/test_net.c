@@ -48,8 +48,8 @@ TEST(wire_hello_round_trip_and_refusals)
     b[0] = 'X';
     CHECK_ERR(dt_hello_decode(b, &h), DT_ERR_AUTH, "not a dtrain peer");
     memcpy(b, hc, sizeof b);
-    b[8] = 2;
-    CHECK_ERR(dt_hello_decode(b, &h), DT_ERR_AUTH, "protocol version 2, this dtrain speaks 1");
+    b[8] = 1;
+    CHECK_ERR(dt_hello_decode(b, &h), DT_ERR_AUTH, "protocol version 1, this dtrain speaks 2");
     memcpy(b, hc, sizeof b);
     b[24] = 9;
     CHECK_ERR(dt_hello_decode(b, &h), DT_ERR_AUTH, "task type 9");

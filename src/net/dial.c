@@ -9,7 +9,8 @@
 #include "sock.h"
 
 dt_status dt_dial_task(const dt_handshake_id *me, const dt_addr *a, dt_job job, int index,
-                       const char *who, double handshake_timeout, double deadline, int *fd)
+                       const char *who, double handshake_timeout, double deadline, int *fd,
+                       dt_session_keys *keys)
 {
     double backoff = 0.05, started = dt_clock_now();
     int refusals = 0;
@@ -27,7 +28,7 @@ dt_status dt_dial_task(const dt_handshake_id *me, const dt_addr *a, dt_job job, 
         int s;
         dt_status st = dt_sock_connect(a->host, a->port, d, &s);
         if (st == DT_OK) {
-            st = dt_handshake_connect(me, s, job, index, who, d);
+            st = dt_handshake_connect(me, s, job, index, who, d, keys);
             if (st == DT_OK) {
                 *fd = s;
                 return DT_OK;

@@ -11,8 +11,10 @@
  * handshake_timeout seconds; DT_ERR_TIMEOUT names the task once the deadline passes. A refusal
  * is tried again too, until the deadline, since whoever holds the port may not be the task (a
  * local user's listener bound while the task restarts: an impostor must not end the job); the
- * first refusal is logged, and at the deadline DT_ERR_AUTH says who refused and how often. */
+ * first refusal is logged, and at the deadline DT_ERR_AUTH says who refused and how often.
+ * keys (unless NULL) get the connection's keys (session.h). */
 dt_status dt_dial_task(const dt_handshake_id *me, const dt_addr *a, dt_job job, int index,
-                       const char *who, double handshake_timeout, double deadline, int *fd);
+                       const char *who, double handshake_timeout, double deadline, int *fd,
+                       dt_session_keys *keys);
 
 #endif

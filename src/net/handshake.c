@@ -34,7 +34,7 @@ static dt_status refused(int fd, const dt_hello *peer, const char *why)
 
 dt_status dt_handshake_serve(const dt_handshake_id *me, int fd, const char *from,
                              double deadline, dt_handshake_policy policy, void *ctx,
-                             dt_job *job, int *index)
+                             dt_job *job, int *index, dt_session_keys *keys)
 {
     uint8_t hc[DT_HELLO_BYTES], hs[DT_HELLO_BYTES], mac[DT_MAC_BYTES], want[DT_MAC_BYTES];
     dt_hello peer, mine;
@@ -71,6 +71,9 @@ dt_status dt_handshake_serve(const dt_handshake_id *me, int fd, const char *from
     }
     if ((why = policy(ctx, (dt_job)peer.task_type, (int)peer.task_index, true)))
         return refused(fd, &peer, why);
+    if (keys &&
+        (st = dt_session_derive(me->secret, me->secret_len, hc, hs, DT_HELLO_BYTES, keys)))
+        return st;
     dt_frame_hdr ack = {DT_FRAME_ACK, 0, 0, 0};
     if ((st = dt_conn_send_frame(fd, from, &ack, NULL, deadline)))
         return st;
@@ -92,7 +95,7 @@ static dt_status refusal(int fd, const uint8_t *raw, const char *who, bool *was)
 }
 
 dt_status dt_handshake_connect(const dt_handshake_id *me, int fd, dt_job job, int index,
-                               const char *who, double deadline)
+                               const char *who, double deadline, dt_session_keys *keys)
 {
     uint8_t hc[DT_HELLO_BYTES], hs[DT_HELLO_BYTES], mac[DT_MAC_BYTES], want[DT_MAC_BYTES];
     dt_hello mine, peer;
@@ -128,5 +131,6 @@ dt_status dt_handshake_connect(const dt_handshake_id *me, int fd, dt_job job, in
     if (dt_frame_decode(ack, DT_ABORT_MSG_CAP, &fh) != DT_OK || fh.type != DT_FRAME_ACK ||
         fh.n_bytes != 0)
         return dt_error(DT_ERR_AUTH, "%s did not accept the handshake", who);
-    return DT_OK;
+    return keys ? dt_session_derive(me->secret, me->secret_len, hc, hs, DT_HELLO_BYTES, keys)
+                : DT_OK;
 }

@@ -77,9 +77,10 @@ static void *handshake_main(void *arg)
     int fd = s->fd;
     dt_job job;
     int index;
+    dt_session_keys keys;
     dt_status st = dt_handshake_serve(&l->o.me, fd, s->from,
                                       dt_clock_now() + l->o.handshake_timeout, l->o.policy,
-                                      l->o.policy_ctx, &job, &index);
+                                      l->o.policy_ctx, &job, &index, &keys);
     release_fd(s);
     if (st) {
         if (!stopping(l))
@@ -88,7 +89,7 @@ static void *handshake_main(void *arg)
         dt_sock_close(fd);
     } else {
         pthread_mutex_lock(&l->peer_mu);
-        l->o.on_peer(l->o.ctx, fd, job, index);
+        l->o.on_peer(l->o.ctx, fd, job, index, &keys);
         pthread_mutex_unlock(&l->peer_mu);
     }
     pthread_mutex_lock(&l->mu);

@@ -20,9 +20,10 @@
  * otherwise: a task's first message follows its connect at once. */
 #define DT_LISTENER_HANDSHAKE_SECONDS 2.0
 
-/* An authenticated connection from task job:index; the callback owns fd. Called on the
- * connection's handshake thread, one call at a time. */
-typedef void (*dt_listener_fn)(void *ctx, int fd, dt_job job, int index);
+/* An authenticated connection from task job:index, with its keys (session.h); the callback owns
+ * fd. Called on the connection's handshake thread, one call at a time. */
+typedef void (*dt_listener_fn)(void *ctx, int fd, dt_job job, int index,
+                               const dt_session_keys *keys);
 
 typedef struct {
     dt_handshake_id me;

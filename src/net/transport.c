@@ -63,8 +63,9 @@ static const char *mesh_policy(void *ctx, dt_job job, int index, bool authentica
     return taken ? "is connected already" : NULL;
 }
 
-static void mesh_on_peer(void *ctx, int fd, dt_job job, int index)
+static void mesh_on_peer(void *ctx, int fd, dt_job job, int index, const dt_session_keys *keys)
 {
+    (void)keys; /* the mesh's frames carry a CRC32C only (docs/SECURITY.md) */
     setup *s = ctx;
     int r = dt_cluster_rank_of(s->cl, job, index);
     pthread_mutex_lock(&s->mu);
@@ -86,7 +87,7 @@ static dt_status connect_rank(setup *s, int r)
     dt_cluster_rank_task(s->cl, r, &job, &index);
     dt_status st = dt_dial_task(&s->me, dt_cluster_addr(s->cl, job, index), job, index,
                                 s->t->peers[r].name, s->o->handshake_timeout, s->deadline,
-                                &s->t->peers[r].fd);
+                                &s->t->peers[r].fd, NULL);
     if (st == DT_ERR_TIMEOUT)
         return dt_error(st, "could not connect to %s within %.0f s", s->t->peers[r].name,
                         s->o->connect_timeout);

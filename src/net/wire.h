@@ -25,7 +25,9 @@
 
 #include "dtrain/status.h"
 
-#define DT_WIRE_VERSION 1
+/* 2: the frames after the handshake carry a MAC (session.h); a version-1 peer is refused at its
+ * hello rather than failing on its first frame. */
+#define DT_WIRE_VERSION 2
 #define DT_HELLO_BYTES 64
 #define DT_MAC_BYTES 32
 #define DT_FRAME_HDR_BYTES 24
@@ -40,7 +42,7 @@ typedef struct {
 } dt_hello;
 
 void dt_hello_encode(const dt_hello *h, uint8_t out[DT_HELLO_BYTES]);
-/* DT_ERR_AUTH: "not a dtrain peer (bad magic)", "protocol version 2, this dtrain speaks 1", a
+/* DT_ERR_AUTH: "not a dtrain peer (bad magic)", "protocol version 1, this dtrain speaks 2", a
  * task type out of range, non-zero reserved bytes. */
 dt_status dt_hello_decode(const uint8_t in[DT_HELLO_BYTES], dt_hello *h);
 

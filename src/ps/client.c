@@ -2,6 +2,7 @@
 #include "client.h"
 
 #include <errno.h>
+#include <openssl/crypto.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,8 @@ typedef struct {
     dt_psbuf out, in;
     size_t sent;             /* bytes of out on their way */
     dt_psconn_ahead ahead;   /* replies read while out was still being sent */
+    dt_session session;      /* the connection's MACs: every message out sealed, every reply
+                                checked */
 } ps_link;
 
 /* A table as the chief placed it, and the plan of the round under way: its ids grouped by
@@ -47,6 +50,7 @@ typedef struct {
     int table;         /* ROWS: index in tables */
     int64_t shard;
     int var;           /* DENSE */
+    uint64_t request;  /* the id its reply must carry (set by queue) */
 } pending;
 
 struct dt_ps_client {
@@ -106,12 +110,17 @@ dt_status dt_ps_client_reconnect(dt_ps_client *c, double timeout)
         c->ps[k].fd = -1;
         c->ps[k].out.len = c->ps[k].in.len = c->ps[k].sent = 0;
         dt_psconn_ahead_clear(&c->ps[k].ahead);
+        dt_session_close(&c->ps[k].session);
     }
     c->n_due = 0;
     for (int k = 0; k < c->n_ps; k++) {
         ps_link *p = &c->ps[k];
+        dt_session_keys keys;
         dt_status st = dt_dial_task(&c->me, dt_cluster_addr(c->cl, DT_JOB_PS, k), DT_JOB_PS, k,
-                                    p->name, 10.0, deadline, &p->fd);
+                                    p->name, 10.0, deadline, &p->fd, &keys);
+        if (st == DT_OK)
+            st = dt_session_open(&p->session, &keys, true);
+        OPENSSL_cleanse(&keys, sizeof keys);
         if (st) {
             c->broken = true;
             return st;
@@ -132,6 +141,7 @@ void dt_ps_client_close(dt_ps_client *c)
         dt_psbuf_free(&c->ps[k].out);
         dt_psbuf_free(&c->ps[k].in);
         dt_psconn_ahead_free(&c->ps[k].ahead);
+        dt_session_close(&c->ps[k].session);
     }
     free(c->ps);
     free(c->var_offset), free(c->var_count), free(c->var_to);
@@ -170,8 +180,12 @@ static dt_status queue(dt_ps_client *c, pending p, dt_psmsg *m, const int64_t *i
             return dt_error(DT_ERR_NOMEM, "no memory for %zu ps requests", cap);
         c->due = d, c->due_cap = cap;
     }
-    m->request_id = ++c->next_request;
-    dt_status st = dt_psmsg_encode(m, ids, values, &c->ps[p.to].out);
+    ps_link *l = &c->ps[p.to];
+    size_t start = l->out.len;
+    m->request_id = p.request = ++c->next_request;
+    dt_status st = dt_psmsg_encode(m, ids, values, &l->out);
+    if (st == DT_OK && (st = dt_psconn_seal(&l->session, &l->out, start)))
+        l->out.len = start; /* no message goes out without its MAC */
     if (st == DT_OK)
         c->due[c->n_due++] = p;
     return st;
@@ -293,11 +307,21 @@ static dt_status run_round_within(dt_ps_client *c, double timeout)
         const pending *p = &c->due[m];
         ps_link *l = &c->ps[p->to];
         dt_psmsg r;
-        if ((st = dt_psconn_recv_ahead(l->fd, &l->ahead, l->name, deadline, &l->in, &r))) {
+        if ((st = dt_psconn_recv_ahead(l->fd, &l->ahead, &l->session, l->name, deadline, &l->in,
+                                       &r))) {
             c->broken = true;
             break;
         }
-        c->bytes_received += l->in.len;
+        c->bytes_received += l->in.len + DT_FRAME_TAG_BYTES;
+        /* Each ps answers its requests in order: a reply to another request means the link is
+         * out of step (or someone answers for the ps), and nothing in it may be taken. */
+        if (r.request_id != p->request) {
+            st = dt_error(DT_ERR_PEER, "%s: a reply to request %llu where %llu's was due",
+                          l->name, (unsigned long long)r.request_id,
+                          (unsigned long long)p->request);
+            c->broken = true;
+            break;
+        }
         if (r.type == DT_PSMSG_ERROR) {
             if (refused == DT_OK) {
                 refused = dt_psmsg_status(&r);
@@ -371,7 +395,7 @@ static dt_status queue_rows(dt_ps_client *c, int ti, dt_psmsg m, reply_kind repl
         if (n == 0)
             continue;
         m.table = wire_table(t->id, s), m.n = (uint32_t)n;
-        st = queue(c, (pending){ps_of_shard(c, s), reply, ti, s, 0}, &m, t->ids + lo,
+        st = queue(c, (pending){ps_of_shard(c, s), reply, ti, s, 0, 0}, &m, t->ids + lo,
                    rows ? rows + lo * (size_t)t->dim : NULL);
     }
     return st;
@@ -415,7 +439,7 @@ static dt_status queue_dense(dt_ps_client *c, const float *grads, int64_t step, 
         dt_psmsg m = {.type = grads ? DT_PSMSG_PUSH_DENSE : DT_PSMSG_PULL_DENSE,
                       .table = (uint32_t)i, .offset = c->var_offset[i],
                       .count = c->var_count[i], .step = step, .lr_scale = lr_scale};
-        st = queue(c, (pending){c->var_to[i], grads ? REPLY_ACK : REPLY_DENSE, 0, 0, i}, &m,
+        st = queue(c, (pending){c->var_to[i], grads ? REPLY_ACK : REPLY_DENSE, 0, 0, i, 0}, &m,
                    NULL, grads ? grads + c->var_offset[i] : NULL);
     }
     return st;
@@ -441,7 +465,7 @@ dt_status dt_ps_client_define(dt_ps_client *c, uint32_t id, const char *name, in
         dt_psmsg m;
         dt_ps_table_msg(wire_table(id, s), name, rows, dim, n_shards, s, strategy, opt,
                         init_stddev, seed, &m);
-        st = queue(c, (pending){ps_of_shard(c, s), REPLY_ACK, 0, 0, 0}, &m, NULL, NULL);
+        st = queue(c, (pending){ps_of_shard(c, s), REPLY_ACK, 0, 0, 0, 0}, &m, NULL, NULL);
     }
     return st ? st : run_round_within(c, SHARD_WORK_TIMEOUT);
 }
@@ -584,7 +608,7 @@ dt_status dt_ps_client_assign_table(dt_ps_client *c, uint32_t id, const dt_table
             dt_psmsg m = {.type = DT_PSMSG_ASSIGN, .target = 0, .table = wire_table(id, s),
                           .offset = (uint64_t)lo * dim, .count = n * dim,
                           .slots = (uint32_t)t->n_slots};
-            st = queue(c, (pending){ps_of_shard(c, s), REPLY_ACK, 0, 0, 0}, &m, NULL, buf);
+            st = queue(c, (pending){ps_of_shard(c, s), REPLY_ACK, 0, 0, 0, 0}, &m, NULL, buf);
             st = st ? (run_round(c), st) : run_round(c);
         }
     }
@@ -612,7 +636,7 @@ dt_status dt_ps_client_assign_dense(dt_ps_client *c, const dt_arena *params, con
         dt_psmsg m = {.type = DT_PSMSG_ASSIGN, .target = 1, .table = (uint32_t)i, .offset = off,
                       .count = n, .slots = (uint32_t)o->n_slots};
         /* Each in a round of its own: queue copies the values, buf is refilled. */
-        st = queue(c, (pending){c->var_to[i], REPLY_ACK, 0, 0, i}, &m, NULL, buf);
+        st = queue(c, (pending){c->var_to[i], REPLY_ACK, 0, 0, i, 0}, &m, NULL, buf);
         st = st ? (run_round(c), st) : run_round(c);
     }
     free(buf);
@@ -625,7 +649,7 @@ static dt_status to_every_ps(dt_ps_client *c, const dt_psmsg *m, reply_kind kind
 {
     for (int k = 0; k < c->n_ps; k++) {
         dt_psmsg mk = *m;
-        dt_status st = queue(c, (pending){k, kind, 0, 0, 0}, &mk, NULL, NULL);
+        dt_status st = queue(c, (pending){k, kind, 0, 0, 0, 0}, &mk, NULL, NULL);
         if (st)
             return run_round(c), st;
     }
@@ -679,7 +703,7 @@ dt_status dt_ps_client_define_dense(dt_ps_client *c, const dt_arena *params,
         dt_psmsg m;
         dt_ps_var_msg((uint32_t)i, c->var_offset[i], c->var_count[i], params->n_elems, opt,
                       &m);
-        st = queue(c, (pending){c->var_to[i], REPLY_ACK, 0, 0, i}, &m, NULL,
+        st = queue(c, (pending){c->var_to[i], REPLY_ACK, 0, 0, i, 0}, &m, NULL,
                    params->data + c->var_offset[i]);
     }
     return st ? (run_round(c), st) : run_round(c);

@@ -24,6 +24,19 @@ static dt_status grow(dt_psbuf *b, size_t n)
     return DT_OK;
 }
 
+dt_status dt_psconn_seal(dt_session *s, dt_psbuf *b, size_t from)
+{
+    /* Room first: a frame is counted only once its tag is in place. */
+    dt_status st = b->cap - b->len < DT_FRAME_TAG_BYTES
+                       ? grow(b, b->len + (b->len >> 1) + DT_FRAME_TAG_BYTES)
+                       : DT_OK;
+    if (st == DT_OK &&
+        (st = dt_frame_mac_seal(&s->send, b->data + from, b->len - from, b->data + b->len)) ==
+            DT_OK)
+        b->len += DT_FRAME_TAG_BYTES;
+    return st;
+}
+
 /* n bytes into dst: those read ahead first (a may be NULL), then from fd. */
 static dt_status read_bytes(int fd, dt_psconn_ahead *a, void *dst, size_t n, double deadline,
                             const char *who)
@@ -41,24 +54,47 @@ static dt_status read_bytes(int fd, dt_psconn_ahead *a, void *dst, size_t n, dou
                     : DT_OK;
 }
 
-dt_status dt_psconn_recv_ahead(int fd, dt_psconn_ahead *a, const char *who, double deadline,
-                               dt_psbuf *in, dt_psmsg *out)
+/* A message's buffer grows by at most what has arrived, and by this much at first. */
+#define FIRST_GROWTH ((size_t)1 << 20)
+
+/* Bytes in->data[have .. want) from the connection, the buffer grown as they come: a peer that
+ * declares a large payload and sends little makes this side allocate little. */
+static dt_status read_growing(int fd, dt_psconn_ahead *a, dt_psbuf *in, size_t have, size_t want,
+                              double deadline, const char *who)
+{
+    while (have < want) {
+        size_t step = have < FIRST_GROWTH ? FIRST_GROWTH : have;
+        size_t upto = want - have < step ? want : have + step;
+        dt_status st = grow(in, upto);
+        if (st || (st = read_bytes(fd, a, in->data + have, upto - have, deadline, who)))
+            return st;
+        have = upto;
+    }
+    return DT_OK;
+}
+
+dt_status dt_psconn_recv_ahead(int fd, dt_psconn_ahead *a, dt_session *s, const char *who,
+                               double deadline, dt_psbuf *in, dt_psmsg *out)
 {
     in->len = 0;
-    dt_status st = grow(in, DT_PSMSG_HEADER_BYTES);
+    dt_status st = grow(in, DT_PSMSG_HEADER_BYTES + DT_FRAME_TAG_BYTES);
     uint32_t size = 0;
     if (st || (st = read_bytes(fd, a, in->data, DT_PSMSG_HEADER_BYTES, deadline, who)) ||
-        (st = dt_psmsg_peek(in->data, who, &size)) ||
-        (st = grow(in, DT_PSMSG_HEADER_BYTES + (size_t)size)) ||
-        (st = read_bytes(fd, a, in->data + DT_PSMSG_HEADER_BYTES, size, deadline, who)))
+        (st = dt_psmsg_peek(in->data, who, &size)))
         return st;
-    in->len = DT_PSMSG_HEADER_BYTES + (size_t)size;
+    size_t n = DT_PSMSG_HEADER_BYTES + (size_t)size;
+    if ((st = read_growing(fd, a, in, DT_PSMSG_HEADER_BYTES, n + DT_FRAME_TAG_BYTES, deadline,
+                           who)) ||
+        (st = dt_frame_mac_check(&s->recv, in->data, n, in->data + n, who)))
+        return st;
+    in->len = n;
     return dt_psmsg_decode(in->data, in->len, who, out);
 }
 
-dt_status dt_psconn_recv(int fd, const char *who, double deadline, dt_psbuf *in, dt_psmsg *out)
+dt_status dt_psconn_recv(int fd, dt_session *s, const char *who, double deadline, dt_psbuf *in,
+                         dt_psmsg *out)
 {
-    return dt_psconn_recv_ahead(fd, NULL, who, deadline, in, out);
+    return dt_psconn_recv_ahead(fd, NULL, s, who, deadline, in, out);
 }
 
 /* Read ahead in pieces of this many bytes at most. */

@@ -42,6 +42,7 @@ typedef struct {
     dt_job job;
     int index;
     char name[DT_HOST_CAP + 48];
+    dt_session session; /* every request's MAC checked, every reply sealed */
     volatile int done; /* the thread has finished */
 } conn;
 
@@ -253,9 +254,10 @@ static void *conn_main(void *arg)
             break; /* the peer closed between requests: its work is done */
         dt_psmsg req;
         double deadline = dt_clock_now() + sv->o->request_timeout;
-        dt_status st = dt_psconn_recv(c->fd, c->name, deadline, &in, &req);
+        dt_status st = dt_psconn_recv(c->fd, &c->session, c->name, deadline, &in, &req);
         if (st) {
-            /* A request that does not decode: its sender is broken or hostile. */
+            /* A request that does not decode or fails its MAC: its sender is broken or
+             * hostile, or someone on the path altered it; nothing of it was applied. */
             dt_log_to(sv->log, DT_LOG_WARN, "dtrain server: dropping %s: %s", c->name,
                       dt_last_error());
             break;
@@ -266,7 +268,7 @@ static void *conn_main(void *arg)
          * ERROR naming why: the link stays in step, and the requester reports the cause. */
         if ((st = answer(c, &req, &reply)) != DT_OK)
             st = error_reply(&req, st, &reply);
-        if (st == DT_OK)
+        if (st == DT_OK && (st = dt_psconn_seal(&c->session, &reply, 0)) == DT_OK)
             st = dt_psconn_send(c->fd, &reply, c->name, dt_clock_now() + sv->o->request_timeout);
         chief_heard(c, -1);
         if (st) {
@@ -293,6 +295,7 @@ static void reap(service *sv)
         if (c->done) {
             pthread_join(c->thread, NULL);
             dt_sock_close(c->fd);
+            dt_session_close(&c->session);
             free(c);
         } else {
             sv->conns[kept++] = c;
@@ -301,15 +304,24 @@ static void reap(service *sv)
     sv->n_conns = kept;
 }
 
-static void on_peer(void *ctx, int fd, dt_job job, int index)
+static void on_peer(void *ctx, int fd, dt_job job, int index, const dt_session_keys *keys)
 {
     service *sv = ctx;
     conn *c = calloc(1, sizeof *c);
+    if (c && dt_session_open(&c->session, keys, false) != DT_OK) {
+        dt_log_to(sv->log, DT_LOG_WARN, "dtrain server: dropping a connection: %s",
+                  dt_last_error());
+        free(c);
+        dt_sock_close(fd);
+        return;
+    }
     pthread_mutex_lock(&sv->mu);
     reap(sv);
     if (!c || sv->stop || sv->n_conns == MAX_CONNS) {
         pthread_mutex_unlock(&sv->mu);
         dt_sock_close(fd); /* stopping, full, or out of memory: the peer sees it closed */
+        if (c)
+            dt_session_close(&c->session);
         free(c);
         return;
     }
@@ -318,6 +330,7 @@ static void on_peer(void *ctx, int fd, dt_job job, int index)
     if (pthread_create(&c->thread, NULL, conn_main, c) != 0) {
         pthread_mutex_unlock(&sv->mu);
         dt_sock_close(fd);
+        dt_session_close(&c->session);
         free(c);
         return;
     }
@@ -428,6 +441,7 @@ static void end_connections(service *sv)
     for (int i = 0; i < sv->n_conns; i++) {
         pthread_join(sv->conns[i]->thread, NULL);
         dt_sock_close(sv->conns[i]->fd);
+        dt_session_close(&sv->conns[i]->session);
         free(sv->conns[i]);
     }
     sv->n_conns = 0;

@@ -8,6 +8,9 @@
  * comes back in one round (every request sent before any reply is read): with 500k rows a ps's
  * first reply is far larger than the sockets' buffers while the later requests are still being
  * sent.
+ * With PS_CHECK_VIA=PORT it reaches ps:0 at 127.0.0.1:PORT (someone on the path, such as
+ * ps_proxy.py) under the cluster's own identity; a pull or push whose link broke is tried again
+ * after connecting again, as a worker does, and "ps_check: connected again after: ..." says why.
  * usage: ps_check ROWS DIM SHARDS div|mod STEPS [--no-stop] [--hold SECONDS] [--big-round T] */
 #include <stdbool.h>
 #include <stdio.h>
@@ -27,6 +30,35 @@ static int fail(const char *what)
 {
     fprintf(stderr, "ps_check: %s: %s\n", what, dt_last_error());
     return 1;
+}
+
+/* A pull or push that failed because a link broke: connected again, to be tried again (at most
+ * 3 times), as a worker does after a lost connection. */
+static bool again(dt_ps_client *c, int *tries)
+{
+    if (!dt_ps_client_broken(c) || ++*tries > 3)
+        return false;
+    fprintf(stderr, "ps_check: connected again after: %s\n", dt_last_error());
+    return dt_ps_client_reconnect(c, 10.0) == DT_OK;
+}
+
+static dt_status pull(dt_ps_client *c, const int64_t *ids, size_t n, float *rows)
+{
+    dt_status st;
+    int tries = 0;
+    while ((st = dt_ps_client_pull(c, 3, ids, n, rows)) && again(c, &tries)) {
+    }
+    return st;
+}
+
+static dt_status push(dt_ps_client *c, const int64_t *ids, size_t n, const float *rows,
+                      int64_t step)
+{
+    dt_status st;
+    int tries = 0;
+    while ((st = dt_ps_client_push(c, 3, ids, n, rows, step, 1.0f)) && again(c, &tries)) {
+    }
+    return st;
 }
 
 static int cmp_i64(const void *a, const void *b)
@@ -107,6 +139,9 @@ int main(int argc, char **argv)
         dt_cluster_load_secret(NULL, &secret, &secret_len))
         return fail("cluster");
     dt_handshake_id me = {secret, secret_len, cl.id, DT_JOB_CHIEF, 0};
+    const char *via = getenv("PS_CHECK_VIA");
+    if (via) /* the id stays the cluster's, computed from TF_CONFIG above */
+        cl.tasks[DT_JOB_PS][0].port = (uint16_t)atoi(via);
     dt_ps_client *c;
     /* PS_CHECK_CONNECT_TIMEOUT: a shorter wait for a run meant to be refused (a refusal is
      * tried again until the deadline). */
@@ -133,7 +168,7 @@ int main(int argc, char **argv)
     for (int step = 1; step <= steps; step++) {
         for (size_t i = 0; i < n; i++)
             ids[i] = (int64_t)dt_rng_below(&rng, (uint64_t)(rows < 200 ? rows : 200));
-        if (dt_ps_client_pull(c, 3, ids, n, got))
+        if (pull(c, ids, n, got))
             return fail("pull");
         for (size_t i = 0; i < n; i++)
             if (memcmp(got + i * (size_t)dim, dt_table_row(&ref, ids[i]), (size_t)dim * 4) != 0) {
@@ -149,7 +184,7 @@ int main(int argc, char **argv)
                 uniq[u++] = uniq[i];
         for (size_t i = 0; i < u * (size_t)dim; i++)
             g[i] = dt_rng_uniform(&rng) - 0.5f;
-        if (dt_ps_client_push(c, 3, uniq, u, g, step, 1.0f))
+        if (push(c, uniq, u, g, step))
             return fail("push");
         memcpy(grad.ids, uniq, u * sizeof *uniq);
         memcpy(grad.rows, g, u * (size_t)dim * 4);
@@ -161,7 +196,7 @@ int main(int argc, char **argv)
     float *whole = malloc((size_t)rows * (size_t)dim * 4);
     for (int64_t r = 0; r < rows; r++)
         all[r] = r;
-    if (dt_ps_client_pull(c, 3, all, (size_t)rows, whole))
+    if (pull(c, all, (size_t)rows, whole))
         return fail("final pull");
     if (memcmp(whole, ref.data, (size_t)rows * (size_t)dim * 4) != 0) {
         fprintf(stderr, "ps_check: the table on the ps tasks differs from the local one\n");
