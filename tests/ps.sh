@@ -497,6 +497,43 @@ else
     fail ps_train_silent_worker_lost_by_heartbeat_then_rejoins "chief ${task_status[chief:0]}, lost after ${lost_ms} ms: $(grep -c . "$tmp/chief0.err") lines: $(tail -3 "$tmp/chief0.err")"
 fi
 no_leftovers ps_train_silent_worker_leaves_nothing "$base" 3
+# A worker whose input stalls (a FIFO its writer stops feeding and keeps open) while its
+# heartbeats still answer: it fails within --input-timeout and a few seconds naming the FIFO, the
+# chief ends the job with its message, and the ps is stopped.
+base=$(free_base 3)
+mkfifo "$tmp/feed"
+(head -n 500 "$tmp/long.svm"; sleep 60) > "$tmp/feed" &
+fifo_writer=$!
+pids+=("$fifo_writer")
+t0=$(date +%s%N)
+for task in chief:0 worker:0 ps:0; do
+    data="libsvm:$tmp/long.svm"
+    [ "$task" = worker:0 ] && data="libsvm:$tmp/feed"
+    config=$("$dtrain" launch -n 1 --ps 1 --base-port "$base" --print-tf-config "$task")
+    TF_CONFIG="$config" "$dtrain" "${long[@]/"libsvm:$tmp/long.svm"/$data}" --test-data none --shuffle-buffer 0 \
+        --input-timeout 2 > "$tmp/${task%%:*}0.out" 2> "$tmp/${task%%:*}0.err" &
+    task_pid[$task]=$!
+    pids+=($!)
+done
+wait_pid "${task_pid[worker:0]}" 30
+worker_status=$status
+stall_ms=$((($(date +%s%N) - t0) / 1000000))
+wait_pid "${task_pid[chief:0]}" 20
+chief_status=$status
+wait_pid "${task_pid[ps:0]}" 20
+ps_status=$status
+kill "$fifo_writer" 2>/dev/null
+wait "$fifo_writer" 2>/dev/null
+# The reader polling the FIFO or the prefetch thread waiting for it, whichever sees it first.
+stall_msg="$tmp/feed: no data for 2 s \(at line 501 \)\?(input_timeout): the input has stalled"
+if [ "$worker_status" -eq 1 ] && [ "$chief_status" -eq 1 ] && [ "$ps_status" -eq 0 ] &&
+    [ "$stall_ms" -lt 15000 ] && grep -q "error: $stall_msg" "$tmp/worker0.err" &&
+    grep -q "worker:0 (127.0.0.1:$((base + 1))): $stall_msg; training stopped" "$tmp/chief0.err"; then
+    ok ps_train_stalled_worker_input_fails_the_job "worker out after ${stall_ms} ms"
+else
+    fail ps_train_stalled_worker_input_fails_the_job "worker $worker_status after ${stall_ms} ms ($(tail -1 "$tmp/worker0.err")), chief $chief_status ($(tail -1 "$tmp/chief0.err")), ps $ps_status"
+fi
+no_leftovers ps_train_stalled_worker_input_leaves_nothing "$base" 2
 # dtrain launch --max-restarts 1: the killed worker alone is started again, rejoins and takes
 # steps; the job ends 0, its AUC within 0.003 of an uninterrupted run's.
 lt=("${long[@]}" --test-data "libsvm:$tmp/long_test.svm" --epochs 1 --progress estimator --metrics-out)
