@@ -327,6 +327,34 @@ else
     fail ps_train_hybrid_2_workers_2_ps_is_multi_worker_mirrored "exit $status, auc $auc steps $steps vs mwm $mauc $msteps: $(tail -3 "$tmp/err")"
 fi
 
+# ---- a snapshot is bound to its job: the snapshot a job left behind (a copy taken while it
+# ran, put back after it ended, as a job that died leaves it) is not restored by the next job
+# over the same --model-dir, which says so and trains from its own definitions ----
+sj=(train --data "libsvm:$tmp/train.svm" --test-data none --hash-buckets 3000 --embedding-size 8
+    --deep-layers 16 --model deepfm --batch-size 128 --shuffle-buffer 0 --progress none --threads 1
+    --model-dir "$tmp/sj" --ps-snapshot-secs 0.2)
+timeout 120 "$dtrain" launch -n 1 --ps 1 -- "$dtrain" "${sj[@]}" --epochs 4 > "$tmp/sja.out" 2> "$tmp/sja.err" &
+sj_launch=$!
+pids+=("$sj_launch")
+for _ in $(seq 1 400); do
+    [ -s "$tmp/sj/ps/ps-0.snapshot" ] && cp "$tmp/sj/ps/ps-0.snapshot" "$tmp/sj.keep" 2>/dev/null && break
+    sleep 0.05
+done
+wait_pid "$sj_launch" 120
+sja_status=$status
+[ -f "$tmp/sj.keep" ] && cp "$tmp/sj.keep" "$tmp/sj/ps/ps-0.snapshot"
+# Without the chief's checkpoints: a new job from the start, not the first one resumed.
+find "$tmp/sj" -maxdepth 1 -type f -delete
+run timeout 120 "$dtrain" launch -n 1 --ps 1 -- "$dtrain" "${sj[@]}" --max-steps 20
+if [ "$sja_status" -eq 0 ] && [ -f "$tmp/sj.keep" ] && [ "$status" -eq 0 ] &&
+    grep -q "\[ps:0\] dtrain server: warning: not restored: $tmp/sj/ps/ps-0.snapshot: the snapshot of another job (job 'launch-[^']*', nonce [0-9a-f]\{32\}; this is job 'launch-[^']*', nonce [0-9a-f]\{32\})" "$tmp/err" &&
+    ! grep -q "dtrain server: restored" "$tmp/err"; then
+    ok ps_snapshot_of_another_job_not_restored
+else
+    fail ps_snapshot_of_another_job_not_restored "first job $sja_status (kept: $(ls "$tmp/sj.keep" 2>&1)), second $status: $(grep -i 'restor\|error' "$tmp/err" | head -3)"
+fi
+rm -f "$tmp/sj.keep"
+
 # ---- sharded checkpoints: written by 2 ps, restored with 1 and 3 and into one_device ----
 # Hashed into 3000 rows of 8: small files, the same code paths.
 ck=(train --data "libsvm:$tmp/train.svm" --test-data "libsvm:$tmp/test.svm" --hash-buckets 3000

@@ -264,6 +264,62 @@ static bool same_floats(const float *a, const float *b, size_t n)
     return memcmp(a, b, n * sizeof *a) == 0;
 }
 
+/* A snapshot is bound to the job that wrote it: a task of another job (another id, or the same
+ * id with another nonce: a new run under the same name) does not take it for its own, and a file
+ * of the format before snapshots named their job is not known to be this job's. */
+TEST(ps_snapshot_of_another_job_is_not_restored)
+{
+    char path[] = "/tmp/dtrain-snapjob-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    dt_rowopt_config ro;
+    dt_rowopt_config_default(&ro, DT_ROWOPT_SGD);
+    dt_ps_shard a, b;
+    dt_ps_shard_init(&a, NULL);
+    dt_ps_shard_init(&b, NULL);
+    dt_psmsg def;
+    dt_ps_table_msg(7, "emb", 100, DIM, 1, 0, DT_PARTITION_DIV, &ro, 0.1f, 3, &def);
+    feed(&a, &def, NULL, NULL);
+    dt_ps_job mine = {.id = "ctr-daily", .nonce = {0xab, 0xcd}};
+    CHECK_OK(dt_ps_snapshot_save(&a, 0, &mine, path));
+    dt_ps_snapshot_info info;
+    CHECK_OK(dt_ps_snapshot_load(&b, 0, &mine, path, &info));
+    CHECK(!info.other_job && b.n_tables == 1);
+    dt_ps_shard_free(&b);
+    dt_ps_shard_init(&b, NULL);
+    dt_ps_job next_run = mine;
+    next_run.nonce[15] = 1;
+    CHECK_ERR(dt_ps_snapshot_load(&b, 0, &next_run, path, &info), DT_ERR_INVALID,
+              "the snapshot of another job (job 'ctr-daily', nonce abcd000000000000000000000000"
+              "0000; this is job 'ctr-daily', nonce abcd0000000000000000000000000001)");
+    CHECK(info.other_job && b.n_tables == 0);
+    dt_ps_job other = {.id = "census", .nonce = {0xab, 0xcd}};
+    CHECK_ERR(dt_ps_snapshot_load(&b, 0, &other, path, &info), DT_ERR_INVALID, "job 'census'");
+    CHECK(info.other_job && b.n_tables == 0);
+    /* Version 1's header: magic, version, and what followed. */
+    FILE *f = fopen(path, "r+b");
+    CHECK(f != NULL);
+    fseek(f, 8, SEEK_SET);
+    fputc(1, f);
+    fclose(f);
+    CHECK_ERR(dt_ps_snapshot_load(&b, 0, &mine, path, &info), DT_ERR_INVALID,
+              "before snapshots named their job");
+    CHECK(info.other_job);
+    /* Damage is not another job's: a flipped byte of the header is still a format error. */
+    f = fopen(path, "r+b");
+    fseek(f, 8, SEEK_SET);
+    fputc(2, f);
+    fseek(f, 40, SEEK_SET);
+    fputc('X', f);
+    fclose(f);
+    CHECK_ERR(dt_ps_snapshot_load(&b, 0, &mine, path, &info), DT_ERR_FORMAT, "checksum");
+    CHECK(!info.other_job);
+    unlink(path);
+    dt_ps_shard_free(&a);
+    dt_ps_shard_free(&b);
+}
+
 /* A snapshot holds a ps task's shards whole: rows, optimizer slots, clocks, dense slices and
  * their optimizer state come back bit for bit, and the restored shard trains on as the original
  * does. A flipped byte, a cut, another ps's file and no file are named refusals. */
@@ -302,9 +358,10 @@ TEST(ps_snapshot_restores_every_shard_bit_for_bit)
                        .step = step, .lr_scale = 1.0f};
         feed(&a, &pd, NULL, grads + 8);
     }
-    CHECK_OK(dt_ps_snapshot_save(&a, 1, path));
+    dt_ps_job job = {.id = "job-a", .nonce = {1, 2, 3}};
+    CHECK_OK(dt_ps_snapshot_save(&a, 1, &job, path));
     dt_ps_snapshot_info info;
-    CHECK_OK(dt_ps_snapshot_load(&b, 1, path, &info));
+    CHECK_OK(dt_ps_snapshot_load(&b, 1, &job, path, &info));
     CHECK(info.last_step == 3 && info.n_tables == 1 && info.n_slices == 1 && b.last_step == 3);
     const dt_ps_table_shard *ta = &a.tables[0], *tb = &b.tables[0];
     size_t n = (size_t)ta->t.rows * DIM;
@@ -329,7 +386,7 @@ TEST(ps_snapshot_restores_every_shard_bit_for_bit)
     fseek(f, 0, SEEK_END);
     long size = ftell(f);
     fclose(f);
-    const long flips[3] = {20, 40 + 30, size - 3};
+    const long flips[3] = {20, 120 + 30, size - 3};
     for (int i = 0; i < 3; i++) {
         f = fopen(path, "r+b");
         fseek(f, flips[i], SEEK_SET);
@@ -339,7 +396,7 @@ TEST(ps_snapshot_restores_every_shard_bit_for_bit)
         fclose(f);
         dt_ps_shard c_shard;
         dt_ps_shard_init(&c_shard, NULL);
-        CHECK(dt_ps_snapshot_load(&c_shard, 1, path, &info) == DT_ERR_FORMAT);
+        CHECK(dt_ps_snapshot_load(&c_shard, 1, &job, path, &info) == DT_ERR_FORMAT);
         CHECK_MSG(strstr(dt_last_error(), path) && strstr(dt_last_error(), "byte"), "%s",
                   dt_last_error());
         CHECK(c_shard.n_tables == 0 && c_shard.n_slices == 0);
@@ -352,12 +409,12 @@ TEST(ps_snapshot_restores_every_shard_bit_for_bit)
     CHECK(truncate(path, size - 100) == 0);
     dt_ps_shard c_shard;
     dt_ps_shard_init(&c_shard, NULL);
-    CHECK(dt_ps_snapshot_load(&c_shard, 1, path, &info) == DT_ERR_FORMAT);
+    CHECK(dt_ps_snapshot_load(&c_shard, 1, &job, path, &info) == DT_ERR_FORMAT);
     CHECK(strstr(dt_last_error(), "truncated"));
-    CHECK(dt_ps_snapshot_load(&c_shard, 0, path, &info) == DT_ERR_FORMAT);
+    CHECK(dt_ps_snapshot_load(&c_shard, 0, &job, path, &info) == DT_ERR_FORMAT);
     CHECK(strstr(dt_last_error(), "another ps task"));
     unlink(path);
-    CHECK(dt_ps_snapshot_load(&c_shard, 1, path, &info) == DT_END);
+    CHECK(dt_ps_snapshot_load(&c_shard, 1, &job, path, &info) == DT_END);
     dt_ps_shard_free(&c_shard);
     dt_ps_shard_free(&a);
     dt_ps_shard_free(&b);

@@ -138,7 +138,7 @@ static dt_status write_ckpt_file(void *arg)
 static dt_status write_snapshot(void *arg)
 {
     shard_write *w = arg;
-    return dt_ps_snapshot_save(&w->sv->shard, w->sv->o->me.index, w->path);
+    return dt_ps_snapshot_save(&w->sv->shard, w->sv->o->me.index, w->sv->o->job, w->path);
 }
 
 /* A write's child waited for until it ends, its deadline passes, or the service stops (it is
@@ -439,9 +439,16 @@ static dt_status restore(service *sv)
     if (!sv->o->snapshot_path)
         return DT_OK;
     dt_ps_snapshot_info info;
-    dt_status st = dt_ps_snapshot_load(&sv->shard, sv->o->me.index, sv->o->snapshot_path, &info);
+    dt_status st = dt_ps_snapshot_load(&sv->shard, sv->o->me.index, sv->o->job,
+                                       sv->o->snapshot_path, &info);
     if (st == DT_END)
         return DT_OK;
+    if (st && info.other_job) {
+        /* Left by a job that ended without removing it: this job's own snapshots replace it. */
+        dt_log_to(sv->log, DT_LOG_WARN, "dtrain server: warning: not restored: %s: this task "
+                  "starts from the coordinator's definitions", dt_last_error());
+        return DT_OK;
+    }
     if (st)
         return dt_error_prefix(st, "restoring this ps task's shards");
     sv->stats.restored = true, sv->stats.restored_step = info.last_step;
