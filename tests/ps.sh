@@ -416,6 +416,32 @@ else
     fail ps_sidecar_evaluator_reads_sharded_checkpoints "exit $status, evaluator '$eval_auc', chief '$chief_auc': $(tail -3 "$tmp/err")"
 fi
 
+# A shard file of the newest checkpoint damaged, or missing: the coordinator started again says
+# what was wrong and restores the whole checkpoint before it (of those near steps 20, 40, 60).
+for how in damaged missing; do
+    rm -rf "$tmp/ckf"
+    cp -r "$tmp/cke" "$tmp/ckf"
+    shard="$tmp/ckf/ckpt-60.ps-1-of-2.safetensors"
+    if [ "$how" = damaged ]; then
+        python3 -c "
+import sys
+f = open(sys.argv[1], 'r+b'); f.seek(-100, 2); b = f.read(1); f.seek(-100, 2)
+f.write(bytes([b[0] ^ 0x10])); f.close()" "$shard"
+    else
+        rm -f "$shard"
+    fi
+    run timeout 120 "$dtrain" launch -n 1 --ps 2 -- "$dtrain" "${ck[@]:0:${#ck[@]}-2}" \
+        --max-steps 70 --model-dir "$tmp/ckf" --save-checkpoints-steps 0
+    if [ "$status" -eq 0 ] &&
+        grep -q "\[chief:0\] dtrain: warning: .*ckpt-60.safetensors names its shard file: .*ckpt-60.ps-1-of-2.safetensors: .*; restoring the checkpoint before it" "$tmp/out" &&
+        grep -q "\[chief:0\] Restoring parameters from $tmp/ckf/ckpt-\([1-5][0-9]\).safetensors (global step \1)" "$tmp/out"; then
+        ok "ps_checkpoint_with_a_${how}_shard_falls_back_to_the_one_before" "$(grep -o 'ckpt-60.ps-1-of-2.safetensors: [^;]*' "$tmp/out" | head -1)"
+    else
+        fail "ps_checkpoint_with_a_${how}_shard_falls_back_to_the_one_before" "exit $status: $(grep -i 'warning\|error\|Restoring' "$tmp/err" "$tmp/out" | head -4)"
+    fi
+done
+rm -rf "$tmp/ckf"
+
 # The chief's log follows fit's flags: Estimator's lines every --log-step-count-steps steps of
 # the global count (0, 20 and 40 of 60), and Keras's epoch line with --progress lines.
 pg=(train --data "libsvm:$tmp/train.svm" --test-data none --hash-buckets 3000 --embedding-size 8

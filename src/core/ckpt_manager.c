@@ -644,7 +644,8 @@ fail:
     return st;
 }
 
-static dt_status open_latest(const char *dir, FILE *log, bool map, dt_ckpt **out)
+static dt_status open_latest(const char *dir, FILE *log, bool map, int64_t before,
+                             dt_ckpt **out)
 {
     *out = NULL;
     struct ckpt_list l = {0};
@@ -656,6 +657,8 @@ static dt_status open_latest(const char *dir, FILE *log, bool map, dt_ckpt **out
         goto fail;
     st = DT_END;
     for (int i = 0; i < l.n && st == DT_END; i++) {
+        if (l.steps[i] >= before)
+            continue;
         char path[PATH_CAP], name[64];
         ckpt_name(name, sizeof name, l.steps[i]);
         if (build_path(path, sizeof path, dir, name) != DT_OK)
@@ -677,10 +680,16 @@ fail:
 
 dt_status dt_ckpt_open_latest(const char *dir, FILE *log, dt_ckpt **out)
 {
-    return open_latest(dir, log, false, out);
+    return open_latest(dir, log, false, INT64_MAX, out);
+}
+
+dt_status dt_ckpt_open_latest_before(const char *dir, int64_t before_step, FILE *log,
+                                     dt_ckpt **out)
+{
+    return open_latest(dir, log, false, before_step, out);
 }
 
 dt_status dt_ckpt_map_latest(const char *dir, FILE *log, dt_ckpt **out)
 {
-    return open_latest(dir, log, true, out);
+    return open_latest(dir, log, true, INT64_MAX, out);
 }
