@@ -355,6 +355,27 @@ else
 fi
 rm -f "$tmp/sj.keep"
 
+# ---- a ps task sweeps the temporaries its own killed writes left on its host (a dead pid's),
+# at its start, and leaves a running process's, another host's and another ps task's ----
+mkdir -p "$tmp/sw/ps"
+dead=$(sh -c 'echo $$')
+host=$(hostname)
+sw_gone=("ps/ps-0.snapshot.tmp.$dead.$host" "ckpt-5.ps-0-of-1.safetensors.tmp.$dead.$host")
+sw_kept=("ps/ps-0.snapshot.tmp.$$.$host" "ps/ps-0.snapshot.tmp.$dead.another-host"
+         "ps/ps-1.snapshot.tmp.$dead.$host")
+for f in "${sw_gone[@]}" "${sw_kept[@]}"; do touch "$tmp/sw/$f"; done
+run timeout 120 "$dtrain" launch -n 1 --ps 1 -- "$dtrain" "${sj[@]/"$tmp/sj"/$tmp/sw}" --max-steps 10 \
+    --save-checkpoints-steps 5
+bad=""
+for f in "${sw_gone[@]}"; do [ -e "$tmp/sw/$f" ] && bad="$bad left:$f"; done
+for f in "${sw_kept[@]}"; do [ -e "$tmp/sw/$f" ] || bad="$bad removed:$f"; done
+if [ "$status" -eq 0 ] && [ -z "$bad" ] &&
+    grep -q "\[ps:0\] dtrain server: removed $tmp/sw/ps/ps-0.snapshot.tmp.$dead.$host, left by a write of this ps task" "$tmp/err"; then
+    ok ps_sweeps_its_own_orphaned_temporaries
+else
+    fail ps_sweeps_its_own_orphaned_temporaries "exit $status:$bad $(grep -i 'removed\|error' "$tmp/err" "$tmp/out" | head -3)"
+fi
+
 # ---- sharded checkpoints: written by 2 ps, restored with 1 and 3 and into one_device ----
 # Hashed into 3000 rows of 8: small files, the same code paths.
 ck=(train --data "libsvm:$tmp/train.svm" --test-data "libsvm:$tmp/test.svm" --hash-buckets 3000

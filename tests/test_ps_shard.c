@@ -5,10 +5,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../src/ps/shard.h"
 #include "../src/ps/snapshot.h"
+#include "../src/ps/sweep.h"
+#include "../src/core/fileio.h"
 #include "dtrain/rng.h"
 #include "test.h"
 
@@ -262,6 +265,76 @@ static void feed(dt_ps_shard *s, const dt_psmsg *m, const int64_t *ids, const fl
 static bool same_floats(const float *a, const float *b, size_t n)
 {
     return memcmp(a, b, n * sizeof *a) == 0;
+}
+
+/* A pid that no longer runs: a child's, reaped. */
+static long dead_pid(void)
+{
+    pid_t p = fork();
+    if (p == 0)
+        _exit(0);
+    waitpid(p, NULL, 0);
+    return (long)p;
+}
+
+static void touch(const char *dir, const char *name)
+{
+    char path[2300];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f)
+        fclose(f);
+}
+
+static bool exists_in(const char *dir, const char *name)
+{
+    char path[2300];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return access(path, F_OK) == 0;
+}
+
+/* A ps task sweeps the temporaries of its own failed writes on its own host: a dead process's,
+ * of its own snapshot and shard files. A running process's, another host's, another ps task's
+ * and other files stay. */
+TEST(ps_sweeps_only_its_own_orphaned_temporaries)
+{
+    char dir[] = "/tmp/dtrain-sweep-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char host[64];
+    CHECK(gethostname(host, sizeof host) == 0);
+    host[63] = '\0';
+    long dead = dead_pid(), live = (long)getppid();
+    char names[10][200];
+    const char *forms[10] = {
+        "ps-0.snapshot.tmp.%ld.%s",                      /* 0: swept */
+        "ckpt-40.ps-0-of-2.safetensors.tmp.%ld.%s",      /* 1: swept */
+        "ps-0.snapshot.tmp.%ld",                         /* 2: swept (no host: an older name) */
+        "ps-0.snapshot.tmp.%ld.%s",                      /* 3: live pid */
+        "ps-0.snapshot.tmp.%ld.another-host",            /* 4: another host's */
+        "ps-1.snapshot.tmp.%ld.%s",                      /* 5: another ps task's */
+        "ckpt-40.ps-1-of-2.safetensors.tmp.%ld.%s",      /* 6: another ps task's */
+        "ckpt-40.ps-0-of-2.safetensors",                 /* 7: a checkpoint file */
+        "ckpt-40.safetensors.tmp.%ld.%s",                /* 8: the chief's */
+        "ps-0.snapshot",                                 /* 9: the snapshot */
+    };
+    for (int i = 0; i < 10; i++) {
+        snprintf(names[i], sizeof names[i], forms[i], i == 3 ? live : dead, host);
+        touch(dir, names[i]);
+    }
+    size_t n;
+    CHECK(dt_file_replace_orphan(names[0], &n) && n == strlen("ps-0.snapshot"));
+    CHECK(!dt_file_replace_orphan(names[3], &n) && !dt_file_replace_orphan(names[4], &n));
+    CHECK(dt_ps_sweep_temps(dir, 0, NULL) == 3);
+    for (int i = 0; i < 10; i++)
+        CHECK_MSG(exists_in(dir, names[i]) == (i > 2), "%s %s", names[i],
+                  i > 2 ? "was removed" : "is left");
+    for (int i = 3; i < 10; i++) {
+        char path[2300];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    CHECK(rmdir(dir) == 0);
 }
 
 /* A snapshot is bound to the job that wrote it: a task of another job (another id, or the same
