@@ -367,6 +367,7 @@ static dt_status write_metrics(const char *path, const dt_train_config *c,
     cJSON_AddNumberToObject(j, "resumed_step", (double)r->resumed_step);
     cJSON_AddNumberToObject(j, "checkpoints", (double)r->checkpoints);
     cJSON_AddNumberToObject(j, "checkpoint_seconds", r->checkpoint_seconds);
+    cJSON_AddNumberToObject(j, "checkpoints_failed", (double)r->checkpoints_failed);
     cJSON_AddNumberToObject(j, "param_count", (double)rep->param_count);
     char crc[16];
     snprintf(crc, sizeof crc, "%08x", rep->param_checksum);

@@ -376,6 +376,48 @@ else
     fail ps_sweeps_its_own_orphaned_temporaries "exit $status:$bad $(grep -i 'removed\|error' "$tmp/err" "$tmp/out" | head -3)"
 fi
 
+# ---- a full disk during a periodic checkpoint: reported, training goes on, the last good
+# checkpoint stays the latest, and the job completes. The model directory is a 16 MB tmpfs in a
+# mount namespace of the test's own (unshare -m), which nothing else sees; once the first
+# checkpoint is in, a filler takes the rest of it, removed once a save has been refused. ----
+cat > "$tmp/full_disk.sh" << 'EOF'
+set -u
+dtrain=$1 tmp=$2
+shift 2
+mkdir -p "$tmp/full"
+mount -t tmpfs -o size=16m tmpfs "$tmp/full" || exit 99
+"$dtrain" launch -n 1 --ps 1 -- "$dtrain" "$@" --model-dir "$tmp/full/md" > "$tmp/full.out" 2> "$tmp/full.err" &
+job=$!
+for _ in $(seq 1 1500); do [ -s "$tmp/full/md/checkpoint" ] && break; sleep 0.02; done
+dd if=/dev/zero of="$tmp/full/filler" bs=64k > /dev/null 2>&1
+for _ in $(seq 1 1500); do grep -q "not saved" "$tmp/full.out" && break; sleep 0.02; done
+cp "$tmp/full/md/checkpoint" "$tmp/full.state" 2>/dev/null
+ls "$tmp/full/md" > "$tmp/full.ls_when_full"
+rm -f "$tmp/full/filler"
+wait "$job"
+echo $? > "$tmp/full.status"
+umount "$tmp/full"
+EOF
+if unshare -m true 2>/dev/null; then
+    timeout 180 unshare -m bash "$tmp/full_disk.sh" "$dtrain" "$tmp" train --data "libsvm:$tmp/train.svm" \
+        --test-data none --hash-buckets 3000 --embedding-size 8 --deep-layers 16 --model deepfm \
+        --batch-size 128 --shuffle-buffer 0 --progress none --threads 1 --max-steps 1500 \
+        --save-checkpoints-steps 100 --metrics-out "$tmp/full.json"
+    full_status=$(cat "$tmp/full.status" 2>/dev/null || echo none)
+    kept=$(sed -n 's/^model_checkpoint_path: "\(.*\)"/\1/p' "$tmp/full.state" 2>/dev/null)
+    refused=$(grep -o "checkpoint at step [0-9]* not saved: .*No space left on device; training goes on, and the latest checkpoint stays ckpt-[0-9]*" "$tmp/full.out" | head -1)
+    if [ "$full_status" = 0 ] && [ -n "$refused" ] && [ -n "$kept" ] &&
+        [ "${refused##* }.safetensors" = "$kept" ] && grep -qx "$kept" "$tmp/full.ls_when_full" &&
+        grep -q "Saving checkpoints for 1500 into" "$tmp/full.out" &&
+        [ "$(json_field "$tmp/full.json" checkpoints_failed)" -ge 1 ] && ! grep -q "$tmp/full" /proc/mounts; then
+        ok ps_full_disk_during_a_checkpoint_goes_on "${refused%%:*}; kept $kept; $(json_field "$tmp/full.json" checkpoints_failed) refused"
+    else
+        fail ps_full_disk_during_a_checkpoint_goes_on "job $full_status, kept '$kept', refused '$refused': $(grep -i 'error\|warning' "$tmp/full.err" "$tmp/full.out" | head -3)"
+    fi
+else
+    fail ps_full_disk_during_a_checkpoint_goes_on "unshare -m is refused here: the test needs root for its private tmpfs"
+fi
+
 # ---- sharded checkpoints: written by 2 ps, restored with 1 and 3 and into one_device ----
 # Hashed into 3000 rows of 8: small files, the same code paths.
 ck=(train --data "libsvm:$tmp/train.svm" --test-data "libsvm:$tmp/test.svm" --hash-buckets 3000
