@@ -377,9 +377,10 @@ else
 fi
 
 # ---- a full disk during a periodic checkpoint: reported, training goes on, the last good
-# checkpoint stays the latest, and the job completes. The model directory is a 16 MB tmpfs in a
-# mount namespace of the test's own (unshare -m), which nothing else sees; once the first
-# checkpoint is in, a filler takes the rest of it, removed once a save has been refused. ----
+# checkpoint stays the latest, no file of the refused one is left, and the job completes. The
+# model directory is a 16 MB tmpfs in a mount namespace of the test's own (unshare -m), which
+# nothing else sees; once the first checkpoint is in, a filler takes the rest of it, removed once
+# a save has been refused. ----
 cat > "$tmp/full_disk.sh" << 'EOF'
 set -u
 dtrain=$1 tmp=$2
@@ -396,6 +397,7 @@ ls "$tmp/full/md" > "$tmp/full.ls_when_full"
 rm -f "$tmp/full/filler"
 wait "$job"
 echo $? > "$tmp/full.status"
+ls "$tmp/full/md" > "$tmp/full.ls_end"
 umount "$tmp/full"
 EOF
 if unshare -m true 2>/dev/null; then
@@ -409,6 +411,7 @@ if unshare -m true 2>/dev/null; then
     if [ "$full_status" = 0 ] && [ -n "$refused" ] && [ -n "$kept" ] &&
         [ "${refused##* }.safetensors" = "$kept" ] && grep -qx "$kept" "$tmp/full.ls_when_full" &&
         grep -q "Saving checkpoints for 1500 into" "$tmp/full.out" &&
+        ! grep -q "^ckpt-$(echo "$refused" | cut -d' ' -f4)\.ps-" "$tmp/full.ls_end" &&
         [ "$(json_field "$tmp/full.json" checkpoints_failed)" -ge 1 ] && ! grep -q "$tmp/full" /proc/mounts; then
         ok ps_full_disk_during_a_checkpoint_goes_on "${refused%%:*}; kept $kept; $(json_field "$tmp/full.json" checkpoints_failed) refused"
     else
@@ -417,6 +420,22 @@ if unshare -m true 2>/dev/null; then
 else
     fail ps_full_disk_during_a_checkpoint_goes_on "unshare -m is refused here: the test needs root for its private tmpfs"
 fi
+
+# One ps task's SAVE refused (its shard file's name taken by a directory), the other's written:
+# the checkpoint is reported and skipped, and the other ps task's shard file, which no manifest
+# names, is removed.
+mkdir -p "$tmp/half"
+for step in $(seq 90 115); do mkdir -p "$tmp/half/ckpt-$step.ps-1-of-2.safetensors"; done
+run timeout 120 "$dtrain" launch -n 1 --ps 2 -- "$dtrain" "${sj[@]/"$tmp/sj"/$tmp/half}" \
+    --max-steps 250 --save-checkpoints-steps 100
+half_step=$(sed -n 's/.*checkpoint at step \([0-9]*\) not saved: .*ps:1 .*; training goes on.*/\1/p' "$tmp/out" | head -1)
+if [ "$status" -eq 0 ] && [ -n "$half_step" ] && [ ! -e "$tmp/half/ckpt-$half_step.ps-0-of-2.safetensors" ] &&
+    [ ! -e "$tmp/half/ckpt-$half_step.safetensors" ] && [ -f "$tmp/half/ckpt-250.safetensors" ]; then
+    ok ps_checkpoint_refused_by_one_ps_leaves_no_shard "step $half_step skipped"
+else
+    fail ps_checkpoint_refused_by_one_ps_leaves_no_shard "exit $status, step '$half_step': $(ls "$tmp/half" | grep -v '^ckpt-[0-9]*.ps-1' | tr '\n' ' ') $(grep -i 'error\|not saved' "$tmp/out" "$tmp/err" | head -2)"
+fi
+rm -rf "$tmp/half"
 
 # ---- sharded checkpoints: written by 2 ps, restored with 1 and 3 and into one_device ----
 # Hashed into 3000 rows of 8: small files, the same code paths.
