@@ -402,7 +402,8 @@ fi
 "$dtrain" data gen-ctr --rows 600 --seed 3 --out "$tmp/fifo_src.svm" > "$tmp/fifo_gen" 2>&1
 fifo_fs=$(sed -n 's/.*feature_size=\([0-9]*\).*/\1/p' "$tmp/fifo_gen")
 mkfifo "$tmp/feed"
-(head -n 300 "$tmp/fifo_src.svm"; sleep 60) > "$tmp/feed" &
+# exec: the writer is one process, ended by its pid, holding the FIFO open without writing.
+(head -n 300 "$tmp/fifo_src.svm"; exec sleep 60) > "$tmp/feed" &
 fifo_writer=$!
 run timeout 30 "$dtrain" train --data "libsvm:$tmp/feed" --test-data none --feature-size "$fifo_fs" \
     --model lr --batch-size 32 --shuffle-buffer 0 --progress none --threads 1 --input-timeout 2

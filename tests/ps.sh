@@ -638,7 +638,8 @@ no_leftovers ps_train_silent_worker_leaves_nothing "$base" 3
 # chief ends the job with its message, and the ps is stopped.
 base=$(free_base 3)
 mkfifo "$tmp/feed"
-(head -n 500 "$tmp/long.svm"; sleep 60) > "$tmp/feed" &
+# exec: the writer is one process, ended by its pid, holding the FIFO open without writing.
+(head -n 500 "$tmp/long.svm"; exec sleep 60) > "$tmp/feed" &
 fifo_writer=$!
 pids+=("$fifo_writer")
 t0=$(date +%s%N)
