@@ -127,6 +127,9 @@ static int define_flags(flag_table *t, dt_train_config *c, struct cli_only *o)
           "file path");
     FIELD("prefetch", FLAG_INT, fit.prefetch, "batches prepared ahead on a background thread (0: "
           "none; 0 too when this machine's workers have a thread on every core)");
+    FIELD("input-timeout", FLAG_FLOAT, input.input_timeout, "file data: seconds the input may "
+          "give nothing (a FIFO nobody writes, a hung network file system) before the worker "
+          "fails, naming the file (0: no limit)");
     FIELD("skip-bad-records", FLAG_BOOL, input.skip_bad_records, "skip and count corrupt records "
           "or lines instead of stopping");
     FIELD("epochs", FLAG_INT, fit.epochs, "passes over the training data (with --max-steps and no "
@@ -367,6 +370,7 @@ static dt_status write_metrics(const char *path, const dt_train_config *c,
     cJSON_AddNumberToObject(j, "resumed_step", (double)r->resumed_step);
     cJSON_AddNumberToObject(j, "checkpoints", (double)r->checkpoints);
     cJSON_AddNumberToObject(j, "checkpoint_seconds", r->checkpoint_seconds);
+    cJSON_AddNumberToObject(j, "checkpoints_failed", (double)r->checkpoints_failed);
     cJSON_AddNumberToObject(j, "param_count", (double)rep->param_count);
     char crc[16];
     snprintf(crc, sizeof crc, "%08x", rep->param_checksum);

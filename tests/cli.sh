@@ -397,5 +397,26 @@ else
     fail fashion_mnist_present "$fm is missing: install dataset-fashion-mnist (scripts/deps.sh test)"
 fi
 
+# --- a stalled input: a FIFO whose writer stops feeding it (and keeps it open, so no end of file
+# comes) ends training within --input-timeout and a few seconds, naming the FIFO and the line ---
+"$dtrain" data gen-ctr --rows 600 --seed 3 --out "$tmp/fifo_src.svm" > "$tmp/fifo_gen" 2>&1
+fifo_fs=$(sed -n 's/.*feature_size=\([0-9]*\).*/\1/p' "$tmp/fifo_gen")
+mkfifo "$tmp/feed"
+# exec: the writer is one process, ended by its pid, holding the FIFO open without writing.
+(head -n 300 "$tmp/fifo_src.svm"; exec sleep 60) > "$tmp/feed" &
+fifo_writer=$!
+run timeout 30 "$dtrain" train --data "libsvm:$tmp/feed" --test-data none --feature-size "$fifo_fs" \
+    --model lr --batch-size 32 --shuffle-buffer 0 --progress none --threads 1 --input-timeout 2
+kill "$fifo_writer" 2>/dev/null
+wait "$fifo_writer" 2>/dev/null
+if [ "$status" -eq 1 ] && [ "$ms" -lt 8000 ] && [ "$(wc -l < "$tmp/err")" -eq 1 ] &&
+    grep -q "$tmp/feed: no data for 2 s \(at line 301 \)\?(input_timeout): the input has stalled" "$tmp/err"; then
+    ok stalled_fifo_input_fails_naming_it "${ms} ms"
+else
+    fail stalled_fifo_input_fails_naming_it "exit $status after $ms ms: $(head -c 300 "$tmp/err")"
+fi
+expect_error input_timeout_must_not_be_negative 2 "--input-timeout: must be in 0..1e9" \
+    train --data "libsvm:$tmp/fifo_src.svm" --feature-size "$fifo_fs" --input-timeout -1
+
 echo "cli: $passed passed, $failed failed"
 echo "$passed $failed" > "$counts"

@@ -87,6 +87,7 @@ cat > "$tmp/record.sh" << 'EOF'
 dir=$1 total=$2
 printf '%s\n' "$TF_CONFIG" > "$dir/tf.$DTRAIN_TASK"
 printf '%s\n' "$DTRAIN_CLUSTER_SECRET" > "$dir/secret.$DTRAIN_TASK"
+printf '%s %s\n' "$DTRAIN_JOB_ID" "$DTRAIN_JOB_NONCE" > "$dir/job.$DTRAIN_TASK"
 echo $$ > "$dir/pid.$DTRAIN_TASK"
 i=0
 while [ "$(ls "$dir" | grep -c '^pid\.')" -lt "$total" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
@@ -131,6 +132,17 @@ else fail tf_config_per_task "exit $status: $check $(head -c 300 "$tmp/err")"; f
 # the time a parameter-server chief gives its ps tasks to end on their own.
 if [ "$status" -eq 0 ] && [ "$ms" -lt 5000 ] && ! grep -q "error" "$tmp/err"; then ok ps_stopped_after_training; \
 else fail ps_stopped_after_training "exit $status in $ms ms: $(head -c 300 "$tmp/err")"; fi
+# One job identity for every task (what a ps task's snapshots are bound to), another for the
+# next launch.
+jobs=$(cat "$tmp"/c1/job.* | sort -u)
+mkdir "$tmp/c1b"
+"$dtrain" launch -n 1 -- sh "$tmp/record.sh" "$tmp/c1b" 1 > /dev/null 2>&1
+if [ "$(echo "$jobs" | wc -l)" -eq 1 ] && echo "$jobs" | grep -qx "launch-[^ ]* [0-9a-f]\{32\}" &&
+    [ "$(cut -d' ' -f2 "$tmp/c1b/job.worker:0")" != "$(echo "$jobs" | cut -d' ' -f2)" ]; then
+    ok job_identity_per_launch "$jobs"
+else
+    fail job_identity_per_launch "'$jobs' then '$(cat "$tmp/c1b/job.worker:0" 2>&1)'"
+fi
 if left=$(all_dead "$tmp"/c1/pid.*); then ok tf_config_no_process_left; \
 else fail tf_config_no_process_left "still running:$left"; fi
 secrets=$(cat "$tmp"/c1/secret.* | sort -u)

@@ -358,6 +358,116 @@ else
     fail ps_train_hybrid_2_workers_2_ps_is_multi_worker_mirrored "exit $status, auc $auc steps $steps vs mwm $mauc $msteps: $(tail -3 "$tmp/err")"
 fi
 
+# ---- a snapshot is bound to its job: the snapshot a job left behind (a copy taken while it
+# ran, put back after it ended, as a job that died leaves it) is not restored by the next job
+# over the same --model-dir, which says so and trains from its own definitions ----
+sj=(train --data "libsvm:$tmp/train.svm" --test-data none --hash-buckets 3000 --embedding-size 8
+    --deep-layers 16 --model deepfm --batch-size 128 --shuffle-buffer 0 --progress none --threads 1
+    --model-dir "$tmp/sj" --ps-snapshot-secs 0.2)
+timeout 120 "$dtrain" launch -n 1 --ps 1 -- "$dtrain" "${sj[@]}" --epochs 4 > "$tmp/sja.out" 2> "$tmp/sja.err" &
+sj_launch=$!
+pids+=("$sj_launch")
+for _ in $(seq 1 400); do
+    [ -s "$tmp/sj/ps/ps-0.snapshot" ] && cp "$tmp/sj/ps/ps-0.snapshot" "$tmp/sj.keep" 2>/dev/null && break
+    sleep 0.05
+done
+wait_pid "$sj_launch" 120
+sja_status=$status
+[ -f "$tmp/sj.keep" ] && cp "$tmp/sj.keep" "$tmp/sj/ps/ps-0.snapshot"
+# Without the chief's checkpoints: a new job from the start, not the first one resumed.
+find "$tmp/sj" -maxdepth 1 -type f -delete
+run timeout 120 "$dtrain" launch -n 1 --ps 1 -- "$dtrain" "${sj[@]}" --max-steps 20
+if [ "$sja_status" -eq 0 ] && [ -f "$tmp/sj.keep" ] && [ "$status" -eq 0 ] &&
+    grep -q "\[ps:0\] dtrain server: warning: not restored: $tmp/sj/ps/ps-0.snapshot: the snapshot of another job (job 'launch-[^']*', nonce [0-9a-f]\{32\}; this is job 'launch-[^']*', nonce [0-9a-f]\{32\})" "$tmp/err" &&
+    ! grep -q "dtrain server: restored" "$tmp/err"; then
+    ok ps_snapshot_of_another_job_not_restored
+else
+    fail ps_snapshot_of_another_job_not_restored "first job $sja_status (kept: $(ls "$tmp/sj.keep" 2>&1)), second $status: $(grep -i 'restor\|error' "$tmp/err" | head -3)"
+fi
+rm -f "$tmp/sj.keep"
+
+# ---- a ps task sweeps the temporaries its own killed writes left on its host (a dead pid's),
+# at its start, and leaves a running process's, another host's and another ps task's ----
+mkdir -p "$tmp/sw/ps"
+dead=$(sh -c 'echo $$')
+host=$(hostname)
+sw_gone=("ps/ps-0.snapshot.tmp.$dead.$host" "ckpt-5.ps-0-of-1.safetensors.tmp.$dead.$host")
+sw_kept=("ps/ps-0.snapshot.tmp.$$.$host" "ps/ps-0.snapshot.tmp.$dead.another-host"
+         "ps/ps-1.snapshot.tmp.$dead.$host")
+for f in "${sw_gone[@]}" "${sw_kept[@]}"; do touch "$tmp/sw/$f"; done
+run timeout 120 "$dtrain" launch -n 1 --ps 1 -- "$dtrain" "${sj[@]/"$tmp/sj"/$tmp/sw}" --max-steps 10 \
+    --save-checkpoints-steps 5
+bad=""
+for f in "${sw_gone[@]}"; do [ -e "$tmp/sw/$f" ] && bad="$bad left:$f"; done
+for f in "${sw_kept[@]}"; do [ -e "$tmp/sw/$f" ] || bad="$bad removed:$f"; done
+if [ "$status" -eq 0 ] && [ -z "$bad" ] &&
+    grep -q "\[ps:0\] dtrain server: removed $tmp/sw/ps/ps-0.snapshot.tmp.$dead.$host, left by a write of this ps task" "$tmp/err"; then
+    ok ps_sweeps_its_own_orphaned_temporaries
+else
+    fail ps_sweeps_its_own_orphaned_temporaries "exit $status:$bad $(grep -i 'removed\|error' "$tmp/err" "$tmp/out" | head -3)"
+fi
+
+# ---- a full disk during a periodic checkpoint: reported, training goes on, the last good
+# checkpoint stays the latest, no file of the refused one is left, and the job completes. The
+# model directory is a 16 MB tmpfs in a mount namespace of the test's own (unshare -m), which
+# nothing else sees; once the first checkpoint is in, a filler takes the rest of it, removed once
+# a save has been refused. ----
+cat > "$tmp/full_disk.sh" << 'EOF'
+set -u
+dtrain=$1 tmp=$2
+shift 2
+mkdir -p "$tmp/full"
+mount -t tmpfs -o size=16m tmpfs "$tmp/full" || exit 99
+"$dtrain" launch -n 1 --ps 1 -- "$dtrain" "$@" --model-dir "$tmp/full/md" > "$tmp/full.out" 2> "$tmp/full.err" &
+job=$!
+for _ in $(seq 1 1500); do [ -s "$tmp/full/md/checkpoint" ] && break; sleep 0.02; done
+dd if=/dev/zero of="$tmp/full/filler" bs=64k > /dev/null 2>&1
+for _ in $(seq 1 1500); do grep -q "not saved" "$tmp/full.out" && break; sleep 0.02; done
+cp "$tmp/full/md/checkpoint" "$tmp/full.state" 2>/dev/null
+ls "$tmp/full/md" > "$tmp/full.ls_when_full"
+rm -f "$tmp/full/filler"
+wait "$job"
+echo $? > "$tmp/full.status"
+ls "$tmp/full/md" > "$tmp/full.ls_end"
+umount "$tmp/full"
+EOF
+if unshare -m true 2>/dev/null; then
+    timeout 180 unshare -m bash "$tmp/full_disk.sh" "$dtrain" "$tmp" train --data "libsvm:$tmp/train.svm" \
+        --test-data none --hash-buckets 3000 --embedding-size 8 --deep-layers 16 --model deepfm \
+        --batch-size 128 --shuffle-buffer 0 --progress none --threads 1 --max-steps 1500 \
+        --save-checkpoints-steps 100 --metrics-out "$tmp/full.json"
+    full_status=$(cat "$tmp/full.status" 2>/dev/null || echo none)
+    kept=$(sed -n 's/^model_checkpoint_path: "\(.*\)"/\1/p' "$tmp/full.state" 2>/dev/null)
+    refused=$(grep -o "checkpoint at step [0-9]* not saved: .*No space left on device; training goes on, and the latest checkpoint stays ckpt-[0-9]*" "$tmp/full.out" | head -1)
+    if [ "$full_status" = 0 ] && [ -n "$refused" ] && [ -n "$kept" ] &&
+        [ "${refused##* }.safetensors" = "$kept" ] && grep -qx "$kept" "$tmp/full.ls_when_full" &&
+        grep -q "Saving checkpoints for 1500 into" "$tmp/full.out" &&
+        ! grep -q "^ckpt-$(echo "$refused" | cut -d' ' -f4)\.ps-" "$tmp/full.ls_end" &&
+        [ "$(json_field "$tmp/full.json" checkpoints_failed)" -ge 1 ] && ! grep -q "$tmp/full" /proc/mounts; then
+        ok ps_full_disk_during_a_checkpoint_goes_on "${refused%%:*}; kept $kept; $(json_field "$tmp/full.json" checkpoints_failed) refused"
+    else
+        fail ps_full_disk_during_a_checkpoint_goes_on "job $full_status, kept '$kept', refused '$refused': $(grep -i 'error\|warning' "$tmp/full.err" "$tmp/full.out" | head -3)"
+    fi
+else
+    fail ps_full_disk_during_a_checkpoint_goes_on "unshare -m is refused here: the test needs root for its private tmpfs"
+fi
+
+# One ps task's SAVE refused (its shard file's name taken by a directory), the other's written:
+# the checkpoint is reported and skipped, and the other ps task's shard file, which no manifest
+# names, is removed.
+mkdir -p "$tmp/half"
+for step in $(seq 90 115); do mkdir -p "$tmp/half/ckpt-$step.ps-1-of-2.safetensors"; done
+run timeout 120 "$dtrain" launch -n 1 --ps 2 -- "$dtrain" "${sj[@]/"$tmp/sj"/$tmp/half}" \
+    --max-steps 250 --save-checkpoints-steps 100
+half_step=$(sed -n 's/.*checkpoint at step \([0-9]*\) not saved: .*ps:1 .*; training goes on.*/\1/p' "$tmp/out" | head -1)
+if [ "$status" -eq 0 ] && [ -n "$half_step" ] && [ ! -e "$tmp/half/ckpt-$half_step.ps-0-of-2.safetensors" ] &&
+    [ ! -e "$tmp/half/ckpt-$half_step.safetensors" ] && [ -f "$tmp/half/ckpt-250.safetensors" ]; then
+    ok ps_checkpoint_refused_by_one_ps_leaves_no_shard "step $half_step skipped"
+else
+    fail ps_checkpoint_refused_by_one_ps_leaves_no_shard "exit $status, step '$half_step': $(ls "$tmp/half" | grep -v '^ckpt-[0-9]*.ps-1' | tr '\n' ' ') $(grep -i 'error\|not saved' "$tmp/out" "$tmp/err" | head -2)"
+fi
+rm -rf "$tmp/half"
+
 # ---- sharded checkpoints: written by 2 ps, restored with 1 and 3 and into one_device ----
 # Hashed into 3000 rows of 8: small files, the same code paths.
 ck=(train --data "libsvm:$tmp/train.svm" --test-data "libsvm:$tmp/test.svm" --hash-buckets 3000
@@ -418,6 +528,32 @@ if [ "$status" -eq 0 ] && [ -n "$eval_auc" ] &&
 else
     fail ps_sidecar_evaluator_reads_sharded_checkpoints "exit $status, evaluator '$eval_auc', chief '$chief_auc': $(tail -3 "$tmp/err")"
 fi
+
+# A shard file of the newest checkpoint damaged, or missing: the coordinator started again says
+# what was wrong and restores the whole checkpoint before it (of those near steps 20, 40, 60).
+for how in damaged missing; do
+    rm -rf "$tmp/ckf"
+    cp -r "$tmp/cke" "$tmp/ckf"
+    shard="$tmp/ckf/ckpt-60.ps-1-of-2.safetensors"
+    if [ "$how" = damaged ]; then
+        python3 -c "
+import sys
+f = open(sys.argv[1], 'r+b'); f.seek(-100, 2); b = f.read(1); f.seek(-100, 2)
+f.write(bytes([b[0] ^ 0x10])); f.close()" "$shard"
+    else
+        rm -f "$shard"
+    fi
+    run timeout 120 "$dtrain" launch -n 1 --ps 2 -- "$dtrain" "${ck[@]:0:${#ck[@]}-2}" \
+        --max-steps 70 --model-dir "$tmp/ckf" --save-checkpoints-steps 0
+    if [ "$status" -eq 0 ] &&
+        grep -q "\[chief:0\] dtrain: warning: .*ckpt-60.safetensors names its shard file: .*ckpt-60.ps-1-of-2.safetensors: .*; restoring the checkpoint before it" "$tmp/out" &&
+        grep -q "\[chief:0\] Restoring parameters from $tmp/ckf/ckpt-\([1-5][0-9]\).safetensors (global step \1)" "$tmp/out"; then
+        ok "ps_checkpoint_with_a_${how}_shard_falls_back_to_the_one_before" "$(grep -o 'ckpt-60.ps-1-of-2.safetensors: [^;]*' "$tmp/out" | head -1)"
+    else
+        fail "ps_checkpoint_with_a_${how}_shard_falls_back_to_the_one_before" "exit $status: $(grep -i 'warning\|error\|Restoring' "$tmp/err" "$tmp/out" | head -4)"
+    fi
+done
+rm -rf "$tmp/ckf"
 
 # The chief's log follows fit's flags: Estimator's lines every --log-step-count-steps steps of
 # the global count (0, 20 and 40 of 60), and Keras's epoch line with --progress lines.
@@ -551,6 +687,44 @@ else
     fail ps_train_silent_ps_fails_the_job_in_ps_timeout "after ${silent_ms} ms: chief ${task_status[chief:0]} ($(tail -2 "$tmp/chief0.err")), workers ${task_status[worker:0]} ${task_status[worker:1]} ($(tail -1 "$tmp/worker0.err"))"
 fi
 no_leftovers ps_train_silent_ps_leaves_nothing "$base" 3
+# A worker whose input stalls (a FIFO its writer stops feeding and keeps open) while its
+# heartbeats still answer: it fails within --input-timeout and a few seconds naming the FIFO, the
+# chief ends the job with its message, and the ps is stopped.
+base=$(free_base 3)
+mkfifo "$tmp/feed"
+# exec: the writer is one process, ended by its pid, holding the FIFO open without writing.
+(head -n 500 "$tmp/long.svm"; exec sleep 60) > "$tmp/feed" &
+fifo_writer=$!
+pids+=("$fifo_writer")
+t0=$(date +%s%N)
+for task in chief:0 worker:0 ps:0; do
+    data="libsvm:$tmp/long.svm"
+    [ "$task" = worker:0 ] && data="libsvm:$tmp/feed"
+    config=$("$dtrain" launch -n 1 --ps 1 --base-port "$base" --print-tf-config "$task")
+    TF_CONFIG="$config" "$dtrain" "${long[@]/"libsvm:$tmp/long.svm"/$data}" --test-data none --shuffle-buffer 0 \
+        --input-timeout 2 > "$tmp/${task%%:*}0.out" 2> "$tmp/${task%%:*}0.err" &
+    task_pid[$task]=$!
+    pids+=($!)
+done
+wait_pid "${task_pid[worker:0]}" 30
+worker_status=$status
+stall_ms=$((($(date +%s%N) - t0) / 1000000))
+wait_pid "${task_pid[chief:0]}" 20
+chief_status=$status
+wait_pid "${task_pid[ps:0]}" 20
+ps_status=$status
+kill "$fifo_writer" 2>/dev/null
+wait "$fifo_writer" 2>/dev/null
+# The reader polling the FIFO or the prefetch thread waiting for it, whichever sees it first.
+stall_msg="$tmp/feed: no data for 2 s \(at line 501 \)\?(input_timeout): the input has stalled"
+if [ "$worker_status" -eq 1 ] && [ "$chief_status" -eq 1 ] && [ "$ps_status" -eq 0 ] &&
+    [ "$stall_ms" -lt 15000 ] && grep -q "error: $stall_msg" "$tmp/worker0.err" &&
+    grep -q "worker:0 (127.0.0.1:$((base + 1))): $stall_msg; training stopped" "$tmp/chief0.err"; then
+    ok ps_train_stalled_worker_input_fails_the_job "worker out after ${stall_ms} ms"
+else
+    fail ps_train_stalled_worker_input_fails_the_job "worker $worker_status after ${stall_ms} ms ($(tail -1 "$tmp/worker0.err")), chief $chief_status ($(tail -1 "$tmp/chief0.err")), ps $ps_status"
+fi
+no_leftovers ps_train_stalled_worker_input_leaves_nothing "$base" 2
 # dtrain launch --max-restarts 1: the killed worker alone is started again, rejoins and takes
 # steps; the job ends 0, its AUC within 0.003 of an uninterrupted run's.
 lt=("${long[@]}" --test-data "libsvm:$tmp/long_test.svm" --epochs 1 --progress estimator --metrics-out)

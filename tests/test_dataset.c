@@ -2,6 +2,8 @@
  * shuffle, and the behaviour of map, prefetch and the distributed-input helpers. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "dtrain/dataset.h"
 #include "test.h"
@@ -281,6 +283,83 @@ TEST(dataset_prefetch_keeps_order_resets_and_carries_errors)
     CHECK_OK(dt_dataset_next(ds, &e));
     dt_elem_free(e);
     dt_dataset_destroy(ds);
+}
+
+/* A source reading 4-byte labels from a pipe: its next() blocks while nothing is written. */
+struct pipe_src {
+    int fd;
+};
+
+static dt_status pipe_next(dt_dataset *ds, dt_elem **out)
+{
+    struct pipe_src *p = ds->state;
+    float label;
+    if (read(p->fd, &label, sizeof label) != (ssize_t)sizeof label)
+        return DT_END;
+    dt_elem *e = dt_elem_alloc(1, 0, 0, 0);
+    if (!e)
+        return DT_ERR_NOMEM;
+    e->labels[0] = label;
+    *out = e;
+    return DT_OK;
+}
+
+static dt_status pipe_reset(dt_dataset *ds)
+{
+    (void)ds;
+    return DT_OK;
+}
+
+static void pipe_destroy(dt_dataset *ds)
+{
+    struct pipe_src *p = ds->state;
+    close(p->fd);
+    free(p);
+}
+
+static const dt_dataset_ops pipe_ops = {"pipe", pipe_next, pipe_reset, pipe_destroy};
+
+static double now_secs(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+TEST(dataset_prefetch_names_a_stalled_input_and_never_waits_for_it)
+{
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    struct pipe_src *p = calloc(1, sizeof *p);
+    p->fd = fds[0];
+    dt_dataset *src, *ds;
+    CHECK_OK(dt_dataset_create(&pipe_ops, NULL, p, &src));
+    const char *reading = "/data/feed.fifo";
+    dt_prefetch_watch watch = {0.3, &reading, "libsvm:/data/*.fifo"};
+    CHECK_OK(dt_dataset_prefetch_watched(src, 2, &watch, &ds));
+    float labels[2] = {7, 8};
+    CHECK(write(fds[1], labels, sizeof labels) == (ssize_t)sizeof labels);
+    dt_elem *e;
+    for (int i = 0; i < 2; i++) {
+        CHECK_OK(dt_dataset_next(ds, &e));
+        CHECK(e->labels[0] == labels[i]);
+        dt_elem_free(e);
+    }
+    /* The writer stops: the wait ends at the deadline, naming the file being read. */
+    double t0 = now_secs();
+    CHECK_ERR(dt_dataset_next(ds, &e), DT_ERR_IO, "/data/feed.fifo: no data for 0.3 s (input_timeout): the input has stalled");
+    double waited = now_secs() - t0;
+    CHECK_MSG(waited >= 0.25 && waited < 3, "waited %.2f s for a 0.3 s deadline", waited);
+    CHECK_ERR(dt_dataset_next(ds, &e), DT_ERR_IO, "input_timeout");
+    /* A stalled input cannot start again, and is destroyed without waiting for its read. */
+    CHECK_ERR(dt_dataset_reset(ds), DT_ERR_IO, "/data/feed.fifo");
+    t0 = now_secs();
+    dt_dataset_destroy(ds);
+    CHECK(now_secs() - t0 < 1);
+    /* The read returns: the producer finds itself alone and frees the pipeline. */
+    CHECK(write(fds[1], labels, sizeof labels[0]) == (ssize_t)sizeof labels[0]);
+    usleep(200 * 1000);
+    close(fds[1]);
 }
 
 TEST(dataset_recommended_pipeline_order)

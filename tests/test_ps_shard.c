@@ -5,10 +5,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../src/ps/shard.h"
 #include "../src/ps/snapshot.h"
+#include "../src/ps/sweep.h"
+#include "../src/core/fileio.h"
 #include "dtrain/rng.h"
 #include "test.h"
 
@@ -264,6 +267,135 @@ static bool same_floats(const float *a, const float *b, size_t n)
     return memcmp(a, b, n * sizeof *a) == 0;
 }
 
+/* A pid that no longer runs: a child's, reaped. */
+static long dead_pid(void)
+{
+    pid_t p = fork();
+    if (p == 0)
+        _exit(0);
+    waitpid(p, NULL, 0);
+    return (long)p;
+}
+
+static void touch(const char *dir, const char *name)
+{
+    char path[2300];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f)
+        fclose(f);
+}
+
+static bool exists_in(const char *dir, const char *name)
+{
+    char path[2300];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return access(path, F_OK) == 0;
+}
+
+/* A ps task sweeps the temporaries of its own failed writes on its own host: a dead process's,
+ * of its own snapshot and shard files. A running process's, another host's, another ps task's
+ * and other files stay. */
+TEST(ps_sweeps_only_its_own_orphaned_temporaries)
+{
+    char dir[] = "/tmp/dtrain-sweep-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char host[64];
+    CHECK(gethostname(host, sizeof host) == 0);
+    host[63] = '\0';
+    long dead = dead_pid(), live = (long)getppid();
+    char names[10][200];
+    const char *forms[10] = {
+        "ps-0.snapshot.tmp.%ld.%s",                      /* 0: swept */
+        "ckpt-40.ps-0-of-2.safetensors.tmp.%ld.%s",      /* 1: swept */
+        "ps-0.snapshot.tmp.%ld",                         /* 2: swept (no host: an older name) */
+        "ps-0.snapshot.tmp.%ld.%s",                      /* 3: live pid */
+        "ps-0.snapshot.tmp.%ld.another-host",            /* 4: another host's */
+        "ps-1.snapshot.tmp.%ld.%s",                      /* 5: another ps task's */
+        "ckpt-40.ps-1-of-2.safetensors.tmp.%ld.%s",      /* 6: another ps task's */
+        "ckpt-40.ps-0-of-2.safetensors",                 /* 7: a checkpoint file */
+        "ckpt-40.safetensors.tmp.%ld.%s",                /* 8: the chief's */
+        "ps-0.snapshot",                                 /* 9: the snapshot */
+    };
+    for (int i = 0; i < 10; i++) {
+        snprintf(names[i], sizeof names[i], forms[i], i == 3 ? live : dead, host);
+        touch(dir, names[i]);
+    }
+    size_t n;
+    CHECK(dt_file_replace_orphan(names[0], &n) && n == strlen("ps-0.snapshot"));
+    CHECK(!dt_file_replace_orphan(names[3], &n) && !dt_file_replace_orphan(names[4], &n));
+    FILE *quiet = fopen("/dev/null", "w");
+    CHECK(dt_ps_sweep_temps(dir, 0, quiet) == 3);
+    if (quiet)
+        fclose(quiet);
+    for (int i = 0; i < 10; i++)
+        CHECK_MSG(exists_in(dir, names[i]) == (i > 2), "%s %s", names[i],
+                  i > 2 ? "was removed" : "is left");
+    for (int i = 3; i < 10; i++) {
+        char path[2300];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        unlink(path);
+    }
+    CHECK(rmdir(dir) == 0);
+}
+
+/* A snapshot is bound to the job that wrote it: a task of another job (another id, or the same
+ * id with another nonce: a new run under the same name) does not take it for its own, and a file
+ * of the format before snapshots named their job is not known to be this job's. */
+TEST(ps_snapshot_of_another_job_is_not_restored)
+{
+    char path[] = "/tmp/dtrain-snapjob-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    dt_rowopt_config ro;
+    dt_rowopt_config_default(&ro, DT_ROWOPT_SGD);
+    dt_ps_shard a, b;
+    dt_ps_shard_init(&a, NULL);
+    dt_ps_shard_init(&b, NULL);
+    dt_psmsg def;
+    dt_ps_table_msg(7, "emb", 100, DIM, 1, 0, DT_PARTITION_DIV, &ro, 0.1f, 3, &def);
+    feed(&a, &def, NULL, NULL);
+    dt_ps_job mine = {.id = "ctr-daily", .nonce = {0xab, 0xcd}};
+    CHECK_OK(dt_ps_snapshot_save(&a, 0, &mine, path));
+    dt_ps_snapshot_info info;
+    CHECK_OK(dt_ps_snapshot_load(&b, 0, &mine, path, &info));
+    CHECK(!info.other_job && b.n_tables == 1);
+    dt_ps_shard_free(&b);
+    dt_ps_shard_init(&b, NULL);
+    dt_ps_job next_run = mine;
+    next_run.nonce[15] = 1;
+    CHECK_ERR(dt_ps_snapshot_load(&b, 0, &next_run, path, &info), DT_ERR_INVALID,
+              "the snapshot of another job (job 'ctr-daily', nonce abcd000000000000000000000000"
+              "0000; this is job 'ctr-daily', nonce abcd0000000000000000000000000001)");
+    CHECK(info.other_job && b.n_tables == 0);
+    dt_ps_job other = {.id = "census", .nonce = {0xab, 0xcd}};
+    CHECK_ERR(dt_ps_snapshot_load(&b, 0, &other, path, &info), DT_ERR_INVALID, "job 'census'");
+    CHECK(info.other_job && b.n_tables == 0);
+    /* Version 1's header: magic, version, and what followed. */
+    FILE *f = fopen(path, "r+b");
+    CHECK(f != NULL);
+    fseek(f, 8, SEEK_SET);
+    fputc(1, f);
+    fclose(f);
+    CHECK_ERR(dt_ps_snapshot_load(&b, 0, &mine, path, &info), DT_ERR_INVALID,
+              "before snapshots named their job");
+    CHECK(info.other_job);
+    /* Damage is not another job's: a flipped byte of the header is still a format error. */
+    f = fopen(path, "r+b");
+    fseek(f, 8, SEEK_SET);
+    fputc(2, f);
+    fseek(f, 40, SEEK_SET);
+    fputc('X', f);
+    fclose(f);
+    CHECK_ERR(dt_ps_snapshot_load(&b, 0, &mine, path, &info), DT_ERR_FORMAT, "checksum");
+    CHECK(!info.other_job);
+    unlink(path);
+    dt_ps_shard_free(&a);
+    dt_ps_shard_free(&b);
+}
+
 /* A snapshot holds a ps task's shards whole: rows, optimizer slots, clocks, dense slices and
  * their optimizer state come back bit for bit, and the restored shard trains on as the original
  * does. A flipped byte, a cut, another ps's file and no file are named refusals. */
@@ -302,9 +434,10 @@ TEST(ps_snapshot_restores_every_shard_bit_for_bit)
                        .step = step, .lr_scale = 1.0f};
         feed(&a, &pd, NULL, grads + 8);
     }
-    CHECK_OK(dt_ps_snapshot_save(&a, 1, path));
+    dt_ps_job job = {.id = "job-a", .nonce = {1, 2, 3}};
+    CHECK_OK(dt_ps_snapshot_save(&a, 1, &job, path));
     dt_ps_snapshot_info info;
-    CHECK_OK(dt_ps_snapshot_load(&b, 1, path, &info));
+    CHECK_OK(dt_ps_snapshot_load(&b, 1, &job, path, &info));
     CHECK(info.last_step == 3 && info.n_tables == 1 && info.n_slices == 1 && b.last_step == 3);
     const dt_ps_table_shard *ta = &a.tables[0], *tb = &b.tables[0];
     size_t n = (size_t)ta->t.rows * DIM;
@@ -329,7 +462,7 @@ TEST(ps_snapshot_restores_every_shard_bit_for_bit)
     fseek(f, 0, SEEK_END);
     long size = ftell(f);
     fclose(f);
-    const long flips[3] = {20, 40 + 30, size - 3};
+    const long flips[3] = {20, 120 + 30, size - 3};
     for (int i = 0; i < 3; i++) {
         f = fopen(path, "r+b");
         fseek(f, flips[i], SEEK_SET);
@@ -339,7 +472,7 @@ TEST(ps_snapshot_restores_every_shard_bit_for_bit)
         fclose(f);
         dt_ps_shard c_shard;
         dt_ps_shard_init(&c_shard, NULL);
-        CHECK(dt_ps_snapshot_load(&c_shard, 1, path, &info) == DT_ERR_FORMAT);
+        CHECK(dt_ps_snapshot_load(&c_shard, 1, &job, path, &info) == DT_ERR_FORMAT);
         CHECK_MSG(strstr(dt_last_error(), path) && strstr(dt_last_error(), "byte"), "%s",
                   dt_last_error());
         CHECK(c_shard.n_tables == 0 && c_shard.n_slices == 0);
@@ -352,12 +485,12 @@ TEST(ps_snapshot_restores_every_shard_bit_for_bit)
     CHECK(truncate(path, size - 100) == 0);
     dt_ps_shard c_shard;
     dt_ps_shard_init(&c_shard, NULL);
-    CHECK(dt_ps_snapshot_load(&c_shard, 1, path, &info) == DT_ERR_FORMAT);
+    CHECK(dt_ps_snapshot_load(&c_shard, 1, &job, path, &info) == DT_ERR_FORMAT);
     CHECK(strstr(dt_last_error(), "truncated"));
-    CHECK(dt_ps_snapshot_load(&c_shard, 0, path, &info) == DT_ERR_FORMAT);
+    CHECK(dt_ps_snapshot_load(&c_shard, 0, &job, path, &info) == DT_ERR_FORMAT);
     CHECK(strstr(dt_last_error(), "another ps task"));
     unlink(path);
-    CHECK(dt_ps_snapshot_load(&c_shard, 1, path, &info) == DT_END);
+    CHECK(dt_ps_snapshot_load(&c_shard, 1, &job, path, &info) == DT_END);
     dt_ps_shard_free(&c_shard);
     dt_ps_shard_free(&a);
     dt_ps_shard_free(&b);

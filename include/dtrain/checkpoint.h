@@ -122,6 +122,11 @@ DT_API dt_status dt_ckpt_manager_save(dt_ckpt_manager *m, int64_t step,
 DT_API dt_status dt_ckpt_open_latest(const char *dir, FILE *log, dt_ckpt **out);
 /* The same, mapped as dt_ckpt_map does. */
 DT_API dt_status dt_ckpt_map_latest(const char *dir, FILE *log, dt_ckpt **out);
+/* The newest valid checkpoint of dir whose step is below before_step, as dt_ckpt_open_latest
+ * finds it: where a restore goes when a newer checkpoint opened but turned out unusable (a
+ * sharded one whose shard file is missing or damaged). */
+DT_API dt_status dt_ckpt_open_latest_before(const char *dir, int64_t before_step, FILE *log,
+                                            dt_ckpt **out);
 
 /* A sharded checkpoint (parameter-server training): each ps task k of n writes its shards to
  * "ckpt-<step>.ps-<k>-of-<n>.safetensors" beside the manifest ckpt-<step>.safetensors, which

@@ -92,6 +92,19 @@ DT_API dt_status dt_dataset_map(dt_dataset *input, dt_map_fn fn, void *ctx, int 
 DT_API dt_status dt_dataset_cache(dt_dataset *input, const char *path, dt_dataset **out);
 DT_API dt_status dt_dataset_repeat(dt_dataset *input, int64_t count, dt_dataset **out);
 DT_API dt_status dt_dataset_prefetch(dt_dataset *input, int buffer_size, dt_dataset **out);
+
+/* What a prefetch with a deadline watches: when no element has come for stall_secs (> 0), next()
+ * fails with DT_ERR_IO naming the file *reading points at (where the sources note the file they
+ * open, dt_source_options.reading), else source. A producer thread stuck in a read is not waited
+ * for: destroying the dataset leaves the thread to free it once its read returns, so what the
+ * input reads (its file list, the reading slot) must then stay alive. */
+typedef struct {
+    double stall_secs;        /* 0: wait for ever, as dt_dataset_prefetch */
+    const char *const *reading; /* may be NULL */
+    const char *source;       /* the input's name for messages (copied); may be NULL */
+} dt_prefetch_watch;
+DT_API dt_status dt_dataset_prefetch_watched(dt_dataset *input, int buffer_size,
+                                             const dt_prefetch_watch *watch, dt_dataset **out);
 DT_API dt_status dt_dataset_take(dt_dataset *input, int64_t count, dt_dataset **out);
 DT_API dt_status dt_dataset_skip(dt_dataset *input, int64_t count, dt_dataset **out);
 

@@ -140,6 +140,8 @@ typedef struct {
     int64_t resumed_step;    /* the global step a checkpoint resumed training from; 0: none */
     int64_t checkpoints;     /* checkpoints and backups written */
     double checkpoint_seconds; /* their time, which train_seconds leaves out */
+    int64_t checkpoints_failed; /* periodic checkpoints the storage refused (a full disk):
+                                   reported, and training went on */
 } dt_fit_result;
 
 DT_API void dt_fit_config_default(dt_fit_config *cfg);

@@ -73,6 +73,11 @@ typedef struct {
     int64_t shuffle_buffer;       /* examples; 0 or 1: file order */
     uint64_t seed;
     int prefetch;                 /* batches prepared ahead on a thread; 0: none */
+    /* File data: seconds the input may give nothing (a FIFO nobody writes, a hung network file
+     * system) before it fails with an error naming the file, so a worker whose heartbeats still
+     * answer does not hang; 0: no limit. Streams are polled; other files are watched by the
+     * prefetch thread (with prefetch 0, only streams and the fused TFRecord stage's readers). */
+    double input_timeout;
     dt_autoshard_policy autoshard;
     /* Files. */
     dt_compression compression;
@@ -105,7 +110,8 @@ typedef struct {
 } dt_input_options;
 
 /* Keras's and tf.data's defaults: batch 64, full shuffle, seed 1, prefetch 2, AUTO sharding,
- * compression by magic, one reader and parser, label key "label", index base 1. */
+ * compression by magic, one reader and parser, label key "label", index base 1; and an input
+ * timeout of 600 s. */
 DT_API void dt_input_options_default(dt_input_options *o);
 
 /* The options' ranges, each error naming the field first ("prefetch: must be in 0..4096, got
@@ -128,6 +134,7 @@ typedef struct {
                                       reads everything), FILE or DATA; OFF for images, which
                                       are split by blocks of each batch */
     char source[600];             /* names the training data in messages */
+    const char *reading;          /* the file the sources opened last, for a stall's message */
 } dt_input;
 
 /* Builds train's pipeline for the worker the context names (NULL: one worker), and test's

@@ -59,6 +59,14 @@ typedef struct {
      * (the updates after the snapshot are lost, and said), and a job that ends removes it. */
     const char *snapshot_dir;
     double snapshot_secs;
+    /* The job the snapshots belong to: a snapshot is restored only by a task of the job that
+     * wrote it. job_id (at most 64 bytes; NULL: env DTRAIN_JOB_ID) names the job, job_nonce (32
+     * hex digits; NULL: env DTRAIN_JOB_NONCE) tells apart runs under one name; dtrain launch
+     * gives every task of a job both. With neither, the task makes a nonce of its own: its
+     * snapshots are then never restored (a task started again cannot tell its job's from
+     * another's), which it says when snapshots are on. */
+    const char *job_id;
+    const char *job_nonce;
 } dt_ps_server_config;
 
 typedef struct {

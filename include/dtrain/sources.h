@@ -43,6 +43,13 @@ typedef struct {
                                    with the same elements (default true; false for tests) */
     size_t buffer_bytes;        /* TFRecord in that stage: the bytes of a file each reader
                                    thread takes at a time (tf.data's buffer_size); 0: 8 MiB */
+    /* Seconds a read may wait for data before the input counts as stalled, an error naming the
+     * file (a FIFO nobody writes, a hung network file system); 0: no limit. Streams are polled;
+     * the fused TFRecord stage's reader threads are waited for with this deadline. */
+    double stall_secs;
+    /* Where each source notes the path of the file it opens (an atomic store), so a stall seen
+     * further down the pipeline can name it; may be NULL. The slot must outlive the dataset. */
+    const char **reading;
 } dt_source_options;
 
 DT_API void dt_source_options_default(dt_source_options *o);

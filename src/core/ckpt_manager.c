@@ -358,21 +358,18 @@ static void manager_take(dt_ckpt_manager *m, struct ckpt_list *l)
     *l = (struct ckpt_list){0};
 }
 
-/* A save writes "<name>.tmp.<pid>" and renames it; a run killed in between leaves the file.
- * Those of processes that no longer exist on this host are removed when the directory's writer
- * opens it. (Only one writer may use a directory: a writer on another host sharing it could
- * have a pid that is free here.) */
+/* A save writes "<name>.tmp.<pid>.<host>" and renames it; a run killed in between leaves the
+ * file. Those of processes of this host that no longer exist are removed when the directory's
+ * writer opens it (fileio.h); another host's are its own to remove (the ps tasks sweep their
+ * shard files' on their hosts: dt_ps_sweep_temps). */
 static void remove_stale_temps(const dt_ckpt_manager *m)
 {
     DIR *d = opendir(m->dir);
     struct dirent *e;
     while (d && (e = readdir(d)) != NULL) {
-        const char *t = strstr(e->d_name, ".tmp.");
-        if (!t || (strncmp(e->d_name, "ckpt-", 5) != 0 && strncmp(e->d_name, "checkpoint", 10) != 0))
-            continue;
-        char *end;
-        long pid = strtol(t + 5, &end, 10);
-        if (*end || pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+        size_t target_len;
+        if ((strncmp(e->d_name, "ckpt-", 5) != 0 && strncmp(e->d_name, "checkpoint", 10) != 0) ||
+            !dt_file_replace_orphan(e->d_name, &target_len))
             continue;
         char path[PATH_CAP + 256];
         snprintf(path, sizeof path, "%s/%s", m->dir, e->d_name);
@@ -644,7 +641,8 @@ fail:
     return st;
 }
 
-static dt_status open_latest(const char *dir, FILE *log, bool map, dt_ckpt **out)
+static dt_status open_latest(const char *dir, FILE *log, bool map, int64_t before,
+                             dt_ckpt **out)
 {
     *out = NULL;
     struct ckpt_list l = {0};
@@ -656,6 +654,8 @@ static dt_status open_latest(const char *dir, FILE *log, bool map, dt_ckpt **out
         goto fail;
     st = DT_END;
     for (int i = 0; i < l.n && st == DT_END; i++) {
+        if (l.steps[i] >= before)
+            continue;
         char path[PATH_CAP], name[64];
         ckpt_name(name, sizeof name, l.steps[i]);
         if (build_path(path, sizeof path, dir, name) != DT_OK)
@@ -677,10 +677,16 @@ fail:
 
 dt_status dt_ckpt_open_latest(const char *dir, FILE *log, dt_ckpt **out)
 {
-    return open_latest(dir, log, false, out);
+    return open_latest(dir, log, false, INT64_MAX, out);
+}
+
+dt_status dt_ckpt_open_latest_before(const char *dir, int64_t before_step, FILE *log,
+                                     dt_ckpt **out)
+{
+    return open_latest(dir, log, false, before_step, out);
 }
 
 dt_status dt_ckpt_map_latest(const char *dir, FILE *log, dt_ckpt **out)
 {
-    return open_latest(dir, log, true, out);
+    return open_latest(dir, log, true, INT64_MAX, out);
 }

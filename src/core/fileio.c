@@ -3,17 +3,56 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* This host's name as temporaries carry it: at most 63 bytes, no '/'. */
+static void host_name(char out[64])
+{
+    if (gethostname(out, 64) != 0)
+        snprintf(out, 64, "localhost");
+    out[63] = '\0';
+    for (char *p = out; *p; p++)
+        if (*p == '/')
+            *p = '_';
+}
+
+bool dt_file_replace_orphan(const char *name, size_t *target_len)
+{
+    const char *t = strstr(name, ".tmp.");
+    while (t && strstr(t + 1, ".tmp."))
+        t = strstr(t + 1, ".tmp.");
+    if (!t)
+        return false;
+    *target_len = (size_t)(t - name);
+    char *end;
+    errno = 0;
+    long pid = strtol(t + 5, &end, 10);
+    if (end == t + 5 || errno || pid <= 0)
+        return false;
+    if (*end == '.') {
+        char host[64];
+        host_name(host);
+        if (strcmp(end + 1, host) != 0)
+            return false; /* another host's: its pid means nothing here */
+    } else if (*end) {
+        return false;
+    }
+    return pid != (long)getpid() && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+}
+
 dt_status dt_file_replace_begin(dt_file_replace *r, const char *path, bool in_place_if_special)
 {
     memset(r, 0, sizeof *r);
+    char host[64];
+    host_name(host);
     if (snprintf(r->target, sizeof r->target, "%s", path) >= (int)sizeof r->target ||
-        snprintf(r->tmp, sizeof r->tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof r->tmp)
+        snprintf(r->tmp, sizeof r->tmp, "%s.tmp.%ld.%s", path, (long)getpid(), host) >=
+            (int)sizeof r->tmp)
         return dt_error(DT_ERR_INVALID, "%s: path too long", path);
     struct stat sb;
     /* lstat: a symbolic link is written through, not replaced by a file of its own. */

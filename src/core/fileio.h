@@ -1,4 +1,5 @@
-/* Replacing a file whole: the new contents are written beside the target ("<path>.tmp.<pid>"),
+/* Replacing a file whole: the new contents are written beside the target
+ * ("<path>.tmp.<pid>.<host>"),
  * flushed to disk, and renamed over it, and the directory is flushed, so that after a crash the
  * path holds either its old contents or all the new ones, never half. Checkpoints, their state
  * file, dataset caches, --metrics-out and dtrain convert's output all go through here.
@@ -18,7 +19,7 @@
 
 typedef struct {
     char target[DT_PATH_CAP];
-    char tmp[DT_PATH_CAP + 32];
+    char tmp[DT_PATH_CAP + 96];
     bool in_place;  /* written at the target itself */
 } dt_file_replace;
 
@@ -31,6 +32,12 @@ const char *dt_file_replace_path(const dt_file_replace *r);
 dt_status dt_file_replace_commit(dt_file_replace *r);
 /* Gives up: removes the temporary (never the target). */
 void dt_file_replace_abort(dt_file_replace *r);
+/* Whether name (a file name without its directory) is the temporary of a replace begun by a
+ * process of this host that no longer runs (killed while it wrote): "<target>.tmp.<pid>.<host>",
+ * or "<target>.tmp.<pid>" as written before temporaries named their host. *target_len: the
+ * length of <target>. Another host's temporary, or a running process's, never is one, so a
+ * sweep over a directory that several hosts share removes only its own host's leftovers. */
+bool dt_file_replace_orphan(const char *name, size_t *target_len);
 
 /* A piece of the contents, for dt_file_write_atomic. */
 typedef struct {

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../core/crc32c.h"
@@ -992,8 +993,13 @@ dt_status dt_dataset_skip(dt_dataset *input, int64_t count, dt_dataset **out)
 
 /* ---- prefetch ---- */
 
+/* The producer thread may be stuck in a read that never returns (a FIFO nobody writes, a hung
+ * network file system). The consumer's wait has a deadline (watch.stall_secs), and a pipeline
+ * destroyed while its producer is stuck is handed to that producer: the state and the input stay
+ * alive until its read returns, and it frees them then (`abandoned`), so destroying never waits
+ * for a read. */
 struct prefetch_state {
-    dt_dataset *ds;
+    dt_dataset *input;   /* what the producer reads; not ds->input once abandoned */
     pthread_t thread;
     bool running;
     pthread_mutex_t mu;
@@ -1003,9 +1009,15 @@ struct prefetch_state {
     int cap, head, count;
     bool stop, finished; /* finished: the producer queued END or an error and stopped */
     bool ended;          /* the consumer has seen END or an error */
+    bool producing;      /* the producer is inside the input's next() */
+    bool abandoned;      /* destroyed while producing: the producer frees everything */
     dt_status final;
     dt_msg msg;          /* the producer's error message */
+    dt_prefetch_watch watch;
+    char source[512];    /* watch.source, copied */
 };
+
+static void prefetch_free(struct prefetch_state *s);
 
 static void *prefetch_main(void *arg)
 {
@@ -1015,13 +1027,23 @@ static void *prefetch_main(void *arg)
         while (s->count == s->cap && !s->stop)
             pthread_cond_wait(&s->changed, &s->mu);
         bool stop = s->stop;
+        s->producing = !stop;
         pthread_mutex_unlock(&s->mu);
         if (stop)
             return NULL;
         dt_elem *e = NULL;
-        dt_status st = dt_dataset_next(s->ds->input, &e);
+        dt_status st = dt_dataset_next(s->input, &e);
         keep_message(st, s->msg);
         pthread_mutex_lock(&s->mu);
+        s->producing = false;
+        if (s->abandoned) {
+            /* Nobody waits for this thread any more: it owns what is left. */
+            pthread_mutex_unlock(&s->mu);
+            dt_elem_free(e);
+            dt_dataset_destroy(s->input);
+            prefetch_free(s);
+            return NULL;
+        }
         int tail = (s->head + s->count) % s->cap;
         s->queue[tail] = e;
         s->status[tail] = st;
@@ -1060,14 +1082,54 @@ static void prefetch_stop(struct prefetch_state *s)
     s->count = 0;
 }
 
+/* The message of a stalled input: the file its source last opened, else the pipeline's name. */
+static dt_status stalled(struct prefetch_state *s)
+{
+    const char *file = s->watch.reading ? __atomic_load_n(s->watch.reading, __ATOMIC_ACQUIRE)
+                                        : NULL;
+    dt_status st = dt_error(DT_ERR_IO, "%s: no data for %g s (input_timeout): the input has "
+                            "stalled",
+                            file ? file : s->source[0] ? s->source : "the input",
+                            s->watch.stall_secs);
+    keep_message(st, s->msg);
+    return st;
+}
+
+/* Waits for an element; false when the watch's deadline passes first (under the lock). */
+static bool wait_for_element(struct prefetch_state *s)
+{
+    if (s->watch.stall_secs <= 0) {
+        while (s->count == 0)
+            pthread_cond_wait(&s->changed, &s->mu);
+        return true;
+    }
+    struct timespec until;
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    double whole = (double)(int64_t)s->watch.stall_secs;
+    until.tv_sec += (time_t)whole;
+    until.tv_nsec += (long)((s->watch.stall_secs - whole) * 1e9);
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    while (s->count == 0)
+        if (pthread_cond_timedwait(&s->changed, &s->mu, &until) == ETIMEDOUT && s->count == 0)
+            return false;
+    return true;
+}
+
 static dt_status prefetch_next(dt_dataset *ds, dt_elem **out)
 {
     struct prefetch_state *s = ds->state;
     if (s->ended)
         return raise_kept(s->final, s->msg);
     pthread_mutex_lock(&s->mu);
-    while (s->count == 0)
-        pthread_cond_wait(&s->changed, &s->mu);
+    if (!wait_for_element(s)) {
+        pthread_mutex_unlock(&s->mu);
+        s->ended = true;
+        s->final = stalled(s);
+        return s->final;
+    }
     *out = s->queue[s->head];
     dt_status st = s->status[s->head];
     s->head = (s->head + 1) % s->cap;
@@ -1081,9 +1143,28 @@ static dt_status prefetch_next(dt_dataset *ds, dt_elem **out)
     return raise_kept(st, s->msg);
 }
 
+/* Whether the producer is stuck in a read: then it is left to finish on its own. */
+static bool prefetch_abandon(struct prefetch_state *s)
+{
+    if (!s->running)
+        return false;
+    pthread_mutex_lock(&s->mu);
+    bool stuck = s->producing && s->ended && s->count == 0 && !s->finished;
+    if (stuck) {
+        s->abandoned = true;
+        pthread_detach(s->thread);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return stuck;
+}
+
 static dt_status prefetch_reset(dt_dataset *ds)
 {
     struct prefetch_state *s = ds->state;
+    if (s->running && s->ended && s->final != DT_END && s->count == 0 && !s->finished) {
+        /* A stalled input cannot be rewound: its producer may never come back. */
+        return raise_kept(s->final, s->msg);
+    }
     prefetch_stop(s);
     dt_status st = reset_input(ds);
     if (st == DT_OK)
@@ -1097,12 +1178,10 @@ static dt_status prefetch_reset(dt_dataset *ds)
     return st;
 }
 
-static void prefetch_destroy(dt_dataset *ds)
+static void prefetch_free(struct prefetch_state *s)
 {
-    struct prefetch_state *s = ds->state;
-    if (!s)
-        return;
-    prefetch_stop(s);
+    for (int i = 0; i < s->count; i++)
+        dt_elem_free(s->queue[(s->head + i) % s->cap]);
     pthread_cond_destroy(&s->changed);
     pthread_mutex_destroy(&s->mu);
     free(s->queue);
@@ -1110,10 +1189,24 @@ static void prefetch_destroy(dt_dataset *ds)
     free(s);
 }
 
+static void prefetch_destroy(dt_dataset *ds)
+{
+    struct prefetch_state *s = ds->state;
+    if (!s)
+        return;
+    if (prefetch_abandon(s)) {
+        ds->input = NULL; /* the producer destroys it when its read returns */
+        return;
+    }
+    prefetch_stop(s);
+    prefetch_free(s);
+}
+
 static const dt_dataset_ops prefetch_ops = {"prefetch", prefetch_next, prefetch_reset,
                                             prefetch_destroy};
 
-dt_status dt_dataset_prefetch(dt_dataset *input, int buffer_size, dt_dataset **out)
+dt_status dt_dataset_prefetch_watched(dt_dataset *input, int buffer_size,
+                                      const dt_prefetch_watch *watch, dt_dataset **out)
 {
     *out = NULL;
     if (buffer_size < 1 || buffer_size > 4096) {
@@ -1125,24 +1218,36 @@ dt_status dt_dataset_prefetch(dt_dataset *input, int buffer_size, dt_dataset **o
     if (!s)
         return st;
     pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->changed, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* deadlines immune to clock steps */
+    pthread_cond_init(&s->changed, &ca);
+    pthread_condattr_destroy(&ca);
+    if (watch) {
+        s->watch = *watch;
+        snprintf(s->source, sizeof s->source, "%s", watch->source ? watch->source : "");
+    }
+    s->input = input;
     s->cap = buffer_size;
     s->queue = calloc((size_t)buffer_size, sizeof *s->queue);
     s->status = calloc((size_t)buffer_size, sizeof *s->status);
     if (!s->queue || !s->status) {
-        dt_dataset tmp = {.ops = &prefetch_ops, .state = s};
-        prefetch_destroy(&tmp);
+        prefetch_free(s);
         dt_dataset_destroy(input);
         return dt_error(DT_ERR_NOMEM, "no memory for a prefetch dataset");
     }
     if ((st = dt_dataset_create(&prefetch_ops, input, s, out)))
         return st;
-    s->ds = *out;
     if ((st = prefetch_start(s))) {
         dt_dataset_destroy(*out);
         *out = NULL;
     }
     return st;
+}
+
+dt_status dt_dataset_prefetch(dt_dataset *input, int buffer_size, dt_dataset **out)
+{
+    return dt_dataset_prefetch_watched(input, buffer_size, NULL, out);
 }
 
 /* ---- Distributed input ---- */

@@ -127,6 +127,7 @@ void dt_input_options_default(dt_input_options *o)
     o->shuffle_buffer = INT64_MAX;
     o->seed = 1;
     o->prefetch = 2;
+    o->input_timeout = 600;
     o->autoshard = DT_AUTOSHARD_DATA;
     o->compression = DT_COMPRESSION_AUTO;
     o->num_parallel_reads = 1;
@@ -538,6 +539,8 @@ static dt_status file_pipeline(dt_input *in, const dt_input_spec *s, const char 
     so.num_parallel_reads = o->num_parallel_reads;
     so.skip_bad_records = o->skip_bad_records;
     so.bad_records = &in->bad_records;
+    so.stall_secs = o->input_timeout;
+    so.reading = &in->reading;
     int workers = training && ctx ? ctx->num_input_pipelines : 1;
     /* A pipeline feeds one replica: the global batch over the replicas in sync. */
     int replicas = training && ctx ? ctx->num_replicas_in_sync : 1;
@@ -568,8 +571,10 @@ static dt_status file_pipeline(dt_input *in, const dt_input_spec *s, const char 
                                    o->num_parallel_calls, &so, &p);
     else if (st == DT_OK && src->after_batch)
         st = src->after_batch(in, p, o, files, &so, &p);
-    if (st == DT_OK && o->prefetch > 0)
-        st = dt_dataset_prefetch(p, o->prefetch, &p);
+    if (st == DT_OK && o->prefetch > 0) {
+        dt_prefetch_watch watch = {o->input_timeout, &in->reading, s->text};
+        st = dt_dataset_prefetch_watched(p, o->prefetch, &watch, &p);
+    }
     /* A transformation that fails has destroyed its input already (dataset.h). */
     *out = st == DT_OK ? p : NULL;
     return st;
@@ -660,6 +665,9 @@ dt_status dt_input_options_check(const dt_input_options *o)
                         (long long)o->shuffle_buffer);
     if (o->prefetch < 0 || o->prefetch > 4096)
         return dt_error(DT_ERR_INVALID, "prefetch: must be in 0..4096, got %d", o->prefetch);
+    if (!(o->input_timeout >= 0 && o->input_timeout <= 1e9))
+        return dt_error(DT_ERR_INVALID, "input_timeout: must be in 0..1e9 seconds (0: no "
+                        "limit), got %g", o->input_timeout);
     if (o->num_parallel_reads < 1 || o->num_parallel_reads > 1024)
         return dt_error(DT_ERR_INVALID, "num_parallel_reads: must be in 1..1024, got %d",
                         o->num_parallel_reads);

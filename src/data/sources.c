@@ -8,11 +8,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- File lists ---- */
@@ -156,6 +158,41 @@ void dt_src_count_bad(const dt_source_options *o)
         __atomic_add_fetch(o->bad_records, 1, __ATOMIC_RELAXED);
 }
 
+void dt_src_note_reading(const dt_source_options *o, const char *path)
+{
+    if (o->reading)
+        __atomic_store_n(o->reading, path, __ATOMIC_RELEASE);
+}
+
+static double monotonic_secs(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+dt_status dt_src_await_data(const dt_source_options *o, int fd, const char *name,
+                            const char *where)
+{
+    if (o->stall_secs <= 0)
+        return DT_OK;
+    double deadline = monotonic_secs() + o->stall_secs;
+    for (;;) {
+        double left = deadline - monotonic_secs();
+        if (left <= 0)
+            return dt_error(DT_ERR_IO, "%s: no data for %g s at %s (input_timeout): the input "
+                            "has stalled", name, o->stall_secs, where);
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        /* Rounded up, so a wait never ends just short of the deadline and spins. */
+        int r = poll(&p, 1, (int)(left * 1000.0) + 1);
+        if (r < 0 && errno != EINTR)
+            return dt_error(DT_ERR_IO, "%s: poll: %s", name, strerror(errno));
+        /* Data, the writer's end closed (POLLHUP) or an error: read() says which. */
+        if (r > 0)
+            return DT_OK;
+    }
+}
+
 /* ---- TFRecord ---- */
 
 struct tfr_slot {
@@ -189,6 +226,7 @@ static dt_status tfr_open_slot(struct tfr_state *s, struct tfr_slot *slot)
 {
     uint32_t file = (uint32_t)s->next_file++;
     bool stream;
+    dt_src_note_reading(&s->o, s->files->paths[file]);
     dt_status st = dt_src_open_input(s->files->paths[file], s->read_stream, &slot->fd, &slot->own, &stream);
     if (st)
         return st;
@@ -391,6 +429,7 @@ struct text_state {
     int file;          /* the file being read, or -1 before the first */
     int fd;
     bool own, eof, read_stream, has_stream;
+    bool stream;       /* the file being read is a stream: reads wait with a deadline */
     bool skipping;     /* discarding the rest of a bad line up to its newline */
     bool ended;        /* the iteration is over until a reset */
     dt_status pending; /* an error to report once the rows parsed before it are handed out */
@@ -436,10 +475,12 @@ static dt_status text_open_next(struct text_state *s, int next)
         return DT_END;
     }
     bool stream;
+    dt_src_note_reading(&s->o, s->files->paths[next]);
     dt_status st = dt_src_open_input(s->files->paths[next], s->read_stream, &s->fd, &s->own, &stream);
     if (st)
         return st;
     s->has_stream |= stream;
+    s->stream = stream;
     s->file = next;
     s->eof = false;
     s->line = 1;
@@ -451,6 +492,14 @@ static dt_status text_open_next(struct text_state *s, int next)
 static dt_status text_fill(struct text_state *s)
 {
     for (;;) {
+        if (s->stream) {
+            char where[48];
+            snprintf(where, sizeof where, "line %llu", (unsigned long long)s->line);
+            dt_status st = dt_src_await_data(&s->o, s->fd,
+                                             dt_src_name_of(s->files, (uint32_t)s->file), where);
+            if (st)
+                return st;
+        }
         ssize_t got = read(s->fd, s->buf + s->len, TEXT_CHUNK - s->len);
         if (got < 0 && errno == EINTR)
             continue;

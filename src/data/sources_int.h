@@ -14,6 +14,12 @@ dt_status dt_src_open_input(const char *path, bool streams_used, int *fd, bool *
 /* The file's name for messages ("stdin" for "-"). */
 const char *dt_src_name_of(const dt_file_list *files, uint32_t file);
 void dt_src_count_bad(const dt_source_options *o);
+/* Notes in o->reading that path is being read (for a stall's message). */
+void dt_src_note_reading(const dt_source_options *o, const char *path);
+/* Waits until the stream fd has data or has ended, for at most o->stall_secs (no limit when 0):
+ * past it, an error naming the file and what was read of it (`where`, e.g. "line 12"). */
+dt_status dt_src_await_data(const dt_source_options *o, int fd, const char *name,
+                            const char *where);
 
 /* tfrecord(files, o) -> batch(batch_size, drop_remainder) -> parse_examples(spec, threads) as one
  * stage with the same elements and errors (tfr_batch.c). Every file must be a regular file

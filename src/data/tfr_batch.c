@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../core/bytes.h"
@@ -110,6 +111,7 @@ struct tfb {
     dt_status pending_err;
     char *pending_msg;
     uint64_t index;         /* valid records before the batch being built */
+    bool stalled;           /* a reader thread gave nothing for o.stall_secs: never joined */
     dt_status failed;       /* sticky */
     char *failed_msg;
 };
@@ -126,6 +128,7 @@ static void close_file(struct tfb *s)
 static dt_status open_next(struct tfb *s)
 {
     const char *path = s->files->paths[s->next_file];
+    dt_src_note_reading(&s->o, path);
     int fd;
     bool own, stream;
     dt_status st = dt_src_open_input(path, false, &fd, &own, &stream);
@@ -496,14 +499,57 @@ static bool admit(struct tfb *s, struct chunk *ch)
     return true;
 }
 
-/* The next chunk in claim order, checked, into s->cur; false at the end of the input. */
-static bool next_chunk(struct tfb *s)
+/* The deadline stall_secs from now on the monotonic clock, cv_ready's. */
+static struct timespec deadline_after(double secs)
 {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    double whole = (double)(int64_t)secs;
+    t.tv_sec += (time_t)whole;
+    t.tv_nsec += (long)((secs - whole) * 1e9);
+    if (t.tv_nsec >= 1000000000L) {
+        t.tv_sec++;
+        t.tv_nsec -= 1000000000L;
+    }
+    return t;
+}
+
+/* Waits (under the lock) until ch is ready or every chunk is taken; false when the reader
+ * threads have given nothing for o.stall_secs: one of them is stuck in a read (a hung network
+ * file system). */
+static bool wait_ready(struct tfb *s, struct chunk *ch)
+{
+    bool timed = s->o.stall_secs > 0;
+    struct timespec until = timed ? deadline_after(s->o.stall_secs) : (struct timespec){0, 0};
+    while (!ch->ready && !(s->taken == s->claimed && s->input_done)) {
+        if (!timed)
+            pthread_cond_wait(&s->cv_ready, &s->mu);
+        else if (pthread_cond_timedwait(&s->cv_ready, &s->mu, &until) == ETIMEDOUT &&
+                 !ch->ready && !(s->taken == s->claimed && s->input_done))
+            return false;
+    }
+    return true;
+}
+
+/* The next chunk in claim order, checked, into s->cur; false at the end of the input, or with
+ * *st set when the input has stalled. */
+static bool next_chunk(struct tfb *s, dt_status *st)
+{
+    *st = DT_OK;
     for (;;) {
         pthread_mutex_lock(&s->mu);
         struct chunk *ch = &s->ring[s->taken % (uint64_t)s->depth];
-        while (!ch->ready && !(s->taken == s->claimed && s->input_done))
-            pthread_cond_wait(&s->cv_ready, &s->mu);
+        if (!wait_ready(s, ch)) {
+            bool claimed = s->taken < s->claimed;
+            const char *name = dt_src_name_of(s->files, claimed ? ch->file
+                                                                : (uint32_t)s->next_file);
+            *st = dt_error(DT_ERR_IO, "%s: no data for %g s at offset %llu (input_timeout): the "
+                           "input has stalled", name, s->o.stall_secs,
+                           (unsigned long long)(claimed ? ch->lo : 0));
+            s->stalled = true;
+            pthread_mutex_unlock(&s->mu);
+            return false;
+        }
         bool ok = ch->ready;
         pthread_mutex_unlock(&s->mu);
         if (!ok)
@@ -631,8 +677,11 @@ static dt_status tfb_next(dt_dataset *ds, dt_elem **out)
     uint64_t first_pos = 0;
     for (;;) {
         while (s->pending_recs < s->batch) {
-            if (!s->cur && !next_chunk(s))
+            if (!s->cur && !next_chunk(s, &st)) {
+                if (st)
+                    return fail_iteration(s, st, dt_last_error());
                 break;
+            }
             struct chunk *ch = s->cur;
             if (s->cur_rec == ch->n_valid) {
                 if (ch->st && ch->bad_frame && s->o.skip_bad_records) {
@@ -677,8 +726,23 @@ static dt_status tfb_next(dt_dataset *ds, dt_elem **out)
 
 static dt_status tfb_reset(dt_dataset *ds)
 {
-    rewind_input(ds->state);
+    struct tfb *s = ds->state;
+    if (s->stalled) /* its stuck reader cannot be stopped, so the input cannot start again */
+        return dt_error(s->failed, "%s", s->failed_msg ? s->failed_msg : "");
+    rewind_input(s);
     return DT_OK;
+}
+
+/* A stalled input's reader threads may never return from their read: they are told to stop and
+ * left running, and what they use is left allocated rather than waited for. */
+static void abandon_workers(struct tfb *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->stop = true;
+    pthread_cond_broadcast(&s->cv_space);
+    pthread_mutex_unlock(&s->mu);
+    for (int i = 0; i < s->n_workers; i++)
+        pthread_detach(s->workers[i].thread);
 }
 
 static void tfb_destroy(dt_dataset *ds)
@@ -686,6 +750,10 @@ static void tfb_destroy(dt_dataset *ds)
     struct tfb *s = ds->state;
     if (!s)
         return;
+    if (s->stalled && s->running) {
+        abandon_workers(s);
+        return;
+    }
     if (s->ring && s->workers)
         rewind_input(s);
     for (int i = 0; s->ring && i < s->depth; i++) {
@@ -731,7 +799,11 @@ dt_status dt_src_tfrecord_batches(const dt_file_list *files, const dt_source_opt
     s->range = o->buffer_bytes ? o->buffer_bytes : DEFAULT_RANGE;
     s->file = -1, s->cons_file = -1;
     pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->cv_ready, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* stall deadlines immune to clock steps */
+    pthread_cond_init(&s->cv_ready, &ca);
+    pthread_condattr_destroy(&ca);
     pthread_cond_init(&s->cv_space, NULL);
     dt_rowbuf_init(&s->pending, spec->n_dense);
     s->plain = true;

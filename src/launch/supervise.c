@@ -68,6 +68,11 @@ struct run {
     int fail_status;    /* its exit status: the code, or 128 + signal */
     bool restart_cluster; /* the rules start the whole cluster again after this attempt */
     int start_status;   /* a task could not be started: 127, 126 or 1; 0 otherwise */
+
+    /* Every task's DTRAIN_JOB_ID and DTRAIN_JOB_NONCE: what a ps task's snapshots are bound
+     * to, the same for a task started again, another for the next launch. */
+    char job_id[96];    /* "" when the environment names the job already */
+    char job_nonce[40];
 };
 
 static void emit(const struct run *R, dt_launch_event e)
@@ -81,16 +86,39 @@ static bool is_training(dt_job job) { return job == DT_JOB_CHIEF || job == DT_JO
 
 /* ---- a task's environment ---- */
 
-/* The base environment without TF_CONFIG, DTRAIN_TASK and DTRAIN_CLUSTER_SECRET, then those of
- * this task. Only the strings in own[] are allocated here. */
+/* The base environment without TF_CONFIG, DTRAIN_TASK, DTRAIN_CLUSTER_SECRET and
+ * DTRAIN_JOB_NONCE, then those of this task and the job. Only the strings in own[] are
+ * allocated here. */
 struct task_env {
     char **envp;
-    char *own[3];
+    char *own[5];
 };
+
+/* The job's identity: the id the environment gives (a platform's job), else one of this launch;
+ * and a fresh nonce, so that no later launch under the same id takes this one's snapshots. */
+static dt_status job_identity(struct run *R)
+{
+    char *const *base = R->s->envp ? R->s->envp : environ;
+    bool named = false;
+    for (size_t i = 0; base[i]; i++)
+        named |= strncmp(base[i], "DTRAIN_JOB_ID=", 14) == 0 && base[i][14] != '\0';
+    if (!named) {
+        char host[64] = "localhost";
+        gethostname(host, sizeof host - 1);
+        snprintf(R->job_id, sizeof R->job_id, "launch-%.40s-%ld", host, (long)getpid());
+    }
+    uint8_t nonce[16];
+    if (getentropy(nonce, sizeof nonce) != 0)
+        return dt_error(DT_ERR_IO, "launch: no random bytes for the job's nonce: %s",
+                        strerror(errno));
+    for (int i = 0; i < 16; i++)
+        snprintf(R->job_nonce + 2 * i, 3, "%02x", nonce[i]);
+    return DT_OK;
+}
 
 static void task_env_free(struct task_env *e)
 {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 5; i++)
         free(e->own[i]);
     free(e->envp);
     memset(e, 0, sizeof *e);
@@ -110,13 +138,26 @@ static dt_status task_env_build(const struct run *R, const struct task *t, struc
     size_t n = 0;
     while (base[n])
         n++;
-    if (!(e->envp = malloc((n + 4) * sizeof *e->envp)))
+    if (!(e->envp = malloc((n + 6) * sizeof *e->envp)))
         goto nomem;
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
         if (!has_name(base[i], "TF_CONFIG") && !has_name(base[i], "DTRAIN_TASK") &&
-            !has_name(base[i], "DTRAIN_CLUSTER_SECRET"))
+            !has_name(base[i], "DTRAIN_CLUSTER_SECRET") && !has_name(base[i], "DTRAIN_JOB_NONCE") &&
+            !(R->job_id[0] && has_name(base[i], "DTRAIN_JOB_ID")))
             e->envp[k++] = base[i];
+    if (asprintf(&e->own[3], "DTRAIN_JOB_NONCE=%s", R->job_nonce) < 0) {
+        e->own[3] = NULL;
+        goto nomem;
+    }
+    e->envp[k++] = e->own[3];
+    if (R->job_id[0]) {
+        if (asprintf(&e->own[4], "DTRAIN_JOB_ID=%s", R->job_id) < 0) {
+            e->own[4] = NULL;
+            goto nomem;
+        }
+        e->envp[k++] = e->own[4];
+    }
     if (R->s->secret) {
         if (asprintf(&e->own[0], "DTRAIN_CLUSTER_SECRET=%s", R->s->secret) < 0) {
             e->own[0] = NULL;
@@ -565,6 +606,8 @@ dt_status dt_launch_run(const dt_launch_spec *s, dt_launch_result *r)
         st = dt_error(DT_ERR_INVALID, "launch: a job needs tasks and a command");
         goto fail;
     }
+    if ((st = job_identity(&R)))
+        goto fail;
     R.n_ports = 0;
     if (s->tf_config)
         R.n_ports = s->n_jobs[DT_JOB_CHIEF] + s->n_jobs[DT_JOB_WORKER] + s->n_jobs[DT_JOB_PS];

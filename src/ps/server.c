@@ -1,11 +1,13 @@
 /* A ps task's life from its configuration (see include/dtrain/ps.h). */
 #include "dtrain/ps.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "dtrain/cluster.h"
 #include "dtrain/log.h"
@@ -81,6 +83,32 @@ dt_status dt_ps_options_check(const dt_ps_options *o)
     return DT_OK;
 }
 
+/* 32 hex digits into nonce; DT_ERR_INVALID naming where it came from. */
+static dt_status parse_nonce(const char *text, const char *what, uint8_t *nonce)
+{
+    size_t n = strlen(text);
+    for (size_t i = 0; i < n && n == 2 * DT_PS_JOB_NONCE_BYTES; i++)
+        if (!isxdigit((unsigned char)text[i]))
+            n = 0;
+    if (n != 2 * DT_PS_JOB_NONCE_BYTES)
+        return dt_error(DT_ERR_INVALID, "%s: expected %d hex digits, got '%.80s'", what,
+                        2 * DT_PS_JOB_NONCE_BYTES, text);
+    for (int i = 0; i < DT_PS_JOB_NONCE_BYTES; i++) {
+        unsigned v;
+        sscanf(text + 2 * i, "%2x", &v);
+        nonce[i] = (uint8_t)v;
+    }
+    return DT_OK;
+}
+
+static dt_status check_job_id(const char *id, const char *what)
+{
+    if (strlen(id) > DT_PS_JOB_ID_CAP)
+        return dt_error(DT_ERR_INVALID, "%s: at most %d bytes, got %zu", what, DT_PS_JOB_ID_CAP,
+                        strlen(id));
+    return DT_OK;
+}
+
 dt_status dt_ps_server_config_check(const dt_ps_server_config *c)
 {
     dt_status st;
@@ -89,7 +117,37 @@ dt_status dt_ps_server_config_check(const dt_ps_server_config *c)
         return st;
     if (c->threads < 1 || c->threads > 256)
         return dt_error(DT_ERR_INVALID, "threads: must be in 1..256, got %d", c->threads);
+    uint8_t nonce[DT_PS_JOB_NONCE_BYTES];
+    if ((c->job_id && (st = check_job_id(c->job_id, "job_id"))) ||
+        (c->job_nonce && (st = parse_nonce(c->job_nonce, "job_nonce", nonce))))
+        return st;
     return check_seconds("snapshot_secs", c->snapshot_secs, 0, true, 86400);
+}
+
+/* The job this task's snapshots belong to, from c or the environment the launcher set; with
+ * neither, a nonce of this task's own, so that no other task takes its snapshots for its own. */
+static dt_status job_identity(const dt_ps_server_config *c, dt_ps_job *job)
+{
+    memset(job, 0, sizeof *job);
+    const char *id = c->job_id ? c->job_id : getenv("DTRAIN_JOB_ID");
+    const char *nonce = c->job_nonce ? c->job_nonce : getenv("DTRAIN_JOB_NONCE");
+    const char *id_what = c->job_id ? "job_id" : "DTRAIN_JOB_ID";
+    const char *nonce_what = c->job_nonce ? "job_nonce" : "DTRAIN_JOB_NONCE";
+    dt_status st;
+    if (id && *id) {
+        if ((st = check_job_id(id, id_what)))
+            return st;
+        snprintf(job->id, sizeof job->id, "%s", id);
+    }
+    if (nonce && *nonce)
+        return parse_nonce(nonce, nonce_what, job->nonce);
+    if (getentropy(job->nonce, sizeof job->nonce) != 0)
+        return dt_error(DT_ERR_IO, "no random bytes for a job nonce: %s", strerror(errno));
+    if (c->snapshot_dir && c->snapshot_secs > 0)
+        dt_log_to(NULL, DT_LOG_WARN, "dtrain server: warning: no job nonce (DTRAIN_JOB_NONCE, "
+                  "which dtrain launch sets): this task's snapshots cannot be told from another "
+                  "job's, so a task started again will not restore them");
+    return DT_OK;
 }
 
 static dt_status check_cluster(const dt_cluster *cl)
@@ -119,6 +177,9 @@ dt_status dt_ps_server_run(const dt_ps_server_config *c, dt_ps_server_report *re
         st = dt_cluster_set_task(&cl, c->task);
     if (st == DT_OK)
         st = check_cluster(&cl);
+    dt_ps_job job;
+    if (st == DT_OK)
+        st = job_identity(c, &job);
     if (st == DT_OK)
         st = dt_cluster_load_secret(c->secret_file, &secret, &secret_len);
     if (st == DT_OK && !secret && !dt_cluster_all_loopback(&cl) && !c->insecure)
@@ -149,6 +210,7 @@ dt_status dt_ps_server_run(const dt_ps_server_config *c, dt_ps_server_report *re
         .threads = c->threads,
         .snapshot_path = c->snapshot_dir ? path : NULL,
         .snapshot_secs = c->snapshot_secs,
+        .job = &job,
     };
     dt_ps_service_stats stats = {0};
     st = dt_ps_serve(&o, &stats);

@@ -23,10 +23,12 @@
 #include "../net/sock.h"
 #include "dtrain/checkpoint.h"
 #include "../core/clock.h"
+#include "../core/fileio.h"
 #include "dtrain/log.h"
 #include "shard.h"
 #include "shard_ckpt.h"
 #include "snapshot.h"
+#include "sweep.h"
 
 /* Connections a ps keeps at once: the chief, the workers and their reconnections. */
 #define MAX_CONNS 1024
@@ -139,7 +141,15 @@ static dt_status write_ckpt_file(void *arg)
 static dt_status write_snapshot(void *arg)
 {
     shard_write *w = arg;
-    return dt_ps_snapshot_save(&w->sv->shard, w->sv->o->me.index, w->path);
+    return dt_ps_snapshot_save(&w->sv->shard, w->sv->o->me.index, w->sv->o->job, w->path);
+}
+
+/* The temporaries this task's failed writes left in the directory of path (sweep.h). */
+static void sweep_beside(service *sv, const char *path)
+{
+    char dir[DT_PATH_CAP];
+    dt_path_dir(path, dir, sizeof dir);
+    dt_ps_sweep_temps(dir, sv->o->me.index, sv->log);
 }
 
 /* A write's child waited for until it ends, its deadline passes, or the service stops (it is
@@ -182,11 +192,17 @@ static dt_status save(conn *c, const dt_psmsg *req, dt_psbuf *reply)
     dt_status st = c->job == DT_JOB_CHIEF ? DT_OK
                                           : dt_error(DT_ERR_INVALID, "only the chief saves");
     if (st == DT_OK) {
+        /* A save of this task that a kill cut short (it, or the task) left its temporary: the
+         * chief sweeps the directory on its own host only. A directory read is cheap beside the
+         * shard's write. */
+        sweep_beside(sv, path);
         shard_write w = {sv, path, req->step};
         dt_cow_write child;
         if ((st = dt_cow_start(&child, write_ckpt_file, &w, &sv->shard_mu, SAVE_MAX_SECONDS,
                                path)) == DT_OK)
             st = wait_write(sv, &child);
+        if (st) /* a child killed at its deadline, or stopped, left its temporary */
+            sweep_beside(sv, path);
     }
     if (st)
         return error_reply(req, st, reply);
@@ -362,9 +378,11 @@ static void start_snapshot(service *sv, dt_cow_write *child)
  * snapshot kept. */
 static void snapshot_ended(service *sv, double started, dt_status st)
 {
-    if (st)
+    if (st) {
         dt_log_to(sv->log, DT_LOG_WARN, "dtrain server: warning: snapshot not written (the "
                   "previous one stays): %s", dt_last_error());
+        sweep_beside(sv, sv->o->snapshot_path);
+    }
     else if (sv->stats.snapshots++ == 0)
         dt_log_to(sv->log, DT_LOG_WARN, "dtrain server: snapshots of this ps go to %s every "
                   "%g s (the first took %.2f s)", sv->o->snapshot_path, sv->o->snapshot_secs,
@@ -414,6 +432,7 @@ static void wait_until_done(service *sv, dt_status *st)
         dt_log_to(sv->log, DT_LOG_WARN, "dtrain server: warning: a snapshot still being written "
                   "is stopped: the previous one stays");
         dt_cow_kill(&child);
+        sweep_beside(sv, sv->o->snapshot_path);
     }
 }
 
@@ -452,10 +471,19 @@ static dt_status restore(service *sv)
 {
     if (!sv->o->snapshot_path)
         return DT_OK;
+    /* What this task left when it was killed in the middle of a snapshot. */
+    sweep_beside(sv, sv->o->snapshot_path);
     dt_ps_snapshot_info info;
-    dt_status st = dt_ps_snapshot_load(&sv->shard, sv->o->me.index, sv->o->snapshot_path, &info);
+    dt_status st = dt_ps_snapshot_load(&sv->shard, sv->o->me.index, sv->o->job,
+                                       sv->o->snapshot_path, &info);
     if (st == DT_END)
         return DT_OK;
+    if (st && info.other_job) {
+        /* Left by a job that ended without removing it: this job's own snapshots replace it. */
+        dt_log_to(sv->log, DT_LOG_WARN, "dtrain server: warning: not restored: %s: this task "
+                  "starts from the coordinator's definitions", dt_last_error());
+        return DT_OK;
+    }
     if (st)
         return dt_error_prefix(st, "restoring this ps task's shards");
     sv->stats.restored = true, sv->stats.restored_step = info.last_step;

@@ -13,6 +13,7 @@
 
 #include "../net/handshake.h"
 #include "dtrain/cluster.h"
+#include "snapshot.h"
 
 typedef struct {
     dt_handshake_id me;          /* this ps task */
@@ -27,6 +28,7 @@ typedef struct {
      * is removed once the chief has stopped the job. */
     const char *snapshot_path;
     double snapshot_secs;
+    const dt_ps_job *job;        /* the job the snapshots belong to (snapshot.h) */
 } dt_ps_service_options;
 
 typedef struct {

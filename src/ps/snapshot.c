@@ -11,8 +11,11 @@
 #include "../core/crc32c.h"
 #include "../core/fileio.h"
 
-#define HEADER_BYTES 40
-#define VERSION 1
+#define HEADER_BYTES 120
+#define CRC_AT 116
+#define JOB_ID_AT 36
+#define NONCE_AT (JOB_ID_AT + DT_PS_JOB_ID_CAP)
+#define VERSION 2
 
 /* ---- Writing ---- */
 
@@ -84,19 +87,29 @@ static dt_status put_slice(writer *w, const dt_ps_shard *s, const dt_ps_dense_sl
     return st;
 }
 
-static void encode_header(uint8_t h[HEADER_BYTES], int ps_index, int64_t last_step,
-                          int64_t unix_time, uint32_t n_messages)
+void dt_ps_job_nonce_hex(const dt_ps_job *job, char out[2 * DT_PS_JOB_NONCE_BYTES + 1])
 {
+    for (int i = 0; i < DT_PS_JOB_NONCE_BYTES; i++)
+        snprintf(out + 2 * i, 3, "%02x", job->nonce[i]);
+}
+
+static void encode_header(uint8_t h[HEADER_BYTES], int ps_index, const dt_ps_job *job,
+                          int64_t last_step, int64_t unix_time, uint32_t n_messages)
+{
+    memset(h, 0, HEADER_BYTES);
     memcpy(h, "DTPSSNAP", 8);
     dt_store_le32(h + 8, VERSION);
     dt_store_le32(h + 12, (uint32_t)ps_index);
     dt_store_le64(h + 16, (uint64_t)last_step);
     dt_store_le64(h + 24, (uint64_t)unix_time);
     dt_store_le32(h + 32, n_messages);
-    dt_store_le32(h + 36, dt_crc32c(h, 36));
+    memcpy(h + JOB_ID_AT, job->id, strnlen(job->id, DT_PS_JOB_ID_CAP));
+    memcpy(h + NONCE_AT, job->nonce, DT_PS_JOB_NONCE_BYTES);
+    dt_store_le32(h + CRC_AT, dt_crc32c(h, CRC_AT));
 }
 
-dt_status dt_ps_snapshot_save(const dt_ps_shard *s, int ps_index, const char *path)
+dt_status dt_ps_snapshot_save(const dt_ps_shard *s, int ps_index, const dt_ps_job *job,
+                              const char *path)
 {
     dt_file_replace r;
     dt_status st = dt_file_replace_begin(&r, path, false);
@@ -116,7 +129,7 @@ dt_status dt_ps_snapshot_save(const dt_ps_shard *s, int ps_index, const char *pa
     for (int i = 0; i < s->n_slices && st == DT_OK; i++)
         st = put_slice(&w, s, &s->slices[i]);
     if (st == DT_OK) {
-        encode_header(h, ps_index, s->last_step, (int64_t)time(NULL), w.n_messages);
+        encode_header(h, ps_index, job, s->last_step, (int64_t)time(NULL), w.n_messages);
         if (fseek(w.f, 0, SEEK_SET) != 0 || fwrite(h, 1, sizeof h, w.f) != sizeof h)
             st = dt_error(DT_ERR_IO, "%s: %s", path, strerror(errno));
     }
@@ -265,19 +278,48 @@ static dt_status get_slice(reader *r, dt_ps_shard *s, const dt_psmsg *def, uint6
     return DT_OK;
 }
 
-static dt_status read_header(reader *r, int ps_index, dt_ps_snapshot_info *info)
+/* The job of a header: another job's snapshot is refused, naming both. */
+static dt_status check_job(reader *r, const uint8_t *h, const dt_ps_job *job,
+                           dt_ps_snapshot_info *info)
+{
+    dt_ps_job theirs;
+    memset(&theirs, 0, sizeof theirs);
+    memcpy(theirs.id, h + JOB_ID_AT, DT_PS_JOB_ID_CAP);
+    memcpy(theirs.nonce, h + NONCE_AT, DT_PS_JOB_NONCE_BYTES);
+    if (strcmp(theirs.id, job->id) == 0 &&
+        memcmp(theirs.nonce, job->nonce, DT_PS_JOB_NONCE_BYTES) == 0)
+        return DT_OK;
+    char a[2 * DT_PS_JOB_NONCE_BYTES + 1], b[2 * DT_PS_JOB_NONCE_BYTES + 1];
+    dt_ps_job_nonce_hex(&theirs, a);
+    dt_ps_job_nonce_hex(job, b);
+    info->other_job = true;
+    return dt_error(DT_ERR_INVALID, "%s: the snapshot of another job (job '%s', nonce %s; this "
+                    "is job '%s', nonce %s)", r->path, theirs.id, a, job->id, b);
+}
+
+static dt_status read_header(reader *r, int ps_index, const dt_ps_job *job,
+                             dt_ps_snapshot_info *info)
 {
     uint8_t h[HEADER_BYTES];
-    if (fread(h, 1, sizeof h, r->f) != sizeof h)
+    size_t got = fread(h, 1, sizeof h, r->f);
+    if (got >= 12 && memcmp(h, "DTPSSNAP", 8) == 0 && dt_load_le32(h + 8) == 1) {
+        info->other_job = true;
+        return dt_error(DT_ERR_INVALID, "%s: a snapshot written before snapshots named their "
+                        "job (version 1): not known to be this job's", r->path);
+    }
+    if (got != sizeof h)
         return bad(r, 0, "truncated header");
     if (memcmp(h, "DTPSSNAP", 8) != 0)
         return bad(r, 0, "not a dtrain ps snapshot (bad magic)");
-    if (dt_crc32c(h, 36) != dt_load_le32(h + 36))
-        return bad(r, 36, "header checksum mismatch");
+    if (dt_crc32c(h, CRC_AT) != dt_load_le32(h + CRC_AT))
+        return bad(r, CRC_AT, "header checksum mismatch");
     if (dt_load_le32(h + 8) != VERSION)
         return bad(r, 8, "unsupported version");
     if (dt_load_le32(h + 12) != (uint32_t)ps_index)
         return bad(r, 12, "the snapshot of another ps task");
+    dt_status st = check_job(r, h, job, info);
+    if (st)
+        return st;
     info->last_step = (int64_t)dt_load_le64(h + 16);
     info->unix_time = (int64_t)dt_load_le64(h + 24);
     r->left = dt_load_le32(h + 32);
@@ -285,14 +327,14 @@ static dt_status read_header(reader *r, int ps_index, dt_ps_snapshot_info *info)
     return DT_OK;
 }
 
-dt_status dt_ps_snapshot_load(dt_ps_shard *s, int ps_index, const char *path,
-                              dt_ps_snapshot_info *info)
+dt_status dt_ps_snapshot_load(dt_ps_shard *s, int ps_index, const dt_ps_job *job,
+                              const char *path, dt_ps_snapshot_info *info)
 {
     memset(info, 0, sizeof *info);
     reader r = {.path = path};
     if (!(r.f = fopen(path, "rb")))
         return errno == ENOENT ? DT_END : dt_error(DT_ERR_IO, "%s: %s", path, strerror(errno));
-    dt_status st = read_header(&r, ps_index, info);
+    dt_status st = read_header(&r, ps_index, job, info);
     while (st == DT_OK && r.left > 0) {
         uint64_t at = r.at;
         dt_psmsg def;

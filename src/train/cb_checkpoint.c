@@ -6,6 +6,7 @@
 
 #include "callback.h"
 #include "../core/clock.h"
+#include "dtrain/log.h"
 
 typedef struct {
     dt_ckpt_manager mgr;
@@ -47,6 +48,11 @@ static dt_status save(checkpoint *k, dt_fit_ctx *c, bool announce, bool final)
     return st;
 }
 
+/* Whether a periodic save that failed with st can be given up while training goes on: the
+ * storage refused (a full disk, a quota, a lost mount), here or on a ps task. Nothing of the
+ * failed save is named by the state file, so the last good checkpoint stays the latest. */
+static bool storage_failure(dt_status st) { return st == DT_ERR_IO; }
+
 static dt_status step_end(void *self, dt_fit_ctx *c)
 {
     checkpoint *k = self;
@@ -54,6 +60,16 @@ static dt_status step_end(void *self, dt_fit_ctx *c)
         return DT_OK;
     dt_status st = save(k, c, true, false);
     k->last_save = dt_clock_now();
+    if (st && storage_failure(st)) {
+        char last[64] = "none yet";
+        if (k->mgr.n_kept > 0)
+            snprintf(last, sizeof last, "ckpt-%lld", (long long)k->mgr.steps[k->mgr.n_kept - 1]);
+        dt_log_to(c->cfg->log, DT_LOG_WARN, "dtrain: warning: checkpoint at step %lld not "
+                  "saved: %s; training goes on, and the latest checkpoint stays %s",
+                  (long long)c->pos.step, dt_last_error(), last);
+        c->result->checkpoints_failed++;
+        return DT_OK;
+    }
     return st;
 }
 

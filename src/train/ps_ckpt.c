@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "dtrain/partition.h"
 
@@ -13,13 +14,33 @@ enum { VALUE_CAP = 48 };
 
 /* ---- Saving ---- */
 
+/* A save that failed (a ps task's SAVE refused, or the manifest not written: a full disk) leaves
+ * the shard files the other tasks wrote, which no manifest will name: removed, unless a
+ * checkpoint of the same step that the state file lists names them. */
+static void drop_unlisted_shards(const dt_ckpt_manager *mgr, int64_t step, int n_ps)
+{
+    for (int i = 0; i < mgr->n_kept; i++)
+        if (mgr->steps[i] == step)
+            return;
+    for (int k = 0; k < n_ps; k++) {
+        char name[128], path[4400];
+        dt_ckpt_shard_name(name, sizeof name, step, k, n_ps);
+        snprintf(path, sizeof path, "%s/%s", mgr->dir, name);
+        unlink(path);
+    }
+}
+
 dt_status dt_ps_ckpt_save(dt_ckpt_manager *mgr, dt_ps_client *ps, int n_ps,
                           const dt_fit_config *cfg, dt_model *m, const dt_optim_config *o,
                           int64_t step, int workers, bool final)
 {
     dt_status st = dt_ps_client_save(ps, step, mgr->dir);
-    if (st)
-        return dt_error_prefix(st, "checkpoint %lld", (long long)step);
+    if (st) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", dt_last_error());
+        drop_unlisted_shards(mgr, step, n_ps);
+        return dt_error(st, "checkpoint %lld: %s", (long long)step, msg);
+    }
     char *spec = dt_model_spec_to_json(dt_model_spec_of(m));
     size_t list_cap = (size_t)n_ps * 64 + 1;
     char *list = malloc(list_cap);
@@ -67,7 +88,13 @@ dt_status dt_ps_ckpt_save(dt_ckpt_manager *mgr, dt_ps_client *ps, int n_ps,
     char path[4400];
     st = dt_ckpt_manager_save(mgr, step, arenas, 1, meta, n, path, sizeof path);
     free(spec), free(list);
-    return st;
+    if (st) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", dt_last_error());
+        drop_unlisted_shards(mgr, step, n_ps);
+        return dt_error(st, "%s", msg);
+    }
+    return DT_OK;
 }
 
 /* ---- Restoring ---- */

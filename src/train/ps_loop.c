@@ -20,8 +20,46 @@
 #include "ps_coord.h"
 #include "ps_train.h"
 
-/* The checkpoint to start from: the model directory's latest (a coordinator started again
- * resumes from it, as Estimator does), else --restore-checkpoint. Its variables and their
+/* Whether a sharded checkpoint's shard files are all there and intact (each is read and its
+ * checksum checked; the restore then reads them again, from the page cache). */
+static dt_status shards_whole(const dt_ckpt *ck)
+{
+    if (!dt_ckpt_is_sharded(ck))
+        return DT_OK;
+    dt_ckpt **files;
+    int n;
+    dt_status st = dt_ckpt_open_shards(ck, &files, &n);
+    if (st == DT_OK)
+        dt_ckpt_close_shards(files, n);
+    return st;
+}
+
+/* The model directory's newest checkpoint that is whole: a sharded one with a shard file missing
+ * or damaged (a disk that lost it, a copy cut short) is passed over, saying what was wrong, for
+ * the one before it. DT_END when there is none. */
+static dt_status open_whole_latest(const char *dir, FILE *log, dt_ckpt **out)
+{
+    int64_t before = INT64_MAX;
+    for (;;) {
+        dt_status st = dt_ckpt_open_latest_before(dir, before, log, out);
+        if (st)
+            return st;
+        if ((st = shards_whole(*out)) == DT_OK || st == DT_ERR_NOMEM)
+            return st;
+        const char *path = dt_ckpt_path(*out), *slash = strrchr(path, '/');
+        int64_t step = dt_ckpt_step_of_name(slash ? slash + 1 : path);
+        dt_log_to(log, DT_LOG_WARN, "dtrain: warning: %s; restoring the checkpoint before it",
+                  dt_last_error());
+        dt_ckpt_close(*out);
+        *out = NULL;
+        if (step <= 0)
+            return dt_error(DT_END, "%s: no whole checkpoint", dir);
+        before = step;
+    }
+}
+
+/* The checkpoint to start from: the model directory's latest whole one (a coordinator started
+ * again resumes from it, as Estimator does), else --restore-checkpoint. Its variables and their
  * optimizer slots go to the ps tasks, however many there are now; *step: where the steps go on
  * from (0: no checkpoint). */
 static dt_status restore_start(const dt_train_config *c, dt_ps_client *ps, dt_model *m,
@@ -31,7 +69,7 @@ static dt_status restore_start(const dt_train_config *c, dt_ps_client *ps, dt_mo
     dt_ckpt *ck = NULL;
     dt_status st = DT_END;
     if (c->fit.model_dir)
-        st = dt_ckpt_open_latest(c->fit.model_dir, c->fit.log, &ck);
+        st = open_whole_latest(c->fit.model_dir, c->fit.log, &ck);
     if (st == DT_END && c->fit.restore_path)
         st = dt_ckpt_open(c->fit.restore_path, &ck);
     if (st == DT_END)
