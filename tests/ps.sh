@@ -208,6 +208,13 @@ TF_CONFIG="{\"cluster\":{\"ps\":[\"127.0.0.1:$base\"],\"worker\":[\"127.0.0.1:$(
 TF_CONFIG="$(tf_config "$base" 2 ps:0)" \
     expect_error ps_index_out_of_range 1 "ps:5" server --task ps:5
 expect_error ps_without_tf_config 1 "TF_CONFIG" server
+# Without a secret a ps task refuses to start, though its cluster is on loopback (any local user
+# could join it, stop the job or have it write anywhere), naming the flag that allows it.
+DTRAIN_CLUSTER_SECRET= TF_CONFIG="$(tf_config "$base" 2 ps:0)" \
+    expect_error ps_without_secret_is_refused 1 "no secret: set DTRAIN_CLUSTER_SECRET" server \
+    --coordinator-timeout 1
+if grep -qF -- "--insecure" "$tmp/err"; then ok ps_without_secret_names_insecure;
+else fail ps_without_secret_names_insecure "$(cat "$tmp/err")"; fi
 expect_error ps_bad_coordinator_timeout 2 "--coordinator-timeout" server --coordinator-timeout 0
 # A ps address already taken by another task: a named error at once.
 python3 -c "import socket,time,sys; s=socket.socket(); s.bind(('127.0.0.1', $((base + 1)))); s.listen(); time.sleep(3)" &
@@ -711,6 +718,11 @@ psc_worker=$("$dtrain" launch -n 1 --ps 1 --base-port "$base" --print-tf-config 
 # A cluster no launch writes: a worker and a ps without a chief.
 TF_CONFIG="{\"cluster\":{\"worker\":[\"127.0.0.1:$base\"],\"ps\":[\"127.0.0.1:$((base + 1))\"]},\"task\":{\"type\":\"worker\",\"index\":0}}" \
     expect_error ps_train_without_chief 1 "needs one chief" "${ctr[@]}"
+# Without a secret the coordinator and the workers refuse to start too, naming --insecure.
+for task in chief:0 worker:0; do
+    DTRAIN_CLUSTER_SECRET= TF_CONFIG="$("$dtrain" launch -n 1 --ps 1 --base-port "$base" --print-tf-config "$task")" \
+        expect_error "ps_train_${task%%:*}_without_secret_is_refused" 1 "or give --insecure" "${ctr[@]}"
+done
 TF_CONFIG="$psc_worker" \
     expect_error ps_train_other_strategy 1 "only --strategy parameter_server" "${ctr[@]}" --strategy multi_worker_mirrored
 TF_CONFIG="$("$dtrain" launch -n 2 --chief --base-port "$base" --print-tf-config chief:0)" \

@@ -47,7 +47,7 @@ DT_API dt_status dt_ps_options_check(const dt_ps_options *o);
 typedef struct {
     const char *task;           /* "ps:0" overrides TF_CONFIG's task; NULL: TF_CONFIG's */
     const char *secret_file;    /* NULL: env DTRAIN_CLUSTER_SECRET, else none */
-    bool insecure;              /* allow a non-loopback cluster without a secret */
+    bool insecure;              /* allow the cluster to run without a secret */
     double coordinator_timeout; /* seconds without a connected chief before giving up (120) */
     double request_timeout;     /* seconds a started request has to arrive whole (60) */
     int threads;                /* for the row-wise updates (1) */
