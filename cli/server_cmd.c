@@ -27,6 +27,8 @@ int cmd_server(int argc, char **argv)
     ROW("snapshot-dir", FLAG_STRING, snapshot_dir, "snapshots of this task's shards go to "
         "DIR/ps-INDEX.snapshot; started again, the task restores them from there (the updates "
         "after the snapshot are lost); removed when the job ends");
+    ROW("model-dir", FLAG_STRING, model_dir, "the job's model directory: the chief's "
+        "checkpoints have this task write its shards there (or within it), nowhere else");
     ROW("snapshot-secs", FLAG_FLOAT, snapshot_secs, "--snapshot-dir: seconds between snapshots "
         "(0: none)");
 #undef ROW

@@ -198,6 +198,26 @@ fi
 for k in 0 1; do wait_pid "${ps_pids[$k]}" 10; done
 no_leftovers ps_strangers_leave_nothing "$base" 2
 
+# ---- a SAVE writes within the job's model directory only: "..", another absolute directory and
+# a symbolic link out of it are refused with an ERROR naming the directory, and nothing is
+# written there, while a directory within it takes the shards ----
+base=$(free_base 2)
+mkdir -p "$tmp/md/sub" "$tmp/outside"
+ln -s "$tmp/outside" "$tmp/md/link"
+start_ps "$base" 1 --coordinator-timeout 20 --model-dir "$tmp/md"
+TF_CONFIG="$(tf_config "$base" 1 chief:0)" run "$check" 50 4 1 div 2 --save "$tmp/md" \
+    --save "$tmp/md/sub" --save "$tmp/md/../outside" --save "$tmp/outside" --save "$tmp/md/link"
+refused=$(grep -c "refused: .*SAVE to .* refused: it is $tmp/outside, outside the job's model directory $tmp/md" "$tmp/out")
+wait_pid "${ps_pids[0]}" 10
+if [ "$refused" -eq 3 ] && grep -q "save $tmp/md: ok" "$tmp/out" && grep -q "save $tmp/md/sub: ok" "$tmp/out" &&
+    [ -z "$(ls "$tmp/outside")" ] && ls "$tmp/md" | grep -q "ckpt-2.ps-0-of-1.safetensors" &&
+    ls "$tmp/md/sub" | grep -q "ckpt-2.ps-0-of-1.safetensors" && grep -q "SAVE to $tmp/md/link refused" "$tmp/ps0.err"; then
+    ok ps_save_stays_in_the_model_dir
+else
+    fail ps_save_stays_in_the_model_dir "refused $refused, outside: $(ls "$tmp/outside"), md: $(ls "$tmp/md"): $(cat "$tmp/out") $(head -c 300 "$tmp/err") ps: $(head -c 300 "$tmp/ps0.err")"
+fi
+no_leftovers ps_save_leaves_nothing "$base" 1
+
 # ---- invalid clusters: named errors, no hang ----
 base=$(free_base 3)
 TF_CONFIG="$(tf_config "$base" 2 chief:0)" \

@@ -56,6 +56,10 @@ typedef struct {
      * (the updates after the snapshot are lost, and said), and a job that ends removes it. */
     const char *snapshot_dir;
     double snapshot_secs;
+    /* The job's model directory: the chief's SAVE writes this task's checkpoint files into it
+     * (or a directory within it, symbolic links resolved) and nowhere else; a SAVE naming any
+     * other directory gets an ERROR naming it. NULL: every SAVE is refused. */
+    const char *model_dir;
 } dt_ps_server_config;
 
 typedef struct {

@@ -146,6 +146,7 @@ dt_status dt_ps_server_run(const dt_ps_server_config *c, dt_ps_server_report *re
         .threads = c->threads,
         .snapshot_path = c->snapshot_dir ? path : NULL,
         .snapshot_secs = c->snapshot_secs,
+        .model_dir = c->model_dir,
     };
     dt_ps_service_stats stats = {0};
     st = dt_ps_serve(&o, &stats);

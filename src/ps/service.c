@@ -9,8 +9,12 @@
  * every connection down and joins the threads. */
 #include "service.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -165,6 +169,30 @@ static dt_status wait_write(service *sv, dt_cow_write *child)
  * its own request timeout). */
 #define SAVE_MAX_SECONDS 3600.0
 
+/* Whether dir (a SAVE's) is the job's model directory or lies within it, ".." and symbolic
+ * links resolved, as the write would resolve them: real gets the resolved directory, which the
+ * write then uses. A SAVE is the only request that names a path, and no one, the chief
+ * included, has a ps write elsewhere. */
+static dt_status dir_within_model_dir(const char *model_dir, const char *dir, char real[PATH_MAX])
+{
+    char root[PATH_MAX];
+    if (!model_dir)
+        return dt_error(DT_ERR_INVALID, "SAVE to %s refused: this ps task was given no model "
+                        "directory (--model-dir)", dir);
+    if (!realpath(model_dir, root))
+        return dt_error(DT_ERR_IO, "SAVE to %s refused: the model directory %s: %s", dir,
+                        model_dir, strerror(errno));
+    if (!realpath(dir, real))
+        return dt_error(DT_ERR_IO, "SAVE to %s refused: %s", dir, strerror(errno));
+    size_t n = strlen(root);
+    bool within = strncmp(real, root, n) == 0 &&
+                  (real[n] == '\0' || real[n] == '/' || (n == 1 && root[0] == '/'));
+    if (!within)
+        return dt_error(DT_ERR_INVALID, "SAVE to %s refused: it is %s, outside the job's model "
+                        "directory %s", dir, real, root);
+    return DT_OK;
+}
+
 /* SAVE from the chief: this task's shards as its file of the checkpoint, written by a child from
  * a copy-on-write image taken under the shards' lock (held only for the fork), so requests and
  * PINGs go on being answered however slow the write. A failure goes back as an ERROR: the chief
@@ -172,15 +200,17 @@ static dt_status wait_write(service *sv, dt_cow_write *child)
 static dt_status save(conn *c, const dt_psmsg *req, dt_psbuf *reply)
 {
     service *sv = c->sv;
-    char dir[DT_PSMSG_MAX_TEXT + 1], name[96], path[DT_PSMSG_MAX_TEXT + 100];
+    char dir[DT_PSMSG_MAX_TEXT + 1], real[PATH_MAX], name[96], path[PATH_MAX + 100];
     memcpy(dir, req->text, req->text_len);
     dir[req->text_len] = '\0';
     dt_ckpt_shard_name(name, sizeof name, req->step, sv->o->me.index,
                        sv->o->cluster->n_tasks[DT_JOB_PS]);
-    snprintf(path, sizeof path, "%s/%s", dir, name);
     dt_status st = c->job == DT_JOB_CHIEF ? DT_OK
                                           : dt_error(DT_ERR_INVALID, "only the chief saves");
+    if (st == DT_OK && (st = dir_within_model_dir(sv->o->model_dir, dir, real)) != DT_OK)
+        dt_log_to(sv->log, DT_LOG_WARN, "dtrain server: %s: %s", c->name, dt_last_error());
     if (st == DT_OK) {
+        snprintf(path, sizeof path, "%s/%s", real, name);
         shard_write w = {sv, path, req->step};
         dt_cow_write child;
         if ((st = dt_cow_start(&child, write_ckpt_file, &w, &sv->shard_mu, SAVE_MAX_SECONDS,

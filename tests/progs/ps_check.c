@@ -8,7 +8,10 @@
  * comes back in one round (every request sent before any reply is read): with 500k rows a ps's
  * first reply is far larger than the sockets' buffers while the later requests are still being
  * sent.
- * usage: ps_check ROWS DIM SHARDS div|mod STEPS [--no-stop] [--hold SECONDS] [--big-round T] */
+ * With --save DIR (repeatable), the ps tasks are asked to save checkpoint STEPS into DIR, and
+ * "ps_check: save DIR: ok" or "ps_check: save DIR: refused: WHY" is printed for each.
+ * usage: ps_check ROWS DIM SHARDS div|mod STEPS [--no-stop] [--hold SECONDS] [--big-round T]
+ *                 [--save DIR]... */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,7 +92,8 @@ int main(int argc, char **argv)
     int64_t rows = atoll(argv[1]), shards = atoll(argv[3]);
     int dim = atoi(argv[2]), steps = atoi(argv[5]), stop = 1;
     double hold = 0;
-    int big_round = 0;
+    int big_round = 0, n_saves = 0;
+    const char *saves[8];
     dt_partition_strategy strategy = strcmp(argv[4], "mod") == 0 ? DT_PARTITION_MOD
                                                                 : DT_PARTITION_DIV;
     for (int i = 6; i < argc; i++) {
@@ -99,6 +103,8 @@ int main(int argc, char **argv)
             hold = atof(argv[++i]);
         else if (strcmp(argv[i], "--big-round") == 0 && i + 1 < argc)
             big_round = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--save") == 0 && i + 1 < argc && n_saves < 8)
+            saves[n_saves++] = argv[++i];
     }
     dt_cluster cl = {0};
     uint8_t *secret = NULL;
@@ -170,6 +176,12 @@ int main(int argc, char **argv)
     if (big_round > 1 && !every_table_in_one_round(c, &ref, big_round, rows, dim, shards,
                                                    strategy, &opt))
         return 1;
+    for (int i = 0; i < n_saves; i++) {
+        if (dt_ps_client_save(c, steps, saves[i]) == DT_OK)
+            printf("ps_check: save %s: ok\n", saves[i]);
+        else
+            printf("ps_check: save %s: refused: %s\n", saves[i], dt_last_error());
+    }
     if (hold > 0)
         usleep((useconds_t)(hold * 1e6));
     if (stop && dt_ps_client_stop(c))
