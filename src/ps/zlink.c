@@ -67,14 +67,24 @@ static dt_status set_curve(dt_zlink *l, const void *secret, size_t secret_len, b
     return set ? DT_OK : zmq_fail(what, where);
 }
 
+/* The largest frame a link's peer may send before ZeroMQ drops its connection instead of
+ * allocating the frame (ZMQ_MAXMSGSIZE): a reply to a client can be the whole of a hybrid
+ * model's dense variables, so a message at its limit with CURVE's few bytes on top; a request to
+ * a server (a worker's control socket: RUN, RING, PULL_DENSE, PING, STOP) is never more than a
+ * ring's ports. */
+#define CLIENT_MAX_FRAME ((int64_t)DT_PSMSG_HEADER_BYTES + (int64_t)DT_PSMSG_MAX_PAYLOAD + 4096)
+#define SERVER_MAX_FRAME ((int64_t)DT_ZLINK_MAX_REQUEST_BYTES + 4096)
+
 static dt_status open_socket(int type, dt_zlink **out)
 {
     dt_zlink *l = calloc(1, sizeof *l);
     if (!l)
         return dt_error(DT_ERR_NOMEM, "no memory for a ps link");
     int zero = 0;
+    int64_t max_frame = type == ZMQ_ROUTER ? SERVER_MAX_FRAME : CLIENT_MAX_FRAME;
     if (!(l->ctx = zmq_ctx_new()) || !(l->sock = zmq_socket(l->ctx, type)) ||
-        zmq_setsockopt(l->sock, ZMQ_LINGER, &zero, sizeof zero) != 0) {
+        zmq_setsockopt(l->sock, ZMQ_LINGER, &zero, sizeof zero) != 0 ||
+        zmq_setsockopt(l->sock, ZMQ_MAXMSGSIZE, &max_frame, sizeof max_frame) != 0) {
         dt_status st = zmq_fail("opening", "a ZeroMQ socket");
         dt_zlink_close(l);
         return st;

@@ -5,7 +5,7 @@
  * "dtrain ps curve client"), and a client needs the server's public key to begin the handshake.
  * So only a task holding the secret completes it: a stranger's connection, random bytes, a
  * wrong secret or a replayed handshake never delivers a message, and the server goes on. With
- * no secret (a loopback cluster), CURVE is off.
+ * no secret (a cluster run with --insecure), CURVE is off.
  *
  * Every receive has a deadline; sockets linger 0, so a close never waits on an absent peer. */
 #ifndef DTRAIN_PS_ZLINK_H
@@ -19,6 +19,11 @@
 #include "psmsg.h"
 
 typedef struct dt_zlink dt_zlink;
+
+/* The largest request a server takes (RING with every worker's port is the largest, 128 KiB):
+ * a peer that sends more has its connection dropped by ZeroMQ before the frame is allocated.
+ * A client takes replies up to a ps message's limit (psmsg.h). */
+#define DT_ZLINK_MAX_REQUEST_BYTES ((size_t)1 << 20)
 
 /* endpoint: "tcp://HOST:PORT" (PORT 0 or "*": any free port; dt_zlink_endpoint tells which). */
 dt_status dt_zlink_server(const char *endpoint, const void *secret, size_t secret_len,
