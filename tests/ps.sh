@@ -504,6 +504,26 @@ else
     fail ps_train_worker_killed_job_goes_on "chief ${task_status[chief:0]} ($(tail -2 "$tmp/chief0.err")), worker:0 ${task_status[worker:0]} ($(tail -1 "$tmp/worker0.err")), ps ${task_status[ps:0]} ($(tail -1 "$tmp/ps0.err"))"
 fi
 no_leftovers ps_train_worker_killed_leaves_nothing "$base" 3
+# A malformed message on a worker's control socket (from a task holding the secret: bytes that
+# are no message, then a request a worker does not take) is logged, naming where it came from,
+# and dropped (the request answered with an ERROR): the worker trains on, the job completes and
+# every task exits 0.
+base=$(free_base 4)
+start_cluster "$base" --epochs 1
+training_runs
+TF_CONFIG="$("$dtrain" launch -n 2 --ps 1 --base-port "$base" --print-tf-config chief:0)" \
+    run "$check" --poke worker:1
+poke_out=$(cat "$tmp/out" "$tmp/err")
+wait_tasks 60
+if [ "${task_status[chief:0]}" -eq 0 ] && [ "${task_status[worker:0]}" -eq 0 ] &&
+    [ "${task_status[worker:1]}" -eq 0 ] && [ "${task_status[ps:0]}" -eq 0 ] &&
+    echo "$poke_out" | grep -q "ps_check: poke: ERROR: a PULL_ROWS request, a worker takes RUN" &&
+    [ "$(grep -c "dropped a message from 127.0.0.1 on this worker's control socket" "$tmp/worker1.err")" -eq 2 ]; then
+    ok ps_train_malformed_control_message_dropped "$(grep -m1 "dropped a message" "$tmp/worker1.err" | cut -c1-200)"
+else
+    fail ps_train_malformed_control_message_dropped "poke: $poke_out; chief ${task_status[chief:0]} ($(tail -2 "$tmp/chief0.err")), worker:1 ${task_status[worker:1]} ($(tail -3 "$tmp/worker1.err"))"
+fi
+no_leftovers ps_train_malformed_control_message_leaves_nothing "$base" 3
 # A worker gone silent (stopped: its connection stays open, its heartbeats stop) is lost after
 # --heartbeat-timeout; once it runs again it answers, rejoins and takes steps.
 base=$(free_base 4)

@@ -450,3 +450,32 @@ TEST(ps_ckpt_restore_counts_shards_not_rows)
     rmdir(dir);
     dt_model_destroy(m);
 }
+
+/* A pull whose reply would pass a message's limit (ids times the table's row) is refused with an
+ * ERROR naming the sizes, before any row is gathered, and the shard answers the next pull. */
+TEST(ps_shard_refuses_a_pull_larger_than_a_reply)
+{
+    enum { WIDE = 65536, N = 4100 }; /* 4100 rows of 256 KiB: just over 1 GiB */
+    dt_rowopt_config opt;
+    dt_rowopt_config_default(&opt, DT_ROWOPT_SGD);
+    dt_ps_shard s;
+    dt_ps_shard_init(&s, NULL);
+    CHECK_OK(dt_ps_shard_add_table(&s, 1, "wide", 2, WIDE, 1, 0, DT_PARTITION_DIV, &opt, 0, 1));
+    int64_t *ids = calloc(N, sizeof *ids);
+    CHECK(ids != NULL);
+    if (!ids)
+        return;
+    dt_psmsg pull = {.type = DT_PSMSG_PULL_ROWS, .table = 1, .n = N};
+    expect_refusal(&s, &pull, ids, NULL, "a pull of 4100 rows of 65536 values needs a reply of");
+    dt_psbuf buf = {0}, rep = {0};
+    dt_psmsg in, out;
+    pull.n = 2;
+    ids[1] = 1;
+    via_wire(&pull, ids, NULL, &buf, &in);
+    CHECK_OK(dt_ps_shard_handle(&s, &in, &rep));
+    CHECK_OK(dt_psmsg_decode(rep.data, rep.len, "ps", &out));
+    CHECK(out.type == DT_PSMSG_ROWS && out.n == 2 && out.dim == WIDE);
+    dt_psbuf_free(&buf), dt_psbuf_free(&rep);
+    free(ids);
+    dt_ps_shard_free(&s);
+}

@@ -109,18 +109,36 @@ static bool local_rows(const dt_ps_table_shard *ts, const dt_psmsg *req, int64_t
     return true;
 }
 
+/* The payload of a ROWS reply of n rows of dim values (psmsg.h). */
+static uint64_t rows_reply_bytes(uint32_t n, int dim)
+{
+    return 12 + (uint64_t)n * (uint64_t)dim * sizeof(float);
+}
+
+/* A pull's reply is sized by the request (n ids) times the table's row: checked against what a
+ * reply may hold, and the ids against the shard, before the rows are allocated, so a request
+ * never makes the ps allocate more than it can send. */
 static dt_status pull(dt_ps_shard *s, dt_ps_table_shard *ts, const dt_psmsg *req, dt_psbuf *reply)
 {
+    uint64_t bytes = rows_reply_bytes(req->n, ts->t.dim);
+    if (bytes > DT_PSMSG_MAX_PAYLOAD)
+        return reply_error(req, DT_ERR_INVALID, reply, "table %u: a pull of %u rows of %d values "
+                           "needs a reply of %llu bytes, more than a message holds (%llu): pull "
+                           "fewer ids at once", ts->id, req->n, ts->t.dim,
+                           (unsigned long long)bytes, (unsigned long long)DT_PSMSG_MAX_PAYLOAD);
     int64_t *local = malloc(((size_t)req->n + 1) * sizeof *local);
-    float *rows = malloc(((size_t)req->n * (size_t)ts->t.dim + 1) * sizeof *rows);
+    float *rows = NULL;
     dt_status st = DT_OK;
     int64_t bad = 0;
-    if (!local || !rows) {
+    if (!local) {
         st = dt_error(DT_ERR_NOMEM, "ps: no memory for a pull of %u rows", req->n);
     } else if (!local_rows(ts, req, local, &bad)) {
         st = reply_error(req, DT_ERR_INVALID, reply, "table %u: id %lld is not held by shard "
                          "%lld of %lld", ts->id, (long long)bad, (long long)ts->shard,
                          (long long)ts->n_shards);
+    } else if (!(rows = malloc(((size_t)req->n * (size_t)ts->t.dim + 1) * sizeof *rows))) {
+        st = dt_error(DT_ERR_NOMEM, "ps: no memory for a pull of %u rows of %d values", req->n,
+                      ts->t.dim);
     } else {
         for (uint32_t i = 0; i < req->n; i++)
             memcpy(rows + (size_t)i * (size_t)ts->t.dim, dt_table_row(&ts->t, local[i]),

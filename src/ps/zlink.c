@@ -237,14 +237,19 @@ static dt_status wait_readable(dt_zlink *l, double timeout)
     return n == 0 ? DT_END : DT_OK;
 }
 
-/* The next frame into out (replacing its contents). */
-static dt_status recv_frame(dt_zlink *l, dt_psbuf *out, int *more)
+/* The next frame into out (replacing its contents); addr (unless NULL) gets the address of the
+ * connection it came on, "an unknown address" when ZeroMQ does not tell. */
+static dt_status recv_frame_from(dt_zlink *l, dt_psbuf *out, int *more, char *addr, size_t cap)
 {
     zmq_msg_t m;
     zmq_msg_init(&m);
     if (zmq_msg_recv(&m, l->sock, ZMQ_DONTWAIT) < 0) {
         zmq_msg_close(&m);
         return zmq_fail("receiving from", l->peer[0] ? l->peer : l->endpoint);
+    }
+    if (addr) {
+        const char *a = zmq_msg_gets(&m, "Peer-Address");
+        snprintf(addr, cap, "%s", a ? a : "an unknown address");
     }
     size_t n = zmq_msg_size(&m);
     out->len = 0;
@@ -261,6 +266,11 @@ static dt_status recv_frame(dt_zlink *l, dt_psbuf *out, int *more)
     *more = zmq_msg_more(&m);
     zmq_msg_close(&m);
     return DT_OK;
+}
+
+static dt_status recv_frame(dt_zlink *l, dt_psbuf *out, int *more)
+{
+    return recv_frame_from(l, out, more, NULL, 0);
 }
 
 static dt_status no_reply(const dt_zlink *c, double timeout)
@@ -338,20 +348,27 @@ dt_status dt_zlink_receive(dt_zlink *s, double timeout, dt_zpeer *from, dt_psbuf
         return st;
     dt_psbuf id = {0};
     int more = 0;
+    from->len = 0;
+    snprintf(from->addr, sizeof from->addr, "an unknown address");
+    /* The address comes with a frame the connection delivered (the body), not with the
+     * identity frame the ROUTER socket makes. */
     if ((st = recv_frame(s, &id, &more)) == DT_OK && !more)
-        st = dt_error(DT_ERR_PEER, "%s: a request without a body", s->endpoint);
+        st = dt_error(DT_ERR_PEER, "%s: a request without a body from %s", s->endpoint,
+                      from->addr);
     if (st == DT_OK && id.len > sizeof from->id)
-        st = dt_error(DT_ERR_PEER, "%s: a peer identity of %zu bytes", s->endpoint, id.len);
+        st = dt_error(DT_ERR_PEER, "%s: a peer identity of %zu bytes from %s", s->endpoint,
+                      id.len, from->addr);
     if (st == DT_OK) {
         memcpy(from->id, id.data, id.len);
         from->len = id.len;
-        st = recv_frame(s, msg, &more);
+        st = recv_frame_from(s, msg, &more, from->addr, sizeof from->addr);
     }
     /* Frames past the body: drained, the request refused. */
     while (st == DT_OK && more) {
         st = recv_frame(s, &id, &more);
         if (st == DT_OK && !more)
-            st = dt_error(DT_ERR_PEER, "%s: a request of several frames", s->endpoint);
+            st = dt_error(DT_ERR_PEER, "%s: a request of several frames from %s", s->endpoint,
+                          from->addr);
     }
     dt_psbuf_free(&id);
     return st;

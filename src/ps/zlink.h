@@ -54,13 +54,16 @@ dt_status dt_zlink_await(dt_zlink *c, double timeout, dt_psbuf *reply);
 /* Whether the client's connection closed since its last handshake. */
 bool dt_zlink_lost(dt_zlink *c);
 
-/* Who sent a request to a server, for its reply. */
+/* Who sent a request to a server, for its reply, and the address it came from, for messages. */
 typedef struct {
     uint8_t id[256];
     size_t len;
+    char addr[64];
 } dt_zpeer;
 
-/* A server's next request within timeout seconds (DT_END when none came). */
+/* A server's next request within timeout seconds (DT_END when none came). DT_ERR_PEER, naming
+ * the sender's address, for a request not shaped as one (no body, several frames): the caller
+ * may drop it and go on; any other error is the socket's. */
 dt_status dt_zlink_receive(dt_zlink *s, double timeout, dt_zpeer *from, dt_psbuf *msg);
 dt_status dt_zlink_reply(dt_zlink *s, const dt_zpeer *to, const dt_psbuf *msg);
 

@@ -11,7 +11,10 @@
  * With --save DIR (repeatable), the ps tasks are asked to save checkpoint STEPS into DIR, and
  * "ps_check: save DIR: ok" or "ps_check: save DIR: refused: WHY" is printed for each.
  * usage: ps_check ROWS DIM SHARDS div|mod STEPS [--no-stop] [--hold SECONDS] [--big-round T]
- *                 [--save DIR]... */
+ *                 [--save DIR]...
+ * ps_check --poke worker:N sends worker N's control socket, holding the secret, bytes that are
+ * no message and then a request a worker does not take (PULL_ROWS), and prints "ps_check: poke:
+ * ERROR: TEXT" when the worker answers the second with an ERROR. */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +23,7 @@
 
 #include "../../src/net/transport.h"
 #include "../../src/ps/client.h"
+#include "../../src/ps/zlink.h"
 #include "../../src/core/clock.h"
 #include "../../src/core/crc32c.h"
 #include "dtrain/ps.h"
@@ -84,8 +88,46 @@ static bool every_table_in_one_round(dt_ps_client *c, const dt_table *ref, int n
     return ok;
 }
 
+/* --poke worker:N (see the top). */
+static int poke(const char *task)
+{
+    dt_cluster cl = {0};
+    uint8_t *secret = NULL;
+    size_t secret_len = 0;
+    if (dt_cluster_from_env(&cl) || dt_cluster_set_task(&cl, task) ||
+        dt_cluster_load_secret(NULL, &secret, &secret_len))
+        return fail("cluster");
+    const dt_addr *a = dt_cluster_addr(&cl, cl.task_type, cl.task_index);
+    char endpoint[DT_HOST_CAP + 32];
+    snprintf(endpoint, sizeof endpoint, "tcp://%s:%u", a->host, a->port);
+    dt_zlink *z;
+    if (dt_zlink_client(endpoint, task, secret, secret_len, 0, &z))
+        return fail("poke");
+    uint8_t junk[100];
+    for (size_t i = 0; i < sizeof junk; i++)
+        junk[i] = (uint8_t)(i * 37 + 11);
+    dt_psbuf garbage = {junk, sizeof junk, sizeof junk}, req = {0}, rep = {0};
+    int64_t id = 1;
+    dt_psmsg pull = {.type = DT_PSMSG_PULL_ROWS, .request_id = 77, .table = 3, .n = 1}, r;
+    if (dt_zlink_send(z, &garbage, 30.0) || dt_psmsg_encode(&pull, &id, NULL, &req) ||
+        dt_zlink_request(z, &req, 60.0, &rep) ||
+        dt_psmsg_decode(rep.data, rep.len, task, &r))
+        return fail("poke");
+    if (r.type == DT_PSMSG_ERROR && r.request_id == 77)
+        printf("ps_check: poke: ERROR: %.*s\n", (int)r.text_len, r.text);
+    else
+        printf("ps_check: poke: a %s reply\n", dt_psmsg_type_name(r.type));
+    dt_psbuf_free(&req), dt_psbuf_free(&rep);
+    dt_zlink_close(z);
+    free(secret);
+    dt_cluster_free(&cl);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 3 && strcmp(argv[1], "--poke") == 0)
+        return poke(argv[2]);
     if (argc < 6)
         return fprintf(stderr, "usage: ps_check ROWS DIM SHARDS div|mod STEPS [--no-stop] "
                        "[--hold SECONDS]\n"), 2;
