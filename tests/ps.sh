@@ -218,6 +218,36 @@ else
 fi
 no_leftovers ps_save_leaves_nothing "$base" 1
 
+# ---- a task's connections to a ps are capped: 20 held by worker:0 leave it 4 (its oldest
+# closed, logged), the ps's threads grow by no more than those, and the chief is served ----
+base=$(free_base 3)
+TF_CONFIG="$("$dtrain" launch -n 1 --ps 1 --base-port "$base" --print-tf-config ps:0)" \
+    "$dtrain" server --coordinator-timeout 20 > "$tmp/ps0.out" 2> "$tmp/ps0.err" &
+flood_ps=$!
+pids+=("$flood_ps")
+sleep 0.5
+threads_before=$(awk '/^Threads:/ {print $2}' "/proc/$flood_ps/status")
+TF_CONFIG="$("$dtrain" launch -n 1 --ps 1 --base-port "$base" --print-tf-config worker:0)" \
+    "$check" --flood 20 2 > "$tmp/flood.out" 2>&1 &
+flood_pid=$!
+pids+=("$flood_pid")
+for _ in $(seq 1 200); do grep -qs "flood: .* opened" "$tmp/flood.out" && break; sleep 0.05; done
+sleep 0.3
+threads_held=$(awk '/^Threads:/ {print $2}' "/proc/$flood_ps/status")
+wait_pid "$flood_pid" 30
+TF_CONFIG="$("$dtrain" launch -n 1 --ps 1 --base-port "$base" --print-tf-config chief:0)" \
+    run "$check" 50 4 1 div 2
+wait_pid "$flood_ps" 10
+if [ "$status" -eq 0 ] && grep -q "ps_check: ok" "$tmp/out" &&
+    grep -q "flood: 4 of 20 connections answer (20 opened)" "$tmp/flood.out" &&
+    [ $((threads_held - threads_before)) -le 5 ] &&
+    grep -q "dtrain server: worker:0 (127.0.0.1:$((base + 1))) opened connection 5: its oldest is closed (a task holds at most 4)" "$tmp/ps0.err"; then
+    ok ps_connections_capped_per_task "threads $threads_before, then $threads_held with 20 connections of worker:0"
+else
+    fail ps_connections_capped_per_task "threads $threads_before then $threads_held; $(cat "$tmp/flood.out"); chief: $(head -c 200 "$tmp/err"); ps: $(head -c 300 "$tmp/ps0.err")"
+fi
+no_leftovers ps_connections_cap_leaves_nothing "$base" 2
+
 # ---- invalid clusters: named errors, no hang ----
 base=$(free_base 3)
 TF_CONFIG="$(tf_config "$base" 2 chief:0)" \

@@ -6,7 +6,9 @@
  * snapshot is written by a copy-on-write child, cow_write.h) and sends the reply. The main
  * thread waits for STOP or for the coordinator timeout (the chief silent that long: it pings
  * every second, and a request it waits on counts as heard), then stops the listener, shuts
- * every connection down and joins the threads. */
+ * every connection down and joins the threads. A task (the chief or a worker) holds at most
+ * CONNS_PER_TASK connections: a newer one closes its oldest, so no peer holds more of the
+ * ps's threads than that, and the ps holds at most that many per task of its cluster. */
 #include "service.h"
 
 #include <errno.h>
@@ -32,8 +34,13 @@
 #include "shard_ckpt.h"
 #include "snapshot.h"
 
-/* Connections a ps keeps at once: the chief, the workers and their reconnections. */
-#define MAX_CONNS 1024
+/* Connections a task (the chief or a worker) holds to a ps at once: the chief's two clients (its
+ * requests, its pings) and a reconnection each while the old connection is still being closed.
+ * A task's connection past these closes its oldest: a restarted task is never kept out by its
+ * own stale connections, and no task holds more threads of the ps than these. */
+#define CONNS_PER_TASK 4
+/* Connections past every task's share: ones closed whose threads are still ending. */
+#define CONNS_MARGIN 8
 /* How often waiting threads look at the service's state, in milliseconds. */
 #define SLICE_MS 200
 
@@ -47,6 +54,7 @@ typedef struct {
     int index;
     char name[DT_HOST_CAP + 48];
     volatile int done; /* the thread has finished */
+    int closing;       /* shut down for a newer connection of its task (service.mu) */
 } conn;
 
 struct service {
@@ -60,8 +68,8 @@ struct service {
     int stop;
     int chief_busy;     /* the chief's requests being answered */
     double chief_heard; /* the chief's last message or connection (or the service's start) */
-    conn *conns[MAX_CONNS];
-    int n_conns;
+    conn **conns;       /* max_conns of them: CONNS_PER_TASK per chief and worker, and a margin */
+    int n_conns, max_conns;
     dt_ps_service_stats stats;
     double started;
     bool first_update_logged;
@@ -331,20 +339,48 @@ static void reap(service *sv)
     sv->n_conns = kept;
 }
 
+/* A task that already holds CONNS_PER_TASK connections has its oldest closed (its thread sees
+ * the shutdown and ends; reap frees it); sv->mu held. */
+static void close_oldest_of(service *sv, dt_job job, int index, const char *name)
+{
+    int held = 0, oldest = -1;
+    for (int i = 0; i < sv->n_conns; i++) {
+        conn *o = sv->conns[i];
+        if (o->done || o->closing || o->job != job || o->index != index)
+            continue;
+        held++;
+        if (oldest < 0)
+            oldest = i;
+    }
+    if (held < CONNS_PER_TASK)
+        return;
+    sv->conns[oldest]->closing = 1;
+    shutdown(sv->conns[oldest]->fd, SHUT_RDWR);
+    dt_log_to(sv->log, DT_LOG_WARN, "dtrain server: %s opened connection %d: its oldest is "
+              "closed (a task holds at most %d)", name, held + 1, CONNS_PER_TASK);
+}
+
 static void on_peer(void *ctx, int fd, dt_job job, int index)
 {
     service *sv = ctx;
     conn *c = calloc(1, sizeof *c);
+    char name[DT_HOST_CAP + 48];
+    dt_cluster_task_name(sv->o->cluster, job, index, name, sizeof name);
     pthread_mutex_lock(&sv->mu);
     reap(sv);
-    if (!c || sv->stop || sv->n_conns == MAX_CONNS) {
+    if (!c || sv->stop || sv->n_conns == sv->max_conns) {
+        if (c && !sv->stop)
+            dt_log_to(sv->log, DT_LOG_WARN, "dtrain server: refused a connection from %s: %d "
+                      "connections are open, the most this ps takes (%d per chief and worker "
+                      "task, and %d more)", name, sv->n_conns, CONNS_PER_TASK, CONNS_MARGIN);
         pthread_mutex_unlock(&sv->mu);
         dt_sock_close(fd); /* stopping, full, or out of memory: the peer sees it closed */
         free(c);
         return;
     }
+    close_oldest_of(sv, job, index, name);
     c->sv = sv, c->fd = fd, c->job = job, c->index = index;
-    dt_cluster_task_name(sv->o->cluster, job, index, c->name, sizeof c->name);
+    snprintf(c->name, sizeof c->name, "%s", name);
     if (pthread_create(&c->thread, NULL, conn_main, c) != 0) {
         pthread_mutex_unlock(&sv->mu);
         dt_sock_close(fd);
@@ -493,6 +529,12 @@ dt_status dt_ps_serve(const dt_ps_service_options *o, dt_ps_service_stats *stats
     if (!sv)
         return dt_error(DT_ERR_NOMEM, "no memory for the ps service");
     sv->o = o, sv->log = o->log;
+    sv->max_conns = CONNS_PER_TASK * (o->cluster->n_tasks[DT_JOB_CHIEF] +
+                                      o->cluster->n_tasks[DT_JOB_WORKER]) + CONNS_MARGIN;
+    if (!(sv->conns = calloc((size_t)sv->max_conns, sizeof *sv->conns))) {
+        free(sv);
+        return dt_error(DT_ERR_NOMEM, "no memory for the ps service's connections");
+    }
     sv->chief_heard = sv->started = dt_clock_now();
     pthread_mutex_init(&sv->shard_mu, NULL);
     pthread_mutex_init(&sv->mu, NULL);
@@ -525,6 +567,7 @@ dt_status dt_ps_serve(const dt_ps_service_options *o, dt_ps_service_stats *stats
     pthread_cond_destroy(&sv->changed);
     pthread_mutex_destroy(&sv->mu);
     pthread_mutex_destroy(&sv->shard_mu);
+    free(sv->conns);
     free(sv);
     return st;
 }

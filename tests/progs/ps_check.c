@@ -14,7 +14,10 @@
  *                 [--save DIR]...
  * ps_check --poke worker:N sends worker N's control socket, holding the secret, bytes that are
  * no message and then a request a worker does not take (PULL_ROWS), and prints "ps_check: poke:
- * ERROR: TEXT" when the worker answers the second with an ERROR. */
+ * ERROR: TEXT" when the worker answers the second with an ERROR.
+ * ps_check --flood N SECONDS opens N connections to every ps task as worker:0, one after the
+ * other, holds them SECONDS, and prints "ps_check: flood: K of N connections answer" (a ping
+ * through each, none reconnecting). */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,8 +127,39 @@ static int poke(const char *task)
     return 0;
 }
 
+/* --flood N SECONDS (see the top). */
+static int flood(int n, double seconds)
+{
+    dt_cluster cl = {0};
+    uint8_t *secret = NULL;
+    size_t secret_len = 0;
+    if (dt_cluster_from_env(&cl) || dt_cluster_set_task(&cl, "worker:0") ||
+        dt_cluster_load_secret(NULL, &secret, &secret_len))
+        return fail("cluster");
+    dt_handshake_id me = {secret, secret_len, cl.id, DT_JOB_WORKER, 0};
+    dt_ps_client **c = calloc((size_t)n, sizeof *c);
+    int opened = 0, answer = 0;
+    for (int i = 0; c && i < n; i++)
+        opened += dt_ps_client_open(&me, &cl, 10.0, 10.0, &c[i]) == DT_OK;
+    printf("ps_check: flood: %d opened, held %g s\n", opened, seconds);
+    fflush(stdout);
+    usleep((useconds_t)(seconds * 1e6));
+    for (int i = 0; c && i < n; i++)
+        answer += c[i] && dt_ps_client_ping(c[i]) == DT_OK;
+    printf("ps_check: flood: %d of %d connections answer (%d opened)\n", answer, n, opened);
+    for (int i = 0; c && i < n; i++)
+        if (c[i])
+            dt_ps_client_close(c[i]);
+    free(c);
+    free(secret);
+    dt_cluster_free(&cl);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 4 && strcmp(argv[1], "--flood") == 0)
+        return flood(atoi(argv[2]), atof(argv[3]));
     if (argc == 3 && strcmp(argv[1], "--poke") == 0)
         return poke(argv[2]);
     if (argc < 6)
