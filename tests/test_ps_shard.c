@@ -479,3 +479,27 @@ TEST(ps_shard_refuses_a_pull_larger_than_a_reply)
     free(ids);
     dt_ps_shard_free(&s);
 }
+
+/* A TABLE whose shard would not fit in this host's memory, alone or beside the tables already
+ * held, is refused with an ERROR naming the sizes before anything is allocated; the shard goes
+ * on serving what it holds. */
+TEST(ps_shard_refuses_tables_larger_than_its_memory)
+{
+    dt_rowopt_config opt;
+    dt_rowopt_config_default(&opt, DT_ROWOPT_ADAGRAD);
+    dt_ps_shard s;
+    dt_ps_shard_init(&s, NULL);
+    dt_psmsg def;
+    /* 2^36 rows of 64 values with Adagrad's slot: 35 TB. */
+    dt_ps_table_msg(1, "huge", (int64_t)1 << 36, 64, 1, 0, DT_PARTITION_DIV, &opt, 0.0f, 1, &def);
+    expect_refusal(&s, &def, NULL, NULL, "more than the");
+    CHECK(s.n_tables == 0);
+    /* Two tables that fit one at a time: the second is refused, the first stays. */
+    s.max_bytes = 6 << 20; /* 4.2 MB each */
+    dt_ps_table_msg(2, "half", 4096, 128, 1, 0, DT_PARTITION_DIV, &opt, 0.1f, 1, &def);
+    feed(&s, &def, NULL, NULL);
+    dt_ps_table_msg(3, "other", 4096, 128, 1, 0, DT_PARTITION_DIV, &opt, 0.1f, 1, &def);
+    expect_refusal(&s, &def, NULL, NULL, "with the 0.00419 GB of tables this task holds");
+    CHECK(s.n_tables == 1 && s.tables[0].id == 2);
+    dt_ps_shard_free(&s);
+}

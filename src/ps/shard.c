@@ -6,12 +6,56 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+/* The memory this process may use: the host's, or its cgroup's (v2) limit when lower. */
+static uint64_t host_memory(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    uint64_t bytes = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : UINT64_MAX;
+    FILE *f = fopen("/sys/fs/cgroup/memory.max", "r");
+    unsigned long long limit;
+    if (f && fscanf(f, "%llu", &limit) == 1 && limit < bytes)
+        bytes = limit;
+    if (f)
+        fclose(f);
+    return bytes;
+}
 
 void dt_ps_shard_init(dt_ps_shard *s, dt_pool *pool)
 {
     memset(s, 0, sizeof *s);
     s->pool = pool;
+    uint64_t host = host_memory();
+    s->max_bytes = host - host / 10;
     dt_optim_init(&s->dense_opt);
+}
+
+/* Slots a row-wise optimizer keeps beside each row (dt_rowopt_setup's). */
+static int rowopt_slots(dt_rowopt_kind kind)
+{
+    return kind == DT_ROWOPT_SGD ? 0 : kind == DT_ROWOPT_ADAGRAD ? 1 : 2;
+}
+
+static double table_bytes(int64_t rows, int dim, dt_rowopt_kind kind)
+{
+    return (double)rows * (double)dim * sizeof(float) * (double)(1 + rowopt_slots(kind));
+}
+
+/* A shard of rows x dim (and its slots) next to what s holds, against s->max_bytes. */
+static dt_status check_room(const dt_ps_shard *s, const char *name, int64_t rows, int dim,
+                            dt_rowopt_kind kind)
+{
+    double held = 0, want = table_bytes(rows, dim, kind);
+    for (int i = 0; i < s->n_tables; i++)
+        held += table_bytes(s->tables[i].t.rows, s->tables[i].t.dim, s->tables[i].opt.kind);
+    if (held + want <= (double)s->max_bytes)
+        return DT_OK;
+    return dt_error(DT_ERR_INVALID, "ps: table %s: a shard of %lld rows of %d values with %d "
+                    "optimizer slots takes %.3g GB; with the %.3g GB of tables this task holds, "
+                    "more than the %.3g GB it may use (this host's memory, less a tenth)", name,
+                    (long long)rows, dim, rowopt_slots(kind), want / 1e9, held / 1e9,
+                    (double)s->max_bytes / 1e9);
 }
 
 void dt_ps_shard_free(dt_ps_shard *s)
@@ -47,7 +91,10 @@ dt_status dt_ps_shard_add_table(dt_ps_shard *s, uint32_t id, const char *name,
     ts->id = id, ts->rows_total = rows_total, ts->n_shards = n_shards, ts->shard = shard;
     ts->strategy = strategy, ts->opt = *opt, ts->init_stddev = init_stddev, ts->seed = seed;
     int64_t rows = dt_partition_shard_rows(strategy, rows_total, n_shards, shard);
-    dt_status st = dt_table_create(&ts->t, name, rows, dim);
+    dt_status st = check_room(s, name, rows, dim, opt->kind);
+    if (st)
+        return st;
+    st = dt_table_create(&ts->t, name, rows, dim);
     if (st == DT_OK)
         st = dt_rowopt_setup(opt, &ts->t);
     if (st) {
