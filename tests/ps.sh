@@ -554,6 +554,27 @@ else
     fail ps_train_malformed_control_message_dropped "poke: $poke_out; chief ${task_status[chief:0]} ($(tail -2 "$tmp/chief0.err")), worker:1 ${task_status[worker:1]} ($(tail -3 "$tmp/worker1.err"))"
 fi
 no_leftovers ps_train_malformed_control_message_leaves_nothing "$base" 3
+# The coordinator's side: a worker's link that delivers bytes that are no message before each
+# reply (a fake worker:1 that answers PING and STOP so, and never a RUN) has them logged, naming
+# the worker, and dropped; the worker is lost, and the job completes on worker:0.
+base=$(free_base 4)
+for task in chief:0 worker:0 ps:0; do
+    start_task "$base" "$task" "${task%%:*}${task#*:}" "${ctr[@]}" --strategy parameter_server \
+        --coordinator-timeout 20 --epochs 1
+done
+TF_CONFIG="$("$dtrain" launch -n 2 --ps 1 --base-port "$base" --print-tf-config worker:1)" \
+    "$check" --fake-worker worker:1 30 > "$tmp/fake.out" 2>&1 &
+task_pid[worker:1]=$!
+pids+=("${task_pid[worker:1]}")
+wait_tasks 90
+if [ "${task_status[chief:0]}" -eq 0 ] && [ "${task_status[worker:0]}" -eq 0 ] &&
+    [ "${task_status[ps:0]}" -eq 0 ] && [ "${task_status[worker:1]}" -eq 0 ] &&
+    grep -q "dtrain: warning: dropped a message from worker:1 (127.0.0.1:$((base + 2))): .*not a dtrain ps message" "$tmp/chief0.err"; then
+    ok ps_train_coordinator_drops_malformed_replies "$(grep -c "dropped a message" "$tmp/chief0.err") dropped"
+else
+    fail ps_train_coordinator_drops_malformed_replies "chief ${task_status[chief:0]} ($(tail -3 "$tmp/chief0.err")), worker:0 ${task_status[worker:0]}, fake ${task_status[worker:1]} ($(cat "$tmp/fake.out"))"
+fi
+no_leftovers ps_train_coordinator_drops_malformed_replies_leaves_nothing "$base" 3
 # A worker gone silent (stopped: its connection stays open, its heartbeats stop) is lost after
 # --heartbeat-timeout; once it runs again it answers, rejoins and takes steps.
 base=$(free_base 4)

@@ -17,7 +17,10 @@
  * ERROR: TEXT" when the worker answers the second with an ERROR.
  * ps_check --flood N SECONDS opens N connections to every ps task as worker:0, one after the
  * other, holds them SECONDS, and prints "ps_check: flood: K of N connections answer" (a ping
- * through each, none reconnecting). */
+ * through each, none reconnecting).
+ * ps_check --fake-worker worker:N SECONDS takes worker N's place for at most SECONDS: it
+ * answers every request with bytes that are no message first, then PING with PONG and STOP
+ * with ACK (and ends), and never a RUN; it prints "ps_check: fake worker: K requests". */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -156,8 +159,56 @@ static int flood(int n, double seconds)
     return 0;
 }
 
+/* --fake-worker worker:N SECONDS (see the top). */
+static int fake_worker(const char *task, double seconds)
+{
+    dt_cluster cl = {0};
+    uint8_t *secret = NULL;
+    size_t secret_len = 0;
+    if (dt_cluster_from_env(&cl) || dt_cluster_set_task(&cl, task) ||
+        dt_cluster_load_secret(NULL, &secret, &secret_len))
+        return fail("cluster");
+    const dt_addr *a = dt_cluster_addr(&cl, cl.task_type, cl.task_index);
+    char endpoint[DT_HOST_CAP + 32];
+    snprintf(endpoint, sizeof endpoint, "tcp://%s:%u", a->host, a->port);
+    dt_zlink *z;
+    if (dt_zlink_server(endpoint, secret, secret_len, &z))
+        return fail("fake worker");
+    uint8_t junk[64];
+    for (size_t i = 0; i < sizeof junk; i++)
+        junk[i] = (uint8_t)(i * 53 + 5);
+    dt_psbuf garbage = {junk, sizeof junk, sizeof junk}, in = {0}, out = {0};
+    int requests = 0;
+    for (double end = dt_clock_now() + seconds; dt_clock_now() < end;) {
+        dt_zpeer from;
+        dt_psmsg m;
+        if (dt_zlink_receive(z, 0.2, &from, &in) != DT_OK ||
+            dt_psmsg_decode(in.data, in.len, "chief", &m) != DT_OK)
+            continue;
+        requests++;
+        dt_zlink_reply(z, &from, &garbage);
+        if (m.type != DT_PSMSG_PING && m.type != DT_PSMSG_STOP)
+            continue;
+        dt_psmsg r = {.type = m.type == DT_PSMSG_PING ? DT_PSMSG_PONG : DT_PSMSG_ACK,
+                      .request_id = m.request_id};
+        out.len = 0;
+        if (dt_psmsg_encode(&r, NULL, NULL, &out) == DT_OK)
+            dt_zlink_reply(z, &from, &out);
+        if (m.type == DT_PSMSG_STOP)
+            break;
+    }
+    printf("ps_check: fake worker: %d requests\n", requests);
+    dt_psbuf_free(&in), dt_psbuf_free(&out);
+    dt_zlink_close(z);
+    free(secret);
+    dt_cluster_free(&cl);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 4 && strcmp(argv[1], "--fake-worker") == 0)
+        return fake_worker(argv[2], atof(argv[3]));
     if (argc == 4 && strcmp(argv[1], "--flood") == 0)
         return flood(atoi(argv[2]), atof(argv[3]));
     if (argc == 3 && strcmp(argv[1], "--poke") == 0)
