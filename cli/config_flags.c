@@ -253,8 +253,8 @@ void cli_comm_flags_add(flag_table *t, dt_comm_options *o)
          "(mpirun or srun names it)");
     COMM("secret-file", FLAG_STRING, secret_file, "file holding the cluster secret (default: env "
          "DTRAIN_CLUSTER_SECRET)");
-    COMM("insecure", FLAG_BOOL, insecure, "allow a cluster with non-loopback addresses to run "
-         "without a secret");
+    COMM("insecure", FLAG_BOOL, insecure, "allow a cluster to run without a secret, "
+         "unauthenticated (anyone who reaches its ports joins it; on loopback, any local user)");
     COMM("connect-timeout", FLAG_FLOAT, connect_timeout, "seconds to wait for every task to "
          "connect");
     COMM("timeout", FLAG_FLOAT, timeout, "seconds a collective may wait for a peer before it "

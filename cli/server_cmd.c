@@ -17,7 +17,8 @@ int cmd_server(int argc, char **argv)
     ROW("task", FLAG_STRING, task, "this task as TYPE:INDEX (default: TF_CONFIG's task)");
     ROW("secret-file", FLAG_STRING, secret_file, "file holding the cluster secret (default: env "
         "DTRAIN_CLUSTER_SECRET)");
-    ROW("insecure", FLAG_BOOL, insecure, "allow a non-loopback cluster without a secret");
+    ROW("insecure", FLAG_BOOL, insecure, "allow the cluster to run without a secret, "
+        "unauthenticated (anyone who reaches its ports joins it; on loopback, any local user)");
     ROW("coordinator-timeout", FLAG_FLOAT, coordinator_timeout, "seconds without a word from the "
         "coordinator (the chief) before the task gives up");
     ROW("request-timeout", FLAG_FLOAT, request_timeout, "seconds a request that has begun has to "
@@ -26,6 +27,8 @@ int cmd_server(int argc, char **argv)
     ROW("snapshot-dir", FLAG_STRING, snapshot_dir, "snapshots of this task's shards go to "
         "DIR/ps-INDEX.snapshot; started again, the task restores them from there (the updates "
         "after the snapshot are lost); removed when the job ends");
+    ROW("model-dir", FLAG_STRING, model_dir, "the job's model directory: the chief's "
+        "checkpoints have this task write its shards there (or within it), nowhere else");
     ROW("snapshot-secs", FLAG_FLOAT, snapshot_secs, "--snapshot-dir: seconds between snapshots "
         "(0: none)");
 #undef ROW

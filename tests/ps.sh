@@ -229,6 +229,56 @@ for spec in "alter 2 an_altered" "replay 1 a_replayed"; do
     no_leftovers "${name}_leaves_nothing" "$base" 2
 done
 
+# ---- a SAVE writes within the job's model directory only: "..", another absolute directory and
+# a symbolic link out of it are refused with an ERROR naming the directory, and nothing is
+# written there, while a directory within it takes the shards ----
+base=$(free_base 2)
+mkdir -p "$tmp/md/sub" "$tmp/outside"
+ln -s "$tmp/outside" "$tmp/md/link"
+start_ps "$base" 1 --coordinator-timeout 20 --model-dir "$tmp/md"
+TF_CONFIG="$(tf_config "$base" 1 chief:0)" run "$check" 50 4 1 div 2 --save "$tmp/md" \
+    --save "$tmp/md/sub" --save "$tmp/md/../outside" --save "$tmp/outside" --save "$tmp/md/link"
+refused=$(grep -c "refused: .*SAVE to .* refused: it is $tmp/outside, outside the job's model directory $tmp/md" "$tmp/out")
+wait_pid "${ps_pids[0]}" 10
+if [ "$refused" -eq 3 ] && grep -q "save $tmp/md: ok" "$tmp/out" && grep -q "save $tmp/md/sub: ok" "$tmp/out" &&
+    [ -z "$(ls "$tmp/outside")" ] && ls "$tmp/md" | grep -q "ckpt-2.ps-0-of-1.safetensors" &&
+    ls "$tmp/md/sub" | grep -q "ckpt-2.ps-0-of-1.safetensors" && grep -q "SAVE to $tmp/md/link refused" "$tmp/ps0.err"; then
+    ok ps_save_stays_in_the_model_dir
+else
+    fail ps_save_stays_in_the_model_dir "refused $refused, outside: $(ls "$tmp/outside"), md: $(ls "$tmp/md"): $(cat "$tmp/out") $(head -c 300 "$tmp/err") ps: $(head -c 300 "$tmp/ps0.err")"
+fi
+no_leftovers ps_save_leaves_nothing "$base" 1
+
+# ---- a task's connections to a ps are capped: 20 held by worker:0 leave it 4 (its oldest
+# closed, logged), the ps's threads grow by no more than those, and the chief is served ----
+base=$(free_base 3)
+TF_CONFIG="$("$dtrain" launch -n 1 --ps 1 --base-port "$base" --print-tf-config ps:0)" \
+    "$dtrain" server --coordinator-timeout 20 > "$tmp/ps0.out" 2> "$tmp/ps0.err" &
+flood_ps=$!
+pids+=("$flood_ps")
+sleep 0.5
+threads_before=$(awk '/^Threads:/ {print $2}' "/proc/$flood_ps/status")
+TF_CONFIG="$("$dtrain" launch -n 1 --ps 1 --base-port "$base" --print-tf-config worker:0)" \
+    "$check" --flood 20 2 > "$tmp/flood.out" 2>&1 &
+flood_pid=$!
+pids+=("$flood_pid")
+for _ in $(seq 1 200); do grep -qs "flood: .* opened" "$tmp/flood.out" && break; sleep 0.05; done
+sleep 0.3
+threads_held=$(awk '/^Threads:/ {print $2}' "/proc/$flood_ps/status")
+wait_pid "$flood_pid" 30
+TF_CONFIG="$("$dtrain" launch -n 1 --ps 1 --base-port "$base" --print-tf-config chief:0)" \
+    run "$check" 50 4 1 div 2
+wait_pid "$flood_ps" 10
+if [ "$status" -eq 0 ] && grep -q "ps_check: ok" "$tmp/out" &&
+    grep -q "flood: 4 of 20 connections answer (20 opened)" "$tmp/flood.out" &&
+    [ $((threads_held - threads_before)) -le 5 ] &&
+    grep -q "dtrain server: worker:0 (127.0.0.1:$((base + 1))) opened connection 5: its oldest is closed (a task holds at most 4)" "$tmp/ps0.err"; then
+    ok ps_connections_capped_per_task "threads $threads_before, then $threads_held with 20 connections of worker:0"
+else
+    fail ps_connections_capped_per_task "threads $threads_before then $threads_held; $(cat "$tmp/flood.out"); chief: $(head -c 200 "$tmp/err"); ps: $(head -c 300 "$tmp/ps0.err")"
+fi
+no_leftovers ps_connections_cap_leaves_nothing "$base" 2
+
 # ---- invalid clusters: named errors, no hang ----
 base=$(free_base 3)
 TF_CONFIG="$(tf_config "$base" 2 chief:0)" \
@@ -239,6 +289,13 @@ TF_CONFIG="{\"cluster\":{\"ps\":[\"127.0.0.1:$base\"],\"worker\":[\"127.0.0.1:$(
 TF_CONFIG="$(tf_config "$base" 2 ps:0)" \
     expect_error ps_index_out_of_range 1 "ps:5" server --task ps:5
 expect_error ps_without_tf_config 1 "TF_CONFIG" server
+# Without a secret a ps task refuses to start, though its cluster is on loopback (any local user
+# could join it, stop the job or have it write anywhere), naming the flag that allows it.
+DTRAIN_CLUSTER_SECRET= TF_CONFIG="$(tf_config "$base" 2 ps:0)" \
+    expect_error ps_without_secret_is_refused 1 "no secret: set DTRAIN_CLUSTER_SECRET" server \
+    --coordinator-timeout 1
+if grep -qF -- "--insecure" "$tmp/err"; then ok ps_without_secret_names_insecure;
+else fail ps_without_secret_names_insecure "$(cat "$tmp/err")"; fi
 expect_error ps_bad_coordinator_timeout 2 "--coordinator-timeout" server --coordinator-timeout 0
 # A ps address already taken by another task: a named error at once.
 python3 -c "import socket,time,sys; s=socket.socket(); s.bind(('127.0.0.1', $((base + 1)))); s.listen(); time.sleep(3)" &
@@ -644,6 +701,47 @@ else
     fail ps_train_worker_killed_job_goes_on "chief ${task_status[chief:0]} ($(tail -2 "$tmp/chief0.err")), worker:0 ${task_status[worker:0]} ($(tail -1 "$tmp/worker0.err")), ps ${task_status[ps:0]} ($(tail -1 "$tmp/ps0.err"))"
 fi
 no_leftovers ps_train_worker_killed_leaves_nothing "$base" 3
+# A malformed message on a worker's control socket (from a task holding the secret: bytes that
+# are no message, then a request a worker does not take) is logged, naming where it came from,
+# and dropped (the request answered with an ERROR): the worker trains on, the job completes and
+# every task exits 0.
+base=$(free_base 4)
+start_cluster "$base" --epochs 1
+training_runs
+TF_CONFIG="$("$dtrain" launch -n 2 --ps 1 --base-port "$base" --print-tf-config chief:0)" \
+    run "$check" --poke worker:1
+poke_out=$(cat "$tmp/out" "$tmp/err")
+wait_tasks 60
+if [ "${task_status[chief:0]}" -eq 0 ] && [ "${task_status[worker:0]}" -eq 0 ] &&
+    [ "${task_status[worker:1]}" -eq 0 ] && [ "${task_status[ps:0]}" -eq 0 ] &&
+    echo "$poke_out" | grep -q "ps_check: poke: ERROR: a PULL_ROWS request, a worker takes RUN" &&
+    [ "$(grep -c "dropped a message from 127.0.0.1 on this worker's control socket" "$tmp/worker1.err")" -eq 2 ]; then
+    ok ps_train_malformed_control_message_dropped "$(grep -m1 "dropped a message" "$tmp/worker1.err" | cut -c1-200)"
+else
+    fail ps_train_malformed_control_message_dropped "poke: $poke_out; chief ${task_status[chief:0]} ($(tail -2 "$tmp/chief0.err")), worker:1 ${task_status[worker:1]} ($(tail -3 "$tmp/worker1.err"))"
+fi
+no_leftovers ps_train_malformed_control_message_leaves_nothing "$base" 3
+# The coordinator's side: a worker's link that delivers bytes that are no message before each
+# reply (a fake worker:1 that answers PING and STOP so, and never a RUN) has them logged, naming
+# the worker, and dropped; the worker is lost, and the job completes on worker:0.
+base=$(free_base 4)
+for task in chief:0 worker:0 ps:0; do
+    start_task "$base" "$task" "${task%%:*}${task#*:}" "${ctr[@]}" --strategy parameter_server \
+        --coordinator-timeout 20 --epochs 1
+done
+TF_CONFIG="$("$dtrain" launch -n 2 --ps 1 --base-port "$base" --print-tf-config worker:1)" \
+    "$check" --fake-worker worker:1 30 > "$tmp/fake.out" 2>&1 &
+task_pid[worker:1]=$!
+pids+=("${task_pid[worker:1]}")
+wait_tasks 90
+if [ "${task_status[chief:0]}" -eq 0 ] && [ "${task_status[worker:0]}" -eq 0 ] &&
+    [ "${task_status[ps:0]}" -eq 0 ] && [ "${task_status[worker:1]}" -eq 0 ] &&
+    grep -q "dtrain: warning: dropped a message from worker:1 (127.0.0.1:$((base + 2))): .*not a dtrain ps message" "$tmp/chief0.err"; then
+    ok ps_train_coordinator_drops_malformed_replies "$(grep -c "dropped a message" "$tmp/chief0.err") dropped"
+else
+    fail ps_train_coordinator_drops_malformed_replies "chief ${task_status[chief:0]} ($(tail -3 "$tmp/chief0.err")), worker:0 ${task_status[worker:0]}, fake ${task_status[worker:1]} ($(cat "$tmp/fake.out"))"
+fi
+no_leftovers ps_train_coordinator_drops_malformed_replies_leaves_nothing "$base" 3
 # A worker gone silent (stopped: its connection stays open, its heartbeats stop) is lost after
 # --heartbeat-timeout; once it runs again it answers, rejoins and takes steps.
 base=$(free_base 4)
@@ -939,6 +1037,11 @@ psc_worker=$("$dtrain" launch -n 1 --ps 1 --base-port "$base" --print-tf-config 
 # A cluster no launch writes: a worker and a ps without a chief.
 TF_CONFIG="{\"cluster\":{\"worker\":[\"127.0.0.1:$base\"],\"ps\":[\"127.0.0.1:$((base + 1))\"]},\"task\":{\"type\":\"worker\",\"index\":0}}" \
     expect_error ps_train_without_chief 1 "needs one chief" "${ctr[@]}"
+# Without a secret the coordinator and the workers refuse to start too, naming --insecure.
+for task in chief:0 worker:0; do
+    DTRAIN_CLUSTER_SECRET= TF_CONFIG="$("$dtrain" launch -n 1 --ps 1 --base-port "$base" --print-tf-config "$task")" \
+        expect_error "ps_train_${task%%:*}_without_secret_is_refused" 1 "or give --insecure" "${ctr[@]}"
+done
 TF_CONFIG="$psc_worker" \
     expect_error ps_train_other_strategy 1 "only --strategy parameter_server" "${ctr[@]}" --strategy multi_worker_mirrored
 TF_CONFIG="$("$dtrain" launch -n 2 --chief --base-port "$base" --print-tf-config chief:0)" \

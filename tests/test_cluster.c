@@ -1,8 +1,11 @@
 /* The cluster spec: TF_CONFIG parsing with TensorFlow's semantics, ranks and the chief, cluster
  * ids, loopback detection, host:port parsing, and one error naming the field per invalid config.
  * JSON is written with single quotes here for legibility; J() turns them into double quotes. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "dtrain/cluster.h"
 #include "test.h"
@@ -582,4 +585,76 @@ TEST(cluster_tf_config_writer_round_trips_through_the_parser)
     dt_cluster_free(&c);
     int two_chiefs[DT_JOB_COUNT] = {2, 0, 0, 0};
     CHECK_ERR(dt_cluster_local(two_chiefs, "h", ports, &c), DT_ERR_INVALID, "2 chief");
+}
+
+/* Writes text to a fresh file of mode `mode`; its path into path (a mkstemp template). */
+static void secret_file(char *path, const char *text, mode_t mode)
+{
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return;
+    CHECK(write(fd, text, strlen(text)) == (ssize_t)strlen(text));
+    CHECK(fchmod(fd, mode) == 0);
+    close(fd);
+}
+
+/* A secret file its group or others may read or change is refused, naming the file and its
+ * mode; mode 600 is read. */
+TEST(cluster_secret_file_readable_by_others_is_refused)
+{
+    uint8_t *secret = NULL;
+    size_t n = 0;
+    const mode_t modes[] = {0644, 0640, 0604, 0620};
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        char path[] = "/tmp/dtrain-secret-XXXXXX", want[64];
+        secret_file(path, "a secret of at least 32 bytes, for sure\n", modes[i]);
+        snprintf(want, sizeof want, "mode %04o", (unsigned)modes[i]);
+        CHECK_ERR(dt_cluster_load_secret(path, &secret, &n), DT_ERR_INVALID, want);
+        CHECK(strstr(dt_last_error(), path) != NULL && secret == NULL);
+        unlink(path);
+    }
+    char path[] = "/tmp/dtrain-secret-XXXXXX";
+    secret_file(path, "a secret of at least 32 bytes, for sure\n", 0600);
+    CHECK_OK(dt_cluster_load_secret(path, &secret, &n));
+    CHECK(secret && n == strlen("a secret of at least 32 bytes, for sure") &&
+          memcmp(secret, "a secret of at least 32 bytes, for sure", n) == 0);
+    free(secret);
+    unlink(path);
+}
+
+/* A secret shorter than 32 bytes is stretched (PBKDF2) into a 32-byte key, the same from a file
+ * and from the environment, and not the secret itself; a longer one is used as it is. */
+TEST(cluster_short_secret_is_stretched)
+{
+    const char *weak = "a weak secret 123456"; /* 20 bytes */
+    char path[] = "/tmp/dtrain-secret-XXXXXX";
+    secret_file(path, weak, 0600);
+    uint8_t *from_file = NULL, *from_env = NULL;
+    size_t n_file = 0, n_env = 0;
+    CHECK_OK(dt_cluster_load_secret(path, &from_file, &n_file));
+    setenv("DTRAIN_CLUSTER_SECRET", weak, 1);
+    CHECK_OK(dt_cluster_load_secret(NULL, &from_env, &n_env));
+    unsetenv("DTRAIN_CLUSTER_SECRET");
+    CHECK(from_file && from_env && n_file == 32 && n_env == 32 &&
+          memcmp(from_file, from_env, 32) == 0 && memcmp(from_file, weak, 20) != 0);
+    free(from_file), free(from_env);
+    unlink(path);
+}
+
+/* Without a secret, a cluster of more than one task is refused unless insecure, loopback or not,
+ * naming --insecure; a task alone needs none. */
+TEST(cluster_without_secret_needs_insecure)
+{
+    dt_cluster c;
+    CHECK_OK(dt_cluster_parse(J("{'cluster': {'chief': ['127.0.0.1:1'], 'ps': ['127.0.0.1:2']}, "
+                                "'task': {'type': 'ps', 'index': 0}}"), &c));
+    CHECK_ERR(dt_cluster_check_secret(&c, false, false), DT_ERR_AUTH, "--insecure");
+    CHECK_OK(dt_cluster_check_secret(&c, true, false));
+    CHECK_OK(dt_cluster_check_secret(&c, false, true));
+    dt_cluster_free(&c);
+    CHECK_OK(dt_cluster_parse(J("{'cluster': {'worker': ['127.0.0.1:1']}, "
+                                "'task': {'type': 'worker', 'index': 0}}"), &c));
+    CHECK_OK(dt_cluster_check_secret(&c, false, false));
+    dt_cluster_free(&c);
 }

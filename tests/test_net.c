@@ -124,7 +124,8 @@ typedef dt_status (*scenario_fn)(rank_ctx *r, dt_comm *c);
 struct rank_ctx {
     int n, index;
     const uint16_t *ports;
-    const char *secret;
+    const char *secret;   /* NULL: none, and insecure given (most tests are not of the secret) */
+    bool demand_secret;   /* with no secret, insecure is not given: the start must be refused */
     double timeout, connect_timeout;
     size_t segment_bytes, small_bytes;
     bool tcp_only;  /* no shared memory, though the ranks share a host */
@@ -170,6 +171,7 @@ static void *rank_main(void *arg)
     o.transport.connect_timeout = r->connect_timeout > 0 ? r->connect_timeout : 20.0;
     o.transport.secret = (const uint8_t *)r->secret;
     o.transport.secret_len = r->secret ? strlen(r->secret) : 0;
+    o.transport.insecure = !r->secret && !r->demand_secret;
     o.transport.log = r->log;
     if (r->segment_bytes)
         o.segment_bytes = r->segment_bytes;
@@ -602,16 +604,25 @@ TEST(net_non_loopback_cluster_needs_a_secret)
     dt_tcp_options o;
     dt_tcp_options_default(&o);
     dt_comm *c;
-    CHECK_ERR(dt_comm_tcp(&cl, &o, &c), DT_ERR_AUTH, "non-loopback addresses and no secret");
+    CHECK_ERR(dt_comm_tcp(&cl, &o, &c), DT_ERR_AUTH, "--insecure");
     dt_cluster_free(&cl);
 }
 
-/* Without a secret a loopback cluster runs, and says its traffic is unauthenticated. */
-TEST(net_loopback_cluster_without_secret_runs_and_warns)
+/* Without a secret a loopback cluster is refused too (any local user could join it), naming
+ * --insecure; with insecure it runs, and says its traffic is unauthenticated. */
+TEST(net_loopback_cluster_without_secret_needs_insecure)
 {
     rank_ctx proto = {0}, ctx[2];
-    proto.log = tmpfile();
     proto.run = one_allreduce;
+    proto.demand_secret = true;
+    proto.connect_timeout = 2;
+    run_cluster(2, &proto, ctx);
+    for (int i = 0; i < 2; i++)
+        CHECK_MSG(ctx[i].st == DT_ERR_AUTH && strstr(ctx[i].msg, "no secret") &&
+                  strstr(ctx[i].msg, "--insecure"), "rank %d: %d %s", i, (int)ctx[i].st,
+                  ctx[i].msg);
+    proto.demand_secret = false;
+    proto.log = tmpfile();
     run_cluster(2, &proto, ctx);
     for (int i = 0; i < 2; i++)
         CHECK_MSG(ctx[i].st == DT_OK && ctx[i].mismatches == 0, "rank %d: %s", i, ctx[i].msg);

@@ -9,9 +9,14 @@
 #include <unistd.h>
 
 #include "../src/ps/shard.h"
+#include "../src/ps/shard_ckpt.h"
 #include "../src/ps/snapshot.h"
 #include "../src/ps/sweep.h"
 #include "../src/core/fileio.h"
+#include "../src/train/ps_ckpt.h"
+#include "dtrain/checkpoint.h"
+#include "dtrain/model.h"
+#include "dtrain/model_spec.h"
 #include "dtrain/rng.h"
 #include "test.h"
 
@@ -494,4 +499,140 @@ TEST(ps_snapshot_restores_every_shard_bit_for_bit)
     dt_ps_shard_free(&c_shard);
     dt_ps_shard_free(&a);
     dt_ps_shard_free(&b);
+}
+
+/* A table shard's description in its checkpoint file lists every slot's full name, however long
+ * the table's name and the shard's numbers: a cut description is never written. */
+TEST(ps_shard_ckpt_describes_long_names_whole)
+{
+    char name[DT_TABLE_NAME_MAX + 1];
+    memset(name, 'n', DT_TABLE_NAME_MAX);
+    name[DT_TABLE_NAME_MAX] = '\0';
+    dt_rowopt_config opt;
+    dt_rowopt_config_default(&opt, DT_ROWOPT_FTRL);
+    dt_ps_shard s;
+    dt_ps_shard_init(&s, NULL);
+    /* The first of 2^40 one-row shards of the widest rows: the longest numbers, and slot names
+     * as long as a shard's tensor names allow (FTRL's two, of a 96-byte table name). */
+    int64_t total = (int64_t)1 << 40;
+    CHECK_OK(dt_ps_shard_add_table(&s, 1, name, total, 65536, total, 0, DT_PARTITION_DIV, &opt,
+                                   0, 1));
+    char path[] = "/tmp/dtrain-shard-ckpt-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    close(fd);
+    CHECK_OK(dt_ps_shard_save_ckpt(&s, path, 5, 0, 1));
+    dt_ckpt *c = NULL;
+    CHECK_OK(dt_ckpt_open(path, &c));
+    char key[DT_VIEW_NAME_CAP + 32];
+    snprintf(key, sizeof key, "%s/part_0", name);
+    const char *desc = c ? dt_ckpt_meta_get(c, key) : NULL;
+    const char *slots = desc ? strstr(desc, " slots=") : NULL;
+    char want[2 * DT_VIEW_NAME_CAP + 8];
+    snprintf(want, sizeof want, " slots=%s,%s", s.tables[0].t.slot_names[0],
+             s.tables[0].t.slot_names[1]);
+    CHECK_MSG(slots && strcmp(slots, want) == 0, "description '%s'", desc ? desc : "(none)");
+    dt_ckpt_close(c);
+    unlink(path);
+    dt_ps_shard_free(&s);
+}
+
+/* A sharded checkpoint whose files hold one shard twice and another not at all (the same number
+ * of rows between them) is refused, naming the shard, not restored with rows left unset. */
+TEST(ps_ckpt_restore_counts_shards_not_rows)
+{
+    dt_ctr_spec cs;
+    dt_ctr_spec_default(&cs);
+    cs.field_size = 2, cs.feature_size = 100;
+    dt_model_spec spec;
+    dt_model *m = NULL;
+    CHECK_OK(dt_model_spec_ctr(DT_ARCH_LR, &cs, &spec));
+    CHECK_OK(dt_model_create(&spec, 4, NULL, NULL, &m));
+    if (!m)
+        return;
+    dt_table *tab = dt_model_table(m, 0);
+    dt_rowopt_config opt;
+    dt_rowopt_config_default(&opt, DT_ROWOPT_SGD);
+    char dir[] = "/tmp/dtrain-ps-restore-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char paths[3][sizeof dir + 64], names[2][64];
+    for (int k = 0; k < 2; k++) {
+        dt_ps_shard s;
+        dt_ps_shard_init(&s, NULL);
+        /* Both files claim shard 0 of 2: 50 rows each, 100 in all. */
+        CHECK_OK(dt_ps_shard_add_table(&s, 1, tab->name, tab->rows, tab->dim, 2, 0,
+                                       DT_PARTITION_DIV, &opt, 0.1f, 3));
+        dt_ckpt_shard_name(names[k], sizeof names[k], 7, k, 2);
+        snprintf(paths[k], sizeof paths[k], "%s/%s", dir, names[k]);
+        CHECK_OK(dt_ps_shard_save_ckpt(&s, paths[k], 7, k, 2));
+        dt_ps_shard_free(&s);
+    }
+    char list[160];
+    snprintf(list, sizeof list, "%s,%s", names[0], names[1]);
+    dt_ckpt_meta meta[1] = {{"ps_shards", list}};
+    snprintf(paths[2], sizeof paths[2], "%s/ckpt-7.safetensors", dir);
+    CHECK_OK(dt_ckpt_save(paths[2], NULL, 0, meta, 1));
+    dt_ckpt *c = NULL;
+    CHECK_OK(dt_ckpt_open(paths[2], &c));
+    dt_status st = c ? dt_ps_ckpt_restore(c, m, NULL) : DT_OK;
+    CHECK_MSG(st == DT_ERR_FORMAT && strstr(dt_last_error(), "shard 0 of 2 is given twice"),
+              "status %d: %s", (int)st, dt_last_error());
+    dt_ckpt_close(c);
+    for (int k = 0; k < 3; k++)
+        unlink(paths[k]);
+    rmdir(dir);
+    dt_model_destroy(m);
+}
+
+/* A pull whose reply would pass a message's limit (ids times the table's row) is refused with an
+ * ERROR naming the sizes, before any row is gathered, and the shard answers the next pull. */
+TEST(ps_shard_refuses_a_pull_larger_than_a_reply)
+{
+    enum { WIDE = 65536, N = 4100 }; /* 4100 rows of 256 KiB: just over 1 GiB */
+    dt_rowopt_config opt;
+    dt_rowopt_config_default(&opt, DT_ROWOPT_SGD);
+    dt_ps_shard s;
+    dt_ps_shard_init(&s, NULL);
+    CHECK_OK(dt_ps_shard_add_table(&s, 1, "wide", 2, WIDE, 1, 0, DT_PARTITION_DIV, &opt, 0, 1));
+    int64_t *ids = calloc(N, sizeof *ids);
+    CHECK(ids != NULL);
+    if (!ids)
+        return;
+    dt_psmsg pull = {.type = DT_PSMSG_PULL_ROWS, .table = 1, .n = N};
+    expect_refusal(&s, &pull, ids, NULL, "a pull of 4100 rows of 65536 values needs a reply of");
+    dt_psbuf buf = {0}, rep = {0};
+    dt_psmsg in, out;
+    pull.n = 2;
+    ids[1] = 1;
+    via_wire(&pull, ids, NULL, &buf, &in);
+    CHECK_OK(dt_ps_shard_handle(&s, &in, &rep));
+    CHECK_OK(dt_psmsg_decode(rep.data, rep.len, "ps", &out));
+    CHECK(out.type == DT_PSMSG_ROWS && out.n == 2 && out.dim == WIDE);
+    dt_psbuf_free(&buf), dt_psbuf_free(&rep);
+    free(ids);
+    dt_ps_shard_free(&s);
+}
+
+/* A TABLE whose shard would not fit in this host's memory, alone or beside the tables already
+ * held, is refused with an ERROR naming the sizes before anything is allocated; the shard goes
+ * on serving what it holds. */
+TEST(ps_shard_refuses_tables_larger_than_its_memory)
+{
+    dt_rowopt_config opt;
+    dt_rowopt_config_default(&opt, DT_ROWOPT_ADAGRAD);
+    dt_ps_shard s;
+    dt_ps_shard_init(&s, NULL);
+    dt_psmsg def;
+    /* 2^36 rows of 64 values with Adagrad's slot: 35 TB. */
+    dt_ps_table_msg(1, "huge", (int64_t)1 << 36, 64, 1, 0, DT_PARTITION_DIV, &opt, 0.0f, 1, &def);
+    expect_refusal(&s, &def, NULL, NULL, "more than the");
+    CHECK(s.n_tables == 0);
+    /* Two tables that fit one at a time: the second is refused, the first stays. */
+    s.max_bytes = 6 << 20; /* 4.2 MB each */
+    dt_ps_table_msg(2, "half", 4096, 128, 1, 0, DT_PARTITION_DIV, &opt, 0.1f, 1, &def);
+    feed(&s, &def, NULL, NULL);
+    dt_ps_table_msg(3, "other", 4096, 128, 1, 0, DT_PARTITION_DIV, &opt, 0.1f, 1, &def);
+    expect_refusal(&s, &def, NULL, NULL, "with the 0.00419 GB of tables this task holds");
+    CHECK(s.n_tables == 1 && s.tables[0].id == 2);
+    dt_ps_shard_free(&s);
 }

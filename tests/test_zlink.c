@@ -174,3 +174,31 @@ TEST(zlink_client_sees_a_closed_connection_and_reconnects)
     }
     dt_zlink_close(c);
 }
+
+/* A request larger than a server takes is never allocated or delivered (ZeroMQ drops the
+ * sender's connection at the frame's header), and the server goes on taking requests. */
+TEST(zlink_server_refuses_oversized_requests)
+{
+    dt_zlink *server = NULL, *big = NULL, *small = NULL;
+    CHECK_OK(dt_zlink_server("tcp://127.0.0.1:*", secret, sizeof secret - 1, &server));
+    if (!server)
+        return;
+    const char *ep = dt_zlink_endpoint(server);
+    CHECK_OK(dt_zlink_client(ep, "worker:0", secret, sizeof secret - 1, 0, &big));
+    dt_psbuf msg = {0}, in = {0};
+    size_t n = 2 * DT_ZLINK_MAX_REQUEST_BYTES;
+    msg.data = calloc(n, 1), msg.len = msg.cap = n;
+    CHECK(msg.data != NULL);
+    CHECK_OK(dt_zlink_send(big, &msg, 5.0));
+    dt_zpeer from;
+    dt_status st = dt_zlink_receive(server, 1.5, &from, &in);
+    CHECK_MSG(st == DT_END, "status %d, %zu bytes delivered", (int)st, in.len);
+    /* Another client's request at the limit is delivered. */
+    CHECK_OK(dt_zlink_client(ep, "worker:0", secret, sizeof secret - 1, 0, &small));
+    msg.len = DT_ZLINK_MAX_REQUEST_BYTES;
+    CHECK_OK(dt_zlink_send(small, &msg, 5.0));
+    CHECK_OK(dt_zlink_receive(server, 5.0, &from, &in));
+    CHECK(in.len == DT_ZLINK_MAX_REQUEST_BYTES);
+    dt_psbuf_free(&msg), dt_psbuf_free(&in);
+    dt_zlink_close(big), dt_zlink_close(small), dt_zlink_close(server);
+}

@@ -89,11 +89,21 @@ DT_API char *dt_cluster_tf_config(const dt_cluster *c, dt_job job, int index);
 DT_API dt_status dt_cluster_local(const int n[DT_JOB_COUNT], const char *host,
                                   const uint16_t *ports, dt_cluster *out);
 
-/* The cluster secret every task of a cluster shares: the contents of secret_file if given (a
- * trailing newline dropped, 16..4096 bytes), else env DTRAIN_CLUSTER_SECRET, else none (*secret
- * NULL). *secret is malloc'd: free() it. Errors name the file or the variable. */
+/* The key of the cluster secret every task of a cluster shares: the contents of secret_file if
+ * given (a trailing newline dropped, 16..4096 bytes; a file that its group or others may read or
+ * write is refused, naming its mode), else env DTRAIN_CLUSTER_SECRET, else none (*secret NULL).
+ * A secret of 32 bytes or more is its own key; a shorter one is stretched into a 32-byte key
+ * (PBKDF2-HMAC-SHA256, 100,000 rounds, a fixed salt: about 50 ms), so a weak secret costs an
+ * offline guesser that much per guess. *secret is malloc'd: free() it. Errors name the file or
+ * the variable. */
 DT_API dt_status dt_cluster_load_secret(const char *secret_file, uint8_t **secret,
                                         size_t *secret_len);
+
+/* Whether a task of c may run with or without a secret: DT_ERR_AUTH, naming --insecure, when c
+ * has more than one task that connects to others (chief, worker, ps) and there is no secret,
+ * unless insecure: without a secret anyone who reaches a task's port joins the cluster, on
+ * loopback any local user. */
+DT_API dt_status dt_cluster_check_secret(const dt_cluster *c, bool have_secret, bool insecure);
 
 /* A fresh cluster secret for tasks that share no other: 32 bytes from the kernel's random
  * source as 64 lowercase hex digits and a NUL (what dtrain launch gives its tasks as

@@ -2,8 +2,9 @@
  * cluster secret, and the backend, as `dtrain train` and `dtrain bench` join it.
  *
  * tcp: TF_CONFIG names the cluster (its task may be overridden, as --task does); the secret is
- * the contents of secret_file, else env DTRAIN_CLUSTER_SECRET, else none (a loopback cluster
- * then runs unauthenticated with a warning; any other refuses to start unless insecure). With
+ * the contents of secret_file, else env DTRAIN_CLUSTER_SECRET, else none (a cluster of more than
+ * one task then refuses to start unless insecure, loopback or not, and runs unauthenticated with
+ * a warning when it is; see dt_cluster_check_secret). With
  * shm, ranks on one host all-reduce through shared memory. mpi: the plugin and MPI_COMM_WORLD
  * (see dt_comm_mpi). */
 #ifndef DTRAIN_COMM_OPEN_H
@@ -20,7 +21,7 @@
 typedef struct {
     const char *backend;     /* "tcp" or "mpi" */
     const char *secret_file; /* NULL: env DTRAIN_CLUSTER_SECRET, else none */
-    bool insecure;           /* allow a non-loopback cluster without a secret */
+    bool insecure;           /* allow a cluster to run without a secret */
     double connect_timeout;  /* seconds to wait for every task to connect */
     double timeout;          /* seconds a collective may wait for a peer */
     size_t segment_bytes;    /* tcp ring segment; 0: the default */

@@ -50,7 +50,7 @@ DT_API dt_status dt_ps_options_check(const dt_ps_options *o);
 typedef struct {
     const char *task;           /* "ps:0" overrides TF_CONFIG's task; NULL: TF_CONFIG's */
     const char *secret_file;    /* NULL: env DTRAIN_CLUSTER_SECRET, else none */
-    bool insecure;              /* allow a non-loopback cluster without a secret */
+    bool insecure;              /* allow the cluster to run without a secret */
     double coordinator_timeout; /* seconds without a connected chief before giving up (120) */
     double request_timeout;     /* seconds a started request has to arrive whole (60) */
     int threads;                /* for the row-wise updates (1) */
@@ -67,6 +67,10 @@ typedef struct {
      * another's), which it says when snapshots are on. */
     const char *job_id;
     const char *job_nonce;
+    /* The job's model directory: the chief's SAVE writes this task's checkpoint files into it
+     * (or a directory within it, symbolic links resolved) and nowhere else; a SAVE naming any
+     * other directory gets an ERROR naming it. NULL: every SAVE is refused. */
+    const char *model_dir;
 } dt_ps_server_config;
 
 typedef struct {

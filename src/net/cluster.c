@@ -33,6 +33,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
 
 #include "wire.h"
 
@@ -629,6 +633,61 @@ dt_status dt_cluster_local(const int n[DT_JOB_COUNT], const char *host, const ui
 
 /* ---- The cluster secret ---- */
 
+/* A secret shorter than this is stretched before it is used as a key (see cluster.h). */
+#define SECRET_KEY_BYTES 32
+#define SECRET_STRETCH_ROUNDS 100000
+static const char secret_salt[] = "dtrain cluster secret v1";
+
+/* The key a short secret stands for: PBKDF2-HMAC-SHA256 of it, SECRET_STRETCH_ROUNDS rounds
+ * under a fixed salt, so every task derives the same key and each guess at a weak secret costs
+ * an attacker who recorded a handshake those rounds. */
+static dt_status stretch_secret(const uint8_t *raw, size_t n, const char *source,
+                                uint8_t **secret, size_t *secret_len)
+{
+    uint8_t *key = malloc(SECRET_KEY_BYTES);
+    if (!key)
+        return dt_error(DT_ERR_NOMEM, "no memory for the secret");
+    if (PKCS5_PBKDF2_HMAC((const char *)raw, (int)n, (const unsigned char *)secret_salt,
+                          (int)sizeof secret_salt - 1, SECRET_STRETCH_ROUNDS, EVP_sha256(),
+                          SECRET_KEY_BYTES, key) != 1) {
+        free(key);
+        return dt_error(DT_ERR_NOMEM, "%s: stretching the secret failed (OpenSSL's PBKDF2)",
+                        source);
+    }
+    *secret = key, *secret_len = SECRET_KEY_BYTES;
+    return DT_OK;
+}
+
+/* The secret's key from its n raw bytes: itself when long enough, else stretched. */
+static dt_status secret_key(const uint8_t *raw, size_t n, const char *source, uint8_t **secret,
+                            size_t *secret_len)
+{
+    if (n < 16)
+        return dt_error(DT_ERR_INVALID, "%s: a secret of %zu bytes is too short (16 at least, "
+                        "32 or more to be used as it is)", source, n);
+    if (n < SECRET_KEY_BYTES)
+        return stretch_secret(raw, n, source, secret, secret_len);
+    if (!(*secret = malloc(n)))
+        return dt_error(DT_ERR_NOMEM, "no memory for the secret");
+    memcpy(*secret, raw, n);
+    *secret_len = n;
+    return DT_OK;
+}
+
+/* A secret file others may read or change gives the cluster away: refused, as ssh refuses such
+ * a private key. Checked on the open file, so the file checked is the file read. */
+static dt_status check_secret_mode(FILE *f, const char *secret_file)
+{
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0)
+        return dt_error(DT_ERR_IO, "%s: %s", secret_file, strerror(errno));
+    if (sb.st_mode & (S_IRWXG | S_IRWXO))
+        return dt_error(DT_ERR_INVALID, "%s: mode %04o lets other users read or change the "
+                        "cluster secret: chmod 600 it", secret_file,
+                        (unsigned)(sb.st_mode & 07777));
+    return DT_OK;
+}
+
 dt_status dt_cluster_load_secret(const char *secret_file, uint8_t **secret, size_t *secret_len)
 {
     *secret = NULL;
@@ -637,37 +696,48 @@ dt_status dt_cluster_load_secret(const char *secret_file, uint8_t **secret, size
         FILE *f = fopen(secret_file, "rb");
         if (!f)
             return dt_error(DT_ERR_IO, "%s: %s", secret_file, strerror(errno));
+        dt_status st = check_secret_mode(f, secret_file);
+        if (st) {
+            fclose(f);
+            return st;
+        }
         uint8_t buf[4097];
         size_t n = fread(buf, 1, sizeof buf, f);
         int err = ferror(f);
         fclose(f);
         if (err)
-            return dt_error(DT_ERR_IO, "%s: cannot read it", secret_file);
-        if (n == sizeof buf)
-            return dt_error(DT_ERR_INVALID, "%s: a secret of more than 4096 bytes", secret_file);
-        while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+            st = dt_error(DT_ERR_IO, "%s: cannot read it", secret_file);
+        else if (n == sizeof buf)
+            st = dt_error(DT_ERR_INVALID, "%s: a secret of more than 4096 bytes", secret_file);
+        while (st == DT_OK && n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
             n--;
-        if (n < 16)
-            return dt_error(DT_ERR_INVALID, "%s: a secret of %zu bytes is too short (16 at least)",
-                            secret_file, n);
-        if (!(*secret = malloc(n)))
-            return dt_error(DT_ERR_NOMEM, "no memory for the secret");
-        memcpy(*secret, buf, n);
-        *secret_len = n;
-        return DT_OK;
+        if (st == DT_OK)
+            st = secret_key(buf, n, secret_file, secret, secret_len);
+        OPENSSL_cleanse(buf, sizeof buf);
+        return st;
     }
     const char *env = getenv("DTRAIN_CLUSTER_SECRET");
     if (!env || !*env)
         return DT_OK;
-    size_t n = strlen(env);
-    if (n < 16)
-        return dt_error(DT_ERR_INVALID, "DTRAIN_CLUSTER_SECRET: a secret of %zu bytes is too short "
-                        "(16 at least)", n);
-    if (!(*secret = malloc(n)))
-        return dt_error(DT_ERR_NOMEM, "no memory for the secret");
-    memcpy(*secret, env, n);
-    *secret_len = n;
-    return DT_OK;
+    return secret_key((const uint8_t *)env, strlen(env), "DTRAIN_CLUSTER_SECRET", secret,
+                      secret_len);
+}
+
+/* Tasks that may talk to each other: the chief, the workers and the ps tasks (an evaluator
+ * only reads checkpoints). */
+static int connected_tasks(const dt_cluster *c)
+{
+    return c->n_tasks[DT_JOB_CHIEF] + c->n_tasks[DT_JOB_WORKER] + c->n_tasks[DT_JOB_PS];
+}
+
+dt_status dt_cluster_check_secret(const dt_cluster *c, bool have_secret, bool insecure)
+{
+    if (have_secret || insecure || connected_tasks(c) <= 1)
+        return DT_OK;
+    return dt_error(DT_ERR_AUTH, "a cluster of %d tasks and no secret: set DTRAIN_CLUSTER_SECRET "
+                    "or give --secret-file (dtrain launch makes one), or give --insecure to let "
+                    "anyone who reaches the tasks' ports (on loopback, any local user) join it",
+                    connected_tasks(c));
 }
 
 dt_status dt_cluster_make_secret(char out[65])

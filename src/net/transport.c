@@ -124,10 +124,9 @@ static dt_status check_security(const dt_cluster *cl, const dt_transport_options
 {
     if (o->secret && o->secret_len > 0)
         return DT_OK;
-    if (!dt_cluster_all_loopback(cl) && !o->insecure)
-        return dt_error(DT_ERR_AUTH, "this cluster has non-loopback addresses and no secret: set "
-                        "DTRAIN_CLUSTER_SECRET or give --secret-file (or --insecure to run "
-                        "unauthenticated)");
+    dt_status st = dt_cluster_check_secret(cl, false, o->insecure);
+    if (st)
+        return st;
     if (cl->n_workers > 1) {
         dt_log_to(log, DT_LOG_WARN, "dtrain: warning: no cluster secret: traffic between the "
                   "tasks is unauthenticated");

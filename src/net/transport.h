@@ -8,8 +8,9 @@
  * scan that connects and closes) is dropped and logged with the address it came from; the
  * listener carries on. Once every peer is connected, the listener is closed.
  *
- * Without a secret a cluster whose addresses are all loopback runs with a warning that its
- * traffic is unauthenticated; any other cluster refuses to start unless insecure is set. */
+ * Without a secret a cluster of more than one task refuses to start unless insecure is set
+ * (dt_cluster_check_secret), even on loopback, where any local user could join it; insecure, it
+ * runs with a warning that its traffic is unauthenticated. */
 #ifndef DTRAIN_TRANSPORT_H
 #define DTRAIN_TRANSPORT_H
 
@@ -24,7 +25,7 @@
 typedef struct {
     const uint8_t *secret; /* the cluster secret (borrowed); NULL or secret_len 0: none */
     size_t secret_len;
-    bool insecure;            /* allow a non-loopback cluster without a secret */
+    bool insecure;            /* allow a cluster without a secret */
     double connect_timeout;   /* seconds to wait for every peer (default 300) */
     double handshake_timeout; /* seconds an incoming connection has to finish it (default 10) */
     uint64_t max_frame_bytes; /* largest payload accepted from an authenticated peer (64 MiB) */

@@ -182,10 +182,8 @@ dt_status dt_ps_server_run(const dt_ps_server_config *c, dt_ps_server_report *re
         st = job_identity(c, &job);
     if (st == DT_OK)
         st = dt_cluster_load_secret(c->secret_file, &secret, &secret_len);
-    if (st == DT_OK && !secret && !dt_cluster_all_loopback(&cl) && !c->insecure)
-        st = dt_error(DT_ERR_AUTH, "this cluster has non-loopback addresses and no secret: set "
-                      "DTRAIN_CLUSTER_SECRET or give --secret-file (or --insecure to run "
-                      "unauthenticated)");
+    if (st == DT_OK)
+        st = dt_cluster_check_secret(&cl, secret != NULL, c->insecure);
     if (st)
         goto done;
     if (report)
@@ -211,6 +209,7 @@ dt_status dt_ps_server_run(const dt_ps_server_config *c, dt_ps_server_report *re
         .snapshot_path = c->snapshot_dir ? path : NULL,
         .snapshot_secs = c->snapshot_secs,
         .job = &job,
+        .model_dir = c->model_dir,
     };
     dt_ps_service_stats stats = {0};
     st = dt_ps_serve(&o, &stats);

@@ -6,11 +6,17 @@
  * snapshot is written by a copy-on-write child, cow_write.h) and sends the reply. The main
  * thread waits for STOP or for the coordinator timeout (the chief silent that long: it pings
  * every second, and a request it waits on counts as heard), then stops the listener, shuts
- * every connection down and joins the threads. */
+ * every connection down and joins the threads. A task (the chief or a worker) holds at most
+ * CONNS_PER_TASK connections: a newer one closes its oldest, so no peer holds more of the
+ * ps's threads than that, and the ps holds at most that many per task of its cluster. */
 #include "service.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -30,8 +36,13 @@
 #include "snapshot.h"
 #include "sweep.h"
 
-/* Connections a ps keeps at once: the chief, the workers and their reconnections. */
-#define MAX_CONNS 1024
+/* Connections a task (the chief or a worker) holds to a ps at once: the chief's two clients (its
+ * requests, its pings) and a reconnection each while the old connection is still being closed.
+ * A task's connection past these closes its oldest: a restarted task is never kept out by its
+ * own stale connections, and no task holds more threads of the ps than these. */
+#define CONNS_PER_TASK 4
+/* Connections past every task's share: ones closed whose threads are still ending. */
+#define CONNS_MARGIN 8
 /* How often waiting threads look at the service's state, in milliseconds. */
 #define SLICE_MS 200
 
@@ -46,6 +57,7 @@ typedef struct {
     char name[DT_HOST_CAP + 48];
     dt_session session; /* every request's MAC checked, every reply sealed */
     volatile int done; /* the thread has finished */
+    int closing;       /* shut down for a newer connection of its task (service.mu) */
 } conn;
 
 struct service {
@@ -59,8 +71,8 @@ struct service {
     int stop;
     int chief_busy;     /* the chief's requests being answered */
     double chief_heard; /* the chief's last message or connection (or the service's start) */
-    conn *conns[MAX_CONNS];
-    int n_conns;
+    conn **conns;       /* max_conns of them: CONNS_PER_TASK per chief and worker, and a margin */
+    int n_conns, max_conns;
     dt_ps_service_stats stats;
     double started;
     bool first_update_logged;
@@ -176,6 +188,30 @@ static dt_status wait_write(service *sv, dt_cow_write *child)
  * its own request timeout). */
 #define SAVE_MAX_SECONDS 3600.0
 
+/* Whether dir (a SAVE's) is the job's model directory or lies within it, ".." and symbolic
+ * links resolved, as the write would resolve them: real gets the resolved directory, which the
+ * write then uses. A SAVE is the only request that names a path, and no one, the chief
+ * included, has a ps write elsewhere. */
+static dt_status dir_within_model_dir(const char *model_dir, const char *dir, char real[PATH_MAX])
+{
+    char root[PATH_MAX];
+    if (!model_dir)
+        return dt_error(DT_ERR_INVALID, "SAVE to %s refused: this ps task was given no model "
+                        "directory (--model-dir)", dir);
+    if (!realpath(model_dir, root))
+        return dt_error(DT_ERR_IO, "SAVE to %s refused: the model directory %s: %s", dir,
+                        model_dir, strerror(errno));
+    if (!realpath(dir, real))
+        return dt_error(DT_ERR_IO, "SAVE to %s refused: %s", dir, strerror(errno));
+    size_t n = strlen(root);
+    bool within = strncmp(real, root, n) == 0 &&
+                  (real[n] == '\0' || real[n] == '/' || (n == 1 && root[0] == '/'));
+    if (!within)
+        return dt_error(DT_ERR_INVALID, "SAVE to %s refused: it is %s, outside the job's model "
+                        "directory %s", dir, real, root);
+    return DT_OK;
+}
+
 /* SAVE from the chief: this task's shards as its file of the checkpoint, written by a child from
  * a copy-on-write image taken under the shards' lock (held only for the fork), so requests and
  * PINGs go on being answered however slow the write. A failure goes back as an ERROR: the chief
@@ -183,15 +219,17 @@ static dt_status wait_write(service *sv, dt_cow_write *child)
 static dt_status save(conn *c, const dt_psmsg *req, dt_psbuf *reply)
 {
     service *sv = c->sv;
-    char dir[DT_PSMSG_MAX_TEXT + 1], name[96], path[DT_PSMSG_MAX_TEXT + 100];
+    char dir[DT_PSMSG_MAX_TEXT + 1], real[PATH_MAX], name[96], path[PATH_MAX + 100];
     memcpy(dir, req->text, req->text_len);
     dir[req->text_len] = '\0';
     dt_ckpt_shard_name(name, sizeof name, req->step, sv->o->me.index,
                        sv->o->cluster->n_tasks[DT_JOB_PS]);
-    snprintf(path, sizeof path, "%s/%s", dir, name);
     dt_status st = c->job == DT_JOB_CHIEF ? DT_OK
                                           : dt_error(DT_ERR_INVALID, "only the chief saves");
+    if (st == DT_OK && (st = dir_within_model_dir(sv->o->model_dir, dir, real)) != DT_OK)
+        dt_log_to(sv->log, DT_LOG_WARN, "dtrain server: %s: %s", c->name, dt_last_error());
     if (st == DT_OK) {
+        snprintf(path, sizeof path, "%s/%s", real, name);
         /* A save of this task that a kill cut short (it, or the task) left its temporary: the
          * chief sweeps the directory on its own host only. A directory read is cheap beside the
          * shard's write. */
@@ -320,6 +358,27 @@ static void reap(service *sv)
     sv->n_conns = kept;
 }
 
+/* A task that already holds CONNS_PER_TASK connections has its oldest closed (its thread sees
+ * the shutdown and ends; reap frees it); sv->mu held. */
+static void close_oldest_of(service *sv, dt_job job, int index, const char *name)
+{
+    int held = 0, oldest = -1;
+    for (int i = 0; i < sv->n_conns; i++) {
+        conn *o = sv->conns[i];
+        if (o->done || o->closing || o->job != job || o->index != index)
+            continue;
+        held++;
+        if (oldest < 0)
+            oldest = i;
+    }
+    if (held < CONNS_PER_TASK)
+        return;
+    sv->conns[oldest]->closing = 1;
+    shutdown(sv->conns[oldest]->fd, SHUT_RDWR);
+    dt_log_to(sv->log, DT_LOG_WARN, "dtrain server: %s opened connection %d: its oldest is "
+              "closed (a task holds at most %d)", name, held + 1, CONNS_PER_TASK);
+}
+
 static void on_peer(void *ctx, int fd, dt_job job, int index, const dt_session_keys *keys)
 {
     service *sv = ctx;
@@ -331,9 +390,15 @@ static void on_peer(void *ctx, int fd, dt_job job, int index, const dt_session_k
         dt_sock_close(fd);
         return;
     }
+    char name[DT_HOST_CAP + 48];
+    dt_cluster_task_name(sv->o->cluster, job, index, name, sizeof name);
     pthread_mutex_lock(&sv->mu);
     reap(sv);
-    if (!c || sv->stop || sv->n_conns == MAX_CONNS) {
+    if (!c || sv->stop || sv->n_conns == sv->max_conns) {
+        if (c && !sv->stop)
+            dt_log_to(sv->log, DT_LOG_WARN, "dtrain server: refused a connection from %s: %d "
+                      "connections are open, the most this ps takes (%d per chief and worker "
+                      "task, and %d more)", name, sv->n_conns, CONNS_PER_TASK, CONNS_MARGIN);
         pthread_mutex_unlock(&sv->mu);
         dt_sock_close(fd); /* stopping, full, or out of memory: the peer sees it closed */
         if (c)
@@ -341,8 +406,9 @@ static void on_peer(void *ctx, int fd, dt_job job, int index, const dt_session_k
         free(c);
         return;
     }
+    close_oldest_of(sv, job, index, name);
     c->sv = sv, c->fd = fd, c->job = job, c->index = index;
-    dt_cluster_task_name(sv->o->cluster, job, index, c->name, sizeof c->name);
+    snprintf(c->name, sizeof c->name, "%s", name);
     if (pthread_create(&c->thread, NULL, conn_main, c) != 0) {
         pthread_mutex_unlock(&sv->mu);
         dt_sock_close(fd);
@@ -505,6 +571,12 @@ dt_status dt_ps_serve(const dt_ps_service_options *o, dt_ps_service_stats *stats
     if (!sv)
         return dt_error(DT_ERR_NOMEM, "no memory for the ps service");
     sv->o = o, sv->log = o->log;
+    sv->max_conns = CONNS_PER_TASK * (o->cluster->n_tasks[DT_JOB_CHIEF] +
+                                      o->cluster->n_tasks[DT_JOB_WORKER]) + CONNS_MARGIN;
+    if (!(sv->conns = calloc((size_t)sv->max_conns, sizeof *sv->conns))) {
+        free(sv);
+        return dt_error(DT_ERR_NOMEM, "no memory for the ps service's connections");
+    }
     sv->chief_heard = sv->started = dt_clock_now();
     pthread_mutex_init(&sv->shard_mu, NULL);
     pthread_mutex_init(&sv->mu, NULL);
@@ -537,6 +609,7 @@ dt_status dt_ps_serve(const dt_ps_service_options *o, dt_ps_service_stats *stats
     pthread_cond_destroy(&sv->changed);
     pthread_mutex_destroy(&sv->mu);
     pthread_mutex_destroy(&sv->shard_mu);
+    free(sv->conns);
     free(sv);
     return st;
 }

@@ -22,6 +22,9 @@ typedef struct {
     double request_timeout;      /* seconds a started message has to arrive whole */
     double handshake_timeout;
     int threads;                 /* for the row-wise updates */
+    /* The job's model directory: a SAVE writes into it or a directory within it, nowhere else
+     * (NULL: no SAVE is taken). */
+    const char *model_dir;
     FILE *log;                   /* NULL: the library's log */
     /* Snapshots (snapshot.h): with a path, the shards are restored from it at the start when
      * it exists, written to it every snapshot_secs seconds (0: never) while held still, and it

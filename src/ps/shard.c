@@ -6,12 +6,56 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+/* The memory this process may use: the host's, or its cgroup's (v2) limit when lower. */
+static uint64_t host_memory(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    uint64_t bytes = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : UINT64_MAX;
+    FILE *f = fopen("/sys/fs/cgroup/memory.max", "r");
+    unsigned long long limit;
+    if (f && fscanf(f, "%llu", &limit) == 1 && limit < bytes)
+        bytes = limit;
+    if (f)
+        fclose(f);
+    return bytes;
+}
 
 void dt_ps_shard_init(dt_ps_shard *s, dt_pool *pool)
 {
     memset(s, 0, sizeof *s);
     s->pool = pool;
+    uint64_t host = host_memory();
+    s->max_bytes = host - host / 10;
     dt_optim_init(&s->dense_opt);
+}
+
+/* Slots a row-wise optimizer keeps beside each row (dt_rowopt_setup's). */
+static int rowopt_slots(dt_rowopt_kind kind)
+{
+    return kind == DT_ROWOPT_SGD ? 0 : kind == DT_ROWOPT_ADAGRAD ? 1 : 2;
+}
+
+static double table_bytes(int64_t rows, int dim, dt_rowopt_kind kind)
+{
+    return (double)rows * (double)dim * sizeof(float) * (double)(1 + rowopt_slots(kind));
+}
+
+/* A shard of rows x dim (and its slots) next to what s holds, against s->max_bytes. */
+static dt_status check_room(const dt_ps_shard *s, const char *name, int64_t rows, int dim,
+                            dt_rowopt_kind kind)
+{
+    double held = 0, want = table_bytes(rows, dim, kind);
+    for (int i = 0; i < s->n_tables; i++)
+        held += table_bytes(s->tables[i].t.rows, s->tables[i].t.dim, s->tables[i].opt.kind);
+    if (held + want <= (double)s->max_bytes)
+        return DT_OK;
+    return dt_error(DT_ERR_INVALID, "ps: table %s: a shard of %lld rows of %d values with %d "
+                    "optimizer slots takes %.3g GB; with the %.3g GB of tables this task holds, "
+                    "more than the %.3g GB it may use (this host's memory, less a tenth)", name,
+                    (long long)rows, dim, rowopt_slots(kind), want / 1e9, held / 1e9,
+                    (double)s->max_bytes / 1e9);
 }
 
 void dt_ps_shard_free(dt_ps_shard *s)
@@ -47,7 +91,10 @@ dt_status dt_ps_shard_add_table(dt_ps_shard *s, uint32_t id, const char *name,
     ts->id = id, ts->rows_total = rows_total, ts->n_shards = n_shards, ts->shard = shard;
     ts->strategy = strategy, ts->opt = *opt, ts->init_stddev = init_stddev, ts->seed = seed;
     int64_t rows = dt_partition_shard_rows(strategy, rows_total, n_shards, shard);
-    dt_status st = dt_table_create(&ts->t, name, rows, dim);
+    dt_status st = check_room(s, name, rows, dim, opt->kind);
+    if (st)
+        return st;
+    st = dt_table_create(&ts->t, name, rows, dim);
     if (st == DT_OK)
         st = dt_rowopt_setup(opt, &ts->t);
     if (st) {
@@ -109,18 +156,36 @@ static bool local_rows(const dt_ps_table_shard *ts, const dt_psmsg *req, int64_t
     return true;
 }
 
+/* The payload of a ROWS reply of n rows of dim values (psmsg.h). */
+static uint64_t rows_reply_bytes(uint32_t n, int dim)
+{
+    return 12 + (uint64_t)n * (uint64_t)dim * sizeof(float);
+}
+
+/* A pull's reply is sized by the request (n ids) times the table's row: checked against what a
+ * reply may hold, and the ids against the shard, before the rows are allocated, so a request
+ * never makes the ps allocate more than it can send. */
 static dt_status pull(dt_ps_shard *s, dt_ps_table_shard *ts, const dt_psmsg *req, dt_psbuf *reply)
 {
+    uint64_t bytes = rows_reply_bytes(req->n, ts->t.dim);
+    if (bytes > DT_PSMSG_MAX_PAYLOAD)
+        return reply_error(req, DT_ERR_INVALID, reply, "table %u: a pull of %u rows of %d values "
+                           "needs a reply of %llu bytes, more than a message holds (%llu): pull "
+                           "fewer ids at once", ts->id, req->n, ts->t.dim,
+                           (unsigned long long)bytes, (unsigned long long)DT_PSMSG_MAX_PAYLOAD);
     int64_t *local = malloc(((size_t)req->n + 1) * sizeof *local);
-    float *rows = malloc(((size_t)req->n * (size_t)ts->t.dim + 1) * sizeof *rows);
+    float *rows = NULL;
     dt_status st = DT_OK;
     int64_t bad = 0;
-    if (!local || !rows) {
+    if (!local) {
         st = dt_error(DT_ERR_NOMEM, "ps: no memory for a pull of %u rows", req->n);
     } else if (!local_rows(ts, req, local, &bad)) {
         st = reply_error(req, DT_ERR_INVALID, reply, "table %u: id %lld is not held by shard "
                          "%lld of %lld", ts->id, (long long)bad, (long long)ts->shard,
                          (long long)ts->n_shards);
+    } else if (!(rows = malloc(((size_t)req->n * (size_t)ts->t.dim + 1) * sizeof *rows))) {
+        st = dt_error(DT_ERR_NOMEM, "ps: no memory for a pull of %u rows of %d values", req->n,
+                      ts->t.dim);
     } else {
         for (uint32_t i = 0; i < req->n; i++)
             memcpy(rows + (size_t)i * (size_t)ts->t.dim, dt_table_row(&ts->t, local[i]),

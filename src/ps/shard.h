@@ -57,6 +57,11 @@ typedef struct {
     dt_ps_dense_slice slices[DT_PS_MAX_SLICES];
     int64_t last_step;               /* the latest step of a push applied */
     dt_pool *pool;                   /* borrowed; may be NULL */
+    /* What the tables' shards and their slots may take, in bytes: the host's memory (or its
+     * cgroup's limit, when lower), less a tenth. A definition past it is refused before
+     * anything is allocated, so a peer's TABLE cannot make the task allocate more than it has
+     * (and be ended by the kernel when the rows are initialised). */
+    uint64_t max_bytes;
     dt_sparse_rows scratch;          /* a push's rows, by local row */
 } dt_ps_shard;
 

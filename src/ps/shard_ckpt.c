@@ -1,13 +1,36 @@
 /* A ps task's part of a sharded checkpoint (see shard_ckpt.h). */
 #include "shard_ckpt.h"
 
+#include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "dtrain/checkpoint.h"
 
-enum { DESC_CAP = 320 };
+/* A tensor group's description: a table's fixed fields (at most about 160 bytes) and its slots'
+ * names, each up to a view name's length; a description that still does not fit is refused, not
+ * cut (a cut one would not be read back). */
+enum { DESC_CAP = 256 + DT_TABLE_MAX_SLOTS * DT_VIEW_NAME_CAP };
+
+/* Appends to desc (holding *n bytes) as snprintf would; false when the text does not fit. */
+static bool append(char *desc, size_t cap, int *n, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static bool append(char *desc, size_t cap, int *n, const char *fmt, ...)
+{
+    if (*n < 0 || (size_t)*n >= cap)
+        return false;
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(desc + *n, cap - (size_t)*n, fmt, ap);
+    va_end(ap);
+    if (k < 0 || (size_t)k >= cap - (size_t)*n)
+        return false;
+    *n += k;
+    return true;
+}
 
 /* One tensor: an arena of one view over storage it does not own. */
 typedef struct {
@@ -48,18 +71,21 @@ static dt_status add_table(tensors *t, const dt_ps_table_shard *ts)
                         "checkpoint tensor holds", ts->t.name, (long long)ts->t.rows);
     snprintf(name, sizeof name, "%s/part_%lld", ts->t.name, (long long)ts->shard);
     dt_status st = add_tensor(t, name, 2, dims, ts->t.data);
-    int n = snprintf(desc, sizeof desc, "rows_total=%lld dim=%d shards=%lld shard=%lld "
-                     "strategy=%s optimizer=%s slots=", (long long)ts->rows_total, ts->t.dim,
-                     (long long)ts->n_shards, (long long)ts->shard,
-                     ts->strategy == DT_PARTITION_MOD ? "mod" : "div",
-                     dt_rowopt_kind_name(ts->opt.kind));
+    int n = 0;
+    bool fits = append(desc, sizeof desc, &n, "rows_total=%lld dim=%d shards=%lld shard=%lld "
+                       "strategy=%s optimizer=%s slots=", (long long)ts->rows_total, ts->t.dim,
+                       (long long)ts->n_shards, (long long)ts->shard,
+                       ts->strategy == DT_PARTITION_MOD ? "mod" : "div",
+                       dt_rowopt_kind_name(ts->opt.kind));
     for (int k = 0; k < ts->t.n_slots && st == DT_OK; k++) {
         char slot[DT_VIEW_NAME_CAP + 32];
         snprintf(slot, sizeof slot, "%s/part_%lld", ts->t.slot_names[k], (long long)ts->shard);
         st = add_tensor(t, slot, 2, dims, ts->t.slots[k]);
-        n += snprintf(desc + n, sizeof desc - (size_t)n, "%s%s", k ? "," : "",
-                      ts->t.slot_names[k]);
+        fits = fits && append(desc, sizeof desc, &n, "%s%s", k ? "," : "", ts->t.slot_names[k]);
     }
+    if (st == DT_OK && !fits)
+        return dt_error(DT_ERR_INVALID, "table %s: its shard's description (its slots' names) "
+                        "is longer than %d bytes", ts->t.name, (int)sizeof desc - 1);
     add_meta(t, name, desc);
     return st;
 }
@@ -80,15 +106,19 @@ static dt_status add_slice(tensors *t, const dt_ps_shard *s, const dt_ps_dense_s
     }
     /* The slots' names as the optimizer gives them over the layout ("adam/m/dense"), less the
      * layout's: a reader names slot k of view NAME "adam/m/NAME", as one_device does. */
-    int n = snprintf(desc, sizeof desc, "offset=%llu count=%llu total=%llu slots=%d names=",
-                     (unsigned long long)v->offset, (unsigned long long)v->count,
-                     (unsigned long long)s->dense_total, n_slots);
-    for (int k = 0; k < n_slots && k < s->dense_opt.state.n_views && n < (int)sizeof desc; k++) {
+    int n = 0;
+    bool fits = append(desc, sizeof desc, &n, "offset=%llu count=%llu total=%llu slots=%d names=",
+                       (unsigned long long)v->offset, (unsigned long long)v->count,
+                       (unsigned long long)s->dense_total, n_slots);
+    for (int k = 0; k < n_slots && k < s->dense_opt.state.n_views; k++) {
         const char *name_k = s->dense_opt.state.views[k].name;
         const char *cut = strrchr(name_k, '/');
-        n += snprintf(desc + n, sizeof desc - (size_t)n, "%s%.*s", k ? "," : "",
-                      cut ? (int)(cut - name_k) : (int)strlen(name_k), name_k);
+        fits = fits && append(desc, sizeof desc, &n, "%s%.*s", k ? "," : "",
+                              cut ? (int)(cut - name_k) : (int)strlen(name_k), name_k);
     }
+    if (st == DT_OK && !fits)
+        return dt_error(DT_ERR_INVALID, "dense variable %u: its description (its slots' names) "
+                        "is longer than %d bytes", v->id, (int)sizeof desc - 1);
     add_meta(t, name, desc);
     return st;
 }

@@ -67,14 +67,24 @@ static dt_status set_curve(dt_zlink *l, const void *secret, size_t secret_len, b
     return set ? DT_OK : zmq_fail(what, where);
 }
 
+/* The largest frame a link's peer may send before ZeroMQ drops its connection instead of
+ * allocating the frame (ZMQ_MAXMSGSIZE): a reply to a client can be the whole of a hybrid
+ * model's dense variables, so a message at its limit with CURVE's few bytes on top; a request to
+ * a server (a worker's control socket: RUN, RING, PULL_DENSE, PING, STOP) is never more than a
+ * ring's ports. */
+#define CLIENT_MAX_FRAME ((int64_t)DT_PSMSG_HEADER_BYTES + (int64_t)DT_PSMSG_MAX_PAYLOAD + 4096)
+#define SERVER_MAX_FRAME ((int64_t)DT_ZLINK_MAX_REQUEST_BYTES + 4096)
+
 static dt_status open_socket(int type, dt_zlink **out)
 {
     dt_zlink *l = calloc(1, sizeof *l);
     if (!l)
         return dt_error(DT_ERR_NOMEM, "no memory for a ps link");
     int zero = 0;
+    int64_t max_frame = type == ZMQ_ROUTER ? SERVER_MAX_FRAME : CLIENT_MAX_FRAME;
     if (!(l->ctx = zmq_ctx_new()) || !(l->sock = zmq_socket(l->ctx, type)) ||
-        zmq_setsockopt(l->sock, ZMQ_LINGER, &zero, sizeof zero) != 0) {
+        zmq_setsockopt(l->sock, ZMQ_LINGER, &zero, sizeof zero) != 0 ||
+        zmq_setsockopt(l->sock, ZMQ_MAXMSGSIZE, &max_frame, sizeof max_frame) != 0) {
         dt_status st = zmq_fail("opening", "a ZeroMQ socket");
         dt_zlink_close(l);
         return st;
@@ -227,14 +237,19 @@ static dt_status wait_readable(dt_zlink *l, double timeout)
     return n == 0 ? DT_END : DT_OK;
 }
 
-/* The next frame into out (replacing its contents). */
-static dt_status recv_frame(dt_zlink *l, dt_psbuf *out, int *more)
+/* The next frame into out (replacing its contents); addr (unless NULL) gets the address of the
+ * connection it came on, "an unknown address" when ZeroMQ does not tell. */
+static dt_status recv_frame_from(dt_zlink *l, dt_psbuf *out, int *more, char *addr, size_t cap)
 {
     zmq_msg_t m;
     zmq_msg_init(&m);
     if (zmq_msg_recv(&m, l->sock, ZMQ_DONTWAIT) < 0) {
         zmq_msg_close(&m);
         return zmq_fail("receiving from", l->peer[0] ? l->peer : l->endpoint);
+    }
+    if (addr) {
+        const char *a = zmq_msg_gets(&m, "Peer-Address");
+        snprintf(addr, cap, "%s", a ? a : "an unknown address");
     }
     size_t n = zmq_msg_size(&m);
     out->len = 0;
@@ -251,6 +266,11 @@ static dt_status recv_frame(dt_zlink *l, dt_psbuf *out, int *more)
     *more = zmq_msg_more(&m);
     zmq_msg_close(&m);
     return DT_OK;
+}
+
+static dt_status recv_frame(dt_zlink *l, dt_psbuf *out, int *more)
+{
+    return recv_frame_from(l, out, more, NULL, 0);
 }
 
 static dt_status no_reply(const dt_zlink *c, double timeout)
@@ -328,20 +348,27 @@ dt_status dt_zlink_receive(dt_zlink *s, double timeout, dt_zpeer *from, dt_psbuf
         return st;
     dt_psbuf id = {0};
     int more = 0;
+    from->len = 0;
+    snprintf(from->addr, sizeof from->addr, "an unknown address");
+    /* The address comes with a frame the connection delivered (the body), not with the
+     * identity frame the ROUTER socket makes. */
     if ((st = recv_frame(s, &id, &more)) == DT_OK && !more)
-        st = dt_error(DT_ERR_PEER, "%s: a request without a body", s->endpoint);
+        st = dt_error(DT_ERR_PEER, "%s: a request without a body from %s", s->endpoint,
+                      from->addr);
     if (st == DT_OK && id.len > sizeof from->id)
-        st = dt_error(DT_ERR_PEER, "%s: a peer identity of %zu bytes", s->endpoint, id.len);
+        st = dt_error(DT_ERR_PEER, "%s: a peer identity of %zu bytes from %s", s->endpoint,
+                      id.len, from->addr);
     if (st == DT_OK) {
         memcpy(from->id, id.data, id.len);
         from->len = id.len;
-        st = recv_frame(s, msg, &more);
+        st = recv_frame_from(s, msg, &more, from->addr, sizeof from->addr);
     }
     /* Frames past the body: drained, the request refused. */
     while (st == DT_OK && more) {
         st = recv_frame(s, &id, &more);
         if (st == DT_OK && !more)
-            st = dt_error(DT_ERR_PEER, "%s: a request of several frames", s->endpoint);
+            st = dt_error(DT_ERR_PEER, "%s: a request of several frames from %s", s->endpoint,
+                          from->addr);
     }
     dt_psbuf_free(&id);
     return st;

@@ -5,7 +5,7 @@
  * "dtrain ps curve client"), and a client needs the server's public key to begin the handshake.
  * So only a task holding the secret completes it: a stranger's connection, random bytes, a
  * wrong secret or a replayed handshake never delivers a message, and the server goes on. With
- * no secret (a loopback cluster), CURVE is off.
+ * no secret (a cluster run with --insecure), CURVE is off.
  *
  * Every receive has a deadline; sockets linger 0, so a close never waits on an absent peer. */
 #ifndef DTRAIN_PS_ZLINK_H
@@ -19,6 +19,11 @@
 #include "psmsg.h"
 
 typedef struct dt_zlink dt_zlink;
+
+/* The largest request a server takes (RING with every worker's port is the largest, 128 KiB):
+ * a peer that sends more has its connection dropped by ZeroMQ before the frame is allocated.
+ * A client takes replies up to a ps message's limit (psmsg.h). */
+#define DT_ZLINK_MAX_REQUEST_BYTES ((size_t)1 << 20)
 
 /* endpoint: "tcp://HOST:PORT" (PORT 0 or "*": any free port; dt_zlink_endpoint tells which). */
 dt_status dt_zlink_server(const char *endpoint, const void *secret, size_t secret_len,
@@ -49,13 +54,16 @@ dt_status dt_zlink_await(dt_zlink *c, double timeout, dt_psbuf *reply);
 /* Whether the client's connection closed since its last handshake. */
 bool dt_zlink_lost(dt_zlink *c);
 
-/* Who sent a request to a server, for its reply. */
+/* Who sent a request to a server, for its reply, and the address it came from, for messages. */
 typedef struct {
     uint8_t id[256];
     size_t len;
+    char addr[64];
 } dt_zpeer;
 
-/* A server's next request within timeout seconds (DT_END when none came). */
+/* A server's next request within timeout seconds (DT_END when none came). DT_ERR_PEER, naming
+ * the sender's address, for a request not shaped as one (no body, several frames): the caller
+ * may drop it and go on; any other error is the socket's. */
 dt_status dt_zlink_receive(dt_zlink *s, double timeout, dt_zpeer *from, dt_psbuf *msg);
 dt_status dt_zlink_reply(dt_zlink *s, const dt_zpeer *to, const dt_psbuf *msg);
 

@@ -148,45 +148,90 @@ static dt_status copy_part(const dt_ckpt *f, const char *name, const part_desc *
 
 /* Table tab (with its slots) from every part of it in the files: each shard once, together
  * covering every row. */
+/* Every shard of a table exactly once: a shard given twice (two files claiming it) and a shard
+ * missing can hold the same number of rows between them, so the shards are counted, not the
+ * rows. seen: one byte per shard, allocated at the first part; the first file of each shard in
+ * from[]. */
+typedef struct {
+    uint8_t *seen;
+    const dt_ckpt **from;
+    int64_t n_shards;
+} shard_cover;
+
+static dt_status cover_shard(shard_cover *c, const dt_table *tab, const dt_ckpt *f,
+                             const part_desc *d)
+{
+    if (!c->seen) {
+        c->seen = calloc((size_t)d->shards, 1);
+        c->from = calloc((size_t)d->shards, sizeof *c->from);
+        c->n_shards = d->shards;
+        if (!c->seen || !c->from)
+            return dt_error(DT_ERR_NOMEM, "table %s: no memory to count %lld shards", tab->name,
+                            (long long)d->shards);
+    }
+    if (c->seen[d->shard])
+        return dt_error(DT_ERR_FORMAT, "table %s: shard %lld of %lld is given twice (%s and %s)",
+                        tab->name, (long long)d->shard, (long long)d->shards,
+                        dt_ckpt_path(c->from[d->shard]), dt_ckpt_path(f));
+    c->seen[d->shard] = 1, c->from[d->shard] = f;
+    return DT_OK;
+}
+
+static dt_status check_covered(const shard_cover *c, const dt_table *tab)
+{
+    if (!c->seen)
+        return dt_error(DT_ERR_FORMAT, "table %s: no shard file holds any of its shards",
+                        tab->name);
+    for (int64_t s = 0; s < c->n_shards; s++)
+        if (!c->seen[s])
+            return dt_error(DT_ERR_FORMAT, "table %s: shard %lld of %lld is in none of the shard "
+                            "files (a file missing from the manifest)", tab->name, (long long)s,
+                            (long long)c->n_shards);
+    return DT_OK;
+}
+
 static dt_status restore_table(const shard_files *f, dt_table *tab)
 {
     char prefix[DT_VIEW_NAME_CAP + 16];
     int plen = snprintf(prefix, sizeof prefix, "%s/part_", tab->name);
-    int64_t covered = 0, n_shards = -1;
-    for (int i = 0; i < f->n; i++) {
-        for (int j = 0; j < dt_ckpt_n_tensors(f->files[i]); j++) {
+    int64_t n_shards = -1;
+    shard_cover cover = {0};
+    dt_status st = DT_OK;
+    for (int i = 0; i < f->n && st == DT_OK; i++) {
+        for (int j = 0; j < dt_ckpt_n_tensors(f->files[i]) && st == DT_OK; j++) {
             const char *name = dt_ckpt_tensor_at(f->files[i], j)->name;
             if (strncmp(name, prefix, (size_t)plen) != 0 || strchr(name + plen, '/'))
                 continue;
             part_desc d;
-            dt_status st = parse_part(f->files[i], name, &d);
-            if (st)
-                return st;
+            if ((st = parse_part(f->files[i], name, &d)))
+                break;
             if (d.rows_total != tab->rows || d.dim != tab->dim ||
-                (n_shards >= 0 && d.shards != n_shards))
-                return dt_error(DT_ERR_INVALID, "%s: %s: a shard of a %lld x %d table over %lld "
-                                "shards, this model's %s is %lld x %d", dt_ckpt_path(f->files[i]),
-                                name, (long long)d.rows_total, d.dim, (long long)d.shards,
-                                tab->name, (long long)tab->rows, tab->dim);
+                (n_shards >= 0 && d.shards != n_shards)) {
+                st = dt_error(DT_ERR_INVALID, "%s: %s: a shard of a %lld x %d table over %lld "
+                              "shards, this model's %s is %lld x %d", dt_ckpt_path(f->files[i]),
+                              name, (long long)d.rows_total, d.dim, (long long)d.shards,
+                              tab->name, (long long)tab->rows, tab->dim);
+                break;
+            }
             n_shards = d.shards;
+            if ((st = cover_shard(&cover, tab, f->files[i], &d)))
+                break;
             int64_t rows = dt_partition_shard_rows(d.strategy, d.rows_total, d.shards, d.shard);
             if ((st = copy_part(f->files[i], name, &d, tab->data, rows)))
-                return st;
-            for (int k = 0; k < tab->n_slots; k++) {
+                break;
+            for (int k = 0; k < tab->n_slots && st == DT_OK; k++) {
                 char slot[DT_VIEW_NAME_CAP + 48];
                 snprintf(slot, sizeof slot, "%s/part_%lld", tab->slot_names[k],
                          (long long)d.shard);
-                if ((st = copy_part(f->files[i], slot, &d, tab->slots[k], rows)))
-                    return st;
+                st = copy_part(f->files[i], slot, &d, tab->slots[k], rows);
             }
-            covered += rows;
         }
     }
-    if (covered != tab->rows)
-        return dt_error(DT_ERR_FORMAT, "table %s: the shard files hold %lld of its %lld rows "
-                        "(a shard missing, or given twice)", tab->name, (long long)covered,
-                        (long long)tab->rows);
-    return DT_OK;
+    if (st == DT_OK)
+        st = check_covered(&cover, tab);
+    free(cover.seen);
+    free(cover.from);
+    return st;
 }
 
 /* o's slots over dense variable v (the parameters' view v) from the file that holds it. */

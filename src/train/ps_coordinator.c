@@ -135,7 +135,9 @@ static void add_result(ps_coord *co, ps_worker_link *l, const dt_ps_function *fn
     pthread_mutex_unlock(&co->mu);
 }
 /* m to a worker and its reply within timeout seconds. A late reply to an earlier request (one
- * given up on) is dropped. *unheard (may be NULL) tells a failure of the link itself (closed,
+ * given up on) is dropped, and so is a message that does not decode (logged, naming the worker):
+ * a broken message must not end the job; when no good reply follows, the worker goes unheard
+ * and is lost as a silent one is. *unheard (may be NULL) tells a failure of the link itself (closed,
  * silent, or no reply in time) from a reply that is an error. */
 static dt_status request_or_unheard(dt_zlink *z, const dt_psmsg *m, double timeout,
                                     dt_psbuf *out, dt_psbuf *in, const char *who,
@@ -153,8 +155,13 @@ static dt_status request_or_unheard(dt_zlink *z, const dt_psmsg *m, double timeo
             link_failed = true;
             break;
         }
-        if ((st = dt_psmsg_decode(in->data, in->len, who, reply)) ||
-            reply->request_id == m->request_id)
+        if ((st = dt_psmsg_decode(in->data, in->len, who, reply)) != DT_OK) {
+            dt_log_to(NULL, DT_LOG_WARN, "dtrain: warning: dropped a message from %s: %s", who,
+                      dt_last_error());
+            st = DT_OK;
+            continue;
+        }
+        if (reply->request_id == m->request_id)
             break;
     }
     if (unheard)

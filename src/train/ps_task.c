@@ -24,10 +24,8 @@ dt_status ps_open_cluster(const dt_train_config *c, ps_cluster *pc)
         st = dt_cluster_set_task(&pc->cl, c->comm.task);
     if (st == DT_OK)
         st = dt_cluster_load_secret(c->comm.secret_file, &pc->secret, &pc->secret_len);
-    if (st == DT_OK && !pc->secret && !dt_cluster_all_loopback(&pc->cl) && !c->comm.insecure)
-        st = dt_error(DT_ERR_AUTH, "this cluster has non-loopback addresses and no secret: set "
-                      "DTRAIN_CLUSTER_SECRET or give --secret-file (or --insecure to run "
-                      "unauthenticated)");
+    if (st == DT_OK)
+        st = dt_cluster_check_secret(&pc->cl, pc->secret != NULL, c->comm.insecure);
     if (st) {
         ps_close_cluster(pc);
         return st;

@@ -524,6 +524,32 @@ static dt_psmsg control_reply(const dt_psmsg *req)
                       .request_id = req->request_id};
 }
 
+/* A message on the control socket that is not a request of the coordinator's (it does not
+ * decode, or is not shaped as one): logged, naming where it came from, and dropped. A peer that
+ * holds the secret but is broken or hostile must not end a worker, nor count as the
+ * coordinator's word. */
+static void drop_message(const char *addr, const char *coordinator)
+{
+    dt_log_to(NULL, DT_LOG_WARN, "dtrain: warning: dropped a message from %s on this worker's "
+              "control socket (only the coordinator, %s, sends there): %s", addr, coordinator,
+              dt_last_error());
+}
+
+/* The next decoded request within timeout: DT_END when none came (or only messages dropped);
+ * other errors are the socket's. */
+static dt_status next_request(dt_zlink *z, double timeout, const char *coordinator,
+                              dt_zpeer *from, dt_psbuf *in, dt_psmsg *req)
+{
+    dt_status st = dt_zlink_receive(z, timeout, from, in);
+    if (st == DT_OK)
+        st = dt_psmsg_decode(in->data, in->len, from->addr, req);
+    if (st == DT_ERR_PEER || st == DT_ERR_FORMAT) {
+        drop_message(from->addr, coordinator);
+        return DT_END;
+    }
+    return st;
+}
+
 /* After an ERROR reply: the connection stays open until the coordinator's STOP (or
  * --coordinator-timeout, as for any silence of the coordinator). Closed at once, the socket
  * (linger 0) drops what its I/O thread has not sent yet, and the coordinator's link drops what
@@ -537,8 +563,10 @@ static void await_stop(dt_zlink *z, const dt_psmsg *error, dt_psbuf *in, dt_psbu
     for (double left = timeout; left > 0; left = deadline - dt_clock_now()) {
         dt_zpeer from;
         dt_psmsg req, r;
-        if (dt_zlink_receive(z, left, &from, in) ||
-            dt_psmsg_decode(in->data, in->len, coordinator, &req))
+        dt_status st = next_request(z, left, coordinator, &from, in, &req);
+        if (st == DT_END)
+            continue;
+        if (st)
             return;
         if (is_control(&req))
             r = control_reply(&req);
@@ -549,6 +577,18 @@ static void await_stop(dt_zlink *z, const dt_psmsg *error, dt_psbuf *in, dt_psbu
     }
 }
 
+/* An ERROR answering req, with st and the last error's message. */
+static dt_status reply_error(dt_zlink *z, const dt_zpeer *to, const dt_psmsg *req, dt_status st,
+                             dt_psbuf *out)
+{
+    char text[DT_PSMSG_MAX_TEXT];
+    int n = snprintf(text, sizeof text, "%s", dt_last_error());
+    dt_psmsg r = {.type = DT_PSMSG_ERROR, .request_id = req->request_id, .status = st,
+                  .text = text,
+                  .text_len = (uint32_t)(n < (int)sizeof text ? n : (int)sizeof text - 1)};
+    return ps_reply_msg(z, to, &r, out);
+}
+
 /* Answers the coordinator's requests until STOP; a failure goes back to it as an ERROR too. */
 static dt_status serve(worker *w, dt_zlink *z, const char *coordinator)
 {
@@ -557,7 +597,8 @@ static dt_status serve(worker *w, dt_zlink *z, const char *coordinator)
     dt_status st = DT_OK;
     for (;;) {
         dt_zpeer from;
-        st = dt_zlink_receive(z, 0.5, &from, &in);
+        dt_psmsg req, r;
+        st = next_request(z, 0.5, coordinator, &from, &in, &req);
         if (st == DT_END) {
             st = DT_OK;
             if (dt_clock_now() - last >= w->c->ps.coordinator_timeout) {
@@ -571,9 +612,6 @@ static dt_status serve(worker *w, dt_zlink *z, const char *coordinator)
         if (st)
             break;
         last = dt_clock_now();
-        dt_psmsg req, r;
-        if ((st = dt_psmsg_decode(in.data, in.len, coordinator, &req)))
-            break;
         if (is_control(&req)) {
             r = control_reply(&req);
             if ((st = ps_reply_msg(z, &from, &r, &out)) || req.type == DT_PSMSG_STOP)
@@ -588,9 +626,13 @@ static dt_status serve(worker *w, dt_zlink *z, const char *coordinator)
         } else if (req.type == DT_PSMSG_PULL_DENSE) {
             run = answer_dense(w, &req, &r);
         } else {
-            st = dt_error(DT_ERR_PEER, "%s: a %s request, a worker takes RUN, RING, PULL_DENSE, "
-                          "PING and STOP", coordinator, dt_psmsg_type_name(req.type));
-            break;
+            /* Answered with an ERROR, so its sender is not left waiting; the worker goes on. */
+            dt_error(DT_ERR_PEER, "a %s request, a worker takes RUN, RING, PULL_DENSE, PING and "
+                     "STOP", dt_psmsg_type_name(req.type));
+            drop_message(from.addr, coordinator);
+            if ((st = reply_error(z, &from, &req, DT_ERR_INVALID, &out)))
+                break;
+            continue;
         }
         if (run) {
             /* The coordinator hears why, then this worker ends with the same error. */

@@ -454,6 +454,7 @@ static dt_status run_ps_task(const dt_train_config *c, dt_train_report *out)
         if (mkdir(c->fit.model_dir, 0755) != 0 && errno != EEXIST)
             return dt_error(DT_ERR_IO, "--model-dir %s: %s", c->fit.model_dir, strerror(errno));
         sc.snapshot_dir = dir;
+        sc.model_dir = c->fit.model_dir;
     }
     sc.snapshot_secs = c->ps.snapshot_secs;
     out->ps_task = true;

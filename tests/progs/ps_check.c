@@ -11,7 +11,19 @@
  * With PS_CHECK_VIA=PORT it reaches ps:0 at 127.0.0.1:PORT (someone on the path, such as
  * ps_proxy.py) under the cluster's own identity; a pull or push whose link broke is tried again
  * after connecting again, as a worker does, and "ps_check: connected again after: ..." says why.
- * usage: ps_check ROWS DIM SHARDS div|mod STEPS [--no-stop] [--hold SECONDS] [--big-round T] */
+ * With --save DIR (repeatable), the ps tasks are asked to save checkpoint STEPS into DIR, and
+ * "ps_check: save DIR: ok" or "ps_check: save DIR: refused: WHY" is printed for each.
+ * usage: ps_check ROWS DIM SHARDS div|mod STEPS [--no-stop] [--hold SECONDS] [--big-round T]
+ *                 [--save DIR]...
+ * ps_check --poke worker:N sends worker N's control socket, holding the secret, bytes that are
+ * no message and then a request a worker does not take (PULL_ROWS), and prints "ps_check: poke:
+ * ERROR: TEXT" when the worker answers the second with an ERROR.
+ * ps_check --flood N SECONDS opens N connections to every ps task as worker:0, one after the
+ * other, holds them SECONDS, and prints "ps_check: flood: K of N connections answer" (a ping
+ * through each, none reconnecting).
+ * ps_check --fake-worker worker:N SECONDS takes worker N's place for at most SECONDS: it
+ * answers every request with bytes that are no message first, then PING with PONG and STOP
+ * with ACK (and ends), and never a RUN; it prints "ps_check: fake worker: K requests". */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +32,7 @@
 
 #include "../../src/net/transport.h"
 #include "../../src/ps/client.h"
+#include "../../src/ps/zlink.h"
 #include "../../src/core/clock.h"
 #include "../../src/core/crc32c.h"
 #include "dtrain/ps.h"
@@ -113,15 +126,133 @@ static bool every_table_in_one_round(dt_ps_client *c, const dt_table *ref, int n
     return ok;
 }
 
+/* --poke worker:N (see the top). */
+static int poke(const char *task)
+{
+    dt_cluster cl = {0};
+    uint8_t *secret = NULL;
+    size_t secret_len = 0;
+    if (dt_cluster_from_env(&cl) || dt_cluster_set_task(&cl, task) ||
+        dt_cluster_load_secret(NULL, &secret, &secret_len))
+        return fail("cluster");
+    const dt_addr *a = dt_cluster_addr(&cl, cl.task_type, cl.task_index);
+    char endpoint[DT_HOST_CAP + 32];
+    snprintf(endpoint, sizeof endpoint, "tcp://%s:%u", a->host, a->port);
+    dt_zlink *z;
+    if (dt_zlink_client(endpoint, task, secret, secret_len, 0, &z))
+        return fail("poke");
+    uint8_t junk[100];
+    for (size_t i = 0; i < sizeof junk; i++)
+        junk[i] = (uint8_t)(i * 37 + 11);
+    dt_psbuf garbage = {junk, sizeof junk, sizeof junk}, req = {0}, rep = {0};
+    int64_t id = 1;
+    dt_psmsg pull = {.type = DT_PSMSG_PULL_ROWS, .request_id = 77, .table = 3, .n = 1}, r;
+    if (dt_zlink_send(z, &garbage, 30.0) || dt_psmsg_encode(&pull, &id, NULL, &req) ||
+        dt_zlink_request(z, &req, 60.0, &rep) ||
+        dt_psmsg_decode(rep.data, rep.len, task, &r))
+        return fail("poke");
+    if (r.type == DT_PSMSG_ERROR && r.request_id == 77)
+        printf("ps_check: poke: ERROR: %.*s\n", (int)r.text_len, r.text);
+    else
+        printf("ps_check: poke: a %s reply\n", dt_psmsg_type_name(r.type));
+    dt_psbuf_free(&req), dt_psbuf_free(&rep);
+    dt_zlink_close(z);
+    free(secret);
+    dt_cluster_free(&cl);
+    return 0;
+}
+
+/* --flood N SECONDS (see the top). */
+static int flood(int n, double seconds)
+{
+    dt_cluster cl = {0};
+    uint8_t *secret = NULL;
+    size_t secret_len = 0;
+    if (dt_cluster_from_env(&cl) || dt_cluster_set_task(&cl, "worker:0") ||
+        dt_cluster_load_secret(NULL, &secret, &secret_len))
+        return fail("cluster");
+    dt_handshake_id me = {secret, secret_len, cl.id, DT_JOB_WORKER, 0};
+    dt_ps_client **c = calloc((size_t)n, sizeof *c);
+    int opened = 0, answer = 0;
+    for (int i = 0; c && i < n; i++)
+        opened += dt_ps_client_open(&me, &cl, 10.0, 10.0, &c[i]) == DT_OK;
+    printf("ps_check: flood: %d opened, held %g s\n", opened, seconds);
+    fflush(stdout);
+    usleep((useconds_t)(seconds * 1e6));
+    for (int i = 0; c && i < n; i++)
+        answer += c[i] && dt_ps_client_ping(c[i]) == DT_OK;
+    printf("ps_check: flood: %d of %d connections answer (%d opened)\n", answer, n, opened);
+    for (int i = 0; c && i < n; i++)
+        if (c[i])
+            dt_ps_client_close(c[i]);
+    free(c);
+    free(secret);
+    dt_cluster_free(&cl);
+    return 0;
+}
+
+/* --fake-worker worker:N SECONDS (see the top). */
+static int fake_worker(const char *task, double seconds)
+{
+    dt_cluster cl = {0};
+    uint8_t *secret = NULL;
+    size_t secret_len = 0;
+    if (dt_cluster_from_env(&cl) || dt_cluster_set_task(&cl, task) ||
+        dt_cluster_load_secret(NULL, &secret, &secret_len))
+        return fail("cluster");
+    const dt_addr *a = dt_cluster_addr(&cl, cl.task_type, cl.task_index);
+    char endpoint[DT_HOST_CAP + 32];
+    snprintf(endpoint, sizeof endpoint, "tcp://%s:%u", a->host, a->port);
+    dt_zlink *z;
+    if (dt_zlink_server(endpoint, secret, secret_len, &z))
+        return fail("fake worker");
+    uint8_t junk[64];
+    for (size_t i = 0; i < sizeof junk; i++)
+        junk[i] = (uint8_t)(i * 53 + 5);
+    dt_psbuf garbage = {junk, sizeof junk, sizeof junk}, in = {0}, out = {0};
+    int requests = 0;
+    for (double end = dt_clock_now() + seconds; dt_clock_now() < end;) {
+        dt_zpeer from;
+        dt_psmsg m;
+        if (dt_zlink_receive(z, 0.2, &from, &in) != DT_OK ||
+            dt_psmsg_decode(in.data, in.len, "chief", &m) != DT_OK)
+            continue;
+        requests++;
+        dt_zlink_reply(z, &from, &garbage);
+        if (m.type != DT_PSMSG_PING && m.type != DT_PSMSG_STOP)
+            continue;
+        dt_psmsg r = {.type = m.type == DT_PSMSG_PING ? DT_PSMSG_PONG : DT_PSMSG_ACK,
+                      .request_id = m.request_id};
+        out.len = 0;
+        if (dt_psmsg_encode(&r, NULL, NULL, &out) == DT_OK)
+            dt_zlink_reply(z, &from, &out);
+        if (m.type == DT_PSMSG_STOP)
+            break;
+    }
+    printf("ps_check: fake worker: %d requests\n", requests);
+    dt_psbuf_free(&in), dt_psbuf_free(&out);
+    dt_zlink_close(z);
+    free(secret);
+    dt_cluster_free(&cl);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 4 && strcmp(argv[1], "--fake-worker") == 0)
+        return fake_worker(argv[2], atof(argv[3]));
+    if (argc == 4 && strcmp(argv[1], "--flood") == 0)
+        return flood(atoi(argv[2]), atof(argv[3]));
+    if (argc == 3 && strcmp(argv[1], "--poke") == 0)
+        return poke(argv[2]);
     if (argc < 6)
         return fprintf(stderr, "usage: ps_check ROWS DIM SHARDS div|mod STEPS [--no-stop] "
                        "[--hold SECONDS]\n"), 2;
     int64_t rows = atoll(argv[1]), shards = atoll(argv[3]);
     int dim = atoi(argv[2]), steps = atoi(argv[5]), stop = 1;
     double hold = 0;
-    int big_round = 0;
+    int big_round = 0, n_saves = 0;
+    const char *saves[8];
     dt_partition_strategy strategy = strcmp(argv[4], "mod") == 0 ? DT_PARTITION_MOD
                                                                 : DT_PARTITION_DIV;
     for (int i = 6; i < argc; i++) {
@@ -131,6 +262,8 @@ int main(int argc, char **argv)
             hold = atof(argv[++i]);
         else if (strcmp(argv[i], "--big-round") == 0 && i + 1 < argc)
             big_round = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--save") == 0 && i + 1 < argc && n_saves < 8)
+            saves[n_saves++] = argv[++i];
     }
     dt_cluster cl = {0};
     uint8_t *secret = NULL;
@@ -205,6 +338,12 @@ int main(int argc, char **argv)
     if (big_round > 1 && !every_table_in_one_round(c, &ref, big_round, rows, dim, shards,
                                                    strategy, &opt))
         return 1;
+    for (int i = 0; i < n_saves; i++) {
+        if (dt_ps_client_save(c, steps, saves[i]) == DT_OK)
+            printf("ps_check: save %s: ok\n", saves[i]);
+        else
+            printf("ps_check: save %s: refused: %s\n", saves[i], dt_last_error());
+    }
     if (hold > 0)
         usleep((useconds_t)(hold * 1e6));
     if (stop && dt_ps_client_stop(c))
