@@ -30,7 +30,10 @@ static dt_status put(writer *w, const dt_psmsg *m, const float *values)
 {
     w->buf.len = 0;
     dt_status st = dt_psmsg_encode(m, NULL, values, &w->buf);
-    if (st == DT_OK && fwrite(w->buf.data, 1, w->buf.len, w->f) != w->buf.len)
+    uint8_t crc[4];
+    dt_store_le32(crc, dt_crc32c(w->buf.data, w->buf.len));
+    if (st == DT_OK && (fwrite(w->buf.data, 1, w->buf.len, w->f) != w->buf.len ||
+                        fwrite(crc, 1, sizeof crc, w->f) != sizeof crc))
         st = dt_error(DT_ERR_IO, "%s: %s", w->path, strerror(errno));
     w->n_messages++;
     return st;
@@ -182,13 +185,17 @@ static dt_status next(reader *r, dt_psmsg_type want, dt_psmsg *m)
         r->buf.data = p, r->buf.cap = n;
     }
     memcpy(r->buf.data, hdr, sizeof hdr);
-    if (fread(r->buf.data + sizeof hdr, 1, size, r->f) != size)
+    uint8_t crc[4];
+    if (fread(r->buf.data + sizeof hdr, 1, size, r->f) != size ||
+        fread(crc, 1, sizeof crc, r->f) != sizeof crc)
         return bad(r, r->at, "truncated message");
+    if (dt_crc32c(r->buf.data, n) != dt_load_le32(crc))
+        return bad(r, r->at, "message checksum mismatch");
     if ((st = dt_psmsg_decode(r->buf.data, n, r->where, m)))
         return st;
     if (m->type != want)
         return bad(r, r->at, "a message of another kind than the snapshot's order has there");
-    r->at += n, r->left--;
+    r->at += n + sizeof crc, r->left--;
     return DT_OK;
 }
 

@@ -10,7 +10,8 @@
  * The file (little-endian): a header of 120 bytes, magic "DTPSSNAP" | u32 version (2) | u32
  * ps index | i64 latest step applied | i64 unix time of the snapshot | u32 messages that follow
  * | 64 bytes job id (NUL-padded) | 16 bytes job nonce | u32 CRC32C of the 116 bytes before;
- * then psmsg messages (psmsg.h: each with its own CRCs):
+ * then psmsg messages (psmsg.h), each followed by a u32 CRC32C of its bytes (a message's
+ * payload carries no checksum of its own, its connections authenticate it):
  *   per table shard: TABLE (its definition), ACK (request id: the table, clock: its pushes
  *     applied), then ROWS messages of at most DT_PS_SNAPSHOT_CHUNK rows, in order, for its
  *     values (request id 0) and then each optimizer slot k (request id k + 1);
