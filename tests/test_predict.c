@@ -3,6 +3,8 @@
  * thread's scores; its tables are the file's pages, not a copy; a damaged, truncated or
  * foreign checkpoint is one clear error. */
 #include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -14,6 +16,7 @@
 #include "dtrain/rng.h"
 #include "dtrain/saved_model.h"
 #include "test.h"
+#include "../src/serve/float_text.h"
 
 enum { FIELDS = 6, ROWS = 5000, EMB = 4, N = 300 };
 
@@ -451,4 +454,50 @@ TEST(predict_run_on_three_threads_writes_one_threads_bytes)
     free(a);
     free(b);
     unlink(path), unlink(data), unlink(out1), unlink(out3);
+}
+
+/* Scores are written as "%.9g" writes them, byte for byte: floats sampled over every bit
+ * pattern (zeros, subnormals, infinities and NaNs included), every float in [0.5, 1), where
+ * probabilities are, and the floats around each power of ten, where the exponent and the
+ * rounding turn over. */
+static int float_text_differs(float x, int *shown)
+{
+    char want[DT_FLOAT_TEXT_MAX], got[DT_FLOAT_TEXT_MAX];
+    snprintf(want, sizeof want, "%.9g", (double)x);
+    size_t n = dt_float_text(x, got);
+    if (strcmp(want, got) == 0 && n == strlen(want))
+        return 0;
+    if ((*shown)++ < 5)
+        test_fail(__FILE__, __LINE__, "%a: printf writes '%s', dt_float_text '%s'", x, want, got);
+    return 1;
+}
+
+static float float_of_bits(uint32_t u)
+{
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+TEST(predict_float_text_is_printf_9g)
+{
+    int shown = 0;
+    long bad = 0;
+    for (uint64_t u = 0; u <= 0xffffffffull; u += 4093)
+        bad += float_text_differs(float_of_bits((uint32_t)u), &shown);
+    uint32_t half = 0x3f000000u; /* 0.5f */
+    for (uint32_t i = 0; i < (1u << 23); i += 3)
+        bad += float_text_differs(float_of_bits(half + i), &shown);
+    for (int k = -22; k <= 10; k++) {
+        char s[32];
+        snprintf(s, sizeof s, "1e%d", k);
+        float p = strtof(s, NULL);
+        uint32_t v;
+        memcpy(&v, &p, sizeof v);
+        for (int d = -300; d <= 300; d++) {
+            bad += float_text_differs(float_of_bits(v + (uint32_t)d), &shown);
+            bad += float_text_differs(-float_of_bits(v + (uint32_t)d), &shown);
+        }
+    }
+    CHECK(bad == 0);
 }

@@ -17,6 +17,7 @@
 
 #include "../core/clock.h"
 #include "../data/input_int.h"
+#include "float_text.h"
 #include "keep.h"
 
 void dt_predict_run_options_default(dt_predict_run_options *o)
@@ -69,9 +70,9 @@ static bool text_add(text *t, const char *s, size_t n)
 
 static bool text_num(text *t, float x)
 {
-    if (!text_reserve(t, 32))
+    if (!text_reserve(t, DT_FLOAT_TEXT_MAX))
         return false;
-    t->n += (size_t)snprintf(t->p + t->n, 32, "%.9g", (double)x);
+    t->n += dt_float_text(x, t->p + t->n);
     return true;
 }
 
