@@ -214,6 +214,23 @@ ck=$(ls "$tmp/dfm"/ckpt-*.safetensors | head -1)
 head -c 5000 "$ck" > "$tmp/cut.safetensors"
 expect_error predict_truncated_checkpoint 1 "cut.safetensors" predict --checkpoint \
     "$tmp/cut.safetensors" --data "libsvm:$tmp/ctr.libsvm"
+# A damaged checkpoint (its last byte, an optimizer slot's, flipped): the checksum pass runs
+# while the rows are scored, and no score is written before it has found the file whole.
+cp "$ck" "$tmp/flipped.safetensors"
+"$py" - "$tmp/flipped.safetensors" <<'PY'
+import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(-1, 2)
+    b = f.read(1)
+    f.seek(-1, 2)
+    f.write(bytes([b[0] ^ 0x40]))
+PY
+expect_error predict_damaged_checkpoint_writes_no_score 1 "checksum mismatch" predict \
+    --checkpoint "$tmp/flipped.safetensors" --data "libsvm:$tmp/ctr.libsvm" --threads 2 \
+    --out "$tmp/flipped.tsv"
+if [ -s "$tmp/flipped.tsv" ]; then
+    fail predict_damaged_checkpoint_writes_no_score "$(wc -l < "$tmp/flipped.tsv") scores written"
+fi
 mkdir -p "$tmp/mismatch"
 cp "$tmp/one"/ckpt-*.safetensors "$tmp/mismatch/"
 "$py" - "$tmp/one/feature_spec.json" "$tmp/mismatch/feature_spec.json" <<'PY'

@@ -6,7 +6,12 @@
  * come is written at once, with the batches after it that are ready; one scored ahead of its
  * turn is parked in a window of slots and its thread goes on to the next batch, so no thread
  * idles while another is still scoring an earlier batch. The output is in input order whatever
- * the threads, and a batch's scores are written with that batch's rows. */
+ * the threads, and a batch's scores are written with that batch's rows.
+ *
+ * The checkpoint's checksum pass (a read of the whole file) runs on a thread of its own while
+ * the first batches are parsed and scored: their lines wait in the slots, and nothing is written
+ * before the pass has found the file whole. A damaged checkpoint is the run's error, and no
+ * score computed from it leaves the process. */
 #include "dtrain/predict.h"
 
 #include <errno.h>
@@ -121,6 +126,7 @@ struct run {
     bool done;
     pthread_mutex_t mu;       /* the output, the slots and the error */
     pthread_cond_t turn;
+    bool verified;            /* the checkpoint's checksum pass passed: lines may be written */
     uint64_t next_write;
     slot *slots;              /* batch seq waits in slots[seq % n_slots] */
     int n_slots;
@@ -288,7 +294,7 @@ static bool hand_over(run *r, uint64_t seq, text *t, int rows)
         s->t = *t, *t = spare;
         s->rows = rows;
         s->ready = true;
-        if (seq == r->next_write) {
+        if (seq == r->next_write && r->verified) {
             write_ready(r);
             pthread_cond_broadcast(&r->turn);
         }
@@ -442,6 +448,23 @@ static dt_status check_options(const dt_predict_run_options *o)
     return DT_OK;
 }
 
+/* The checkpoint's checksum pass, then the lines that waited for it. */
+static void *verifier(void *arg)
+{
+    run *r = arg;
+    dt_status st = dt_predictor_verify(r->p);
+    if (st) {
+        fail_run(r, st);
+        return NULL;
+    }
+    pthread_mutex_lock(&r->mu);
+    r->verified = true;
+    write_ready(r);
+    pthread_cond_broadcast(&r->turn);
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
 static dt_status run_workers(run *r)
 {
     pthread_t tids[256];
@@ -455,7 +478,7 @@ static dt_status run_workers(run *r)
         }
     for (int i = 0; i < started; i++)
         pthread_join(tids[i], NULL);
-    return r->err ? dt_error(r->err, "%s", r->msg) : st;
+    return st;
 }
 
 dt_status dt_predict_run(const dt_predict_run_options *o, dt_predict_run_result *res)
@@ -476,9 +499,25 @@ dt_status dt_predict_run(const dt_predict_run_options *o, dt_predict_run_result 
     po.max_batch = o->batch_size;
     po.private_tables = o->private_tables;
     po.log = o->log;
+    po.defer_verify = true;
+    pthread_t verify_tid;
+    bool verifying = false;
     dt_status st = check_options(o);
     if (st || (st = dt_predictor_open(o->model_dir ? o->model_dir : o->checkpoint, &po, &r.p)))
         goto fail;
+    /* Room for every thread's batch and one more each, so a thread ahead of a slow one parks a
+     * batch and scores the next without waiting, and for some 64k rows scored while the
+     * checksum pass runs. */
+    r.n_slots = 2 * o->threads + 2 + 65536 / o->batch_size;
+    if (!(r.slots = calloc((size_t)r.n_slots, sizeof *r.slots))) {
+        st = dt_error(DT_ERR_NOMEM, "no memory for the output's slots");
+        goto fail;
+    }
+    if (pthread_create(&verify_tid, NULL, verifier, &r) != 0) {
+        st = dt_error(DT_ERR_NOMEM, "predict: cannot start the checksum thread");
+        goto fail;
+    }
+    verifying = true;
     r.K = dt_predictor_num_outputs(r.p);
     r.cols = r.K * (o->logits && dt_predictor_head(r.p) != DT_HEAD_REGRESSION ? 2 : 1);
     if ((st = open_input(&r, &fp, &keeper)) || (st = open_output(&r, &to_close)))
@@ -492,14 +531,11 @@ dt_status dt_predict_run(const dt_predict_run_options *o, dt_predict_run_result 
             goto fail;
         }
     }
-    /* Room for every thread's batch and one more each: a thread ahead of a slow one parks a
-     * batch and scores the next without waiting. */
-    r.n_slots = 2 * o->threads + 2;
-    if (!(r.slots = calloc((size_t)r.n_slots, sizeof *r.slots))) {
-        st = dt_error(DT_ERR_NOMEM, "no memory for the output's slots");
-        goto fail;
-    }
     st = run_workers(&r);
+    pthread_join(verify_tid, NULL);
+    verifying = false;
+    if (r.err)
+        st = dt_error(r.err, "%s", r.msg);
     res->rows = r.rows;
     res->bad_records = r.in.bad_records;
     if (st == DT_OK && o->format == DT_PREDICT_NPY) {
@@ -513,6 +549,8 @@ dt_status dt_predict_run(const dt_predict_run_options *o, dt_predict_run_result 
     if (st == DT_OK && (fflush(r.out) != 0 || ferror(r.out)))
         st = dt_error(DT_ERR_IO, "%s: write failed", out_name(o));
 fail:
+    if (verifying) /* a failure before the workers ran: the pass ends on its own */
+        pthread_join(verify_tid, NULL);
     if (to_close && fclose(r.out) != 0 && st == DT_OK)
         st = dt_error(DT_ERR_IO, "%s: close: %s", o->out, strerror(errno));
     dt_input_free(&r.in);
