@@ -39,6 +39,7 @@ holders=()
 cleanup() { for p in "${holders[@]}"; do kill "$p" 2> /dev/null || true; done; rm -rf "$work"; }
 trap cleanup EXIT
 median() { sort -g | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+spread() { sort -g | awk '{a[NR]=$1} END {printf "%.0f-%.0f", a[1], a[NR]}'; }
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p"; }
 
 echo "== data and model: $rows rows, DeepFM F=39 K=32 deep 128,64,32, one epoch on 2 threads"
@@ -102,6 +103,9 @@ head -n 100000 "$work/train.libsvm" > "$work/head.libsvm"
 pr=$(field rows_per_s < "$work/pred" | awk '/./' | median)
 px=$(sed -n 's/.*exported=\([0-9.]*\).*/\1/p' "$work/pred" | median)
 tr=$(sed -n 's/.*samples_per_s=\([0-9.]*\).*/\1/p' "$work/pred" | median)
+pr_s=$(field rows_per_s < "$work/pred" | awk '/./' | spread)
+px_s=$(sed -n 's/.*exported=\([0-9.]*\).*/\1/p' "$work/pred" | spread)
+tr_s=$(sed -n 's/.*samples_per_s=\([0-9.]*\).*/\1/p' "$work/pred" | spread)
 sc=$(field rows_per_s < "$work/scoring")
 
 # Two predictor processes over one checkpoint of about 2 GB: RSS and PSS.
@@ -138,7 +142,7 @@ python3 -c "print('ratio C predictor / ONNX Runtime: %.2fx (goal >= 2)' % ($c_tp
 python3 -c "print('C predictor with private_tables (copied, huge pages): $c_tpp rows/s, %.2fx ONNX Runtime' % ($c_tpp / $o_tp))"
 echo "latency batch 1: C predictor p50 $c50 us p99 $c99 us; ONNX Runtime (through Node) p50 $o50 us p99 $o99 us"
 fi
-echo "dtrain predict, 2 threads: $pr rows/s from the checkpoint, $px from its dtrain export; training on 2 threads: $tr samples/s"
+echo "dtrain predict, 2 threads: $pr rows/s from the checkpoint ($pr_s), $px from its dtrain export ($px_s); training on 2 threads: $tr samples/s ($tr_s); medians (min-max) of $repeat rounds"
 python3 -c "print('ratio predict / train: %.2fx from the checkpoint, %.2fx from the export (goal >= 3); scoring alone on parsed rows, 1 thread: $sc rows/s' % ($pr / $tr, $px / $tr))"
 [ "$only" = 1 ] ||
     echo "two predictors over a $big MB checkpoint: RSS $r1 MB and $r2 MB, PSS $p1 MB and $p2 MB"
