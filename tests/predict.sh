@@ -40,16 +40,21 @@ train=(train --data "csv:$tmp/train.csv" --feature-spec "$tmp/spec.json" --batch
 run "$dtrain" "${train[@]}" --model-dir "$tmp/one" --metrics-out "$tmp/one.json"
 [ "$status" -eq 0 ] || fail predict_setup_training "exit $status: $(tail -3 "$tmp/err")"
 
-# --- order and determinism: 1 and 2 threads, batches of 256 and 7, the same bytes ---
+# --- order and determinism: 1, 2 and 9 threads, batches of 256, 7 and 2, the same bytes (9
+# threads on batches of 2 park batches ahead of their turn and fill the window of slots) ---
 run "$dtrain" predict --model-dir "$tmp/one" --data "csv:$tmp/test.csv" --out "$tmp/p1.tsv"
 s1=$status
 run "$dtrain" predict --model-dir "$tmp/one" --data "csv:$tmp/test.csv" --threads 2 \
     --batch-size 7 --out "$tmp/p2.tsv"
+s2=$status
+run "$dtrain" predict --model-dir "$tmp/one" --data "csv:$tmp/test.csv" --threads 9 \
+    --batch-size 2 --out "$tmp/p9.tsv"
 rows=$(wc -l < "$tmp/p1.tsv")
-if [ "$s1" -eq 0 ] && [ "$status" -eq 0 ] && [ "$rows" -eq 1500 ] && cmp -s "$tmp/p1.tsv" "$tmp/p2.tsv"; then
+if [ "$s1" -eq 0 ] && [ "$s2" -eq 0 ] && [ "$status" -eq 0 ] && [ "$rows" -eq 1500 ] &&
+    cmp -s "$tmp/p1.tsv" "$tmp/p2.tsv" && cmp -s "$tmp/p1.tsv" "$tmp/p9.tsv"; then
     ok predict_same_bytes_on_1_and_2_threads_at_any_batch "$rows rows"
 else
-    fail predict_same_bytes_on_1_and_2_threads_at_any_batch "exit $s1/$status, $rows rows, $(cmp "$tmp/p1.tsv" "$tmp/p2.tsv" 2>&1 | head -1): $(head -c 300 "$tmp/err")"
+    fail predict_same_bytes_on_1_and_2_threads_at_any_batch "exit $s1/$s2/$status, $rows rows, $(cmp "$tmp/p1.tsv" "$tmp/p2.tsv" 2>&1 | head -1) $(cmp "$tmp/p1.tsv" "$tmp/p9.tsv" 2>&1 | head -1): $(head -c 300 "$tmp/err")"
 fi
 
 # --- the scores are evaluate's: the log loss of the probabilities against the kept labels ---
@@ -209,6 +214,23 @@ ck=$(ls "$tmp/dfm"/ckpt-*.safetensors | head -1)
 head -c 5000 "$ck" > "$tmp/cut.safetensors"
 expect_error predict_truncated_checkpoint 1 "cut.safetensors" predict --checkpoint \
     "$tmp/cut.safetensors" --data "libsvm:$tmp/ctr.libsvm"
+# A damaged checkpoint (its last byte, an optimizer slot's, flipped): the checksum pass runs
+# while the rows are scored, and no score is written before it has found the file whole.
+cp "$ck" "$tmp/flipped.safetensors"
+"$py" - "$tmp/flipped.safetensors" <<'PY'
+import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(-1, 2)
+    b = f.read(1)
+    f.seek(-1, 2)
+    f.write(bytes([b[0] ^ 0x40]))
+PY
+expect_error predict_damaged_checkpoint_writes_no_score 1 "checksum mismatch" predict \
+    --checkpoint "$tmp/flipped.safetensors" --data "libsvm:$tmp/ctr.libsvm" --threads 2 \
+    --out "$tmp/flipped.tsv"
+if [ -s "$tmp/flipped.tsv" ]; then
+    fail predict_damaged_checkpoint_writes_no_score "$(wc -l < "$tmp/flipped.tsv") scores written"
+fi
 mkdir -p "$tmp/mismatch"
 cp "$tmp/one"/ckpt-*.safetensors "$tmp/mismatch/"
 "$py" - "$tmp/one/feature_spec.json" "$tmp/mismatch/feature_spec.json" <<'PY'

@@ -14,14 +14,17 @@
 
 /* Mean loss of the batch at the current parameters. The dropout sequence restarts each call so
  * every evaluation sees the same masks. */
-static double mean_loss(dt_model *m, const float *x, const int32_t *labels)
+static double mean_loss(dt_model *m, const float *x, const int32_t *labels, bool training)
 {
     dt_model_set_dropout_seed(m, 99);
-    dt_model_forward(m, B, x, true);
+    dt_model_forward(m, B, x, training);
     return dt_model_loss(m, B, labels, 1.0f / B, false, NULL) / B;
 }
 
-static void gradcheck_model(const char *json, uint64_t seed, const dt_model_options *opts)
+/* training false: the gradients of the inference forward (dropout the identity), taken after a
+ * training forward has left its masks behind, which the backward must not apply. */
+static void gradcheck_mode(const char *json, uint64_t seed, const dt_model_options *opts,
+                           bool training)
 {
     dt_model_spec spec;
     dt_model *m = NULL;
@@ -49,6 +52,8 @@ static void gradcheck_model(const char *json, uint64_t seed, const dt_model_opti
 
     dt_model_set_dropout_seed(m, 99);
     dt_model_forward(m, B, x, true);
+    if (!training)
+        dt_model_forward(m, B, x, false);
     dt_model_loss(m, B, labels, 1.0f / B, true, NULL);
     dt_model_zero_grads(m);
     dt_model_backward(m, B);
@@ -66,9 +71,9 @@ static void gradcheck_model(const char *json, uint64_t seed, const dt_model_opti
         for (size_t k = 0; k < n; k += step) {
             float saved = w[k];
             w[k] = saved + eps;
-            double up = mean_loss(m, x, labels);
+            double up = mean_loss(m, x, labels, training);
             w[k] = saved - eps;
-            double down = mean_loss(m, x, labels);
+            double down = mean_loss(m, x, labels, training);
             w[k] = saved;
             double fd = (up - down) / (2.0 * eps);
             if (fabs(fd - gw[k]) > 2e-2 * scale + 1e-4 && bad++ < 3)
@@ -78,6 +83,32 @@ static void gradcheck_model(const char *json, uint64_t seed, const dt_model_opti
     }
     free(x);
     dt_model_destroy(m);
+}
+
+static void gradcheck_model(const char *json, uint64_t seed, const dt_model_options *opts)
+{
+    gradcheck_mode(json, seed, opts, true);
+}
+
+/* DeepFM's MLP shape (dense, dropout, ...) fused and not, backward after an inference forward,
+ * and dropout of rate 0 while training: a dropout that drops nothing is passed over. */
+static const char *const dense_dropouts =
+    "{\"name\": \"mlp\", \"input_shape\": [1, 1, 6], \"loss\": \"binary_crossentropy\", "
+    "\"layers\": [{\"type\": \"dense\", \"units\": 5, \"activation\": \"relu\"},"
+    "{\"type\": \"dropout\", \"rate\": 0.5},"
+    "{\"type\": \"dense\", \"units\": 4, \"activation\": \"tanh\"},"
+    "{\"type\": \"dropout\", \"rate\": 0},"
+    "{\"type\": \"dense\", \"units\": 3, \"activation\": \"sigmoid\"},"
+    "{\"type\": \"dropout\", \"rate\": 0.4},"
+    "{\"type\": \"dense\", \"units\": 1}]}";
+
+TEST(gradcheck_dropouts_training_and_inference)
+{
+    dt_model_options unfused = {.no_fuse = true};
+    gradcheck_mode(dense_dropouts, 11, NULL, true);
+    gradcheck_mode(dense_dropouts, 12, &unfused, true);
+    gradcheck_mode(dense_dropouts, 13, NULL, false);
+    gradcheck_mode(dense_dropouts, 14, &unfused, false);
 }
 
 TEST(gradcheck_conv_pool_padding_strides_dropout)

@@ -3,6 +3,8 @@
  * thread's scores; its tables are the file's pages, not a copy; a damaged, truncated or
  * foreign checkpoint is one clear error. */
 #include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -14,6 +16,7 @@
 #include "dtrain/rng.h"
 #include "dtrain/saved_model.h"
 #include "test.h"
+#include "../src/serve/float_text.h"
 
 enum { FIELDS = 6, ROWS = 5000, EMB = 4, N = 300 };
 
@@ -451,4 +454,119 @@ TEST(predict_run_on_three_threads_writes_one_threads_bytes)
     free(a);
     free(b);
     unlink(path), unlink(data), unlink(out1), unlink(out3);
+}
+
+/* defer_verify: a damaged checkpoint opens and scores, and dt_predictor_verify names it; a
+ * whole one verifies (and again at once); dt_predict_run, which verifies while it scores,
+ * fails on the damaged one and writes no score. */
+TEST(predict_deferred_checksum_pass_finds_a_damaged_checkpoint)
+{
+    char path[256], bad[256], data[256], out[256];
+    tmp_path(path, sizeof path, "whole.safetensors");
+    tmp_path(bad, sizeof bad, "damaged.safetensors");
+    tmp_path(data, sizeof data, "damaged.libsvm");
+    tmp_path(out, sizeof out, "damaged.tsv");
+    dt_model_spec spec;
+    deepfm(&spec);
+    save_model(&spec, path, 17);
+    char *buf;
+    size_t n;
+    read_all(path, &buf, &n);
+    CHECK(buf && n > 1000);
+    if (!buf)
+        return;
+    buf[n - 1] ^= 0x40; /* the last tensor's last byte */
+    FILE *f = fopen(bad, "wb");
+    CHECK(f && fwrite(buf, 1, n, f) == n);
+    if (f)
+        fclose(f);
+    free(buf);
+    dt_predictor *p = NULL;
+    CHECK_ERR(dt_predictor_open(bad, NULL, &p), DT_ERR_FORMAT, "checksum mismatch");
+    dt_predictor_options o;
+    dt_predictor_options_default(&o);
+    o.defer_verify = true;
+    CHECK_OK(dt_predictor_open(bad, &o, &p));
+    if (p) {
+        float scores[8];
+        dt_elem *e = random_rows(8, 3);
+        CHECK(e != NULL);
+        if (e)
+            CHECK_OK(score_in_chunks(p, e, 8, DT_PREDICT_SCORES, scores));
+        dt_elem_free(e);
+        CHECK_ERR(dt_predictor_verify(p), DT_ERR_FORMAT, bad);
+        dt_predictor_close(p);
+        p = NULL;
+    }
+    CHECK_OK(dt_predictor_open(path, &o, &p));
+    if (p) {
+        CHECK_OK(dt_predictor_verify(p));
+        CHECK_OK(dt_predictor_verify(p));
+        dt_predictor_close(p);
+    }
+    f = fopen(data, "w");
+    for (int i = 0; f && i < 300; i++) {
+        fprintf(f, "1");
+        for (int k = 0; k < FIELDS; k++)
+            fprintf(f, " %d:1", (i * 7 + k) % ROWS);
+        fputc('\n', f);
+    }
+    CHECK(f && fclose(f) == 0);
+    char spec_text[300];
+    snprintf(spec_text, sizeof spec_text, "libsvm:%s", data);
+    dt_predict_run_options ro;
+    dt_predict_run_options_default(&ro);
+    ro.checkpoint = bad, ro.data = spec_text, ro.out = out, ro.threads = 2, ro.batch_size = 4;
+    dt_predict_run_result res;
+    CHECK_ERR(dt_predict_run(&ro, &res), DT_ERR_FORMAT, "checksum mismatch");
+    CHECK(res.rows == 0);
+    struct stat sb;
+    CHECK(stat(out, &sb) != 0 || sb.st_size == 0);
+    unlink(path), unlink(bad), unlink(data), unlink(out);
+}
+
+/* Scores are written as "%.9g" writes them, byte for byte: floats sampled over every bit
+ * pattern (zeros, subnormals, infinities and NaNs included), every float in [0.5, 1), where
+ * probabilities are, and the floats around each power of ten, where the exponent and the
+ * rounding turn over. */
+static int float_text_differs(float x, int *shown)
+{
+    char want[DT_FLOAT_TEXT_MAX], got[DT_FLOAT_TEXT_MAX];
+    snprintf(want, sizeof want, "%.9g", (double)x);
+    size_t n = dt_float_text(x, got);
+    if (strcmp(want, got) == 0 && n == strlen(want))
+        return 0;
+    if ((*shown)++ < 5)
+        test_fail(__FILE__, __LINE__, "%a: printf writes '%s', dt_float_text '%s'", x, want, got);
+    return 1;
+}
+
+static float float_of_bits(uint32_t u)
+{
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+TEST(predict_float_text_is_printf_9g)
+{
+    int shown = 0;
+    long bad = 0;
+    for (uint64_t u = 0; u <= 0xffffffffull; u += 4093)
+        bad += float_text_differs(float_of_bits((uint32_t)u), &shown);
+    uint32_t half = 0x3f000000u; /* 0.5f */
+    for (uint32_t i = 0; i < (1u << 23); i += 3)
+        bad += float_text_differs(float_of_bits(half + i), &shown);
+    for (int k = -22; k <= 10; k++) {
+        char s[32];
+        snprintf(s, sizeof s, "1e%d", k);
+        float p = strtof(s, NULL);
+        uint32_t v;
+        memcpy(&v, &p, sizeof v);
+        for (int d = -300; d <= 300; d++) {
+            bad += float_text_differs(float_of_bits(v + (uint32_t)d), &shown);
+            bad += float_text_differs(-float_of_bits(v + (uint32_t)d), &shown);
+        }
+    }
+    CHECK(bad == 0);
 }

@@ -71,6 +71,14 @@ DT_API dt_status dt_ckpt_open(const char *path, dt_ckpt **out);
  * file over the old one, which leaves a mapping of the old file whole; a file truncated in place
  * under a mapping would fault (SIGBUS) when a tensor past its new end is read. */
 DT_API dt_status dt_ckpt_map(const char *path, dt_ckpt **out);
+/* dt_ckpt_map's checks but the checksum pass, which dt_ckpt_verify then runs: a reader that
+ * overlaps the pass with other work, and trusts no tensor's values (writes nothing computed from
+ * them) before dt_ckpt_verify returns DT_OK. */
+DT_API dt_status dt_ckpt_map_unverified(const char *path, dt_ckpt **out);
+/* The checksum pass of a checkpoint from dt_ckpt_map_unverified (DT_OK at once for one already
+ * verified): DT_ERR_FORMAT naming the file on a mismatch. It reads the file, not the tensors, so
+ * other threads may read the tensors meanwhile; call it once. */
+DT_API dt_status dt_ckpt_verify(dt_ckpt *c);
 DT_API void dt_ckpt_close(dt_ckpt *c);
 
 DT_API const char *dt_ckpt_path(const dt_ckpt *c);

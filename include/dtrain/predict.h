@@ -56,6 +56,11 @@ typedef struct {
                             gives them, so a lookup in a large table misses the TLB far less
                             often than in the file's 4 KB pages; off by default */
     FILE *log;      /* warnings: a damaged newest checkpoint passed over; may be NULL */
+    bool defer_verify; /* open a checkpoint file or an exported directory without its checksum
+                          pass, which dt_predictor_verify runs: scoring may start meanwhile, and
+                          the caller uses no score before it returns DT_OK (a training's
+                          directory is verified at open, to pass over a damaged newest
+                          checkpoint); off by default */
 } dt_predictor_options;
 
 DT_API void dt_predictor_options_default(dt_predictor_options *o);
@@ -69,6 +74,10 @@ typedef struct dt_predictor dt_predictor;
 DT_API dt_status dt_predictor_open(const char *path, const dt_predictor_options *o,
                                    dt_predictor **out);
 DT_API void dt_predictor_close(dt_predictor *p);
+/* The checksum pass that defer_verify left (DT_OK at once otherwise): DT_ERR_FORMAT naming the
+ * file when the checkpoint is damaged, and then every score computed from it is to be dropped.
+ * Contexts may score from other threads meanwhile; call it once, from one thread. */
+DT_API dt_status dt_predictor_verify(dt_predictor *p);
 
 /* The checkpoint file the variables come from, and its global step (-1 when unknown). */
 DT_API const char *dt_predictor_checkpoint(const dt_predictor *p);

@@ -209,7 +209,9 @@ struct dt_ckpt {
     uint8_t *buf;
     size_t size;
     bool mapped;  /* buf is a read-only mapping of the file, not a copy */
-    int fd;       /* the mapped file while it is verified, else -1 */
+    int fd;       /* the mapped file until it is verified, else -1 */
+    uint64_t data_off; /* where the data section starts */
+    bool verified;     /* its checksum pass done and passed */
     cJSON *root;
     dt_ckpt_tensor *tensors;
     int n_tensors;
@@ -585,7 +587,9 @@ static dt_status verify_checksum(const dt_ckpt *c, uint64_t data_off)
     return DT_OK;
 }
 
-static dt_status open_checkpoint(const char *path, bool map, dt_ckpt **out)
+/* Opens path, read or mapped; verify false leaves the checksum pass to dt_ckpt_verify (mapped
+ * files only). */
+static dt_status open_checkpoint(const char *path, bool map, bool verify, dt_ckpt **out)
 {
     *out = NULL;
     dt_status st;
@@ -610,11 +614,10 @@ static dt_status open_checkpoint(const char *path, bool map, dt_ckpt **out)
                       (unsigned long long)DT_CKPT_MAX_HEADER_BYTES);
         goto fail;
     }
-    if ((st = parse_json(c, header_n)) || (st = parse_entries(c, 8 + header_n)) ||
-        (st = verify_checksum(c, 8 + header_n)))
+    c->data_off = 8 + header_n;
+    if ((st = parse_json(c, header_n)) || (st = parse_entries(c, c->data_off)) ||
+        (verify && (st = dt_ckpt_verify(c))))
         goto fail;
-    if (c->fd >= 0)
-        close(c->fd), c->fd = -1;
     *out = c;
     return DT_OK;
 fail:
@@ -624,12 +627,28 @@ fail:
 
 dt_status dt_ckpt_open(const char *path, dt_ckpt **out)
 {
-    return open_checkpoint(path, false, out);
+    return open_checkpoint(path, false, true, out);
 }
 
 dt_status dt_ckpt_map(const char *path, dt_ckpt **out)
 {
-    return open_checkpoint(path, true, out);
+    return open_checkpoint(path, true, true, out);
+}
+
+dt_status dt_ckpt_map_unverified(const char *path, dt_ckpt **out)
+{
+    return open_checkpoint(path, true, false, out);
+}
+
+dt_status dt_ckpt_verify(dt_ckpt *c)
+{
+    if (c->verified)
+        return DT_OK;
+    dt_status st = verify_checksum(c, c->data_off);
+    if (c->fd >= 0)
+        close(c->fd), c->fd = -1;
+    c->verified = st == DT_OK;
+    return st;
 }
 
 void dt_ckpt_close(dt_ckpt *c)

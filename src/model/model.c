@@ -35,6 +35,9 @@ struct layer_rt {
     int32_t *arg;
     uint32_t *mask;
     float *drop_mask;
+    bool passed;   /* a dropout whose last forward dropped nothing (not training, or rate 0): it
+                      wrote neither out nor drop_mask, the next layer read its input, and its
+                      backward is the identity */
     int mm_view, mv_view; /* batch_normalization: its moving averages in the state arena */
     float *bn_xhat, *bn_istd;
 };
@@ -594,18 +597,18 @@ static void forward_layer(dt_model *m, int i, int B, bool training)
                                        L->spec.epsilon, mm, mv, L->out);
         break;
     }
-    case DT_LAYER_DROPOUT:
-        if (training && L->spec.rate > 0.0f) {
-            dt_dropout_forward_pool(m->pool, n_out, L->spec.rate, m->dropout_seed,
-                                    m->training_forwards, (uint64_t)i, L->in, L->out,
-                                    L->drop_mask);
-        } else {
-            memcpy(L->out, L->in, n_out * sizeof *L->out);
-            for (size_t k = 0; k < n_out; k++)
-                L->drop_mask[k] = 1.0f;
-        }
+    case DT_LAYER_DROPOUT: /* one that drops nothing is passed over by run_layers */
+        dt_dropout_forward_pool(m->pool, n_out, L->spec.rate, m->dropout_seed,
+                                m->training_forwards, (uint64_t)i, L->in, L->out, L->drop_mask);
         break;
     }
+}
+
+/* A dropout layer that drops nothing (inference, or a rate of 0) is the identity: the layer
+ * after it reads its input, so scoring copies no activations and fills no mask. */
+static bool drops_nothing(const struct layer_rt *L, bool training)
+{
+    return L->spec.kind == DT_LAYER_DROPOUT && !(training && L->spec.rate > 0.0f);
 }
 
 static const float *run_layers(dt_model *m, int B, const float *x, bool training)
@@ -614,6 +617,9 @@ static const float *run_layers(dt_model *m, int B, const float *x, bool training
     for (int i = 0; i < m->n_layers; i++) {
         struct layer_rt *L = &m->layers[i];
         L->in = cur;
+        L->passed = drops_nothing(L, training);
+        if (L->passed)
+            continue;
         if (!L->absorbed && !(i > 0 && runs_next_dropout(m, i - 1, training)))
             forward_layer(m, i, B, training);
         cur = L->out;
@@ -770,9 +776,9 @@ static float *backward_layer(dt_model *m, int i, int B, float *dy, float *dx)
     size_t n_out = (size_t)B * L->out_elems;
     switch (L->spec.kind) {
     case DT_LAYER_DENSE:
-        /* The dropout above, whose backward was left to this layer, then the activation. Its
-         * mask is all ones after a forward pass not for training. */
-        if (L->drops_next)
+        /* The dropout above, whose backward was left to this layer, then the activation. A
+         * dropout that dropped nothing in the forward pass has no mask to apply. */
+        if (L->drops_next && !m->layers[i + 1].passed)
             dt_dropout_act_backward_pool(m->pool, L->spec.activation, n_out,
                                          m->layers[i + 1].drop_mask, L->out, dy);
         else
@@ -805,7 +811,8 @@ static float *backward_layer(dt_model *m, int i, int B, float *dy, float *dx)
         dt_act_backward_pool(m->pool, act_of_layer(L->spec.kind), n_out, L->out, dy);
         return dy;
     case DT_LAYER_DROPOUT:
-        if (!(i > 0 && m->layers[i - 1].drops_next)) /* else the dense layer below applies it */
+        /* Else the dense layer below applies it, or it dropped nothing. */
+        if (!(i > 0 && m->layers[i - 1].drops_next) && !L->passed)
             dt_dropout_backward_pool(m->pool, n_out, L->drop_mask, dy);
         return dy;
     case DT_LAYER_BATCHNORM:

@@ -2,8 +2,16 @@
  *
  * The input pipeline reads and parses ahead as training's does. Worker threads, each with its
  * own predictor context, take the next batch in turn (a sequence number with it), score it and
- * format its lines outside any lock, then wait for their batch's turn to write: the output is in
- * input order whatever the threads, and a batch's scores are written with that batch's rows. */
+ * format its lines outside any lock, then hand the lines to the output: a batch whose turn has
+ * come is written at once, with the batches after it that are ready; one scored ahead of its
+ * turn is parked in a window of slots and its thread goes on to the next batch, so no thread
+ * idles while another is still scoring an earlier batch. The output is in input order whatever
+ * the threads, and a batch's scores are written with that batch's rows.
+ *
+ * The checkpoint's checksum pass (a read of the whole file) runs on a thread of its own while
+ * the first batches are parsed and scored: their lines wait in the slots, and nothing is written
+ * before the pass has found the file whole. A damaged checkpoint is the run's error, and no
+ * score computed from it leaves the process. */
 #include "dtrain/predict.h"
 
 #include <errno.h>
@@ -14,6 +22,7 @@
 
 #include "../core/clock.h"
 #include "../data/input_int.h"
+#include "float_text.h"
 #include "keep.h"
 
 void dt_predict_run_options_default(dt_predict_run_options *o)
@@ -66,9 +75,9 @@ static bool text_add(text *t, const char *s, size_t n)
 
 static bool text_num(text *t, float x)
 {
-    if (!text_reserve(t, 32))
+    if (!text_reserve(t, DT_FLOAT_TEXT_MAX))
         return false;
-    t->n += (size_t)snprintf(t->p + t->n, 32, "%.9g", (double)x);
+    t->n += dt_float_text(x, t->p + t->n);
     return true;
 }
 
@@ -97,6 +106,13 @@ static const char *out_name(const dt_predict_run_options *o)
 
 typedef struct run run;
 
+/* A batch formatted ahead of its turn to be written. */
+typedef struct {
+    text t;
+    int rows;
+    bool ready;
+} slot;
+
 struct run {
     const dt_predict_run_options *o;
     dt_predictor *p;
@@ -105,14 +121,18 @@ struct run {
     bool keep_label;          /* the one kept column is the row's label */
     int K, cols;              /* outputs, numbers per row written */
     FILE *out;
-    pthread_mutex_t mu;
-    pthread_cond_t turn;
-    uint64_t next_seq, next_write;
+    pthread_mutex_t in_mu;    /* the input and the sequence numbers */
+    uint64_t next_seq;
     bool done;
+    pthread_mutex_t mu;       /* the output, the slots and the error */
+    pthread_cond_t turn;
+    bool verified;            /* the checkpoint's checksum pass passed: lines may be written */
+    uint64_t next_write;
+    slot *slots;              /* batch seq waits in slots[seq % n_slots] */
+    int n_slots;
     dt_status err;
     char msg[1024];
     int64_t rows;
-    int64_t npy_rows_at;      /* where the npy header's row count goes */
 };
 
 static void fail_run(run *r, dt_status st)
@@ -212,19 +232,26 @@ static bool format_batch(const run *r, const dt_elem *e, const float *s, const f
     return ok;
 }
 
+static bool failed(run *r)
+{
+    pthread_mutex_lock(&r->mu);
+    bool f = r->err != DT_OK;
+    pthread_mutex_unlock(&r->mu);
+    return f;
+}
+
 /* Takes the next batch and its place in the output; NULL at the end or after an error. */
 static dt_elem *next_batch(run *r, uint64_t *seq)
 {
     dt_elem *e = NULL;
-    pthread_mutex_lock(&r->mu);
-    while (!r->done && !r->err && !e) {
+    pthread_mutex_lock(&r->in_mu);
+    while (!r->done && !e && !failed(r)) {
         dt_status st = dt_dataset_next(r->in.test, &e);
         if (st == DT_END) {
             r->done = true;
         } else if (st) {
-            r->err = st;
-            snprintf(r->msg, sizeof r->msg, "%s", dt_last_error());
-            pthread_cond_broadcast(&r->turn);
+            e = NULL;
+            fail_run(r, st);
         } else if (e->n == 0) { /* every row of it skipped */
             dt_elem_free(e);
             e = NULL;
@@ -232,26 +259,47 @@ static dt_elem *next_batch(run *r, uint64_t *seq)
     }
     if (e)
         *seq = r->next_seq++;
-    pthread_mutex_unlock(&r->mu);
+    pthread_mutex_unlock(&r->in_mu);
     return e;
 }
 
-/* Waits for seq's turn and writes; false when the run failed meanwhile. */
-static bool write_in_turn(run *r, uint64_t seq, const text *t, int rows)
+/* Writes the batches whose turn has come, in order, while they are ready (r->mu held). */
+static void write_ready(run *r)
+{
+    slot *w;
+    while (!r->err && (w = &r->slots[r->next_write % (uint64_t)r->n_slots])->ready) {
+        if (w->t.n > 0 && fwrite(w->t.p, 1, w->t.n, r->out) != w->t.n) {
+            r->err = DT_ERR_IO;
+            snprintf(r->msg, sizeof r->msg, "%s: write: %s", out_name(r->o), strerror(errno));
+            break;
+        }
+        r->rows += w->rows;
+        w->ready = false;
+        r->next_write++;
+    }
+}
+
+/* Hands batch seq's lines to the output: parked in its slot (t takes the slot's spare buffer)
+ * and written with any batches after it once its turn comes. Waits only while the window of
+ * slots is full; false when the run failed. */
+static bool hand_over(run *r, uint64_t seq, text *t, int rows)
 {
     pthread_mutex_lock(&r->mu);
-    while (r->next_write != seq && !r->err)
+    while (!r->err && seq - r->next_write >= (uint64_t)r->n_slots)
         pthread_cond_wait(&r->turn, &r->mu);
     bool ok = !r->err;
-    if (ok && t->n > 0 && fwrite(t->p, 1, t->n, r->out) != t->n) {
-        r->err = DT_ERR_IO;
-        snprintf(r->msg, sizeof r->msg, "%s: write: %s", out_name(r->o),
-                 strerror(errno));
-        ok = false;
+    if (ok) {
+        slot *s = &r->slots[seq % (uint64_t)r->n_slots];
+        text spare = s->t;
+        s->t = *t, *t = spare;
+        s->rows = rows;
+        s->ready = true;
+        if (seq == r->next_write && r->verified) {
+            write_ready(r);
+            pthread_cond_broadcast(&r->turn);
+        }
+        ok = !r->err;
     }
-    r->rows += ok ? rows : 0;
-    r->next_write++;
-    pthread_cond_broadcast(&r->turn);
     pthread_mutex_unlock(&r->mu);
     return ok;
 }
@@ -280,8 +328,7 @@ static void *worker(void *arg)
         }
         if (st)
             fail_run(r, st);
-        /* A failed batch still takes its turn, so the threads after it are not left waiting. */
-        if (!write_in_turn(r, seq, &t, st ? 0 : e->n) && st == DT_OK)
+        else if (!hand_over(r, seq, &t, e->n))
             st = DT_ERR_IO;
         dt_elem_free(e);
     }
@@ -401,6 +448,23 @@ static dt_status check_options(const dt_predict_run_options *o)
     return DT_OK;
 }
 
+/* The checkpoint's checksum pass, then the lines that waited for it. */
+static void *verifier(void *arg)
+{
+    run *r = arg;
+    dt_status st = dt_predictor_verify(r->p);
+    if (st) {
+        fail_run(r, st);
+        return NULL;
+    }
+    pthread_mutex_lock(&r->mu);
+    r->verified = true;
+    write_ready(r);
+    pthread_cond_broadcast(&r->turn);
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
 static dt_status run_workers(run *r)
 {
     pthread_t tids[256];
@@ -414,7 +478,7 @@ static dt_status run_workers(run *r)
         }
     for (int i = 0; i < started; i++)
         pthread_join(tids[i], NULL);
-    return r->err ? dt_error(r->err, "%s", r->msg) : st;
+    return st;
 }
 
 dt_status dt_predict_run(const dt_predict_run_options *o, dt_predict_run_result *res)
@@ -424,6 +488,7 @@ dt_status dt_predict_run(const dt_predict_run_options *o, dt_predict_run_result 
     run r;
     memset(&r, 0, sizeof r);
     r.o = o;
+    pthread_mutex_init(&r.in_mu, NULL);
     pthread_mutex_init(&r.mu, NULL);
     pthread_cond_init(&r.turn, NULL);
     dt_feature_parser *fp = NULL;
@@ -434,9 +499,25 @@ dt_status dt_predict_run(const dt_predict_run_options *o, dt_predict_run_result 
     po.max_batch = o->batch_size;
     po.private_tables = o->private_tables;
     po.log = o->log;
+    po.defer_verify = true;
+    pthread_t verify_tid;
+    bool verifying = false;
     dt_status st = check_options(o);
     if (st || (st = dt_predictor_open(o->model_dir ? o->model_dir : o->checkpoint, &po, &r.p)))
         goto fail;
+    /* Room for every thread's batch and one more each, so a thread ahead of a slow one parks a
+     * batch and scores the next without waiting, and for some 64k rows scored while the
+     * checksum pass runs. */
+    r.n_slots = 2 * o->threads + 2 + 65536 / o->batch_size;
+    if (!(r.slots = calloc((size_t)r.n_slots, sizeof *r.slots))) {
+        st = dt_error(DT_ERR_NOMEM, "no memory for the output's slots");
+        goto fail;
+    }
+    if (pthread_create(&verify_tid, NULL, verifier, &r) != 0) {
+        st = dt_error(DT_ERR_NOMEM, "predict: cannot start the checksum thread");
+        goto fail;
+    }
+    verifying = true;
     r.K = dt_predictor_num_outputs(r.p);
     r.cols = r.K * (o->logits && dt_predictor_head(r.p) != DT_HEAD_REGRESSION ? 2 : 1);
     if ((st = open_input(&r, &fp, &keeper)) || (st = open_output(&r, &to_close)))
@@ -451,6 +532,10 @@ dt_status dt_predict_run(const dt_predict_run_options *o, dt_predict_run_result 
         }
     }
     st = run_workers(&r);
+    pthread_join(verify_tid, NULL);
+    verifying = false;
+    if (r.err)
+        st = dt_error(r.err, "%s", r.msg);
     res->rows = r.rows;
     res->bad_records = r.in.bad_records;
     if (st == DT_OK && o->format == DT_PREDICT_NPY) {
@@ -464,12 +549,18 @@ dt_status dt_predict_run(const dt_predict_run_options *o, dt_predict_run_result 
     if (st == DT_OK && (fflush(r.out) != 0 || ferror(r.out)))
         st = dt_error(DT_ERR_IO, "%s: write failed", out_name(o));
 fail:
+    if (verifying) /* a failure before the workers ran: the pass ends on its own */
+        pthread_join(verify_tid, NULL);
     if (to_close && fclose(r.out) != 0 && st == DT_OK)
         st = dt_error(DT_ERR_IO, "%s: close: %s", o->out, strerror(errno));
     dt_input_free(&r.in);
     dt_keep_free(r.keep);
     dt_feature_parser_free(fp);
     dt_predictor_close(r.p);
+    for (int i = 0; r.slots && i < r.n_slots; i++)
+        free(r.slots[i].t.p);
+    free(r.slots);
+    pthread_mutex_destroy(&r.in_mu);
     pthread_mutex_destroy(&r.mu);
     pthread_cond_destroy(&r.turn);
     res->seconds = dt_clock_now() - t0;

@@ -74,21 +74,24 @@ static dt_status check_format(const dt_ckpt *c)
     return DT_OK;
 }
 
-/* The checkpoint a path names, mapped, and the directory its feature spec would be in. */
-static dt_status map_checkpoint(const char *path, FILE *log, dt_ckpt **c, char *dir, size_t cap)
+/* The checkpoint a path names, mapped (its checksum pass left to dt_predictor_verify when
+ * defer), and the directory its feature spec would be in. */
+static dt_status map_checkpoint(const char *path, FILE *log, bool defer, dt_ckpt **c, char *dir,
+                                size_t cap)
 {
+    dt_status (*map)(const char *, dt_ckpt **) = defer ? dt_ckpt_map_unverified : dt_ckpt_map;
     struct stat sb;
     if (stat(path, &sb) != 0)
         return dt_error(DT_ERR_IO, "%s: no such checkpoint or directory", path);
     if (!S_ISDIR(sb.st_mode)) {
         dt_path_dir(path, dir, cap);
-        return dt_ckpt_map(path, c);
+        return map(path, c);
     }
     snprintf(dir, cap, "%s", path);
     char exported[4400];
     snprintf(exported, sizeof exported, "%s/%s", path, DT_EXPORT_MODEL_FILE);
     if (access(exported, F_OK) == 0)
-        return dt_ckpt_map(exported, c);
+        return map(exported, c);
     return dt_ckpt_map_latest(path, log, c);
 }
 
@@ -141,7 +144,8 @@ dt_status dt_predictor_open(const char *path, const dt_predictor_options *o, dt_
         goto fail;
     }
     char dir[4400];
-    if ((st = map_checkpoint(path, p->opts.log, &p->ckpt, dir, sizeof dir)) ||
+    if ((st = map_checkpoint(path, p->opts.log, p->opts.defer_verify, &p->ckpt, dir,
+                             sizeof dir)) ||
         (st = check_format(p->ckpt)) || (st = dt_saved_spec_open(dir, &p->spec)) ||
         (st = dt_saved_model_map(p->ckpt, &p->spec, p->opts.max_batch, &p->master)))
         goto fail;
@@ -182,6 +186,11 @@ void dt_predictor_close(dt_predictor *p)
     dt_saved_spec_close(&p->spec);
     dt_ckpt_close(p->ckpt);
     free(p);
+}
+
+dt_status dt_predictor_verify(dt_predictor *p)
+{
+    return dt_ckpt_verify(p->ckpt);
 }
 
 const char *dt_predictor_checkpoint(const dt_predictor *p) { return dt_ckpt_path(p->ckpt); }
