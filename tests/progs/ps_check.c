@@ -126,18 +126,27 @@ static bool every_table_in_one_round(dt_ps_client *c, const dt_table *ref, int n
     return ok;
 }
 
+/* TF_CONFIG's cluster as task (worker:N), the secret, and the task's control endpoint. */
+static int task_endpoint(const char *task, dt_cluster *cl, uint8_t **secret, size_t *secret_len,
+                         char *endpoint, size_t cap)
+{
+    if (dt_cluster_from_env(cl) || dt_cluster_set_task(cl, task) ||
+        dt_cluster_load_secret(NULL, secret, secret_len))
+        return 1;
+    const dt_addr *a = dt_cluster_addr(cl, cl->task_type, cl->task_index);
+    snprintf(endpoint, cap, "tcp://%s:%u", a->host, a->port);
+    return 0;
+}
+
 /* --poke worker:N (see the top). */
 static int poke(const char *task)
 {
     dt_cluster cl = {0};
     uint8_t *secret = NULL;
     size_t secret_len = 0;
-    if (dt_cluster_from_env(&cl) || dt_cluster_set_task(&cl, task) ||
-        dt_cluster_load_secret(NULL, &secret, &secret_len))
-        return fail("cluster");
-    const dt_addr *a = dt_cluster_addr(&cl, cl.task_type, cl.task_index);
     char endpoint[DT_HOST_CAP + 32];
-    snprintf(endpoint, sizeof endpoint, "tcp://%s:%u", a->host, a->port);
+    if (task_endpoint(task, &cl, &secret, &secret_len, endpoint, sizeof endpoint))
+        return fail("cluster");
     dt_zlink *z;
     if (dt_zlink_client(endpoint, task, secret, secret_len, 0, &z))
         return fail("poke");
@@ -197,12 +206,9 @@ static int fake_worker(const char *task, double seconds)
     dt_cluster cl = {0};
     uint8_t *secret = NULL;
     size_t secret_len = 0;
-    if (dt_cluster_from_env(&cl) || dt_cluster_set_task(&cl, task) ||
-        dt_cluster_load_secret(NULL, &secret, &secret_len))
-        return fail("cluster");
-    const dt_addr *a = dt_cluster_addr(&cl, cl.task_type, cl.task_index);
     char endpoint[DT_HOST_CAP + 32];
-    snprintf(endpoint, sizeof endpoint, "tcp://%s:%u", a->host, a->port);
+    if (task_endpoint(task, &cl, &secret, &secret_len, endpoint, sizeof endpoint))
+        return fail("cluster");
     dt_zlink *z;
     if (dt_zlink_server(endpoint, secret, secret_len, &z))
         return fail("fake worker");
