@@ -762,6 +762,29 @@ else
     fail ps_train_silent_worker_lost_by_heartbeat_then_rejoins "chief ${task_status[chief:0]}, lost after ${lost_ms} ms: $(grep -c . "$tmp/chief0.err") lines: $(tail -3 "$tmp/chief0.err")"
 fi
 no_leftovers ps_train_silent_worker_leaves_nothing "$base" 3
+# The chief stopped mid-training (SIGSTOP: its connections stay open, its ZeroMQ heartbeats and
+# PINGs stop): the ps and both workers exit within --coordinator-timeout (8 s) and 5 s more,
+# each naming the chief.
+base=$(free_base 4)
+start_cluster "$base" --epochs 2
+training_runs
+kill -STOP "${task_pid[chief:0]}"
+t0=$(date +%s%N)
+bad=""
+for task in ps:0 worker:0 worker:1; do
+    wait_pid "${task_pid[$task]}" 30
+    [ "$status" -eq 1 ] && grep -q "coordinator (chief:0 (127.0.0.1:$base)) has not been heard from for 8 s" "$tmp/${task%%:*}${task#*:}.err" ||
+        bad="$bad $task exit $status: $(tail -1 "$tmp/${task%%:*}${task#*:}.err")"
+done
+stopped_ms=$((($(date +%s%N) - t0) / 1000000))
+kill -9 "${task_pid[chief:0]}" 2> /dev/null
+wait "${task_pid[chief:0]}" 2> /dev/null
+if [ -z "$bad" ] && [ "$stopped_ms" -lt 13000 ]; then
+    ok ps_train_stopped_chief_every_task_exits_naming_it "ps and workers gone ${stopped_ms} ms after the SIGSTOP"
+else
+    fail ps_train_stopped_chief_every_task_exits_naming_it "after ${stopped_ms} ms:$bad"
+fi
+no_leftovers ps_train_stopped_chief_leaves_nothing "$base" 3
 # A ps gone silent (stopped: its connections stay open and accept bytes) fails every round after
 # --ps-timeout, not after --worker-timeout: the workers and the chief wait out
 # --ps-recovery-timeout for it and fail, naming it, well before the 300 s the job waited before.
