@@ -876,6 +876,14 @@ launch_and_kill() {
         [ -n "$victim" ] && break
     done
     chief_before=$(task_pid_of "$lpid" chief:0)
+    # flood=N: a stranger at 127.0.0.2 holds N idle connections to every ps and worker port.
+    flooder=""
+    if [ -n "${flood:-}" ] && [ -n "$victim" ]; then
+        python3 "$(dirname "$0")/progs/idle_flood.py" "$victim" "$flood" 127.0.0.2 \
+            2> "$tmp/flood.err" &
+        flooder=$!
+        pids+=("$flooder")
+    fi
     # Killed once the chief reports step 200 of the 3,125: early enough that the job is still
     # running when the victim is back, however fast or slow this build trains.
     for _ in $(seq 1 600); do grep -q "step = 200 " "$tmp/launch.out" && break; sleep 0.1; done
@@ -892,6 +900,10 @@ launch_and_kill() {
         sleep 0.1
     done
     wait_pid "$lpid" 120
+    if [ -n "$flooder" ]; then
+        kill "$flooder" 2> /dev/null
+        wait "$flooder" 2> /dev/null
+    fi
 }
 launch_and_kill worker:1 1 "$tmp/killed.json"
 killed_auc=$(json_field "$tmp/killed.json" test_auc 2>/dev/null)
@@ -918,10 +930,11 @@ if [ "$status" -eq 0 ] && [ -n "$victim" ] &&
 else
     fail ps_train_launch_goes_on_without_a_killed_worker "exit $status, victim '$victim': $(grep -v 'bytes per sample' "$tmp/launch.err" | tail -4)"
 fi
-# A ps killed with --max-restarts 1: launch starts it again, it restores its shards from its
-# snapshot (--model-dir/ps), the workers and the coordinator (the same process throughout) wait
-# for it and go on; the job ends 0 with the AUC of an uninterrupted run, the snapshot removed.
-launch_and_kill ps:1 1 "$tmp/pskilled.json" --model-dir "$tmp/md" --ps-snapshot-secs 0.5
+# A ps killed with --max-restarts 1 while a stranger holds 200 idle connections to every ps and
+# worker port: launch starts it again, it restores its shards from its snapshot (--model-dir/ps),
+# the workers and the coordinator (the same process throughout) wait for it and go on past the
+# strangers; the job ends 0 with the AUC of an uninterrupted run, the snapshot removed.
+flood=200 launch_and_kill ps:1 1 "$tmp/pskilled.json" --model-dir "$tmp/md" --ps-snapshot-secs 0.5
 ps_auc=$(json_field "$tmp/pskilled.json" test_auc 2>/dev/null)
 gap=$(python3 -c "print(abs(${ps_auc:-0} - ${whole_auc:-1}))")
 if [ "$status" -eq 0 ] && [ -n "$victim" ] && [ -n "$chief_before" ] && [ "$chief_before" = "$chief_after" ] &&
@@ -930,10 +943,11 @@ if [ "$status" -eq 0 ] && [ -n "$victim" ] && [ -n "$chief_before" ] && [ "$chie
     grep -q "\[chief:0\] dtrain: the ps tasks are back [0-9.]* s after" "$tmp/launch.err" &&
     grep -q "\[ps:1\] dtrain server: restored shards updated again" "$tmp/launch.err" &&
     ! grep -q "starting it again.*chief\|task chief:0.*starting it again" "$tmp/launch.err" &&
-    [ ! -e "$tmp/md/ps/ps-1.snapshot" ] && python3 -c "import sys; sys.exit(0 if $gap <= 0.003 else 1)"; then
-    ok ps_train_ps_killed_restores_its_snapshot "kill to the first update on the restored ps ${recovered_ms} ms, $(grep -o 'updates up to step [0-9]*' "$tmp/launch.err"), $(grep -o 'up to step [0-9]* are lost' "$tmp/launch.err"), auc=$ps_auc gap=$gap"
+    [ ! -e "$tmp/md/ps/ps-1.snapshot" ] && python3 -c "import sys; sys.exit(0 if $gap <= 0.003 else 1)" &&
+    grep -q "idle_flood: held 200 connections to each of 4 ports" "$tmp/flood.err"; then
+    ok ps_train_ps_killed_beside_idle_strangers_restores_its_snapshot "$(cat "$tmp/flood.err"); kill to the first update on the restored ps ${recovered_ms} ms, $(grep -o 'updates up to step [0-9]*' "$tmp/launch.err"), $(grep -o 'up to step [0-9]* are lost' "$tmp/launch.err"), auc=$ps_auc gap=$gap"
 else
-    fail ps_train_ps_killed_restores_its_snapshot "exit $status, victim '$victim', chief $chief_before/$chief_after, auc $ps_auc vs $whole_auc: $(grep -v 'bytes per sample' "$tmp/launch.err" | grep -v '^\[ps:[0-9]\] dtrain server: dropping' | head -20)"
+    fail ps_train_ps_killed_beside_idle_strangers_restores_its_snapshot "exit $status, victim '$victim', flood: $(cat "$tmp/flood.err" 2>/dev/null), chief $chief_before/$chief_after, auc $ps_auc vs $whole_auc: $(grep -v 'bytes per sample' "$tmp/launch.err" | grep -v '^\[ps:[0-9]\] dtrain server: dropping' | head -20)"
 fi
 no_leftovers ps_train_launch_kills_leave_nothing "$base" 3
 # A ps whose snapshot write hangs (its writer stopped, as on a stalled network file system)

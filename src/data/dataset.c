@@ -1095,6 +1095,11 @@ static dt_status stalled(struct prefetch_state *s)
     return st;
 }
 
+/* A second more than the watch's deadline: a source that can wait with a deadline itself (a
+ * FIFO, a pipe) reports its stall first, through the queue, and its producer ends and is joined;
+ * the consumer's own deadline is for a read that never returns. */
+#define STALL_MARGIN_SECS 1.0
+
 /* Waits for an element; false when the watch's deadline passes first (under the lock). */
 static bool wait_for_element(struct prefetch_state *s)
 {
@@ -1105,9 +1110,10 @@ static bool wait_for_element(struct prefetch_state *s)
     }
     struct timespec until;
     clock_gettime(CLOCK_MONOTONIC, &until);
-    double whole = (double)(int64_t)s->watch.stall_secs;
+    double secs = s->watch.stall_secs + STALL_MARGIN_SECS;
+    double whole = (double)(int64_t)secs;
     until.tv_sec += (time_t)whole;
-    until.tv_nsec += (long)((s->watch.stall_secs - whole) * 1e9);
+    until.tv_nsec += (long)((secs - whole) * 1e9);
     if (until.tv_nsec >= 1000000000L) {
         until.tv_sec++;
         until.tv_nsec -= 1000000000L;

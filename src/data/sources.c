@@ -91,6 +91,20 @@ void dt_file_list_free(dt_file_list *l)
     memset(l, 0, sizeof *l);
 }
 
+/* A source's own copy of its file names: a producer thread stuck in a read outlives the input
+ * that listed them (dataset.c's prefetch hands it the pipeline), and names them in its error
+ * when its read returns. */
+static dt_status copy_names(const dt_file_list *from, dt_file_list *to)
+{
+    memset(to, 0, sizeof *to);
+    for (int i = 0; i < from->n; i++)
+        if (list_add(to, from->paths[i])) {
+            dt_file_list_free(to);
+            return DT_ERR_NOMEM;
+        }
+    return DT_OK;
+}
+
 dt_status dt_file_list_shard(dt_file_list *l, int num_shards, int index)
 {
     if (num_shards < 1 || index < 0 || index >= num_shards)
@@ -203,7 +217,9 @@ struct tfr_slot {
 };
 
 struct tfr_state {
-    const dt_file_list *files;
+    const dt_file_list *files; /* &names */
+    dt_file_list names;        /* copy_names' */
+    const dt_file_list *given; /* the caller's list, which a fused stage is made over */
     dt_source_options o;
     struct tfr_slot *slots;
     int n_slots, cursor, next_file;
@@ -311,6 +327,7 @@ static void tfr_destroy(dt_dataset *ds)
     for (int i = 0; i < s->n_slots; i++)
         tfr_close_slot(&s->slots[i]);
     free(s->slots);
+    dt_file_list_free(&s->names);
     free(s);
 }
 
@@ -324,14 +341,18 @@ dt_status dt_dataset_tfrecord(const dt_file_list *files, const dt_source_options
         return dt_error(DT_ERR_INVALID, "num_parallel_reads %d is not in 1..1024",
                         o->num_parallel_reads);
     struct tfr_state *s = calloc(1, sizeof *s);
-    if (!s)
+    if (!s || copy_names(files, &s->names)) {
+        free(s);
         return dt_error(DT_ERR_NOMEM, "no memory for a tfrecord dataset");
-    s->files = files;
+    }
+    s->files = &s->names;
+    s->given = files;
     s->o = *o;
     s->n_slots = o->num_parallel_reads < files->n ? o->num_parallel_reads : files->n;
     if (s->n_slots < 1)
         s->n_slots = 1;
     if (!(s->slots = calloc((size_t)s->n_slots, sizeof *s->slots))) {
+        dt_file_list_free(&s->names);
         free(s);
         return dt_error(DT_ERR_NOMEM, "no memory for a tfrecord dataset");
     }
@@ -386,7 +407,7 @@ static bool can_fuse(const dt_dataset *input, const dt_file_list *files, const d
         input->input->started || input->input->iteration)
         return false;
     const struct tfr_state *t = input->input->state;
-    if (t->files != files || t->n_slots != 1 || t->o.skip_bad_records != o->skip_bad_records ||
+    if (t->given != files || t->n_slots != 1 || t->o.skip_bad_records != o->skip_bad_records ||
         t->o.bad_records != o->bad_records)
         return false;
     for (int i = 0; i < files->n; i++)
@@ -424,7 +445,8 @@ dt_status dt_dataset_parse_examples(dt_dataset *input, const dt_example_spec *sp
 /* Reads a list of text files chunk by chunk; the format's parser turns complete lines into rows
  * held in `rows`, which next() hands out one element per row. */
 struct text_state {
-    const dt_file_list *files;
+    const dt_file_list *files; /* &names */
+    dt_file_list names;        /* copy_names' */
     dt_source_options o;
     int file;          /* the file being read, or -1 before the first */
     int fd;
@@ -638,6 +660,7 @@ static void text_destroy(dt_dataset *ds)
         return;
     text_close(s);
     dt_rowbuf_free(&s->rows);
+    dt_file_list_free(&s->names);
     free(s->buf);
     free(s);
 }
@@ -662,7 +685,12 @@ static dt_status new_text_state(const dt_file_list *files, const dt_source_optio
         free(s);
         return dt_error(DT_ERR_NOMEM, "no memory for a text dataset");
     }
-    s->files = files;
+    if (copy_names(files, &s->names)) {
+        free(s->buf);
+        free(s);
+        return dt_error(DT_ERR_NOMEM, "no memory for a text dataset");
+    }
+    s->files = &s->names;
     s->o = *o;
     s->file = -1;
     dt_rowbuf_init(&s->rows, n_dense);
