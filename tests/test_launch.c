@@ -303,9 +303,11 @@ TEST(launch_run_exit_status_propagates)
     /* The first end is the failure; the second is part of the stop. */
     CHECK(ev.n[DT_LAUNCH_EV_TASK_FAILED] == 1);
     CHECK(ev.n[DT_LAUNCH_EV_CLUSTER_RESTART] == 0);
+    dt_launch_spec_free(&s);
     sh_spec(&s, n, "kill -9 $$", &ev, out, err);
     CHECK_OK(dt_launch_run(&s, &r));
     CHECK(r.exit_status == 128 + 9);
+    dt_launch_spec_free(&s);
     sh_spec(&s, n, "exit 0", &ev, out, err);
     CHECK_OK(dt_launch_run(&s, &r));
     CHECK(r.exit_status == 0 && ev.n[DT_LAUNCH_EV_TASK_FAILED] == 0);
