@@ -33,6 +33,10 @@ typedef struct {
      * dt_table_claim_slot); NULL for a slot filled at creation. */
     uint64_t *slot_pages[DT_TABLE_MAX_SLOTS];
     bool borrowed; /* data is someone else's (dt_table_borrow), read only, not freed */
+    /* Rows set one at a time by their owner (a key map, keymap.h): slots are not filled at
+     * creation but given slot_init[s] per row as the row is first used. */
+    bool lazy;
+    float slot_init[DT_TABLE_MAX_SLOTS];
 } dt_table;
 
 /* Table names leave room in a slot's name for "<optimizer>/<slot>/". */
@@ -71,6 +75,10 @@ DT_API size_t dt_table_bytes(const dt_table *t);
 /* Every row r gets dim values drawn from a normal of the given stddev by a generator seeded from
  * (seed, r); split over pool. */
 DT_API void dt_table_init_normal(dt_table *t, float stddev, uint64_t seed, dt_pool *pool);
+/* Row `global`'s draw into row (dim values): what dt_table_init_normal writes to row `global`. */
+DT_API void dt_table_draw_row(float *row, int dim, float stddev, uint64_t seed, uint64_t global);
+/* Releases the pages of rows [from, rows) of the values and slots (they read as zero again). */
+DT_API void dt_table_release_rows(dt_table *t, int64_t from);
 /* The same for a table holding some rows of a larger one: its row r is the larger table's row
  * first + r x stride (a div shard: its first row and 1; a mod shard: its index and the shard
  * count), and gets that row's values. */

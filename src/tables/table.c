@@ -90,12 +90,15 @@ dt_status dt_table_set_slots(dt_table *t, const char *optimizer, int n_slots,
             return st;
         }
         t->n_slots = i + 1;
+        t->slot_init[i] = init[i];
         /* Within the name's room: table names are at most 96 bytes, optimizers' names short.
          * From a copy of the name: both strings live in *t, which snprintf may not be told. */
         char table_name[sizeof t->name];
         memcpy(table_name, t->name, sizeof table_name);
         snprintf(t->slot_names[i], sizeof t->slot_names[i], "%.12s/%.12s/%.96s", optimizer,
                  slot_names[i], table_name);
+        if (t->lazy)
+            continue; /* the owner sets each row's slots as it first uses the row */
         if (init[i] != 0.0f)
             for (size_t k = 0; k < n; k++)
                 t->slots[i][k] = init[i];
@@ -153,17 +156,39 @@ static void normals(dt_rng *r, float *out, int n, float stddev)
     }
 }
 
+void dt_table_draw_row(float *row, int dim, float stddev, uint64_t seed, uint64_t global)
+{
+    dt_rng rng;
+    dt_rng_derive(&rng, seed, 0x7461626c65ULL /* "table" */, global);
+    normals(&rng, row, dim, stddev);
+}
+
+/* Whole pages of p's floats [from, n) handed back to the kernel. */
+static void release_tail(float *p, size_t from, size_t n)
+{
+    uintptr_t lo = ((uintptr_t)(p + from) + 4095) & ~(uintptr_t)4095, hi = (uintptr_t)(p + n);
+    if (p && hi > lo)
+        madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+void dt_table_release_rows(dt_table *t, int64_t from)
+{
+    if (t->borrowed || from >= t->rows)
+        return;
+    size_t at = (size_t)from * (size_t)t->dim;
+    release_tail(t->data, at, elems_of(t));
+    for (int s = 0; s < t->n_slots; s++)
+        release_tail(t->slots[s], at, elems_of(t));
+}
+
 static void init_rows(void *ctx, int task, int n_tasks)
 {
     init_job *j = ctx;
     long lo, hi;
     dt_pool_slice((long)j->t->rows, task, n_tasks, &lo, &hi);
-    for (long r = lo; r < hi; r++) {
-        dt_rng rng;
-        uint64_t global = (uint64_t)(j->first + (int64_t)r * j->stride);
-        dt_rng_derive(&rng, j->seed, 0x7461626c65ULL /* "table" */, global);
-        normals(&rng, dt_table_row(j->t, r), j->t->dim, j->stddev);
-    }
+    for (long r = lo; r < hi; r++)
+        dt_table_draw_row(dt_table_row(j->t, r), j->t->dim, j->stddev, j->seed,
+                          (uint64_t)(j->first + (int64_t)r * j->stride));
 }
 
 void dt_table_init_normal(dt_table *t, float stddev, uint64_t seed, dt_pool *pool)

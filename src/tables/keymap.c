@@ -1,0 +1,875 @@
+/* Dynamic embedding tables' key maps (see include/dtrain/keymap.h). */
+#include "dtrain/keymap.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* An index entry: 0 empty, a row (1 .. 2^31 - 1), or COUNTING | a counting record. */
+#define COUNTING 0x80000000u
+#define INDEX_SEED 0x6b65796d61702d69ULL /* "keymap-i": not the shard hash's seed (0) */
+#define BLOOM_SEED 0x626c6f6f6d2d6b31ULL
+/* Rows admitted between two reads of the machine's available memory. */
+#define MEMINFO_EVERY_ROWS 65536
+/* What admission leaves the machine, as a fraction of its memory (and at least 256 MB). */
+#define MEMORY_MARGIN 0.04
+/* Histogram buckets of rows' ages for max_rows: one per step up to LINEAR_AGES, then one per
+ * doubling. */
+#define LINEAR_AGES 4096
+#define AGE_BUCKETS (LINEAR_AGES + 40)
+
+enum pass_phase { PASS_NONE, PASS_AGES, PASS_ROWS, PASS_COUNTING };
+
+struct dt_keymap {
+    char name[DT_VIEW_NAME_CAP];
+    dt_keymap_policy p;
+    int n_tables;
+    dt_table *tables[DT_KEYMAP_MAX_TABLES];
+    float stddev[DT_KEYMAP_MAX_TABLES];
+    uint64_t seed[DT_KEYMAP_MAX_TABLES];
+    size_t row_floats; /* every attached table's floats of one row, slots included */
+
+    int64_t cap;       /* rows, the zero row included */
+    int64_t high;      /* rows [0, high) used or free */
+    int64_t *keys;     /* (cap): mapped */
+    uint32_t *counts, *last; /* (cap): mapped; last 0 marks a free row */
+    uint32_t *free_rows;
+    int64_t n_free, free_cap;
+
+    uint32_t *index;
+    uint64_t index_size, index_used;
+
+    /* Exact counting: records of keys not admitted yet; clast 0 marks a free record. */
+    int64_t *ckeys;
+    uint32_t *ccounts, *clast, *cfree;
+    int64_t c_high, c_cap, n_cfree;
+    /* dt_keymap_counting's packed copy. */
+    int64_t *pk;
+    uint32_t *pc, *pl;
+
+    uint8_t *bloom;   /* 4-bit counters, two per byte */
+    uint64_t bloom_counters;
+
+    int64_t live, counting, admitted, evicted, waiting_full;
+    int64_t rows_at_meminfo; /* high when available memory was last read */
+
+    enum pass_phase phase;
+    int64_t pass_step, last_pass_step, next; /* the pass's step and the next row or record */
+    uint32_t cutoff;                         /* max_rows: rows last seen before this go */
+    int64_t *ages;                           /* (AGE_BUCKETS) */
+};
+
+/* ---- Hashing ---- */
+
+uint64_t dt_keymap_hash(int64_t key, uint64_t seed)
+{
+    uint64_t h = (uint64_t)key ^ seed;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    h *= 0xc4ceb9fe1a85ec53ULL;
+    h ^= h >> 33;
+    return h;
+}
+
+int dt_keymap_shard(int64_t key, int n) { return (int)(dt_keymap_hash(key, 0) % (uint64_t)n); }
+
+static uint64_t home_of(const dt_keymap *m, int64_t key)
+{
+    return (uint64_t)(((unsigned __int128)dt_keymap_hash(key, INDEX_SEED) * m->index_size) >> 64);
+}
+
+static int64_t key_of_entry(const dt_keymap *m, uint32_t e)
+{
+    return e & COUNTING ? m->ckeys[e & ~COUNTING] : m->keys[e];
+}
+
+/* The slot holding key, or the empty slot where it would go. */
+static uint64_t probe(const dt_keymap *m, int64_t key)
+{
+    uint64_t i = home_of(m, key);
+    for (;;) {
+        uint32_t e = m->index[i];
+        if (e == 0 || key_of_entry(m, e) == key)
+            return i;
+        if (++i == m->index_size)
+            i = 0;
+    }
+}
+
+/* ---- Policy ---- */
+
+void dt_keymap_policy_default(dt_keymap_policy *p) { memset(p, 0, sizeof *p); }
+
+dt_status dt_keymap_policy_check(const dt_keymap_policy *p)
+{
+    if (p->bloom_bits && (p->bloom_bits < 64 || p->bloom_bits > ((uint64_t)1 << 40)))
+        return dt_error(DT_ERR_INVALID, "admit: bloom bits %llu outside 64..2^40",
+                        (unsigned long long)p->bloom_bits);
+    if (p->bloom_bits && (p->bloom_hashes < 1 || p->bloom_hashes > 16))
+        return dt_error(DT_ERR_INVALID, "admit: bloom hashes %d outside 1..16", p->bloom_hashes);
+    if (p->bloom_bits && p->min_count > 15)
+        return dt_error(DT_ERR_INVALID, "admit: min_count %u with a Bloom filter, whose 4-bit "
+                        "counters count to 15", p->min_count);
+    if (p->steps_to_live < 0 || p->max_rows < 0 || p->evict_every_steps < 0)
+        return dt_error(DT_ERR_INVALID, "evict: steps_to_live, max_rows and the steps between "
+                        "passes must not be negative");
+    if (p->max_rows >= DT_KEYMAP_MAX_ROWS)
+        return dt_error(DT_ERR_INVALID, "evict: max_rows %lld, at most 2^31 - 1",
+                        (long long)p->max_rows);
+    if (!(p->l2_below >= 0.0f) || !isfinite(p->l2_below))
+        return dt_error(DT_ERR_INVALID, "evict: l2_below %g must be finite and not negative",
+                        (double)p->l2_below);
+    return DT_OK;
+}
+
+bool dt_keymap_policy_evicts(const dt_keymap_policy *p)
+{
+    return p->steps_to_live > 0 || p->l2_below > 0.0f || p->max_rows > 0;
+}
+
+bool dt_keymap_policy_json(const dt_keymap_policy *p, char *out, size_t cap)
+{
+    size_t n = 0;
+    int w = snprintf(out, cap, "{\"admit\": {\"min_count\": %u", p->min_count ? p->min_count : 1);
+    n += w > 0 ? (size_t)w : cap;
+    if (p->bloom_bits && n < cap)
+        n += (size_t)snprintf(out + n, cap - n, ", \"bloom\": {\"bits\": %llu, \"hashes\": %d}",
+                              (unsigned long long)p->bloom_bits, p->bloom_hashes);
+    if (n < cap)
+        n += (size_t)snprintf(out + n, cap - n, "}, \"evict\": {");
+    const char *sep = "";
+    if (p->steps_to_live && n < cap)
+        n += (size_t)snprintf(out + n, cap - n, "\"steps_to_live\": %lld", (long long)p->steps_to_live),
+            sep = ", ";
+    if (p->l2_below > 0.0f && n < cap)
+        n += (size_t)snprintf(out + n, cap - n, "%s\"l2_below\": %.9g", sep, (double)p->l2_below),
+            sep = ", ";
+    if (p->max_rows && n < cap)
+        n += (size_t)snprintf(out + n, cap - n, "%s\"max_rows\": %lld", sep, (long long)p->max_rows),
+            sep = ", ";
+    if (p->evict_every_steps && n < cap)
+        n += (size_t)snprintf(out + n, cap - n, "%s\"every_steps\": %lld", sep,
+                              (long long)p->evict_every_steps);
+    if (n < cap)
+        n += (size_t)snprintf(out + n, cap - n, "}}");
+    return n < cap;
+}
+
+/* /proc/meminfo's value of field (kB) in bytes, or 0. */
+static uint64_t meminfo(const char *field)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f)
+        return 0;
+    char line[256];
+    unsigned long long kb = 0;
+    size_t n = strlen(field);
+    while (fgets(line, sizeof line, f))
+        if (strncmp(line, field, n) == 0 && line[n] == ':') {
+            kb = strtoull(line + n + 1, NULL, 10);
+            break;
+        }
+    fclose(f);
+    return (uint64_t)kb * 1024;
+}
+
+static uint64_t physical_bytes(void)
+{
+    long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGESIZE);
+    return pages > 0 && size > 0 ? (uint64_t)pages * (uint64_t)size : (uint64_t)1 << 32;
+}
+
+int64_t dt_keymap_capacity(const dt_keymap_policy *p, size_t row_bytes)
+{
+    int64_t rows;
+    if (p->max_rows > 0)
+        rows = p->max_rows + 1;
+    else {
+        uint64_t bytes = p->memory_limit ? p->memory_limit : physical_bytes();
+        rows = (int64_t)(bytes / (row_bytes + 24)) + 1;
+    }
+    if (rows < 2)
+        rows = 2;
+    return rows < DT_KEYMAP_MAX_ROWS ? rows : DT_KEYMAP_MAX_ROWS - 1;
+}
+
+/* ---- Creation ---- */
+
+static void *map_bytes(size_t n)
+{
+    void *p = mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static void unmap_bytes(void *p, size_t n)
+{
+    if (p)
+        munmap(p, n ? n : 1);
+}
+
+dt_status dt_keymap_create(const char *name, const dt_keymap_policy *p, int64_t capacity,
+                           dt_keymap **out)
+{
+    *out = NULL;
+    dt_status st = dt_keymap_policy_check(p);
+    if (st)
+        return dt_error_prefix(st, "table %s", name);
+    if (capacity < 2 || capacity >= DT_KEYMAP_MAX_ROWS)
+        return dt_error(DT_ERR_INVALID, "table %s: a capacity of %lld rows (2 .. 2^31 - 1)", name,
+                        (long long)capacity);
+    dt_keymap *m = calloc(1, sizeof *m);
+    if (!m)
+        return dt_error(DT_ERR_NOMEM, "table %s: no memory for its key map", name);
+    snprintf(m->name, sizeof m->name, "%s", name);
+    m->p = *p;
+    m->cap = capacity;
+    m->high = 1;
+    m->index_size = 1024;
+    m->keys = map_bytes((size_t)capacity * sizeof *m->keys);
+    m->counts = map_bytes((size_t)capacity * sizeof *m->counts);
+    m->last = map_bytes((size_t)capacity * sizeof *m->last);
+    m->index = calloc(m->index_size, sizeof *m->index);
+    if (p->bloom_bits) {
+        m->bloom_counters = p->bloom_bits / 4;
+        m->bloom = calloc((size_t)(m->bloom_counters + 1) / 2, 1);
+    }
+    if (!m->keys || !m->counts || !m->last || !m->index || (p->bloom_bits && !m->bloom)) {
+        dt_keymap_destroy(m);
+        return dt_error(DT_ERR_NOMEM, "table %s: no memory for the key map of %lld rows", name,
+                        (long long)capacity);
+    }
+    *out = m;
+    return DT_OK;
+}
+
+void dt_keymap_destroy(dt_keymap *m)
+{
+    if (!m)
+        return;
+    unmap_bytes(m->keys, (size_t)m->cap * sizeof *m->keys);
+    unmap_bytes(m->counts, (size_t)m->cap * sizeof *m->counts);
+    unmap_bytes(m->last, (size_t)m->cap * sizeof *m->last);
+    free(m->free_rows), free(m->index), free(m->bloom), free(m->ages);
+    free(m->ckeys), free(m->ccounts), free(m->clast), free(m->cfree);
+    free(m->pk), free(m->pc), free(m->pl);
+    free(m);
+}
+
+dt_status dt_keymap_attach(dt_keymap *m, dt_table *t, float stddev, uint64_t seed)
+{
+    if (m->n_tables == DT_KEYMAP_MAX_TABLES)
+        return dt_error(DT_ERR_INVALID, "table %s: a key map holds at most %d tables", t->name,
+                        DT_KEYMAP_MAX_TABLES);
+    if (t->rows != m->cap)
+        return dt_error(DT_ERR_INVALID, "table %s: %lld rows for a key map of %lld", t->name,
+                        (long long)t->rows, (long long)m->cap);
+    t->lazy = true;
+    m->tables[m->n_tables] = t;
+    m->stddev[m->n_tables] = stddev;
+    m->seed[m->n_tables] = seed;
+    m->n_tables++;
+    return DT_OK;
+}
+
+/* ---- The index ---- */
+
+static dt_status grow_index(dt_keymap *m)
+{
+    uint64_t size = m->index_size + m->index_size / 2;
+    uint32_t *old = m->index, *idx = calloc(size, sizeof *idx);
+    if (!idx)
+        return dt_error(DT_ERR_NOMEM, "table %s: no memory for an index of %llu entries", m->name,
+                        (unsigned long long)size);
+    uint64_t old_size = m->index_size;
+    m->index = idx, m->index_size = size;
+    for (uint64_t i = 0; i < old_size; i++)
+        if (old[i])
+            idx[probe(m, key_of_entry(m, old[i]))] = old[i];
+    free(old);
+    return DT_OK;
+}
+
+/* Room for one more entry: the index stays at most 3/4 full. */
+static dt_status index_room(dt_keymap *m)
+{
+    return (m->index_used + 1) * 4 > m->index_size * 3 ? grow_index(m) : DT_OK;
+}
+
+/* Removes the entry at slot i, shifting back the entries of its run that may move. */
+static void index_remove(dt_keymap *m, uint64_t i)
+{
+    uint64_t j = i;
+    for (;;) {
+        if (++j == m->index_size)
+            j = 0;
+        uint32_t e = m->index[j];
+        if (e == 0)
+            break;
+        uint64_t k = home_of(m, key_of_entry(m, e));
+        bool stays = i < j ? (i < k && k <= j) : (i < k || k <= j);
+        if (!stays) {
+            m->index[i] = e;
+            i = j;
+        }
+    }
+    m->index[i] = 0;
+    m->index_used--;
+}
+
+/* ---- Rows ---- */
+
+static double row_bytes(const dt_keymap *m)
+{
+    double b = 16.0;
+    for (int t = 0; t < m->n_tables; t++)
+        b += 4.0 * m->tables[t]->dim * (1 + m->tables[t]->n_slots);
+    return b;
+}
+
+/* DT_ERR_NOMEM when one more row would pass what the map may take. */
+static dt_status check_memory(dt_keymap *m)
+{
+    double bytes = row_bytes(m) * (double)(m->high + 1) + 4.0 * (double)m->index_size;
+    if (m->p.memory_limit && bytes > (double)m->p.memory_limit)
+        return dt_error(DT_ERR_NOMEM, "table %s: %lld rows would take %.1f MB, over the %.1f MB "
+                        "its memory limit allows: bound it with max_rows, admission or eviction",
+                        m->name, (long long)m->high, bytes / 1e6, (double)m->p.memory_limit / 1e6);
+    if (m->high - m->rows_at_meminfo >= MEMINFO_EVERY_ROWS) {
+        m->rows_at_meminfo = m->high;
+        uint64_t avail = meminfo("MemAvailable"), total = meminfo("MemTotal");
+        double margin = fmax(MEMORY_MARGIN * (double)total, 256e6);
+        if (total && (double)avail < margin)
+            return dt_error(DT_ERR_NOMEM, "table %s: %lld rows (%.1f MB) and the machine has "
+                            "%.1f MB available: stopped before it swaps; bound the table with "
+                            "max_rows, admission or eviction", m->name, (long long)m->high,
+                            bytes / 1e6, (double)avail / 1e6);
+    }
+    if (m->high >= m->cap)
+        return dt_error(DT_ERR_NOMEM, "table %s: %lld rows, its capacity: bound it with max_rows, "
+                        "admission or eviction", m->name, (long long)m->high);
+    return DT_OK;
+}
+
+static void init_row(dt_keymap *m, int64_t r, int64_t key)
+{
+    for (int t = 0; t < m->n_tables; t++) {
+        dt_table *tab = m->tables[t];
+        float *row = dt_table_row(tab, r);
+        if (m->stddev[t] > 0.0f)
+            dt_table_draw_row(row, tab->dim, m->stddev[t], m->seed[t], (uint64_t)key);
+        else
+            memset(row, 0, (size_t)tab->dim * sizeof *row);
+        for (int s = 0; s < tab->n_slots; s++) {
+            float *x = tab->slots[s] + (size_t)r * (size_t)tab->dim;
+            for (int k = 0; k < tab->dim; k++)
+                x[k] = tab->slot_init[s];
+        }
+    }
+}
+
+/* A row for key (a free one, else a new one), initialised; 0 and *st set when there is none. */
+static int64_t new_row(dt_keymap *m, int64_t key, dt_status *st)
+{
+    int64_t r;
+    if (m->n_free > 0)
+        r = m->free_rows[--m->n_free];
+    else {
+        if ((*st = check_memory(m)))
+            return 0;
+        r = m->high++;
+    }
+    m->keys[r] = key;
+    init_row(m, r, key);
+    return r;
+}
+
+/* ---- Admission ---- */
+
+static uint32_t bloom_get(const dt_keymap *m, uint64_t c)
+{
+    return (m->bloom[c >> 1] >> ((c & 1) * 4)) & 15u;
+}
+
+/* Counts a sighting of key in the filter; returns its count (the least of its counters). */
+static uint32_t bloom_add(dt_keymap *m, int64_t key)
+{
+    uint64_t h = dt_keymap_hash(key, BLOOM_SEED), h1 = h & 0xffffffffu, h2 = (h >> 32) | 1;
+    uint32_t least = 15;
+    uint64_t at[16];
+    for (int i = 0; i < m->p.bloom_hashes; i++) {
+        uint64_t x = dt_keymap_hash((int64_t)(h1 + (uint64_t)i * h2), BLOOM_SEED);
+        at[i] = (uint64_t)(((unsigned __int128)x * m->bloom_counters) >> 64);
+        uint32_t v = bloom_get(m, at[i]);
+        least = v < least ? v : least;
+    }
+    /* Conservative update: only the counters at the least rise, which keeps the others from
+     * counting high for keys that share them. */
+    for (int i = 0; i < m->p.bloom_hashes && least < 15; i++)
+        if (bloom_get(m, at[i]) == least)
+            m->bloom[at[i] >> 1] = (uint8_t)(m->bloom[at[i] >> 1] + (1u << ((at[i] & 1) * 4)));
+    return least < 15 ? least + 1 : 15;
+}
+
+static dt_status counting_room(dt_keymap *m)
+{
+    if (m->n_cfree > 0 || m->c_high < m->c_cap)
+        return DT_OK;
+    int64_t cap = m->c_cap ? m->c_cap * 2 : 1024;
+    if (cap > (int64_t)COUNTING - 1)
+        return dt_error(DT_ERR_NOMEM, "table %s: %lld keys counted", m->name, (long long)m->c_cap);
+    int64_t *k = realloc(m->ckeys, (size_t)cap * sizeof *k);
+    if (k)
+        m->ckeys = k;
+    uint32_t *c = k ? realloc(m->ccounts, (size_t)cap * sizeof *c) : NULL;
+    if (c)
+        m->ccounts = c;
+    uint32_t *l = c ? realloc(m->clast, (size_t)cap * sizeof *l) : NULL;
+    if (l)
+        m->clast = l;
+    uint32_t *f = l ? realloc(m->cfree, (size_t)cap * sizeof *f) : NULL;
+    if (f)
+        m->cfree = f;
+    if (!f)
+        return dt_error(DT_ERR_NOMEM, "table %s: no memory to count %lld keys", m->name,
+                        (long long)cap);
+    m->c_cap = cap;
+    return DT_OK;
+}
+
+static uint32_t new_counting(dt_keymap *m, int64_t key, uint32_t step)
+{
+    uint32_t q = m->n_cfree > 0 ? m->cfree[--m->n_cfree] : (uint32_t)m->c_high++;
+    m->ckeys[q] = key, m->ccounts[q] = 1, m->clast[q] = step ? step : 1;
+    m->counting++;
+    return q;
+}
+
+static void drop_counting(dt_keymap *m, uint32_t q)
+{
+    m->clast[q] = 0;
+    m->cfree[m->n_cfree++] = q;
+    m->counting--;
+}
+
+static bool room_for_row(dt_keymap *m)
+{
+    if (m->p.max_rows > 0 && m->live >= m->p.max_rows) {
+        m->waiting_full++;
+        return false;
+    }
+    return true;
+}
+
+/* Gives the key at slot i (no entry, or a counting record) a row; 0 when it waits for room. */
+static int64_t admit(dt_keymap *m, uint64_t i, int64_t key, uint32_t count, uint32_t step,
+                     dt_status *st)
+{
+    if (!room_for_row(m))
+        return 0;
+    uint32_t e = m->index[i];
+    if (e == 0 && (*st = index_room(m)))
+        return 0;
+    if (e == 0)
+        i = probe(m, key); /* the index may have grown */
+    int64_t r = new_row(m, key, st);
+    if (!r)
+        return 0;
+    if (e & COUNTING)
+        drop_counting(m, e & ~COUNTING);
+    else
+        m->index_used++;
+    m->index[i] = (uint32_t)r;
+    m->counts[r] = count, m->last[r] = step;
+    m->live++, m->admitted++;
+    return r;
+}
+
+static uint32_t saturating_add(uint32_t a) { return a == UINT32_MAX ? a : a + 1; }
+
+/* One sighting of a key without a row: counted, and admitted at its count. */
+static int64_t sighting(dt_keymap *m, int64_t key, uint64_t i, uint32_t step, dt_status *st)
+{
+    uint32_t need = m->p.min_count > 1 ? m->p.min_count : 1;
+    if (need == 1)
+        return admit(m, i, key, 1, step, st);
+    if (m->bloom) {
+        uint32_t c = bloom_add(m, key);
+        return c >= need ? admit(m, i, key, c, step, st) : 0;
+    }
+    uint32_t e = m->index[i];
+    if (e == 0) {
+        if ((*st = index_room(m)) || (*st = counting_room(m)))
+            return 0;
+        m->index[probe(m, key)] = COUNTING | new_counting(m, key, step);
+        m->index_used++;
+        return 0;
+    }
+    uint32_t q = e & ~COUNTING;
+    m->ccounts[q] = saturating_add(m->ccounts[q]);
+    m->clast[q] = step;
+    return m->ccounts[q] >= need ? admit(m, i, key, m->ccounts[q], step, st) : 0;
+}
+
+dt_status dt_keymap_resolve(dt_keymap *m, const int64_t *keys, size_t n, int64_t step,
+                            int64_t *rows)
+{
+    dt_status st = DT_OK;
+    uint32_t s = step < 1 ? 1 : step > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)step;
+    int64_t admitted_before = m->admitted;
+    for (size_t j = 0; j < n; j++) {
+        if (j + 8 < n)
+            __builtin_prefetch(&m->index[home_of(m, keys[j + 8])]);
+        int64_t key = keys[j];
+        uint64_t i = probe(m, key);
+        uint32_t e = m->index[i];
+        if (e && !(e & COUNTING)) {
+            rows[j] = e;
+            m->counts[e] = saturating_add(m->counts[e]);
+            m->last[e] = s;
+            continue;
+        }
+        rows[j] = sighting(m, key, i, s, &st);
+        if (st) {
+            for (size_t k = j; k < n; k++)
+                rows[k] = 0;
+            return st;
+        }
+    }
+    /* A key admitted at its count's place: its earlier places in the batch read the zero row;
+     * they get its row too. */
+    if (m->admitted != admitted_before)
+        for (size_t j = 0; j < n; j++)
+            if (rows[j] == 0)
+                rows[j] = dt_keymap_row(m, keys[j]);
+    return DT_OK;
+}
+
+int64_t dt_keymap_row(const dt_keymap *m, int64_t key)
+{
+    uint32_t e = m->index[probe(m, key)];
+    return e && !(e & COUNTING) ? (int64_t)e : 0;
+}
+
+void dt_keymap_find(const dt_keymap *m, const int64_t *keys, size_t n, int64_t *rows)
+{
+    for (size_t j = 0; j < n; j++) {
+        if (j + 8 < n)
+            __builtin_prefetch(&m->index[home_of(m, keys[j + 8])]);
+        rows[j] = dt_keymap_row(m, keys[j]);
+    }
+}
+
+/* ---- Eviction ---- */
+
+static void evict_row(dt_keymap *m, int64_t r)
+{
+    index_remove(m, probe(m, m->keys[r]));
+    m->last[r] = 0, m->counts[r] = 0;
+    m->free_rows[m->n_free++] = (uint32_t)r;
+    m->live--, m->evicted++;
+}
+
+static double row_norm(const dt_keymap *m, int64_t r)
+{
+    double s = 0.0;
+    for (int t = 0; t < m->n_tables; t++) {
+        const float *x = dt_table_row(m->tables[t], r);
+        for (int k = 0; k < m->tables[t]->dim; k++)
+            s += (double)x[k] * (double)x[k];
+    }
+    return sqrt(s);
+}
+
+static int age_bucket(uint32_t age)
+{
+    if (age < LINEAR_AGES)
+        return (int)age;
+    int b = LINEAR_AGES;
+    for (uint32_t a = age / LINEAR_AGES; a > 1 && b < AGE_BUCKETS - 1; a >>= 1)
+        b++;
+    return b;
+}
+
+/* The oldest last-seen step of bucket b's rows bound: rows seen before it are older. */
+static uint32_t bucket_floor_age(int b)
+{
+    if (b < LINEAR_AGES)
+        return (uint32_t)b;
+    uint64_t a = (uint64_t)LINEAR_AGES << (b - LINEAR_AGES);
+    return a > UINT32_MAX ? UINT32_MAX : (uint32_t)a;
+}
+
+/* After the ages pass: the last-seen step below which rows go, so that at most the target
+ * stays (whole buckets go: a few more than needed may). */
+static void choose_cutoff(dt_keymap *m)
+{
+    int64_t target = m->p.max_rows - m->p.max_rows / 16, keep = 0;
+    m->cutoff = 0;
+    for (int b = 0; b < AGE_BUCKETS; b++) {
+        if (keep + m->ages[b] > target) {
+            /* Bucket b and the older ones go: rows last seen at or before pass_step - age. */
+            int64_t c = m->pass_step - (int64_t)bucket_floor_age(b) + 1;
+            m->cutoff = c > 1 ? (uint32_t)c : 1;
+            return;
+        }
+        keep += m->ages[b];
+    }
+}
+
+static bool row_goes(const dt_keymap *m, int64_t r)
+{
+    uint32_t seen = m->last[r];
+    if (m->p.steps_to_live > 0 && m->pass_step - (int64_t)seen >= m->p.steps_to_live)
+        return true;
+    if (m->cutoff && seen < m->cutoff)
+        return true;
+    return m->p.l2_below > 0.0f && row_norm(m, r) < (double)m->p.l2_below;
+}
+
+static dt_status start_pass(dt_keymap *m, int64_t step)
+{
+    if (!m->free_rows || m->free_cap < m->cap) {
+        uint32_t *f = realloc(m->free_rows, (size_t)m->cap * sizeof *f);
+        if (!f)
+            return dt_error(DT_ERR_NOMEM, "table %s: no memory to evict", m->name);
+        m->free_rows = f, m->free_cap = m->cap;
+    }
+    m->pass_step = step;
+    m->last_pass_step = step;
+    m->cutoff = 0;
+    m->next = 1;
+    m->phase = PASS_ROWS;
+    if (m->p.max_rows > 0 && m->live > m->p.max_rows - m->p.max_rows / 16) {
+        if (!m->ages && !(m->ages = malloc(AGE_BUCKETS * sizeof *m->ages)))
+            return dt_error(DT_ERR_NOMEM, "table %s: no memory to evict", m->name);
+        memset(m->ages, 0, AGE_BUCKETS * sizeof *m->ages);
+        m->phase = PASS_AGES;
+    }
+    return DT_OK;
+}
+
+/* One page of the pass: its rows' ages, its rows, or its counting records. */
+static void scan_page(dt_keymap *m)
+{
+    int64_t end;
+    switch (m->phase) {
+    case PASS_AGES:
+        end = m->next + DT_KEYMAP_PAGE_ROWS < m->high ? m->next + DT_KEYMAP_PAGE_ROWS : m->high;
+        for (int64_t r = m->next; r < end; r++)
+            if (m->last[r])
+                m->ages[age_bucket((uint32_t)(m->pass_step - m->last[r]))]++;
+        m->next = end;
+        if (end == m->high) {
+            choose_cutoff(m);
+            m->next = 1, m->phase = PASS_ROWS;
+        }
+        break;
+    case PASS_ROWS:
+        end = m->next + DT_KEYMAP_PAGE_ROWS < m->high ? m->next + DT_KEYMAP_PAGE_ROWS : m->high;
+        for (int64_t r = m->next; r < end; r++)
+            if (m->last[r] && row_goes(m, r))
+                evict_row(m, r);
+        m->next = end;
+        if (end == m->high)
+            m->next = 0, m->phase = m->p.steps_to_live > 0 && m->ckeys ? PASS_COUNTING : PASS_NONE;
+        break;
+    case PASS_COUNTING:
+        end = m->next + DT_KEYMAP_PAGE_ROWS < m->c_high ? m->next + DT_KEYMAP_PAGE_ROWS : m->c_high;
+        for (int64_t q = m->next; q < end; q++)
+            if (m->clast[q] && m->pass_step - (int64_t)m->clast[q] >= m->p.steps_to_live) {
+                index_remove(m, probe(m, m->ckeys[q]));
+                drop_counting(m, (uint32_t)q);
+            }
+        m->next = end;
+        if (end == m->c_high)
+            m->phase = PASS_NONE;
+        break;
+    case PASS_NONE:
+        break;
+    }
+}
+
+bool dt_keymap_evict_step(dt_keymap *m, int64_t step, bool force)
+{
+    if (!dt_keymap_policy_evicts(&m->p))
+        return false;
+    if (m->phase == PASS_NONE) {
+        bool due = force || (m->p.evict_every_steps > 0 &&
+                             step - m->last_pass_step >= m->p.evict_every_steps);
+        if (!due || start_pass(m, step))
+            return false;
+    }
+    scan_page(m);
+    return m->phase != PASS_NONE;
+}
+
+void dt_keymap_evict_all(dt_keymap *m, int64_t step)
+{
+    while (m->phase != PASS_NONE)
+        scan_page(m);
+    if (dt_keymap_evict_step(m, step, true))
+        while (m->phase != PASS_NONE)
+            scan_page(m);
+}
+
+/* ---- Compaction ---- */
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void move_row(dt_keymap *m, int64_t from, int64_t to)
+{
+    m->index[probe(m, m->keys[from])] = (uint32_t)to;
+    m->keys[to] = m->keys[from], m->counts[to] = m->counts[from], m->last[to] = m->last[from];
+    m->last[from] = 0;
+    for (int t = 0; t < m->n_tables; t++) {
+        dt_table *tab = m->tables[t];
+        size_t d = (size_t)tab->dim;
+        memcpy(dt_table_row(tab, to), dt_table_row(tab, from), d * sizeof(float));
+        for (int s = 0; s < tab->n_slots; s++)
+            memcpy(tab->slots[s] + (size_t)to * d, tab->slots[s] + (size_t)from * d,
+                   d * sizeof(float));
+    }
+}
+
+void dt_keymap_compact(dt_keymap *m)
+{
+    /* A pass under way holds row numbers: finish it first. */
+    while (m->phase != PASS_NONE)
+        scan_page(m);
+    if (m->n_free > 0)
+        qsort(m->free_rows, (size_t)m->n_free, sizeof *m->free_rows, cmp_u32);
+    int64_t lo = 0, hi = m->high - 1;
+    while (lo < m->n_free) {
+        while (hi > 0 && m->last[hi] == 0)
+            hi--;
+        if ((int64_t)m->free_rows[lo] >= hi)
+            break;
+        move_row(m, hi--, m->free_rows[lo++]);
+    }
+    m->n_free = 0;
+    m->high = m->live + 1;
+    for (int t = 0; t < m->n_tables; t++)
+        dt_table_release_rows(m->tables[t], m->high);
+}
+
+/* ---- Figures and state ---- */
+
+void dt_keymap_stats_get(const dt_keymap *m, dt_keymap_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    out->live = m->live;
+    out->counting = m->counting;
+    out->admitted = m->admitted;
+    out->evicted = m->evicted;
+    out->waiting_full = m->waiting_full;
+    out->rows_used = m->high;
+    out->bloom_bytes = m->bloom ? (m->bloom_counters + 1) / 2 : 0;
+    out->bytes = (uint64_t)(row_bytes(m) * (double)m->high) + 4 * m->index_size +
+                 (uint64_t)m->c_cap * 20 + out->bloom_bytes;
+}
+
+const dt_keymap_policy *dt_keymap_policy_of(const dt_keymap *m) { return &m->p; }
+const char *dt_keymap_name(const dt_keymap *m) { return m->name; }
+
+void dt_keymap_rows(const dt_keymap *m, const int64_t **keys, const uint32_t **counts,
+                    const uint32_t **last_seen, int64_t *n)
+{
+    *keys = m->keys + 1, *counts = m->counts + 1, *last_seen = m->last + 1;
+    *n = m->high - 1;
+}
+
+dt_status dt_keymap_counting(dt_keymap *m, const int64_t **keys, const uint32_t **counts,
+                             const uint32_t **last_seen, int64_t *n)
+{
+    free(m->pk), free(m->pc), free(m->pl);
+    size_t cap = (size_t)(m->counting ? m->counting : 1);
+    m->pk = malloc(cap * sizeof *m->pk);
+    m->pc = malloc(cap * sizeof *m->pc);
+    m->pl = malloc(cap * sizeof *m->pl);
+    if (!m->pk || !m->pc || !m->pl)
+        return dt_error(DT_ERR_NOMEM, "table %s: no memory for %lld counted keys", m->name,
+                        (long long)m->counting);
+    int64_t k = 0;
+    for (int64_t q = 0; q < m->c_high; q++)
+        if (m->clast[q]) {
+            m->pk[k] = m->ckeys[q], m->pc[k] = m->ccounts[q], m->pl[k] = m->clast[q];
+            k++;
+        }
+    *keys = m->pk, *counts = m->pc, *last_seen = m->pl, *n = k;
+    return DT_OK;
+}
+
+const uint8_t *dt_keymap_bloom(const dt_keymap *m, size_t *n_bytes)
+{
+    *n_bytes = m->bloom ? (size_t)(m->bloom_counters + 1) / 2 : 0;
+    return m->bloom;
+}
+
+dt_status dt_keymap_restore_rows(dt_keymap *m, const int64_t *keys, const uint32_t *counts,
+                                 const uint32_t *last_seen, int64_t n, const char *what)
+{
+    if (m->live || m->counting)
+        return dt_error(DT_ERR_INVALID, "%s: restored into table %s, which holds keys", what,
+                        m->name);
+    for (int64_t i = 0; i < n; i++) {
+        if (last_seen[i] == 0)
+            return dt_error(DT_ERR_INVALID, "%s: key %lld (index %lld) last seen at step 0", what,
+                            (long long)keys[i], (long long)i);
+        uint64_t slot = probe(m, keys[i]);
+        if (m->index[slot])
+            return dt_error(DT_ERR_INVALID, "%s: key %lld given twice (index %lld)", what,
+                            (long long)keys[i], (long long)i);
+        dt_status st = index_room(m);
+        if (st || (st = check_memory(m)))
+            return dt_error_prefix(st, "%s", what);
+        int64_t r = m->high++;
+        m->keys[r] = keys[i], m->counts[r] = counts[i], m->last[r] = last_seen[i];
+        m->index[probe(m, keys[i])] = (uint32_t)r;
+        m->index_used++;
+        m->live++;
+    }
+    return DT_OK;
+}
+
+dt_status dt_keymap_restore_counting(dt_keymap *m, const int64_t *keys, const uint32_t *counts,
+                                     const uint32_t *last_seen, int64_t n, const char *what)
+{
+    for (int64_t i = 0; i < n; i++) {
+        if (last_seen[i] == 0 || counts[i] == 0)
+            return dt_error(DT_ERR_INVALID, "%s: counted key %lld (index %lld) with count %u at "
+                            "step %u", what, (long long)keys[i], (long long)i, counts[i],
+                            last_seen[i]);
+        if (m->index[probe(m, keys[i])])
+            return dt_error(DT_ERR_INVALID, "%s: counted key %lld (index %lld) given twice or "
+                            "with a row", what, (long long)keys[i], (long long)i);
+        dt_status st = index_room(m);
+        if (st || (st = counting_room(m)))
+            return dt_error_prefix(st, "%s", what);
+        uint32_t q = new_counting(m, keys[i], last_seen[i]);
+        m->ccounts[q] = counts[i];
+        m->index[probe(m, keys[i])] = COUNTING | q;
+        m->index_used++;
+    }
+    return DT_OK;
+}
+
+dt_status dt_keymap_restore_bloom(dt_keymap *m, const uint8_t *bytes, size_t n_bytes,
+                                  const char *what)
+{
+    size_t have = 0;
+    dt_keymap_bloom(m, &have);
+    if (!m->bloom || have != n_bytes)
+        return dt_error(DT_ERR_INVALID, "%s: a Bloom filter of %zu bytes for table %s, whose "
+                        "filter has %zu", what, n_bytes, m->name, have);
+    memcpy(m->bloom, bytes, n_bytes);
+    return DT_OK;
+}
