@@ -59,6 +59,27 @@ static int define_flags(flag_table *t, dt_train_config *c, struct cli_only *o)
     FIELD("hash-buckets", FLAG_INT64, hash_buckets, "CTR models: hash each raw id with its field "
           "into this many rows (as categorical_column_with_hash_bucket; no vocabulary pass)");
     FIELD("embedding-size", FLAG_INT, ctr.embedding_size, "fm, deepfm: K, the factors per feature");
+    FIELD("dynamic-tables", FLAG_BOOL, ctr.dynamic, "CTR models: key the tables by the raw id "
+          "(any int64; no --feature-size): rows are made as ids arrive, never shared by two ids");
+    FIELD("admit-min-count", FLAG_INT64, ctr.dynamic_policy.min_count, "dynamic tables: an id "
+          "gets a row once seen this many times; before, it reads zeros and is not updated");
+    FIELD("admit-bloom-bits", FLAG_INT64, ctr.dynamic_policy.bloom_bits, "dynamic tables: count "
+          "sightings in a counting Bloom filter of this many bits (4-bit counters) instead of "
+          "exactly");
+    FIELD("admit-bloom-hashes", FLAG_INT, ctr.dynamic_policy.bloom_hashes, "dynamic tables: the "
+          "filter's counters per id");
+    FIELD("evict-steps-to-live", FLAG_INT64, ctr.dynamic_policy.steps_to_live, "dynamic tables: "
+          "drop ids not seen in this many steps (0: never)");
+    FIELD("evict-l2-below", FLAG_FLOAT32, ctr.dynamic_policy.l2_below, "dynamic tables: drop rows "
+          "whose L2 norm is below this (0: never)");
+    FIELD("evict-max-rows", FLAG_INT64, ctr.dynamic_policy.max_rows, "dynamic tables: at most "
+          "this many rows, the least recently seen dropped (0: as memory allows)");
+    FIELD("evict-every-steps", FLAG_INT64, ctr.dynamic_policy.evict_every_steps, "dynamic "
+          "tables: an eviction pass every this many steps, a page of rows per step (0: before "
+          "checkpoints only)");
+    FIELD("dynamic-memory-limit", FLAG_INT64, ctr.dynamic_policy.memory_limit, "dynamic tables: "
+          "bytes the tables may take before training stops with an error naming the table "
+          "(0: what the machine has, less a margin)");
     o->ctr_lists = (flag_ctr_lists){&c->ctr, 0};
     flags_add_ext(t, ((flag_def){.name = "deep-layers", .kind = FLAG_CUSTOM, .def = FLAG_IN_DST,
                                  .help = "deepfm: units of the MLP's layers",

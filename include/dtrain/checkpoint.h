@@ -51,14 +51,21 @@ DT_API dt_status dt_ckpt_save(const char *path, const dt_arena *const *arenas, i
 /* A checkpoint read into memory and verified. */
 typedef struct dt_ckpt dt_ckpt;
 
+/* A tensor of a checkpoint, or one to write. */
 typedef struct {
     const char *name;
-    const char *dtype;    /* "F32" for what dtrain writes; others are listed but not restored */
+    const char *dtype;    /* "F32" for the arenas; "I64", "U32", "U8"... for other tensors */
     int n_dims;
     int64_t dims[8];
-    const void *data;     /* little-endian, n_bytes long, inside the checkpoint's buffer */
+    const void *data;     /* little-endian, n_bytes long (inside the checkpoint's buffer) */
     size_t n_bytes;
 } dt_ckpt_tensor;
+
+/* dt_ckpt_save with extra tensors of any dtype written after the arenas' views, their data
+ * streamed from where it lies (a dynamic table's keys, rows and counts). */
+DT_API dt_status dt_ckpt_save_ex(const char *path, const dt_arena *const *arenas, int n_arenas,
+                                 const dt_ckpt_tensor *extra, int n_extra,
+                                 const dt_ckpt_meta *meta, int n_meta);
 
 /* Reads and checks path: the header length within the file and DT_CKPT_MAX_HEADER_BYTES, valid
  * JSON, known dtypes, shapes whose sizes match their offsets, offsets that tile the data section
@@ -123,6 +130,12 @@ DT_API dt_status dt_ckpt_manager_save(dt_ckpt_manager *m, int64_t step,
                                       const dt_arena *const *arenas, int n_arenas,
                                       const dt_ckpt_meta *meta, int n_meta, char *path_out,
                                       size_t path_cap);
+/* The same with extra tensors (dt_ckpt_save_ex). */
+DT_API dt_status dt_ckpt_manager_save_ex(dt_ckpt_manager *m, int64_t step,
+                                         const dt_arena *const *arenas, int n_arenas,
+                                         const dt_ckpt_tensor *extra, int n_extra,
+                                         const dt_ckpt_meta *meta, int n_meta, char *path_out,
+                                         size_t path_cap);
 
 /* Opens the newest valid checkpoint of dir: the state file's latest, else (with a warning on log
  * naming the file and why) the next older one, and so on, then any ckpt-N.safetensors in dir by

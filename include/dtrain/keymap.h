@@ -59,14 +59,14 @@
 #define DT_KEYMAP_MAX_ROWS ((int64_t)1 << 31)
 
 typedef struct {
-    uint32_t min_count;         /* sightings before admission; 0 or 1: at the first */
-    uint64_t bloom_bits;        /* 0: exact counts; else the counting Bloom filter's bits */
+    int64_t min_count;          /* sightings before admission; 0 or 1: at the first */
+    int64_t bloom_bits;         /* 0: exact counts; else the counting Bloom filter's bits */
     int bloom_hashes;           /* counters per key (1..16) with the filter */
     int64_t steps_to_live;      /* evict keys not seen in this many steps; 0: never */
     float l2_below;             /* evict rows whose L2 norm is below this; 0: never */
     int64_t max_rows;           /* live rows at most; 0: as memory allows */
     int64_t evict_every_steps;  /* a pass every this many steps; 0: before checkpoints only */
-    uint64_t memory_limit;      /* bytes of the map and its tables' used rows; 0: the machine's */
+    int64_t memory_limit;       /* bytes of the map and its tables' used rows; 0: the machine's */
 } dt_keymap_policy;
 
 /* Everything off: every key admitted at first sight, nothing evicted. */
@@ -74,11 +74,10 @@ DT_API void dt_keymap_policy_default(dt_keymap_policy *p);
 /* Ranges, naming the field: min_count <= 15 with the filter (4-bit counters), hashes 1..16,
  * bits 64..2^40, non-negative steps and rows, l2_below finite and >= 0. */
 DT_API dt_status dt_keymap_policy_check(const dt_keymap_policy *p);
+/* Whether p is dt_keymap_policy_default's (min_count 0 and 1 alike). */
+DT_API bool dt_keymap_policy_is_default(const dt_keymap_policy *p);
 /* Whether p evicts anything. */
 DT_API bool dt_keymap_policy_evicts(const dt_keymap_policy *p);
-/* The policy as JSON ({"admit": {...}, "evict": {...}}, omitted parts left out) into out (cap
- * bytes); false when it does not fit. */
-DT_API bool dt_keymap_policy_json(const dt_keymap_policy *p, char *out, size_t cap);
 
 typedef struct dt_keymap dt_keymap;
 
@@ -95,6 +94,9 @@ DT_API void dt_keymap_destroy(dt_keymap *m);
  * (0: zero rows). The table becomes lazy: its optimizer's slots (dt_table_set_slots, before or
  * after) are set per row as rows are admitted. */
 DT_API dt_status dt_keymap_attach(dt_keymap *m, dt_table *t, float stddev, uint64_t seed);
+
+/* Sets the seed of attached table i's draws (its stddev kept). */
+DT_API void dt_keymap_set_seed(dt_keymap *m, int i, uint64_t seed);
 
 /* Training: the rows of keys[0..n) (a place each, repeats allowed), written to rows; every
  * sighting counted and stamped with step; keys admitted as their count reaches min_count (every

@@ -18,6 +18,7 @@
 #include "dtrain/pool.h"
 #include "dtrain/rowopt.h"
 #include "dtrain/rows.h"
+#include "dtrain/keymap.h"
 #include "dtrain/table.h"
 
 typedef struct {
@@ -141,6 +142,13 @@ DT_API void dt_model_table_init(const dt_model *m, int i, float *stddev, uint64_
 DT_API bool dt_model_table_linear(const dt_model *m, int i);
 /* The tables' optimizer (the rule dt_model_setup_tables gave them all); NULL before it. */
 DT_API const dt_rowopt_config *dt_model_table_optimizer(const dt_model *m);
+/* Table i's key map when the table is dynamic (keymap.h; tables may share one), else NULL. */
+DT_API dt_keymap *dt_model_keymap(dt_model *m, int i);
+/* Table i's rows in use: all of a fixed table's, a dynamic one's up to its high-water mark. */
+DT_API int64_t dt_model_table_rows_used(dt_model *m, int i);
+/* The global step of the last update of the tables, which dynamic tables stamp keys with (step
+ * + 1 next): what a restore sets. */
+DT_API void dt_model_set_tables_step(dt_model *m, int64_t step);
 /* Applies the tables' gradients with the optimizer's rate times lr_scale (a schedule's factor)
  * at global step `step` (1 for the first). */
 DT_API void dt_model_update_tables(dt_model *m, float lr_scale, int64_t step, dt_pool *pool);

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "dtrain/api.h"
+#include "dtrain/keymap.h"
 #include "dtrain/status.h"
 
 #define DT_MAX_LAYERS 64
@@ -79,6 +80,10 @@ typedef struct {
      * batch_norm flag; its moving averages decay by bn_decay (the sample's 0.9). */
     bool batch_norm;
     float bn_decay;
+    /* Dynamic tables (keymap.h): fm_w and fm_v keyed by the raw id, any int64, growing as ids
+     * arrive under the policy's admission and eviction; feature_size is then unused. */
+    bool dynamic;
+    dt_keymap_policy dynamic_policy;
 } dt_ctr_spec;
 
 /* A model over the columns of a feature spec, as TensorFlow's canned estimators and TF

@@ -575,6 +575,16 @@ dt_status dt_ckpt_manager_save(dt_ckpt_manager *m, int64_t step, const dt_arena 
                                int n_arenas, const dt_ckpt_meta *meta, int n_meta,
                                char *path_out, size_t path_cap)
 {
+    return dt_ckpt_manager_save_ex(m, step, arenas, n_arenas, NULL, 0, meta, n_meta, path_out,
+                                   path_cap);
+}
+
+dt_status dt_ckpt_manager_save_ex(dt_ckpt_manager *m, int64_t step,
+                                  const dt_arena *const *arenas, int n_arenas,
+                                  const dt_ckpt_tensor *extra, int n_extra,
+                                  const dt_ckpt_meta *meta, int n_meta, char *path_out,
+                                  size_t path_cap)
+{
     char path[PATH_CAP], name[64];
     if (step < 0)
         return dt_error(DT_ERR_INVALID, "%s: step %lld is negative", m->dir, (long long)step);
@@ -584,7 +594,7 @@ dt_status dt_ckpt_manager_save(dt_ckpt_manager *m, int64_t step, const dt_arena 
         return st;
     if (path_out && strlen(path) >= path_cap)
         return dt_error(DT_ERR_INVALID, "%s: longer than the %zu-byte buffer for it", path, path_cap);
-    if ((st = dt_ckpt_save(path, arenas, n_arenas, meta, n_meta)))
+    if ((st = dt_ckpt_save_ex(path, arenas, n_arenas, extra, n_extra, meta, n_meta)))
         return st;
     if (path_out)
         snprintf(path_out, path_cap, "%s", path);

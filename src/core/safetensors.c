@@ -38,6 +38,24 @@
 
 /* ---- save ---- */
 
+static const struct {
+    const char *name;
+    size_t size;
+} dtypes[] = {
+    {"F32", 4}, {"F64", 8}, {"F16", 2}, {"BF16", 2}, {"I64", 8},
+    {"I32", 4}, {"I16", 2}, {"I8", 1},  {"U8", 1},   {"BOOL", 1},
+    {"U64", 8}, {"U32", 4}, {"U16", 2},
+};
+
+static size_t dtype_size(const char *name)
+{
+    for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
+        if (strcmp(name, dtypes[i].name) == 0)
+            return dtypes[i].size;
+    return 0;
+}
+
+
 /* A JSON integer as cJSON would not print it: cJSON prints large doubles with exponents
  * ("1e+15"), which safetensors readers refuse for offsets. */
 static cJSON *json_uint(uint64_t v)
@@ -77,20 +95,62 @@ static dt_status check_save_args(const char *path, const dt_arena *const *arenas
     return DT_OK;
 }
 
-/* Adds one view's entry at data offset *off; duplicate names would make the JSON ambiguous. */
-static dt_status add_tensor_entry(cJSON *root, const char *path, const dt_view *v, uint64_t *off)
+/* The tensors a save writes: every view of the arenas, then the extra tensors, in that order. */
+typedef struct {
+    dt_ckpt_tensor *t;
+    int n;
+} save_list;
+
+static dt_status list_tensors(const char *path, const dt_arena *const *arenas, int n_arenas,
+                              const dt_ckpt_tensor *extra, int n_extra, save_list *out)
+{
+    int n = n_extra;
+    for (int a = 0; a < n_arenas; a++)
+        n += arenas[a]->n_views;
+    out->n = 0;
+    out->t = calloc((size_t)(n ? n : 1), sizeof *out->t);
+    if (!out->t)
+        return nomem(path);
+    for (int a = 0; a < n_arenas; a++)
+        for (int i = 0; i < arenas[a]->n_views; i++) {
+            const dt_view *v = &arenas[a]->views[i];
+            dt_ckpt_tensor *t = &out->t[out->n++];
+            t->name = v->name, t->dtype = "F32", t->n_dims = v->n_dims;
+            for (int d = 0; d < v->n_dims; d++)
+                t->dims[d] = v->dims[d];
+            t->data = dt_arena_view_data(arenas[a], i);
+            t->n_bytes = v->n_elems * sizeof(float);
+        }
+    for (int i = 0; i < n_extra; i++) {
+        const dt_ckpt_tensor *x = &extra[i];
+        size_t esize = x->dtype ? dtype_size(x->dtype) : 0;
+        uint64_t elems = 1;
+        for (int d = 0; d < x->n_dims; d++)
+            elems *= x->dims[d] > 0 ? (uint64_t)x->dims[d] : 0;
+        if (!x->name || !esize || x->n_dims < 1 || x->n_dims > MAX_DIMS ||
+            elems * esize != x->n_bytes || (x->n_bytes && !x->data))
+            return dt_error(DT_ERR_INVALID, "%s: tensor '%s': a bad dtype, shape or size", path,
+                            x->name ? x->name : "?");
+        out->t[out->n++] = *x;
+    }
+    return DT_OK;
+}
+
+/* Adds one tensor's entry at data offset *off; duplicate names would make the JSON ambiguous. */
+static dt_status add_tensor_entry(cJSON *root, const char *path, const dt_ckpt_tensor *v,
+                                  uint64_t *off)
 {
     if (strcmp(v->name, METADATA_KEY) == 0 || cJSON_GetObjectItemCaseSensitive(root, v->name))
         return dt_error(DT_ERR_INVALID, "%s: tensor name '%s' is reserved or appears twice", path,
                         v->name);
-    uint64_t n_bytes = (uint64_t)v->n_elems * sizeof(float);
+    uint64_t n_bytes = (uint64_t)v->n_bytes;
     cJSON *t = cJSON_CreateObject(), *shape = cJSON_CreateArray(), *offs = cJSON_CreateArray();
     if (!t || !shape || !offs) {
         cJSON_Delete(t), cJSON_Delete(shape), cJSON_Delete(offs);
         return nomem(path);
     }
     cJSON_AddItemToObject(root, v->name, t);
-    if (!cJSON_AddStringToObject(t, "dtype", "F32")) {
+    if (!cJSON_AddStringToObject(t, "dtype", v->dtype)) {
         cJSON_Delete(shape), cJSON_Delete(offs);
         return nomem(path);
     }
@@ -124,8 +184,8 @@ static dt_status add_metadata(cJSON *root, const char *path, const dt_ckpt_meta 
 }
 
 /* The 8-byte length and the JSON, padded with spaces so the data section starts 8-aligned. */
-static dt_status build_header(const char *path, const dt_arena *const *arenas, int n_arenas,
-                              const dt_ckpt_meta *meta, int n_meta, uint8_t **out, size_t *out_n)
+static dt_status build_header(const char *path, const save_list *l, const dt_ckpt_meta *meta,
+                              int n_meta, uint8_t **out, size_t *out_n)
 {
     dt_status st = DT_OK;
     char *json = NULL;
@@ -134,13 +194,11 @@ static dt_status build_header(const char *path, const dt_arena *const *arenas, i
     cJSON *root = cJSON_CreateObject();
     if (!root)
         return nomem(path);
-    for (int a = 0; a < n_arenas; a++)
-        for (int i = 0; i < arenas[a]->n_views; i++) {
-            const dt_view *v = &arenas[a]->views[i];
-            if ((st = add_tensor_entry(root, path, v, &off)))
-                goto fail;
-            crc = dt_crc32c_extend(crc, dt_arena_view_data(arenas[a], i), v->n_elems * sizeof(float));
-        }
+    for (int i = 0; i < l->n; i++) {
+        if ((st = add_tensor_entry(root, path, &l->t[i], &off)))
+            goto fail;
+        crc = dt_crc32c_extend(crc, l->t[i].data, l->t[i].n_bytes);
+    }
     if ((st = add_metadata(root, path, meta, n_meta, crc)))
         goto fail;
     json = cJSON_PrintUnformatted(root);
@@ -170,36 +228,42 @@ fail:
     return st;
 }
 
-dt_status dt_ckpt_save(const char *path, const dt_arena *const *arenas, int n_arenas,
-                       const dt_ckpt_meta *meta, int n_meta)
+dt_status dt_ckpt_save_ex(const char *path, const dt_arena *const *arenas, int n_arenas,
+                          const dt_ckpt_tensor *extra, int n_extra, const dt_ckpt_meta *meta,
+                          int n_meta)
 {
     dt_status st = check_save_args(path, arenas, n_arenas, meta, n_meta);
     if (st)
         return st;
+    if (n_extra < 0 || (n_extra && !extra))
+        return dt_error(DT_ERR_INVALID, "%s: bad tensor list", path);
     uint8_t *header = NULL;
     size_t header_n = 0;
     dt_file_part *parts = NULL;
-    if ((st = build_header(path, arenas, n_arenas, meta, n_meta, &header, &header_n)))
-        return st;
-    int n_parts = 1;
-    for (int a = 0; a < n_arenas; a++)
-        n_parts += arenas[a]->n_views;
-    parts = malloc((size_t)n_parts * sizeof *parts);
+    save_list l = {0};
+    if ((st = list_tensors(path, arenas, n_arenas, extra, n_extra, &l)) ||
+        (st = build_header(path, &l, meta, n_meta, &header, &header_n)))
+        goto fail;
+    parts = malloc((size_t)(l.n + 1) * sizeof *parts);
     if (!parts) {
         st = nomem(path);
         goto fail;
     }
     parts[0] = (dt_file_part){header, header_n};
-    int k = 1;
-    for (int a = 0; a < n_arenas; a++)
-        for (int i = 0; i < arenas[a]->n_views; i++)
-            parts[k++] = (dt_file_part){dt_arena_view_data(arenas[a], i),
-                                       arenas[a]->views[i].n_elems * sizeof(float)};
-    st = dt_file_write_atomic(path, parts, n_parts);
+    for (int i = 0; i < l.n; i++)
+        parts[i + 1] = (dt_file_part){l.t[i].data, l.t[i].n_bytes};
+    st = dt_file_write_atomic(path, parts, l.n + 1);
 fail:
     free(parts);
     free(header);
+    free(l.t);
     return st;
+}
+
+dt_status dt_ckpt_save(const char *path, const dt_arena *const *arenas, int n_arenas,
+                       const dt_ckpt_meta *meta, int n_meta)
+{
+    return dt_ckpt_save_ex(path, arenas, n_arenas, NULL, 0, meta, n_meta);
 }
 
 /* ---- open ---- */
@@ -219,22 +283,6 @@ struct dt_ckpt {
     const char **meta_keys, **meta_values;
     int n_meta;
 };
-
-static const struct {
-    const char *name;
-    size_t size;
-} dtypes[] = {
-    {"F32", 4}, {"F64", 8}, {"F16", 2}, {"BF16", 2}, {"I64", 8},
-    {"I32", 4}, {"I16", 2}, {"I8", 1},  {"U8", 1},   {"BOOL", 1},
-};
-
-static size_t dtype_size(const char *name)
-{
-    for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
-        if (strcmp(name, dtypes[i].name) == 0)
-            return dtypes[i].size;
-    return 0;
-}
 
 /* The checkpoint's file opened, a regular one, its size in c->size; *fd -1 on failure. */
 static dt_status open_regular(dt_ckpt *c, int *fd)

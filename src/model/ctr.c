@@ -54,6 +54,13 @@ struct dt_ctr {
     const dt_elem *batch; /* of the forward under way: its ids and values are copied by the tasks */
     bad_field *bad;  /* (max tasks): the first bad field each forward task found, if any */
     bool deduped;    /* uniq, n_uniq, slot, offsets and places are the last forward's */
+    /* Dynamic tables: both tables' rows are the key map's, a batch's ids its keys, turned into
+     * rows (keyrows) before the lookups, which read them through `view`. */
+    dt_keymap *keys;
+    int64_t *keyrows;   /* (B, F) */
+    int64_t *view_row;  /* (B + 1) */
+    dt_elem view;
+    int64_t step;       /* of the last update */
     size_t n_uniq;
     const float *dlogits;         /* of the backward under way */
     const float *ddeep;
@@ -75,9 +82,26 @@ dt_status dt_ctr_create(const dt_model_spec *spec, int max_batch, dt_ctr **out)
     size_t n = (size_t)max_batch * (size_t)c->F, nk = n * (size_t)(c->K ? c->K : 1);
     dt_sparse_rows_init(&c->gw, 1);
     dt_sparse_rows_init(&c->gv, c->K ? c->K : 1);
-    dt_status st = dt_table_create(&c->w, "fm_w", spec->ctr.feature_size, 1);
+    int64_t rows = spec->ctr.feature_size;
+    dt_status st = DT_OK;
+    if (spec->ctr.dynamic) {
+        /* A row's values and up to two optimizer slots in both tables. */
+        size_t row_bytes = (size_t)(1 + c->K) * sizeof(float) * (1 + DT_TABLE_MAX_SLOTS);
+        rows = dt_keymap_capacity(&spec->ctr.dynamic_policy, row_bytes);
+        st = dt_keymap_create(has_v(c) ? "fm_v" : "fm_w", &spec->ctr.dynamic_policy, rows, &c->keys);
+        c->keyrows = malloc(n * sizeof *c->keyrows);
+        c->view_row = malloc(((size_t)max_batch + 1) * sizeof *c->view_row);
+        if (st == DT_OK && (!c->keyrows || !c->view_row))
+            st = dt_error(DT_ERR_NOMEM, "no memory for a batch of %zu keys", n);
+    }
+    if (st == DT_OK)
+        st = dt_table_create(&c->w, "fm_w", rows, 1);
     if (st == DT_OK && has_v(c))
-        st = dt_table_create(&c->v, "fm_v", spec->ctr.feature_size, c->K);
+        st = dt_table_create(&c->v, "fm_v", rows, c->K);
+    if (st == DT_OK && c->keys)
+        st = dt_keymap_attach(c->keys, &c->w, 0.0f, 0);
+    if (st == DT_OK && c->keys && has_v(c))
+        st = dt_keymap_attach(c->keys, &c->v, c->init_stddev, 0);
     if (st == DT_OK && (st = dt_sparse_rows_reserve(&c->gw, n)) == DT_OK && has_v(c))
         st = dt_sparse_rows_reserve(&c->gv, n);
     if (st)
@@ -121,11 +145,18 @@ void dt_ctr_destroy(dt_ctr *c)
     free(c->ids), free(c->vals), free(c->lin), free(c->slot), free(c->uniq), free(c->scratch), free(c->fm);
     free(c->offsets), free(c->places), free(c->bad);
     free(c->emb), free(c->demb), free(c->sums);
+    free(c->keyrows), free(c->view_row);
+    dt_keymap_destroy(c->keys);
     free(c);
 }
 
 void dt_ctr_init(dt_ctr *c, uint64_t seed, dt_pool *pool)
 {
+    if (c->keys) { /* rows are drawn as keys are admitted */
+        if (has_v(c))
+            dt_keymap_set_seed(c->keys, 1, seed);
+        return;
+    }
     memset(c->w.data, 0, (size_t)c->w.rows * sizeof(float));
     if (has_v(c))
         dt_table_init_normal(&c->v, c->init_stddev, seed, pool);
@@ -231,10 +262,35 @@ static void forward_training(void *ctx, int task, int n_tasks)
         forward_examples(ctx, task - 1, n_tasks - 1);
 }
 
+/* The batch's keys turned into the key map's rows (counted and admitted when training), in a
+ * view of e whose ids are those rows. */
+static dt_status keys_to_rows(dt_ctr *c, const dt_elem *e, bool training, const dt_elem **out)
+{
+    size_t n = (size_t)(e->sp_row[e->n] - e->sp_row[0]);
+    const int64_t *keys = e->sp_ids + e->sp_row[0];
+    dt_status st = DT_OK;
+    if (training)
+        st = dt_keymap_resolve(c->keys, keys, n, c->step + 1, c->keyrows);
+    else
+        dt_keymap_find(c->keys, keys, n, c->keyrows);
+    if (st)
+        return st;
+    for (int r = 0; r <= e->n; r++)
+        c->view_row[r] = e->sp_row[r] - e->sp_row[0];
+    c->view = *e;
+    c->view.sp_row = c->view_row;
+    c->view.sp_ids = c->keyrows;
+    c->view.sp_vals = e->sp_vals + e->sp_row[0];
+    *out = &c->view;
+    return DT_OK;
+}
+
 dt_status dt_ctr_forward(dt_ctr *c, const dt_elem *e, bool training, dt_pool *pool)
 {
     dt_status st = check_field_counts(c, e);
     if (st)
+        return st;
+    if (c->keys && (st = keys_to_rows(c, e, training, &e)))
         return st;
     c->B = e->n;
     c->pool = pool;
@@ -328,6 +384,15 @@ static void accumulate_rows(void *ctx, int task, int n_tasks)
                                         (size_t)lo, (size_t)hi, c->gv.rows);
 }
 
+/* Dynamic tables: the zero row, which keys not admitted read, takes no update. Ids increase, so
+ * it is the first. */
+static void drop_first_row(dt_sparse_rows *g)
+{
+    g->n--;
+    memmove(g->ids, g->ids + 1, g->n * sizeof *g->ids);
+    memmove(g->rows, g->rows + g->dim, g->n * (size_t)g->dim * sizeof *g->rows);
+}
+
 float dt_ctr_backward(dt_ctr *c, int B, const float *dlogits, float *ddeep, dt_pool *pool)
 {
     c->pool = pool;
@@ -354,8 +419,23 @@ float dt_ctr_backward(dt_ctr *c, int B, const float *dlogits, float *ddeep, dt_p
     tasks_u = (int)(u / 256) < tasks_u ? (int)(u / 256) : tasks_u;
     tasks_u = tasks_u < 1 ? 1 : tasks_u;
     dt_pool_run(tasks_u > 1 ? pool : NULL, accumulate_rows, c, tasks_u);
+    if (c->keys && u > 0 && c->uniq[0] == 0) {
+        drop_first_row(&c->gw);
+        if (has_v(c))
+            drop_first_row(&c->gv);
+    }
     return (float)dbias;
 }
+
+void dt_ctr_tables_updated(dt_ctr *c, int64_t step)
+{
+    c->step = step;
+    if (c->keys)
+        dt_keymap_evict_step(c->keys, step, false);
+}
+
+void dt_ctr_set_step(dt_ctr *c, int64_t step) { c->step = step; }
+dt_keymap *dt_ctr_keymap(dt_ctr *c) { return c->keys; }
 
 int dt_ctr_num_tables(const dt_ctr *c) { return has_v(c) ? 2 : 1; }
 dt_table *dt_ctr_table(dt_ctr *c, int i) { return i == 0 ? &c->w : &c->v; }

@@ -4,6 +4,7 @@
 #ifndef DTRAIN_MODEL_CTR_H
 #define DTRAIN_MODEL_CTR_H
 
+#include "dtrain/keymap.h"
 #include "dtrain/model_spec.h"
 #include "dtrain/pool.h"
 #include "dtrain/rows.h"
@@ -34,6 +35,14 @@ float dt_ctr_backward(dt_ctr *c, int B, const float *dlogits, float *ddeep, dt_p
 
 /* Its tables (fm_w, then fm_v unless the model is lr) and their gradients of the last
  * backward. */
+/* After the tables' update of global step `step`: the step keys are stamped with next (step +
+ * 1), and one page of a dynamic table's eviction pass when one is under way or due. */
+void dt_ctr_tables_updated(dt_ctr *c, int64_t step);
+/* The step of the last update, as a restore finds it. */
+void dt_ctr_set_step(dt_ctr *c, int64_t step);
+/* The key map of dynamic tables (both tables share it), or NULL. */
+dt_keymap *dt_ctr_keymap(dt_ctr *c);
+
 int dt_ctr_num_tables(const dt_ctr *c);
 dt_table *dt_ctr_table(dt_ctr *c, int i);
 dt_sparse_rows *dt_ctr_table_grad(dt_ctr *c, int i);

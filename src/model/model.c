@@ -987,6 +987,30 @@ void dt_model_update_tables(dt_model *m, float lr_scale, int64_t step, dt_pool *
         dt_rowopt_update(r, r->lr * lr_scale, step, dt_model_table(m, i),
                          dt_model_table_grad(m, i), pool);
     }
+    if (m->ctr)
+        dt_ctr_tables_updated(m->ctr, step);
+}
+
+dt_keymap *dt_model_keymap(dt_model *m, int i)
+{
+    (void)i;
+    return m->ctr ? dt_ctr_keymap(m->ctr) : NULL;
+}
+
+int64_t dt_model_table_rows_used(dt_model *m, int i)
+{
+    dt_keymap *k = dt_model_keymap(m, i);
+    if (!k)
+        return dt_model_table(m, i)->rows;
+    dt_keymap_stats s;
+    dt_keymap_stats_get(k, &s);
+    return s.rows_used;
+}
+
+void dt_model_set_tables_step(dt_model *m, int64_t step)
+{
+    if (m->ctr)
+        dt_ctr_set_step(m->ctr, step);
 }
 
 dt_status dt_model_share_params(dt_model *m, const dt_model *owner)

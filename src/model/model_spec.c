@@ -11,6 +11,7 @@
 #include "dtrain/model_spec.h"
 #include "../core/fileio.h"
 #include "../core/json.h"
+#include "dynamic_json.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -147,6 +148,7 @@ void dt_ctr_spec_default(dt_ctr_spec *c)
     }
     c->init_stddev = 0.01f;
     c->bn_decay = 0.9f;
+    dt_keymap_policy_default(&c->dynamic_policy);
 }
 
 dt_status dt_ctr_spec_check(const dt_ctr_spec *c)
@@ -181,7 +183,8 @@ static dt_status check_ctr(dt_arch arch, const dt_ctr_spec *c)
     const char *field = NULL, *why = "";
     if (c->field_size < 1 || c->field_size > DT_MAX_FIELDS)
         field = "field_size", why = "1..4096 fields";
-    else if (c->feature_size < 1 || c->feature_size > ((long long)1 << 40))
+    else if ((!c->dynamic || c->feature_size != 0) &&
+             (c->feature_size < 1 || c->feature_size > ((long long)1 << 40)))
         field = "feature_size", why = "1..2^40 rows: the number of distinct feature ids";
     else if (arch != DT_ARCH_LR && (c->embedding_size < 1 || c->embedding_size > DT_MAX_EMBEDDING))
         field = "embedding_size", why = "1..1024";
@@ -199,7 +202,10 @@ static dt_status check_ctr(dt_arch arch, const dt_ctr_spec *c)
     }
     if (field)
         return dt_error(DT_ERR_INVALID, "%s model: %s: expected %s", dt_arch_name(arch), field, why);
-    return DT_OK;
+    if (!c->dynamic && !dt_keymap_policy_is_default(&c->dynamic_policy))
+        return dt_error(DT_ERR_INVALID, "%s model: dynamic_policy: admission and eviction are "
+                        "for dynamic tables (dynamic)", dt_arch_name(arch));
+    return c->dynamic ? dt_keymap_policy_check(&c->dynamic_policy) : DT_OK;
 }
 
 dt_status dt_model_spec_ctr(dt_arch arch, const dt_ctr_spec *c, dt_model_spec *out)
@@ -477,6 +483,25 @@ static dt_status get_number_list(const struct json_ctx *c, const cJSON *item, co
     return DT_OK;
 }
 
+/* "dynamic": true and its policy (dynamic_json.h); admit, evict and memory_limit only with it. */
+static dt_status parse_dynamic(struct json_ctx *c, const cJSON *root, dt_ctr_spec *ctr)
+{
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(root, "dynamic");
+    if (d && !cJSON_IsBool(d))
+        return field_error(c, "dynamic", "expected true or false");
+    ctr->dynamic = d && cJSON_IsTrue(d);
+    if (!ctr->dynamic) {
+        static const char *const policy[] = {"admit", "evict", "memory_limit"};
+        for (int i = 0; i < 3; i++)
+            if (cJSON_GetObjectItemCaseSensitive(root, policy[i]))
+                return field_error(c, policy[i], "only for dynamic tables (\"dynamic\": true)");
+        return DT_OK;
+    }
+    char where[300];
+    snprintf(where, sizeof where, "%s%s%s", c->source, c->field[0] ? ": " : "", c->field);
+    return dt_dynamic_policy_from_json(root, where, &ctr->dynamic_policy);
+}
+
 /* A CTR model: {"type": "lr" | "fm" | "deepfm", "field_size", "feature_size", "embedding_size",
  * "deep_layers": [units...], "dropout_keep": [KEEP probabilities, as the DeepFM sample] or
  * "dropout_rate": [Keras's drop rates], "init_stddev", "name"}. Unset sizes take
@@ -486,13 +511,15 @@ static dt_status parse_ctr_object(struct json_ctx *c, const cJSON *root, dt_mode
     static const char *const keys[] = {"type", "name", "field_size", "feature_size",
                                        "embedding_size", "deep_layers", "dropout_keep",
                                        "dropout_rate", "init_stddev", "batch_norm",
-                                       "bn_decay", NULL};
+                                       "bn_decay", "dynamic", "admit", "evict", "memory_limit",
+                                       NULL};
     const cJSON *item;
     const char *bad = dt_json_unknown_field(root, keys);
     if (bad)
         return field_error(c, bad, "unknown key of a CTR model (type, name, field_size, "
                            "feature_size, embedding_size, deep_layers, dropout_keep, "
-                           "dropout_rate, init_stddev, batch_norm, bn_decay)");
+                           "dropout_rate, init_stddev, batch_norm, bn_decay, dynamic, admit, "
+                           "evict, memory_limit)");
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(root, "type");
     dt_arch arch;
     if (!cJSON_IsString(type) || dt_arch_parse(type->valuestring, &arch) ||
@@ -507,12 +534,17 @@ static dt_status parse_ctr_object(struct json_ctx *c, const cJSON *root, dt_mode
         st = get_positive_int(c, item, "embedding_size", DT_MAX_EMBEDDING, &ctr.embedding_size);
     if (st)
         return st;
+    if ((st = parse_dynamic(c, root, &ctr)))
+        return st;
     item = cJSON_GetObjectItemCaseSensitive(root, "feature_size");
-    if (!cJSON_IsNumber(item) || item->valuedouble != floor(item->valuedouble) ||
-        item->valuedouble < 1 || item->valuedouble > 1099511627776.0)
+    if (ctr.dynamic && (!item || (cJSON_IsNumber(item) && item->valuedouble == 0)))
+        ctr.feature_size = 0; /* keys, not rows */
+    else if (!cJSON_IsNumber(item) || item->valuedouble != floor(item->valuedouble) ||
+             item->valuedouble < 1 || item->valuedouble > 1099511627776.0)
         return field_error(c, "feature_size", item ? "expected an integer in 1..2^40"
                                                    : "missing: the tables' rows");
-    ctr.feature_size = (long long)item->valuedouble;
+    else
+        ctr.feature_size = (long long)item->valuedouble;
     if ((item = cJSON_GetObjectItemCaseSensitive(root, "init_stddev"))) {
         if (!cJSON_IsNumber(item) || !(item->valuedouble >= 0 && item->valuedouble < 10))
             return field_error(c, "init_stddev", "expected a number in [0, 10)");
@@ -765,6 +797,8 @@ static bool add_ctr_json(cJSON *j, const dt_model_spec *spec)
               cJSON_AddNumberToObject(j, "init_stddev", (double)c->init_stddev);
     if (ok && spec->arch != DT_ARCH_LR)
         ok = cJSON_AddNumberToObject(j, "embedding_size", c->embedding_size) != NULL;
+    if (ok && c->dynamic)
+        ok = cJSON_AddTrueToObject(j, "dynamic") && dt_dynamic_policy_to_json(j, &c->dynamic_policy);
     if (ok && spec->arch == DT_ARCH_DEEPFM) {
         double keep[DT_MAX_DEEP_LAYERS];
         for (int i = 0; i < c->n_deep; i++)

@@ -102,18 +102,36 @@ static uint64_t probe(const dt_keymap *m, int64_t key)
 
 /* ---- Policy ---- */
 
-void dt_keymap_policy_default(dt_keymap_policy *p) { memset(p, 0, sizeof *p); }
+void dt_keymap_policy_default(dt_keymap_policy *p)
+{
+    memset(p, 0, sizeof *p);
+    p->bloom_hashes = 3;
+}
+
+bool dt_keymap_policy_is_default(const dt_keymap_policy *p)
+{
+    dt_keymap_policy d;
+    dt_keymap_policy_default(&d);
+    return p->min_count <= 1 && p->bloom_bits == d.bloom_bits &&
+           p->bloom_hashes == d.bloom_hashes && p->steps_to_live == d.steps_to_live &&
+           p->l2_below == d.l2_below && p->max_rows == d.max_rows &&
+           p->evict_every_steps == d.evict_every_steps && p->memory_limit == d.memory_limit;
+}
 
 dt_status dt_keymap_policy_check(const dt_keymap_policy *p)
 {
-    if (p->bloom_bits && (p->bloom_bits < 64 || p->bloom_bits > ((uint64_t)1 << 40)))
+    if (p->min_count < 0 || p->min_count > UINT32_MAX || p->bloom_bits < 0 || p->memory_limit < 0)
+        return dt_error(DT_ERR_INVALID, "admit: min_count %lld, bloom bits %lld or the memory "
+                        "limit %lld out of range", (long long)p->min_count,
+                        (long long)p->bloom_bits, (long long)p->memory_limit);
+    if (p->bloom_bits && (p->bloom_bits < 64 || p->bloom_bits > ((int64_t)1 << 40)))
         return dt_error(DT_ERR_INVALID, "admit: bloom bits %llu outside 64..2^40",
                         (unsigned long long)p->bloom_bits);
     if (p->bloom_bits && (p->bloom_hashes < 1 || p->bloom_hashes > 16))
         return dt_error(DT_ERR_INVALID, "admit: bloom hashes %d outside 1..16", p->bloom_hashes);
     if (p->bloom_bits && p->min_count > 15)
-        return dt_error(DT_ERR_INVALID, "admit: min_count %u with a Bloom filter, whose 4-bit "
-                        "counters count to 15", p->min_count);
+        return dt_error(DT_ERR_INVALID, "admit: min_count %lld with a Bloom filter, whose 4-bit "
+                        "counters count to 15", (long long)p->min_count);
     if (p->steps_to_live < 0 || p->max_rows < 0 || p->evict_every_steps < 0)
         return dt_error(DT_ERR_INVALID, "evict: steps_to_live, max_rows and the steps between "
                         "passes must not be negative");
@@ -129,34 +147,6 @@ dt_status dt_keymap_policy_check(const dt_keymap_policy *p)
 bool dt_keymap_policy_evicts(const dt_keymap_policy *p)
 {
     return p->steps_to_live > 0 || p->l2_below > 0.0f || p->max_rows > 0;
-}
-
-bool dt_keymap_policy_json(const dt_keymap_policy *p, char *out, size_t cap)
-{
-    size_t n = 0;
-    int w = snprintf(out, cap, "{\"admit\": {\"min_count\": %u", p->min_count ? p->min_count : 1);
-    n += w > 0 ? (size_t)w : cap;
-    if (p->bloom_bits && n < cap)
-        n += (size_t)snprintf(out + n, cap - n, ", \"bloom\": {\"bits\": %llu, \"hashes\": %d}",
-                              (unsigned long long)p->bloom_bits, p->bloom_hashes);
-    if (n < cap)
-        n += (size_t)snprintf(out + n, cap - n, "}, \"evict\": {");
-    const char *sep = "";
-    if (p->steps_to_live && n < cap)
-        n += (size_t)snprintf(out + n, cap - n, "\"steps_to_live\": %lld", (long long)p->steps_to_live),
-            sep = ", ";
-    if (p->l2_below > 0.0f && n < cap)
-        n += (size_t)snprintf(out + n, cap - n, "%s\"l2_below\": %.9g", sep, (double)p->l2_below),
-            sep = ", ";
-    if (p->max_rows && n < cap)
-        n += (size_t)snprintf(out + n, cap - n, "%s\"max_rows\": %lld", sep, (long long)p->max_rows),
-            sep = ", ";
-    if (p->evict_every_steps && n < cap)
-        n += (size_t)snprintf(out + n, cap - n, "%s\"every_steps\": %lld", sep,
-                              (long long)p->evict_every_steps);
-    if (n < cap)
-        n += (size_t)snprintf(out + n, cap - n, "}}");
-    return n < cap;
 }
 
 /* /proc/meminfo's value of field (kB) in bytes, or 0. */
@@ -189,7 +179,7 @@ int64_t dt_keymap_capacity(const dt_keymap_policy *p, size_t row_bytes)
     if (p->max_rows > 0)
         rows = p->max_rows + 1;
     else {
-        uint64_t bytes = p->memory_limit ? p->memory_limit : physical_bytes();
+        uint64_t bytes = p->memory_limit ? (uint64_t)p->memory_limit : physical_bytes();
         rows = (int64_t)(bytes / (row_bytes + 24)) + 1;
     }
     if (rows < 2)
@@ -235,7 +225,7 @@ dt_status dt_keymap_create(const char *name, const dt_keymap_policy *p, int64_t 
     m->last = map_bytes((size_t)capacity * sizeof *m->last);
     m->index = calloc(m->index_size, sizeof *m->index);
     if (p->bloom_bits) {
-        m->bloom_counters = p->bloom_bits / 4;
+        m->bloom_counters = (uint64_t)p->bloom_bits / 4;
         m->bloom = calloc((size_t)(m->bloom_counters + 1) / 2, 1);
     }
     if (!m->keys || !m->counts || !m->last || !m->index || (p->bloom_bits && !m->bloom)) {
@@ -274,6 +264,12 @@ dt_status dt_keymap_attach(dt_keymap *m, dt_table *t, float stddev, uint64_t see
     m->seed[m->n_tables] = seed;
     m->n_tables++;
     return DT_OK;
+}
+
+void dt_keymap_set_seed(dt_keymap *m, int i, uint64_t seed)
+{
+    if (i >= 0 && i < m->n_tables)
+        m->seed[i] = seed;
 }
 
 /* ---- The index ---- */
@@ -494,7 +490,7 @@ static uint32_t saturating_add(uint32_t a) { return a == UINT32_MAX ? a : a + 1;
 /* One sighting of a key without a row: counted, and admitted at its count. */
 static int64_t sighting(dt_keymap *m, int64_t key, uint64_t i, uint32_t step, dt_status *st)
 {
-    uint32_t need = m->p.min_count > 1 ? m->p.min_count : 1;
+    uint32_t need = m->p.min_count > 1 ? (uint32_t)m->p.min_count : 1;
     if (need == 1)
         return admit(m, i, key, 1, step, st);
     if (m->bloom) {

@@ -376,7 +376,7 @@ static dt_status ctr_spec(const dt_train_config *c, dt_arch arch, dt_model_spec 
     dt_ctr_spec ctr = c->ctr;
     if (c->hash_buckets > 0)
         ctr.feature_size = c->hash_buckets;
-    if (ctr.feature_size < 1)
+    if (ctr.feature_size < 1 && !ctr.dynamic)
         return dt_error(DT_ERR_INVALID, "ctr.feature_size: model %s needs the number of "
                         "feature ids (the tables' rows), or `hash_buckets`", c->model);
     return dt_model_spec_ctr(arch, &ctr, spec);
@@ -408,9 +408,13 @@ static dt_status ctr_input_options(const dt_train_config *c, dt_input_options *i
     if (arch == DT_ARCH_SEQUENTIAL)
         return DT_OK;
     *ctr = true;
+    if (spec.dynamic && c->hash_buckets > 0)
+        return dt_error(DT_ERR_INVALID, "--hash-buckets %lld: dynamic tables key their rows by "
+                        "the raw id, never hashed into buckets: drop one of the two",
+                        (long long)c->hash_buckets);
     io->field_size = spec.field_size;
     io->hash_buckets = c->hash_buckets;
-    io->max_id = c->hash_buckets > 0 ? 0 : spec.feature_size;
+    io->max_id = c->hash_buckets > 0 || spec.dynamic ? 0 : spec.feature_size;
     return DT_OK;
 }
 
@@ -552,6 +556,17 @@ static void describe(const dt_train_config *c, const run_plan *p, dt_model *m,
     if (c->summary)
         dt_model_summary(m, c->out);
     p->role->describe(c, p, name);
+}
+
+/* Dynamic tables give each key a row as it arrives, in the one process that trains them. */
+static dt_status check_dynamic_strategy(const dt_model_spec *spec, dt_strategy_kind kind)
+{
+    bool dynamic = spec->arch != DT_ARCH_SEQUENTIAL && spec->arch != DT_ARCH_COLUMNS &&
+                   spec->ctr.dynamic;
+    if (!dynamic || kind == DT_STRATEGY_ONE_DEVICE)
+        return DT_OK;
+    return dt_error(DT_ERR_UNSUPPORTED, "model %s: dynamic tables train with one_device; %s does "
+                    "not train them", spec->name, dt_strategy_name(kind));
 }
 
 /* The replicas of a synchronous strategy, trained with fit; out gets the chief's result. */
@@ -729,6 +744,8 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
         goto fail;
     if (sr.f)
         spec = sr.model.spec;
+    if ((st = check_dynamic_strategy(&spec, plan.kind)))
+        goto fail;
     dt_fit_config fcfg = fit_config_of(c, &plan, &in);
     if ((fcfg.eval_every_steps > 0 || fcfg.eval_throttle_secs > 0.0) && !in.test) {
         st = dt_error(DT_ERR_INVALID, "%s: there is no test data to evaluate on (`test_data`)",
@@ -770,7 +787,7 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
     /* A CTR model's tables are parameters too: the count and the CRC go on over their rows. */
     for (int t = 0; t < dt_model_num_tables(model); t++) {
         const dt_table *tab = dt_model_table(model, t);
-        size_t n = (size_t)tab->rows * (size_t)tab->dim;
+        size_t n = (size_t)dt_model_table_rows_used(model, t) * (size_t)tab->dim;
         out->param_count += n;
         out->param_checksum = dt_crc32c_extend(out->param_checksum, tab->data, n * sizeof(float));
     }
