@@ -50,6 +50,7 @@
 #include <stdint.h>
 
 #include "dtrain/api.h"
+#include "dtrain/checkpoint.h"
 #include "dtrain/status.h"
 #include "dtrain/table.h"
 
@@ -115,6 +116,9 @@ DT_API int64_t dt_keymap_row(const dt_keymap *m, int64_t key);
  * and runs a whole new one. Both do nothing for a policy that evicts nothing. */
 DT_API bool dt_keymap_evict_step(dt_keymap *m, int64_t step, bool force);
 DT_API void dt_keymap_evict_all(dt_keymap *m, int64_t step);
+/* The step of the last whole pass (a checkpoint's, after a restore): the next is due
+ * evict_every_steps after it. */
+DT_API void dt_keymap_set_pass_step(dt_keymap *m, int64_t step);
 /* Packs the live rows into [1, live] (moving each attached table's row and slots), so that the
  * tables' first live + 1 rows are the map's whole state, and releases the pages after them. */
 DT_API void dt_keymap_compact(dt_keymap *m);
@@ -159,6 +163,31 @@ DT_API dt_status dt_keymap_restore_counting(dt_keymap *m, const int64_t *keys,
 /* Restores the filter's counters: n_bytes must match. */
 DT_API dt_status dt_keymap_restore_bloom(dt_keymap *m, const uint8_t *bytes, size_t n_bytes,
                                          const char *what);
+
+/* ---- Checkpoints ---- */
+
+/* Tensors a table of a map adds to a checkpoint, at most. */
+#define DT_KEYMAP_TENSORS (3 + DT_TABLE_MAX_SLOTS + 4)
+
+/* The tensors of attached table i, after dt_keymap_compact, appended at out (room for
+ * DT_KEYMAP_TENSORS); returns how many. With n live keys and the table's dim:
+ *   "<table>"                 F32 (n, dim)   the rows, in key order of "<table>/keys"
+ *   "<slot name>"             F32 (n, dim)   each optimizer slot, when slots
+ *   "<table>/keys"            I64 (n)        the keys
+ *   "<table>/counts"          U32 (n)        times seen (saturating)
+ *   "<table>/last_seen"       U32 (n)        the global step each was last seen at
+ * and for the map's first table only, the admission's state:
+ *   "<table>/counting_keys", "<table>/counting_counts", "<table>/counting_last_seen"
+ *                                            keys counted and not admitted (exact counting)
+ *   "<table>/bloom"           U8 (bytes)     the counting Bloom filter's counters
+ * Data and names point into the map and the table (valid until either changes). */
+DT_API dt_status dt_keymap_tensors(dt_keymap *m, int i, bool slots, dt_ckpt_tensor *out, int *n);
+/* Restores an empty map and its tables from those tensors of c (the slots when slots): every
+ * table's keys must be the first's; a tensor missing, of another dtype or shape, or a key given
+ * twice is DT_ERR_INVALID naming the file and the tensor. */
+DT_API dt_status dt_keymap_restore(dt_keymap *m, const dt_ckpt *c, bool slots);
+/* The attached table of this name's index, or -1. */
+DT_API int dt_keymap_table_index(const dt_keymap *m, const char *table);
 
 /* The 64-bit mix of a key that places it on a parameter-server shard (key_shard) and, with
  * another seed, in a map's index: murmur3's 64-bit finalizer of key XOR seed. */

@@ -434,7 +434,12 @@ void dt_ctr_tables_updated(dt_ctr *c, int64_t step)
         dt_keymap_evict_step(c->keys, step, false);
 }
 
-void dt_ctr_set_step(dt_ctr *c, int64_t step) { c->step = step; }
+void dt_ctr_set_step(dt_ctr *c, int64_t step)
+{
+    c->step = step;
+    if (c->keys) /* the save at that step ran a whole eviction pass */
+        dt_keymap_set_pass_step(c->keys, step);
+}
 dt_keymap *dt_ctr_keymap(dt_ctr *c) { return c->keys; }
 
 int dt_ctr_num_tables(const dt_ctr *c) { return has_v(c) ? 2 : 1; }

@@ -60,6 +60,8 @@ struct dt_keymap {
     int64_t pass_step, last_pass_step, next; /* the pass's step and the next row or record */
     uint32_t cutoff;                         /* max_rows: rows last seen before this go */
     int64_t *ages;                           /* (AGE_BUCKETS) */
+    /* Tensor names of dt_keymap_tensors: "<table>/keys" and the like. */
+    char tensor_names[DT_KEYMAP_MAX_TABLES][7][DT_VIEW_NAME_CAP + 24];
 };
 
 /* ---- Hashing ---- */
@@ -189,6 +191,10 @@ int64_t dt_keymap_capacity(const dt_keymap_policy *p, size_t row_bytes)
 
 /* ---- Creation ---- */
 
+/* Two counters a byte, rounded up to 8 bytes: tensors after the filter's in a checkpoint stay
+ * aligned. */
+static size_t bloom_bytes(const dt_keymap *m) { return ((size_t)(m->bloom_counters + 1) / 2 + 7) & ~(size_t)7; }
+
 static void *map_bytes(size_t n)
 {
     void *p = mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE,
@@ -226,7 +232,7 @@ dt_status dt_keymap_create(const char *name, const dt_keymap_policy *p, int64_t 
     m->index = calloc(m->index_size, sizeof *m->index);
     if (p->bloom_bits) {
         m->bloom_counters = (uint64_t)p->bloom_bits / 4;
-        m->bloom = calloc((size_t)(m->bloom_counters + 1) / 2, 1);
+        m->bloom = calloc(bloom_bytes(m), 1);
     }
     if (!m->keys || !m->counts || !m->last || !m->index || (p->bloom_bits && !m->bloom)) {
         dt_keymap_destroy(m);
@@ -713,6 +719,8 @@ void dt_keymap_evict_all(dt_keymap *m, int64_t step)
             scan_page(m);
 }
 
+void dt_keymap_set_pass_step(dt_keymap *m, int64_t step) { m->last_pass_step = step; }
+
 /* ---- Compaction ---- */
 
 static int cmp_u32(const void *a, const void *b)
@@ -768,7 +776,7 @@ void dt_keymap_stats_get(const dt_keymap *m, dt_keymap_stats *out)
     out->evicted = m->evicted;
     out->waiting_full = m->waiting_full;
     out->rows_used = m->high;
-    out->bloom_bytes = m->bloom ? (m->bloom_counters + 1) / 2 : 0;
+    out->bloom_bytes = m->bloom ? bloom_bytes(m) : 0;
     out->bytes = (uint64_t)(row_bytes(m) * (double)m->high) + 4 * m->index_size +
                  (uint64_t)m->c_cap * 20 + out->bloom_bytes;
 }
@@ -806,7 +814,7 @@ dt_status dt_keymap_counting(dt_keymap *m, const int64_t **keys, const uint32_t 
 
 const uint8_t *dt_keymap_bloom(const dt_keymap *m, size_t *n_bytes)
 {
-    *n_bytes = m->bloom ? (size_t)(m->bloom_counters + 1) / 2 : 0;
+    *n_bytes = m->bloom ? bloom_bytes(m) : 0;
     return m->bloom;
 }
 
@@ -867,5 +875,178 @@ dt_status dt_keymap_restore_bloom(dt_keymap *m, const uint8_t *bytes, size_t n_b
         return dt_error(DT_ERR_INVALID, "%s: a Bloom filter of %zu bytes for table %s, whose "
                         "filter has %zu", what, n_bytes, m->name, have);
     memcpy(m->bloom, bytes, n_bytes);
+    return DT_OK;
+}
+
+/* ---- Checkpoints ---- */
+
+int dt_keymap_table_index(const dt_keymap *m, const char *table)
+{
+    for (int t = 0; t < m->n_tables; t++)
+        if (strcmp(m->tables[t]->name, table) == 0)
+            return t;
+    return -1;
+}
+
+static const char *const state_suffix[7] = {"keys", "counts", "last_seen", "counting_keys",
+                                            "counting_counts", "counting_last_seen", "bloom"};
+
+static dt_ckpt_tensor vector_tensor(const char *name, const char *dtype, size_t esize,
+                                    const void *data, int64_t n)
+{
+    dt_ckpt_tensor x = {.name = name, .dtype = dtype, .n_dims = 1, .data = data};
+    x.dims[0] = n;
+    x.n_bytes = (size_t)n * esize;
+    return x;
+}
+
+static dt_ckpt_tensor rows_tensor(const char *name, const float *rows, int64_t n, int dim)
+{
+    dt_ckpt_tensor x = {.name = name, .dtype = "F32", .n_dims = 2, .data = rows};
+    x.dims[0] = n, x.dims[1] = dim;
+    x.n_bytes = (size_t)n * (size_t)dim * sizeof(float);
+    return x;
+}
+
+dt_status dt_keymap_tensors(dt_keymap *m, int i, bool slots, dt_ckpt_tensor *out, int *count)
+{
+    const dt_table *t = m->tables[i];
+    char (*names)[DT_VIEW_NAME_CAP + 24] = m->tensor_names[i];
+    for (int k = 0; k < 7; k++)
+        snprintf(names[k], sizeof names[k], "%s/%s", t->name, state_suffix[k]);
+    int64_t n = m->high - 1;
+    size_t d = (size_t)t->dim;
+    int c = 0;
+    out[c++] = rows_tensor(t->name, t->data + d, n, t->dim);
+    for (int s = 0; slots && s < t->n_slots; s++)
+        out[c++] = rows_tensor(t->slot_names[s], t->slots[s] + d, n, t->dim);
+    out[c++] = vector_tensor(names[0], "I64", 8, m->keys + 1, n);
+    out[c++] = vector_tensor(names[1], "U32", 4, m->counts + 1, n);
+    out[c++] = vector_tensor(names[2], "U32", 4, m->last + 1, n);
+    if (i == 0 && m->ckeys) {
+        const int64_t *ks;
+        const uint32_t *cs, *ls;
+        int64_t nc;
+        dt_status st = dt_keymap_counting(m, &ks, &cs, &ls, &nc);
+        if (st)
+            return st;
+        out[c++] = vector_tensor(names[3], "I64", 8, ks, nc);
+        out[c++] = vector_tensor(names[4], "U32", 4, cs, nc);
+        out[c++] = vector_tensor(names[5], "U32", 4, ls, nc);
+    }
+    if (i == 0 && m->bloom) {
+        size_t nb;
+        const uint8_t *b = dt_keymap_bloom(m, &nb);
+        out[c++] = vector_tensor(names[6], "U8", 1, b, (int64_t)nb);
+    }
+    *count = c;
+    return DT_OK;
+}
+
+/* Tensor name of c, of dtype and shape (n) or (n, dim) (dim 0: a vector); n < 0: any n. */
+static dt_status find_tensor(const dt_ckpt *c, const char *name, const char *dtype, int64_t n,
+                             int dim, const dt_ckpt_tensor **out)
+{
+    const dt_ckpt_tensor *x = dt_ckpt_find(c, name);
+    if (!x)
+        return dt_error(DT_ERR_INVALID, "%s: no tensor '%s' (a dynamic table's)", dt_ckpt_path(c),
+                        name);
+    bool ok = strcmp(x->dtype, dtype) == 0 && x->n_dims == (dim ? 2 : 1) &&
+              (n < 0 || x->dims[0] == n) && (!dim || x->dims[1] == dim);
+    if (!ok)
+        return dt_error(DT_ERR_INVALID, "%s: tensor '%s' is %s of %d dimensions (%lld, ...), "
+                        "expected %s (%lld%s)", dt_ckpt_path(c), name, x->dtype, x->n_dims,
+                        (long long)(x->n_dims ? x->dims[0] : 0), dtype, (long long)n,
+                        dim ? ", dim" : "");
+    *out = x;
+    return DT_OK;
+}
+
+static dt_status restore_counting(dt_keymap *m, const dt_ckpt *c)
+{
+    char (*names)[DT_VIEW_NAME_CAP + 24] = m->tensor_names[0];
+    const dt_ckpt_tensor *k = dt_ckpt_find(c, names[3]), *cn, *l;
+    if (!k) /* written before any key was counted */
+        return DT_OK;
+    dt_status st;
+    if ((st = find_tensor(c, names[3], "I64", -1, 0, &k)) ||
+        (st = find_tensor(c, names[4], "U32", k->dims[0], 0, &cn)) ||
+        (st = find_tensor(c, names[5], "U32", k->dims[0], 0, &l)))
+        return st;
+    char what[4200];
+    snprintf(what, sizeof what, "%s: %s", dt_ckpt_path(c), names[3]);
+    int64_t n = k->dims[0], *aligned = malloc((size_t)(n ? n : 1) * sizeof *aligned);
+    if (!aligned)
+        return dt_error(DT_ERR_NOMEM, "%s: no memory for %lld keys", what, (long long)n);
+    memcpy(aligned, k->data, (size_t)n * sizeof *aligned);
+    st = dt_keymap_restore_counting(m, aligned, cn->data, l->data, n, what);
+    free(aligned);
+    return st;
+}
+
+dt_status dt_keymap_restore(dt_keymap *m, const dt_ckpt *c, bool slots)
+{
+    for (int t = 0; t < m->n_tables; t++)
+        for (int k = 0; k < 7; k++)
+            snprintf(m->tensor_names[t][k], sizeof m->tensor_names[t][k], "%s/%s",
+                     m->tables[t]->name, state_suffix[k]);
+    const dt_ckpt_tensor *keys, *counts, *last;
+    char (*names)[DT_VIEW_NAME_CAP + 24] = m->tensor_names[0];
+    dt_status st;
+    if ((st = find_tensor(c, names[0], "I64", -1, 0, &keys)) ||
+        (st = find_tensor(c, names[1], "U32", keys->dims[0], 0, &counts)) ||
+        (st = find_tensor(c, names[2], "U32", keys->dims[0], 0, &last)))
+        return st;
+    int64_t n = keys->dims[0];
+    char what[4200];
+    snprintf(what, sizeof what, "%s: %s", dt_ckpt_path(c), names[0]);
+    /* Tensors lie where the file puts them: 8-byte keys after a table of an odd number of floats
+     * are not 8-aligned. */
+    int64_t *aligned = malloc((size_t)(n ? n : 1) * sizeof *aligned);
+    if (!aligned)
+        return dt_error(DT_ERR_NOMEM, "%s: no memory for %lld keys", what, (long long)n);
+    memcpy(aligned, keys->data, (size_t)n * sizeof *aligned);
+    st = dt_keymap_restore_rows(m, aligned, counts->data, last->data, n, what);
+    free(aligned);
+    if (st)
+        return st;
+    for (int t = 0; t < m->n_tables; t++) {
+        dt_table *tab = m->tables[t];
+        const dt_ckpt_tensor *x;
+        if (t > 0) {
+            if ((st = find_tensor(c, m->tensor_names[t][0], "I64", n, 0, &x)))
+                return st;
+            if (memcmp(x->data, keys->data, (size_t)n * 8) != 0)
+                return dt_error(DT_ERR_INVALID, "%s: tensor '%s' differs from '%s': the tables "
+                                "share their keys", dt_ckpt_path(c), m->tensor_names[t][0],
+                                names[0]);
+        }
+        size_t d = (size_t)tab->dim;
+        if ((st = find_tensor(c, tab->name, "F32", n, tab->dim, &x)))
+            return st;
+        memcpy(tab->data + d, x->data, x->n_bytes);
+        for (int s = 0; s < tab->n_slots; s++) {
+            if (!slots) { /* a fresh optimizer: slots at their initial values */
+                for (size_t e = d; e < (size_t)(n + 1) * d; e++)
+                    tab->slots[s][e] = tab->slot_init[s];
+                continue;
+            }
+            if ((st = find_tensor(c, tab->slot_names[s], "F32", n, tab->dim, &x)))
+                return st;
+            memcpy(tab->slots[s] + d, x->data, x->n_bytes);
+        }
+    }
+    if ((st = restore_counting(m, c)))
+        return st;
+    const dt_ckpt_tensor *b = dt_ckpt_find(c, names[6]);
+    if (m->bloom && !b)
+        return dt_error(DT_ERR_INVALID, "%s: no tensor '%s', the Bloom filter of table %s",
+                        dt_ckpt_path(c), names[6], m->name);
+    if (m->bloom) {
+        snprintf(what, sizeof what, "%s: %s", dt_ckpt_path(c), names[6]);
+        if (strcmp(b->dtype, "U8") != 0 || b->n_dims != 1)
+            return dt_error(DT_ERR_INVALID, "%s: not a U8 vector", what);
+        return dt_keymap_restore_bloom(m, b->data, b->n_bytes, what);
+    }
     return DT_OK;
 }

@@ -22,6 +22,8 @@ typedef struct {
     const dt_arena **list;
     dt_arena *tables;
     int n, n_tables;
+    dt_ckpt_tensor *dynamic; /* dynamic tables' tensors (keymap.h) */
+    int n_dynamic;
 } ckpt_arenas;
 
 static void release_arenas(ckpt_arenas *a)
@@ -30,6 +32,7 @@ static void release_arenas(ckpt_arenas *a)
         dt_table_arena_release(&a->tables[i]);
     free(a->tables);
     free(a->list);
+    free(a->dynamic);
     memset(a, 0, sizeof *a);
 }
 
@@ -42,17 +45,21 @@ static dt_status alloc_arenas(dt_model *m, ckpt_arenas *a)
         n += 1 + (size_t)dt_model_table(m, t)->n_slots;
     a->tables = calloc(n, sizeof *a->tables);
     a->list = calloc(n + 3, sizeof *a->list);
-    if (!a->tables || !a->list) {
+    a->dynamic = calloc((size_t)(dt_model_num_tables(m) + 1) * DT_KEYMAP_TENSORS,
+                        sizeof *a->dynamic);
+    if (!a->tables || !a->list || !a->dynamic) {
         release_arenas(a);
         return dt_error(DT_ERR_NOMEM, "no memory for a checkpoint's tensors");
     }
     return DT_OK;
 }
 
-/* The tables' arenas (with their slots when slots) appended to a. */
+/* The fixed tables' arenas (with their slots when slots) appended to a. */
 static dt_status table_arenas(dt_model *m, bool slots, ckpt_arenas *a)
 {
     for (int t = 0; t < dt_model_num_tables(m); t++) {
+        if (dt_model_keymap(m, t))
+            continue;
         const dt_table *tab = dt_model_table(m, t);
         for (int s = -1; s < (slots ? tab->n_slots : 0); s++) {
             dt_arena *ar = &a->tables[a->n_tables];
@@ -62,6 +69,41 @@ static dt_status table_arenas(dt_model *m, bool slots, ckpt_arenas *a)
             a->n_tables++;
             a->list[a->n++] = ar;
         }
+    }
+    return DT_OK;
+}
+
+/* Whether table t is the first of its key map's (the one that writes and reads the map). */
+static bool first_of_keymap(dt_model *m, int t)
+{
+    dt_keymap *k = dt_model_keymap(m, t);
+    for (int u = 0; k && u < t; u++)
+        if (dt_model_keymap(m, u) == k)
+            return false;
+    return k != NULL;
+}
+
+/* At step `step`: each dynamic table's eviction pass run whole and its rows packed, then its
+ * tensors appended to a. */
+static dt_status dynamic_tensors(dt_model *m, int64_t step, bool slots, ckpt_arenas *a)
+{
+    for (int t = 0; t < dt_model_num_tables(m); t++) {
+        if (!first_of_keymap(m, t))
+            continue;
+        dt_keymap *k = dt_model_keymap(m, t);
+        dt_keymap_evict_all(k, step);
+        dt_keymap_compact(k);
+    }
+    for (int t = 0; t < dt_model_num_tables(m); t++) {
+        dt_keymap *k = dt_model_keymap(m, t);
+        if (!k)
+            continue;
+        int n = 0;
+        int i = dt_keymap_table_index(k, dt_model_table(m, t)->name);
+        dt_status st = dt_keymap_tensors(k, i, slots, a->dynamic + a->n_dynamic, &n);
+        if (st)
+            return st;
+        a->n_dynamic += n;
     }
     return DT_OK;
 }
@@ -77,6 +119,9 @@ dt_status dt_ckpt_restore_tables(const dt_ckpt *c, dt_model *m, bool slots)
     st = table_arenas(m, slots, &a);
     for (int i = 0; st == DT_OK && i < a.n_tables; i++)
         st = dt_ckpt_restore_arena(c, &a.tables[i]);
+    for (int t = 0; st == DT_OK && t < dt_model_num_tables(m); t++)
+        if (first_of_keymap(m, t))
+            st = dt_keymap_restore(dt_model_keymap(m, t), c, slots);
     release_arenas(&a);
     return st;
 }
@@ -134,7 +179,10 @@ dt_status dt_fit_save(dt_ckpt_manager *mgr, bool announce, const dt_fit_config *
         a.list[a.n++] = dt_model_state(m);
     st = table_arenas(m, true, &a);
     if (st == DT_OK)
-        st = dt_ckpt_manager_save(mgr, p->step, a.list, a.n, meta, n, path, sizeof path);
+        st = dynamic_tensors(m, p->step, true, &a);
+    if (st == DT_OK)
+        st = dt_ckpt_manager_save_ex(mgr, p->step, a.list, a.n, a.dynamic, a.n_dynamic, meta, n,
+                                     path, sizeof path);
     release_arenas(&a);
     free(spec);
     if (st)
@@ -348,6 +396,7 @@ dt_status dt_fit_restore(dt_replica *r, const dt_fit_config *cfg, dt_model *m, d
         return DT_OK;
     *pos = msg.pos;
     o->iterations = msg.optimizer_iterations;
+    dt_model_set_tables_step(m, msg.optimizer_iterations);
     dt_model_set_dropout_position(m, msg.dropout_position);
     *resumed = true;
     return DT_OK;
