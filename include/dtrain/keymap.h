@@ -150,7 +150,9 @@ DT_API dt_status dt_keymap_counting(dt_keymap *m, const int64_t **keys, const ui
 /* The Bloom filter's counters (two per byte, the low nibble first), or NULL. */
 DT_API const uint8_t *dt_keymap_bloom(const dt_keymap *m, size_t *n_bytes);
 
-/* Restores an empty map: key i gets row i + 1, its count and last-seen step; the caller then
+/* Empties the map: no key, no count, the filter zero. */
+DT_API void dt_keymap_clear(dt_keymap *m);
+/* Restores the map, emptied first: key i gets row i + 1, its count and last-seen step; the caller then
  * fills the attached tables' rows [1, n] (values and slots). DT_ERR_INVALID naming `what` (the
  * file and tensor) and the index for a key given twice or a last-seen step of 0; DT_ERR_NOMEM
  * past the capacity or memory. */
@@ -182,7 +184,7 @@ DT_API dt_status dt_keymap_restore_bloom(dt_keymap *m, const uint8_t *bytes, siz
  *   "<table>/bloom"           U8 (bytes)     the counting Bloom filter's counters
  * Data and names point into the map and the table (valid until either changes). */
 DT_API dt_status dt_keymap_tensors(dt_keymap *m, int i, bool slots, dt_ckpt_tensor *out, int *n);
-/* Restores an empty map and its tables from those tensors of c (the slots when slots): every
+/* Restores the map (emptied first) and its tables from those tensors of c (the slots when slots): every
  * table's keys must be the first's; a tensor missing, of another dtype or shape, or a key given
  * twice is DT_ERR_INVALID naming the file and the tensor. */
 DT_API dt_status dt_keymap_restore(dt_keymap *m, const dt_ckpt *c, bool slots);

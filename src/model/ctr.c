@@ -57,6 +57,7 @@ struct dt_ctr {
     /* Dynamic tables: both tables' rows are the key map's, a batch's ids its keys, turned into
      * rows (keyrows) before the lookups, which read them through `view`. */
     dt_keymap *keys;
+    bool keys_borrowed; /* another model's map, read only (dt_ctr_share_keys) */
     int64_t *keyrows;   /* (B, F) */
     int64_t *view_row;  /* (B + 1) */
     dt_elem view;
@@ -146,7 +147,8 @@ void dt_ctr_destroy(dt_ctr *c)
     free(c->offsets), free(c->places), free(c->bad);
     free(c->emb), free(c->demb), free(c->sums);
     free(c->keyrows), free(c->view_row);
-    dt_keymap_destroy(c->keys);
+    if (!c->keys_borrowed)
+        dt_keymap_destroy(c->keys);
     free(c);
 }
 
@@ -441,6 +443,16 @@ void dt_ctr_set_step(dt_ctr *c, int64_t step)
         dt_keymap_set_pass_step(c->keys, step);
 }
 dt_keymap *dt_ctr_keymap(dt_ctr *c) { return c->keys; }
+
+void dt_ctr_share_keys(dt_ctr *c, dt_keymap *owner)
+{
+    if (!c->keys || c->keys == owner)
+        return;
+    if (!c->keys_borrowed)
+        dt_keymap_destroy(c->keys);
+    c->keys = owner;
+    c->keys_borrowed = true;
+}
 
 int dt_ctr_num_tables(const dt_ctr *c) { return has_v(c) ? 2 : 1; }
 dt_table *dt_ctr_table(dt_ctr *c, int i) { return i == 0 ? &c->w : &c->v; }

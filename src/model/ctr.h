@@ -42,6 +42,8 @@ void dt_ctr_tables_updated(dt_ctr *c, int64_t step);
 void dt_ctr_set_step(dt_ctr *c, int64_t step);
 /* The key map of dynamic tables (both tables share it), or NULL. */
 dt_keymap *dt_ctr_keymap(dt_ctr *c);
+/* Makes c look its keys up in owner's map, read only (a scoring context of a predictor). */
+void dt_ctr_share_keys(dt_ctr *c, dt_keymap *owner);
 
 int dt_ctr_num_tables(const dt_ctr *c);
 dt_table *dt_ctr_table(dt_ctr *c, int i);

@@ -1065,6 +1065,8 @@ dt_status dt_model_share_variables(dt_model *m, const dt_model *owner)
     }
     for (int i = 0; i < n; i++)
         dt_table_borrow(dt_model_table(m, i), dt_model_table((dt_model *)owner, i)->data);
+    if (m->ctr && owner->ctr) /* dynamic tables: the owner's keys find their rows */
+        dt_ctr_share_keys(m->ctr, dt_ctr_keymap(owner->ctr));
     return DT_OK;
 }
 

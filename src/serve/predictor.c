@@ -149,7 +149,10 @@ dt_status dt_predictor_open(const char *path, const dt_predictor_options *o, dt_
         (st = check_format(p->ckpt)) || (st = dt_saved_spec_open(dir, &p->spec)) ||
         (st = dt_saved_model_map(p->ckpt, &p->spec, p->opts.max_batch, &p->master)))
         goto fail;
-    if (p->opts.private_tables && !dt_ckpt_is_sharded(p->ckpt)) {
+    /* Sharded and dynamic tables are the master's own already (dt_saved_model_map). */
+    bool own = dt_ckpt_is_sharded(p->ckpt) ||
+               (dt_model_num_tables(p->master) > 0 && dt_model_keymap(p->master, 0));
+    if (p->opts.private_tables && !own) {
         int n = dt_model_num_tables(p->master);
         p->copies = calloc((size_t)(n ? n : 1), sizeof *p->copies);
         p->copy_bytes = calloc((size_t)(n ? n : 1), sizeof *p->copy_bytes);
@@ -158,7 +161,7 @@ dt_status dt_predictor_open(const char *path, const dt_predictor_options *o, dt_
         if (st || (st = copy_tables(p)))
             goto fail;
     }
-    if (p->opts.populate && !dt_ckpt_is_sharded(p->ckpt) && !p->opts.private_tables)
+    if (p->opts.populate && !own && !p->opts.private_tables)
         populate_tables(p);
     if (p->spec.features)
         dt_features_set_unlabeled(p->spec.features, true);

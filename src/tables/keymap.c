@@ -818,12 +818,24 @@ const uint8_t *dt_keymap_bloom(const dt_keymap *m, size_t *n_bytes)
     return m->bloom;
 }
 
+void dt_keymap_clear(dt_keymap *m)
+{
+    memset(m->index, 0, m->index_size * sizeof *m->index);
+    if (m->high > 1)
+        memset(m->last, 0, (size_t)m->high * sizeof *m->last);
+    if (m->bloom)
+        memset(m->bloom, 0, bloom_bytes(m));
+    m->index_used = 0;
+    m->high = 1, m->n_free = 0, m->rows_at_meminfo = 0;
+    m->c_high = 0, m->n_cfree = 0;
+    m->live = m->counting = m->admitted = m->evicted = m->waiting_full = 0;
+    m->phase = PASS_NONE;
+}
+
 dt_status dt_keymap_restore_rows(dt_keymap *m, const int64_t *keys, const uint32_t *counts,
                                  const uint32_t *last_seen, int64_t n, const char *what)
 {
-    if (m->live || m->counting)
-        return dt_error(DT_ERR_INVALID, "%s: restored into table %s, which holds keys", what,
-                        m->name);
+    dt_keymap_clear(m);
     for (int64_t i = 0; i < n; i++) {
         if (last_seen[i] == 0)
             return dt_error(DT_ERR_INVALID, "%s: key %lld (index %lld) last seen at step 0", what,
@@ -993,6 +1005,7 @@ dt_status dt_keymap_restore(dt_keymap *m, const dt_ckpt *c, bool slots)
     const dt_ckpt_tensor *keys, *counts, *last;
     char (*names)[DT_VIEW_NAME_CAP + 24] = m->tensor_names[0];
     dt_status st;
+    dt_keymap_clear(m);
     if ((st = find_tensor(c, names[0], "I64", -1, 0, &keys)) ||
         (st = find_tensor(c, names[1], "U32", keys->dims[0], 0, &counts)) ||
         (st = find_tensor(c, names[2], "U32", keys->dims[0], 0, &last)))

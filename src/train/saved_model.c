@@ -102,11 +102,15 @@ dt_status dt_saved_model_map(const dt_ckpt *c, const dt_saved_spec *s, int max_b
                              dt_model **out)
 {
     *out = NULL;
-    if (dt_ckpt_is_sharded(c))
-        return dt_saved_model_build(c, s, max_batch, NULL, out);
     dt_model_spec spec;
     dt_model *m = NULL;
     dt_status st = dt_saved_model_spec(c, s, &spec);
+    /* Sharded tables are assembled; dynamic ones restore their keys' map, their rows after
+     * its zero row. */
+    bool dynamic = st == DT_OK && spec.arch != DT_ARCH_SEQUENTIAL &&
+                   spec.arch != DT_ARCH_COLUMNS && spec.ctr.dynamic;
+    if (st == DT_OK && (dt_ckpt_is_sharded(c) || dynamic))
+        return dt_saved_model_build(c, s, max_batch, NULL, out);
     if (st || (st = dt_model_create(&spec, max_batch, NULL, NULL, &m)) ||
         (st = dt_ckpt_restore_arena(c, dt_model_params(m))) ||
         (dt_model_state(m)->n_views > 0 && (st = dt_ckpt_restore_arena(c, dt_model_state(m)))) ||
