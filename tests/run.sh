@@ -43,6 +43,7 @@ run_suite layers "$work/layers" bash tests/layers.sh "$build" "$work/layers"
 run_suite exports "$work/exports" bash tests/exports.sh "$build" "$work/exports"
 # CTR models: generated data, AUC, bad CTR input.
 run_suite ctr "$work/ctr" bash tests/ctr.sh "$build" "$work/ctr"
+run_suite dynamic "$work/dynamic" bash tests/dynamic.sh "$build" "$work/dynamic"
 # Feature specs: dtrain data transform, ids against FarmHash, written specs, errors.
 run_suite features "$work/features" bash tests/features.sh "$build" "$work/features"
 # Feature-spec models on every strategy, a killed ps worker, checkpoints, evaluation, bad rows.

@@ -62,13 +62,13 @@ TEST(libsvm_sparse_lines)
     dt_libsvm_options o = opts(0, 1);
     dt_rowbuf b;
     dt_rowbuf_init(&b, 0);
-    CHECK_OK(parse("1 1:0.5 14:1 4611686018427387904:2", &o, &b));
+    CHECK_OK(parse("1 1:0.5 14:1 9223372036854775807:2", &o, &b));
     CHECK_OK(parse("0 qid:3", &o, &b));
     CHECK_OK(parse("-1 7:-1.5 # 8:1\r", &o, &b));
     CHECK(b.n == 3 && b.nnz == 4);
     if (b.n == 3 && b.nnz == 4) {
         CHECK(b.sp_row[0] == 0 && b.sp_row[1] == 3 && b.sp_row[2] == 3 && b.sp_row[3] == 4);
-        CHECK(b.sp_ids[0] == 0 && b.sp_ids[1] == 13 && b.sp_ids[2] == ((int64_t)1 << 62) - 1);
+        CHECK(b.sp_ids[0] == 0 && b.sp_ids[1] == 13 && b.sp_ids[2] == INT64_MAX - 1);
         CHECK(b.sp_vals[0] == 0.5f && b.sp_vals[1] == 1 && b.sp_vals[2] == 2);
         CHECK(b.sp_ids[3] == 6 && b.sp_vals[3] == -1.5f);
         CHECK(b.labels[0] == 1 && b.labels[1] == 0 && b.labels[2] == -1);
@@ -121,10 +121,10 @@ TEST(libsvm_errors_name_the_column)
     BAD("1 3:1 2:1", &sp, "column 7: index 2 does not increase (the previous index is 3)");
     BAD("1 3:1 3:2", &sp, "column 7: index 3 does not increase (the previous index is 3)");
     BAD("1 2:1 5:1", &de, "column 7: index 5 is beyond the 4 dense features (indices 1..4)");
-    BAD("1 4611686018427387905:1", &sp,
-        "column 3: index 4611686018427387905 is above the largest, 2^62");
+    BAD("1 9223372036854775808:1", &sp,
+        "column 3: index 9223372036854775808 is above the largest, 2^63 - 1");
     BAD("1 99999999999999999999999:1", &sp,
-        "column 3: index 99999999999999999999999 is above the largest, 2^62");
+        "column 3: index 99999999999999999999999 is above the largest, 2^63 - 1");
     BAD("1 1:inf", &sp, "column 5: value 'inf' is not finite (only finite decimal numbers are "
         "accepted)");
     BAD("1 1:-NaN", &sp, "column 5: value '-NaN' is not finite (only finite decimal numbers are "

@@ -29,8 +29,8 @@
  * not buffer more than this to find a line's end. */
 #define DT_LIBSVM_MAX_LINE ((size_t)1 << 20)
 
-/* The largest feature index accepted. */
-#define DT_LIBSVM_MAX_INDEX ((uint64_t)1 << 62)
+/* The largest feature index accepted: any non-negative int64 (dynamic tables key rows by it). */
+#define DT_LIBSVM_MAX_INDEX ((uint64_t)INT64_MAX)
 
 typedef struct {
     /* > 0: features fill this many dense slots (index index_base goes to slot 0), and an index

@@ -481,11 +481,13 @@ static dt_status parse_line(const char *line, size_t len, const dt_libsvm_option
             goto fail;
         }
         int col = (int)(tok - line) + 1;
-        /* 18 digits stay below 2^62; longer ones (maybe wrapped) are counted again with care. */
+        /* 18 digits stay below 2^63 - 1; longer ones (maybe wrapped) are counted again with
+         * care. */
         if (p - tok > 18 && !exact_index(tok, p, &idx)) {
             char t[200];
             show(t, sizeof t, tok, (size_t)(p - tok));
-            st = dt_error(DT_ERR_FORMAT, "column %d: index %s is above the largest, 2^62", col, t);
+            st = dt_error(DT_ERR_FORMAT, "column %d: index %s is above the largest, 2^63 - 1", col,
+                          t);
             goto fail;
         }
         if (idx < lowest) {

@@ -86,8 +86,9 @@ dt_status dt_ctr_create(const dt_model_spec *spec, int max_batch, dt_ctr **out)
     int64_t rows = spec->ctr.feature_size;
     dt_status st = DT_OK;
     if (spec->ctr.dynamic) {
-        /* A row's values and up to two optimizer slots in both tables. */
-        size_t row_bytes = (size_t)(1 + c->K) * sizeof(float) * (1 + DT_TABLE_MAX_SLOTS);
+        /* A row's values in both tables, its slots not counted: the capacity is address space,
+         * and the map's memory check, which counts them, stops the tables first. */
+        size_t row_bytes = (size_t)(1 + c->K) * sizeof(float);
         rows = dt_keymap_capacity(&spec->ctr.dynamic_policy, row_bytes);
         st = dt_keymap_create(has_v(c) ? "fm_v" : "fm_w", &spec->ctr.dynamic_policy, rows, &c->keys);
         c->keyrows = malloc(n * sizeof *c->keyrows);

@@ -203,8 +203,8 @@ static dt_status check_ctr(dt_arch arch, const dt_ctr_spec *c)
     if (field)
         return dt_error(DT_ERR_INVALID, "%s model: %s: expected %s", dt_arch_name(arch), field, why);
     if (!c->dynamic && !dt_keymap_policy_is_default(&c->dynamic_policy))
-        return dt_error(DT_ERR_INVALID, "%s model: dynamic_policy: admission and eviction are "
-                        "for dynamic tables (dynamic)", dt_arch_name(arch));
+        return dt_error(DT_ERR_INVALID, "%s model: admission and eviction are for dynamic "
+                        "tables (`ctr.dynamic`)", dt_arch_name(arch));
     return c->dynamic ? dt_keymap_policy_check(&c->dynamic_policy) : DT_OK;
 }
 

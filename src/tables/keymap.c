@@ -122,26 +122,27 @@ bool dt_keymap_policy_is_default(const dt_keymap_policy *p)
 
 dt_status dt_keymap_policy_check(const dt_keymap_policy *p)
 {
-    if (p->min_count < 0 || p->min_count > UINT32_MAX || p->bloom_bits < 0 || p->memory_limit < 0)
-        return dt_error(DT_ERR_INVALID, "admit: min_count %lld, bloom bits %lld or the memory "
-                        "limit %lld out of range", (long long)p->min_count,
-                        (long long)p->bloom_bits, (long long)p->memory_limit);
+    if (p->min_count < 0 || p->min_count > UINT32_MAX)
+        return dt_error(DT_ERR_INVALID, "admit: `min_count` %lld outside 0..2^32 - 1",
+                        (long long)p->min_count);
     if (p->bloom_bits && (p->bloom_bits < 64 || p->bloom_bits > ((int64_t)1 << 40)))
-        return dt_error(DT_ERR_INVALID, "admit: bloom bits %llu outside 64..2^40",
-                        (unsigned long long)p->bloom_bits);
+        return dt_error(DT_ERR_INVALID, "admit: `bloom_bits` %lld outside 64..2^40",
+                        (long long)p->bloom_bits);
     if (p->bloom_bits && (p->bloom_hashes < 1 || p->bloom_hashes > 16))
-        return dt_error(DT_ERR_INVALID, "admit: bloom hashes %d outside 1..16", p->bloom_hashes);
+        return dt_error(DT_ERR_INVALID, "admit: `bloom_hashes` %d outside 1..16", p->bloom_hashes);
     if (p->bloom_bits && p->min_count > 15)
-        return dt_error(DT_ERR_INVALID, "admit: min_count %lld with a Bloom filter, whose 4-bit "
+        return dt_error(DT_ERR_INVALID, "admit: `min_count` %lld with a Bloom filter, whose 4-bit "
                         "counters count to 15", (long long)p->min_count);
-    if (p->steps_to_live < 0 || p->max_rows < 0 || p->evict_every_steps < 0)
-        return dt_error(DT_ERR_INVALID, "evict: steps_to_live, max_rows and the steps between "
-                        "passes must not be negative");
+    const char *negative = p->bloom_bits < 0 ? "bloom_bits" : p->steps_to_live < 0 ? "steps_to_live"
+                         : p->max_rows < 0 ? "max_rows" : p->evict_every_steps < 0 ? "evict_every_steps"
+                         : p->memory_limit < 0 ? "memory_limit" : NULL;
+    if (negative)
+        return dt_error(DT_ERR_INVALID, "`%s` must not be negative", negative);
     if (p->max_rows >= DT_KEYMAP_MAX_ROWS)
-        return dt_error(DT_ERR_INVALID, "evict: max_rows %lld, at most 2^31 - 1",
+        return dt_error(DT_ERR_INVALID, "evict: `max_rows` %lld, at most 2^31 - 1",
                         (long long)p->max_rows);
     if (!(p->l2_below >= 0.0f) || !isfinite(p->l2_below))
-        return dt_error(DT_ERR_INVALID, "evict: l2_below %g must be finite and not negative",
+        return dt_error(DT_ERR_INVALID, "evict: `l2_below` %g must be finite and not negative",
                         (double)p->l2_below);
     return DT_OK;
 }
@@ -337,9 +338,11 @@ static double row_bytes(const dt_keymap *m)
 static dt_status check_memory(dt_keymap *m)
 {
     double bytes = row_bytes(m) * (double)(m->high + 1) + 4.0 * (double)m->index_size;
-    if (m->p.memory_limit && bytes > (double)m->p.memory_limit)
-        return dt_error(DT_ERR_NOMEM, "table %s: %lld rows would take %.1f MB, over the %.1f MB "
-                        "its memory limit allows: bound it with max_rows, admission or eviction",
+    /* The capacity a memory limit gave the tables assumed two slots per row: with fewer, the
+     * limit itself may not be reached first, but it is still what stops the table. */
+    if (m->p.memory_limit && (bytes > (double)m->p.memory_limit || m->high >= m->cap))
+        return dt_error(DT_ERR_NOMEM, "table %s: %lld rows take %.1f MB, at the %.1f MB its "
+                        "memory limit allows: bound it with max_rows, admission or eviction",
                         m->name, (long long)m->high, bytes / 1e6, (double)m->p.memory_limit / 1e6);
     if (m->high - m->rows_at_meminfo >= MEMINFO_EVERY_ROWS) {
         m->rows_at_meminfo = m->high;
