@@ -393,6 +393,19 @@ static dt_status write_metrics(const char *path, const dt_train_config *c,
     cJSON_AddNumberToObject(j, "checkpoint_seconds", r->checkpoint_seconds);
     cJSON_AddNumberToObject(j, "checkpoints_failed", (double)r->checkpoints_failed);
     cJSON_AddNumberToObject(j, "param_count", (double)rep->param_count);
+    if (rep->dynamic) {
+        const dt_keymap_stats *k = &rep->dynamic_stats;
+        cJSON_AddNumberToObject(j, "dynamic_live_keys", (double)k->live);
+        cJSON_AddNumberToObject(j, "dynamic_admitted", (double)k->admitted);
+        cJSON_AddNumberToObject(j, "dynamic_evicted", (double)k->evicted);
+        cJSON_AddNumberToObject(j, "dynamic_counting", (double)k->counting);
+        cJSON_AddNumberToObject(j, "dynamic_waiting_full", (double)k->waiting_full);
+        cJSON_AddNumberToObject(j, "dynamic_bytes", (double)k->bytes);
+        cJSON_AddNumberToObject(j, "dynamic_bytes_per_key", dt_keymap_bytes_per_key(k));
+        cJSON_AddNumberToObject(j, "dynamic_key_overhead_bytes",
+                                k->live ? (double)k->key_bytes / (double)k->live : 0.0);
+        cJSON_AddNumberToObject(j, "dynamic_bloom_bytes", (double)k->bloom_bytes);
+    }
     char crc[16];
     snprintf(crc, sizeof crc, "%08x", rep->param_checksum);
     cJSON_AddStringToObject(j, "param_checksum", crc);
@@ -424,6 +437,13 @@ static dt_status report(const dt_train_config *c, const char *metrics_out,
         printf("Test loss: %.4f - test accuracy: %.4f\n", r->test_loss, r->test_accuracy);
     if (r->bad_records)
         printf("Skipped %lld bad records\n", (long long)r->bad_records);
+    if (r->dynamic) {
+        const dt_keymap_stats *k = &r->dynamic_stats;
+        printf("Dynamic tables: %lld live keys (%lld admitted, %lld evicted, %lld being counted), "
+               "%.1f bytes per live key, %.1f MB\n", (long long)k->live, (long long)k->admitted,
+               (long long)k->evicted, (long long)k->counting, dt_keymap_bytes_per_key(k),
+               (double)k->bytes / 1e6);
+    }
     fflush(stdout); /* the report first, should the metrics go to stdout too */
     dt_status st = metrics_out ? write_metrics(metrics_out, c, r) : DT_OK;
     /* A full disk or a closed pipe on stdout is a failure, not a success with lost output. */

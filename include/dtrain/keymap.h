@@ -129,10 +129,18 @@ typedef struct {
     int64_t admitted, evicted; /* since creation (or the restore) */
     int64_t waiting_full;    /* sightings of keys at their count that found max_rows live */
     int64_t rows_used;       /* rows [0, rows_used) in use or free: the high-water mark */
-    uint64_t bytes;          /* the index, per-row data and used rows of the tables, the filter */
-    uint64_t bloom_bytes;
+    uint64_t row_bytes;      /* one row of every attached table, values and slots */
+    uint64_t rows_bytes;     /* rows_used x row_bytes (summed over maps by stats_add) */
+    uint64_t key_bytes;      /* the index and the per-row key, count and step */
+    uint64_t counting_bytes; /* the records of keys counted */
+    uint64_t bloom_bytes;    /* the filter */
+    uint64_t bytes;          /* all of it: key_bytes + rows_bytes + the rest */
 } dt_keymap_stats;
 
+/* Bytes per live key: the rows in use and the key overhead over the live keys (0 for none). */
+DT_API double dt_keymap_bytes_per_key(const dt_keymap_stats *s);
+/* Adds b's counts and bytes to a (a model's or a ps task's maps together). */
+DT_API void dt_keymap_stats_add(dt_keymap_stats *a, const dt_keymap_stats *b);
 DT_API void dt_keymap_stats_get(const dt_keymap *m, dt_keymap_stats *out);
 DT_API const dt_keymap_policy *dt_keymap_policy_of(const dt_keymap *m);
 DT_API const char *dt_keymap_name(const dt_keymap *m);

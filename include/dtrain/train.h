@@ -21,6 +21,7 @@
 #include <stdio.h>
 
 #include "dtrain/api.h"
+#include "dtrain/keymap.h"
 #include "dtrain/comm.h"
 #include "dtrain/comm_open.h"
 #include "dtrain/fit.h"
@@ -92,6 +93,8 @@ typedef struct {
     int64_t bad_records;      /* skipped input records (skip_bad_records) */
     size_t param_count;
     uint32_t param_checksum;  /* CRC32C of the parameters */
+    bool dynamic;             /* the model's tables are dynamic: */
+    dt_keymap_stats dynamic_stats; /* their keys and memory at the end */
 } dt_train_report;
 
 /* Trains as configured, after dt_train_config_check. Errors name the field (as its check does),

@@ -1007,6 +1007,25 @@ int64_t dt_model_table_rows_used(dt_model *m, int i)
     return s.rows_used;
 }
 
+bool dt_model_dynamic_stats(dt_model *m, dt_keymap_stats *out)
+{
+    memset(out, 0, sizeof *out);
+    bool any = false;
+    for (int i = 0; i < dt_model_num_tables(m); i++) {
+        dt_keymap *k = dt_model_keymap(m, i);
+        bool first = k != NULL;
+        for (int j = 0; first && j < i; j++)
+            first = dt_model_keymap(m, j) != k;
+        if (!first)
+            continue;
+        dt_keymap_stats s;
+        dt_keymap_stats_get(k, &s);
+        dt_keymap_stats_add(out, &s);
+        any = true;
+    }
+    return any;
+}
+
 void dt_model_set_tables_step(dt_model *m, int64_t step)
 {
     if (m->ctr)

@@ -779,9 +779,32 @@ void dt_keymap_stats_get(const dt_keymap *m, dt_keymap_stats *out)
     out->evicted = m->evicted;
     out->waiting_full = m->waiting_full;
     out->rows_used = m->high;
+    out->row_bytes = (uint64_t)(row_bytes(m) - 16.0);
+    /* The index's entries are shared out between the keys with rows and those being counted. */
+    double entries = (double)(m->live + m->counting);
+    double index_share = entries > 0 ? 4.0 * (double)m->index_size * (double)m->live / entries
+                                     : 4.0 * (double)m->index_size;
+    out->key_bytes = (uint64_t)index_share + 16 * (uint64_t)m->high;
+    out->counting_bytes = (uint64_t)m->c_cap * 20 + (4 * m->index_size - (uint64_t)index_share);
     out->bloom_bytes = m->bloom ? bloom_bytes(m) : 0;
-    out->bytes = (uint64_t)(row_bytes(m) * (double)m->high) + 4 * m->index_size +
-                 (uint64_t)m->c_cap * 20 + out->bloom_bytes;
+    out->rows_bytes = out->row_bytes * (uint64_t)m->high;
+    out->bytes = out->key_bytes + out->rows_bytes + out->counting_bytes + out->bloom_bytes;
+}
+
+double dt_keymap_bytes_per_key(const dt_keymap_stats *s)
+{
+    if (s->live <= 0)
+        return 0.0;
+    return (double)(s->key_bytes + s->rows_bytes) / (double)s->live;
+}
+
+void dt_keymap_stats_add(dt_keymap_stats *a, const dt_keymap_stats *b)
+{
+    a->live += b->live, a->counting += b->counting, a->admitted += b->admitted;
+    a->evicted += b->evicted, a->waiting_full += b->waiting_full, a->rows_used += b->rows_used;
+    a->row_bytes += b->row_bytes, a->rows_bytes += b->rows_bytes;
+    a->key_bytes += b->key_bytes, a->counting_bytes += b->counting_bytes;
+    a->bloom_bytes += b->bloom_bytes, a->bytes += b->bytes;
 }
 
 const dt_keymap_policy *dt_keymap_policy_of(const dt_keymap *m) { return &m->p; }

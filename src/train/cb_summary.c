@@ -21,6 +21,23 @@ static dt_status train_begin(void *self, dt_fit_ctx *c)
     return DT_OK;
 }
 
+/* Dynamic tables' keys: live, admitted, evicted, counted, and the bytes per live key. */
+static dt_status write_dynamic(summaries *s, dt_fit_ctx *c)
+{
+    dt_keymap_stats k;
+    if (!dt_model_dynamic_stats(c->m, &k))
+        return DT_OK;
+    int64_t step = c->pos.step;
+    dt_status st;
+    if ((st = dt_summary_scalar(s->train, "dynamic_tables/live_keys", step, (float)k.live)) ||
+        (st = dt_summary_scalar(s->train, "dynamic_tables/admitted", step, (float)k.admitted)) ||
+        (st = dt_summary_scalar(s->train, "dynamic_tables/evicted", step, (float)k.evicted)) ||
+        (st = dt_summary_scalar(s->train, "dynamic_tables/counting", step, (float)k.counting)))
+        return st;
+    return dt_summary_scalar(s->train, "dynamic_tables/bytes_per_key", step,
+                             (float)dt_keymap_bytes_per_key(&k));
+}
+
 static dt_status write_train(summaries *s, dt_fit_ctx *c)
 {
     int64_t step = c->pos.step;
@@ -33,7 +50,8 @@ static dt_status write_train(summaries *s, dt_fit_ctx *c)
     if ((st = dt_summary_scalar(s->train, "loss", step, (float)c->batch_loss)) ||
         (st = dt_summary_scalar(s->train, "accuracy", step, (float)c->batch_accuracy)) ||
         (st = dt_summary_scalar(s->train, "learning_rate", step, lr)) ||
-        (st = dt_summary_scalar(s->train, "global_step/sec", step, (float)rate)))
+        (st = dt_summary_scalar(s->train, "global_step/sec", step, (float)rate)) ||
+        (st = write_dynamic(s, c)))
         return st;
     return dt_summary_flush(s->train);
 }

@@ -192,6 +192,12 @@ dt_status dt_fit_save(dt_ckpt_manager *mgr, bool announce, const dt_fit_config *
     if (announce && cfg->log)
         dt_log_to(cfg->log, DT_LOG_INFO, "Saving checkpoints for %" PRId64 " into %s.", p->step,
                   path);
+    dt_keymap_stats k;
+    if (announce && cfg->log && dt_model_dynamic_stats(m, &k))
+        dt_log_to(cfg->log, DT_LOG_INFO, "Dynamic tables at step %" PRId64 ": %lld live keys, "
+                  "%lld admitted, %lld evicted, %lld being counted, %.1f bytes per live key",
+                  p->step, (long long)k.live, (long long)k.admitted, (long long)k.evicted,
+                  (long long)k.counting, dt_keymap_bytes_per_key(&k));
     return DT_OK;
 }
 

@@ -791,6 +791,7 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
         out->param_count += n;
         out->param_checksum = dt_crc32c_extend(out->param_checksum, tab->data, n * sizeof(float));
     }
+    out->dynamic = dt_model_dynamic_stats(model, &out->dynamic_stats);
     if (out->chief)
         st = final_test(c, &in, model, out);
 fail:
