@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "dtrain/checkpoint.h"
 #include "dtrain/evaluator.h"
+#include "dtrain/model_spec.h"
 #include "../src/core/crc32c.h"
 #include "dtrain/tfrecord.h"
 #include "flags.h"
@@ -114,12 +115,80 @@ static dt_status print_sharding(const dt_ckpt *c)
     return DT_OK;
 }
 
+/* A dynamic table's tensors: "<table>/keys" and the rest beside its rows. */
+static void print_dynamic_table(const dt_ckpt *c, const dt_ckpt_tensor *keys)
+{
+    size_t n = strlen(keys->name) - strlen("/keys"), bytes = 0;
+    for (int i = 0; i < dt_ckpt_n_tensors(c); i++) {
+        const dt_ckpt_tensor *t = dt_ckpt_tensor_at(c, i);
+        const char *slash = strrchr(t->name, '/');
+        bool mine = (strncmp(t->name, keys->name, n) == 0 && (t->name[n] == '/' || !t->name[n])) ||
+                    (slash && strlen(slash + 1) == n && strncmp(slash + 1, keys->name, n) == 0);
+        bytes += mine && !strstr(t->name, "/counting_") && !strstr(t->name, "/bloom") ? t->n_bytes : 0;
+    }
+    char counted[300];
+    snprintf(counted, sizeof counted, "%.*s/counting_keys", (int)n, keys->name);
+    const dt_ckpt_tensor *ck = dt_ckpt_find(c, counted);
+    printf("  %-20.*s %lld live keys, %.1f bytes each (rows, slots, key, count, step)", (int)n,
+           keys->name, (long long)keys->dims[0],
+           keys->dims[0] ? (double)bytes / (double)keys->dims[0] : 0.0);
+    if (ck)
+        printf("; %lld keys being counted", (long long)ck->dims[0]);
+    printf("\n");
+}
+
+/* A checkpoint of dynamic tables: each table's live keys and bytes, and the model's admission
+ * and eviction. */
+static void print_dynamic(const dt_ckpt *c)
+{
+    const char *json = dt_ckpt_meta_get(c, "model_spec");
+    dt_model_spec spec;
+    if (!json || dt_model_spec_from_json(json, dt_ckpt_path(c), &spec) != DT_OK) {
+        dt_error_clear();
+        return;
+    }
+    if (spec.arch == DT_ARCH_SEQUENTIAL || spec.arch == DT_ARCH_COLUMNS || !spec.ctr.dynamic)
+        return;
+    const dt_keymap_policy *p = &spec.ctr.dynamic_policy;
+    printf("dynamic tables:\n");
+    for (int i = 0; i < dt_ckpt_n_tensors(c); i++) {
+        const dt_ckpt_tensor *t = dt_ckpt_tensor_at(c, i);
+        size_t len = strlen(t->name);
+        if (len > 5 && strcmp(t->name + len - 5, "/keys") == 0 && strcmp(t->dtype, "I64") == 0)
+            print_dynamic_table(c, t);
+    }
+    printf("  admission: min_count %lld", (long long)(p->min_count > 1 ? p->min_count : 1));
+    if (p->min_count <= 1)
+        printf(", every key at its first sighting");
+    else if (p->bloom_bits)
+        printf(", counted in a Bloom filter of %lld bits, %d hashes", (long long)p->bloom_bits,
+               p->bloom_hashes);
+    else
+        printf(", counted exactly");
+    printf("\n  eviction: ");
+    if (!dt_keymap_policy_evicts(p))
+        printf("none");
+    if (p->steps_to_live)
+        printf("keys unseen for %lld steps; ", (long long)p->steps_to_live);
+    if (p->l2_below > 0.0f)
+        printf("rows of L2 norm below %g; ", (double)p->l2_below);
+    if (p->max_rows)
+        printf("past %lld rows, the least recently seen; ", (long long)p->max_rows);
+    if (dt_keymap_policy_evicts(p))
+        printf(p->evict_every_steps ? "a pass every %lld steps and at each save" : "at each save",
+               (long long)p->evict_every_steps);
+    printf("\n");
+    if (p->memory_limit)
+        printf("  memory limit: %lld bytes\n", (long long)p->memory_limit);
+}
+
 int cmd_inspect(int argc, char **argv)
 {
     if (argc == 1 && (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0)) {
         printf("usage: dtrain inspect CHECKPOINT|MODEL_DIR\n\nPrints every tensor's name, "
-               "shape, dtype, size and CRC32C, then the metadata; for a parameter-server\n"
-               "checkpoint, each ps task's file and the table shards it holds.\n");
+               "shape, dtype, size and CRC32C, then the metadata; for dynamic tables, each\n"
+               "table's live keys and bytes per key and the admission and eviction; for a\n"
+               "parameter-server checkpoint, each ps task's file and the table shards it holds.\n");
         return 0;
     }
     if (argc != 1)
@@ -148,6 +217,7 @@ int cmd_inspect(int argc, char **argv)
         dt_ckpt_meta_at(c, i, &k, &v);
         printf("  %s = %s\n", k, v);
     }
+    print_dynamic(c);
     st = print_sharding(c);
     dt_ckpt_close(c);
     if (st)

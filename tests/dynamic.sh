@@ -90,6 +90,13 @@ PY
 if [ "$status" -eq 0 ] && echo "$got" | grep -q " keys, "; then ok numpy_reads_dynamic_tables "$got"
 else fail numpy_reads_dynamic_tables "exit $status: $got $(tail -2 "$tmp/err")"; fi
 
+run "$dtrain" inspect "$tmp/M"
+if [ "$status" -eq 0 ] && grep -qE "fm_v +[0-9]+ live keys" "$tmp/out" &&
+    grep -q "admission: min_count 2, counted exactly" "$tmp/out" &&
+    grep -q "past 2500 rows, the least recently seen; a pass every 4 steps" "$tmp/out"; then
+    ok inspect_shows_dynamic_tables "$(grep -E "fm_v +[0-9]+ live" "$tmp/out")"
+else fail inspect_shows_dynamic_tables "exit $status: $(tail -6 "$tmp/out") $(cat "$tmp/err")"; fi
+
 # --- ids anywhere in 0 .. 2^63 - 1 are keys as they are ---
 "$py" - "$tmp/train.svm" "$tmp/big.svm" <<'PY'
 import sys
