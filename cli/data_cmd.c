@@ -287,12 +287,17 @@ fail:
 
 static int cmd_gen_ctr(int argc, char **argv)
 {
-    int64_t rows, seed;
+    int64_t rows, seed, id_space, first_row;
     const char *format, *out;
     int threads;
     bool help;
     flag_def flags[] = {
         {"rows", FLAG_INT64, "100000", "rows to write", &rows, false},
+        {"id-space", FLAG_INT64, "0", "the wide form: each categorical field's values come from "
+         "this many (10^8 and more), with a long tail, drifting over the rows (values appear and "
+         "disappear); 0: fields of 10 to 10^6 values", &id_space, false},
+        {"first-row", FLAG_INT64, "0", "the wide form's position of the first row: a test set "
+         "written from the training set's row count continues it in time", &first_row, false},
         {"seed", FLAG_INT64, "1", "picks the rows; the teacher is the same for every seed",
          &seed, false},
         {"format", FLAG_STRING, "libsvm", "libsvm (field-positional, as the DeepFM sample), "
@@ -335,11 +340,13 @@ static int cmd_gen_ctr(int argc, char **argv)
     dt_status st = dt_pool_create(threads ? threads : dt_cpu_count(), &pool);
     dt_gen_result r;
     double t0 = dt_clock_now();
+    dt_gen_options go = {.format = fmt, .rows = rows, .seed = (uint64_t)seed,
+                         .id_space = id_space, .first_row = first_row};
     if (st == DT_OK)
-        st = dt_gen_ctr(out, fmt, rows, (uint64_t)seed, pool, &r);
+        st = dt_gen_ctr_ex(out, &go, pool, &r);
     dt_pool_destroy(pool);
     if (st)
-        return cli_fail(1, dt_last_error());
+        return cli_fail(st == DT_ERR_INVALID ? 2 : 1, dt_last_error());
     double secs = dt_clock_now() - t0;
     if (fmt == DT_GEN_CENSUS)
         printf("rows=%lld teacher_auc=%.4f positives=%.4f rows_per_s=%.0f\n", (long long)r.rows,

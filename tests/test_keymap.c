@@ -275,7 +275,7 @@ TEST(keymap_compaction_packs_rows_and_keeps_every_key_s_row)
     const int64_t *ks;
     const uint32_t *cs, *ls;
     int64_t n;
-    dt_keymap_rows(m, &ks, &cs, &ls, &n);
+    CHECK_OK(dt_keymap_rows(m, &ks, &cs, &ls, &n));
     CHECK(n == 100);
     for (int64_t i = 0; i < n; i++) {
         int64_t k = ks[i] / 7919;
@@ -319,7 +319,7 @@ TEST(keymap_state_restores_into_a_new_map)
     const int64_t *ks, *cks;
     const uint32_t *cs, *ls, *ccs, *cls;
     int64_t nr, nc;
-    dt_keymap_rows(m, &ks, &cs, &ls, &nr);
+    CHECK_OK(dt_keymap_rows(m, &ks, &cs, &ls, &nr));
     CHECK_OK(dt_keymap_counting(m, &cks, &ccs, &cls, &nc));
     CHECK(nr == 2 && nc == 1 && cks[0] == 6 && ccs[0] == 1 && cls[0] == 3);
     CHECK_OK(dt_keymap_restore_rows(n, ks, cs, ls, nr, "test"));

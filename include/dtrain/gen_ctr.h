@@ -71,6 +71,25 @@ DT_API int64_t dt_gen_ctr_feature_size(void);
 DT_API dt_status dt_gen_ctr(const char *path, dt_gen_format format, int64_t rows, uint64_t seed,
                             dt_pool *pool, dt_gen_result *out);
 
+/* The wide form, for dynamic tables: with id_space > 0, every categorical field draws its values
+ * from [0, id_space) (10^8 and more), ranks by the same power laws over the whole space, so the
+ * tail is long; and the values drift: every 20,000 rows field j's ranks slide 1 + 63 j / 25
+ * places along a hashed sequence of values, so values appear in the tail, grow popular, lead,
+ * and are never drawn again. The teacher's weights are hashes of (field, value), as before; row
+ * positions count from first_row, so a test set written with first_row = the training rows
+ * continues the training set in time. In the libsvm form field j's value v has id 13 + j x
+ * (id_space + 1) + v. */
+typedef struct {
+    dt_gen_format format;
+    int64_t rows;
+    uint64_t seed;
+    int64_t id_space;   /* 0: the classic cardinalities, 10 .. 10^6 */
+    int64_t first_row;  /* the position of the first row written, for the drift */
+} dt_gen_options;
+
+DT_API dt_status dt_gen_ctr_ex(const char *path, const dt_gen_options *o, dt_pool *pool,
+                               dt_gen_result *out);
+
 /* The census format's rows, for dt_gen_ctr's blocks (src/data/gen_census.c). */
 #define DT_GEN_CENSUS_LINE_MAX 256
 /* The CSV header line, '\n' included. */

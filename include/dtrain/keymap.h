@@ -101,8 +101,9 @@ DT_API void dt_keymap_set_seed(dt_keymap *m, int i, uint64_t seed);
 
 /* Training: the rows of keys[0..n) (a place each, repeats allowed), written to rows; every
  * sighting counted and stamped with step; keys admitted as their count reaches min_count (every
- * place of such a key, earlier ones in the batch too, gets its row). DT_ERR_NOMEM when admission
- * would pass the memory the map may take; the rows written before are valid. */
+ * place of such a key gets its row). The places are grouped by key first, so each distinct key
+ * is looked up once. DT_ERR_NOMEM when admission would pass the memory the map may take (rows
+ * then all 0; the keys admitted before it stay). */
 DT_API dt_status dt_keymap_resolve(dt_keymap *m, const int64_t *keys, size_t n, int64_t step,
                                    int64_t *rows);
 /* Scoring: the rows of keys, 0 for a key without one; nothing counted. */
@@ -148,9 +149,9 @@ DT_API const char *dt_keymap_name(const dt_keymap *m);
 /* ---- State, for checkpoints ---- */
 
 /* After dt_keymap_compact: the live keys in row order (row i + 1 holds keys[i]), their counts and
- * last-seen steps; n live. */
-DT_API void dt_keymap_rows(const dt_keymap *m, const int64_t **keys, const uint32_t **counts,
-                           const uint32_t **last_seen, int64_t *n);
+ * last-seen steps, packed into arrays the map owns until its next call of this; n live. */
+DT_API dt_status dt_keymap_rows(dt_keymap *m, const int64_t **keys, const uint32_t **counts,
+                                const uint32_t **last_seen, int64_t *n);
 /* The keys being counted (exact counting), packed into arrays the map owns until its next
  * change; n of them. */
 DT_API dt_status dt_keymap_counting(dt_keymap *m, const int64_t **keys, const uint32_t **counts,

@@ -77,6 +77,8 @@ DT_API size_t dt_table_bytes(const dt_table *t);
 DT_API void dt_table_init_normal(dt_table *t, float stddev, uint64_t seed, dt_pool *pool);
 /* Row `global`'s draw into row (dim values): what dt_table_init_normal writes to row `global`. */
 DT_API void dt_table_draw_row(float *row, int dim, float stddev, uint64_t seed, uint64_t global);
+/* Makes t lazy: its owner sets each row and its slots as it first uses it. */
+DT_API void dt_table_make_lazy(dt_table *t);
 /* Releases the pages of rows [from, rows) of the values and slots (they read as zero again). */
 DT_API void dt_table_release_rows(dt_table *t, int64_t from);
 /* The same for a table holding some rows of a larger one: its row r is the larger table's row

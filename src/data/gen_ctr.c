@@ -35,7 +35,14 @@ typedef struct {
     double u_num[DT_GEN_NUMERIC][LATENT];
     double bias;
     int64_t feature_size;
+    /* The wide form (dt_gen_options.id_space > 0): each field's values come from [0, space),
+     * rank r at row position p being value_of(j, r + (p / DRIFT_ROWS) x drift_j). */
+    int64_t space, first_row;
+    int64_t drift[DT_GEN_CATEGORICAL];
 } teacher;
+
+/* Rows per step of the wide form's drift: every DRIFT_ROWS rows, each field's ranks move on. */
+#define DRIFT_ROWS 20000
 
 /* The teacher's hash of a three-part key. */
 static uint64_t hash3(uint64_t a, uint64_t b, uint64_t c)
@@ -61,7 +68,7 @@ static double normal_of(uint64_t h)
 
 static double hashed_normal(uint64_t a, uint64_t b, uint64_t c) { return normal_of(hash3(a, b, c)); }
 
-static double w_cat(int j, int64_t r) { return 0.35 * hashed_normal(1, (uint64_t)j, (uint64_t)r); }
+static double w_cat(int j, int64_t v) { return 0.35 * hashed_normal(1, (uint64_t)j, (uint64_t)v); }
 
 /* A categorical value's LATENT interaction factors. */
 static void u_cat(int j, int64_t r, double u[LATENT])
@@ -77,7 +84,9 @@ static void u_cat(int j, int64_t r, double u[LATENT])
 }
 
 /* One row before formatting: the counts (-1: missing), their values as the model sees them
- * (numeric_value: computed once, for the teacher and the formats) and the ranks (-1: missing). */
+ * (numeric_value: computed once, for the teacher and the formats) and the categorical values
+ * (-1: missing): the ranks drawn, or in the wide form the values those ranks stand for at the
+ * row's position. */
 typedef struct {
     int64_t count[DT_GEN_NUMERIC];
     double num[DT_GEN_NUMERIC];
@@ -133,29 +142,45 @@ static double teacher_logit(const teacher *t, const row *x)
     return z;
 }
 
-static void draw_row(const teacher *t, dt_rng *r, row *x)
+/* The wide form's value of field j's rank r at row position pos: the ranks slide along a
+ * hashed sequence of values, drift_j places per DRIFT_ROWS rows, so values appear in the tail,
+ * grow popular, lead, and then are never drawn again. */
+static int64_t wide_value(const teacher *t, int j, int64_t rank, int64_t pos)
+{
+    uint64_t k = (uint64_t)rank + (uint64_t)(pos / DRIFT_ROWS) * (uint64_t)t->drift[j];
+    return (int64_t)(hash3(8, (uint64_t)j, k) % (uint64_t)t->space);
+}
+
+static void draw_row(const teacher *t, dt_rng *r, int64_t pos, row *x)
 {
     for (int i = 0; i < DT_GEN_NUMERIC; i++) {
         x->count[i] = dt_rng_uniform(r) < 0.1f ? -1
                       : (int64_t)floor(exp(t->mu[i] + t->sigma[i] * normal(r)));
         x->num[i] = numeric_value(x->count[i]);
     }
-    for (int j = 0; j < DT_GEN_CATEGORICAL; j++)
+    for (int j = 0; j < DT_GEN_CATEGORICAL; j++) {
         x->rank[j] = dt_rng_uniform(r) < 0.03f
                          ? -1 : power_law_rank((double)dt_rng_uniform(r), t->zipf_top[j],
                                                        t->zipf_inv[j], t->card[j]);
+        if (t->space && x->rank[j] >= 0)
+            x->rank[j] = wide_value(t, j, x->rank[j], t->first_row + pos);
+    }
     double z = teacher_logit(t, x);
     x->logit = (float)z;
     x->label = (double)dt_rng_uniform(r) < 1.0 / (1.0 + exp(-z)) ? 1.0f : 0.0f;
 }
 
-static void teacher_init(teacher *t)
+static void teacher_init(teacher *t, int64_t space, int64_t first_row)
 {
     memset(t, 0, sizeof *t);
+    t->space = space, t->first_row = first_row;
     int64_t offset = DT_GEN_NUMERIC;
     for (int j = 0; j < DT_GEN_CATEGORICAL; j++) {
-        /* 10 .. 10^6, log-uniformly spaced. */
-        t->card[j] = (int64_t)llround(pow(10.0, 1.0 + 5.0 * j / (DT_GEN_CATEGORICAL - 1)));
+        /* 10 .. 10^6, log-uniformly spaced; the wide form's ranks span the whole space. */
+        t->card[j] = space ? space
+                           : (int64_t)llround(pow(10.0, 1.0 + 5.0 * j / (DT_GEN_CATEGORICAL - 1)));
+        /* 1 .. 64 places per drift step, more for the fields of more values. */
+        t->drift[j] = 1 + (int64_t)(63.0 * j / (DT_GEN_CATEGORICAL - 1));
         t->offset[j] = offset;
         offset += t->card[j] + 1; /* + the missing value's row */
         t->zipf_s[j] = 1.05 + 0.55 * (hashed_unit(3, (uint64_t)j, 0) + 1.0) / 2.0;
@@ -178,7 +203,7 @@ static void teacher_init(teacher *t)
     dt_rng_seed(&r, 0x63616c6962ULL);
     row x;
     for (int n = 0; n < SAMPLE; n++) {
-        draw_row(t, &r, &x);
+        draw_row(t, &r, n, &x);
         z[n] = x.logit;
     }
     t->bias = dt_gen_bias_for_rate(z, SAMPLE, 0.25);
@@ -202,7 +227,7 @@ double dt_gen_bias_for_rate(const double *z, int n, double rate)
 int64_t dt_gen_ctr_feature_size(void)
 {
     teacher t;
-    teacher_init(&t);
+    teacher_init(&t, 0, 0);
     return t.feature_size;
 }
 
@@ -439,7 +464,7 @@ static void gen_block(gen_job *j, int64_t b)
     }
     for (int64_t r = r0; r < r1; r++) {
         row x;
-        draw_row(j->t, &rng, &x);
+        draw_row(j->t, &rng, r, &x);
         j->logits[r] = x.logit;
         j->labels[r] = x.label;
         bool ok = j->format == DT_GEN_LIBSVM     ? format_libsvm(j->t, &x, out)
@@ -476,11 +501,27 @@ static void round_task(void *ctx, int task, int n_tasks)
 dt_status dt_gen_ctr(const char *path, dt_gen_format format, int64_t rows, uint64_t seed,
                      dt_pool *pool, dt_gen_result *out)
 {
+    dt_gen_options o = {.format = format, .rows = rows, .seed = seed};
+    return dt_gen_ctr_ex(path, &o, pool, out);
+}
+
+dt_status dt_gen_ctr_ex(const char *path, const dt_gen_options *o, dt_pool *pool,
+                        dt_gen_result *out)
+{
     memset(out, 0, sizeof *out);
+    dt_gen_format format = o->format;
+    int64_t rows = o->rows;
+    uint64_t seed = o->seed;
     if (rows < 1 || rows > ((int64_t)1 << 34))
         return dt_error(DT_ERR_INVALID, "--rows: 1..2^34, got %lld", (long long)rows);
+    if (o->id_space && (o->id_space < 1000 || o->id_space > ((int64_t)1 << 40) ||
+                        format == DT_GEN_CENSUS))
+        return dt_error(DT_ERR_INVALID, "--id-space: 1000..2^40 values per field, for the click "
+                        "formats; got %lld", (long long)o->id_space);
+    if (o->first_row < 0 || o->first_row > ((int64_t)1 << 40))
+        return dt_error(DT_ERR_INVALID, "--first-row: 0..2^40, got %lld", (long long)o->first_row);
     teacher t;
-    teacher_init(&t);
+    teacher_init(&t, o->id_space, o->first_row);
     int64_t n_blocks = (rows + BLOCK_ROWS - 1) / BLOCK_ROWS;
     int per_round = dt_pool_size(pool) * 4;
     gen_job j = {.t = &t, .format = format, .seed = seed, .rows = rows,

@@ -21,6 +21,24 @@
 #define LINEAR_AGES 4096
 #define AGE_BUCKETS (LINEAR_AGES + 40)
 
+/* A row's key, times seen and last step (0 marks a free row): one 16-byte record, so a lookup
+ * that finds the row and stamps it touches one cache line. */
+typedef struct {
+    int64_t key;
+    uint32_t count, last;
+} row_meta;
+
+/* The index is buckets of one cache line: 12 entries and a tag byte each (0 empty, 1 a removed
+ * entry, else 2 + a hash of the key mod 254), so a lookup reads one line and compares a key only
+ * where the tag matches. */
+#define BUCKET_SLOTS 12
+typedef struct {
+    uint8_t tag[BUCKET_SLOTS];
+    uint32_t spare;
+    uint32_t ent[BUCKET_SLOTS];
+} bucket;
+#define ENT(m, pos) ((m)->bk[(pos) / BUCKET_SLOTS].ent[(pos) % BUCKET_SLOTS])
+
 enum pass_phase { PASS_NONE, PASS_AGES, PASS_ROWS, PASS_COUNTING };
 
 struct dt_keymap {
@@ -34,21 +52,20 @@ struct dt_keymap {
 
     int64_t cap;       /* rows, the zero row included */
     int64_t high;      /* rows [0, high) used or free */
-    int64_t *keys;     /* (cap): mapped */
-    uint32_t *counts, *last; /* (cap): mapped; last 0 marks a free row */
+    row_meta *meta;    /* (cap): mapped */
     uint32_t *free_rows;
     int64_t n_free, free_cap;
 
-    uint32_t *index;
-    uint64_t index_size, index_used;
+    bucket *bk;        /* the index: n_buckets buckets of BUCKET_SLOTS entries */
+    uint64_t n_buckets, index_used, index_tomb;
 
     /* Exact counting: records of keys not admitted yet; clast 0 marks a free record. */
     int64_t *ckeys;
     uint32_t *ccounts, *clast, *cfree;
     int64_t c_high, c_cap, n_cfree;
-    /* dt_keymap_counting's packed copy. */
-    int64_t *pk;
-    uint32_t *pc, *pl;
+    /* dt_keymap_counting's and dt_keymap_rows's packed copies. */
+    int64_t *pk, *rk;
+    uint32_t *pc, *pl, *rc, *rl;
 
     uint8_t *bloom;   /* 4-bit counters, two per byte */
     uint64_t bloom_counters;
@@ -60,6 +77,10 @@ struct dt_keymap {
     int64_t pass_step, last_pass_step, next; /* the pass's step and the next row or record */
     uint32_t cutoff;                         /* max_rows: rows last seen before this go */
     int64_t *ages;                           /* (AGE_BUCKETS) */
+    /* dt_keymap_resolve's grouping of a batch's places by key (group_places). */
+    int64_t *b_uniq, *b_rows;
+    uint32_t *b_times, *b_which, *b_table;
+    size_t batch_cap, batch_slots, b_n;
     /* Tensor names of dt_keymap_tensors: "<table>/keys" and the like. */
     char tensor_names[DT_KEYMAP_MAX_TABLES][7][DT_VIEW_NAME_CAP + 24];
 };
@@ -79,28 +100,47 @@ uint64_t dt_keymap_hash(int64_t key, uint64_t seed)
 
 int dt_keymap_shard(int64_t key, int n) { return (int)(dt_keymap_hash(key, 0) % (uint64_t)n); }
 
-static uint64_t home_of(const dt_keymap *m, int64_t key)
+static uint64_t index_hash(int64_t key) { return dt_keymap_hash(key, INDEX_SEED); }
+
+/* The bucket from the hash's high bits, the tag from its low ones: independent of each other. */
+static uint64_t bucket_of(const dt_keymap *m, uint64_t h)
 {
-    return (uint64_t)(((unsigned __int128)dt_keymap_hash(key, INDEX_SEED) * m->index_size) >> 64);
+    return (uint64_t)(((unsigned __int128)h * m->n_buckets) >> 64);
 }
+
+static uint8_t tag_of(uint64_t h) { return (uint8_t)(2 + (h & 0xffff) % 254); }
 
 static int64_t key_of_entry(const dt_keymap *m, uint32_t e)
 {
-    return e & COUNTING ? m->ckeys[e & ~COUNTING] : m->keys[e];
+    return e & COUNTING ? m->ckeys[e & ~COUNTING] : m->meta[e].key;
 }
 
-/* The slot holding key, or the empty slot where it would go. */
-static uint64_t probe(const dt_keymap *m, int64_t key)
+/* The position holding key (hash h), else where it would go: the first free slot (empty or
+ * removed) of the buckets from its own up to the first with an empty slot, where an insertion
+ * would have stopped. The index always has empty slots. */
+static uint64_t probe_hashed(const dt_keymap *m, int64_t key, uint64_t h)
 {
-    uint64_t i = home_of(m, key);
+    uint8_t t = tag_of(h);
+    uint64_t b = bucket_of(m, h), free_pos = UINT64_MAX;
     for (;;) {
-        uint32_t e = m->index[i];
-        if (e == 0 || key_of_entry(m, e) == key)
-            return i;
-        if (++i == m->index_size)
-            i = 0;
+        const bucket *x = &m->bk[b];
+        bool empty = false;
+        for (int s = 0; s < BUCKET_SLOTS; s++) {
+            uint8_t g = x->tag[s];
+            if (g == t && key_of_entry(m, x->ent[s]) == key)
+                return b * BUCKET_SLOTS + (uint64_t)s;
+            if (g <= 1 && free_pos == UINT64_MAX)
+                free_pos = b * BUCKET_SLOTS + (uint64_t)s;
+            empty |= g == 0;
+        }
+        if (empty)
+            return free_pos;
+        if (++b == m->n_buckets)
+            b = 0;
     }
 }
+
+static uint64_t probe(const dt_keymap *m, int64_t key) { return probe_hashed(m, key, index_hash(key)); }
 
 /* ---- Policy ---- */
 
@@ -196,6 +236,14 @@ int64_t dt_keymap_capacity(const dt_keymap_policy *p, size_t row_bytes)
  * aligned. */
 static size_t bloom_bytes(const dt_keymap *m) { return ((size_t)(m->bloom_counters + 1) / 2 + 7) & ~(size_t)7; }
 
+static bucket *alloc_buckets(uint64_t n)
+{
+    bucket *b = aligned_alloc(64, (size_t)n * sizeof *b);
+    if (b)
+        memset(b, 0, (size_t)n * sizeof *b);
+    return b;
+}
+
 static void *map_bytes(size_t n)
 {
     void *p = mmap(NULL, n ? n : 1, PROT_READ | PROT_WRITE,
@@ -226,16 +274,14 @@ dt_status dt_keymap_create(const char *name, const dt_keymap_policy *p, int64_t 
     m->p = *p;
     m->cap = capacity;
     m->high = 1;
-    m->index_size = 1024;
-    m->keys = map_bytes((size_t)capacity * sizeof *m->keys);
-    m->counts = map_bytes((size_t)capacity * sizeof *m->counts);
-    m->last = map_bytes((size_t)capacity * sizeof *m->last);
-    m->index = calloc(m->index_size, sizeof *m->index);
+    m->n_buckets = 64;
+    m->meta = map_bytes((size_t)capacity * sizeof *m->meta);
+    m->bk = alloc_buckets(m->n_buckets);
     if (p->bloom_bits) {
         m->bloom_counters = (uint64_t)p->bloom_bits / 4;
         m->bloom = calloc(bloom_bytes(m), 1);
     }
-    if (!m->keys || !m->counts || !m->last || !m->index || (p->bloom_bits && !m->bloom)) {
+    if (!m->meta || !m->bk || (p->bloom_bits && !m->bloom)) {
         dt_keymap_destroy(m);
         return dt_error(DT_ERR_NOMEM, "table %s: no memory for the key map of %lld rows", name,
                         (long long)capacity);
@@ -248,12 +294,11 @@ void dt_keymap_destroy(dt_keymap *m)
 {
     if (!m)
         return;
-    unmap_bytes(m->keys, (size_t)m->cap * sizeof *m->keys);
-    unmap_bytes(m->counts, (size_t)m->cap * sizeof *m->counts);
-    unmap_bytes(m->last, (size_t)m->cap * sizeof *m->last);
-    free(m->free_rows), free(m->index), free(m->bloom), free(m->ages);
+    unmap_bytes(m->meta, (size_t)m->cap * sizeof *m->meta);
+    free(m->free_rows), free(m->bk), free(m->bloom), free(m->ages);
     free(m->ckeys), free(m->ccounts), free(m->clast), free(m->cfree);
-    free(m->pk), free(m->pc), free(m->pl);
+    free(m->pk), free(m->pc), free(m->pl), free(m->rk), free(m->rc), free(m->rl);
+    free(m->b_uniq), free(m->b_times), free(m->b_which), free(m->b_rows), free(m->b_table);
     free(m);
 }
 
@@ -265,7 +310,7 @@ dt_status dt_keymap_attach(dt_keymap *m, dt_table *t, float stddev, uint64_t see
     if (t->rows != m->cap)
         return dt_error(DT_ERR_INVALID, "table %s: %lld rows for a key map of %lld", t->name,
                         (long long)t->rows, (long long)m->cap);
-    t->lazy = true;
+    dt_table_make_lazy(t);
     m->tables[m->n_tables] = t;
     m->stddev[m->n_tables] = stddev;
     m->seed[m->n_tables] = seed;
@@ -281,47 +326,77 @@ void dt_keymap_set_seed(dt_keymap *m, int i, uint64_t seed)
 
 /* ---- The index ---- */
 
-static dt_status grow_index(dt_keymap *m)
+/* Puts entry e for key at pos, a free position probe found. */
+static void index_put(dt_keymap *m, uint64_t pos, int64_t key, uint32_t e)
 {
-    uint64_t size = m->index_size + m->index_size / 2;
-    uint32_t *old = m->index, *idx = calloc(size, sizeof *idx);
-    if (!idx)
+    bucket *x = &m->bk[pos / BUCKET_SLOTS];
+    int s = (int)(pos % BUCKET_SLOTS);
+    m->index_tomb -= x->tag[s] == 1;
+    x->tag[s] = tag_of(index_hash(key));
+    x->ent[s] = e;
+    m->index_used++;
+}
+
+/* Removes the entry at pos: its slot is marked removed, so that lookups of keys placed past it
+ * still go on. */
+static void index_remove(dt_keymap *m, uint64_t pos)
+{
+    bucket *x = &m->bk[pos / BUCKET_SLOTS];
+    int s = (int)(pos % BUCKET_SLOTS);
+    x->tag[s] = 1;
+    x->ent[s] = 0;
+    m->index_used--;
+    m->index_tomb++;
+}
+
+/* Puts key's entry e into an index being rebuilt, which holds no removed slot and not the key:
+ * the first bucket from its own with an empty slot takes it, no key compared. */
+static void rebuild_put(dt_keymap *m, int64_t key, uint32_t e)
+{
+    uint64_t h = index_hash(key), b = bucket_of(m, h);
+    for (;;) {
+        bucket *x = &m->bk[b];
+        for (int s = 0; s < BUCKET_SLOTS; s++)
+            if (x->tag[s] == 0) {
+                x->tag[s] = tag_of(h);
+                x->ent[s] = e;
+                m->index_used++;
+                return;
+            }
+        if (++b == m->n_buckets)
+            b = 0;
+    }
+}
+
+/* Rebuilds the index over n buckets, without the removed slots: the entries are taken in row
+ * order, then the counting records', reading the keys as they lie in memory. */
+static dt_status rebuild_index(dt_keymap *m, uint64_t n)
+{
+    bucket *nb = alloc_buckets(n);
+    if (!nb)
         return dt_error(DT_ERR_NOMEM, "table %s: no memory for an index of %llu entries", m->name,
-                        (unsigned long long)size);
-    uint64_t old_size = m->index_size;
-    m->index = idx, m->index_size = size;
-    for (uint64_t i = 0; i < old_size; i++)
-        if (old[i])
-            idx[probe(m, key_of_entry(m, old[i]))] = old[i];
-    free(old);
+                        (unsigned long long)(n * BUCKET_SLOTS));
+    free(m->bk);
+    m->bk = nb, m->n_buckets = n, m->index_used = 0, m->index_tomb = 0;
+    for (int64_t r = 1; r < m->high; r++)
+        if (m->meta[r].last)
+            rebuild_put(m, m->meta[r].key, (uint32_t)r);
+    for (int64_t q = 0; q < m->c_high; q++)
+        if (m->clast[q])
+            rebuild_put(m, m->ckeys[q], COUNTING | (uint32_t)q);
     return DT_OK;
 }
 
-/* Room for one more entry: the index stays at most 3/4 full. */
+/* Room for one more entry: entries and removed slots fill at most 9/10 of the index, which
+ * grows by half when its entries fill more than 3/5, and is only cleared of removed slots
+ * otherwise: it stays 3/5 to 9/10 full, 5.9 to 8.9 bytes a key. */
 static dt_status index_room(dt_keymap *m)
 {
-    return (m->index_used + 1) * 4 > m->index_size * 3 ? grow_index(m) : DT_OK;
-}
-
-/* Removes the entry at slot i, shifting back the entries of its run that may move. */
-static void index_remove(dt_keymap *m, uint64_t i)
-{
-    uint64_t j = i;
-    for (;;) {
-        if (++j == m->index_size)
-            j = 0;
-        uint32_t e = m->index[j];
-        if (e == 0)
-            break;
-        uint64_t k = home_of(m, key_of_entry(m, e));
-        bool stays = i < j ? (i < k && k <= j) : (i < k || k <= j);
-        if (!stays) {
-            m->index[i] = e;
-            i = j;
-        }
-    }
-    m->index[i] = 0;
-    m->index_used--;
+    uint64_t slots = m->n_buckets * BUCKET_SLOTS;
+    if ((m->index_used + m->index_tomb + 1) * 10 <= slots * 9)
+        return DT_OK;
+    bool grow = (m->index_used + 1) * 5 > slots * 3;
+    return rebuild_index(m, grow ? m->n_buckets + m->n_buckets / 2 : m->n_buckets);
 }
 
 /* ---- Rows ---- */
@@ -337,7 +412,7 @@ static double row_bytes(const dt_keymap *m)
 /* DT_ERR_NOMEM when one more row would pass what the map may take. */
 static dt_status check_memory(dt_keymap *m)
 {
-    double bytes = row_bytes(m) * (double)(m->high + 1) + 4.0 * (double)m->index_size;
+    double bytes = row_bytes(m) * (double)(m->high + 1) + 64.0 * (double)m->n_buckets;
     /* The capacity a memory limit gave the tables assumed two slots per row: with fewer, the
      * limit itself may not be reached first, but it is still what stops the table. */
     if (m->p.memory_limit && (bytes > (double)m->p.memory_limit || m->high >= m->cap))
@@ -388,7 +463,7 @@ static int64_t new_row(dt_keymap *m, int64_t key, dt_status *st)
             return 0;
         r = m->high++;
     }
-    m->keys[r] = key;
+    m->meta[r].key = key;
     init_row(m, r, key);
     return r;
 }
@@ -476,96 +551,191 @@ static int64_t admit(dt_keymap *m, uint64_t i, int64_t key, uint32_t count, uint
 {
     if (!room_for_row(m))
         return 0;
-    uint32_t e = m->index[i];
+    uint32_t e = ENT(m, i);
     if (e == 0 && (*st = index_room(m)))
         return 0;
     if (e == 0)
-        i = probe(m, key); /* the index may have grown */
+        i = probe(m, key); /* the index may have been rebuilt */
     int64_t r = new_row(m, key, st);
     if (!r)
         return 0;
-    if (e & COUNTING)
+    if (e & COUNTING) {
         drop_counting(m, e & ~COUNTING);
-    else
-        m->index_used++;
-    m->index[i] = (uint32_t)r;
-    m->counts[r] = count, m->last[r] = step;
+        ENT(m, i) = (uint32_t)r;
+    } else {
+        index_put(m, i, key, (uint32_t)r);
+    }
+    m->meta[r].count = count, m->meta[r].last = step;
     m->live++, m->admitted++;
     return r;
 }
 
-static uint32_t saturating_add(uint32_t a) { return a == UINT32_MAX ? a : a + 1; }
 
 /* One sighting of a key without a row: counted, and admitted at its count. */
-static int64_t sighting(dt_keymap *m, int64_t key, uint64_t i, uint32_t step, dt_status *st)
+static uint32_t saturating_add_n(uint32_t a, uint32_t n)
+{
+    return a > UINT32_MAX - n ? UINT32_MAX : a + n;
+}
+
+/* c sightings of a key without a row: counted, and admitted at its count. */
+static int64_t sighting(dt_keymap *m, int64_t key, uint64_t i, uint32_t c, uint32_t step,
+                        dt_status *st)
 {
     uint32_t need = m->p.min_count > 1 ? (uint32_t)m->p.min_count : 1;
     if (need == 1)
-        return admit(m, i, key, 1, step, st);
+        return admit(m, i, key, c, step, st);
     if (m->bloom) {
-        uint32_t c = bloom_add(m, key);
-        return c >= need ? admit(m, i, key, c, step, st) : 0;
+        uint32_t have = 0;
+        for (uint32_t k = 0; k < c && k < 15; k++)
+            have = bloom_add(m, key);
+        return have >= need ? admit(m, i, key, have, step, st) : 0;
     }
-    uint32_t e = m->index[i];
+    uint32_t e = ENT(m, i);
     if (e == 0) {
         if ((*st = index_room(m)) || (*st = counting_room(m)))
             return 0;
-        m->index[probe(m, key)] = COUNTING | new_counting(m, key, step);
-        m->index_used++;
-        return 0;
+        uint32_t q = new_counting(m, key, step);
+        m->ccounts[q] = c;
+        index_put(m, probe(m, key), key, COUNTING | q);
+        return c >= need ? admit(m, probe(m, key), key, c, step, st) : 0;
     }
     uint32_t q = e & ~COUNTING;
-    m->ccounts[q] = saturating_add(m->ccounts[q]);
+    m->ccounts[q] = saturating_add_n(m->ccounts[q], c);
     m->clast[q] = step;
     return m->ccounts[q] >= need ? admit(m, i, key, m->ccounts[q], step, st) : 0;
+}
+
+/* Lookups run ahead of their use in two stages: AHEAD places on, the key's home slot in the
+ * index is prefetched; AHEAD / 2 places on, the entry found there (now in cache) has its row's
+ * record prefetched. A lookup of a table larger than the caches then waits for neither. */
+enum { AHEAD = 16 };
+
+static void prefetch_slot(const dt_keymap *m, const int64_t *keys, size_t n, size_t j,
+                          uint64_t *homes)
+{
+    if (j < n) {
+        homes[j % AHEAD] = index_hash(keys[j]);
+        __builtin_prefetch(&m->bk[bucket_of(m, homes[j % AHEAD])]);
+    }
+}
+
+/* The rows of the key's bucket whose tags match: the key's, and rarely another's. */
+static void prefetch_row(const dt_keymap *m, size_t n, size_t j, const uint64_t *homes)
+{
+    if (j >= n)
+        return;
+    uint64_t h = homes[j % AHEAD];
+    const bucket *x = &m->bk[bucket_of(m, h)];
+    uint8_t t = tag_of(h);
+    for (int s = 0; s < BUCKET_SLOTS; s++)
+        if (x->tag[s] == t && !(x->ent[s] & COUNTING))
+            __builtin_prefetch(&m->meta[x->ent[s]], 1);
+}
+
+/* A batch's places grouped by key: uniq[u] the distinct keys in order of first place, times[u]
+ * their places, which[j] place j's key's index in uniq. The scratch table is sized for the
+ * batch (at most half full) and stays in cache. */
+static dt_status group_places(dt_keymap *m, const int64_t *keys, size_t n)
+{
+    int bits = 4;
+    while (((size_t)1 << bits) < 2 * n)
+        bits++;
+    size_t slots = (size_t)1 << bits;
+    if (n > m->batch_cap || slots > m->batch_slots) {
+        free(m->b_uniq), free(m->b_times), free(m->b_which), free(m->b_rows), free(m->b_table);
+        m->b_uniq = malloc(n * sizeof *m->b_uniq);
+        m->b_times = malloc(n * sizeof *m->b_times);
+        m->b_which = malloc(n * sizeof *m->b_which);
+        m->b_rows = malloc(n * sizeof *m->b_rows);
+        m->b_table = malloc(slots * sizeof *m->b_table);
+        m->batch_cap = n, m->batch_slots = slots;
+        if (!m->b_uniq || !m->b_times || !m->b_which || !m->b_rows || !m->b_table) {
+            m->batch_cap = m->batch_slots = 0;
+            return dt_error(DT_ERR_NOMEM, "table %s: no memory for a batch of %zu keys", m->name, n);
+        }
+    }
+    memset(m->b_table, 0, slots * sizeof *m->b_table);
+    size_t u = 0, mask = slots - 1;
+    for (size_t j = 0; j < n; j++) {
+        int64_t key = keys[j];
+        size_t h = (size_t)(((uint64_t)key * 0x9E3779B97F4A7C15ULL) >> (64 - bits));
+        for (;;) {
+            uint32_t e = m->b_table[h];
+            if (e == 0) {
+                m->b_table[h] = (uint32_t)(u + 1);
+                m->b_uniq[u] = key, m->b_times[u] = 1;
+                m->b_which[j] = (uint32_t)u++;
+                break;
+            }
+            if (m->b_uniq[e - 1] == key) {
+                m->b_times[e - 1]++;
+                m->b_which[j] = e - 1;
+                break;
+            }
+            h = (h + 1) & mask;
+        }
+    }
+    m->b_n = u;
+    return DT_OK;
 }
 
 dt_status dt_keymap_resolve(dt_keymap *m, const int64_t *keys, size_t n, int64_t step,
                             int64_t *rows)
 {
-    dt_status st = DT_OK;
+    dt_status st = group_places(m, keys, n);
+    if (st)
+        return st;
     uint32_t s = step < 1 ? 1 : step > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)step;
-    int64_t admitted_before = m->admitted;
-    for (size_t j = 0; j < n; j++) {
-        if (j + 8 < n)
-            __builtin_prefetch(&m->index[home_of(m, keys[j + 8])]);
-        int64_t key = keys[j];
-        uint64_t i = probe(m, key);
-        uint32_t e = m->index[i];
+    const int64_t *uniq = m->b_uniq;
+    size_t nu = m->b_n;
+    int64_t *urows = m->b_rows;
+    uint64_t homes[AHEAD];
+    for (size_t j = 0; j < AHEAD && j < nu; j++)
+        prefetch_slot(m, uniq, nu, j, homes);
+    for (size_t j = 0; j < AHEAD / 2 && j < nu; j++)
+        prefetch_row(m, nu, j, homes);
+    for (size_t j = 0; j < nu; j++) {
+        int64_t key = uniq[j];
+        uint64_t i = probe_hashed(m, key, homes[j % AHEAD]);
+        prefetch_slot(m, uniq, nu, j + AHEAD, homes);
+        prefetch_row(m, nu, j + AHEAD / 2, homes);
+        uint32_t e = ENT(m, i);
         if (e && !(e & COUNTING)) {
-            rows[j] = e;
-            m->counts[e] = saturating_add(m->counts[e]);
-            m->last[e] = s;
+            urows[j] = e;
+            m->meta[e].count = saturating_add_n(m->meta[e].count, m->b_times[j]);
+            m->meta[e].last = s;
             continue;
         }
-        rows[j] = sighting(m, key, i, s, &st);
+        urows[j] = sighting(m, key, i, m->b_times[j], s, &st);
         if (st) {
-            for (size_t k = j; k < n; k++)
+            for (size_t k = 0; k < n; k++)
                 rows[k] = 0;
             return st;
         }
     }
-    /* A key admitted at its count's place: its earlier places in the batch read the zero row;
-     * they get its row too. */
-    if (m->admitted != admitted_before)
-        for (size_t j = 0; j < n; j++)
-            if (rows[j] == 0)
-                rows[j] = dt_keymap_row(m, keys[j]);
+    for (size_t j = 0; j < n; j++)
+        rows[j] = urows[m->b_which[j]];
     return DT_OK;
 }
 
 int64_t dt_keymap_row(const dt_keymap *m, int64_t key)
 {
-    uint32_t e = m->index[probe(m, key)];
+    uint32_t e = ENT(m, probe(m, key));
     return e && !(e & COUNTING) ? (int64_t)e : 0;
 }
 
 void dt_keymap_find(const dt_keymap *m, const int64_t *keys, size_t n, int64_t *rows)
 {
+    uint64_t homes[AHEAD];
+    for (size_t j = 0; j < AHEAD && j < n; j++)
+        prefetch_slot(m, keys, n, j, homes);
+    for (size_t j = 0; j < AHEAD / 2 && j < n; j++)
+        prefetch_row(m, n, j, homes);
     for (size_t j = 0; j < n; j++) {
-        if (j + 8 < n)
-            __builtin_prefetch(&m->index[home_of(m, keys[j + 8])]);
-        rows[j] = dt_keymap_row(m, keys[j]);
+        uint32_t e = ENT(m, probe_hashed(m, keys[j], homes[j % AHEAD]));
+        prefetch_slot(m, keys, n, j + AHEAD, homes);
+        prefetch_row(m, n, j + AHEAD / 2, homes);
+        rows[j] = e && !(e & COUNTING) ? (int64_t)e : 0;
     }
 }
 
@@ -573,8 +743,8 @@ void dt_keymap_find(const dt_keymap *m, const int64_t *keys, size_t n, int64_t *
 
 static void evict_row(dt_keymap *m, int64_t r)
 {
-    index_remove(m, probe(m, m->keys[r]));
-    m->last[r] = 0, m->counts[r] = 0;
+    index_remove(m, probe(m, m->meta[r].key));
+    m->meta[r].last = 0, m->meta[r].count = 0;
     m->free_rows[m->n_free++] = (uint32_t)r;
     m->live--, m->evicted++;
 }
@@ -628,7 +798,7 @@ static void choose_cutoff(dt_keymap *m)
 
 static bool row_goes(const dt_keymap *m, int64_t r)
 {
-    uint32_t seen = m->last[r];
+    uint32_t seen = m->meta[r].last;
     if (m->p.steps_to_live > 0 && m->pass_step - (int64_t)seen >= m->p.steps_to_live)
         return true;
     if (m->cutoff && seen < m->cutoff)
@@ -666,8 +836,8 @@ static void scan_page(dt_keymap *m)
     case PASS_AGES:
         end = m->next + DT_KEYMAP_PAGE_ROWS < m->high ? m->next + DT_KEYMAP_PAGE_ROWS : m->high;
         for (int64_t r = m->next; r < end; r++)
-            if (m->last[r])
-                m->ages[age_bucket((uint32_t)(m->pass_step - m->last[r]))]++;
+            if (m->meta[r].last)
+                m->ages[age_bucket((uint32_t)(m->pass_step - m->meta[r].last))]++;
         m->next = end;
         if (end == m->high) {
             choose_cutoff(m);
@@ -677,7 +847,7 @@ static void scan_page(dt_keymap *m)
     case PASS_ROWS:
         end = m->next + DT_KEYMAP_PAGE_ROWS < m->high ? m->next + DT_KEYMAP_PAGE_ROWS : m->high;
         for (int64_t r = m->next; r < end; r++)
-            if (m->last[r] && row_goes(m, r))
+            if (m->meta[r].last && row_goes(m, r))
                 evict_row(m, r);
         m->next = end;
         if (end == m->high)
@@ -734,9 +904,9 @@ static int cmp_u32(const void *a, const void *b)
 
 static void move_row(dt_keymap *m, int64_t from, int64_t to)
 {
-    m->index[probe(m, m->keys[from])] = (uint32_t)to;
-    m->keys[to] = m->keys[from], m->counts[to] = m->counts[from], m->last[to] = m->last[from];
-    m->last[from] = 0;
+    ENT(m, probe(m, m->meta[from].key)) = (uint32_t)to;
+    m->meta[to] = m->meta[from];
+    m->meta[from].last = 0;
     for (int t = 0; t < m->n_tables; t++) {
         dt_table *tab = m->tables[t];
         size_t d = (size_t)tab->dim;
@@ -756,7 +926,7 @@ void dt_keymap_compact(dt_keymap *m)
         qsort(m->free_rows, (size_t)m->n_free, sizeof *m->free_rows, cmp_u32);
     int64_t lo = 0, hi = m->high - 1;
     while (lo < m->n_free) {
-        while (hi > 0 && m->last[hi] == 0)
+        while (hi > 0 && m->meta[hi].last == 0)
             hi--;
         if ((int64_t)m->free_rows[lo] >= hi)
             break;
@@ -782,10 +952,10 @@ void dt_keymap_stats_get(const dt_keymap *m, dt_keymap_stats *out)
     out->row_bytes = (uint64_t)(row_bytes(m) - 16.0);
     /* The index's entries are shared out between the keys with rows and those being counted. */
     double entries = (double)(m->live + m->counting);
-    double index_share = entries > 0 ? 4.0 * (double)m->index_size * (double)m->live / entries
-                                     : 4.0 * (double)m->index_size;
+    double index_bytes = 64.0 * (double)m->n_buckets;
+    double index_share = entries > 0 ? index_bytes * (double)m->live / entries : index_bytes;
     out->key_bytes = (uint64_t)index_share + 16 * (uint64_t)m->high;
-    out->counting_bytes = (uint64_t)m->c_cap * 20 + (4 * m->index_size - (uint64_t)index_share);
+    out->counting_bytes = (uint64_t)m->c_cap * 20 + (uint64_t)(index_bytes - index_share);
     out->bloom_bytes = m->bloom ? bloom_bytes(m) : 0;
     out->rows_bytes = out->row_bytes * (uint64_t)m->high;
     out->bytes = out->key_bytes + out->rows_bytes + out->counting_bytes + out->bloom_bytes;
@@ -810,11 +980,24 @@ void dt_keymap_stats_add(dt_keymap_stats *a, const dt_keymap_stats *b)
 const dt_keymap_policy *dt_keymap_policy_of(const dt_keymap *m) { return &m->p; }
 const char *dt_keymap_name(const dt_keymap *m) { return m->name; }
 
-void dt_keymap_rows(const dt_keymap *m, const int64_t **keys, const uint32_t **counts,
-                    const uint32_t **last_seen, int64_t *n)
+dt_status dt_keymap_rows(dt_keymap *m, const int64_t **keys, const uint32_t **counts,
+                         const uint32_t **last_seen, int64_t *n)
 {
-    *keys = m->keys + 1, *counts = m->counts + 1, *last_seen = m->last + 1;
-    *n = m->high - 1;
+    free(m->rk), free(m->rc), free(m->rl);
+    size_t cap = (size_t)(m->high > 1 ? m->high - 1 : 1);
+    m->rk = malloc(cap * sizeof *m->rk);
+    m->rc = malloc(cap * sizeof *m->rc);
+    m->rl = malloc(cap * sizeof *m->rl);
+    if (!m->rk || !m->rc || !m->rl)
+        return dt_error(DT_ERR_NOMEM, "table %s: no memory to list %lld keys", m->name,
+                        (long long)(m->high - 1));
+    for (int64_t r = 1; r < m->high; r++) {
+        m->rk[r - 1] = m->meta[r].key;
+        m->rc[r - 1] = m->meta[r].count;
+        m->rl[r - 1] = m->meta[r].last;
+    }
+    *keys = m->rk, *counts = m->rc, *last_seen = m->rl, *n = m->high - 1;
+    return DT_OK;
 }
 
 dt_status dt_keymap_counting(dt_keymap *m, const int64_t **keys, const uint32_t **counts,
@@ -846,9 +1029,10 @@ const uint8_t *dt_keymap_bloom(const dt_keymap *m, size_t *n_bytes)
 
 void dt_keymap_clear(dt_keymap *m)
 {
-    memset(m->index, 0, m->index_size * sizeof *m->index);
+    memset(m->bk, 0, (size_t)m->n_buckets * sizeof *m->bk);
+    m->index_tomb = 0;
     if (m->high > 1)
-        memset(m->last, 0, (size_t)m->high * sizeof *m->last);
+        memset(m->meta, 0, (size_t)m->high * sizeof *m->meta);
     if (m->bloom)
         memset(m->bloom, 0, bloom_bytes(m));
     m->index_used = 0;
@@ -867,16 +1051,15 @@ dt_status dt_keymap_restore_rows(dt_keymap *m, const int64_t *keys, const uint32
             return dt_error(DT_ERR_INVALID, "%s: key %lld (index %lld) last seen at step 0", what,
                             (long long)keys[i], (long long)i);
         uint64_t slot = probe(m, keys[i]);
-        if (m->index[slot])
+        if (ENT(m, slot))
             return dt_error(DT_ERR_INVALID, "%s: key %lld given twice (index %lld)", what,
                             (long long)keys[i], (long long)i);
         dt_status st = index_room(m);
         if (st || (st = check_memory(m)))
             return dt_error_prefix(st, "%s", what);
         int64_t r = m->high++;
-        m->keys[r] = keys[i], m->counts[r] = counts[i], m->last[r] = last_seen[i];
-        m->index[probe(m, keys[i])] = (uint32_t)r;
-        m->index_used++;
+        m->meta[r].key = keys[i], m->meta[r].count = counts[i], m->meta[r].last = last_seen[i];
+        index_put(m, probe(m, keys[i]), keys[i], (uint32_t)r);
         m->live++;
     }
     return DT_OK;
@@ -890,7 +1073,7 @@ dt_status dt_keymap_restore_counting(dt_keymap *m, const int64_t *keys, const ui
             return dt_error(DT_ERR_INVALID, "%s: counted key %lld (index %lld) with count %u at "
                             "step %u", what, (long long)keys[i], (long long)i, counts[i],
                             last_seen[i]);
-        if (m->index[probe(m, keys[i])])
+        if (ENT(m, probe(m, keys[i])))
             return dt_error(DT_ERR_INVALID, "%s: counted key %lld (index %lld) given twice or "
                             "with a row", what, (long long)keys[i], (long long)i);
         dt_status st = index_room(m);
@@ -898,8 +1081,7 @@ dt_status dt_keymap_restore_counting(dt_keymap *m, const int64_t *keys, const ui
             return dt_error_prefix(st, "%s", what);
         uint32_t q = new_counting(m, keys[i], last_seen[i]);
         m->ccounts[q] = counts[i];
-        m->index[probe(m, keys[i])] = COUNTING | q;
-        m->index_used++;
+        index_put(m, probe(m, keys[i]), keys[i], COUNTING | q);
     }
     return DT_OK;
 }
@@ -958,9 +1140,17 @@ dt_status dt_keymap_tensors(dt_keymap *m, int i, bool slots, dt_ckpt_tensor *out
     out[c++] = rows_tensor(t->name, t->data + d, n, t->dim);
     for (int s = 0; slots && s < t->n_slots; s++)
         out[c++] = rows_tensor(t->slot_names[s], t->slots[s] + d, n, t->dim);
-    out[c++] = vector_tensor(names[0], "I64", 8, m->keys + 1, n);
-    out[c++] = vector_tensor(names[1], "U32", 4, m->counts + 1, n);
-    out[c++] = vector_tensor(names[2], "U32", 4, m->last + 1, n);
+    if (i == 0 || !m->rk) {
+        const int64_t *ks;
+        const uint32_t *cs, *ls;
+        int64_t nk;
+        dt_status st = dt_keymap_rows(m, &ks, &cs, &ls, &nk);
+        if (st)
+            return st;
+    }
+    out[c++] = vector_tensor(names[0], "I64", 8, m->rk, n);
+    out[c++] = vector_tensor(names[1], "U32", 4, m->rc, n);
+    out[c++] = vector_tensor(names[2], "U32", 4, m->rl, n);
     if (i == 0 && m->ckeys) {
         const int64_t *ks;
         const uint32_t *cs, *ls;
