@@ -110,7 +110,14 @@ dt_status dt_export_begin(const char *model_dir, const char *checkpoint,
 {
     dt_status st;
     if ((st = dt_export_open(model_dir, checkpoint, o, sm, c)) ||
-        (st = dt_saved_model_map(*c, sm, 1, m)) || (st = dt_export_make_dirs(out_dir)))
+        (st = dt_saved_model_map(*c, sm, 1, m)))
+        return st;
+    /* A dynamic table's rows are found through its keys, which neither export carries yet. */
+    if (dt_model_num_tables(*m) > 0 && dt_model_keymap(*m, 0))
+        return dt_error(DT_ERR_UNSUPPORTED, "%s: the model's tables are dynamic (keyed by raw "
+                        "ids), which export does not write yet: score the checkpoint with dtrain "
+                        "predict or the C predictor (predict.h)", dt_ckpt_path(*c));
+    if ((st = dt_export_make_dirs(out_dir)))
         return st;
     res->step = dt_saved_model_step(*c);
     snprintf(res->checkpoint, sizeof res->checkpoint, "%s", dt_ckpt_path(*c));
