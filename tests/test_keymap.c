@@ -337,3 +337,32 @@ TEST(keymap_state_restores_into_a_new_map)
     dt_table_free(&t), dt_table_free(&u), dt_table_free(&v);
     dt_keymap_destroy(m), dt_keymap_destroy(n), dt_keymap_destroy(o);
 }
+
+TEST(keymap_eviction_scans_one_page_a_step)
+{
+    dt_keymap_policy p;
+    dt_keymap_policy_default(&p);
+    p.steps_to_live = 2, p.evict_every_steps = 10;
+    dt_table t;
+    enum { N = 2 * DT_KEYMAP_PAGE_ROWS + 100 };
+    dt_keymap *m = make_map(&p, N + 1, &t, NULL);
+    int64_t *keys = malloc(N * sizeof *keys), *rows = malloc(N * sizeof *rows);
+    for (int64_t k = 0; k < N; k++)
+        keys[k] = k;
+    CHECK_OK(dt_keymap_resolve(m, keys, N, 1, rows));
+    /* Not due before step 10; then a pass of three pages, one a call, evicting as it goes. */
+    CHECK(!dt_keymap_evict_step(m, 9, false));
+    dt_keymap_stats s;
+    dt_keymap_stats_get(m, &s);
+    CHECK(s.evicted == 0);
+    CHECK(dt_keymap_evict_step(m, 10, false));
+    dt_keymap_stats_get(m, &s);
+    CHECK_MSG(s.evicted == DT_KEYMAP_PAGE_ROWS, "%lld evicted after one page", (long long)s.evicted);
+    CHECK(dt_keymap_evict_step(m, 11, false));
+    CHECK(!dt_keymap_evict_step(m, 12, false)); /* the third page ends the pass */
+    dt_keymap_stats_get(m, &s);
+    CHECK(s.evicted == N && s.live == 0);
+    free(keys), free(rows);
+    dt_table_free(&t);
+    dt_keymap_destroy(m);
+}
