@@ -636,3 +636,143 @@ TEST(ps_shard_refuses_tables_larger_than_its_memory)
     CHECK(s.n_tables == 1 && s.tables[0].id == 2);
     dt_ps_shard_free(&s);
 }
+
+/* ---- Dynamic tables on ps shards ---- */
+
+/* Sends m to the shard of its keys and decodes the reply into out (rep keeps its bytes). */
+static void ask(dt_ps_shard *s, const dt_psmsg *m, const int64_t *ids, const float *vals,
+                dt_psbuf *req, dt_psbuf *rep, dt_psmsg *out)
+{
+    dt_psmsg in;
+    via_wire(m, ids, vals, req, &in);
+    rep->len = 0;
+    CHECK_OK(dt_ps_shard_handle(s, &in, rep));
+    CHECK_OK(dt_psmsg_decode(rep->data, rep->len, "ps", out));
+}
+
+/* Two shards of a dynamic table, each key on its hash's shard, fed training pulls (with each
+ * key's sightings) and pushes through the codec, against one key map with its table fed the
+ * same: the same admissions, and the same rows and slots key for key, bit for bit. */
+TEST(ps_dynamic_table_shards_follow_one_key_map)
+{
+    enum { N = 2, KEYS = 64, STEPS = 6 };
+    dt_rowopt_config opt;
+    dt_rowopt_config_default(&opt, DT_ROWOPT_ADAGRAD);
+    opt.lr = 0.05f;
+    dt_keymap_policy pol;
+    dt_keymap_policy_default(&pol);
+    pol.min_count = 2, pol.memory_limit = 64 << 20;
+    dt_keymap *ref = NULL;
+    dt_table rt;
+    CHECK_OK(dt_keymap_create("emb", &pol, 1000, &ref));
+    CHECK_OK(dt_table_create(&rt, "emb", 1000, DIM));
+    CHECK_OK(dt_keymap_attach(ref, &rt, 0.1f, 77));
+    CHECK_OK(dt_rowopt_setup(&opt, &rt));
+    dt_ps_shard shards[N];
+    dt_psbuf req = {0}, rep = {0};
+    for (int k = 0; k < N; k++) {
+        dt_ps_shard_init(&shards[k], NULL);
+        dt_psmsg def, in, out;
+        dt_ps_table_msg(3, "emb", DT_PARTITION_HASH_ROWS, DIM, N, k, DT_PARTITION_HASH, &opt,
+                        0.1f, 77, &def);
+        def.policy = pol;
+        via_wire(&def, NULL, NULL, &req, &in);
+        CHECK(in.policy.min_count == 2 && in.policy.memory_limit == 64 << 20);
+        rep.len = 0;
+        CHECK_OK(dt_ps_shard_handle(&shards[k], &in, &rep));
+        CHECK_OK(dt_psmsg_decode(rep.data, rep.len, "ps", &out));
+        CHECK_MSG(out.type == DT_PSMSG_ACK, "%.*s", (int)out.text_len, out.text ? out.text : "");
+    }
+    dt_rng r;
+    dt_rng_seed(&r, 9);
+    for (int64_t step = 1; step <= STEPS; step++) {
+        /* The batch's distinct keys (increasing), each seen 1 or 2 times. */
+        int64_t keys[KEYS], rows[KEYS];
+        uint32_t times[KEYS];
+        int nk = 0;
+        for (int64_t k = 0; k < KEYS; k++)
+            if (dt_rng_below(&r, 3))
+                keys[nk] = (k * 0x9E3779B97F4A7C15LL) & INT64_MAX, times[nk++] = 1 + (uint32_t)dt_rng_below(&r, 2);
+        /* keys increase for the push: sort them (with their times) */
+        for (int a = 1; a < nk; a++)
+            for (int b = a; b > 0 && keys[b - 1] > keys[b]; b--) {
+                int64_t t = keys[b]; keys[b] = keys[b - 1], keys[b - 1] = t;
+                uint32_t u = times[b]; times[b] = times[b - 1], times[b - 1] = u;
+            }
+        CHECK_OK(dt_keymap_resolve_counted(ref, keys, times, (size_t)nk, step, rows));
+        float grad[KEYS * DIM];
+        for (int i = 0; i < nk * DIM; i++)
+            grad[i] = dt_rng_uniform(&r) - 0.5f;
+        for (int k = 0; k < N; k++) {
+            int64_t mine[KEYS];
+            uint32_t mt[KEYS];
+            float mg[KEYS * DIM];
+            uint32_t n = 0;
+            for (int i = 0; i < nk; i++)
+                if (dt_keymap_shard(keys[i], N) == k) {
+                    mine[n] = keys[i], mt[n] = times[i];
+                    memcpy(mg + n * DIM, grad + i * DIM, sizeof(float) * DIM);
+                    n++;
+                }
+            dt_psmsg pull = {.type = DT_PSMSG_PULL_KEYS, .table = 3, .n = n, .step = step,
+                             .times_host = mt}, out;
+            ask(&shards[k], &pull, mine, NULL, &req, &rep, &out);
+            CHECK(out.type == DT_PSMSG_ROWS && out.n == n);
+            for (uint32_t i = 0; i < n && out.type == DT_PSMSG_ROWS; i++) {
+                int64_t rr = dt_keymap_row(ref, mine[i]);
+                for (int d = 0; d < DIM; d++)
+                    CHECK(dt_psmsg_value(&out, i * DIM + (size_t)d) == dt_table_row(&rt, rr)[d]);
+            }
+            dt_psmsg push = {.type = DT_PSMSG_PUSH_ROWS, .table = 3, .n = n, .dim = DIM,
+                             .step = step, .lr_scale = 1.0f};
+            ask(&shards[k], &push, mine, mg, &req, &rep, &out);
+            CHECK(out.type == DT_PSMSG_ACK);
+        }
+        /* The reference: the admitted keys' gradient rows, by row. */
+        dt_sparse_rows g;
+        dt_sparse_rows_init(&g, DIM);
+        CHECK_OK(dt_sparse_rows_reserve(&g, KEYS));
+        for (int i = 0; i < nk; i++)
+            if (rows[i]) {
+                g.ids[g.n] = rows[i];
+                memcpy(g.rows + g.n * DIM, grad + i * DIM, sizeof(float) * DIM);
+                g.n++;
+            }
+        dt_rowopt_update(&opt, opt.lr, step, &rt, &g, NULL);
+        dt_sparse_rows_free(&g);
+    }
+    /* Every key of the reference map has the same row and slot on its shard. */
+    int64_t admitted = 0;
+    for (int k = 0; k < N; k++) {
+        dt_ps_table_shard *ts = &shards[k].tables[0];
+        dt_keymap_stats st;
+        dt_keymap_stats_get(ts->keys, &st);
+        admitted += st.live;
+    }
+    dt_keymap_stats rs;
+    dt_keymap_stats_get(ref, &rs);
+    CHECK_MSG(admitted == rs.live && rs.live > 10, "%lld admitted on the shards, %lld in the map",
+              (long long)admitted, (long long)rs.live);
+    for (int64_t k = 0; k < KEYS; k++) {
+        int64_t key = (k * 0x9E3779B97F4A7C15LL) & INT64_MAX, rr = dt_keymap_row(ref, key);
+        dt_ps_table_shard *ts = &shards[dt_keymap_shard(key, N)].tables[0];
+        int64_t sr = dt_keymap_row(ts->keys, key);
+        CHECK((rr == 0) == (sr == 0));
+        if (rr && sr)
+            CHECK(memcmp(dt_table_row(&rt, rr), dt_table_row(&ts->t, sr), sizeof(float) * DIM) == 0 &&
+                  memcmp(rt.slots[0] + rr * DIM, ts->t.slots[0] + sr * DIM, sizeof(float) * DIM) == 0);
+    }
+    /* A key on the other shard is an ERROR naming it. */
+    int64_t wrong = 0;
+    while (dt_keymap_shard(wrong, N) == 0)
+        wrong++;
+    uint32_t one = 1;
+    dt_psmsg pull = {.type = DT_PSMSG_PULL_KEYS, .table = 3, .n = 1, .step = 9, .times_host = &one}, out;
+    ask(&shards[0], &pull, &wrong, NULL, &req, &rep, &out);
+    CHECK(out.type == DT_PSMSG_ERROR && out.text && strstr(out.text, "is not held by shard"));
+    for (int k = 0; k < N; k++)
+        dt_ps_shard_free(&shards[k]);
+    dt_psbuf_free(&req), dt_psbuf_free(&rep);
+    dt_table_free(&rt);
+    dt_keymap_destroy(ref);
+}

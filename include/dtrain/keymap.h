@@ -106,6 +106,11 @@ DT_API void dt_keymap_set_seed(dt_keymap *m, int i, uint64_t seed);
  * then all 0; the keys admitted before it stay). */
 DT_API dt_status dt_keymap_resolve(dt_keymap *m, const int64_t *keys, size_t n, int64_t step,
                                    int64_t *rows);
+/* dt_keymap_resolve of keys already distinct: uniq[0..nu) seen times[j] times each (0 counts as
+ * 1), their rows to urows (a parameter-server shard's pull, whose worker grouped the places). */
+DT_API dt_status dt_keymap_resolve_counted(dt_keymap *m, const int64_t *uniq,
+                                           const uint32_t *times, size_t nu, int64_t step,
+                                           int64_t *urows);
 /* Scoring: the rows of keys, 0 for a key without one; nothing counted. */
 DT_API void dt_keymap_find(const dt_keymap *m, const int64_t *keys, size_t n, int64_t *rows);
 /* The row of key, or 0. */

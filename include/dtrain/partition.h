@@ -20,7 +20,11 @@
 #include "dtrain/status.h"
 
 typedef enum { DT_PARTITION_FIXED = 0, DT_PARTITION_MIN_SIZE, DT_PARTITION_MAX_SIZE } dt_partitioner_kind;
-typedef enum { DT_PARTITION_DIV = 0, DT_PARTITION_MOD } dt_partition_strategy;
+/* div and mod place rows of a fixed table; hash places a dynamic table's keys (keymap.h): key k
+ * on shard dt_keymap_shard(k, n), murmur3's 64-bit finalizer of k mod n, where it stays key k. */
+typedef enum { DT_PARTITION_DIV = 0, DT_PARTITION_MOD, DT_PARTITION_HASH } dt_partition_strategy;
+/* The rows_total a hash-placed table is described with: keys, not rows. */
+#define DT_PARTITION_HASH_ROWS ((int64_t)1 << 40)
 
 typedef struct {
     dt_partitioner_kind kind;
@@ -44,7 +48,8 @@ DT_API void dt_partition_range(int64_t rows, int64_t n, int64_t k, int64_t *lo, 
 /* The shard holding row id of a table of rows split over n shards, and its row there. */
 DT_API void dt_partition_locate(dt_partition_strategy s, int64_t rows, int64_t n, int64_t id,
                                 int64_t *shard, int64_t *row);
-/* The rows shard k holds: its range's length (div) or the ids with id % n == k (mod). */
+/* The rows shard k holds: its range's length (div) or the ids with id % n == k (mod); 0 for hash,
+ * whose shards grow as keys arrive. */
 DT_API int64_t dt_partition_shard_rows(dt_partition_strategy s, int64_t rows, int64_t n, int64_t k);
 
 #endif

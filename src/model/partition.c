@@ -1,6 +1,8 @@
 /* Partitioners and partition strategies (see include/dtrain/partition.h). */
 #include "dtrain/partition.h"
 
+#include "dtrain/keymap.h"
+
 #include <errno.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -109,8 +111,8 @@ void dt_partition_range(int64_t rows, int64_t n, int64_t k, int64_t *lo, int64_t
 void dt_partition_locate(dt_partition_strategy s, int64_t rows, int64_t n, int64_t id,
                          int64_t *shard, int64_t *row)
 {
-    if (n == 1) { /* one ps task: no division per id */
-        *shard = 0;
+    if (n == 1 || s == DT_PARTITION_HASH) { /* one ps task, or a key kept as it is */
+        *shard = n == 1 ? 0 : dt_keymap_shard(id, (int)n);
         *row = id;
         return;
     }
@@ -132,6 +134,8 @@ void dt_partition_locate(dt_partition_strategy s, int64_t rows, int64_t n, int64
 
 int64_t dt_partition_shard_rows(dt_partition_strategy s, int64_t rows, int64_t n, int64_t k)
 {
+    if (s == DT_PARTITION_HASH)
+        return 0;
     if (s == DT_PARTITION_MOD)
         return rows / n + (k < rows % n ? 1 : 0);
     int64_t lo, hi;

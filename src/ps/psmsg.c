@@ -6,17 +6,19 @@
 
 #include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../core/bytes.h"
 #include "../core/crc32c.h"
+#include "dtrain/partition.h"
 
 static const char *const type_names[] = {"?",    "PING",     "PONG",       "STOP",
                                          "PULL_ROWS", "ROWS", "PUSH_ROWS", "PULL_DENSE",
                                          "DENSE", "PUSH_DENSE", "ACK",    "ERROR",
                                          "TABLE", "VAR", "RUN", "RESULT", "RING", "SAVE",
-                                         "ASSIGN"};
+                                         "ASSIGN", "PULL_KEYS"};
 
 const char *dt_psmsg_type_name(dt_psmsg_type type)
 {
@@ -82,6 +84,9 @@ static void put_ids(uint8_t *p, const int64_t *ids, size_t n)
 /* A TABLE message's payload before its name. */
 #define TABLE_FIXED_BYTES (4 + 4 + 8 + 8 + 8 + 4 + 4 + 4 * DT_PSMSG_TABLE_PARAMS + 4 + 8 + 4)
 
+/* A TABLE message's dynamic policy after its name (the hash strategy). */
+#define TABLE_POLICY_BYTES (8 + 8 + 4 + 8 + 4 + 8 + 8 + 8)
+
 /* A VAR message's payload before its values. */
 #define VAR_FIXED_BYTES (4 + 8 + 8 + 8 + 4 + 4 + 8 + 4 * DT_PSMSG_TABLE_PARAMS)
 
@@ -99,7 +104,10 @@ static uint64_t payload_size(const dt_psmsg *m, bool *bad)
     case DT_PSMSG_PUSH_DENSE: return 32 + 4 * m->count;
     case DT_PSMSG_ACK: return 8;
     case DT_PSMSG_ERROR: return 8 + (uint64_t)m->text_len;
-    case DT_PSMSG_TABLE: return TABLE_FIXED_BYTES + (uint64_t)m->text_len;
+    case DT_PSMSG_TABLE:
+        return TABLE_FIXED_BYTES + (uint64_t)m->text_len +
+               (m->strategy == DT_PARTITION_HASH ? TABLE_POLICY_BYTES : 0);
+    case DT_PSMSG_PULL_KEYS: return 16 + 12ull * m->n;
     case DT_PSMSG_VAR: return VAR_FIXED_BYTES + 4 * m->count;
     case DT_PSMSG_RUN: return 24;
     case DT_PSMSG_RESULT: return 32;
@@ -127,6 +135,8 @@ static float loadf(const uint8_t *p)
 int64_t dt_psmsg_id(const dt_psmsg *m, size_t i) { return (int64_t)dt_load_le64(m->ids + 8 * i); }
 
 float dt_psmsg_value(const dt_psmsg *m, size_t i) { return loadf(m->values + 4 * i); }
+
+uint32_t dt_psmsg_times(const dt_psmsg *m, size_t i) { return dt_load_le32(m->times + 4 * i); }
 
 uint16_t dt_psmsg_port(const dt_psmsg *m, size_t i)
 {
@@ -259,6 +269,44 @@ static dt_status decode_rows(const uint8_t *p, uint32_t size, const char *peer, 
     return DT_OK;
 }
 
+/* ---- PULL_KEYS: a training pull of a dynamic table's rows, with each key's sightings ---- */
+
+static void encode_keys(const dt_psmsg *m, const int64_t *ids_host, const float *values_host,
+                        uint8_t *at)
+{
+    (void)values_host;
+    put32(at, m->table), put32(at + 4, m->n), put64(at + 8, (uint64_t)m->step), at += 16;
+    put_ids(at, ids_host, m->n), at += 8 * (size_t)m->n;
+    for (uint32_t i = 0; i < m->n; i++)
+        put32(at + 4 * (size_t)i, m->times_host[i]);
+}
+
+static dt_status decode_keys(const uint8_t *p, uint32_t size, const char *peer, dt_psmsg *out,
+                             size_t *used)
+{
+    size_t at = 0;
+    NEED(16, "truncated table, key count and step");
+    out->table = dt_load_le32(p), out->n = dt_load_le32(p + 4);
+    out->step = (int64_t)dt_load_le64(p + 8), at = 16;
+    if (out->n > DT_PSMSG_MAX_ROWS)
+        return bad_msg(peer, H + 4, "more keys than a message carries");
+    if (out->step < 1)
+        return bad_msg(peer, H + 8, "a step below 1");
+    NEED(12ull * out->n, "truncated keys and their sightings");
+    out->ids = p + at;
+    for (uint32_t i = 0; i < out->n; i++)
+        if (dt_psmsg_id(out, i) < 0)
+            return bad_msg(peer, H + at + 8 * i, "a negative key");
+    at += 8ull * out->n;
+    out->times = p + at;
+    for (uint32_t i = 0; i < out->n; i++)
+        if (dt_psmsg_times(out, i) == 0)
+            return bad_msg(peer, H + at + 4 * i, "a key seen 0 times");
+    at += 4ull * out->n;
+    *used = at;
+    return DT_OK;
+}
+
 /* ---- PULL_DENSE, DENSE, PUSH_DENSE: a slice of the dense variables read, sent and pushed ---- */
 
 static void encode_dense(const dt_psmsg *m, const int64_t *ids_host, const float *values_host,
@@ -345,6 +393,15 @@ static void encode_define(const dt_psmsg *m, const int64_t *ids_host, const floa
             putf(at, m->params[k]);
         putf(at, m->init_stddev), put64(at + 4, m->seed), put32(at + 12, m->text_len), at += 16;
         memcpy(at, m->text, m->text_len);
+        at += m->text_len;
+        if (m->strategy == DT_PARTITION_HASH) {
+            const dt_keymap_policy *q = &m->policy;
+            put64(at, (uint64_t)q->min_count), put64(at + 8, (uint64_t)q->bloom_bits);
+            put32(at + 16, (uint32_t)q->bloom_hashes), put64(at + 20, (uint64_t)q->steps_to_live);
+            putf(at + 28, q->l2_below), put64(at + 32, (uint64_t)q->max_rows);
+            put64(at + 40, (uint64_t)q->evict_every_steps);
+            put64(at + 48, (uint64_t)q->memory_limit);
+        }
         return;
     }
     put32(at, m->table), put64(at + 4, m->offset), put64(at + 12, m->count);
@@ -423,6 +480,24 @@ static dt_status decode_define(const uint8_t *p, uint32_t size, const char *peer
         if (st)
             return st;
         at = TABLE_FIXED_BYTES + out->text_len;
+        if (out->strategy == DT_PARTITION_HASH) {
+            NEED(TABLE_POLICY_BYTES, "truncated dynamic table policy");
+            dt_keymap_policy *q = &out->policy;
+            const uint8_t *x = p + at;
+            q->min_count = (int64_t)dt_load_le64(x), q->bloom_bits = (int64_t)dt_load_le64(x + 8);
+            q->bloom_hashes = (int)dt_load_le32(x + 16);
+            q->steps_to_live = (int64_t)dt_load_le64(x + 20), q->l2_below = loadf(x + 28);
+            q->max_rows = (int64_t)dt_load_le64(x + 32);
+            q->evict_every_steps = (int64_t)dt_load_le64(x + 40);
+            q->memory_limit = (int64_t)dt_load_le64(x + 48);
+            if (dt_keymap_policy_check(q) != DT_OK) {
+                char why[200];
+                snprintf(why, sizeof why, "a dynamic table policy out of range (%s)",
+                         dt_last_error());
+                return bad_msg(peer, H + at, why);
+            }
+            at += TABLE_POLICY_BYTES;
+        }
     } else {
         NEED(VAR_FIXED_BYTES, "truncated variable definition");
         if ((st = decode_var(p, peer, out)))
@@ -588,8 +663,9 @@ static const struct {
     [DT_PSMSG_RING] = {encode_control, decode_control, false},
     [DT_PSMSG_SAVE] = {encode_checkpoint, decode_checkpoint, false},
     [DT_PSMSG_ASSIGN] = {encode_checkpoint, decode_checkpoint, true},
+    [DT_PSMSG_PULL_KEYS] = {encode_keys, decode_keys, false},
 };
-_Static_assert(sizeof codecs / sizeof codecs[0] == DT_PSMSG_ASSIGN + 1,
+_Static_assert(sizeof codecs / sizeof codecs[0] == DT_PSMSG_PULL_KEYS + 1,
                "a codec for every message type");
 
 dt_status dt_psmsg_encode(const dt_psmsg *m, const int64_t *ids_host, const float *values_host,
@@ -646,7 +722,7 @@ dt_status dt_psmsg_decode(const uint8_t *buf, size_t n, const char *peer, dt_psm
     if (st)
         return st;
     uint16_t type = (uint16_t)(buf[6] | buf[7] << 8);
-    if (type < DT_PSMSG_PING || type > DT_PSMSG_ASSIGN)
+    if (type < DT_PSMSG_PING || type > DT_PSMSG_PULL_KEYS)
         return bad_msg(peer, 6, "unknown message type");
     out->type = (dt_psmsg_type)type;
     out->request_id = dt_load_le64(buf + 8);

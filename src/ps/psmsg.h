@@ -24,7 +24,16 @@
  *     TABLE                        u32 table | u32 dim | i64 rows in the whole table |
  *                                  i64 shards | i64 this shard | u32 partition strategy |
  *                                  u32 optimizer | f32 params[10] | f32 init stddev | u64 seed |
- *                                  u32 n | n bytes of name: the coordinator defines a shard
+ *                                  u32 n | n bytes of name: the coordinator defines a shard;
+ *                                  with the hash strategy (a dynamic table, keymap.h) then
+ *                                  i64 min_count | i64 bloom bits | i32 bloom hashes |
+ *                                  i64 steps_to_live | f32 l2_below | i64 max_rows |
+ *                                  i64 evict_every_steps | i64 memory_limit
+ *     PULL_KEYS                    u32 table | u32 n | i64 step | i64 keys[n] | u32 times[n]:
+ *                                  a training pull of a dynamic table's rows, each key seen
+ *                                  times[i] times in the batch (counted towards admission,
+ *                                  stamped with step); replied with ROWS, zeros for a key not
+ *                                  admitted
  *     VAR                          u32 var | u64 offset | u64 count | u64 total | u32 optimizer |
  *                                  u32 schedule | i64 decay steps | f32 params[10] |
  *                                  f32 values[count]: a slice [offset, offset + count) of the
@@ -63,6 +72,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "dtrain/keymap.h"
 #include "dtrain/status.h"
 
 #define DT_PSMSG_HEADER_BYTES 28
@@ -96,6 +106,7 @@ typedef enum {
     DT_PSMSG_RING,
     DT_PSMSG_SAVE,
     DT_PSMSG_ASSIGN,
+    DT_PSMSG_PULL_KEYS,
 } dt_psmsg_type;
 
 typedef struct {
@@ -135,6 +146,11 @@ typedef struct {
     const uint16_t *ports_host;
     /* ASSIGN: what (0 table shard, 1 dense variable), and how many slots follow the values */
     uint32_t target, slots;
+    /* TABLE with the hash strategy: the dynamic table's admission and eviction */
+    dt_keymap_policy policy;
+    /* PULL_KEYS: n times, decoded as a view (dt_psmsg_times), encoded from times_host */
+    const uint8_t *times;
+    const uint32_t *times_host;
 } dt_psmsg;
 
 /* Decodes one message of n bytes from peer (named in errors). DT_ERR_FORMAT for anything amiss. */
@@ -148,6 +164,7 @@ dt_status dt_psmsg_peek(const uint8_t hdr[DT_PSMSG_HEADER_BYTES], const char *pe
 int64_t dt_psmsg_id(const dt_psmsg *m, size_t i);
 float dt_psmsg_value(const dt_psmsg *m, size_t i);
 uint16_t dt_psmsg_port(const dt_psmsg *m, size_t i);
+uint32_t dt_psmsg_times(const dt_psmsg *m, size_t i);
 /* Values [first, first + n) into out in host order: one copy on a little-endian host. */
 void dt_psmsg_values(const dt_psmsg *m, size_t first, size_t n, float *out);
 

@@ -60,8 +60,10 @@ static dt_status check_room(const dt_ps_shard *s, const char *name, int64_t rows
 
 void dt_ps_shard_free(dt_ps_shard *s)
 {
-    for (int i = 0; i < s->n_tables; i++)
+    for (int i = 0; i < s->n_tables; i++) {
         dt_table_free(&s->tables[i].t);
+        dt_keymap_destroy(s->tables[i].keys);
+    }
     dt_sparse_rows_free(&s->scratch);
     s->n_tables = 0;
     free(s->dense);
@@ -111,6 +113,42 @@ dt_status dt_ps_shard_add_table(dt_ps_shard *s, uint32_t id, const char *name,
     return DT_OK;
 }
 
+dt_status dt_ps_shard_add_dynamic(dt_ps_shard *s, uint32_t id, const char *name, int dim,
+                                  int64_t n_shards, int64_t shard, const dt_rowopt_config *opt,
+                                  float init_stddev, uint64_t seed, const dt_keymap_policy *policy)
+{
+    if (s->n_tables == DT_PS_MAX_TABLES)
+        return dt_error(DT_ERR_INVALID, "ps: more than %d tables", DT_PS_MAX_TABLES);
+    if (n_shards < 1 || shard < 0 || shard >= n_shards || n_shards > 65536)
+        return dt_error(DT_ERR_INVALID, "ps: dynamic table %s: shard %lld of %lld", name,
+                        (long long)shard, (long long)n_shards);
+    for (int i = 0; i < s->n_tables; i++)
+        if (s->tables[i].id == id)
+            return dt_error(DT_ERR_INVALID, "ps: table %u is already held", id);
+    dt_ps_table_shard *ts = &s->tables[s->n_tables];
+    memset(ts, 0, sizeof *ts);
+    ts->id = id, ts->rows_total = DT_PARTITION_HASH_ROWS, ts->n_shards = n_shards;
+    ts->shard = shard, ts->strategy = DT_PARTITION_HASH, ts->opt = *opt;
+    ts->init_stddev = init_stddev, ts->seed = seed, ts->policy = *policy;
+    /* The capacity is address space; the map's memory check stops the shard first. */
+    int64_t cap = dt_keymap_capacity(policy, (size_t)dim * sizeof(float));
+    dt_status st = dt_keymap_create(name, policy, cap, &ts->keys);
+    if (st == DT_OK)
+        st = dt_table_create(&ts->t, name, cap, dim);
+    if (st == DT_OK)
+        st = dt_keymap_attach(ts->keys, &ts->t, init_stddev, seed);
+    if (st == DT_OK)
+        st = dt_rowopt_setup(opt, &ts->t);
+    if (st) {
+        dt_table_free(&ts->t);
+        dt_keymap_destroy(ts->keys);
+        ts->keys = NULL;
+        return st;
+    }
+    s->n_tables++;
+    return DT_OK;
+}
+
 static dt_ps_table_shard *find(dt_ps_shard *s, uint32_t id)
 {
     for (int i = 0; i < s->n_tables; i++)
@@ -142,6 +180,14 @@ static bool local_rows(const dt_ps_table_shard *ts, const dt_psmsg *req, int64_t
 {
     for (uint32_t i = 0; i < req->n; i++) {
         int64_t id = dt_psmsg_id(req, i), shard, row;
+        if (ts->keys) { /* a key: this shard's when it hashes here */
+            if (ts->n_shards > 1 && dt_keymap_shard(id, (int)ts->n_shards) != ts->shard) {
+                *bad = id;
+                return false;
+            }
+            local[i] = id;
+            continue;
+        }
         if (id >= ts->rows_total) {
             *bad = id;
             return false;
@@ -187,6 +233,10 @@ static dt_status pull(dt_ps_shard *s, dt_ps_table_shard *ts, const dt_psmsg *req
         st = dt_error(DT_ERR_NOMEM, "ps: no memory for a pull of %u rows of %d values", req->n,
                       ts->t.dim);
     } else {
+        /* A dynamic table's keys: their rows, the zero row for a key without one (a lookup
+         * that counts nothing: scoring, or a coordinator reading the table). */
+        if (ts->keys)
+            dt_keymap_find(ts->keys, local, req->n, local);
         for (uint32_t i = 0; i < req->n; i++)
             memcpy(rows + (size_t)i * (size_t)ts->t.dim, dt_table_row(&ts->t, local[i]),
                    (size_t)ts->t.dim * sizeof *rows);
@@ -198,6 +248,73 @@ static dt_status pull(dt_ps_shard *s, dt_ps_table_shard *ts, const dt_psmsg *req
     free(local);
     free(rows);
     return st;
+}
+
+/* A training pull of a dynamic table: each key counted as many times as the batch saw it and
+ * stamped with the step, admitted at its count; the rows of the keys admitted, zeros for the
+ * others. */
+static dt_status pull_keys(dt_ps_shard *s, dt_ps_table_shard *ts, const dt_psmsg *req,
+                           dt_psbuf *reply)
+{
+    (void)s;
+    if (!ts->keys)
+        return reply_error(req, DT_ERR_INVALID, reply, "table %u is not dynamic: PULL_KEYS is "
+                           "for keys", ts->id);
+    uint64_t bytes = rows_reply_bytes(req->n, ts->t.dim);
+    if (bytes > DT_PSMSG_MAX_PAYLOAD)
+        return reply_error(req, DT_ERR_INVALID, reply, "table %u: a pull of %u keys needs a "
+                           "reply of %llu bytes, more than a message holds", ts->id, req->n,
+                           (unsigned long long)bytes);
+    int64_t *keys = malloc(((size_t)req->n + 1) * sizeof *keys);
+    int64_t *rows = malloc(((size_t)req->n + 1) * sizeof *rows);
+    uint32_t *times = malloc(((size_t)req->n + 1) * sizeof *times);
+    float *values = NULL;
+    int64_t bad = 0;
+    dt_status st = DT_OK;
+    if (!keys || !rows || !times) {
+        st = dt_error(DT_ERR_NOMEM, "ps: no memory for a pull of %u keys", req->n);
+    } else if (!local_rows(ts, req, keys, &bad)) {
+        st = reply_error(req, DT_ERR_INVALID, reply, "table %u: key %lld is not held by shard "
+                         "%lld of %lld", ts->id, (long long)bad, (long long)ts->shard,
+                         (long long)ts->n_shards);
+    } else {
+        for (uint32_t i = 0; i < req->n; i++)
+            times[i] = dt_psmsg_times(req, i);
+        st = dt_keymap_resolve_counted(ts->keys, keys, times, req->n, req->step, rows);
+        /* Past the table's memory: the worker hears why; the ps keeps what it holds. */
+        if (st == DT_ERR_NOMEM)
+            st = reply_error(req, DT_ERR_NOMEM, reply, "%s", dt_last_error());
+        else if (!(values = malloc(((size_t)req->n * (size_t)ts->t.dim + 1) * sizeof *values)))
+            st = dt_error(DT_ERR_NOMEM, "ps: no memory for a pull of %u rows", req->n);
+        else {
+            for (uint32_t i = 0; i < req->n; i++)
+                memcpy(values + (size_t)i * (size_t)ts->t.dim, dt_table_row(&ts->t, rows[i]),
+                       (size_t)ts->t.dim * sizeof *values);
+            dt_psmsg m = {.type = DT_PSMSG_ROWS, .request_id = req->request_id, .table = ts->id,
+                          .n = req->n, .dim = (uint32_t)ts->t.dim};
+            st = dt_psmsg_encode(&m, NULL, values, reply);
+        }
+    }
+    free(keys), free(rows), free(times), free(values);
+    return st;
+}
+
+/* A dynamic table's pushed keys turned into their rows: the keys without one (not admitted, or
+ * evicted since the pull) are dropped with their gradient rows. */
+static void keys_to_pushed_rows(dt_ps_table_shard *ts, dt_sparse_rows *g)
+{
+    dt_keymap_find(ts->keys, g->ids, g->n, g->ids);
+    size_t kept = 0, dim = (size_t)g->dim;
+    for (size_t i = 0; i < g->n; i++) {
+        if (!g->ids[i])
+            continue;
+        if (kept != i) {
+            g->ids[kept] = g->ids[i];
+            memmove(g->rows + kept * dim, g->rows + i * dim, dim * sizeof *g->rows);
+        }
+        kept++;
+    }
+    g->n = kept;
 }
 
 static dt_status push(dt_ps_shard *s, dt_ps_table_shard *ts, const dt_psmsg *req, dt_psbuf *reply)
@@ -229,7 +346,11 @@ static dt_status push(dt_ps_shard *s, dt_ps_table_shard *ts, const dt_psmsg *req
     if (req->step < 1)
         return reply_error(req, DT_ERR_INVALID, reply, "table %u: a push at step %lld (from 1)",
                            ts->id, (long long)req->step);
+    if (ts->keys)
+        keys_to_pushed_rows(ts, g);
     dt_rowopt_update(&ts->opt, ts->opt.lr * req->lr_scale, req->step, &ts->t, g, s->pool);
+    if (ts->keys) /* a page of the eviction pass under way or due */
+        dt_keymap_evict_step(ts->keys, req->step, false);
     ts->clock++;
     if (req->step > s->last_step)
         s->last_step = req->step;
@@ -258,6 +379,14 @@ void dt_ps_table_msg(uint32_t id, const char *name, int64_t rows_total, int dim,
     m->text = name, m->text_len = (uint32_t)strlen(name);
 }
 
+static bool same_policy(const dt_keymap_policy *a, const dt_keymap_policy *b)
+{
+    return a->min_count == b->min_count && a->bloom_bits == b->bloom_bits &&
+           a->bloom_hashes == b->bloom_hashes && a->steps_to_live == b->steps_to_live &&
+           a->l2_below == b->l2_below && a->max_rows == b->max_rows &&
+           a->evict_every_steps == b->evict_every_steps && a->memory_limit == b->memory_limit;
+}
+
 static bool same_definition(const dt_ps_table_shard *ts, const dt_psmsg *req)
 {
     float p[DT_PSMSG_TABLE_PARAMS];
@@ -267,7 +396,8 @@ static bool same_definition(const dt_ps_table_shard *ts, const dt_psmsg *req)
            (uint32_t)ts->strategy == req->strategy && (uint32_t)ts->opt.kind == req->optimizer &&
            memcmp(p, req->params, sizeof p) == 0 && ts->init_stddev == req->init_stddev &&
            ts->seed == req->seed && strlen(ts->t.name) == req->text_len &&
-           memcmp(ts->t.name, req->text, req->text_len) == 0;
+           memcmp(ts->t.name, req->text, req->text_len) == 0 &&
+           (req->strategy != DT_PARTITION_HASH || same_policy(&ts->policy, &req->policy));
 }
 
 static dt_status define(dt_ps_shard *s, const dt_psmsg *req, dt_psbuf *reply)
@@ -277,7 +407,7 @@ static dt_status define(dt_ps_shard *s, const dt_psmsg *req, dt_psbuf *reply)
         return reply_error(req, DT_ERR_INVALID, reply, "table %u is already held with another "
                            "definition", req->table);
     if (!ts) {
-        if (req->strategy > DT_PARTITION_MOD || req->optimizer > DT_ROWOPT_FTRL)
+        if (req->strategy > DT_PARTITION_HASH || req->optimizer > DT_ROWOPT_FTRL)
             return reply_error(req, DT_ERR_INVALID, reply, "table %u: partition strategy %u or "
                                "optimizer %u unknown", req->table, req->strategy, req->optimizer);
         const float *p = req->params;
@@ -286,10 +416,14 @@ static dt_status define(dt_ps_shard *s, const dt_psmsg *req, dt_psbuf *reply)
         char name[DT_PSMSG_MAX_NAME + 1];
         memcpy(name, req->text, req->text_len);
         name[req->text_len] = '\0';
-        dt_status st = dt_ps_shard_add_table(s, req->table, name, req->rows_total, (int)req->dim,
-                                             req->n_shards, req->shard,
-                                             (dt_partition_strategy)req->strategy, &c,
-                                             req->init_stddev, req->seed);
+        dt_status st =
+            req->strategy == DT_PARTITION_HASH
+                ? dt_ps_shard_add_dynamic(s, req->table, name, (int)req->dim, req->n_shards,
+                                          req->shard, &c, req->init_stddev, req->seed, &req->policy)
+                : dt_ps_shard_add_table(s, req->table, name, req->rows_total, (int)req->dim,
+                                        req->n_shards, req->shard,
+                                        (dt_partition_strategy)req->strategy, &c,
+                                        req->init_stddev, req->seed);
         if (st == DT_ERR_NOMEM)
             return st;
         if (st)
@@ -521,12 +655,15 @@ dt_status dt_ps_shard_handle(dt_ps_shard *s, const dt_psmsg *req, dt_psbuf *repl
         return dt_psmsg_encode(&pong, NULL, NULL, reply);
     }
     case DT_PSMSG_PULL_ROWS:
+    case DT_PSMSG_PULL_KEYS:
     case DT_PSMSG_PUSH_ROWS: {
         dt_ps_table_shard *ts = find(s, req->table);
         if (!ts)
             return reply_error(req, DT_ERR_UNAVAILABLE, reply, "no table %u on this ps (yet)",
                                req->table);
-        return req->type == DT_PSMSG_PULL_ROWS ? pull(s, ts, req, reply) : push(s, ts, req, reply);
+        return req->type == DT_PSMSG_PULL_ROWS ? pull(s, ts, req, reply)
+               : req->type == DT_PSMSG_PULL_KEYS ? pull_keys(s, ts, req, reply)
+                                                 : push(s, ts, req, reply);
     }
     case DT_PSMSG_TABLE:
         return define(s, req, reply);

@@ -16,6 +16,7 @@
 #include "psmsg.h"
 #include "dtrain/optim.h"
 #include "dtrain/partition.h"
+#include "dtrain/keymap.h"
 #include "dtrain/pool.h"
 #include "dtrain/ps.h"
 #include "dtrain/rowopt.h"
@@ -32,6 +33,9 @@ typedef struct {
     float init_stddev;               /* as defined */
     uint64_t seed;
     int64_t clock;                   /* pushes applied */
+    /* A dynamic table (the hash strategy): its keys' map, t its rows (keymap.h). */
+    dt_keymap *keys;
+    dt_keymap_policy policy;
 } dt_ps_table_shard;
 
 #define DT_PS_MAX_SLICES 1024
@@ -75,8 +79,14 @@ dt_status dt_ps_shard_add_table(dt_ps_shard *s, uint32_t id, const char *name,
                                 dt_partition_strategy strategy, const dt_rowopt_config *opt,
                                 float init_stddev, uint64_t seed);
 
+/* The same for a dynamic table: its keys placed by dt_keymap_shard, admitted and evicted by the
+ * shard's own key map under policy (the hash strategy; rows_total DT_PARTITION_HASH_ROWS). */
+dt_status dt_ps_shard_add_dynamic(dt_ps_shard *s, uint32_t id, const char *name, int dim,
+                                  int64_t n_shards, int64_t shard, const dt_rowopt_config *opt,
+                                  float init_stddev, uint64_t seed, const dt_keymap_policy *policy);
+
 /* The TABLE message that defines shard `shard` of a table on its ps (the coordinator sends it;
- * name must outlive m). */
+ * name must outlive m). A dynamic table's policy goes in m->policy after. */
 void dt_ps_table_msg(uint32_t id, const char *name, int64_t rows_total, int dim, int64_t n_shards,
                      int64_t shard, dt_partition_strategy strategy, const dt_rowopt_config *opt,
                      float init_stddev, uint64_t seed, dt_psmsg *m);

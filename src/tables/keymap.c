@@ -679,16 +679,11 @@ static dt_status group_places(dt_keymap *m, const int64_t *keys, size_t n)
     return DT_OK;
 }
 
-dt_status dt_keymap_resolve(dt_keymap *m, const int64_t *keys, size_t n, int64_t step,
-                            int64_t *rows)
+dt_status dt_keymap_resolve_counted(dt_keymap *m, const int64_t *uniq, const uint32_t *times,
+                                    size_t nu, int64_t step, int64_t *urows)
 {
-    dt_status st = group_places(m, keys, n);
-    if (st)
-        return st;
+    dt_status st = DT_OK;
     uint32_t s = step < 1 ? 1 : step > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)step;
-    const int64_t *uniq = m->b_uniq;
-    size_t nu = m->b_n;
-    int64_t *urows = m->b_rows;
     uint64_t homes[AHEAD];
     for (size_t j = 0; j < AHEAD && j < nu; j++)
         prefetch_slot(m, uniq, nu, j, homes);
@@ -700,21 +695,34 @@ dt_status dt_keymap_resolve(dt_keymap *m, const int64_t *keys, size_t n, int64_t
         prefetch_slot(m, uniq, nu, j + AHEAD, homes);
         prefetch_row(m, nu, j + AHEAD / 2, homes);
         uint32_t e = ENT(m, i);
+        uint32_t c = times[j] ? times[j] : 1;
         if (e && !(e & COUNTING)) {
             urows[j] = e;
-            m->meta[e].count = saturating_add_n(m->meta[e].count, m->b_times[j]);
+            m->meta[e].count = saturating_add_n(m->meta[e].count, c);
             m->meta[e].last = s;
             continue;
         }
-        urows[j] = sighting(m, key, i, m->b_times[j], s, &st);
+        urows[j] = sighting(m, key, i, c, s, &st);
         if (st) {
-            for (size_t k = 0; k < n; k++)
-                rows[k] = 0;
+            memset(urows, 0, nu * sizeof *urows);
             return st;
         }
     }
+    return DT_OK;
+}
+
+dt_status dt_keymap_resolve(dt_keymap *m, const int64_t *keys, size_t n, int64_t step,
+                            int64_t *rows)
+{
+    dt_status st = group_places(m, keys, n);
+    if (st == DT_OK)
+        st = dt_keymap_resolve_counted(m, m->b_uniq, m->b_times, m->b_n, step, m->b_rows);
+    if (st) {
+        memset(rows, 0, n * sizeof *rows);
+        return st;
+    }
     for (size_t j = 0; j < n; j++)
-        rows[j] = urows[m->b_which[j]];
+        rows[j] = m->b_rows[m->b_which[j]];
     return DT_OK;
 }
 
