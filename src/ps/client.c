@@ -39,6 +39,10 @@ typedef struct {
     size_t *places, *count, *fill; /* count and fill: n_shards + 1 */
     size_t cap;
     float *dest_rows;   /* by place */
+    /* A dynamic table (the hash placement): keys of any int64 >= 0, and in a training pull each
+     * key's sightings, grouped as ids are. */
+    dt_keymap_policy policy;
+    uint32_t *times;
 } table_info;
 
 /* What the reply to a queued message is, in the order the messages were queued. */
@@ -148,6 +152,7 @@ void dt_ps_client_close(dt_ps_client *c)
     for (int t = 0; t < c->n_tables; t++) {
         table_info *ti = &c->tables[t];
         free(ti->ids), free(ti->shard_of), free(ti->places), free(ti->count), free(ti->fill);
+        free(ti->times);
     }
     free(c->due);
     free(c->grouped);
@@ -350,15 +355,16 @@ static dt_status run_round(dt_ps_client *c) { return run_round_within(c, c->requ
 
 /* Groups ids by the shard that holds each (a counting sort, stable, so ids that ascend ascend
  * within each shard too). */
-static dt_status plan(table_info *t, const int64_t *ids, size_t n)
+static dt_status plan_counted(table_info *t, const int64_t *ids, const uint32_t *times, size_t n)
 {
     if (n > t->cap || !t->ids) {
         size_t cap = n > 1 ? n : 1;
-        free(t->ids), free(t->places), free(t->shard_of);
+        free(t->ids), free(t->places), free(t->shard_of), free(t->times);
         t->ids = malloc(cap * sizeof *t->ids);
         t->places = malloc(cap * sizeof *t->places);
         t->shard_of = malloc(cap * sizeof *t->shard_of);
-        t->cap = t->ids && t->places && t->shard_of ? cap : 0;
+        t->times = malloc(cap * sizeof *t->times);
+        t->cap = t->ids && t->places && t->shard_of && t->times ? cap : 0;
         if (!t->cap)
             return dt_error(DT_ERR_NOMEM, "no memory for a ps request of %zu ids", n);
     }
@@ -366,7 +372,8 @@ static dt_status plan(table_info *t, const int64_t *ids, size_t n)
     memset(count, 0, ((size_t)t->n_shards + 1) * sizeof *count);
     for (size_t i = 0; i < n; i++) {
         int64_t shard, row;
-        if (ids[i] < 0 || ids[i] >= t->rows)
+        bool keyed = t->strategy == DT_PARTITION_HASH;
+        if (ids[i] < 0 || (!keyed && ids[i] >= t->rows))
             return dt_error(DT_ERR_INVALID, "ps: table %u: id %lld outside its %lld rows", t->id,
                             (long long)ids[i], (long long)t->rows);
         dt_partition_locate(t->strategy, t->rows, t->n_shards, ids[i], &shard, &row);
@@ -379,8 +386,15 @@ static dt_status plan(table_info *t, const int64_t *ids, size_t n)
     for (size_t i = 0; i < n; i++) {
         size_t at = fill[t->shard_of[i]]++;
         t->ids[at] = ids[i], t->places[at] = i;
+        if (times)
+            t->times[at] = times[i];
     }
     return DT_OK;
+}
+
+static dt_status plan(table_info *t, const int64_t *ids, size_t n)
+{
+    return plan_counted(t, ids, NULL, n);
 }
 
 /* One message like m per shard of table ti with ids, for the shard's table and with its ids;
@@ -395,16 +409,20 @@ static dt_status queue_rows(dt_ps_client *c, int ti, dt_psmsg m, reply_kind repl
         if (n == 0)
             continue;
         m.table = wire_table(t->id, s), m.n = (uint32_t)n;
+        if (m.type == DT_PSMSG_PULL_KEYS)
+            m.times_host = t->times + lo;
         st = queue(c, (pending){ps_of_shard(c, s), reply, ti, s, 0, 0}, &m, t->ids + lo,
                    rows ? rows + lo * (size_t)t->dim : NULL);
     }
     return st;
 }
 
-/* One PULL_ROWS per shard with ids; rows go to t's destination. */
-static dt_status queue_pull(dt_ps_client *c, int ti)
+/* One PULL_ROWS per shard with ids (a training pull of a dynamic table: PULL_KEYS at step
+ * `step`, with each key's sightings); rows go to t's destination. */
+static dt_status queue_pull(dt_ps_client *c, int ti, int64_t step)
 {
-    return queue_rows(c, ti, (dt_psmsg){.type = DT_PSMSG_PULL_ROWS}, REPLY_ROWS, NULL);
+    dt_psmsg m = {.type = step > 0 ? DT_PSMSG_PULL_KEYS : DT_PSMSG_PULL_ROWS, .step = step};
+    return queue_rows(c, ti, m, REPLY_ROWS, NULL);
 }
 
 /* One PUSH_ROWS per shard with ids, their rows taken from rows (by place). */
@@ -451,6 +469,18 @@ dt_status dt_ps_client_define(dt_ps_client *c, uint32_t id, const char *name, in
                               int dim, int64_t n_shards, dt_partition_strategy strategy,
                               const dt_rowopt_config *opt, float init_stddev, uint64_t seed)
 {
+    return dt_ps_client_define_ex(c, id, name, rows, dim, n_shards, strategy, opt, init_stddev,
+                                  seed, NULL);
+}
+
+dt_status dt_ps_client_define_ex(dt_ps_client *c, uint32_t id, const char *name, int64_t rows,
+                                 int dim, int64_t n_shards, dt_partition_strategy strategy,
+                                 const dt_rowopt_config *opt, float init_stddev, uint64_t seed,
+                                 const dt_keymap_policy *policy)
+{
+    if ((strategy == DT_PARTITION_HASH) != (policy != NULL))
+        return dt_error(DT_ERR_INVALID, "ps: table %s: a dynamic table takes the hash placement "
+                        "and a policy, a fixed one neither", name);
     /* Defined again (a ps started again): the ps tasks that hold it already take it as a
      * no-op, one that lost it starts it afresh. */
     int known = find(c, id);
@@ -465,6 +495,8 @@ dt_status dt_ps_client_define(dt_ps_client *c, uint32_t id, const char *name, in
         dt_psmsg m;
         dt_ps_table_msg(wire_table(id, s), name, rows, dim, n_shards, s, strategy, opt,
                         init_stddev, seed, &m);
+        if (policy)
+            m.policy = *policy;
         st = queue(c, (pending){ps_of_shard(c, s), REPLY_ACK, 0, 0, 0, 0}, &m, NULL, NULL);
     }
     return st ? st : run_round_within(c, SHARD_WORK_TIMEOUT);
@@ -507,7 +539,7 @@ dt_status dt_ps_client_pull(dt_ps_client *c, uint32_t id, const int64_t *ids, si
     dt_status st = table_of(c, id, n, &ti);
     if (st == DT_OK && (st = plan(&c->tables[ti], ids, n)) == DT_OK) {
         c->tables[ti].dest_rows = rows;
-        st = queue_pull(c, ti);
+        st = queue_pull(c, ti, 0);
     }
     return st ? (run_round(c), st) : run_round(c);
 }
@@ -532,6 +564,28 @@ dt_status dt_ps_client_pull_step(dt_ps_client *c, const int64_t *ids, size_t n,
     return dt_ps_client_pull_tables(c, each_ids, each_n, rows, dense);
 }
 
+dt_status dt_ps_client_pull_keys_step(dt_ps_client *c, const int64_t *ids,
+                                      const uint32_t *times, size_t n, int64_t step,
+                                      float *const *rows, float *dense)
+{
+    dt_status st = DT_OK;
+    for (int ti = 0; ti < c->n_tables && st == DT_OK; ti++) {
+        table_info *t = &c->tables[ti];
+        if (!rows[ti])
+            continue;
+        bool keyed = t->strategy == DT_PARTITION_HASH;
+        if ((st = plan_counted(t, ids, keyed ? times : NULL, n)))
+            break;
+        t->dest_rows = rows[ti];
+        st = queue_pull(c, ti, keyed ? (step > 0 ? step : 1) : 0);
+    }
+    if (st == DT_OK && dense) {
+        c->dense_dest = dense;
+        st = queue_dense(c, NULL, 0, 0.0f);
+    }
+    return st ? (run_round(c), st) : run_round(c);
+}
+
 dt_status dt_ps_client_pull_tables(dt_ps_client *c, const int64_t *const *ids, const size_t *n,
                                    float *const *rows, float *dense)
 {
@@ -542,7 +596,7 @@ dt_status dt_ps_client_pull_tables(dt_ps_client *c, const int64_t *const *ids, c
         if ((st = plan(&c->tables[ti], ids[ti], n[ti])))
             break;
         c->tables[ti].dest_rows = rows[ti];
-        st = queue_pull(c, ti);
+        st = queue_pull(c, ti, 0);
     }
     if (st == DT_OK && dense) {
         c->dense_dest = dense;

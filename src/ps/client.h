@@ -11,6 +11,7 @@
 #include "dtrain/optim.h"
 #include "dtrain/partition.h"
 #include "dtrain/rowopt.h"
+#include "dtrain/keymap.h"
 #include "dtrain/table.h"
 
 typedef struct dt_ps_client dt_ps_client;
@@ -45,6 +46,12 @@ dt_status dt_ps_client_ping(dt_ps_client *c);
 dt_status dt_ps_client_define(dt_ps_client *c, uint32_t id, const char *name, int64_t rows,
                               int dim, int64_t n_shards, dt_partition_strategy strategy,
                               const dt_rowopt_config *opt, float init_stddev, uint64_t seed);
+/* The same for a dynamic table (strategy DT_PARTITION_HASH, rows DT_PARTITION_HASH_ROWS) with
+ * its policy; policy NULL for a fixed one. */
+dt_status dt_ps_client_define_ex(dt_ps_client *c, uint32_t id, const char *name, int64_t rows,
+                                 int dim, int64_t n_shards, dt_partition_strategy strategy,
+                                 const dt_rowopt_config *opt, float init_stddev, uint64_t seed,
+                                 const dt_keymap_policy *policy);
 /* Table id as the chief defined it, for a worker that did not define it. */
 dt_status dt_ps_client_use_table(dt_ps_client *c, uint32_t id, int64_t rows, int dim,
                                  int64_t n_shards, dt_partition_strategy strategy);
@@ -74,6 +81,11 @@ dt_status dt_ps_client_use_dense(dt_ps_client *c, const dt_arena *params);
  * step. */
 dt_status dt_ps_client_pull_step(dt_ps_client *c, const int64_t *ids, size_t n,
                                  float *const *rows, float *dense);
+/* dt_ps_client_pull_step for a training step: the dynamic tables' keys go with times[i] (their
+ * sightings in the batch) as PULL_KEYS at global step `step`, the others as PULL_ROWS. */
+dt_status dt_ps_client_pull_keys_step(dt_ps_client *c, const int64_t *ids,
+                                      const uint32_t *times, size_t n, int64_t step,
+                                      float *const *rows, float *dense);
 /* The same with each table's own ids: ids[t] (n[t]) into rows[t] (n[t] x dim). */
 dt_status dt_ps_client_pull_tables(dt_ps_client *c, const int64_t *const *ids, const size_t *n,
                                    float *const *rows, float *dense);

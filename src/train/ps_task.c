@@ -60,8 +60,12 @@ dt_status ps_place_variables(const dt_train_config *c, dt_model *m, dt_ps_client
                         dt_model_spec_of(m)->name, dt_model_num_tables(m), DT_PS_MAX_TABLES);
     for (int t = 0; t < dt_model_num_tables(m) && st == DT_OK; t++) {
         const dt_table *tab = dt_model_table(m, t);
-        int64_t rows = table_rows > 0 ? table_rows : tab->rows;
-        int64_t shards = shards_of(c, rows, tab->dim, n_ps);
+        /* A dynamic table's keys go to the ps tasks by their hash, one shard a task. */
+        dt_keymap *km = dt_model_keymap(m, t);
+        bool keyed = km || table_rows == DT_PARTITION_HASH_ROWS;
+        int64_t rows = keyed ? DT_PARTITION_HASH_ROWS : table_rows > 0 ? table_rows : tab->rows;
+        int64_t shards = keyed ? n_ps : shards_of(c, rows, tab->dim, n_ps);
+        dt_partition_strategy placed = keyed ? DT_PARTITION_HASH : c->ps.partition_strategy;
         /* Each table starts as dt_model_init_params draws it, row by row from its seed; a
          * feature-spec model's linear tables take the linear part's rule. */
         float stddev;
@@ -70,11 +74,10 @@ dt_status ps_place_variables(const dt_train_config *c, dt_model *m, dt_ps_client
         const dt_rowopt_config *r =
             c->optim.linear_rule_set && dt_model_table_linear(m, t) ? &c->optim.linear_rule
                                                                     : &rule;
-        st = define ? dt_ps_client_define(ps, (uint32_t)t, tab->name, rows, tab->dim, shards,
-                                          c->ps.partition_strategy, r, stddev,
-                                          c->fit.seed + seed_offset)
-                    : dt_ps_client_use_table(ps, (uint32_t)t, rows, tab->dim, shards,
-                                             c->ps.partition_strategy);
+        st = define ? dt_ps_client_define_ex(ps, (uint32_t)t, tab->name, rows, tab->dim, shards,
+                                             placed, r, stddev, c->fit.seed + seed_offset,
+                                             km ? dt_keymap_policy_of(km) : NULL)
+                    : dt_ps_client_use_table(ps, (uint32_t)t, rows, tab->dim, shards, placed);
     }
     /* Hybrid: the dense variables are the workers' own, all-reduced among them. */
     if (st == DT_OK && c->ps.mode != DT_PS_HYBRID)

@@ -31,7 +31,7 @@ void ps_endpoint_of(const dt_addr *a, char *out, size_t cap);
 
 /* Tells the client where the model's tables and dense variables are (define: and puts them
  * there, with m's values, as the coordinator does); table_rows > 0: the tables' rows on the ps
- * tasks when m's are fewer (a worker's). */
+ * tasks when m's are fewer (a worker's), DT_PARTITION_HASH_ROWS when they are dynamic there. */
 dt_status ps_place_variables(const dt_train_config *c, dt_model *m, dt_ps_client *ps, int n_ps,
                              bool define, int64_t table_rows);
 

@@ -46,6 +46,8 @@ typedef struct {
     float *rows_buf;     /* by_table: a pull's rows, table after table */
     size_t rows_cap;
     uint32_t *slot;
+    uint32_t *times;     /* each unique id's places in the batch: a dynamic table's sightings */
+    int64_t step;        /* the global step under way, which a dynamic table's pull stamps */
     void *scratch;
     size_t cap;
     double *pull_ms;       /* each step's pull round */
@@ -121,12 +123,13 @@ static dt_status reserve_ids(worker *w, size_t n)
 {
     if (n <= w->cap && w->uniq)
         return DT_OK;
-    free(w->uniq), free(w->slot), free(w->scratch), free(w->gids);
+    free(w->uniq), free(w->slot), free(w->scratch), free(w->gids), free(w->times);
     w->uniq = malloc(n * sizeof *w->uniq);
     w->gids = malloc(n * (size_t)dt_model_num_tables(w->m) * sizeof *w->gids);
     w->slot = malloc(n * sizeof *w->slot);
+    w->times = malloc(n * sizeof *w->times);
     w->scratch = malloc(dt_embedding_scratch_bytes(n));
-    w->cap = w->uniq && w->gids && w->slot && w->scratch ? n : 0;
+    w->cap = w->uniq && w->gids && w->slot && w->scratch && w->times ? n : 0;
     return w->cap ? DT_OK : dt_error(DT_ERR_NOMEM, "no memory for a batch of %zu ids", n);
 }
 
@@ -143,8 +146,11 @@ static dt_status renumber_ids(worker *w, dt_elem *e)
     if (st)
         return st;
     w->n_uniq = dt_embedding_dedupe(ids, n, w->scratch, w->uniq, w->slot);
-    for (size_t i = 0; i < n; i++)
+    memset(w->times, 0, w->n_uniq * sizeof *w->times);
+    for (size_t i = 0; i < n; i++) {
         ids[i] = (int64_t)w->slot[i];
+        w->times[w->slot[i]]++;
+    }
     return DT_OK;
 }
 
@@ -219,8 +225,9 @@ static dt_status pull_variables(worker *w, const dt_elem *e)
     for (int t = 0; t < dt_model_num_tables(m) && w->n_uniq > 0; t++)
         rows[t] = dt_model_table(m, t)->data;
     double t0 = dt_clock_now();
-    st = dt_ps_client_pull_step(w->ps, w->uniq, w->n_uniq, rows,
-                                w->ring ? NULL : dt_model_params(m)->data);
+    /* Dynamic tables on the ps count each key's sightings in the batch at this step. */
+    st = dt_ps_client_pull_keys_step(w->ps, w->uniq, w->times, w->n_uniq, w->step, rows,
+                                     w->ring ? NULL : dt_model_params(m)->data);
     w->pull_ms[w->n_pulls++] = (dt_clock_now() - t0) * 1e3;
     return st;
 }
@@ -352,6 +359,7 @@ static dt_status worker_step(worker *w, int64_t step, dt_psmsg *r)
     }
     int correct = 0;
     double recovery = 0; /* the deadline for lost ps tasks to be back, once one was lost */
+    w->step = step;
     if ((st = dt_check_batch(m, e)) || (st = dt_batch_labels(m, e, w->labels)) ||
         (st = renumber_ids(w, e)))
         goto done;
@@ -707,6 +715,7 @@ dt_status dt_ps_work(const dt_train_config *c, dt_model *m, dt_pool *pool, dt_in
         close(w.ring_fd);
     dt_optim_free(&w.opt);
     free(w.labels), free(w.uniq), free(w.gids), free(w.slot), free(w.scratch), free(w.pull_ms);
+    free(w.times);
     free(w.rows_buf);
     for (int k = 0; k < w.n_readers; k++)
         if (w.readers[k].opened)

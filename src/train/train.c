@@ -563,10 +563,13 @@ static dt_status check_dynamic_strategy(const dt_model_spec *spec, dt_strategy_k
 {
     bool dynamic = spec->arch != DT_ARCH_SEQUENTIAL && spec->arch != DT_ARCH_COLUMNS &&
                    spec->ctr.dynamic;
+    /* The parameter server's shards hold dynamic tables (ps/shard.c) and its workers pull
+     * their keys with their sightings; its checkpoints, snapshots and the chief's read-back of
+     * the tables do not carry them yet, so it is refused until they do. */
     if (!dynamic || kind == DT_STRATEGY_ONE_DEVICE)
         return DT_OK;
     return dt_error(DT_ERR_UNSUPPORTED, "model %s: dynamic tables train with one_device; %s does "
-                    "not train them", spec->name, dt_strategy_name(kind));
+                    "not train them yet", spec->name, dt_strategy_name(kind));
 }
 
 /* The replicas of a synchronous strategy, trained with fit; out gets the chief's result. */
@@ -670,8 +673,12 @@ static dt_input_context ps_worker_input(const dt_train_config *c, const run_plan
 
 static void ps_worker_tables(const dt_input *in, dt_model_spec *spec)
 {
-    if (spec->arch != DT_ARCH_SEQUENTIAL && spec->arch != DT_ARCH_COLUMNS)
+    if (spec->arch != DT_ARCH_SEQUENTIAL && spec->arch != DT_ARCH_COLUMNS) {
         spec->ctr.feature_size = (int64_t)in->eval_batch * spec->ctr.field_size;
+        /* Dynamic tables are the ps tasks': the worker's rows are the batch's, by position. */
+        spec->ctr.dynamic = false;
+        dt_keymap_policy_default(&spec->ctr.dynamic_policy);
+    }
 }
 
 static dt_status ps_worker_train(const train_parts *t)
@@ -757,7 +764,10 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
         dt_error_prefix(st, "%s", in.source);
         goto fail;
     }
-    int64_t table_rows = spec.ctr.feature_size;
+    /* A worker's tables hold one batch's rows of the ps tasks' (dynamic ones: of their keys). */
+    bool dynamic = spec.arch != DT_ARCH_SEQUENTIAL && spec.arch != DT_ARCH_COLUMNS &&
+                   spec.ctr.dynamic;
+    int64_t table_rows = dynamic ? DT_PARTITION_HASH_ROWS : spec.ctr.feature_size;
     if (plan.role->tables)
         plan.role->tables(&in, &spec);
     /* No batch is larger than the training set: the buffers are sized for what will be used. */
