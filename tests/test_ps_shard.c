@@ -770,6 +770,19 @@ TEST(ps_dynamic_table_shards_follow_one_key_map)
     dt_psmsg pull = {.type = DT_PSMSG_PULL_KEYS, .table = 3, .n = 1, .step = 9, .times_host = &one}, out;
     ask(&shards[0], &pull, &wrong, NULL, &req, &rep, &out);
     CHECK(out.type == DT_PSMSG_ERROR && out.text && strstr(out.text, "is not held by shard"));
+    /* The decoder refuses a key seen 0 times and a negative key, naming the byte. */
+    uint32_t zero = 0;
+    int64_t negative = -5, fine = 7;
+    dt_psmsg bad = {.type = DT_PSMSG_PULL_KEYS, .table = 3, .n = 1, .step = 9, .times_host = &zero};
+    req.len = 0;
+    CHECK_OK(dt_psmsg_encode(&bad, &fine, NULL, &req));
+    CHECK(dt_psmsg_decode(req.data, req.len, "worker:1", &out) == DT_ERR_FORMAT &&
+          strstr(dt_last_error(), "worker:1") && strstr(dt_last_error(), "a key seen 0 times"));
+    bad.times_host = &one;
+    req.len = 0;
+    CHECK_OK(dt_psmsg_encode(&bad, &negative, NULL, &req));
+    CHECK(dt_psmsg_decode(req.data, req.len, "worker:1", &out) == DT_ERR_FORMAT &&
+          strstr(dt_last_error(), "a negative key"));
     for (int k = 0; k < N; k++)
         dt_ps_shard_free(&shards[k]);
     dt_psbuf_free(&req), dt_psbuf_free(&rep);
