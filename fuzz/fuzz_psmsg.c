@@ -66,10 +66,19 @@ static void check(const uint8_t *data, size_t size)
             REQUIRE((ports[i] = dt_psmsg_port(&m, i)) != 0);
         m.ports_host = ports;
     }
+    uint32_t *times = NULL;
+    if (m.type == DT_PSMSG_PULL_KEYS) {
+        REQUIRE(m.times >= data && m.times + 4 * (size_t)m.n <= data + size);
+        REQUIRE((times = malloc((m.n ? m.n : 1) * sizeof *times)));
+        for (uint32_t i = 0; i < m.n; i++)
+            REQUIRE((times[i] = dt_psmsg_times(&m, i)) >= 1);
+        m.times_host = times;
+    }
     dt_psbuf b = {0};
     REQUIRE(dt_psmsg_encode(&m, ids, vals, &b) == DT_OK);
     REQUIRE(b.len == size && memcmp(b.data, data, size) == 0);
     dt_psbuf_free(&b);
+    free(times);
     free(ports);
     free(ids);
     free(vals);

@@ -632,6 +632,15 @@ static void prefetch_row(const dt_keymap *m, size_t n, size_t j, const uint64_t 
             __builtin_prefetch(&m->meta[x->ent[s]], 1);
 }
 
+/* The first AHEAD keys' buckets and the first AHEAD / 2 keys' rows on their way. */
+static void start_lookups(const dt_keymap *m, const int64_t *keys, size_t n, uint64_t *homes)
+{
+    for (size_t j = 0; j < AHEAD && j < n; j++)
+        prefetch_slot(m, keys, n, j, homes);
+    for (size_t j = 0; j < AHEAD / 2 && j < n; j++)
+        prefetch_row(m, n, j, homes);
+}
+
 /* A batch's places grouped by key: uniq[u] the distinct keys in order of first place, times[u]
  * their places, which[j] place j's key's index in uniq. The scratch table is sized for the
  * batch (at most half full) and stays in cache. */
@@ -685,10 +694,7 @@ dt_status dt_keymap_resolve_counted(dt_keymap *m, const int64_t *uniq, const uin
     dt_status st = DT_OK;
     uint32_t s = step < 1 ? 1 : step > (int64_t)UINT32_MAX ? UINT32_MAX : (uint32_t)step;
     uint64_t homes[AHEAD];
-    for (size_t j = 0; j < AHEAD && j < nu; j++)
-        prefetch_slot(m, uniq, nu, j, homes);
-    for (size_t j = 0; j < AHEAD / 2 && j < nu; j++)
-        prefetch_row(m, nu, j, homes);
+    start_lookups(m, uniq, nu, homes);
     for (size_t j = 0; j < nu; j++) {
         int64_t key = uniq[j];
         uint64_t i = probe_hashed(m, key, homes[j % AHEAD]);
@@ -735,10 +741,7 @@ int64_t dt_keymap_row(const dt_keymap *m, int64_t key)
 void dt_keymap_find(const dt_keymap *m, const int64_t *keys, size_t n, int64_t *rows)
 {
     uint64_t homes[AHEAD];
-    for (size_t j = 0; j < AHEAD && j < n; j++)
-        prefetch_slot(m, keys, n, j, homes);
-    for (size_t j = 0; j < AHEAD / 2 && j < n; j++)
-        prefetch_row(m, n, j, homes);
+    start_lookups(m, keys, n, homes);
     for (size_t j = 0; j < n; j++) {
         uint32_t e = ENT(m, probe_hashed(m, keys[j], homes[j % AHEAD]));
         prefetch_slot(m, keys, n, j + AHEAD, homes);
