@@ -75,6 +75,8 @@ DT_API void dt_keymap_policy_default(dt_keymap_policy *p);
 /* Ranges, naming the field: min_count <= 15 with the filter (4-bit counters), hashes 1..16,
  * bits 64..2^40, non-negative steps and rows, l2_below finite and >= 0. */
 DT_API dt_status dt_keymap_policy_check(const dt_keymap_policy *p);
+/* Whether a and b admit and evict alike, field by field (min_count 0 and 1 alike). */
+DT_API bool dt_keymap_policy_equal(const dt_keymap_policy *a, const dt_keymap_policy *b);
 /* Whether p is dt_keymap_policy_default's (min_count 0 and 1 alike). */
 DT_API bool dt_keymap_policy_is_default(const dt_keymap_policy *p);
 /* Whether p evicts anything. */

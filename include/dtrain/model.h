@@ -146,6 +146,9 @@ DT_API const dt_rowopt_config *dt_model_table_optimizer(const dt_model *m);
 DT_API dt_keymap *dt_model_keymap(dt_model *m, int i);
 /* Table i's rows in use: all of a fixed table's, a dynamic one's up to its high-water mark. */
 DT_API int64_t dt_model_table_rows_used(dt_model *m, int i);
+/* The model's distinct key maps (tables may share one), in table order, at most cap of them
+ * into out; how many. */
+DT_API int dt_model_keymaps(dt_model *m, dt_keymap **out, int cap);
 /* The figures of every key map of the model's dynamic tables together; false when it has none. */
 DT_API bool dt_model_dynamic_stats(dt_model *m, dt_keymap_stats *out);
 /* The global step of the last update of the tables, which dynamic tables stamp keys with (step

@@ -1007,23 +1007,31 @@ int64_t dt_model_table_rows_used(dt_model *m, int i)
     return s.rows_used;
 }
 
+int dt_model_keymaps(dt_model *m, dt_keymap **out, int cap)
+{
+    int n = 0;
+    for (int i = 0; i < dt_model_num_tables(m); i++) {
+        dt_keymap *k = dt_model_keymap(m, i);
+        bool seen = k == NULL;
+        for (int j = 0; !seen && j < n; j++)
+            seen = out[j] == k;
+        if (!seen && n < cap)
+            out[n++] = k;
+    }
+    return n;
+}
+
 bool dt_model_dynamic_stats(dt_model *m, dt_keymap_stats *out)
 {
     memset(out, 0, sizeof *out);
-    bool any = false;
-    for (int i = 0; i < dt_model_num_tables(m); i++) {
-        dt_keymap *k = dt_model_keymap(m, i);
-        bool first = k != NULL;
-        for (int j = 0; first && j < i; j++)
-            first = dt_model_keymap(m, j) != k;
-        if (!first)
-            continue;
+    dt_keymap *maps[DT_MAX_COLUMN_TABLES];
+    int n = dt_model_keymaps(m, maps, DT_MAX_COLUMN_TABLES);
+    for (int i = 0; i < n; i++) {
         dt_keymap_stats s;
-        dt_keymap_stats_get(k, &s);
+        dt_keymap_stats_get(maps[i], &s);
         dt_keymap_stats_add(out, &s);
-        any = true;
     }
-    return any;
+    return n > 0;
 }
 
 void dt_model_set_tables_step(dt_model *m, int64_t step)

@@ -379,14 +379,6 @@ void dt_ps_table_msg(uint32_t id, const char *name, int64_t rows_total, int dim,
     m->text = name, m->text_len = (uint32_t)strlen(name);
 }
 
-static bool same_policy(const dt_keymap_policy *a, const dt_keymap_policy *b)
-{
-    return a->min_count == b->min_count && a->bloom_bits == b->bloom_bits &&
-           a->bloom_hashes == b->bloom_hashes && a->steps_to_live == b->steps_to_live &&
-           a->l2_below == b->l2_below && a->max_rows == b->max_rows &&
-           a->evict_every_steps == b->evict_every_steps && a->memory_limit == b->memory_limit;
-}
-
 static bool same_definition(const dt_ps_table_shard *ts, const dt_psmsg *req)
 {
     float p[DT_PSMSG_TABLE_PARAMS];
@@ -397,7 +389,7 @@ static bool same_definition(const dt_ps_table_shard *ts, const dt_psmsg *req)
            memcmp(p, req->params, sizeof p) == 0 && ts->init_stddev == req->init_stddev &&
            ts->seed == req->seed && strlen(ts->t.name) == req->text_len &&
            memcmp(ts->t.name, req->text, req->text_len) == 0 &&
-           (req->strategy != DT_PARTITION_HASH || same_policy(&ts->policy, &req->policy));
+           (req->strategy != DT_PARTITION_HASH || dt_keymap_policy_equal(&ts->policy, &req->policy));
 }
 
 static dt_status define(dt_ps_shard *s, const dt_psmsg *req, dt_psbuf *reply)

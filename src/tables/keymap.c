@@ -150,14 +150,20 @@ void dt_keymap_policy_default(dt_keymap_policy *p)
     p->bloom_hashes = 3;
 }
 
+bool dt_keymap_policy_equal(const dt_keymap_policy *a, const dt_keymap_policy *b)
+{
+    return (a->min_count > 1 ? a->min_count : 1) == (b->min_count > 1 ? b->min_count : 1) &&
+           a->bloom_bits == b->bloom_bits && a->bloom_hashes == b->bloom_hashes &&
+           a->steps_to_live == b->steps_to_live && a->l2_below == b->l2_below &&
+           a->max_rows == b->max_rows && a->evict_every_steps == b->evict_every_steps &&
+           a->memory_limit == b->memory_limit;
+}
+
 bool dt_keymap_policy_is_default(const dt_keymap_policy *p)
 {
     dt_keymap_policy d;
     dt_keymap_policy_default(&d);
-    return p->min_count <= 1 && p->bloom_bits == d.bloom_bits &&
-           p->bloom_hashes == d.bloom_hashes && p->steps_to_live == d.steps_to_live &&
-           p->l2_below == d.l2_below && p->max_rows == d.max_rows &&
-           p->evict_every_steps == d.evict_every_steps && p->memory_limit == d.memory_limit;
+    return dt_keymap_policy_equal(p, &d);
 }
 
 dt_status dt_keymap_policy_check(const dt_keymap_policy *p)

@@ -73,26 +73,15 @@ static dt_status table_arenas(dt_model *m, bool slots, ckpt_arenas *a)
     return DT_OK;
 }
 
-/* Whether table t is the first of its key map's (the one that writes and reads the map). */
-static bool first_of_keymap(dt_model *m, int t)
-{
-    dt_keymap *k = dt_model_keymap(m, t);
-    for (int u = 0; k && u < t; u++)
-        if (dt_model_keymap(m, u) == k)
-            return false;
-    return k != NULL;
-}
-
 /* At step `step`: each dynamic table's eviction pass run whole and its rows packed, then its
  * tensors appended to a. */
 static dt_status dynamic_tensors(dt_model *m, int64_t step, bool slots, ckpt_arenas *a)
 {
-    for (int t = 0; t < dt_model_num_tables(m); t++) {
-        if (!first_of_keymap(m, t))
-            continue;
-        dt_keymap *k = dt_model_keymap(m, t);
-        dt_keymap_evict_all(k, step);
-        dt_keymap_compact(k);
+    dt_keymap *maps[DT_MAX_COLUMN_TABLES];
+    int n_maps = dt_model_keymaps(m, maps, DT_MAX_COLUMN_TABLES);
+    for (int i = 0; i < n_maps; i++) {
+        dt_keymap_evict_all(maps[i], step);
+        dt_keymap_compact(maps[i]);
     }
     for (int t = 0; t < dt_model_num_tables(m); t++) {
         dt_keymap *k = dt_model_keymap(m, t);
@@ -119,9 +108,10 @@ dt_status dt_ckpt_restore_tables(const dt_ckpt *c, dt_model *m, bool slots)
     st = table_arenas(m, slots, &a);
     for (int i = 0; st == DT_OK && i < a.n_tables; i++)
         st = dt_ckpt_restore_arena(c, &a.tables[i]);
-    for (int t = 0; st == DT_OK && t < dt_model_num_tables(m); t++)
-        if (first_of_keymap(m, t))
-            st = dt_keymap_restore(dt_model_keymap(m, t), c, slots);
+    dt_keymap *maps[DT_MAX_COLUMN_TABLES];
+    int n_maps = dt_model_keymaps(m, maps, DT_MAX_COLUMN_TABLES);
+    for (int i = 0; st == DT_OK && i < n_maps; i++)
+        st = dt_keymap_restore(maps[i], c, slots);
     release_arenas(&a);
     return st;
 }
