@@ -6,11 +6,12 @@
  * share a row. Row 0 of every attached table is the zero row: a key not admitted (or not known,
  * when scoring) reads it, and its gradient is dropped, so it stays zero.
  *
- * Storage: the index is open addressing with linear probing over 32-bit entries (an entry is a
- * row, or a key still being counted), sized by a multiply-shift of a 64-bit mix of the key, at
- * most 3/4 full, grown by half; deletion shifts the entries after it back, so there are no
- * tombstones. Per row: its key (8 bytes), times seen (4, saturating), the last global step it was
- * seen at (4; 0 marks a free row). So a live key costs at most 24 bytes besides its rows of the
+ * Storage: the index is buckets of one cache line (12 32-bit entries, each a row or a key still
+ * being counted, and a tag byte each from a 64-bit mix of the key, so a lookup compares a key
+ * only where its tag matches), probed bucket by bucket from the key's own, kept 3/5 to 9/10
+ * full (removed entries marked, and cleared by a rebuild in row order), grown by half. Per row:
+ * its key (8 bytes), times seen (4, saturating), the last global step it was seen at (4; 0 marks
+ * a free row). So a live key costs 16 bytes and 6 to 9 of the index besides its rows of the
  * tables and their optimizer slots. The tables reserve the map's capacity of rows as address
  * space; pages take memory as rows are first used, rows freed by eviction are used again, and
  * dt_keymap_compact packs the live rows into [1, live] and gives the pages after them back.
@@ -182,6 +183,38 @@ DT_API dt_status dt_keymap_restore_counting(dt_keymap *m, const int64_t *keys,
 DT_API dt_status dt_keymap_restore_bloom(dt_keymap *m, const uint8_t *bytes, size_t n_bytes,
                                          const char *what);
 
+/* ---- Merging parts: a map restored from a parameter server's shards ---- */
+/* Adds attached table i's rows of keys[0..n) (rows and, when slots, each slot: n x dim each, in
+ * key order): a key the map has not got gets a row (every attached table's initial row, so a
+ * table whose parts lack the key holds the row it would be admitted with; a counting record of
+ * the key is dropped); a key it has keeps its row, with the greater count and last-seen step. A
+ * key given twice for one table since the map was cleared (or since dt_keymap_merge_end) is
+ * DT_ERR_INVALID naming `what` and its index; past the capacity or memory, DT_ERR_NOMEM. The
+ * parameter server keeps each table's keys apart, and they may differ (l2_below looks at one
+ * table's rows there): merged, the map holds their union. */
+DT_API dt_status dt_keymap_merge_rows(dt_keymap *m, int i, const int64_t *keys,
+                                      const uint32_t *counts, const uint32_t *last_seen,
+                                      int64_t n, const float *rows, const float *const *slots,
+                                      const char *what);
+/* Adds keys being counted (exact counting only; after the rows): a key with a row is left as it
+ * is, one counted already takes the greater count and step. */
+DT_API dt_status dt_keymap_merge_counting(dt_keymap *m, const int64_t *keys,
+                                          const uint32_t *counts, const uint32_t *last_seen,
+                                          int64_t n, const char *what);
+/* Merges bytes [at, at + n_bytes) of a Bloom filter of the map's size into its own, each 4-bit
+ * counter the greater of the two: the filters of several shards merged never count a key low
+ * (they may count it high: admitted early, as a false positive is). */
+DT_API dt_status dt_keymap_merge_bloom(dt_keymap *m, const uint8_t *bytes, size_t n_bytes,
+                                       size_t at, const char *what);
+/* Forgets which keys the merges gave (frees their marks). */
+DT_API void dt_keymap_merge_end(dt_keymap *m);
+/* Walks the live rows in row order, from *cursor (0 at first): up to max of them, their row
+ * numbers, keys, counts and last-seen steps; *cursor moves past them. Returns how many; 0 once
+ * every row was given. dt_keymap_next_counting walks the keys being counted alike. */
+DT_API size_t dt_keymap_next_live(const dt_keymap *m, int64_t *cursor, size_t max, int64_t *rows,
+                                  int64_t *keys, uint32_t *counts, uint32_t *last_seen);
+DT_API size_t dt_keymap_next_counting(const dt_keymap *m, int64_t *cursor, size_t max,
+                                      int64_t *keys, uint32_t *counts, uint32_t *last_seen);
 /* ---- Checkpoints ---- */
 
 /* Tensors a table of a map adds to a checkpoint, at most. */

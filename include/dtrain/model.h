@@ -23,6 +23,9 @@
 
 typedef struct {
     bool no_fuse; /* use the generic kernels even where a fused one applies (for tests) */
+    /* A dynamic table under max_rows holds the keys of this many shards of max_rows each (a
+     * parameter-server coordinator's view of its ps tasks' tables; 0 or 1: its own). */
+    int dynamic_shards;
 } dt_model_options;
 
 typedef struct dt_model dt_model;

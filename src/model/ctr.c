@@ -69,7 +69,8 @@ struct dt_ctr {
 
 static bool has_v(const dt_ctr *c) { return c->arch != DT_ARCH_LR; }
 
-dt_status dt_ctr_create(const dt_model_spec *spec, int max_batch, dt_ctr **out)
+dt_status dt_ctr_create(const dt_model_spec *spec, int max_batch, int dynamic_shards,
+                        dt_ctr **out)
 {
     *out = NULL;
     dt_ctr *c = calloc(1, sizeof *c);
@@ -89,7 +90,10 @@ dt_status dt_ctr_create(const dt_model_spec *spec, int max_batch, dt_ctr **out)
         /* A row's values in both tables, its slots not counted: the capacity is address space,
          * and the map's memory check, which counts them, stops the tables first. */
         size_t row_bytes = (size_t)(1 + c->K) * sizeof(float);
-        rows = dt_keymap_capacity(&spec->ctr.dynamic_policy, row_bytes);
+        dt_keymap_policy room = spec->ctr.dynamic_policy;
+        if (room.max_rows > 0 && dynamic_shards > 1)
+            room.max_rows = room.max_rows * dynamic_shards + dynamic_shards - 1;
+        rows = dt_keymap_capacity(&room, row_bytes);
         st = dt_keymap_create(has_v(c) ? "fm_v" : "fm_w", &spec->ctr.dynamic_policy, rows, &c->keys);
         c->keyrows = malloc(n * sizeof *c->keyrows);
         c->view_row = malloc(((size_t)max_batch + 1) * sizeof *c->view_row);

@@ -12,7 +12,9 @@
 
 typedef struct dt_ctr dt_ctr;
 
-dt_status dt_ctr_create(const dt_model_spec *spec, int max_batch, dt_ctr **out);
+/* dynamic_shards: a dynamic table under max_rows has room for this many shards' rows. */
+dt_status dt_ctr_create(const dt_model_spec *spec, int max_batch, int dynamic_shards,
+                        dt_ctr **out);
 void dt_ctr_destroy(dt_ctr *c);
 
 /* fm_w zero, fm_v normal of the spec's stddev, each row drawn from (seed, row). */

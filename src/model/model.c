@@ -336,7 +336,7 @@ dt_status dt_model_create(const dt_model_spec *spec, int max_batch, dt_pool *poo
     dt_status st = DT_OK;
     /* The bias comes first in the arena: backward computes its gradient last, and gradients
      * become final from the arena's end toward its start (dt_grad_ready_fn). */
-    if (ctr && ((st = dt_ctr_create(spec, max_batch, &m->ctr)) ||
+    if (ctr && ((st = dt_ctr_create(spec, max_batch, opts ? opts->dynamic_shards : 1, &m->ctr)) ||
                 (st = dt_arena_add(&m->params, "fm_b", 1, (int[]){1}, &m->bias_view))))
         goto fail;
     if (cols) {

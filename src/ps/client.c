@@ -46,7 +46,7 @@ typedef struct {
 } table_info;
 
 /* What the reply to a queued message is, in the order the messages were queued. */
-typedef enum { REPLY_ACK, REPLY_ROWS, REPLY_DENSE, REPLY_PONG } reply_kind;
+typedef enum { REPLY_ACK, REPLY_ROWS, REPLY_DENSE, REPLY_PONG, REPLY_KEYED } reply_kind;
 
 typedef struct {
     int to;            /* the ps */
@@ -77,6 +77,14 @@ struct dt_ps_client {
     float *dense_dest;
     float *grouped;   /* a push's rows, in shard order */
     size_t grouped_cap;
+    /* A dynamic table read back: where its KEYED replies are merged, and the last one's */
+    struct {
+        dt_keymap *map;
+        int table;           /* the attached table's index in map */
+        const char *what;
+        int64_t cursor;      /* where the next read starts */
+        uint32_t n;          /* keys the last reply carried */
+    } keyed;
     uint64_t bytes_sent, bytes_received;
 };
 
@@ -221,6 +229,46 @@ static dt_status take_dense(dt_ps_client *c, const pending *p, const dt_psmsg *r
     return DT_OK;
 }
 
+/* A READ_KEYS reply: its live rows (and slots) merged into the map being read back into. */
+static dt_status take_keyed(dt_ps_client *c, const pending *p, const dt_psmsg *r)
+{
+    table_info *t = &c->tables[p->table];
+    size_t n = r->n, d = (size_t)t->dim;
+    if (r->target != DT_PSMSG_KEYED_ROWS || (n && r->dim != (uint32_t)t->dim))
+        return dt_error(DT_ERR_PEER, "%s: keyed state of kind %u and width %u for a read of "
+                        "table %u's rows of %d", c->ps[p->to].name, r->target, r->dim, t->id,
+                        t->dim);
+    c->keyed.n = r->n;
+    c->keyed.cursor = r->offset > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)r->offset;
+    if (n == 0)
+        return DT_OK;
+    int64_t *keys = malloc(n * sizeof *keys);
+    uint32_t *counts = malloc(n * sizeof *counts), *last = malloc(n * sizeof *last);
+    size_t nv = n * d * (1 + (size_t)r->slots);
+    float *values = malloc(nv * sizeof *values);
+    dt_status st = keys && counts && last && values
+                       ? DT_OK
+                       : dt_error(DT_ERR_NOMEM, "no memory to read %zu keys back", n);
+    for (size_t i = 0; i < n && st == DT_OK; i++) {
+        keys[i] = dt_psmsg_id(r, i), counts[i] = dt_psmsg_times(r, i);
+        last[i] = dt_psmsg_last(r, i);
+        if (dt_keymap_shard(keys[i], (int)t->n_shards) != p->shard)
+            st = dt_error(DT_ERR_PEER, "%s: key %lld of table %u, which shard %lld does not "
+                          "hold", c->ps[p->to].name, (long long)keys[i], t->id,
+                          (long long)p->shard);
+    }
+    if (st == DT_OK) {
+        dt_psmsg_values(r, 0, nv, values);
+        const float *slots[DT_PSMSG_MAX_SLOTS];
+        for (uint32_t k = 0; k < r->slots; k++)
+            slots[k] = values + (size_t)(k + 1) * n * d;
+        st = dt_keymap_merge_rows(c->keyed.map, c->keyed.table, keys, counts, last,
+                                  (int64_t)n, values, r->slots ? slots : NULL, c->keyed.what);
+    }
+    free(keys), free(counts), free(last), free(values);
+    return st;
+}
+
 /* Sends what is queued and reads every reply in the order the messages were queued (each ps
  * answers its own in order), handing rows and values to their destinations. */
 /* Some of link l's out, as much as its socket takes now. */
@@ -293,7 +341,7 @@ static dt_status send_draining(dt_ps_client *c, double deadline)
 static dt_status run_round_within(dt_ps_client *c, double timeout)
 {
     static const dt_psmsg_type want[] = {DT_PSMSG_ACK, DT_PSMSG_ROWS, DT_PSMSG_DENSE,
-                                         DT_PSMSG_PONG};
+                                         DT_PSMSG_PONG, DT_PSMSG_KEYED};
     double deadline = dt_clock_now() + timeout;
     dt_status st = c->broken ? dt_error(DT_ERR_PEER, "the links to the ps tasks are broken: "
                                         "connect again first")
@@ -341,6 +389,8 @@ static dt_status run_round_within(dt_ps_client *c, double timeout)
             st = take_rows(c, p, &r);
         else if (p->kind == REPLY_DENSE)
             st = take_dense(c, p, &r);
+        else if (p->kind == REPLY_KEYED)
+            st = take_keyed(c, p, &r);
         c->broken = st != DT_OK;
     }
     for (int k = 0; k < c->n_ps; k++)
@@ -780,4 +830,136 @@ dt_status dt_ps_client_push_dense(dt_ps_client *c, const float *grads, int64_t s
 void dt_ps_client_traffic(const dt_ps_client *c, uint64_t *sent, uint64_t *received)
 {
     *sent = c->bytes_sent, *received = c->bytes_received;
+}
+
+/* ---- Dynamic tables: restored into the ps tasks, read back from them ---- */
+
+/* Keys walked from a map at a time while restoring it. */
+#define KEYED_CHUNK 4096
+
+/* The entries j of the chunk whose key shard s holds, packed: keys, counts, steps and (rows)
+ * their rows then each slot's, n x dim each. Returns how many. */
+static size_t pack_shard(const dt_table *t, int64_t s, int64_t n_shards, size_t n,
+                         const int64_t *rows, const int64_t *keys, const uint32_t *counts,
+                         const uint32_t *last, int64_t *ok, uint32_t *oc, uint32_t *ol,
+                         float *values)
+{
+    size_t k = 0, d = t ? (size_t)t->dim : 0;
+    for (size_t j = 0; j < n; j++)
+        if (dt_keymap_shard(keys[j], (int)n_shards) == s)
+            ok[k] = keys[j], oc[k] = counts[j], ol[k] = last[j], k++;
+    for (size_t j = 0, i = 0; t && j < n; j++) {
+        if (dt_keymap_shard(keys[j], (int)n_shards) != s)
+            continue;
+        memcpy(values + i * d, t->data + (size_t)rows[j] * d, d * sizeof(float));
+        for (int q = 0; q < t->n_slots; q++)
+            memcpy(values + ((size_t)(q + 1) * k + i) * d, t->slots[q] + (size_t)rows[j] * d,
+                   d * sizeof(float));
+        i++;
+    }
+    return k;
+}
+
+/* One chunk of a map's rows (t given) or counted keys (t NULL), each shard's share to its ps. */
+static dt_status send_keyed_chunk(dt_ps_client *c, int ti, const dt_table *t, size_t n,
+                                  const int64_t *rows, const int64_t *keys,
+                                  const uint32_t *counts, const uint32_t *last, int64_t *ok,
+                                  uint32_t *oc, uint32_t *ol, float *values)
+{
+    const table_info *info = &c->tables[ti];
+    dt_status st = DT_OK;
+    for (int64_t s = 0; s < info->n_shards && st == DT_OK; s++) {
+        size_t k = pack_shard(t, s, info->n_shards, n, rows, keys, counts, last, ok, oc, ol,
+                              values);
+        if (k == 0)
+            continue;
+        dt_psmsg m = {.type = DT_PSMSG_KEYED, .table = wire_table(info->id, s), .n = (uint32_t)k,
+                      .target = t ? DT_PSMSG_KEYED_ROWS : DT_PSMSG_KEYED_COUNTING,
+                      .dim = t ? (uint32_t)t->dim : 0, .slots = t ? (uint32_t)t->n_slots : 0,
+                      .times_host = oc, .last_host = ol};
+        st = queue(c, (pending){ps_of_shard(c, s), REPLY_ACK, 0, 0, 0, 0}, &m, ok, values);
+    }
+    return st ? (run_round(c), st) : run_round(c);
+}
+
+/* The map's filter, whole, to every shard (each merges it into its own). */
+static dt_status send_bloom(dt_ps_client *c, int ti, const dt_keymap *km)
+{
+    size_t have = 0;
+    const uint8_t *b = dt_keymap_bloom(km, &have);
+    const table_info *info = &c->tables[ti];
+    dt_status st = DT_OK;
+    for (size_t at = 0; b && at < have && st == DT_OK; at += (size_t)1 << 23) {
+        size_t n = have - at < ((size_t)1 << 23) ? have - at : (size_t)1 << 23;
+        for (int64_t s = 0; s < info->n_shards && st == DT_OK; s++) {
+            dt_psmsg m = {.type = DT_PSMSG_KEYED, .table = wire_table(info->id, s),
+                          .target = DT_PSMSG_KEYED_BLOOM, .n = (uint32_t)n, .offset = at,
+                          .text = (const char *)(b + at)};
+            st = queue(c, (pending){ps_of_shard(c, s), REPLY_ACK, 0, 0, 0, 0}, &m, NULL, NULL);
+        }
+        st = st ? (run_round(c), st) : run_round(c);
+    }
+    return st;
+}
+
+dt_status dt_ps_client_assign_keys(dt_ps_client *c, uint32_t id, const dt_keymap *km, int i,
+                                   const dt_table *t, int64_t step)
+{
+    int ti = find(c, id);
+    if (ti < 0 || c->tables[ti].strategy != DT_PARTITION_HASH)
+        return dt_error(DT_ERR_INVALID, "ps: no dynamic table %u defined", id);
+    if (c->tables[ti].dim != t->dim || t->n_slots > (int)DT_PSMSG_MAX_SLOTS)
+        return dt_error(DT_ERR_INVALID, "ps: table %u has rows of %d, not %d", id,
+                        c->tables[ti].dim, t->dim);
+    (void)i;
+    size_t n = KEYED_CHUNK, d = (size_t)t->dim;
+    int64_t *rows = malloc(n * sizeof *rows), *keys = malloc(n * sizeof *keys);
+    int64_t *ok = malloc(n * sizeof *ok);
+    uint32_t *counts = malloc(n * 4), *last = malloc(n * 4), *oc = malloc(n * 4),
+             *ol = malloc(n * 4);
+    float *values = malloc(n * d * (1 + (size_t)t->n_slots) * sizeof *values);
+    dt_status st = rows && keys && ok && counts && last && oc && ol && values
+                       ? DT_OK
+                       : dt_error(DT_ERR_NOMEM, "no memory to restore table %s", t->name);
+    int64_t cursor = 0;
+    size_t got;
+    while (st == DT_OK && (got = dt_keymap_next_live(km, &cursor, n, rows, keys, counts, last)))
+        st = send_keyed_chunk(c, ti, t, got, rows, keys, counts, last, ok, oc, ol, values);
+    cursor = 0;
+    while (st == DT_OK && (got = dt_keymap_next_counting(km, &cursor, n, keys, counts, last)))
+        st = send_keyed_chunk(c, ti, NULL, got, NULL, keys, counts, last, ok, oc, ol, NULL);
+    if (st == DT_OK)
+        st = send_bloom(c, ti, km);
+    for (int64_t s = 0; s < c->tables[ti].n_shards && st == DT_OK; s++) {
+        dt_psmsg m = {.type = DT_PSMSG_KEYED, .table = wire_table(id, s),
+                      .target = DT_PSMSG_KEYED_ROWS, .offset = (uint64_t)(step > 0 ? step : 0)};
+        st = queue(c, (pending){ps_of_shard(c, s), REPLY_ACK, 0, 0, 0, 0}, &m, NULL, NULL);
+    }
+    st = st ? (run_round(c), st) : run_round(c);
+    free(rows), free(keys), free(ok), free(counts), free(last), free(oc), free(ol), free(values);
+    return st;
+}
+
+dt_status dt_ps_client_read_keys(dt_ps_client *c, uint32_t id, dt_keymap *km, int i,
+                                 bool slots, const char *what)
+{
+    int ti = find(c, id);
+    if (ti < 0 || c->tables[ti].strategy != DT_PARTITION_HASH)
+        return dt_error(DT_ERR_INVALID, "ps: no dynamic table %u defined", id);
+    const table_info *info = &c->tables[ti];
+    c->keyed.map = km, c->keyed.table = i, c->keyed.what = what;
+    dt_status st = DT_OK;
+    for (int64_t s = 0; s < info->n_shards && st == DT_OK; s++) {
+        c->keyed.cursor = 0;
+        do {
+            dt_psmsg m = {.type = DT_PSMSG_READ_KEYS, .table = wire_table(info->id, s),
+                          .target = DT_PSMSG_KEYED_ROWS, .n = DT_PSMSG_MAX_ROWS,
+                          .slots = slots ? 1 : 0, .offset = (uint64_t)c->keyed.cursor};
+            st = queue(c, (pending){ps_of_shard(c, s), REPLY_KEYED, ti, s, 0, 0}, &m, NULL,
+                       NULL);
+            st = st ? (run_round(c), st) : run_round_within(c, SHARD_WORK_TIMEOUT);
+        } while (st == DT_OK && c->keyed.n > 0);
+    }
+    c->keyed.map = NULL;
+    return st;
 }

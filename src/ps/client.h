@@ -34,6 +34,17 @@ bool dt_ps_client_broken(const dt_ps_client *c);
  * slots as the ps tasks' shards hold them), shard by shard; every dense variable and the dense
  * optimizer's slots over it set to params' and o's (o over params' layout). */
 dt_status dt_ps_client_assign_table(dt_ps_client *c, uint32_t id, const dt_table *t);
+/* The same for a dynamic table: the live rows of t (attached at index i of km) with their
+ * slots, the keys km counts, each to the ps its key's hash places it on, and km's Bloom filter
+ * to every ps; merged into the shards (dt_keymap_merge_rows and the like), whose next eviction
+ * pass is then due as after one at `step` (the checkpoint's). */
+dt_status dt_ps_client_assign_keys(dt_ps_client *c, uint32_t id, const dt_keymap *km, int i,
+                                   const dt_table *t, int64_t step);
+/* Reads dynamic table id's live rows (with their slots when slots) back from every ps, merged
+ * into attached table i of km (dt_keymap_merge_rows, errors naming what): the caller empties
+ * km first and ends the merge after its last table. */
+dt_status dt_ps_client_read_keys(dt_ps_client *c, uint32_t id, dt_keymap *km, int i,
+                                 bool slots, const char *what);
 dt_status dt_ps_client_assign_dense(dt_ps_client *c, const dt_arena *params, const dt_optim *o);
 /* Every ps task writes its shards of checkpoint step into dir (a directory they all reach), at
  * once; DT_OK when every one has. */

@@ -18,7 +18,7 @@ static const char *const type_names[] = {"?",    "PING",     "PONG",       "STOP
                                          "PULL_ROWS", "ROWS", "PUSH_ROWS", "PULL_DENSE",
                                          "DENSE", "PUSH_DENSE", "ACK",    "ERROR",
                                          "TABLE", "VAR", "RUN", "RESULT", "RING", "SAVE",
-                                         "ASSIGN", "PULL_KEYS"};
+                                         "ASSIGN", "PULL_KEYS", "KEYED", "READ_KEYS"};
 
 const char *dt_psmsg_type_name(dt_psmsg_type type)
 {
@@ -87,6 +87,8 @@ static void put_ids(uint8_t *p, const int64_t *ids, size_t n)
 /* A TABLE message's dynamic policy after its name (the hash strategy). */
 #define TABLE_POLICY_BYTES (8 + 8 + 4 + 8 + 4 + 8 + 8 + 8)
 
+/* A KEYED message's payload before its arrays. */
+#define KEYED_FIXED_BYTES 28
 /* A VAR message's payload before its values. */
 #define VAR_FIXED_BYTES (4 + 8 + 8 + 8 + 4 + 4 + 8 + 4 * DT_PSMSG_TABLE_PARAMS)
 
@@ -114,6 +116,11 @@ static uint64_t payload_size(const dt_psmsg *m, bool *bad)
     case DT_PSMSG_RING: return 4 + 2 * (uint64_t)m->n;
     case DT_PSMSG_SAVE: return 12 + (uint64_t)m->text_len;
     case DT_PSMSG_ASSIGN: return 28 + 4 * m->count * (1 + (uint64_t)m->slots);
+    case DT_PSMSG_KEYED:
+        return KEYED_FIXED_BYTES + (m->target == DT_PSMSG_KEYED_BLOOM
+                                        ? (uint64_t)m->n
+                                        : 16ull * m->n + 4ull * m->n * m->dim * (1 + m->slots));
+    case DT_PSMSG_READ_KEYS: return 24;
     }
     *bad = true;
     return 0;
@@ -137,6 +144,8 @@ int64_t dt_psmsg_id(const dt_psmsg *m, size_t i) { return (int64_t)dt_load_le64(
 float dt_psmsg_value(const dt_psmsg *m, size_t i) { return loadf(m->values + 4 * i); }
 
 uint32_t dt_psmsg_times(const dt_psmsg *m, size_t i) { return dt_load_le32(m->times + 4 * i); }
+
+uint32_t dt_psmsg_last(const dt_psmsg *m, size_t i) { return dt_load_le32(m->last + 4 * i); }
 
 uint16_t dt_psmsg_port(const dt_psmsg *m, size_t i)
 {
@@ -187,7 +196,9 @@ static size_t n_values(const dt_psmsg *m)
     return m->type == DT_PSMSG_ROWS || m->type == DT_PSMSG_PUSH_ROWS
                ? (size_t)m->n * m->dim
            : m->type == DT_PSMSG_ASSIGN ? (size_t)m->count * (1 + (size_t)m->slots)
-                                        : (size_t)m->count;
+           : m->type == DT_PSMSG_KEYED
+               ? (m->target == DT_PSMSG_KEYED_ROWS ? (size_t)m->n * m->dim * (1 + m->slots) : 0)
+               : (size_t)m->count;
 }
 
 /* Decoders name a byte by its offset in the message: the header, then the payload's offset. */
@@ -630,6 +641,95 @@ static dt_status decode_checkpoint(const uint8_t *p, uint32_t size, const char *
     return DT_OK;
 }
 
+/* ---- KEYED, READ_KEYS: a dynamic table's state, keyed, restored into a ps and read from it ---- */
+
+static void encode_keyed(const dt_psmsg *m, const int64_t *ids_host, const float *values_host,
+                         uint8_t *at)
+{
+    put32(at, m->table), put32(at + 4, m->target), put32(at + 8, m->n);
+    if (m->type == DT_PSMSG_READ_KEYS) {
+        put32(at + 12, m->slots), put64(at + 16, m->offset);
+        return;
+    }
+    put32(at + 12, m->dim), put32(at + 16, m->slots), put64(at + 20, m->offset);
+    at += KEYED_FIXED_BYTES;
+    if (m->target == DT_PSMSG_KEYED_BLOOM) {
+        memcpy(at, m->text, m->n);
+        return;
+    }
+    put_ids(at, ids_host, m->n), at += 8 * (size_t)m->n;
+    for (uint32_t i = 0; i < m->n; i++)
+        put32(at + 4 * (size_t)i, m->times_host[i]);
+    at += 4 * (size_t)m->n;
+    for (uint32_t i = 0; i < m->n; i++)
+        put32(at + 4 * (size_t)i, m->last_host[i]);
+    at += 4 * (size_t)m->n;
+    put_floats(at, values_host, n_values(m));
+}
+
+/* KEYED's keys (not negative), counts (not 0 for counted keys) and last-seen steps (not 0). */
+static dt_status decode_keyed_keys(const uint8_t *p, uint32_t size, const char *peer,
+                                   dt_psmsg *out, size_t *at_io)
+{
+    size_t at = *at_io;
+    NEED(16ull * out->n, "truncated keys, counts and steps");
+    out->ids = p + at;
+    for (uint32_t i = 0; i < out->n; i++)
+        if (dt_psmsg_id(out, i) < 0)
+            return bad_msg(peer, H + at + 8 * i, "a negative key");
+    at += 8ull * out->n;
+    out->times = p + at;
+    for (uint32_t i = 0; out->target == DT_PSMSG_KEYED_COUNTING && i < out->n; i++)
+        if (dt_psmsg_times(out, i) == 0)
+            return bad_msg(peer, H + at + 4 * i, "a counted key seen 0 times");
+    at += 4ull * out->n;
+    out->last = p + at;
+    for (uint32_t i = 0; i < out->n; i++)
+        if (dt_psmsg_last(out, i) == 0)
+            return bad_msg(peer, H + at + 4 * i, "a key last seen at step 0");
+    *at_io = at + 4ull * out->n;
+    return DT_OK;
+}
+
+static dt_status decode_keyed(const uint8_t *p, uint32_t size, const char *peer, dt_psmsg *out,
+                              size_t *used)
+{
+    size_t at = 0;
+    bool read = out->type == DT_PSMSG_READ_KEYS;
+    NEED(read ? 24 : KEYED_FIXED_BYTES, "truncated table, kind and counts");
+    out->table = dt_load_le32(p), out->target = dt_load_le32(p + 4), out->n = dt_load_le32(p + 8);
+    if (out->target > DT_PSMSG_KEYED_BLOOM)
+        return bad_msg(peer, H + 4, "an unknown kind of keyed state");
+    if (read) {
+        out->slots = dt_load_le32(p + 12), out->offset = dt_load_le64(p + 16);
+        if (out->slots > 1 || out->n == 0 || out->n > DT_PSMSG_MAX_ROWS)
+            return bad_msg(peer, H + 8, "a read of 0 or more than 2^24 keys, or slots not 0 or "
+                           "1");
+        *used = 24;
+        return DT_OK;
+    }
+    out->dim = dt_load_le32(p + 12), out->slots = dt_load_le32(p + 16);
+    out->offset = dt_load_le64(p + 20), at = KEYED_FIXED_BYTES;
+    bool rows = out->target == DT_PSMSG_KEYED_ROWS;
+    if (out->dim > DT_PSMSG_MAX_DIM || out->slots > DT_PSMSG_MAX_SLOTS ||
+        (!rows && (out->dim || out->slots)) || (rows && out->n && !out->dim) ||
+        (out->target != DT_PSMSG_KEYED_BLOOM && out->n > DT_PSMSG_MAX_ROWS))
+        return bad_msg(peer, H + 8, "a count, width or slot count out of range for the kind");
+    if (out->target == DT_PSMSG_KEYED_BLOOM) {
+        NEED(out->n, "truncated filter bytes");
+        out->text = (const char *)(p + at), out->text_len = out->n;
+        *used = at + out->n;
+        return DT_OK;
+    }
+    dt_status st = decode_keyed_keys(p, size, peer, out, &at);
+    if (st)
+        return st;
+    NEED(4ull * n_values(out), "truncated rows and slots");
+    out->values = p + at;
+    *used = at + 4ull * n_values(out);
+    return DT_OK;
+}
+
 #undef NEED
 
 /* Each type's pair, by type. encode writes m's payload from at, the values last (ids_host and
@@ -664,8 +764,10 @@ static const struct {
     [DT_PSMSG_SAVE] = {encode_checkpoint, decode_checkpoint, false},
     [DT_PSMSG_ASSIGN] = {encode_checkpoint, decode_checkpoint, true},
     [DT_PSMSG_PULL_KEYS] = {encode_keys, decode_keys, false},
+    [DT_PSMSG_KEYED] = {encode_keyed, decode_keyed, true},
+    [DT_PSMSG_READ_KEYS] = {encode_keyed, decode_keyed, false},
 };
-_Static_assert(sizeof codecs / sizeof codecs[0] == DT_PSMSG_PULL_KEYS + 1,
+_Static_assert(sizeof codecs / sizeof codecs[0] == DT_PSMSG_READ_KEYS + 1,
                "a codec for every message type");
 
 dt_status dt_psmsg_encode(const dt_psmsg *m, const int64_t *ids_host, const float *values_host,
@@ -676,6 +778,7 @@ dt_status dt_psmsg_encode(const dt_psmsg *m, const int64_t *ids_host, const floa
     if (bad || m->n > DT_PSMSG_MAX_ROWS || m->dim > DT_PSMSG_MAX_DIM ||
         (m->type == DT_PSMSG_RING && m->n > DT_PSMSG_MAX_RING) ||
         (m->type == DT_PSMSG_ASSIGN && (m->slots > DT_PSMSG_MAX_SLOTS || m->target > 1)) ||
+        (m->type == DT_PSMSG_KEYED && (m->slots > DT_PSMSG_MAX_SLOTS || m->target > 2)) ||
         m->text_len > DT_PSMSG_MAX_TEXT || size > DT_PSMSG_MAX_PAYLOAD ||
         (m->type == DT_PSMSG_TABLE && m->text_len > DT_PSMSG_MAX_NAME))
         return dt_error(DT_ERR_INVALID, "ps message %s: sizes beyond the limits (%u rows of %u, "
@@ -722,7 +825,7 @@ dt_status dt_psmsg_decode(const uint8_t *buf, size_t n, const char *peer, dt_psm
     if (st)
         return st;
     uint16_t type = (uint16_t)(buf[6] | buf[7] << 8);
-    if (type < DT_PSMSG_PING || type > DT_PSMSG_PULL_KEYS)
+    if (type < DT_PSMSG_PING || type > DT_PSMSG_READ_KEYS)
         return bad_msg(peer, 6, "unknown message type");
     out->type = (dt_psmsg_type)type;
     out->request_id = dt_load_le64(buf + 8);

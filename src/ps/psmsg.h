@@ -57,6 +57,21 @@
  *                                  coordinator sets [offset, offset + count) of a shard's
  *                                  rows (row-major, its own order) or of a dense variable,
  *                                  with their slots, restoring a checkpoint
+ *     KEYED                        u32 table | u32 kind | u32 n | u32 dim | u32 slots |
+ *                                  u64 cursor | then by kind: rows (0): i64 keys[n] |
+ *                                  u32 counts[n] | u32 last_seen[n] | f32 rows[n x dim] then
+ *                                  each slot's [n x dim]; counted keys (1, dim and slots 0):
+ *                                  i64 keys[n] | u32 counts[n] | u32 last_seen[n]; the Bloom
+ *                                  filter (2, dim and slots 0): u8 bytes[n] from byte cursor.
+ *                                  A dynamic table's state, keyed: the coordinator's restore
+ *                                  into a ps (merged in, keymap.h), a ps's reply to READ_KEYS
+ *                                  (cursor: where the next read starts), a snapshot's
+ *                                  records; an empty message of rows ends a restore (cursor:
+ *                                  the checkpoint's step, its last whole eviction pass)
+ *     READ_KEYS                    u32 table | u32 kind | u32 n | u32 slots | u64 cursor:
+ *                                  up to n of a dynamic table's rows (with their slots when
+ *                                  slots is 1), counted keys or filter bytes from cursor (0
+ *                                  first); replied with KEYED, n 0 once there are no more
  *     RING                         u32 n | u16 ports[n]: the workers' ring of hybrid training
  *                                  (n 0: the coordinator asks a worker which port its ring
  *                                  listens on; n 1: the worker's answer; n W: every worker's
@@ -107,6 +122,8 @@ typedef enum {
     DT_PSMSG_SAVE,
     DT_PSMSG_ASSIGN,
     DT_PSMSG_PULL_KEYS,
+    DT_PSMSG_KEYED,
+    DT_PSMSG_READ_KEYS,
 } dt_psmsg_type;
 
 typedef struct {
@@ -148,10 +165,16 @@ typedef struct {
     uint32_t target, slots;
     /* TABLE with the hash strategy: the dynamic table's admission and eviction */
     dt_keymap_policy policy;
-    /* PULL_KEYS: n times, decoded as a view (dt_psmsg_times), encoded from times_host */
+    /* PULL_KEYS: n times, decoded as a view (dt_psmsg_times), encoded from times_host; KEYED:
+     * the keys' counts there, and their last-seen steps as last (dt_psmsg_last, last_host) */
     const uint8_t *times;
     const uint32_t *times_host;
+    const uint8_t *last;
+    const uint32_t *last_host;
 } dt_psmsg;
+
+/* KEYED's and READ_KEYS's kinds of a dynamic table's state (target). */
+enum { DT_PSMSG_KEYED_ROWS = 0, DT_PSMSG_KEYED_COUNTING = 1, DT_PSMSG_KEYED_BLOOM = 2 };
 
 /* Decodes one message of n bytes from peer (named in errors). DT_ERR_FORMAT for anything amiss. */
 dt_status dt_psmsg_decode(const uint8_t *buf, size_t n, const char *peer, dt_psmsg *out);
@@ -165,6 +188,7 @@ int64_t dt_psmsg_id(const dt_psmsg *m, size_t i);
 float dt_psmsg_value(const dt_psmsg *m, size_t i);
 uint16_t dt_psmsg_port(const dt_psmsg *m, size_t i);
 uint32_t dt_psmsg_times(const dt_psmsg *m, size_t i);
+uint32_t dt_psmsg_last(const dt_psmsg *m, size_t i);
 /* Values [first, first + n) into out in host order: one copy on a little-endian host. */
 void dt_psmsg_values(const dt_psmsg *m, size_t first, size_t n, float *out);
 

@@ -236,8 +236,13 @@ static dt_status save(conn *c, const dt_psmsg *req, dt_psbuf *reply)
         sweep_beside(sv, path);
         shard_write w = {sv, path, req->step};
         dt_cow_write child;
-        if ((st = dt_cow_start(&child, write_ckpt_file, &w, &sv->shard_mu, SAVE_MAX_SECONDS,
-                               path)) == DT_OK)
+        /* Dynamic tables run their eviction pass and pack their rows first, under the same
+         * hold as the fork: the file is of one instant. */
+        pthread_mutex_lock(&sv->shard_mu);
+        dt_ps_shard_settle(&sv->shard, req->step);
+        st = dt_cow_start(&child, write_ckpt_file, &w, NULL, SAVE_MAX_SECONDS, path);
+        pthread_mutex_unlock(&sv->shard_mu);
+        if (st == DT_OK)
             st = wait_write(sv, &child);
         if (st) /* a child killed at its deadline, or stopped, left its temporary */
             sweep_beside(sv, path);
@@ -532,6 +537,14 @@ static void end_connections(service *sv)
     sv->n_conns = 0;
 }
 
+static bool has_dynamic(const dt_ps_shard *s)
+{
+    for (int i = 0; i < s->n_tables; i++)
+        if (s->tables[i].keys)
+            return true;
+    return false;
+}
+
 /* A ps started again holds what its snapshot holds: the updates after it are lost, and said. */
 static dt_status restore(service *sv)
 {
@@ -562,6 +575,11 @@ static dt_status restore(service *sv)
               "variables from %s (taken %s, updates up to step %lld): the updates after it are "
               "lost", info.n_tables, info.n_slices, sv->o->snapshot_path, when,
               (long long)info.last_step);
+    if (has_dynamic(&sv->shard))
+        dt_log_to(sv->log, DT_LOG_WARN, "dtrain server: its dynamic tables hold the %lld keys "
+                  "they had then: keys admitted after step %lld are lost (they are counted and "
+                  "admitted again as they come)", (long long)info.dynamic_keys,
+                  (long long)info.last_step);
     return DT_OK;
 }
 

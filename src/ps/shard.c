@@ -639,12 +639,177 @@ static dt_status assign(dt_ps_shard *s, const dt_psmsg *req, dt_psbuf *reply)
     return dt_psmsg_encode(&ack, NULL, NULL, reply);
 }
 
+/* ---- A dynamic table's state, keyed: restored, read, settled for a checkpoint ---- */
+
+/* The keys a KEYED message carries at most: its rows and slots within 64 MiB (the filter:
+ * 8 MiB of it). */
+static uint32_t keyed_max(const dt_ps_table_shard *ts, uint32_t kind, bool slots)
+{
+    if (kind == DT_PSMSG_KEYED_BLOOM)
+        return (uint32_t)1 << 23;
+    uint64_t per = 16 + (kind == DT_PSMSG_KEYED_ROWS
+                             ? 4ull * (uint64_t)ts->t.dim * (1 + (slots ? ts->t.n_slots : 0))
+                             : 0);
+    uint64_t n = ((uint64_t)64 << 20) / per;
+    return n < 1 ? 1 : n > DT_PSMSG_MAX_ROWS ? DT_PSMSG_MAX_ROWS : (uint32_t)n;
+}
+
+/* The filter's bytes from *cursor as one KEYED message. */
+static dt_status keyed_bloom(const dt_ps_table_shard *ts, dt_psmsg *m, int64_t *cursor,
+                             size_t n, dt_psbuf *out)
+{
+    size_t have = 0;
+    const uint8_t *b = dt_keymap_bloom(ts->keys, &have);
+    size_t at = *cursor < 0 ? 0 : (size_t)*cursor;
+    n = at >= have ? 0 : have - at < n ? have - at : n;
+    m->n = (uint32_t)n, m->text = (const char *)(b ? b + at : NULL);
+    m->offset = (uint64_t)at;
+    *cursor = (int64_t)(at + n);
+    return dt_psmsg_encode(m, NULL, NULL, out);
+}
+
+dt_status dt_ps_shard_keyed(const dt_ps_table_shard *ts, uint32_t kind, int64_t *cursor,
+                            uint32_t max, bool slots, uint64_t request_id, dt_psbuf *out,
+                            uint32_t *n_out)
+{
+    uint32_t cap = keyed_max(ts, kind, slots);
+    size_t n = max < cap ? max : cap;
+    dt_psmsg m = {.type = DT_PSMSG_KEYED, .request_id = request_id, .table = ts->id,
+                  .target = kind};
+    if (kind == DT_PSMSG_KEYED_BLOOM) {
+        dt_status st = keyed_bloom(ts, &m, cursor, n, out);
+        *n_out = m.n;
+        return st;
+    }
+    bool rows = kind == DT_PSMSG_KEYED_ROWS;
+    int n_slots = rows && slots ? ts->t.n_slots : 0;
+    size_t d = rows ? (size_t)ts->t.dim : 0;
+    int64_t *keys = malloc((n + 1) * sizeof *keys), *at = malloc((n + 1) * sizeof *at);
+    uint32_t *counts = malloc((n + 1) * sizeof *counts), *last = malloc((n + 1) * sizeof *last);
+    float *values = rows ? malloc((n * d * (size_t)(1 + n_slots) + 1) * sizeof *values) : NULL;
+    dt_status st = DT_OK;
+    *n_out = 0;
+    if (!keys || !at || !counts || !last || (rows && !values)) {
+        st = dt_error(DT_ERR_NOMEM, "ps: table %s: no memory to read %zu keys", ts->t.name, n);
+        goto done;
+    }
+    n = rows ? dt_keymap_next_live(ts->keys, cursor, n, at, keys, counts, last)
+             : dt_keymap_next_counting(ts->keys, cursor, n, keys, counts, last);
+    /* Rows first, then each slot, each n x dim. */
+    for (size_t i = 0; rows && i < n; i++) {
+        memcpy(values + i * d, dt_table_row(&ts->t, at[i]), d * sizeof(float));
+        for (int k = 0; k < n_slots; k++)
+            memcpy(values + ((size_t)(k + 1) * n + i) * d, ts->t.slots[k] + (size_t)at[i] * d,
+                   d * sizeof(float));
+    }
+    m.n = (uint32_t)n, m.dim = n ? (uint32_t)d : 0, m.slots = n ? (uint32_t)n_slots : 0;
+    m.offset = (uint64_t)*cursor;
+    m.times_host = counts, m.last_host = last;
+    *n_out = m.n;
+    st = dt_psmsg_encode(&m, keys, values, out);
+done:
+    free(keys), free(at), free(counts), free(last), free(values);
+    return st;
+}
+
+static dt_status read_keys(dt_ps_table_shard *ts, const dt_psmsg *req, dt_psbuf *reply)
+{
+    if (!ts->keys)
+        return reply_error(req, DT_ERR_INVALID, reply, "table %u is not dynamic: READ_KEYS is "
+                           "for keys", ts->id);
+    int64_t cursor = req->offset > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)req->offset;
+    uint32_t n;
+    return dt_ps_shard_keyed(ts, req->target, &cursor, req->n, req->slots != 0,
+                             req->request_id, reply, &n);
+}
+
+/* KEYED: a dynamic table's rows (with every slot), counted keys or filter bytes merged in (a
+ * restore, or a snapshot read back): keys must be this shard's. */
+static dt_status keyed(dt_ps_table_shard *ts, const dt_psmsg *req, dt_psbuf *reply)
+{
+    if (!ts->keys)
+        return reply_error(req, DT_ERR_INVALID, reply, "table %u is not dynamic: KEYED is for "
+                           "keys", ts->id);
+    char what[96];
+    snprintf(what, sizeof what, "table %s: keyed state", ts->t.name);
+    dt_status st = DT_OK;
+    if (req->target == DT_PSMSG_KEYED_BLOOM) {
+        st = dt_keymap_merge_bloom(ts->keys, (const uint8_t *)req->text, req->n,
+                                   (size_t)req->offset, what);
+        goto reply;
+    }
+    bool rows = req->target == DT_PSMSG_KEYED_ROWS;
+    /* An empty message of rows ends a restore: its cursor is the checkpoint's step, where the
+     * checkpoint's whole eviction pass ran. */
+    if (rows && req->n == 0) {
+        dt_keymap_set_pass_step(ts->keys, (int64_t)(req->offset > INT64_MAX ? 0 : req->offset));
+        goto reply;
+    }
+    if (rows && req->n && (req->dim != (uint32_t)ts->t.dim || req->slots != (uint32_t)ts->t.n_slots))
+        return reply_error(req, DT_ERR_INVALID, reply, "table %u: rows of %u values with %u "
+                           "slots, the table's are %d with %d", ts->id, req->dim, req->slots,
+                           ts->t.dim, ts->t.n_slots);
+    size_t n = req->n, d = (size_t)ts->t.dim;
+    int64_t *keys = malloc((n + 1) * sizeof *keys);
+    uint32_t *counts = malloc((n + 1) * sizeof *counts), *last = malloc((n + 1) * sizeof *last);
+    float *values = rows ? malloc((n * d * (1 + (size_t)ts->t.n_slots) + 1) * sizeof *values)
+                         : NULL;
+    if (!keys || !counts || !last || (rows && !values)) {
+        free(keys), free(counts), free(last), free(values);
+        return dt_error(DT_ERR_NOMEM, "ps: no memory for %zu keys", n);
+    }
+    for (size_t i = 0; i < n && st == DT_OK; i++) {
+        keys[i] = dt_psmsg_id(req, i), counts[i] = dt_psmsg_times(req, i);
+        last[i] = dt_psmsg_last(req, i);
+        if (ts->n_shards > 1 && dt_keymap_shard(keys[i], (int)ts->n_shards) != ts->shard)
+            st = dt_error(DT_ERR_INVALID, "%s: key %lld is not held by shard %lld of %lld",
+                          what, (long long)keys[i], (long long)ts->shard,
+                          (long long)ts->n_shards);
+    }
+    if (st == DT_OK && rows) {
+        dt_psmsg_values(req, 0, n * d * (1 + (size_t)ts->t.n_slots), values);
+        const float *slots[DT_TABLE_MAX_SLOTS];
+        for (int k = 0; k < ts->t.n_slots; k++)
+            slots[k] = values + (size_t)(k + 1) * n * d;
+        st = dt_keymap_merge_rows(ts->keys, 0, keys, counts, last, (int64_t)n, values, slots,
+                                  what);
+        dt_keymap_merge_end(ts->keys);
+    } else if (st == DT_OK) {
+        st = dt_keymap_merge_counting(ts->keys, keys, counts, last, (int64_t)n, what);
+    }
+    free(keys), free(counts), free(last), free(values);
+reply:
+    /* What the merge refused (a key twice, another shard's, the table full) goes back to the
+     * sender; the shard keeps what it holds. */
+    if (st)
+        return reply_error(req, st, reply, "%s", dt_last_error());
+    dt_psmsg ack = {.type = DT_PSMSG_ACK, .request_id = req->request_id};
+    return dt_psmsg_encode(&ack, NULL, NULL, reply);
+}
+
+void dt_ps_shard_settle(dt_ps_shard *s, int64_t step)
+{
+    for (int i = 0; i < s->n_tables; i++)
+        if (s->tables[i].keys) {
+            dt_keymap_evict_all(s->tables[i].keys, step);
+            dt_keymap_compact(s->tables[i].keys);
+        }
+}
+
 dt_status dt_ps_shard_handle(dt_ps_shard *s, const dt_psmsg *req, dt_psbuf *reply)
 {
     switch (req->type) {
     case DT_PSMSG_PING: {
         dt_psmsg pong = {.type = DT_PSMSG_PONG, .request_id = req->request_id};
         return dt_psmsg_encode(&pong, NULL, NULL, reply);
+    }
+    case DT_PSMSG_KEYED:
+    case DT_PSMSG_READ_KEYS: {
+        dt_ps_table_shard *ts = find(s, req->table);
+        if (!ts)
+            return reply_error(req, DT_ERR_UNAVAILABLE, reply, "no table %u on this ps (yet)",
+                               req->table);
+        return req->type == DT_PSMSG_KEYED ? keyed(ts, req, reply) : read_keys(ts, req, reply);
     }
     case DT_PSMSG_PULL_ROWS:
     case DT_PSMSG_PULL_KEYS:

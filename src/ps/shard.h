@@ -11,6 +11,7 @@
 #ifndef DTRAIN_PS_SHARD_H
 #define DTRAIN_PS_SHARD_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "psmsg.h"
@@ -95,6 +96,19 @@ void dt_ps_table_msg(uint32_t id, const char *name, int64_t rows_total, int dim,
  * to dt_psmsg_encode). */
 void dt_ps_var_msg(uint32_t id, uint64_t offset, uint64_t count, uint64_t total,
                    const dt_optim_config *opt, dt_psmsg *m);
+
+/* A dynamic table's state from *cursor (0 first) as one KEYED message of kind (psmsg.h) appended
+ * to out: up to max live rows (their slots too when slots), counted keys, or filter bytes; *cursor
+ * moves past them and *n_out says how many (0: none left). A READ_KEYS reply, and a snapshot's
+ * records. */
+dt_status dt_ps_shard_keyed(const dt_ps_table_shard *ts, uint32_t kind, int64_t *cursor,
+                            uint32_t max, bool slots, uint64_t request_id, dt_psbuf *out,
+                            uint32_t *n_out);
+
+/* Before a checkpoint at step: every dynamic table's eviction pass run whole and its live rows
+ * packed into [1, live] (the rows a checkpoint's file then names in order). Under the shards'
+ * lock. */
+void dt_ps_shard_settle(dt_ps_shard *s, int64_t step);
 
 /* Answers one request (TABLE defines a shard: again with the same definition, it is kept as
  * it is), appending the reply (ROWS, ACK, PONG or ERROR) to reply. Fails only for want of

@@ -32,13 +32,17 @@ static bool append(char *desc, size_t cap, int *n, const char *fmt, ...)
     return true;
 }
 
-/* One tensor: an arena of one view over storage it does not own. */
+/* One tensor: an arena of one view over storage it does not own; a dynamic table's tensors
+ * (any dtype) in extra, named in extra_names. */
 typedef struct {
     dt_arena *arenas;
     const dt_arena **list;
     dt_ckpt_meta *meta;
     char (*keys)[DT_VIEW_NAME_CAP + 32], (*values)[DESC_CAP];
     int n, n_meta, cap;
+    dt_ckpt_tensor *extra;
+    char (*extra_names)[DT_VIEW_NAME_CAP + 48];
+    int n_extra;
 } tensors;
 
 static dt_status add_tensor(tensors *t, const char *name, int n_dims, const int *dims,
@@ -62,27 +66,62 @@ static void add_meta(tensors *t, const char *key, const char *value)
     t->n_meta++;
 }
 
+/* A dynamic table's shard, settled (dt_ps_shard_settle): the key map's tensors (keymap.h) of
+ * its live rows in row order, each renamed into the shard's part: "NAME/part_s" (rows),
+ * "SLOT/part_s", "NAME/part_s/keys", ".../counts", ".../last_seen", ".../counting_keys",
+ * ".../counting_counts", ".../counting_last_seen", ".../bloom". */
+static dt_status add_dynamic(tensors *t, const dt_ps_table_shard *ts, char *desc, int *n)
+{
+    dt_ckpt_tensor got[DT_KEYMAP_TENSORS];
+    int k = 0;
+    dt_status st = dt_keymap_tensors(ts->keys, 0, true, got, &k);
+    size_t len = strlen(ts->t.name);
+    for (int j = 0; j < k && st == DT_OK; j++) {
+        char *name = t->extra_names[t->n_extra];
+        const char *g = got[j].name;
+        if (strncmp(g, ts->t.name, len) == 0 && g[len] == '/')
+            snprintf(name, sizeof t->extra_names[0], "%s/part_%lld/%s", ts->t.name,
+                     (long long)ts->shard, g + len + 1);
+        else /* the rows ("NAME") or a slot ("adagrad/accumulator/NAME") */
+            snprintf(name, sizeof t->extra_names[0], "%s/part_%lld", g, (long long)ts->shard);
+        t->extra[t->n_extra] = got[j];
+        t->extra[t->n_extra++].name = name;
+    }
+    const dt_keymap_policy *p = &ts->policy;
+    bool fits = append(desc, DESC_CAP, n, " min_count=%lld bloom_bits=%lld bloom_hashes=%d "
+                       "steps_to_live=%lld l2_below=%.9g max_rows=%lld",
+                       (long long)p->min_count, (long long)p->bloom_bits, p->bloom_hashes,
+                       (long long)p->steps_to_live, (double)p->l2_below, (long long)p->max_rows);
+    if (st == DT_OK && !fits)
+        return dt_error(DT_ERR_INVALID, "table %s: its shard's description is longer than %d "
+                        "bytes", ts->t.name, DESC_CAP - 1);
+    return st;
+}
+
 static dt_status add_table(tensors *t, const dt_ps_table_shard *ts)
 {
     char name[DT_VIEW_NAME_CAP + 32], desc[DESC_CAP];
     int dims[2] = {(int)ts->t.rows, ts->t.dim};
-    if (ts->t.rows > 2147483647)
+    if (!ts->keys && ts->t.rows > 2147483647)
         return dt_error(DT_ERR_UNSUPPORTED, "table %s: a shard of %lld rows, more than a "
                         "checkpoint tensor holds", ts->t.name, (long long)ts->t.rows);
     snprintf(name, sizeof name, "%s/part_%lld", ts->t.name, (long long)ts->shard);
-    dt_status st = add_tensor(t, name, 2, dims, ts->t.data);
+    dt_status st = ts->keys ? DT_OK : add_tensor(t, name, 2, dims, ts->t.data);
     int n = 0;
     bool fits = append(desc, sizeof desc, &n, "rows_total=%lld dim=%d shards=%lld shard=%lld "
                        "strategy=%s optimizer=%s slots=", (long long)ts->rows_total, ts->t.dim,
                        (long long)ts->n_shards, (long long)ts->shard,
-                       ts->strategy == DT_PARTITION_MOD ? "mod" : "div",
+                       ts->keys ? "hash" : ts->strategy == DT_PARTITION_MOD ? "mod" : "div",
                        dt_rowopt_kind_name(ts->opt.kind));
     for (int k = 0; k < ts->t.n_slots && st == DT_OK; k++) {
         char slot[DT_VIEW_NAME_CAP + 32];
         snprintf(slot, sizeof slot, "%s/part_%lld", ts->t.slot_names[k], (long long)ts->shard);
-        st = add_tensor(t, slot, 2, dims, ts->t.slots[k]);
+        if (!ts->keys)
+            st = add_tensor(t, slot, 2, dims, ts->t.slots[k]);
         fits = fits && append(desc, sizeof desc, &n, "%s%s", k ? "," : "", ts->t.slot_names[k]);
     }
+    if (st == DT_OK && fits && ts->keys)
+        st = add_dynamic(t, ts, desc, &n);
     if (st == DT_OK && !fits)
         return dt_error(DT_ERR_INVALID, "table %s: its shard's description (its slots' names) "
                         "is longer than %d bytes", ts->t.name, (int)sizeof desc - 1);
@@ -123,7 +162,7 @@ static dt_status add_slice(tensors *t, const dt_ps_shard *s, const dt_ps_dense_s
     return st;
 }
 
-dt_status dt_ps_shard_save_ckpt(const dt_ps_shard *s, const char *path, int64_t step,
+dt_status dt_ps_shard_save_ckpt(dt_ps_shard *s, const char *path, int64_t step,
                                 int ps_index, int n_ps)
 {
     int cap = 0;
@@ -137,7 +176,9 @@ dt_status dt_ps_shard_save_ckpt(const dt_ps_shard *s, const char *path, int64_t 
     t.meta = calloc((size_t)meta_cap, sizeof *t.meta);
     t.keys = calloc((size_t)meta_cap, sizeof *t.keys);
     t.values = calloc((size_t)meta_cap, sizeof *t.values);
-    dt_status st = t.arenas && t.list && t.meta && t.keys && t.values
+    t.extra = calloc((size_t)s->n_tables * DT_KEYMAP_TENSORS + 1, sizeof *t.extra);
+    t.extra_names = calloc((size_t)s->n_tables * DT_KEYMAP_TENSORS + 1, sizeof *t.extra_names);
+    dt_status st = t.arenas && t.list && t.meta && t.keys && t.values && t.extra && t.extra_names
                        ? DT_OK
                        : dt_error(DT_ERR_NOMEM, "no memory for a checkpoint of %d tensors", cap);
     if (st == DT_OK) {
@@ -152,11 +193,12 @@ dt_status dt_ps_shard_save_ckpt(const dt_ps_shard *s, const char *path, int64_t 
     for (int i = 0; i < s->n_slices && st == DT_OK; i++)
         st = add_slice(&t, s, &s->slices[i]);
     if (st == DT_OK)
-        st = dt_ckpt_save(path, t.list, t.n, t.meta, t.n_meta);
+        st = dt_ckpt_save_ex(path, t.list, t.n, t.extra, t.n_extra, t.meta, t.n_meta);
     for (int i = 0; i < t.n; i++) {
         t.arenas[i].data = NULL; /* borrowed */
         dt_arena_free(&t.arenas[i]);
     }
     free(t.arenas), free(t.list), free(t.meta), free(t.keys), free(t.values);
+    free(t.extra), free(t.extra_names);
     return st;
 }

@@ -26,10 +26,9 @@ typedef struct {
     uint32_t n_messages;
 } writer;
 
-static dt_status put(writer *w, const dt_psmsg *m, const float *values)
+/* Writes the message encoded in w->buf, with its CRC. */
+static dt_status put_encoded(writer *w, dt_status st)
 {
-    w->buf.len = 0;
-    dt_status st = dt_psmsg_encode(m, NULL, values, &w->buf);
     uint8_t crc[4];
     dt_store_le32(crc, dt_crc32c(w->buf.data, w->buf.len));
     if (st == DT_OK && (fwrite(w->buf.data, 1, w->buf.len, w->f) != w->buf.len ||
@@ -37,6 +36,33 @@ static dt_status put(writer *w, const dt_psmsg *m, const float *values)
         st = dt_error(DT_ERR_IO, "%s: %s", w->path, strerror(errno));
     w->n_messages++;
     return st;
+}
+
+static dt_status put(writer *w, const dt_psmsg *m, const float *values)
+{
+    w->buf.len = 0;
+    return put_encoded(w, dt_psmsg_encode(m, NULL, values, &w->buf));
+}
+
+/* A dynamic table's state as KEYED records (its live rows with their slots, the keys counted,
+ * the filter), ended by an empty one. */
+static dt_status put_keyed(writer *w, const dt_ps_table_shard *ts)
+{
+    dt_status st = DT_OK;
+    for (uint32_t kind = DT_PSMSG_KEYED_ROWS; kind <= DT_PSMSG_KEYED_BLOOM && st == DT_OK;
+         kind++) {
+        int64_t cursor = 0;
+        for (;;) {
+            uint32_t n = 0;
+            w->buf.len = 0;
+            st = dt_ps_shard_keyed(ts, kind, &cursor, UINT32_MAX, true, 0, &w->buf, &n);
+            if (st || n == 0)
+                break;
+            st = put_encoded(w, st);
+        }
+    }
+    dt_psmsg end = {.type = DT_PSMSG_KEYED, .table = ts->id, .target = DT_PSMSG_KEYED_ROWS};
+    return st ? st : put(w, &end, NULL);
 }
 
 /* rows x dim floats as ROWS messages of at most a chunk of rows each. */
@@ -58,9 +84,12 @@ static dt_status put_table(writer *w, const dt_ps_table_shard *ts)
     dt_psmsg def, clock = {.type = DT_PSMSG_ACK, .request_id = ts->id, .clock = ts->clock};
     dt_ps_table_msg(ts->id, ts->t.name, ts->rows_total, ts->t.dim, ts->n_shards, ts->shard,
                     ts->strategy, &ts->opt, ts->init_stddev, ts->seed, &def);
+    def.policy = ts->policy;
     dt_status st = put(w, &def, NULL);
     if (st == DT_OK)
         st = put(w, &clock, NULL);
+    if (st == DT_OK && ts->keys)
+        return put_keyed(w, ts);
     if (st == DT_OK)
         st = put_rows(w, ts->id, 0, ts->t.data, ts->t.rows, ts->t.dim);
     for (int k = 0; k < ts->t.n_slots && st == DT_OK; k++)
@@ -253,12 +282,45 @@ static dt_status define(reader *r, dt_ps_shard *s, const dt_psmsg *def, uint64_t
     return get_clock(r, v->id, &v->clock);
 }
 
+/* A dynamic table's KEYED records, merged in as the coordinator's restore would be, to the
+ * empty one that ends them. */
+static dt_status get_keyed(reader *r, dt_ps_shard *s, const dt_ps_table_shard *ts)
+{
+    dt_psbuf reply = {0};
+    dt_status st = DT_OK;
+    for (;;) {
+        uint64_t at = r->at;
+        dt_psmsg m, ack;
+        if ((st = next(r, DT_PSMSG_KEYED, &m)))
+            break;
+        if (m.table != ts->id) {
+            st = bad(r, at, "keys of another table");
+            break;
+        }
+        if (m.n == 0)
+            break;
+        reply.len = 0;
+        if ((st = dt_ps_shard_handle(s, &m, &reply)) ||
+            (st = dt_psmsg_decode(reply.data, reply.len, "this ps", &ack)))
+            break;
+        if (ack.type == DT_PSMSG_ERROR) {
+            st = dt_error(DT_ERR_FORMAT, "%s: byte %llu: %.*s", r->path, (unsigned long long)at,
+                          (int)ack.text_len, ack.text);
+            break;
+        }
+    }
+    dt_psbuf_free(&reply);
+    return st;
+}
+
 static dt_status get_table(reader *r, dt_ps_shard *s, const dt_psmsg *def, uint64_t at)
 {
     dt_status st = define(r, s, def, at);
     if (st)
         return st;
     dt_ps_table_shard *ts = &s->tables[s->n_tables - 1];
+    if (ts->keys)
+        return get_keyed(r, s, ts);
     if ((st = get_rows(r, ts->id, 0, ts->t.data, ts->t.rows, ts->t.dim)))
         return st;
     for (int k = 0; k < ts->t.n_slots && st == DT_OK; k++)
@@ -372,5 +434,12 @@ dt_status dt_ps_snapshot_load(dt_ps_shard *s, int ps_index, const dt_ps_job *job
     }
     s->last_step = info->last_step;
     info->n_tables = s->n_tables, info->n_slices = s->n_slices;
+    for (int i = 0; i < s->n_tables; i++)
+        if (s->tables[i].keys) { /* the next eviction pass is due as after a whole one then */
+            dt_keymap_set_pass_step(s->tables[i].keys, info->last_step);
+            dt_keymap_stats k;
+            dt_keymap_stats_get(s->tables[i].keys, &k);
+            info->dynamic_keys += k.live;
+        }
     return DT_OK;
 }

@@ -14,7 +14,9 @@
  * payload carries no checksum of its own, its connections authenticate it):
  *   per table shard: TABLE (its definition), ACK (request id: the table, clock: its pushes
  *     applied), then ROWS messages of at most DT_PS_SNAPSHOT_CHUNK rows, in order, for its
- *     values (request id 0) and then each optimizer slot k (request id k + 1);
+ *     values (request id 0) and then each optimizer slot k (request id k + 1); a dynamic
+ *     table's shard has instead KEYED messages (psmsg.h): its live rows with every slot, the
+ *     keys it counts, its Bloom filter, ended by an empty KEYED;
  *   per dense slice: VAR (its definition and values), ACK (its clock), then per slot k of the
  *     dense optimizer a DENSE message (request id k + 1) with the slot's values on the slice.
  * It is written beside its path and renamed over it (fileio.h), so a ps killed while it writes
@@ -43,6 +45,7 @@ typedef struct {
     int64_t last_step;   /* the latest step whose update the snapshot holds */
     int64_t unix_time;   /* when it was taken */
     int n_tables, n_slices;
+    int64_t dynamic_keys; /* the dynamic tables' live keys, summed */
     bool other_job;      /* the load failed because the file is another job's (or was written
                             before snapshots named their job): not this job's state, not damage */
 } dt_ps_snapshot_info;

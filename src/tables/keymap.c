@@ -81,6 +81,9 @@ struct dt_keymap {
     int64_t *b_uniq, *b_rows;
     uint32_t *b_times, *b_which, *b_table;
     size_t batch_cap, batch_slots, b_n;
+    /* dt_keymap_merge_rows's marks: bit i of merged[r] once table i's row r came in. */
+    uint8_t *merged;
+    int64_t merged_cap;
     /* Tensor names of dt_keymap_tensors: "<table>/keys" and the like. */
     char tensor_names[DT_KEYMAP_MAX_TABLES][7][DT_VIEW_NAME_CAP + 24];
 };
@@ -305,6 +308,7 @@ void dt_keymap_destroy(dt_keymap *m)
     free(m->ckeys), free(m->ccounts), free(m->clast), free(m->cfree);
     free(m->pk), free(m->pc), free(m->pl), free(m->rk), free(m->rc), free(m->rl);
     free(m->b_uniq), free(m->b_times), free(m->b_which), free(m->b_rows), free(m->b_table);
+    free(m->merged);
     free(m);
 }
 
@@ -1057,6 +1061,7 @@ void dt_keymap_clear(dt_keymap *m)
     m->c_high = 0, m->n_cfree = 0;
     m->live = m->counting = m->admitted = m->evicted = m->waiting_full = 0;
     m->phase = PASS_NONE;
+    dt_keymap_merge_end(m);
 }
 
 dt_status dt_keymap_restore_rows(dt_keymap *m, const int64_t *keys, const uint32_t *counts,
@@ -1113,6 +1118,167 @@ dt_status dt_keymap_restore_bloom(dt_keymap *m, const uint8_t *bytes, size_t n_b
                         "filter has %zu", what, n_bytes, m->name, have);
     memcpy(m->bloom, bytes, n_bytes);
     return DT_OK;
+}
+
+/* ---- Merging parts: a map restored from several shards, or from tables read back ---- */
+
+void dt_keymap_merge_end(dt_keymap *m)
+{
+    free(m->merged);
+    m->merged = NULL, m->merged_cap = 0;
+}
+
+/* Room for row r's merge marks. */
+static dt_status merge_marks(dt_keymap *m, int64_t r)
+{
+    if (r < m->merged_cap)
+        return DT_OK;
+    int64_t cap = m->merged_cap ? m->merged_cap : 4096;
+    while (cap <= r)
+        cap *= 2;
+    uint8_t *p = realloc(m->merged, (size_t)cap);
+    if (!p)
+        return dt_error(DT_ERR_NOMEM, "table %s: no memory to merge %lld rows", m->name,
+                        (long long)cap);
+    memset(p + m->merged_cap, 0, (size_t)(cap - m->merged_cap));
+    m->merged = p, m->merged_cap = cap;
+    return DT_OK;
+}
+
+/* The row of key, made when the map has none (every table's initial row, a counting record of
+ * the key dropped); 0 and *st set when there is no room. */
+static int64_t merge_row_of(dt_keymap *m, int64_t key, uint32_t count, uint32_t last,
+                            dt_status *st)
+{
+    uint64_t pos = probe(m, key);
+    uint32_t e = ENT(m, pos);
+    if (e && !(e & COUNTING)) {
+        m->meta[e].count = m->meta[e].count > count ? m->meta[e].count : count;
+        m->meta[e].last = m->meta[e].last > last ? m->meta[e].last : last;
+        return (int64_t)e;
+    }
+    if (e & COUNTING) {
+        uint32_t q = e & ~COUNTING;
+        count = m->ccounts[q] > count ? m->ccounts[q] : count;
+        drop_counting(m, q);
+        index_remove(m, pos);
+    }
+    if ((*st = index_room(m)))
+        return 0;
+    int64_t r = new_row(m, key, st);
+    if (!r)
+        return 0;
+    index_put(m, probe(m, key), key, (uint32_t)r);
+    m->meta[r].count = count, m->meta[r].last = last;
+    m->live++;
+    return r;
+}
+
+dt_status dt_keymap_merge_rows(dt_keymap *m, int i, const int64_t *keys, const uint32_t *counts,
+                               const uint32_t *last_seen, int64_t n, const float *rows,
+                               const float *const *slots, const char *what)
+{
+    if (i < 0 || i >= m->n_tables)
+        return dt_error(DT_ERR_INVALID, "%s: no table %d in key map %s", what, i, m->name);
+    dt_table *tab = m->tables[i];
+    size_t d = (size_t)tab->dim;
+    for (int64_t j = 0; j < n; j++) {
+        int64_t key = keys[j];
+        if (key < 0 || last_seen[j] == 0)
+            return dt_error(DT_ERR_INVALID, "%s: key %lld (index %lld) %s", what,
+                            (long long)key, (long long)j,
+                            key < 0 ? "is negative" : "last seen at step 0");
+        dt_status st = DT_OK;
+        int64_t r = merge_row_of(m, key, counts[j], last_seen[j], &st);
+        if (!r || (st = merge_marks(m, r)))
+            return dt_error_prefix(st, "%s", what);
+        if (m->merged[r] & (1u << i))
+            return dt_error(DT_ERR_INVALID, "%s: key %lld given twice (index %lld)", what,
+                            (long long)key, (long long)j);
+        m->merged[r] |= (uint8_t)(1u << i);
+        memcpy(dt_table_row(tab, r), rows + (size_t)j * d, d * sizeof(float));
+        for (int s = 0; slots && s < tab->n_slots; s++)
+            memcpy(tab->slots[s] + (size_t)r * d, slots[s] + (size_t)j * d, d * sizeof(float));
+    }
+    return DT_OK;
+}
+
+dt_status dt_keymap_merge_counting(dt_keymap *m, const int64_t *keys, const uint32_t *counts,
+                                   const uint32_t *last_seen, int64_t n, const char *what)
+{
+    if (n > 0 && (m->p.bloom_bits > 0 || m->p.min_count <= 1))
+        return dt_error(DT_ERR_INVALID, "%s: %lld counted keys for table %s, which does not "
+                        "count keys exactly", what, (long long)n, m->name);
+    for (int64_t j = 0; j < n; j++) {
+        if (keys[j] < 0 || last_seen[j] == 0 || counts[j] == 0)
+            return dt_error(DT_ERR_INVALID, "%s: counted key %lld (index %lld) with count %u at "
+                            "step %u", what, (long long)keys[j], (long long)j, counts[j],
+                            last_seen[j]);
+        uint64_t pos = probe(m, keys[j]);
+        uint32_t e = ENT(m, pos);
+        if (e && !(e & COUNTING))
+            continue; /* admitted on another shard or by another table: the row stands */
+        if (e) {
+            uint32_t q = e & ~COUNTING;
+            m->ccounts[q] = m->ccounts[q] > counts[j] ? m->ccounts[q] : counts[j];
+            m->clast[q] = m->clast[q] > last_seen[j] ? m->clast[q] : last_seen[j];
+            continue;
+        }
+        dt_status st = index_room(m);
+        if (st || (st = counting_room(m)))
+            return dt_error_prefix(st, "%s", what);
+        uint32_t q = new_counting(m, keys[j], last_seen[j]);
+        m->ccounts[q] = counts[j];
+        index_put(m, probe(m, keys[j]), keys[j], COUNTING | q);
+    }
+    return DT_OK;
+}
+
+dt_status dt_keymap_merge_bloom(dt_keymap *m, const uint8_t *bytes, size_t n_bytes, size_t at,
+                                const char *what)
+{
+    size_t have = 0;
+    dt_keymap_bloom(m, &have);
+    if (!m->bloom || at > have || n_bytes > have - at)
+        return dt_error(DT_ERR_INVALID, "%s: Bloom filter bytes [%zu, %zu) for table %s, whose "
+                        "filter has %zu", what, at, at + n_bytes, m->name, have);
+    /* Two 4-bit counters a byte, each the greater: a count never goes low. */
+    for (size_t k = 0; k < n_bytes; k++) {
+        uint8_t a = m->bloom[at + k], b = bytes[k];
+        uint8_t lo = (uint8_t)((a & 15) > (b & 15) ? (a & 15) : (b & 15));
+        uint8_t hi = (uint8_t)((a >> 4) > (b >> 4) ? (a >> 4) : (b >> 4));
+        m->bloom[at + k] = (uint8_t)(lo | hi << 4);
+    }
+    return DT_OK;
+}
+
+size_t dt_keymap_next_live(const dt_keymap *m, int64_t *cursor, size_t max, int64_t *rows,
+                           int64_t *keys, uint32_t *counts, uint32_t *last_seen)
+{
+    size_t k = 0;
+    int64_t r = *cursor < 1 ? 1 : *cursor;
+    for (; r < m->high && k < max; r++)
+        if (m->meta[r].last) {
+            rows[k] = r, keys[k] = m->meta[r].key;
+            counts[k] = m->meta[r].count, last_seen[k] = m->meta[r].last;
+            k++;
+        }
+    *cursor = r;
+    return k;
+}
+
+size_t dt_keymap_next_counting(const dt_keymap *m, int64_t *cursor, size_t max, int64_t *keys,
+                               uint32_t *counts, uint32_t *last_seen)
+{
+    size_t k = 0;
+    int64_t q = *cursor < 0 ? 0 : *cursor;
+    for (; q < m->c_high && k < max; q++)
+        if (m->clast[q]) {
+            keys[k] = m->ckeys[q], counts[k] = m->ccounts[q], last_seen[k] = m->clast[q];
+            k++;
+        }
+    *cursor = q;
+    return k;
 }
 
 /* ---- Checkpoints ---- */

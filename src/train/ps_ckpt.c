@@ -32,7 +32,7 @@ static void drop_unlisted_shards(const dt_ckpt_manager *mgr, int64_t step, int n
 
 dt_status dt_ps_ckpt_save(dt_ckpt_manager *mgr, dt_ps_client *ps, int n_ps,
                           const dt_fit_config *cfg, dt_model *m, const dt_optim_config *o,
-                          int64_t step, int workers, bool final)
+                          int64_t step, int workers, const int64_t *positions, bool final)
 {
     dt_status st = dt_ps_client_save(ps, step, mgr->dir);
     if (st) {
@@ -42,12 +42,17 @@ dt_status dt_ps_ckpt_save(dt_ckpt_manager *mgr, dt_ps_client *ps, int n_ps,
         return dt_error(st, "checkpoint %lld: %s", (long long)step, msg);
     }
     char *spec = dt_model_spec_to_json(dt_model_spec_of(m));
-    size_t list_cap = (size_t)n_ps * 64 + 1;
-    char *list = malloc(list_cap);
-    if (!spec || !list) {
-        free(spec), free(list);
+    size_t list_cap = (size_t)n_ps * 64 + 1, pos_cap = (size_t)workers * 24 + 1;
+    char *list = malloc(list_cap), *pos = malloc(pos_cap);
+    if (!spec || !list || !pos) {
+        free(spec), free(list), free(pos);
         return dt_error(DT_ERR_NOMEM, "no memory for a checkpoint's metadata");
     }
+    size_t pat = 0;
+    pos[0] = '\0';
+    for (int w = 0; w < workers; w++)
+        pat += (size_t)snprintf(pos + pat, pos_cap - pat, "%s%" PRId64, w ? "," : "",
+                                positions[w]);
     size_t at = 0;
     for (int k = 0; k < n_ps; k++) {
         char name[96];
@@ -57,7 +62,7 @@ dt_status dt_ps_ckpt_save(dt_ckpt_manager *mgr, dt_ps_client *ps, int n_ps,
     /* What a one_device checkpoint says, so that one_device restores it: the position is the
      * step alone (each worker read its own shard of the data). */
     char v[20][VALUE_CAP];
-    dt_ckpt_meta meta[24];
+    dt_ckpt_meta meta[25];
     int n = 0;
 #define META(key, fmt, val)                                                                        \
     (snprintf(v[n], VALUE_CAP, fmt, val), meta[n] = (dt_ckpt_meta){key, v[n]}, n++)
@@ -84,10 +89,11 @@ dt_status dt_ps_ckpt_save(dt_ckpt_manager *mgr, dt_ps_client *ps, int n_ps,
 #undef META
     meta[n++] = (dt_ckpt_meta){"model_spec", spec};
     meta[n++] = (dt_ckpt_meta){"ps_shards", list};
+    meta[n++] = (dt_ckpt_meta){"ps_data_positions", pos};
     const dt_arena *arenas[1] = {dt_model_params(m)};
     char path[4400];
     st = dt_ckpt_manager_save(mgr, step, arenas, 1, meta, n, path, sizeof path);
-    free(spec), free(list);
+    free(spec), free(list), free(pos);
     if (st) {
         char msg[1024];
         snprintf(msg, sizeof msg, "%s", dt_last_error());
@@ -98,6 +104,26 @@ dt_status dt_ps_ckpt_save(dt_ckpt_manager *mgr, dt_ps_client *ps, int n_ps,
 }
 
 /* ---- Restoring ---- */
+
+dt_status dt_ps_ckpt_positions(const dt_ckpt *c, int workers, int64_t *positions)
+{
+    const char *v = dt_ckpt_meta_get(c, "ps_data_positions");
+    if (!v || !*v)
+        return DT_END;
+    int n = 0;
+    for (const char *p = v; *p;) {
+        char *end;
+        long long x = strtoll(p, &end, 10);
+        if (end == p || x < 0 || (*end && *end != ','))
+            return dt_error(DT_ERR_FORMAT, "%s: __metadata__.ps_data_positions: '%s' is not a "
+                            "list of batch counts", dt_ckpt_path(c), v);
+        if (n < workers)
+            positions[n] = x;
+        n++;
+        p = *end ? end + 1 : end;
+    }
+    return n == workers ? DT_OK : DT_END;
+}
 
 typedef struct {
     dt_ckpt **files;
@@ -119,11 +145,14 @@ static dt_status parse_part(const dt_ckpt *f, const char *key, part_desc *d)
     if (!v || sscanf(v, "rows_total=%lld dim=%d shards=%lld shard=%lld strategy=%7s", &rows,
                      &d->dim, &shards, &shard, strategy) != 5 || rows < 1 || shards < 1 ||
         shard < 0 || shard >= shards || d->dim < 1 ||
-        (strcmp(strategy, "div") != 0 && strcmp(strategy, "mod") != 0))
+        (strcmp(strategy, "div") != 0 && strcmp(strategy, "mod") != 0 &&
+         strcmp(strategy, "hash") != 0))
         return dt_error(DT_ERR_FORMAT, "%s: __metadata__.%s: %s", dt_ckpt_path(f), key,
                         v ? "not a shard's description" : "missing");
     d->rows_total = rows, d->shards = shards, d->shard = shard;
-    d->strategy = strcmp(strategy, "mod") == 0 ? DT_PARTITION_MOD : DT_PARTITION_DIV;
+    d->strategy = strcmp(strategy, "mod") == 0    ? DT_PARTITION_MOD
+                  : strcmp(strategy, "hash") == 0 ? DT_PARTITION_HASH
+                                                  : DT_PARTITION_DIV;
     return DT_OK;
 }
 
@@ -205,7 +234,7 @@ static dt_status restore_table(const shard_files *f, dt_table *tab)
             part_desc d;
             if ((st = parse_part(f->files[i], name, &d)))
                 break;
-            if (d.rows_total != tab->rows || d.dim != tab->dim ||
+            if (d.strategy == DT_PARTITION_HASH || d.rows_total != tab->rows || d.dim != tab->dim ||
                 (n_shards >= 0 && d.shards != n_shards)) {
                 st = dt_error(DT_ERR_INVALID, "%s: %s: a shard of a %lld x %d table over %lld "
                               "shards, this model's %s is %lld x %d", dt_ckpt_path(f->files[i]),
@@ -231,6 +260,170 @@ static dt_status restore_table(const shard_files *f, dt_table *tab)
         st = check_covered(&cover, tab);
     free(cover.seen);
     free(cover.from);
+    return st;
+}
+
+/* ---- Dynamic tables: every shard's keys merged into the model's key map ---- */
+
+/* Tensor name of f, of dtype and n elements (F32: n x dim), or an error naming both. */
+static dt_status part_tensor(const dt_ckpt *f, const char *name, const char *dtype, int64_t n,
+                             int dim, const dt_ckpt_tensor **out)
+{
+    const dt_ckpt_tensor *t = dt_ckpt_find(f, name);
+    bool ok = t && strcmp(t->dtype, dtype) == 0 && t->n_dims == (dim ? 2 : 1) &&
+              (n < 0 || t->dims[0] == n) && (!dim || t->dims[1] == dim);
+    if (!ok)
+        return dt_error(DT_ERR_FORMAT, "%s: tensor %s: %s", dt_ckpt_path(f), name,
+                        !t ? "missing" : dim ? "not F32 [the part's keys, dim]"
+                                             : "not a vector of the part's keys");
+    *out = t;
+    return DT_OK;
+}
+
+/* A part's keys, aligned (the file's bytes may not be), each checked to be the part's shard's. */
+static dt_status part_keys(const dt_ckpt *f, const char *name, const part_desc *d, int64_t n,
+                           int64_t **out)
+{
+    const dt_ckpt_tensor *t;
+    dt_status st = part_tensor(f, name, "I64", n, 0, &t);
+    if (st)
+        return st;
+    n = t->dims[0];
+    int64_t *k = malloc((size_t)(n ? n : 1) * sizeof *k);
+    if (!k)
+        return dt_error(DT_ERR_NOMEM, "%s: no memory for %lld keys", dt_ckpt_path(f),
+                        (long long)n);
+    memcpy(k, t->data, (size_t)n * sizeof *k);
+    for (int64_t i = 0; i < n; i++)
+        if (k[i] < 0 || (d->shards > 1 && dt_keymap_shard(k[i], (int)d->shards) != d->shard)) {
+            free(k);
+            return dt_error(DT_ERR_FORMAT, "%s: tensor %s: key %lld (index %lld) is not shard "
+                            "%lld of %lld's", dt_ckpt_path(f), name, (long long)k[i],
+                            (long long)i, (long long)d->shard, (long long)d->shards);
+        }
+    *out = k;
+    return DT_OK;
+}
+
+/* Part `name` ("NAME/part_s") of dynamic table tab (attached at i of km): its rows, slots, and
+ * keys' counts and steps merged in. */
+static dt_status merge_part_rows(const dt_ckpt *f, const char *name, const part_desc *d,
+                                 dt_keymap *km, int i, const dt_table *tab)
+{
+    char key[DT_VIEW_NAME_CAP + 64], what[4400];
+    const dt_ckpt_tensor *rows, *counts, *last, *slot[DT_TABLE_MAX_SLOTS];
+    dt_status st = part_tensor(f, name, "F32", -1, tab->dim, &rows);
+    int64_t n = st ? 0 : rows->dims[0], *keys = NULL;
+    if (st == DT_OK)
+        snprintf(key, sizeof key, "%s/keys", name), st = part_keys(f, key, d, n, &keys);
+    if (st == DT_OK)
+        snprintf(key, sizeof key, "%s/counts", name), st = part_tensor(f, key, "U32", n, 0, &counts);
+    if (st == DT_OK)
+        snprintf(key, sizeof key, "%s/last_seen", name),
+            st = part_tensor(f, key, "U32", n, 0, &last);
+    const float *slots[DT_TABLE_MAX_SLOTS];
+    for (int k = 0; k < tab->n_slots && st == DT_OK; k++) {
+        snprintf(key, sizeof key, "%s/part_%lld", tab->slot_names[k], (long long)d->shard);
+        st = part_tensor(f, key, "F32", n, tab->dim, &slot[k]);
+        slots[k] = st ? NULL : slot[k]->data;
+    }
+    snprintf(what, sizeof what, "%s: %s", dt_ckpt_path(f), name);
+    if (st == DT_OK)
+        st = dt_keymap_merge_rows(km, i, keys, counts->data, last->data, n, rows->data,
+                                  tab->n_slots ? slots : NULL, what);
+    free(keys);
+    return st;
+}
+
+/* Part `name`'s keys being counted and its filter, merged in (after every part's rows). */
+static dt_status merge_part_admission(const dt_ckpt *f, const char *name, const part_desc *d,
+                                      dt_keymap *km)
+{
+    char key[DT_VIEW_NAME_CAP + 64], what[4400];
+    snprintf(key, sizeof key, "%s/counting_keys", name);
+    snprintf(what, sizeof what, "%s: %s", dt_ckpt_path(f), key);
+    dt_status st = DT_OK;
+    if (dt_ckpt_find(f, key)) {
+        const dt_ckpt_tensor *counts, *last;
+        int64_t *keys = NULL;
+        st = part_keys(f, key, d, -1, &keys);
+        int64_t n = st ? 0 : dt_ckpt_find(f, key)->dims[0];
+        if (st == DT_OK)
+            snprintf(key, sizeof key, "%s/counting_counts", name),
+                st = part_tensor(f, key, "U32", n, 0, &counts);
+        if (st == DT_OK)
+            snprintf(key, sizeof key, "%s/counting_last_seen", name),
+                st = part_tensor(f, key, "U32", n, 0, &last);
+        if (st == DT_OK)
+            st = dt_keymap_merge_counting(km, keys, counts->data, last->data, n, what);
+        free(keys);
+    }
+    snprintf(key, sizeof key, "%s/bloom", name);
+    const dt_ckpt_tensor *b = dt_ckpt_find(f, key);
+    if (st == DT_OK && b) {
+        snprintf(what, sizeof what, "%s: %s", dt_ckpt_path(f), key);
+        st = strcmp(b->dtype, "U8") == 0 && b->n_dims == 1
+                 ? dt_keymap_merge_bloom(km, b->data, b->n_bytes, 0, what)
+                 : dt_error(DT_ERR_FORMAT, "%s: not a U8 vector", what);
+    }
+    return st;
+}
+
+/* Every part of dynamic table tab in the files (each shard once, all of them), its rows merged
+ * in on the first pass, the admission's state on the second. */
+static dt_status restore_dynamic_table(const shard_files *f, dt_table *tab, dt_keymap *km,
+                                       bool admission)
+{
+    int i = dt_keymap_table_index(km, tab->name);
+    char prefix[DT_VIEW_NAME_CAP + 16];
+    int plen = snprintf(prefix, sizeof prefix, "%s/part_", tab->name);
+    shard_cover cover = {0};
+    dt_status st = DT_OK;
+    for (int a = 0; a < f->n && st == DT_OK; a++) {
+        for (int j = 0; j < dt_ckpt_n_tensors(f->files[a]) && st == DT_OK; j++) {
+            const char *name = dt_ckpt_tensor_at(f->files[a], j)->name;
+            if (strncmp(name, prefix, (size_t)plen) != 0 || strchr(name + plen, '/'))
+                continue;
+            part_desc d;
+            if ((st = parse_part(f->files[a], name, &d)))
+                break;
+            if (d.strategy != DT_PARTITION_HASH || d.dim != tab->dim) {
+                st = dt_error(DT_ERR_INVALID, "%s: %s: a shard of a %s table of width %d, this "
+                              "model's %s is a dynamic table of width %d",
+                              dt_ckpt_path(f->files[a]), name,
+                              d.strategy == DT_PARTITION_HASH ? "dynamic" : "fixed", d.dim,
+                              tab->name, tab->dim);
+                break;
+            }
+            if ((st = cover_shard(&cover, tab, f->files[a], &d)))
+                break;
+            st = admission ? merge_part_admission(f->files[a], name, &d, km)
+                           : merge_part_rows(f->files[a], name, &d, km, i, tab);
+        }
+    }
+    if (st == DT_OK)
+        st = check_covered(&cover, tab);
+    free(cover.seen);
+    free(cover.from);
+    return st;
+}
+
+/* The model's dynamic tables from the files: every map emptied, each table's rows merged in,
+ * then the keys counted and the filters. */
+static dt_status restore_dynamic(const shard_files *f, dt_model *m)
+{
+    dt_keymap *maps[DT_MAX_COLUMN_TABLES];
+    int n_maps = dt_model_keymaps(m, maps, DT_MAX_COLUMN_TABLES);
+    for (int i = 0; i < n_maps; i++)
+        dt_keymap_clear(maps[i]);
+    dt_status st = DT_OK;
+    for (int pass = 0; pass < 2 && st == DT_OK; pass++)
+        for (int t = 0; t < dt_model_num_tables(m) && st == DT_OK; t++)
+            if (dt_model_keymap(m, t))
+                st = restore_dynamic_table(f, dt_model_table(m, t), dt_model_keymap(m, t),
+                                           pass == 1);
+    for (int i = 0; i < n_maps; i++)
+        dt_keymap_merge_end(maps[i]);
     return st;
 }
 
@@ -303,8 +496,15 @@ dt_status dt_ps_ckpt_load(const dt_ckpt *c, dt_model *m, dt_optim *o, int64_t *s
         st = dt_ckpt_restore_arena(c, &o->state);
     if (st)
         return st;
-    /* One_device's checkpoint: whole tables, with their slots. */
+    /* One_device's checkpoint: whole tables, with their slots; a dynamic table's key map with
+     * its rows. */
+    dt_keymap *maps[DT_MAX_COLUMN_TABLES];
+    int n_maps = dt_model_keymaps(m, maps, DT_MAX_COLUMN_TABLES);
+    for (int i = 0; i < n_maps && st == DT_OK; i++)
+        st = dt_keymap_restore(maps[i], c, true);
     for (int t = 0; t < dt_model_num_tables(m) && st == DT_OK; t++) {
+        if (dt_model_keymap(m, t))
+            continue;
         dt_table *tab = dt_model_table(m, t);
         for (int k = -1; k < tab->n_slots && st == DT_OK; k++) {
             dt_arena a;
@@ -323,7 +523,10 @@ dt_status dt_ps_ckpt_restore(const dt_ckpt *c, dt_model *m, dt_optim *o)
     if (st)
         return st;
     for (int t = 0; t < dt_model_num_tables(m) && st == DT_OK; t++)
-        st = restore_table(&f, dt_model_table(m, t));
+        if (!dt_model_keymap(m, t))
+            st = restore_table(&f, dt_model_table(m, t));
+    if (st == DT_OK)
+        st = restore_dynamic(&f, m);
     if (st == DT_OK && o && o->n_slots > 0)
         st = restore_dense_slots(&f, dt_model_params(m), o);
     char msg[1024];

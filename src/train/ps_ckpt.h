@@ -27,10 +27,17 @@
 
 /* Saves checkpoint `step`: every ps task's shards into mgr's directory, then the manifest with
  * m's dense variables (the caller's current values) and cfg's, o's and m's metadata. n_ps: the
- * ps tasks. final marks the run's last. */
+ * ps tasks. final marks the run's last. positions[w]: the batches of worker w's data shard
+ * whose steps are in (metadata "ps_data_positions", comma-separated), where a job of as many
+ * workers resumes reading. */
 dt_status dt_ps_ckpt_save(dt_ckpt_manager *mgr, dt_ps_client *ps, int n_ps,
                           const dt_fit_config *cfg, dt_model *m, const dt_optim_config *o,
-                          int64_t step, int workers, bool final);
+                          int64_t step, int workers, const int64_t *positions, bool final);
+
+/* The data positions c names for `workers` workers (ps_data_positions): DT_OK with positions
+ * filled, DT_END when c has none or has another number of workers' (the data then starts
+ * over), DT_ERR_FORMAT naming the field when it is not a list of batch counts. */
+dt_status dt_ps_ckpt_positions(const dt_ckpt *c, int workers, int64_t *positions);
 
 /* From sharded checkpoint c: m's tables with their slots, and o's slots (o set up over m's
  * parameters with the optimizer c was written with; NULL: not restored). The dense values are

@@ -63,9 +63,11 @@ static dt_status open_whole_latest(const char *dir, FILE *log, dt_ckpt **out)
  * optimizer slots go to the ps tasks, however many there are now; *step: where the steps go on
  * from (0: no checkpoint). */
 static dt_status restore_start(const dt_train_config *c, dt_ps_client *ps, dt_model *m,
-                               int n_ps, int64_t *step)
+                               int n_ps, int64_t *step, int workers, int64_t *positions,
+                               bool *have_positions)
 {
     *step = 0;
+    *have_positions = false;
     dt_ckpt *ck = NULL;
     dt_status st = DT_END;
     if (c->fit.model_dir)
@@ -89,10 +91,21 @@ static dt_status restore_start(const dt_train_config *c, dt_ps_client *ps, dt_mo
     st = dt_optim_setup(&o, &c->optim, dt_model_params(m));
     if (st == DT_OK)
         st = dt_ps_ckpt_load(ck, m, &o, step);
-    for (int t = 0; t < dt_model_num_tables(m) && st == DT_OK; t++)
-        st = dt_ps_client_assign_table(ps, (uint32_t)t, dt_model_table(m, t));
+    for (int t = 0; t < dt_model_num_tables(m) && st == DT_OK; t++) {
+        dt_table *tab = dt_model_table(m, t);
+        dt_keymap *km = dt_model_keymap(m, t);
+        st = km ? dt_ps_client_assign_keys(ps, (uint32_t)t, km,
+                                           dt_keymap_table_index(km, tab->name), tab, *step)
+                : dt_ps_client_assign_table(ps, (uint32_t)t, tab);
+    }
     if (st == DT_OK)
         st = dt_ps_client_assign_dense(ps, dt_model_params(m), &o);
+    /* Each worker reads on from where its data stood, when as many workers read it. */
+    dt_status pos = st ? DT_OK : dt_ps_ckpt_positions(ck, workers, positions);
+    if (pos == DT_OK)
+        *have_positions = st == DT_OK;
+    else if (pos != DT_END)
+        st = pos;
     if (st == DT_OK && c->fit.log)
         dt_log_to(c->fit.log, DT_LOG_INFO, "Restoring parameters from %s (global step %lld) onto "
                   "%d ps task%s (%.2f s)", dt_ckpt_path(ck), (long long)*step, n_ps,
@@ -109,17 +122,43 @@ static dt_status restore_start(const dt_train_config *c, dt_ps_client *ps, dt_mo
 #define READ_BACK_MAX_ROWS ((size_t)1 << 20)
 #define READ_BACK_BYTES ((size_t)64 << 20)
 
+/* A model's dynamic tables read back: each map emptied, then every table's live keys merged
+ * in from the ps tasks (their rows; a key one table holds and another not gets the other's
+ * initial row). */
+static dt_status read_back_dynamic(dt_ps_client *ps, dt_model *m)
+{
+    dt_keymap *maps[DT_MAX_COLUMN_TABLES];
+    int n_maps = dt_model_keymaps(m, maps, DT_MAX_COLUMN_TABLES);
+    for (int i = 0; i < n_maps; i++)
+        dt_keymap_clear(maps[i]);
+    dt_status st = DT_OK;
+    for (int t = 0; t < dt_model_num_tables(m) && st == DT_OK; t++) {
+        dt_keymap *km = dt_model_keymap(m, t);
+        const char *name = dt_model_table(m, t)->name;
+        if (km)
+            st = dt_ps_client_read_keys(ps, (uint32_t)t, km, dt_keymap_table_index(km, name),
+                                        false, name);
+    }
+    for (int i = 0; i < n_maps; i++)
+        dt_keymap_merge_end(maps[i]);
+    return st;
+}
+
 /* Reads every variable back from the ps tasks into m: dense, then the tables, 64 MiB of rows
  * at a time. */
 static dt_status read_back(dt_ps_client *ps, dt_model *m, bool dense)
 {
     dt_status st = dense ? dt_ps_client_pull_dense(ps, dt_model_params(m)->data) : DT_OK;
+    if (st == DT_OK)
+        st = read_back_dynamic(ps, m);
     size_t cap = READ_BACK_MAX_ROWS;
     int64_t *ids = malloc(cap * sizeof *ids);
     if (!ids)
         return dt_error(DT_ERR_NOMEM, "no memory to read the tables back");
     for (int t = 0; t < dt_model_num_tables(m) && st == DT_OK; t++) {
         dt_table *tab = dt_model_table(m, t);
+        if (dt_model_keymap(m, t))
+            continue;
         /* Rows by bytes: one reply stays far below a message's limit, however wide a row. */
         size_t chunk = READ_BACK_BYTES / ((size_t)tab->dim * sizeof(float));
         chunk = chunk < 1 ? 1 : chunk > cap ? cap : chunk;
@@ -197,6 +236,8 @@ typedef struct {
     dt_replica *alone;
     dt_optim o;             /* the optimizer's configuration and step count, for the schedule */
     dt_fit_remote remote;   /* the variables on the ps tasks, as the callbacks reach them */
+    int64_t *positions;     /* the restored checkpoint's data positions, one per worker */
+    bool have_positions;
     int64_t epoch_steps;    /* the global steps of an epoch (0: unknown, one epoch throughout) */
     bool in_epoch;          /* an epoch begun and not ended */
     bool callbacks_failed;  /* a callback failed: the job is failing, no more are run */
@@ -235,16 +276,24 @@ static dt_status save_sharded(void *arg, dt_ckpt_manager *mgr, const dt_fit_ctx 
     double t0 = dt_clock_now();
     *step = pause_at_a_step(co);
     dt_status st = DT_OK;
-    if (*step > 0) {
+    int workers = r->pc.cl.n_tasks[DT_JOB_WORKER];
+    int64_t *positions = calloc((size_t)workers + 1, sizeof *positions);
+    if (!positions)
+        st = dt_error(DT_ERR_NOMEM, "no memory for %d workers' data positions", workers);
+    /* Quiet: no function in flight, every shard's position is that of the steps taken. */
+    for (int w = 0; positions && w < workers; w++)
+        positions[w] = co->sched.shards[w].position;
+    if (*step > 0 && st == DT_OK) {
         st = dt_ps_client_pull_dense(r->ps, dt_model_params(r->m)->data);
         if (st == DT_OK)
-            st = dt_ps_ckpt_save(mgr, r->ps, r->n_ps, &c->fit, r->m, &c->optim, *step,
-                                 r->pc.cl.n_tasks[DT_JOB_WORKER], final);
+            st = dt_ps_ckpt_save(mgr, r->ps, r->n_ps, &c->fit, r->m, &c->optim, *step, workers,
+                                 positions, final);
         if (st == DT_OK && c->fit.log)
             dt_log_to(c->fit.log, DT_LOG_INFO, "Saving checkpoints for %lld into %s (%d ps shard "
                       "files, %.2f s).", (long long)*step, mgr->dir, r->n_ps,
                       dt_clock_now() - t0);
     }
+    free(positions);
     resume(co);
     r->ctx.result->checkpoint_seconds += dt_clock_now() - t0;
     return st;
@@ -508,7 +557,8 @@ static dt_status prepare(ps_run *r, int64_t *start)
             st = ps_place_variables(c, r->m, r->ps, r->n_ps, true, 0);
     }
     if (st == DT_OK)
-        st = restore_start(c, r->ps, r->m, r->n_ps, start);
+        st = restore_start(c, r->ps, r->m, r->n_ps, start, r->pc.cl.n_tasks[DT_JOB_WORKER],
+                           r->positions, &r->have_positions);
     if (st == DT_OK && c->fit.model_dir && c->ps.mode == DT_PS_HYBRID)
         dt_log_to(NULL, DT_LOG_WARN, "dtrain: warning: --ps-mode hybrid writes no checkpoints "
                   "(its dense variables live on the workers)");
@@ -536,10 +586,14 @@ dt_status dt_ps_coordinate(const dt_train_config *c, const dt_fit_config *fcfg, 
     r.n_ps = r.pc.cl.n_tasks[DT_JOB_PS];
     int n_workers = r.pc.cl.n_tasks[DT_JOB_WORKER];
     int64_t start = 0;
-    if ((st = prepare(&r, &start)) == DT_OK) {
+    if (!(r.positions = calloc((size_t)n_workers + 1, sizeof *r.positions)))
+        st = dt_error(DT_ERR_NOMEM, "no memory for %d workers", n_workers);
+    if (st == DT_OK && (st = prepare(&r, &start)) == DT_OK) {
         dt_ps_sched_config sc = schedule_of(c, n_workers, start);
         r.co_ready = (st = ps_coord_init(&r.co, c, &r.pc, m, &sc)) == DT_OK;
     }
+    for (int w = 0; st == DT_OK && r.have_positions && w < n_workers; w++)
+        r.co.sched.shards[w].position = r.positions[w];
     double t0 = dt_clock_now();
     if (st == DT_OK)
         st = heartbeat_start(&r.beat, &r.pc, c);
@@ -567,6 +621,10 @@ dt_status dt_ps_coordinate(const dt_train_config *c, const dt_fit_config *fcfg, 
     res->train_seconds = dt_clock_now() - t0 - dt_fit_side_seconds(res);
     res->steps = r.ctx.pos.step;
     st = run == DT_OK ? read_back(r.ps, m, c->ps.mode != DT_PS_HYBRID) : run;
+    if (st && run == DT_OK) { /* the read-back's failure is the one reported */
+        snprintf(first, sizeof first, "%s", dt_last_error());
+        run = st;
+    }
     /* The ps tasks stop whatever happened: none outlives the job. */
     heartbeat_stop(&r.beat);
     if (r.ps) {
@@ -580,6 +638,7 @@ dt_status dt_ps_coordinate(const dt_train_config *c, const dt_fit_config *fcfg, 
     if (run)
         dt_error(run, "%s", first);
     dt_replica_free_alone(r.alone);
+    free(r.positions);
     dt_optim_free(&r.o);
     dt_ps_client_close(r.ps);
     if (r.co_ready)

@@ -419,6 +419,9 @@ static dt_status skip_to(worker *w, int64_t position)
         if (st)
             return st;
     }
+    /* Each skipped batch had its training forward, and its dropout masks, elsewhere: the
+     * masks go on from there, as the uninterrupted worker's would. */
+    dt_model_set_dropout_position(w->m, dt_model_dropout_position(w->m) + (uint64_t)skipped);
     dt_log_to(NULL, DT_LOG_WARN, "dtrain: skipped the first %lld batches of data shard %td, "
               "which the coordinator had seen trained on", (long long)skipped,
               w->rd - w->readers);

@@ -100,6 +100,7 @@ typedef struct {
     int index;
     int n_worker_tasks; /* the cluster's worker job */
     int n_chief_tasks;
+    int n_ps;          /* the cluster's ps job */
     bool loopback;     /* every task on this machine */
 } task_place;
 
@@ -122,6 +123,7 @@ static dt_status read_task_place(const dt_comm_options *o, task_place *p)
         p->job = c.task_type, p->index = c.task_index;
         p->n_worker_tasks = c.n_tasks[DT_JOB_WORKER];
         p->n_chief_tasks = c.n_tasks[DT_JOB_CHIEF];
+        p->n_ps = c.n_tasks[DT_JOB_PS];
         p->loopback = dt_cluster_all_loopback(&c);
     }
     dt_cluster_free(&c);
@@ -563,13 +565,61 @@ static dt_status check_dynamic_strategy(const dt_model_spec *spec, dt_strategy_k
 {
     bool dynamic = spec->arch != DT_ARCH_SEQUENTIAL && spec->arch != DT_ARCH_COLUMNS &&
                    spec->ctr.dynamic;
-    /* The parameter server's shards hold dynamic tables (ps/shard.c) and its workers pull
-     * their keys with their sightings; its checkpoints, snapshots and the chief's read-back of
-     * the tables do not carry them yet, so it is refused until they do. */
-    if (!dynamic || kind == DT_STRATEGY_ONE_DEVICE)
+    /* One process holds the key map, or the parameter server's shards each hold theirs (the
+     * keys placed by their hash); the synchronous replicas would each need the same map. */
+    if (!dynamic || kind == DT_STRATEGY_ONE_DEVICE || kind == DT_STRATEGY_PARAMETER_SERVER)
         return DT_OK;
-    return dt_error(DT_ERR_UNSUPPORTED, "model %s: dynamic tables train with one_device; %s does "
-                    "not train them yet", spec->name, dt_strategy_name(kind));
+    return dt_error(DT_ERR_UNSUPPORTED, "model %s: dynamic tables train with one_device or "
+                    "parameter_server; %s does not train them yet", spec->name,
+                    dt_strategy_name(kind));
+}
+
+typedef struct {
+    int64_t key, row;
+} keyed_row;
+
+static int by_key(const void *a, const void *b)
+{
+    int64_t x = ((const keyed_row *)a)->key, y = ((const keyed_row *)b)->key;
+    return (x > y) - (x < y);
+}
+
+/* Table t's rows into the report's count and CRC: a fixed table's in order, a dynamic one's
+ * live rows in key order (where a process put each key is its own affair: one_device and the
+ * parameter server's read-back agree on the keys' rows, not on their order). */
+static dt_status checksum_table(dt_model *m, int t, dt_train_report *out)
+{
+    const dt_table *tab = dt_model_table(m, t);
+    size_t dim = (size_t)tab->dim;
+    dt_keymap *km = dt_model_keymap(m, t);
+    if (!km) {
+        size_t n = (size_t)dt_model_table_rows_used(m, t) * dim;
+        out->param_count += n;
+        out->param_checksum = dt_crc32c_extend(out->param_checksum, tab->data, n * sizeof(float));
+        return DT_OK;
+    }
+    dt_keymap_stats k;
+    dt_keymap_stats_get(km, &k);
+    size_t n = (size_t)k.live, got = 0;
+    keyed_row *kr = malloc((n + 1) * sizeof *kr);
+    int64_t *rows = malloc((n + 1) * sizeof *rows), *keys = malloc((n + 1) * sizeof *keys);
+    uint32_t *counts = malloc((n + 1) * sizeof *counts), *last = malloc((n + 1) * sizeof *last);
+    dt_status st = kr && rows && keys && counts && last
+                       ? DT_OK
+                       : dt_error(DT_ERR_NOMEM, "no memory to check table %s's %zu rows",
+                                  tab->name, n);
+    int64_t cursor = 0;
+    if (st == DT_OK)
+        got = dt_keymap_next_live(km, &cursor, n, rows, keys, counts, last);
+    for (size_t i = 0; i < got; i++)
+        kr[i] = (keyed_row){keys[i], rows[i]};
+    qsort(kr, got, sizeof *kr, by_key);
+    for (size_t i = 0; i < got; i++)
+        out->param_checksum = dt_crc32c_extend(out->param_checksum, dt_table_row(tab, kr[i].row),
+                                               dim * sizeof(float));
+    out->param_count += got * dim;
+    free(kr), free(rows), free(keys), free(counts), free(last);
+    return st;
 }
 
 /* The replicas of a synchronous strategy, trained with fit; out gets the chief's result. */
@@ -771,7 +821,10 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
     if (plan.role->tables)
         plan.role->tables(&in, &spec);
     /* No batch is larger than the training set: the buffers are sized for what will be used. */
-    dt_model_options mopts = {.no_fuse = c->no_fuse};
+    /* A ps coordinator reads every ps task's dynamic tables back into its own. */
+    dt_model_options mopts = {.no_fuse = c->no_fuse,
+                              .dynamic_shards = plan.role == &ps_coordinator_role
+                                                    ? place.n_ps : 1};
     if ((st = dt_pool_create(plan.threads, &pool)) ||
         (st = dt_model_create(&spec, in.eval_batch, pool, &mopts, &model)))
         goto fail;
@@ -795,12 +848,8 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
     out->param_count = dt_arena_payload_elems(dt_model_params(model));
     out->param_checksum = dt_arena_checksum(dt_model_params(model));
     /* A CTR model's tables are parameters too: the count and the CRC go on over their rows. */
-    for (int t = 0; t < dt_model_num_tables(model); t++) {
-        const dt_table *tab = dt_model_table(model, t);
-        size_t n = (size_t)dt_model_table_rows_used(model, t) * (size_t)tab->dim;
-        out->param_count += n;
-        out->param_checksum = dt_crc32c_extend(out->param_checksum, tab->data, n * sizeof(float));
-    }
+    for (int t = 0; t < dt_model_num_tables(model) && st == DT_OK; t++)
+        st = checksum_table(model, t, out);
     out->dynamic = dt_model_dynamic_stats(model, &out->dynamic_stats);
     if (out->chief)
         st = final_test(c, &in, model, out);
