@@ -834,67 +834,83 @@ void dt_ps_client_traffic(const dt_ps_client *c, uint64_t *sent, uint64_t *recei
 
 /* ---- Dynamic tables: restored into the ps tasks, read back from them ---- */
 
-/* Keys walked from a map at a time while restoring it. */
+/* Keys sent at a time while restoring. */
 #define KEYED_CHUNK 4096
 
-/* The entries j of the chunk whose key shard s holds, packed: keys, counts, steps and (rows)
- * their rows then each slot's, n x dim each. Returns how many. */
-static size_t pack_shard(const dt_table *t, int64_t s, int64_t n_shards, size_t n,
-                         const int64_t *rows, const int64_t *keys, const uint32_t *counts,
-                         const uint32_t *last, int64_t *ok, uint32_t *oc, uint32_t *ol,
-                         float *values)
+/* Entries [lo, hi) of keys whose shard is s, packed into ok/oc/ol and (rows given) their rows
+ * then each slot's, k x dim each. Returns k. */
+static size_t pack_shard(int64_t s, int64_t n_shards, size_t lo, size_t hi, const int64_t *keys,
+                         const uint32_t *counts, const uint32_t *last, int dim,
+                         const float *rows, const float *const *slots, int n_slots,
+                         int64_t *ok, uint32_t *oc, uint32_t *ol, float *values)
 {
-    size_t k = 0, d = t ? (size_t)t->dim : 0;
-    for (size_t j = 0; j < n; j++)
+    size_t k = 0, d = (size_t)dim;
+    for (size_t j = lo; j < hi; j++)
         if (dt_keymap_shard(keys[j], (int)n_shards) == s)
             ok[k] = keys[j], oc[k] = counts[j], ol[k] = last[j], k++;
-    for (size_t j = 0, i = 0; t && j < n; j++) {
+    for (size_t j = lo, i = 0; rows && j < hi; j++) {
         if (dt_keymap_shard(keys[j], (int)n_shards) != s)
             continue;
-        memcpy(values + i * d, t->data + (size_t)rows[j] * d, d * sizeof(float));
-        for (int q = 0; q < t->n_slots; q++)
-            memcpy(values + ((size_t)(q + 1) * k + i) * d, t->slots[q] + (size_t)rows[j] * d,
-                   d * sizeof(float));
+        memcpy(values + i * d, rows + j * d, d * sizeof(float));
+        for (int q = 0; q < n_slots; q++)
+            memcpy(values + ((size_t)(q + 1) * k + i) * d, slots[q] + j * d, d * sizeof(float));
         i++;
     }
     return k;
 }
 
-/* One chunk of a map's rows (t given) or counted keys (t NULL), each shard's share to its ps. */
-static dt_status send_keyed_chunk(dt_ps_client *c, int ti, const dt_table *t, size_t n,
-                                  const int64_t *rows, const int64_t *keys,
-                                  const uint32_t *counts, const uint32_t *last, int64_t *ok,
-                                  uint32_t *oc, uint32_t *ol, float *values)
+dt_status dt_ps_client_assign_keyed(dt_ps_client *c, uint32_t id, const int64_t *keys,
+                                    const uint32_t *counts, const uint32_t *last, int64_t n,
+                                    int dim, const float *rows, const float *const *slots,
+                                    int n_slots)
 {
+    int ti = find(c, id);
+    if (ti < 0 || c->tables[ti].strategy != DT_PARTITION_HASH)
+        return dt_error(DT_ERR_INVALID, "ps: no dynamic table %u defined", id);
     const table_info *info = &c->tables[ti];
-    dt_status st = DT_OK;
-    for (int64_t s = 0; s < info->n_shards && st == DT_OK; s++) {
-        size_t k = pack_shard(t, s, info->n_shards, n, rows, keys, counts, last, ok, oc, ol,
-                              values);
-        if (k == 0)
-            continue;
-        dt_psmsg m = {.type = DT_PSMSG_KEYED, .table = wire_table(info->id, s), .n = (uint32_t)k,
-                      .target = t ? DT_PSMSG_KEYED_ROWS : DT_PSMSG_KEYED_COUNTING,
-                      .dim = t ? (uint32_t)t->dim : 0, .slots = t ? (uint32_t)t->n_slots : 0,
-                      .times_host = oc, .last_host = ol};
-        st = queue(c, (pending){ps_of_shard(c, s), REPLY_ACK, 0, 0, 0, 0}, &m, ok, values);
+    if (rows && (info->dim != dim || n_slots > (int)DT_PSMSG_MAX_SLOTS))
+        return dt_error(DT_ERR_INVALID, "ps: table %u has rows of %d, not %d with %d slots", id,
+                        info->dim, dim, n_slots);
+    size_t cap = KEYED_CHUNK, d = rows ? (size_t)dim : 0;
+    int64_t *ok = malloc(cap * sizeof *ok);
+    uint32_t *oc = malloc(cap * sizeof *oc), *ol = malloc(cap * sizeof *ol);
+    float *values = malloc((cap * d * (1 + (size_t)n_slots) + 1) * sizeof *values);
+    dt_status st = ok && oc && ol && values
+                       ? DT_OK
+                       : dt_error(DT_ERR_NOMEM, "no memory to restore table %u", id);
+    for (size_t lo = 0; lo < (size_t)n && st == DT_OK; lo += cap) {
+        size_t hi = (size_t)n - lo < cap ? (size_t)n : lo + cap;
+        for (int64_t s = 0; s < info->n_shards && st == DT_OK; s++) {
+            size_t k = pack_shard(s, info->n_shards, lo, hi, keys, counts, last, dim, rows,
+                                  slots, n_slots, ok, oc, ol, values);
+            if (k == 0)
+                continue;
+            dt_psmsg m = {.type = DT_PSMSG_KEYED, .table = wire_table(id, s), .n = (uint32_t)k,
+                          .target = rows ? DT_PSMSG_KEYED_ROWS : DT_PSMSG_KEYED_COUNTING,
+                          .dim = (uint32_t)d, .slots = rows ? (uint32_t)n_slots : 0,
+                          .times_host = oc, .last_host = ol};
+            st = queue(c, (pending){ps_of_shard(c, s), REPLY_ACK, 0, 0, 0, 0}, &m, ok, values);
+        }
+        st = st ? (run_round(c), st) : run_round(c);
     }
-    return st ? (run_round(c), st) : run_round(c);
+    free(ok), free(oc), free(ol), free(values);
+    return st;
 }
 
-/* The map's filter, whole, to every shard (each merges it into its own). */
-static dt_status send_bloom(dt_ps_client *c, int ti, const dt_keymap *km)
+dt_status dt_ps_client_assign_bloom(dt_ps_client *c, uint32_t id, const uint8_t *bytes,
+                                    size_t n_bytes)
 {
-    size_t have = 0;
-    const uint8_t *b = dt_keymap_bloom(km, &have);
-    const table_info *info = &c->tables[ti];
+    int ti = find(c, id);
+    if (ti < 0 || c->tables[ti].strategy != DT_PARTITION_HASH)
+        return dt_error(DT_ERR_INVALID, "ps: no dynamic table %u defined", id);
+    const size_t chunk = (size_t)1 << 23;
     dt_status st = DT_OK;
-    for (size_t at = 0; b && at < have && st == DT_OK; at += (size_t)1 << 23) {
-        size_t n = have - at < ((size_t)1 << 23) ? have - at : (size_t)1 << 23;
-        for (int64_t s = 0; s < info->n_shards && st == DT_OK; s++) {
-            dt_psmsg m = {.type = DT_PSMSG_KEYED, .table = wire_table(info->id, s),
+    for (size_t at = 0; at < n_bytes && st == DT_OK; at += chunk) {
+        size_t n = n_bytes - at < chunk ? n_bytes - at : chunk;
+        for (int64_t s = 0; s < c->tables[ti].n_shards && st == DT_OK; s++) {
+            dt_psmsg m = {.type = DT_PSMSG_KEYED, .table = wire_table(id, s),
                           .target = DT_PSMSG_KEYED_BLOOM, .n = (uint32_t)n, .offset = at,
-                          .text = (const char *)(b + at)};
+                          .text = (const char *)(bytes + at)};
             st = queue(c, (pending){ps_of_shard(c, s), REPLY_ACK, 0, 0, 0, 0}, &m, NULL, NULL);
         }
         st = st ? (run_round(c), st) : run_round(c);
@@ -902,41 +918,56 @@ static dt_status send_bloom(dt_ps_client *c, int ti, const dt_keymap *km)
     return st;
 }
 
-dt_status dt_ps_client_assign_keys(dt_ps_client *c, uint32_t id, const dt_keymap *km, int i,
-                                   const dt_table *t, int64_t step)
+dt_status dt_ps_client_assign_keyed_end(dt_ps_client *c, uint32_t id, int64_t step)
 {
     int ti = find(c, id);
     if (ti < 0 || c->tables[ti].strategy != DT_PARTITION_HASH)
         return dt_error(DT_ERR_INVALID, "ps: no dynamic table %u defined", id);
-    if (c->tables[ti].dim != t->dim || t->n_slots > (int)DT_PSMSG_MAX_SLOTS)
-        return dt_error(DT_ERR_INVALID, "ps: table %u has rows of %d, not %d", id,
-                        c->tables[ti].dim, t->dim);
-    (void)i;
-    size_t n = KEYED_CHUNK, d = (size_t)t->dim;
-    int64_t *rows = malloc(n * sizeof *rows), *keys = malloc(n * sizeof *keys);
-    int64_t *ok = malloc(n * sizeof *ok);
-    uint32_t *counts = malloc(n * 4), *last = malloc(n * 4), *oc = malloc(n * 4),
-             *ol = malloc(n * 4);
-    float *values = malloc(n * d * (1 + (size_t)t->n_slots) * sizeof *values);
-    dt_status st = rows && keys && ok && counts && last && oc && ol && values
-                       ? DT_OK
-                       : dt_error(DT_ERR_NOMEM, "no memory to restore table %s", t->name);
-    int64_t cursor = 0;
-    size_t got;
-    while (st == DT_OK && (got = dt_keymap_next_live(km, &cursor, n, rows, keys, counts, last)))
-        st = send_keyed_chunk(c, ti, t, got, rows, keys, counts, last, ok, oc, ol, values);
-    cursor = 0;
-    while (st == DT_OK && (got = dt_keymap_next_counting(km, &cursor, n, keys, counts, last)))
-        st = send_keyed_chunk(c, ti, NULL, got, NULL, keys, counts, last, ok, oc, ol, NULL);
-    if (st == DT_OK)
-        st = send_bloom(c, ti, km);
+    dt_status st = DT_OK;
     for (int64_t s = 0; s < c->tables[ti].n_shards && st == DT_OK; s++) {
         dt_psmsg m = {.type = DT_PSMSG_KEYED, .table = wire_table(id, s),
                       .target = DT_PSMSG_KEYED_ROWS, .offset = (uint64_t)(step > 0 ? step : 0)};
         st = queue(c, (pending){ps_of_shard(c, s), REPLY_ACK, 0, 0, 0, 0}, &m, NULL, NULL);
     }
-    st = st ? (run_round(c), st) : run_round(c);
-    free(rows), free(keys), free(ok), free(counts), free(last), free(oc), free(ol), free(values);
+    return st ? (run_round(c), st) : run_round(c);
+}
+
+/* A map's live rows of table t (gathered a chunk at a time), its counted keys and its filter. */
+dt_status dt_ps_client_assign_keys(dt_ps_client *c, uint32_t id, const dt_keymap *km,
+                                   const dt_table *t, int64_t step)
+{
+    size_t n = KEYED_CHUNK, d = (size_t)t->dim;
+    int64_t *rows = malloc(n * sizeof *rows), *keys = malloc(n * sizeof *keys);
+    uint32_t *counts = malloc(n * sizeof *counts), *last = malloc(n * sizeof *last);
+    float *values = malloc(n * d * (1 + (size_t)t->n_slots) * sizeof *values);
+    dt_status st = rows && keys && counts && last && values
+                       ? DT_OK
+                       : dt_error(DT_ERR_NOMEM, "no memory to restore table %s", t->name);
+    const float *slots[DT_TABLE_MAX_SLOTS];
+    for (int q = 0; q < t->n_slots; q++)
+        slots[q] = values + (size_t)(q + 1) * n * d;
+    int64_t cursor = 0;
+    size_t got;
+    while (st == DT_OK && (got = dt_keymap_next_live(km, &cursor, n, rows, keys, counts, last))) {
+        for (size_t j = 0; j < got; j++) {
+            memcpy(values + j * d, dt_table_row(t, rows[j]), d * sizeof(float));
+            for (int q = 0; q < t->n_slots; q++)
+                memcpy((float *)slots[q] + j * d, t->slots[q] + (size_t)rows[j] * d,
+                       d * sizeof(float));
+        }
+        st = dt_ps_client_assign_keyed(c, id, keys, counts, last, (int64_t)got, t->dim, values,
+                                       slots, t->n_slots);
+    }
+    cursor = 0;
+    while (st == DT_OK && (got = dt_keymap_next_counting(km, &cursor, n, keys, counts, last)))
+        st = dt_ps_client_assign_keyed(c, id, keys, counts, last, (int64_t)got, 0, NULL, NULL, 0);
+    size_t nb = 0;
+    const uint8_t *b = dt_keymap_bloom(km, &nb);
+    if (st == DT_OK && b)
+        st = dt_ps_client_assign_bloom(c, id, b, nb);
+    if (st == DT_OK)
+        st = dt_ps_client_assign_keyed_end(c, id, step);
+    free(rows), free(keys), free(counts), free(last), free(values);
     return st;
 }
 

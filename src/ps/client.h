@@ -34,11 +34,21 @@ bool dt_ps_client_broken(const dt_ps_client *c);
  * slots as the ps tasks' shards hold them), shard by shard; every dense variable and the dense
  * optimizer's slots over it set to params' and o's (o over params' layout). */
 dt_status dt_ps_client_assign_table(dt_ps_client *c, uint32_t id, const dt_table *t);
-/* The same for a dynamic table: the live rows of t (attached at index i of km) with their
- * slots, the keys km counts, each to the ps its key's hash places it on, and km's Bloom filter
- * to every ps; merged into the shards (dt_keymap_merge_rows and the like), whose next eviction
- * pass is then due as after one at `step` (the checkpoint's). */
-dt_status dt_ps_client_assign_keys(dt_ps_client *c, uint32_t id, const dt_keymap *km, int i,
+/* The same for a dynamic table, in parts: keys[0..n) with their counts and last-seen steps and
+ * (rows given) their rows and each slot's (n x dim each), or (rows NULL) keys being counted,
+ * each to the ps its key's hash places it on, merged into its shard (dt_keymap_merge_rows and the
+ * like); a Bloom filter's bytes to every ps, merged into each; then every shard told the restore
+ * ended at checkpoint step `step` (its next eviction pass due as after one then). */
+dt_status dt_ps_client_assign_keyed(dt_ps_client *c, uint32_t id, const int64_t *keys,
+                                    const uint32_t *counts, const uint32_t *last, int64_t n,
+                                    int dim, const float *rows, const float *const *slots,
+                                    int n_slots);
+dt_status dt_ps_client_assign_bloom(dt_ps_client *c, uint32_t id, const uint8_t *bytes,
+                                    size_t n_bytes);
+dt_status dt_ps_client_assign_keyed_end(dt_ps_client *c, uint32_t id, int64_t step);
+/* All of it from a key map: t's live rows (t attached to km) with their slots, the keys km
+ * counts, its filter, and the end at `step`. */
+dt_status dt_ps_client_assign_keys(dt_ps_client *c, uint32_t id, const dt_keymap *km,
                                    const dt_table *t, int64_t step);
 /* Reads dynamic table id's live rows (with their slots when slots) back from every ps, merged
  * into attached table i of km (dt_keymap_merge_rows, errors naming what): the caller empties

@@ -305,15 +305,16 @@ static dt_status part_keys(const dt_ckpt *f, const char *name, const part_desc *
     return DT_OK;
 }
 
-/* Part `name` ("NAME/part_s") of dynamic table tab (attached at i of km): its rows, slots, and
- * keys' counts and steps merged in. */
-static dt_status merge_part_rows(const dt_ckpt *f, const char *name, const part_desc *d,
-                                 dt_keymap *km, int i, const dt_table *tab)
+/* Part `name` ("NAME/part_s") of dynamic table tab read: its rows, slots, keys' counts and
+ * steps (p->keys a copy the caller frees). */
+static dt_status read_part_rows(const dt_ckpt *f, const char *name, const part_desc *d,
+                                const dt_table *tab, dt_ps_ckpt_part *p)
 {
-    char key[DT_VIEW_NAME_CAP + 64], what[4400];
-    const dt_ckpt_tensor *rows, *counts, *last, *slot[DT_TABLE_MAX_SLOTS];
+    char key[DT_VIEW_NAME_CAP + 64];
+    const dt_ckpt_tensor *rows, *counts, *last, *slot;
+    int64_t *keys = NULL;
     dt_status st = part_tensor(f, name, "F32", -1, tab->dim, &rows);
-    int64_t n = st ? 0 : rows->dims[0], *keys = NULL;
+    int64_t n = st ? 0 : rows->dims[0];
     if (st == DT_OK)
         snprintf(key, sizeof key, "%s/keys", name), st = part_keys(f, key, d, n, &keys);
     if (st == DT_OK)
@@ -321,27 +322,26 @@ static dt_status merge_part_rows(const dt_ckpt *f, const char *name, const part_
     if (st == DT_OK)
         snprintf(key, sizeof key, "%s/last_seen", name),
             st = part_tensor(f, key, "U32", n, 0, &last);
-    const float *slots[DT_TABLE_MAX_SLOTS];
     for (int k = 0; k < tab->n_slots && st == DT_OK; k++) {
         snprintf(key, sizeof key, "%s/part_%lld", tab->slot_names[k], (long long)d->shard);
-        st = part_tensor(f, key, "F32", n, tab->dim, &slot[k]);
-        slots[k] = st ? NULL : slot[k]->data;
+        if ((st = part_tensor(f, key, "F32", n, tab->dim, &slot)) == DT_OK)
+            p->slots[k] = slot->data;
     }
-    snprintf(what, sizeof what, "%s: %s", dt_ckpt_path(f), name);
-    if (st == DT_OK)
-        st = dt_keymap_merge_rows(km, i, keys, counts->data, last->data, n, rows->data,
-                                  tab->n_slots ? slots : NULL, what);
-    free(keys);
-    return st;
+    if (st) {
+        free(keys);
+        return st;
+    }
+    p->keys = keys, p->counts = counts->data, p->last_seen = last->data, p->n = n;
+    p->rows = rows->data, p->n_slots = tab->n_slots, p->dim = tab->dim;
+    return DT_OK;
 }
 
-/* Part `name`'s keys being counted and its filter, merged in (after every part's rows). */
-static dt_status merge_part_admission(const dt_ckpt *f, const char *name, const part_desc *d,
-                                      dt_keymap *km)
+/* Part `name`'s keys being counted and its filter (p->counting_keys a copy the caller frees). */
+static dt_status read_part_admission(const dt_ckpt *f, const char *name, const part_desc *d,
+                                     dt_ps_ckpt_part *p)
 {
-    char key[DT_VIEW_NAME_CAP + 64], what[4400];
+    char key[DT_VIEW_NAME_CAP + 64];
     snprintf(key, sizeof key, "%s/counting_keys", name);
-    snprintf(what, sizeof what, "%s: %s", dt_ckpt_path(f), key);
     dt_status st = DT_OK;
     if (dt_ckpt_find(f, key)) {
         const dt_ckpt_tensor *counts, *last;
@@ -354,27 +354,31 @@ static dt_status merge_part_admission(const dt_ckpt *f, const char *name, const 
         if (st == DT_OK)
             snprintf(key, sizeof key, "%s/counting_last_seen", name),
                 st = part_tensor(f, key, "U32", n, 0, &last);
-        if (st == DT_OK)
-            st = dt_keymap_merge_counting(km, keys, counts->data, last->data, n, what);
-        free(keys);
+        if (st) {
+            free(keys);
+            return st;
+        }
+        p->counting_keys = keys, p->n_counting = n;
+        p->counting_counts = counts->data, p->counting_last_seen = last->data;
     }
     snprintf(key, sizeof key, "%s/bloom", name);
     const dt_ckpt_tensor *b = dt_ckpt_find(f, key);
-    if (st == DT_OK && b) {
-        snprintf(what, sizeof what, "%s: %s", dt_ckpt_path(f), key);
-        st = strcmp(b->dtype, "U8") == 0 && b->n_dims == 1
-                 ? dt_keymap_merge_bloom(km, b->data, b->n_bytes, 0, what)
-                 : dt_error(DT_ERR_FORMAT, "%s: not a U8 vector", what);
+    if (b && (strcmp(b->dtype, "U8") != 0 || b->n_dims != 1)) {
+        free((void *)p->counting_keys);
+        p->counting_keys = NULL;
+        return dt_error(DT_ERR_FORMAT, "%s: tensor %s: not a U8 vector", dt_ckpt_path(f), key);
     }
-    return st;
+    if (b)
+        p->bloom = b->data, p->bloom_bytes = b->n_bytes;
+    return DT_OK;
 }
 
-/* Every part of dynamic table tab in the files (each shard once, all of them), its rows merged
- * in on the first pass, the admission's state on the second. */
-static dt_status restore_dynamic_table(const shard_files *f, dt_table *tab, dt_keymap *km,
-                                       bool admission)
+/* Every part of dynamic table t in the files (each shard once, all of them) to fn: its rows,
+ * or (admission) its keys being counted and its filter. */
+static dt_status each_part(const shard_files *f, dt_model *m, int t, bool admission,
+                           dt_ps_part_fn fn, void *arg)
 {
-    int i = dt_keymap_table_index(km, tab->name);
+    dt_table *tab = dt_model_table(m, t);
     char prefix[DT_VIEW_NAME_CAP + 16];
     int plen = snprintf(prefix, sizeof prefix, "%s/part_", tab->name);
     shard_cover cover = {0};
@@ -397,14 +401,62 @@ static dt_status restore_dynamic_table(const shard_files *f, dt_table *tab, dt_k
             }
             if ((st = cover_shard(&cover, tab, f->files[a], &d)))
                 break;
-            st = admission ? merge_part_admission(f->files[a], name, &d, km)
-                           : merge_part_rows(f->files[a], name, &d, km, i, tab);
+            char what[4400];
+            snprintf(what, sizeof what, "%s: %s", dt_ckpt_path(f->files[a]), name);
+            dt_ps_ckpt_part p = {.what = what, .table = t};
+            st = admission ? read_part_admission(f->files[a], name, &d, &p)
+                           : read_part_rows(f->files[a], name, &d, tab, &p);
+            if (st == DT_OK)
+                st = fn(arg, &p);
+            free((void *)p.keys), free((void *)p.counting_keys);
         }
     }
     if (st == DT_OK)
         st = check_covered(&cover, tab);
     free(cover.seen);
     free(cover.from);
+    return st;
+}
+
+static dt_status dynamic_parts(const shard_files *f, dt_model *m, dt_ps_part_fn fn, void *arg)
+{
+    dt_status st = DT_OK;
+    for (int pass = 0; pass < 2 && st == DT_OK; pass++)
+        for (int t = 0; t < dt_model_num_tables(m) && st == DT_OK; t++)
+            if (dt_model_keymap(m, t))
+                st = each_part(f, m, t, pass == 1, fn, arg);
+    return st;
+}
+
+dt_status dt_ps_ckpt_dynamic_parts(const dt_ckpt *c, dt_model *m, dt_ps_part_fn fn, void *arg)
+{
+    shard_files f;
+    dt_status st = dt_ckpt_open_shards(c, &f.files, &f.n);
+    if (st)
+        return st;
+    st = dynamic_parts(&f, m, fn, arg);
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", st ? dt_last_error() : "");
+    dt_ckpt_close_shards(f.files, f.n);
+    return st ? dt_error(st, "%s", msg) : DT_OK;
+}
+
+/* A part merged into the model's key map of its table. */
+static dt_status merge_part(void *arg, const dt_ps_ckpt_part *p)
+{
+    dt_model *m = arg;
+    dt_keymap *km = dt_model_keymap(m, p->table);
+    if (p->rows)
+        return dt_keymap_merge_rows(km, dt_keymap_table_index(km, dt_model_table(m, p->table)->name),
+                                    p->keys, p->counts, p->last_seen, p->n, p->rows,
+                                    p->n_slots ? p->slots : NULL, p->what);
+    dt_status st = p->counting_keys ? dt_keymap_merge_counting(km, p->counting_keys,
+                                                               p->counting_counts,
+                                                               p->counting_last_seen,
+                                                               p->n_counting, p->what)
+                                    : DT_OK;
+    if (st == DT_OK && p->bloom)
+        st = dt_keymap_merge_bloom(km, p->bloom, p->bloom_bytes, 0, p->what);
     return st;
 }
 
@@ -416,12 +468,7 @@ static dt_status restore_dynamic(const shard_files *f, dt_model *m)
     int n_maps = dt_model_keymaps(m, maps, DT_MAX_COLUMN_TABLES);
     for (int i = 0; i < n_maps; i++)
         dt_keymap_clear(maps[i]);
-    dt_status st = DT_OK;
-    for (int pass = 0; pass < 2 && st == DT_OK; pass++)
-        for (int t = 0; t < dt_model_num_tables(m) && st == DT_OK; t++)
-            if (dt_model_keymap(m, t))
-                st = restore_dynamic_table(f, dt_model_table(m, t), dt_model_keymap(m, t),
-                                           pass == 1);
+    dt_status st = dynamic_parts(f, m, merge_part, m);
     for (int i = 0; i < n_maps; i++)
         dt_keymap_merge_end(maps[i]);
     return st;

@@ -51,4 +51,29 @@ dt_status dt_ps_ckpt_restore(const dt_ckpt *c, dt_model *m, dt_optim *o);
  * written for another model or optimizer. *step: its global step. */
 dt_status dt_ps_ckpt_load(const dt_ckpt *c, dt_model *m, dt_optim *o, int64_t *step);
 
+/* One shard's part of a dynamic table in a sharded checkpoint, as read (its keys copied, the rest
+ * in the file): its rows pass (rows set), or its admission pass (rows NULL). */
+typedef struct {
+    const char *what;          /* "file: tensor", for errors */
+    int table;                 /* the model's table */
+    const int64_t *keys;
+    const uint32_t *counts, *last_seen;
+    int64_t n;
+    const float *rows;         /* n x dim, and each slot's */
+    const float *slots[DT_TABLE_MAX_SLOTS];
+    int n_slots, dim;
+    const int64_t *counting_keys; /* keys counted, not admitted */
+    const uint32_t *counting_counts, *counting_last_seen;
+    int64_t n_counting;
+    const uint8_t *bloom;
+    size_t bloom_bytes;
+} dt_ps_ckpt_part;
+
+typedef dt_status (*dt_ps_part_fn)(void *arg, const dt_ps_ckpt_part *p);
+
+/* Every part of m's dynamic tables in sharded checkpoint c's files, to fn: every part's rows
+ * first, then every part's keys counted and filter. Each shard once, every one of them; errors
+ * name the file and the tensor. */
+dt_status dt_ps_ckpt_dynamic_parts(const dt_ckpt *c, dt_model *m, dt_ps_part_fn fn, void *arg);
+
 #endif

@@ -58,6 +58,47 @@ static dt_status open_whole_latest(const char *dir, FILE *log, dt_ckpt **out)
     }
 }
 
+/* A part of a sharded checkpoint's dynamic table to the ps tasks its keys belong on. */
+static dt_status assign_part(void *arg, const dt_ps_ckpt_part *p)
+{
+    dt_ps_client *ps = arg;
+    dt_status st = DT_OK;
+    if (p->rows)
+        return dt_ps_client_assign_keyed(ps, (uint32_t)p->table, p->keys, p->counts,
+                                         p->last_seen, p->n, p->dim, p->rows, p->slots,
+                                         p->n_slots);
+    if (p->counting_keys)
+        st = dt_ps_client_assign_keyed(ps, (uint32_t)p->table, p->counting_keys,
+                                       p->counting_counts, p->counting_last_seen, p->n_counting,
+                                       0, NULL, NULL, 0);
+    if (st == DT_OK && p->bloom)
+        st = dt_ps_client_assign_bloom(ps, (uint32_t)p->table, p->bloom, p->bloom_bytes);
+    return st;
+}
+
+/* The dynamic tables of checkpoint c onto the ps tasks: a sharded one's parts as they are, each
+ * table's keys with its own counts and steps (the ps keeps each table's keys apart), else the
+ * key map one_device wrote (loaded into m). */
+static dt_status assign_dynamic(const dt_ckpt *c, dt_ps_client *ps, dt_model *m, int64_t step)
+{
+    bool any = false;
+    for (int t = 0; t < dt_model_num_tables(m); t++)
+        any = any || dt_model_keymap(m, t);
+    if (!any)
+        return DT_OK;
+    dt_status st = DT_OK;
+    if (dt_ckpt_is_sharded(c))
+        st = dt_ps_ckpt_dynamic_parts(c, m, assign_part, ps);
+    for (int t = 0; t < dt_model_num_tables(m) && st == DT_OK; t++) {
+        dt_keymap *km = dt_model_keymap(m, t);
+        if (km && dt_ckpt_is_sharded(c))
+            st = dt_ps_client_assign_keyed_end(ps, (uint32_t)t, step);
+        else if (km)
+            st = dt_ps_client_assign_keys(ps, (uint32_t)t, km, dt_model_table(m, t), step);
+    }
+    return st;
+}
+
 /* The checkpoint to start from: the model directory's latest whole one (a coordinator started
  * again resumes from it, as Estimator does), else --restore-checkpoint. Its variables and their
  * optimizer slots go to the ps tasks, however many there are now; *step: where the steps go on
@@ -91,13 +132,11 @@ static dt_status restore_start(const dt_train_config *c, dt_ps_client *ps, dt_mo
     st = dt_optim_setup(&o, &c->optim, dt_model_params(m));
     if (st == DT_OK)
         st = dt_ps_ckpt_load(ck, m, &o, step);
-    for (int t = 0; t < dt_model_num_tables(m) && st == DT_OK; t++) {
-        dt_table *tab = dt_model_table(m, t);
-        dt_keymap *km = dt_model_keymap(m, t);
-        st = km ? dt_ps_client_assign_keys(ps, (uint32_t)t, km,
-                                           dt_keymap_table_index(km, tab->name), tab, *step)
-                : dt_ps_client_assign_table(ps, (uint32_t)t, tab);
-    }
+    for (int t = 0; t < dt_model_num_tables(m) && st == DT_OK; t++)
+        if (!dt_model_keymap(m, t))
+            st = dt_ps_client_assign_table(ps, (uint32_t)t, dt_model_table(m, t));
+    if (st == DT_OK)
+        st = assign_dynamic(ck, ps, m, *step);
     if (st == DT_OK)
         st = dt_ps_client_assign_dense(ps, dt_model_params(m), &o);
     /* Each worker reads on from where its data stood, when as many workers read it. */
