@@ -45,6 +45,7 @@ static void check(const uint8_t *data, size_t size)
     size_t n_ids = m.ids ? m.n : 0;
     size_t nv = !m.values                    ? 0
                 : m.type == DT_PSMSG_ASSIGN ? (size_t)m.count * (1 + (size_t)m.slots)
+                : m.type == DT_PSMSG_KEYED  ? (size_t)m.n * m.dim * (1 + (size_t)m.slots)
                 : m.n                       ? (size_t)m.n * m.dim
                                             : (size_t)m.count;
     if (m.ids)
@@ -66,19 +67,29 @@ static void check(const uint8_t *data, size_t size)
             REQUIRE((ports[i] = dt_psmsg_port(&m, i)) != 0);
         m.ports_host = ports;
     }
-    uint32_t *times = NULL;
-    if (m.type == DT_PSMSG_PULL_KEYS) {
+    uint32_t *times = NULL, *last = NULL;
+    if (m.type == DT_PSMSG_PULL_KEYS || (m.type == DT_PSMSG_KEYED && m.times)) {
         REQUIRE(m.times >= data && m.times + 4 * (size_t)m.n <= data + size);
         REQUIRE((times = malloc((m.n ? m.n : 1) * sizeof *times)));
         for (uint32_t i = 0; i < m.n; i++)
-            REQUIRE((times[i] = dt_psmsg_times(&m, i)) >= 1);
+            REQUIRE((times[i] = dt_psmsg_times(&m, i)) >= 1 || m.type == DT_PSMSG_KEYED);
         m.times_host = times;
     }
+    if (m.type == DT_PSMSG_KEYED && m.last) {
+        REQUIRE(m.last >= data && m.last + 4 * (size_t)m.n <= data + size);
+        REQUIRE((last = malloc((m.n ? m.n : 1) * sizeof *last)));
+        for (uint32_t i = 0; i < m.n; i++)
+            REQUIRE((last[i] = dt_psmsg_last(&m, i)) >= 1);
+        m.last_host = last;
+    }
+    if (m.type == DT_PSMSG_KEYED && m.target == DT_PSMSG_KEYED_BLOOM)
+        REQUIRE((const uint8_t *)m.text >= data && (const uint8_t *)m.text + m.n <= data + size);
     dt_psbuf b = {0};
     REQUIRE(dt_psmsg_encode(&m, ids, vals, &b) == DT_OK);
     REQUIRE(b.len == size && memcmp(b.data, data, size) == 0);
     dt_psbuf_free(&b);
     free(times);
+    free(last);
     free(ports);
     free(ids);
     free(vals);

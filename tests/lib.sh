@@ -86,3 +86,11 @@ wait_pid() {
     wait "$pid"
     status=$?
 }
+# task_pid_of LAUNCH_PID TASK: the pid of a task of the launch under `timeout` LAUNCH_PID.
+task_pid_of() {
+    local c
+    # timeout's child is launch, whose children are the tasks.
+    for c in $(pgrep -P "$(pgrep -P "$1" | head -1)" 2>/dev/null); do
+        tr '\0' '\n' < "/proc/$c/environ" 2>/dev/null | grep -qx "DTRAIN_TASK=$2" && echo "$c"
+    done
+}

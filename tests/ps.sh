@@ -862,14 +862,6 @@ no_leftovers ps_train_stalled_worker_input_leaves_nothing "$base" 2
 lt=("${long[@]}" --test-data "libsvm:$tmp/long_test.svm" --epochs 1 --progress estimator --metrics-out)
 run timeout 120 "$dtrain" launch -n 2 --ps 2 -- "$dtrain" "${lt[@]}" "$tmp/whole.json"
 whole_auc=$(json_field "$tmp/whole.json" test_auc 2>/dev/null)
-# task_pid_of LAUNCH_PID TASK: the pid of a task of the launch under `timeout` LAUNCH_PID.
-task_pid_of() {
-    local c
-    # timeout's child is launch, whose children are the tasks.
-    for c in $(pgrep -P "$(pgrep -P "$1" | head -1)" 2>/dev/null); do
-        tr '\0' '\n' < "/proc/$c/environ" 2>/dev/null | grep -qx "DTRAIN_TASK=$2" && echo "$c"
-    done
-}
 # launch_and_kill TASK RESTARTS METRICS [FLAGS...]: a launched job whose TASK is killed at step 200;
 # the victim's pid in victim, the chief's in chief_before and chief_after (alive after the
 # kill), launch's status in status, its stderr in $tmp/launch.err.

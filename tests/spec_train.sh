@@ -103,13 +103,6 @@ fi
 long=(train --feature-spec "$tmp/spec.json" --data "csv:$tmp/big.csv" --test-data "csv:$tmp/test.csv"
       --batch-size 64 --shuffle-buffer 0 --progress estimator --threads 1 --epochs 3 --seed 5
       --strategy parameter_server --metrics-out)
-# task_pid_of LAUNCH_PID TASK: the pid of a task of the launch under `timeout` LAUNCH_PID.
-task_pid_of() {
-    local c
-    for c in $(pgrep -P "$(pgrep -P "$1" | head -1)" 2> /dev/null); do
-        tr '\0' '\n' < "/proc/$c/environ" 2> /dev/null | grep -qx "DTRAIN_TASK=$2" && echo "$c"
-    done
-}
 timeout 180 "$dtrain" launch -n 2 --ps 1 --max-restarts 1 -- "$dtrain" "${long[@]}" "$tmp/kill.json" \
     > "$tmp/kill.out" 2> "$tmp/kill.err" &
 launcher=$!

@@ -366,3 +366,77 @@ TEST(keymap_eviction_scans_one_page_a_step)
     dt_table_free(&t);
     dt_keymap_destroy(m);
 }
+
+/* Two tables' parts merged into one map that attaches both: the union of their keys, each table's
+ * rows where it had them and its initial row where not, the greater count and step; a key given
+ * twice for one table refused; counted keys and Bloom counters merged by the greater. */
+TEST(keymap_merges_parts_into_the_union_of_their_keys)
+{
+    dt_keymap_policy p;
+    dt_keymap_policy_default(&p);
+    p.min_count = 3;
+    dt_keymap *m = NULL;
+    dt_table a, b;
+    CHECK_OK(dt_keymap_create("a", &p, 100, &m));
+    CHECK_OK(dt_table_create(&a, "a", 100, DIM));
+    CHECK_OK(dt_table_create(&b, "b", 100, 2));
+    CHECK_OK(dt_keymap_attach(m, &a, STDDEV, SEED));
+    CHECK_OK(dt_keymap_attach(m, &b, STDDEV, SEED + 1));
+    int64_t ka[2] = {10, 20}, kb[2] = {20, 30};
+    uint32_t ca[2] = {4, 5}, la[2] = {7, 8}, cb[2] = {9, 3}, lb[2] = {2, 6};
+    float ra[2 * DIM], rb[4] = {1, 2, 3, 4};
+    for (int i = 0; i < 2 * DIM; i++)
+        ra[i] = (float)i;
+    CHECK_OK(dt_keymap_merge_rows(m, 0, ka, ca, la, 2, ra, NULL, "part a"));
+    CHECK_OK(dt_keymap_merge_rows(m, 1, kb, cb, lb, 2, rb, NULL, "part b"));
+    dt_keymap_stats s;
+    dt_keymap_stats_get(m, &s);
+    CHECK(s.live == 3);
+    int64_t r10 = dt_keymap_row(m, 10), r20 = dt_keymap_row(m, 20), r30 = dt_keymap_row(m, 30);
+    CHECK(r10 && r20 && r30);
+    CHECK(dt_table_row(&a, r20)[0] == (float)DIM && dt_table_row(&b, r20)[1] == 2.0f);
+    float init[DIM];
+    dt_table_draw_row(init, DIM, STDDEV, SEED, 30);
+    CHECK(memcmp(dt_table_row(&a, r30), init, sizeof init) == 0); /* a lacked 30 */
+    int64_t c0;
+    const int64_t *ks;
+    const uint32_t *cs, *ls;
+    int64_t cursor = 0, rows[3], keys[3];
+    uint32_t counts[3], last[3];
+    CHECK(dt_keymap_next_live(m, &cursor, 3, rows, keys, counts, last) == 3);
+    for (int i = 0; i < 3; i++)
+        if (keys[i] == 20)
+            CHECK(counts[i] == 9 && last[i] == 8);
+    CHECK(dt_keymap_merge_rows(m, 0, ka, ca, la, 1, ra, NULL, "part a again") == DT_ERR_INVALID &&
+          strstr(dt_last_error(), "key 10 given twice"));
+    int64_t ck[2] = {20, 40};
+    uint32_t cc[2] = {1, 2}, cl[2] = {3, 4};
+    CHECK_OK(dt_keymap_merge_counting(m, ck, cc, cl, 2, "counted"));
+    CHECK_OK(dt_keymap_counting(m, &ks, &cs, &ls, &c0));
+    CHECK(c0 == 1 && ks[0] == 40 && cs[0] == 2); /* 20 has a row: it stays admitted */
+    int64_t forty = 40, r40;
+    CHECK_OK(dt_keymap_resolve(m, &forty, 1, 9, &r40));
+    CHECK(r40 > 0); /* its third sighting */
+    dt_keymap_merge_end(m);
+    dt_table_free(&a), dt_table_free(&b);
+    dt_keymap_destroy(m);
+
+    p.bloom_bits = 1024, p.bloom_hashes = 2;
+    dt_table t;
+    dt_keymap *f = make_map(&p, 10, &t, NULL);
+    size_t nb = 0;
+    dt_keymap_bloom(f, &nb);
+    uint8_t *x = calloc(nb, 1);
+    CHECK(x != NULL);
+    if (!x)
+        return;
+    x[0] = 0x3a; /* counters 10 (low) and 3 (high) */
+    CHECK_OK(dt_keymap_merge_bloom(f, x, nb, 0, "x"));
+    x[0] = 0x52;
+    CHECK_OK(dt_keymap_merge_bloom(f, x, 1, 0, "y"));
+    CHECK(dt_keymap_bloom(f, &nb)[0] == 0x5a);
+    CHECK(dt_keymap_merge_bloom(f, x, nb, 1, "z") == DT_ERR_INVALID);
+    free(x);
+    dt_table_free(&t);
+    dt_keymap_destroy(f);
+}

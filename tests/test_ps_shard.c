@@ -783,6 +783,71 @@ TEST(ps_dynamic_table_shards_follow_one_key_map)
     CHECK_OK(dt_psmsg_encode(&bad, &negative, NULL, &req));
     CHECK(dt_psmsg_decode(req.data, req.len, "worker:1", &out) == DT_ERR_FORMAT &&
           strstr(dt_last_error(), "a negative key"));
+    /* Shard 0 read back (READ_KEYS, with slots) and merged into a fresh shard 0 (KEYED, as a
+     * restore sends it): every key's row and slot alike; and through a snapshot. */
+    dt_ps_shard fresh, again;
+    dt_ps_shard_init(&fresh, NULL);
+    dt_ps_shard_init(&again, NULL);
+    CHECK_OK(dt_ps_shard_add_dynamic(&fresh, 3, "emb", DIM, N, 0, &opt, 0.1f, 77, &pol));
+    int messages = 0;
+    for (uint32_t kind = DT_PSMSG_KEYED_ROWS; kind <= DT_PSMSG_KEYED_COUNTING; kind++)
+    for (int64_t cursor = 0;;) {
+        dt_psmsg rd = {.type = DT_PSMSG_READ_KEYS, .table = 3, .target = kind, .n = 7,
+                       .slots = 1, .offset = (uint64_t)cursor};
+        ask(&shards[0], &rd, NULL, NULL, &req, &rep, &out);
+        CHECK(out.type == DT_PSMSG_KEYED && out.target == kind);
+        if (out.type != DT_PSMSG_KEYED || out.n == 0)
+            break;
+        cursor = (int64_t)out.offset, messages++;
+        dt_psbuf r2 = {0};
+        dt_psmsg ack;
+        CHECK_OK(dt_ps_shard_handle(&fresh, &out, &r2));
+        CHECK_OK(dt_psmsg_decode(r2.data, r2.len, "ps", &ack));
+        CHECK(ack.type == DT_PSMSG_ACK);
+        dt_psbuf_free(&r2);
+    }
+    char snap[] = "/tmp/dtrain-test-dynsnap-XXXXXX";
+    int fd = mkstemp(snap);
+    CHECK(fd >= 0);
+    if (fd >= 0)
+        close(fd);
+    dt_ps_job job = {.id = "dyn"};
+    dt_ps_snapshot_info info;
+    CHECK_OK(dt_ps_snapshot_save(&fresh, 0, &job, snap));
+    CHECK_OK(dt_ps_snapshot_load(&again, 0, &job, snap, &info));
+    unlink(snap);
+    dt_keymap_stats s0, s1, s2;
+    dt_keymap_stats_get(shards[0].tables[0].keys, &s0);
+    dt_keymap_stats_get(fresh.tables[0].keys, &s1);
+    CHECK_MSG(messages >= 2 && s1.live == s0.live && s1.counting == s0.counting && s0.live > 3,
+              "%d messages, %lld and %lld keys", messages, (long long)s0.live, (long long)s1.live);
+    if (again.n_tables == 1) {
+        dt_keymap_stats_get(again.tables[0].keys, &s2);
+        CHECK_MSG(s2.live == s0.live && s2.counting == s0.counting && info.dynamic_keys == s0.live,
+                  "%lld/%lld live, %lld/%lld counted, info %lld", (long long)s2.live,
+                  (long long)s0.live, (long long)s2.counting, (long long)s0.counting,
+                  (long long)info.dynamic_keys);
+    }
+    for (int64_t k = 0; k < KEYS && again.n_tables == 1; k++) {
+        int64_t key = (k * 0x9E3779B97F4A7C15LL) & INT64_MAX;
+        if (dt_keymap_shard(key, N) != 0)
+            continue;
+        const dt_ps_table_shard *a = &shards[0].tables[0], *b = &again.tables[0];
+        int64_t ra = dt_keymap_row(a->keys, key), rb = dt_keymap_row(b->keys, key);
+        CHECK((ra == 0) == (rb == 0));
+        if (ra && rb)
+            CHECK(memcmp(dt_table_row(&a->t, ra), dt_table_row(&b->t, rb), sizeof(float) * DIM) == 0 &&
+                  memcmp(a->t.slots[0] + ra * DIM, b->t.slots[0] + rb * DIM, sizeof(float) * DIM) == 0);
+    }
+    /* A key of shard 1 merged into shard 0 is refused, naming it. */
+    uint32_t c1 = 1, l1 = 1;
+    float row[DIM * 2] = {0};
+    dt_psmsg wrongk = {.type = DT_PSMSG_KEYED, .table = 3, .n = 1, .dim = DIM, .slots = 1,
+                       .times_host = &c1, .last_host = &l1};
+    ask(&fresh, &wrongk, &wrong, row, &req, &rep, &out);
+    CHECK(out.type == DT_PSMSG_ERROR && out.text && strstr(out.text, "is not held by shard"));
+    dt_ps_shard_free(&fresh);
+    dt_ps_shard_free(&again);
     for (int k = 0; k < N; k++)
         dt_ps_shard_free(&shards[k]);
     dt_psbuf_free(&req), dt_psbuf_free(&rep);

@@ -717,7 +717,7 @@ static dt_status decode_keyed(const uint8_t *p, uint32_t size, const char *peer,
         return bad_msg(peer, H + 8, "a count, width or slot count out of range for the kind");
     if (out->target == DT_PSMSG_KEYED_BLOOM) {
         NEED(out->n, "truncated filter bytes");
-        out->text = (const char *)(p + at), out->text_len = out->n;
+        out->text = (const char *)(p + at); /* n bytes (text_len is text's, up to 1 KiB) */
         *used = at + out->n;
         return DT_OK;
     }
