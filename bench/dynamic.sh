@@ -10,8 +10,11 @@
 #            rate (bench/hash_collisions.c); the dynamic table admitting every key for reference;
 #   memory   bytes per live key against (dim + slots) x 4 + 24, and with a counting Bloom filter
 #            the filter's bytes per key only counted (the goal: at most 8);
-#   eviction steps_to_live 300 checked every 100 steps: live keys and AUC.
-# usage: bench/dynamic.sh BUILD    env: ROWS (1000000), REPEAT (3)
+#   eviction steps_to_live 300 checked every 100 steps: live keys and AUC;
+#   ps       asynchronous parameter-server training, 1 ps and 2 workers under dtrain launch,
+#            the dynamic table against the fixed one, REPEAT rounds in turns; the median ratio of
+#            the chief's samples/s (the goal: at least 0.8).
+# usage: bench/dynamic.sh BUILD    env: ROWS (1000000), REPEAT (3), ONLY (all, or "ps")
 set -euo pipefail
 build=$(cd "${1:?usage: bench/dynamic.sh BUILD}" && pwd)
 rows=${ROWS:-1000000}
@@ -39,25 +42,45 @@ run() { # NAME ARGS...: a run's metrics into $work/NAME.json
         { echo "bench/dynamic.sh: $name failed: $(tail -3 "$work/$name.out")" >&2; exit 1; }
 }
 
-echo "== speed: 1 thread, $repeat rounds"
-for r in $(seq 1 "$repeat"); do
-    if [ $((r % 2)) -eq 1 ]; then
-        run fixed --threads 1 --hash-buckets 4000000; run dyn --threads 1 --dynamic-tables
-    else
-        run dyn --threads 1 --dynamic-tables; run fixed --threads 1 --hash-buckets 4000000
-    fi
-    f=$(field "$work/fixed.json" samples_per_sec)
-    d=$(field "$work/dyn.json" samples_per_sec)
-    echo "$f $d" >> "$work/speed"
-    printf "round %d: fixed (4M hashed rows) %.0f, dynamic %.0f samples/s\n" "$r" "$f" "$d"
-done
-"$py" - "$work/speed" <<'PY'
+ps_round() { # NAME ARGS...: a ps job's metrics into $work/NAME.json
+    local name=$1
+    shift
+    timeout 600 "$dtrain" launch -n 2 --ps 1 -- "$dtrain" "${common[@]}" --threads 1 \
+        --strategy parameter_server "$@" --metrics-out "$work/$name.json" > "$work/$name.out" 2>&1 ||
+        { echo "bench/dynamic.sh: $name failed: $(tail -3 "$work/$name.out")" >&2; exit 1; }
+}
+# rounds RUNNER LABEL EXTRA...: REPEAT rounds of RUNNER with a fixed table of 4M hashed rows and
+# with the dynamic table (EXTRA flags on both), each side first in turn; the median ratio.
+rounds() {
+    local runner=$1 label=$2 r f d
+    shift 2
+    for r in $(seq 1 "$repeat"); do
+        if [ $((r % 2)) -eq 1 ]; then
+            "$runner" fixed "$@" --hash-buckets 4000000; "$runner" dyn "$@" --dynamic-tables
+        else
+            "$runner" dyn "$@" --dynamic-tables; "$runner" fixed "$@" --hash-buckets 4000000
+        fi
+        f=$(field "$work/fixed.json" samples_per_sec)
+        d=$(field "$work/dyn.json" samples_per_sec)
+        echo "$f $d" >> "$work/speed.$label"
+        printf "round %d: fixed (4M hashed rows) %.0f, dynamic %.0f samples/s\n" "$r" "$f" "$d"
+    done
+    "$py" - "$work/speed.$label" "$label" <<'PY'
 import statistics, sys
 rounds = [tuple(map(float, l.split())) for l in open(sys.argv[1])]
 ratios = sorted(d / f for f, d in rounds)
-print(f"dynamic / fixed samples/s: median {statistics.median(ratios):.3f} "
+print(f"{sys.argv[2]}: dynamic / fixed samples/s: median {statistics.median(ratios):.3f} "
       f"(rounds {', '.join(f'{r:.3f}' for r in ratios)}; goal >= 0.8)")
 PY
+}
+
+if [ "${ONLY:-all}" = ps ]; then
+    echo "== ps: asynchronous, 1 ps + 2 workers, $repeat rounds"
+    rounds ps_round ps
+    exit 0
+fi
+echo "== speed: 1 thread, $repeat rounds"
+rounds run one_thread --threads 1
 
 echo "== quality at the same memory (2 threads)"
 run dyn2 --threads 2 --dynamic-tables --admit-min-count 2
