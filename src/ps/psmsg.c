@@ -654,7 +654,8 @@ static void encode_keyed(const dt_psmsg *m, const int64_t *ids_host, const float
     put32(at + 12, m->dim), put32(at + 16, m->slots), put64(at + 20, m->offset);
     at += KEYED_FIXED_BYTES;
     if (m->target == DT_PSMSG_KEYED_BLOOM) {
-        memcpy(at, m->text, m->n);
+        if (m->n) /* a map without a filter gives no bytes, and no pointer */
+            memcpy(at, m->text, m->n);
         return;
     }
     put_ids(at, ids_host, m->n), at += 8 * (size_t)m->n;
