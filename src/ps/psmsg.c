@@ -64,7 +64,8 @@ static void putf(uint8_t *p, float v)
 static void put_floats(uint8_t *p, const float *v, size_t n)
 {
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    memcpy(p, v, 4 * n);
+    if (n) /* an empty message may come without an array */
+        memcpy(p, v, 4 * n);
 #else
     for (size_t i = 0; i < n; i++)
         putf(p + 4 * i, v[i]);
@@ -74,7 +75,8 @@ static void put_floats(uint8_t *p, const float *v, size_t n)
 static void put_ids(uint8_t *p, const int64_t *ids, size_t n)
 {
 #if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    memcpy(p, ids, 8 * n);
+    if (n)
+        memcpy(p, ids, 8 * n);
 #else
     for (size_t i = 0; i < n; i++)
         put64(p + 8 * i, (uint64_t)ids[i]);
