@@ -153,8 +153,8 @@ if [ "$status" -eq 0 ] && [ "$lines" = 4000 ] && [ "$same" = True ]; then
 else fail dynamic_checkpoints_predict_and_evaluate "exit $status, $lines lines, AUC $train_auc/$eval_auc: $(cat "$tmp/err")"; fi
 
 # --- wrong combinations ---
-expect_error dynamic_tables_name_what_export_lacks 1 "dynamic" \
-    export --model-dir "$tmp/P" --format onnx --out "$tmp/p.onnx"
+expect_error dynamic_tables_name_what_export_lacks 1 "--format onnx" \
+    export --model-dir "$tmp/P" --format dtrain --out "$tmp/p_export"
 expect_error dynamic_flags_need_dynamic_tables 1 "--dynamic-tables" \
     train --model deepfm --data "libsvm:$tmp/train.svm" --feature-size 3000000 \
     --admit-min-count 2 --epochs 1 --test-data none

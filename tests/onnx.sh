@@ -86,6 +86,17 @@ for m in "lr|--model lr" "fm|--model fm" "deepfm|--model deepfm" \
     score "$name" "$tmp/m_$name" "libsvm:$tmp/ctr_test.svm" 1e-5 --libsvm "$tmp/ctr_test.svm"
 done
 
+# --- dynamic tables (ids as keys, some not admitted): an ai.onnx.ml LabelEncoder from the live
+#     keys to their rows, any other id to the zero row ---
+for m in "lr_dynamic|--model lr" "deepfm_dynamic|--model deepfm"; do
+    IFS='|' read -r name flags <<< "$m"
+    # shellcheck disable=SC2086
+    "$dtrain" train --data "libsvm:$tmp/ctr_train.svm" --test-data none "${ctr[@]:7}" $flags \
+        --dynamic-tables --admit-min-count 2 --model-dir "$tmp/m_$name" > "$tmp/train.out" 2>&1 ||
+        fail "onnx_${name}_trains" "$(tail -2 "$tmp/train.out")"
+    score "$name" "$tmp/m_$name" "libsvm:$tmp/ctr_test.svm" 1e-5 --libsvm "$tmp/ctr_test.svm"
+done
+
 # --- sequential models: mlp, the tutorial CNN, and a model file with every layer kind ---
 cat > "$tmp/cnn.json" << 'EOF'
 {"name": "cnn_all", "input_shape": [28, 28, 1], "loss": "sparse_categorical_crossentropy",

@@ -282,6 +282,48 @@ static dt_status decode_rows(const uint8_t *p, uint32_t size, const char *peer, 
     return DT_OK;
 }
 
+/* n keys (not negative) at *at_io, then their u32 times (0 refused as zero_times says, unless
+ * NULL) and, with last, their u32 last-seen steps (0 refused): PULL_KEYS's and KEYED's. */
+static dt_status decode_key_arrays(const uint8_t *p, uint32_t size, const char *peer,
+                                   dt_psmsg *out, size_t *at_io, const char *zero_times,
+                                   bool last)
+{
+    size_t at = *at_io;
+    NEED((last ? 16ull : 12ull) * out->n, "truncated keys and their counts");
+    out->ids = p + at;
+    for (uint32_t i = 0; i < out->n; i++)
+        if (dt_psmsg_id(out, i) < 0)
+            return bad_msg(peer, H + at + 8 * i, "a negative key");
+    at += 8ull * out->n;
+    out->times = p + at;
+    for (uint32_t i = 0; zero_times && i < out->n; i++)
+        if (dt_psmsg_times(out, i) == 0)
+            return bad_msg(peer, H + at + 4 * i, zero_times);
+    at += 4ull * out->n;
+    if (last) {
+        out->last = p + at;
+        for (uint32_t i = 0; i < out->n; i++)
+            if (dt_psmsg_last(out, i) == 0)
+                return bad_msg(peer, H + at + 4 * i, "a key last seen at step 0");
+        at += 4ull * out->n;
+    }
+    *at_io = at;
+    return DT_OK;
+}
+
+/* n keys, then their u32 times and (last given) last-seen steps: PULL_KEYS's and KEYED's. */
+static uint8_t *put_key_arrays(uint8_t *at, const int64_t *keys, const uint32_t *times,
+                               const uint32_t *last, uint32_t n)
+{
+    put_ids(at, keys, n), at += 8 * (size_t)n;
+    for (uint32_t i = 0; i < n; i++)
+        put32(at + 4 * (size_t)i, times[i]);
+    at += 4 * (size_t)n;
+    for (uint32_t i = 0; last && i < n; i++)
+        put32(at + 4 * (size_t)i, last[i]);
+    return at + (last ? 4 * (size_t)n : 0);
+}
+
 /* ---- PULL_KEYS: a training pull of a dynamic table's rows, with each key's sightings ---- */
 
 static void encode_keys(const dt_psmsg *m, const int64_t *ids_host, const float *values_host,
@@ -289,9 +331,7 @@ static void encode_keys(const dt_psmsg *m, const int64_t *ids_host, const float 
 {
     (void)values_host;
     put32(at, m->table), put32(at + 4, m->n), put64(at + 8, (uint64_t)m->step), at += 16;
-    put_ids(at, ids_host, m->n), at += 8 * (size_t)m->n;
-    for (uint32_t i = 0; i < m->n; i++)
-        put32(at + 4 * (size_t)i, m->times_host[i]);
+    put_key_arrays(at, ids_host, m->times_host, NULL, m->n);
 }
 
 static dt_status decode_keys(const uint8_t *p, uint32_t size, const char *peer, dt_psmsg *out,
@@ -305,19 +345,9 @@ static dt_status decode_keys(const uint8_t *p, uint32_t size, const char *peer, 
         return bad_msg(peer, H + 4, "more keys than a message carries");
     if (out->step < 1)
         return bad_msg(peer, H + 8, "a step below 1");
-    NEED(12ull * out->n, "truncated keys and their sightings");
-    out->ids = p + at;
-    for (uint32_t i = 0; i < out->n; i++)
-        if (dt_psmsg_id(out, i) < 0)
-            return bad_msg(peer, H + at + 8 * i, "a negative key");
-    at += 8ull * out->n;
-    out->times = p + at;
-    for (uint32_t i = 0; i < out->n; i++)
-        if (dt_psmsg_times(out, i) == 0)
-            return bad_msg(peer, H + at + 4 * i, "a key seen 0 times");
-    at += 4ull * out->n;
+    dt_status st = decode_key_arrays(p, size, peer, out, &at, "a key seen 0 times", false);
     *used = at;
-    return DT_OK;
+    return st;
 }
 
 /* ---- PULL_DENSE, DENSE, PUSH_DENSE: a slice of the dense variables read, sent and pushed ---- */
@@ -660,38 +690,8 @@ static void encode_keyed(const dt_psmsg *m, const int64_t *ids_host, const float
             memcpy(at, m->text, m->n);
         return;
     }
-    put_ids(at, ids_host, m->n), at += 8 * (size_t)m->n;
-    for (uint32_t i = 0; i < m->n; i++)
-        put32(at + 4 * (size_t)i, m->times_host[i]);
-    at += 4 * (size_t)m->n;
-    for (uint32_t i = 0; i < m->n; i++)
-        put32(at + 4 * (size_t)i, m->last_host[i]);
-    at += 4 * (size_t)m->n;
+    at = put_key_arrays(at, ids_host, m->times_host, m->last_host, m->n);
     put_floats(at, values_host, n_values(m));
-}
-
-/* KEYED's keys (not negative), counts (not 0 for counted keys) and last-seen steps (not 0). */
-static dt_status decode_keyed_keys(const uint8_t *p, uint32_t size, const char *peer,
-                                   dt_psmsg *out, size_t *at_io)
-{
-    size_t at = *at_io;
-    NEED(16ull * out->n, "truncated keys, counts and steps");
-    out->ids = p + at;
-    for (uint32_t i = 0; i < out->n; i++)
-        if (dt_psmsg_id(out, i) < 0)
-            return bad_msg(peer, H + at + 8 * i, "a negative key");
-    at += 8ull * out->n;
-    out->times = p + at;
-    for (uint32_t i = 0; out->target == DT_PSMSG_KEYED_COUNTING && i < out->n; i++)
-        if (dt_psmsg_times(out, i) == 0)
-            return bad_msg(peer, H + at + 4 * i, "a counted key seen 0 times");
-    at += 4ull * out->n;
-    out->last = p + at;
-    for (uint32_t i = 0; i < out->n; i++)
-        if (dt_psmsg_last(out, i) == 0)
-            return bad_msg(peer, H + at + 4 * i, "a key last seen at step 0");
-    *at_io = at + 4ull * out->n;
-    return DT_OK;
 }
 
 static dt_status decode_keyed(const uint8_t *p, uint32_t size, const char *peer, dt_psmsg *out,
@@ -724,7 +724,11 @@ static dt_status decode_keyed(const uint8_t *p, uint32_t size, const char *peer,
         *used = at + out->n;
         return DT_OK;
     }
-    dt_status st = decode_keyed_keys(p, size, peer, out, &at);
+    dt_status st = decode_key_arrays(p, size, peer, out, &at,
+                                     out->target == DT_PSMSG_KEYED_COUNTING
+                                         ? "a counted key seen 0 times"
+                                         : NULL,
+                                     true);
     if (st)
         return st;
     NEED(4ull * n_values(out), "truncated rows and slots");

@@ -106,17 +106,19 @@ dt_status dt_export_make_dirs(const char *dir)
 
 dt_status dt_export_begin(const char *model_dir, const char *checkpoint,
                           const dt_export_options *o, const char *out_dir, dt_saved_spec *sm,
-                          dt_ckpt **c, dt_model **m, dt_export_result *res)
+                          dt_ckpt **c, dt_model **m, dt_export_result *res, bool keyed_tables)
 {
     dt_status st;
     if ((st = dt_export_open(model_dir, checkpoint, o, sm, c)) ||
         (st = dt_saved_model_map(*c, sm, 1, m)))
         return st;
-    /* A dynamic table's rows are found through its keys, which neither export carries yet. */
-    if (dt_model_num_tables(*m) > 0 && dt_model_keymap(*m, 0))
+    /* A dynamic table's rows are found through its keys: ONNX looks them up (LabelEncoder),
+     * the dtrain format does not carry them yet. */
+    if (!keyed_tables && dt_model_num_tables(*m) > 0 && dt_model_keymap(*m, 0))
         return dt_error(DT_ERR_UNSUPPORTED, "%s: the model's tables are dynamic (keyed by raw "
-                        "ids), which export does not write yet: score the checkpoint with dtrain "
-                        "predict or the C predictor (predict.h)", dt_ckpt_path(*c));
+                        "ids), which the dtrain export format does not write yet: export it with "
+                        "--format onnx, or score the checkpoint with dtrain predict or the C "
+                        "predictor (predict.h)", dt_ckpt_path(*c));
     if ((st = dt_export_make_dirs(out_dir)))
         return st;
     res->step = dt_saved_model_step(*c);

@@ -124,7 +124,7 @@ dt_status dt_export_dtrain(const char *model_dir, const char *checkpoint,
     dt_model *m = NULL;
     cJSON *sig = NULL, *spec_json = NULL;
     char path[4200];
-    if ((st = dt_export_begin(model_dir, checkpoint, o, o->out, &sm, &c, &m, &res)))
+    if ((st = dt_export_begin(model_dir, checkpoint, o, o->out, &sm, &c, &m, &res, false)))
         goto done;
     if (sm.features) {
         if (!(spec_json = dt_export_features_json(sm.features))) {

@@ -2,6 +2,7 @@
 #ifndef DTRAIN_SERVE_EXPORT_INT_H
 #define DTRAIN_SERVE_EXPORT_INT_H
 
+#include <stdbool.h>
 #include <cjson/cJSON.h>
 #include <stddef.h>
 
@@ -27,11 +28,12 @@ dt_status dt_export_make_dirs(const char *dir);
 
 /* What every format starts with, after dt_export_check: the saved feature spec and the
  * checkpoint opened (dt_export_open), the model built from it with its tables read where they
- * lie in the mapped file, out_dir created, and res's step and checkpoint set. The caller closes
- * sm, *c and *m, also after a failure. */
+ * lie in the mapped file, out_dir created, and res's step and checkpoint set; dynamic tables
+ * refused unless the format looks their keys up (keyed_tables). The caller closes sm, *c and *m,
+ * also after a failure. */
 dt_status dt_export_begin(const char *model_dir, const char *checkpoint,
                           const dt_export_options *o, const char *out_dir, dt_saved_spec *sm,
-                          dt_ckpt **c, dt_model **m, dt_export_result *res);
+                          dt_ckpt **c, dt_model **m, dt_export_result *res, bool keyed_tables);
 
 /* The feature spec f as a JSON object, as it is saved beside a model; NULL (and the error set)
  * without memory. */

@@ -25,6 +25,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -164,11 +165,41 @@ static const char *layer_param(exporter *x, const char *layer, const char *what,
     return variable(x, name, state, NULL);
 }
 
-/* The initializer of a table, straight from its rows. */
+/* The initializer of a table, straight from its rows (a dynamic table's in use: the zero row
+ * and its keys'). */
 static const char *table_tensor(exporter *x, const dt_table *t)
 {
     int64_t dims[2] = {t->rows, t->dim};
+    for (int i = 0; i < dt_model_num_tables(x->m); i++)
+        if (dt_model_table(x->m, i) == t && dt_model_keymap(x->m, i))
+            dims[0] = dt_model_table_rows_used(x->m, i);
     return og_tensor_f32(x->g, t->name, 2, dims, t->data);
+}
+
+/* A dynamic table's keys to its rows: an ai.onnx.ml LabelEncoder from the live keys to their rows
+ * (0, the zero row, for any other id), over ids. */
+static const char *key_rows(exporter *x, dt_keymap *km, const char *ids)
+{
+    dt_keymap_stats s;
+    dt_keymap_stats_get(km, &s);
+    size_t n = (size_t)s.live;
+    int64_t *rows = malloc((n + 1) * sizeof *rows), *keys = malloc((n + 1) * sizeof *keys);
+    uint32_t *counts = malloc((n + 1) * sizeof *counts), *last = malloc((n + 1) * sizeof *last);
+    const char *out = "?";
+    if (!rows || !keys || !counts || !last || n > INT_MAX) {
+        failed(x, dt_error(DT_ERR_NOMEM, "no memory for the %zu keys of table %s", n,
+                           dt_keymap_name(km)));
+    } else {
+        int64_t cursor = 0;
+        size_t got = dt_keymap_next_live(km, &cursor, n, rows, keys, counts, last);
+        out = og_node(x->g, "LabelEncoder", NULL, 1, &ids);
+        og_ml_domain(x->g);
+        og_attr_ints(x->g, "keys_int64s", (int)got, keys);
+        og_attr_ints(x->g, "values_int64s", (int)got, rows);
+        og_attr_int(x->g, "default_int64", 0);
+    }
+    free(rows), free(keys), free(counts), free(last);
+    return out;
 }
 
 static const char *axes(exporter *x, int64_t a) { return og_const_i64(x->g, 1, &a); }
@@ -387,7 +418,11 @@ static void ctr_graph(exporter *x)
                             "LibSVM's id:value, or the tfrecord's ids feature (with "
                             "--hash-buckets, after dtrain's field hash)");
     cJSON_AddNumberToObject(e, "min", 0);
-    cJSON_AddNumberToObject(e, "max_exclusive", (double)c->feature_size);
+    dt_keymap *km = dt_model_num_tables(x->m) > 0 ? dt_model_keymap(x->m, 0) : NULL;
+    if (km) /* a dynamic table's keys: any id, those it does not hold read the zero row */
+        cJSON_AddStringToObject(e, "keys", "dynamic: the id as it is (int64 >= 0)");
+    else
+        cJSON_AddNumberToObject(e, "max_exclusive", (double)c->feature_size);
     e = add_input(x, "values", OG_FLOAT, 2, dims, names);
     cJSON_AddStringToObject(e, "source", "each field's value, in field order: the value of "
                             "LibSVM's id:value, or the tfrecord's values feature");
@@ -398,7 +433,8 @@ static void ctr_graph(exporter *x)
     }
     og_scope(x->g, "first_order");
     const char *vals = unsqueeze(x, "values", 2); /* (N, F, 1) */
-    const char *lin = og_op2(x->g, "Mul", og_op2(x->g, "Gather", table_tensor(x, w), "ids"), vals);
+    const char *rows = km ? key_rows(x, km, "ids") : "ids";
+    const char *lin = og_op2(x->g, "Mul", og_op2(x->g, "Gather", table_tensor(x, w), rows), vals);
     const char *z = og_op2(x->g, "Add", reduce_sum(x, lin, 1, false), param(x, "fm_b"));
     if (x->spec->arch != DT_ARCH_LR) {
         dt_table *v = dt_model_find_table(x->m, "fm_v");
@@ -407,7 +443,7 @@ static void ctr_graph(exporter *x)
             return;
         }
         og_scope(x->g, "embedding");
-        const char *emb = og_op2(x->g, "Mul", og_op2(x->g, "Gather", table_tensor(x, v), "ids"),
+        const char *emb = og_op2(x->g, "Mul", og_op2(x->g, "Gather", table_tensor(x, v), rows),
                                  vals); /* (N, F, K) */
         z = og_op2(x->g, "Add", z, fm_term(x, emb));
         if (x->spec->arch == DT_ARCH_DEEPFM) {
@@ -885,7 +921,7 @@ dt_status dt_export_onnx(const char *model_dir, const char *checkpoint,
     dt_ckpt *c = NULL;
     char dir[4096], data_path[4100], sig_path[4200];
     const char *base = dt_export_split_path(o->out, dir, sizeof dir);
-    if ((st = dt_export_begin(model_dir, checkpoint, o, dir, &sm, &c, &x.m, &res)))
+    if ((st = dt_export_begin(model_dir, checkpoint, o, dir, &sm, &c, &x.m, &res, true)))
         goto done;
     x.spec = dt_model_spec_of(x.m);
     x.f = sm.features;

@@ -47,8 +47,9 @@ struct og_graph {
     int counter;             /* fresh names */
     Onnx__GraphProto graph;
     Onnx__ModelProto model;
-    Onnx__OperatorSetIdProto opset;
-    Onnx__OperatorSetIdProto *opsets[1];
+    Onnx__OperatorSetIdProto opset, ml_opset;
+    Onnx__OperatorSetIdProto *opsets[2];
+    bool uses_ml;            /* a node of the ai.onnx.ml domain */
     ptr_vec nodes, inits, inputs, outputs, meta;
     uint64_t inline_bytes;
     /* External data. */
@@ -473,6 +474,17 @@ void og_attr_ints(og_graph *g, const char *name, int n, const int64_t *v)
     }
 }
 
+void og_ml_domain(og_graph *g)
+{
+    if (g->nodes.n == 0) {
+        fail_msg(g, DT_ERR_INVALID, "an ONNX domain before any node");
+        return;
+    }
+    Onnx__NodeProto *nd = g->nodes.items[g->nodes.n - 1];
+    nd->domain = (char *)OG_ML_DOMAIN;
+    g->uses_ml = true;
+}
+
 void og_meta(og_graph *g, const char *key, const char *value)
 {
     push(g, &g->meta, entry(g, key, value));
@@ -537,6 +549,11 @@ dt_status og_write(og_graph *g, const char *path)
     g->opset.has_version = 1;
     g->opset.version = OG_OPSET;
     g->opsets[0] = &g->opset;
+    onnx__operator_set_id_proto__init(&g->ml_opset);
+    g->ml_opset.domain = (char *)OG_ML_DOMAIN;
+    g->ml_opset.has_version = 1;
+    g->ml_opset.version = OG_ML_OPSET;
+    g->opsets[1] = &g->ml_opset;
     Onnx__GraphProto *gr = &g->graph;
     gr->n_node = g->nodes.n, gr->node = (Onnx__NodeProto **)g->nodes.items;
     gr->n_initializer = g->inits.n, gr->initializer = (Onnx__TensorProto **)g->inits.items;
@@ -545,7 +562,7 @@ dt_status og_write(og_graph *g, const char *path)
     Onnx__ModelProto *m = &g->model;
     m->has_ir_version = 1;
     m->ir_version = OG_IR_VERSION;
-    m->n_opset_import = 1;
+    m->n_opset_import = g->uses_ml ? 2 : 1;
     m->opset_import = g->opsets;
     m->producer_name = (char *)"dtrain";
     m->graph = gr;

@@ -22,6 +22,9 @@ typedef enum { OG_FLOAT = 1, OG_INT64 = 7 } og_type;
 
 /* The ONNX opset the graphs are written for, and the IR version of the file. */
 #define OG_OPSET 13
+/* ONNX's standard machine-learning domain (LabelEncoder: a dynamic table's keys to its rows). */
+#define OG_ML_DOMAIN "ai.onnx.ml"
+#define OG_ML_OPSET 2
 #define OG_IR_VERSION 8
 
 #define OG_MAX_DIMS 8
@@ -66,6 +69,8 @@ const char *og_node(og_graph *g, const char *op, const char *out, int n_in,
 void og_attr_int(og_graph *g, const char *name, int64_t v);
 void og_attr_float(og_graph *g, const char *name, float v);
 void og_attr_ints(og_graph *g, const char *name, int n, const int64_t *v);
+/* Puts the last node made in the ai.onnx.ml domain (the model then imports it). */
+void og_ml_domain(og_graph *g);
 
 /* Shorthands for one and two inputs. */
 static inline const char *og_op1(og_graph *g, const char *op, const char *a)

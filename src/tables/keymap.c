@@ -1087,6 +1087,18 @@ dt_status dt_keymap_restore_rows(dt_keymap *m, const int64_t *keys, const uint32
     return DT_OK;
 }
 
+/* A counting record for key, which the index does not hold: count times seen, last at step. */
+static dt_status add_counted(dt_keymap *m, int64_t key, uint32_t count, uint32_t step)
+{
+    dt_status st = index_room(m);
+    if (st || (st = counting_room(m)))
+        return st;
+    uint32_t q = new_counting(m, key, step);
+    m->ccounts[q] = count;
+    index_put(m, probe(m, key), key, COUNTING | q);
+    return DT_OK;
+}
+
 dt_status dt_keymap_restore_counting(dt_keymap *m, const int64_t *keys, const uint32_t *counts,
                                      const uint32_t *last_seen, int64_t n, const char *what)
 {
@@ -1098,12 +1110,9 @@ dt_status dt_keymap_restore_counting(dt_keymap *m, const int64_t *keys, const ui
         if (ENT(m, probe(m, keys[i])))
             return dt_error(DT_ERR_INVALID, "%s: counted key %lld (index %lld) given twice or "
                             "with a row", what, (long long)keys[i], (long long)i);
-        dt_status st = index_room(m);
-        if (st || (st = counting_room(m)))
+        dt_status st = add_counted(m, keys[i], counts[i], last_seen[i]);
+        if (st)
             return dt_error_prefix(st, "%s", what);
-        uint32_t q = new_counting(m, keys[i], last_seen[i]);
-        m->ccounts[q] = counts[i];
-        index_put(m, probe(m, keys[i]), keys[i], COUNTING | q);
     }
     return DT_OK;
 }
@@ -1224,12 +1233,9 @@ dt_status dt_keymap_merge_counting(dt_keymap *m, const int64_t *keys, const uint
             m->clast[q] = m->clast[q] > last_seen[j] ? m->clast[q] : last_seen[j];
             continue;
         }
-        dt_status st = index_room(m);
-        if (st || (st = counting_room(m)))
+        dt_status st = add_counted(m, keys[j], counts[j], last_seen[j]);
+        if (st)
             return dt_error_prefix(st, "%s", what);
-        uint32_t q = new_counting(m, keys[j], last_seen[j]);
-        m->ccounts[q] = counts[j];
-        index_put(m, probe(m, keys[j]), keys[j], COUNTING | q);
     }
     return DT_OK;
 }

@@ -2,7 +2,9 @@
 
   onnx_check.py MODEL.onnx         onnx.checker.check_model(full_check=True) on the model's
                                    path (its external data read), every node of the default domain at
-                                   opset 13; prints "ok nodes=N initializers=I external=E ops=..."
+                                   opset 13 or of ONNX's ai.onnx.ml at 2 (a dynamic table's
+                                   LabelEncoder, only when a node uses it); prints
+                                   "ok nodes=N initializers=I external=E ops=..."
   onnx_check.py --same A.onnx B.onnx
                                    the same initializers in both, bit for bit (external data
                                    read); prints "same initializers=N bytes=B"
@@ -31,10 +33,12 @@ def check(path):
     onnx.checker.check_model(path, full_check=True)
     m = onnx.load(path, load_external_data=False)
     opsets = {o.domain: o.version for o in m.opset_import}
-    if opsets != {"": 13}:
-        sys.exit(f"{path}: opset imports {opsets}, expected the default domain at 13")
+    ml = any(n.domain == "ai.onnx.ml" for n in m.graph.node)
+    if opsets != ({"": 13, "ai.onnx.ml": 2} if ml else {"": 13}):
+        sys.exit(f"{path}: opset imports {opsets}, expected the default domain at 13"
+                 f"{' and ai.onnx.ml at 2' if ml else ''}")
     ops = sorted({n.op_type for n in m.graph.node})
-    bad = [n.op_type for n in m.graph.node if n.domain not in ("", "ai.onnx")]
+    bad = [n.op_type for n in m.graph.node if n.domain not in ("", "ai.onnx", "ai.onnx.ml")]
     if bad:
         sys.exit(f"{path}: operators outside the standard domain: {bad}")
     print(f"ok nodes={len(m.graph.node)} initializers={len(m.graph.initializer)} "
