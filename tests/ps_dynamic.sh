@@ -43,6 +43,21 @@ for nps in 1 3; do
     fi
 done
 
+# --- bounded staleness and hybrid training (the dense part all-reduced among the workers) train
+#     dynamic tables too ---
+for mode in ssp:1 hybrid; do
+    run timeout 120 "$dtrain" launch -n 2 --ps 2 -- "$dtrain" "${ctr[@]}" --max-steps 100 \
+        --strategy parameter_server --ps-mode "$mode" --metrics-out "$tmp/mode.json"
+    auc=$(json_field "$tmp/mode.json" test_auc 2> /dev/null)
+    live=$(json_field "$tmp/mode.json" dynamic_live_keys 2> /dev/null)
+    if [ "$status" -eq 0 ] && [ "${live:-0}" -gt 1000 ] &&
+        "$py" -c "import sys; sys.exit(0 if ${auc:-0} > 0.6 else 1)"; then
+        ok "ps_dynamic_trains_in_${mode%%:*}_mode" "$live live keys, AUC $auc"
+    else
+        fail "ps_dynamic_trains_in_${mode%%:*}_mode" "exit $status, $live keys, AUC $auc: $(tail -3 "$tmp/err")"
+    fi
+done
+
 # --- a checkpoint taken while 2 asynchronous workers push, restored onto 1 ps, 3 ps and
 #     one_device with no step after it: the same keys, rows, slots, counts and steps ---
 run timeout 120 "$dtrain" launch -n 2 --ps 2 -- "$dtrain" "${ctr[@]}" --strategy parameter_server \
