@@ -405,8 +405,11 @@ TEST(cluster_parse_errors)
         {"{'cluster': ['h:1'], " TASK_W0 "}", "TF_CONFIG: cluster: not an object"},
         {"{'cluster': null, " TASK_W0 "}", "TF_CONFIG: cluster: not an object"},
         {"{'cluster': {'wrker': ['h:1']}, " TASK_W0 "}",
-         "TF_CONFIG: cluster: unknown job 'wrker' (jobs are chief, worker, ps, evaluator)"},
-        {"{'cluster': {'master': ['h:1']}, " TASK_W0 "}", "TF_CONFIG: cluster: unknown job 'master'"},
+         "TF_CONFIG: cluster: unknown job 'wrker' (jobs are chief, worker, ps, evaluator, master)"},
+        {"{'cluster': {'master': ['h:1'], 'chief': ['h:2'], 'worker': ['h:3']}, " TASK_W0 "}",
+         "TF_CONFIG: cluster: both 'chief' and 'master'"},
+        {"{'cluster': {'master': ['h:1', 'h:2']}, " TASK_W0 "}",
+         "TF_CONFIG: cluster.chief: 2 tasks, at most one chief"},
         {"{'cluster': {'worker': ['h:1'], 'worker': ['h:2']}, " TASK_W0 "}",
          "TF_CONFIG: cluster.worker: given twice"},
         {"{'cluster': {'worker': 'h:1'}, " TASK_W0 "}", "TF_CONFIG: cluster.worker: not a list"},
@@ -444,7 +447,10 @@ TEST(cluster_parse_errors)
         {"{" W2 ", 'task': {'index': 0}}", "TF_CONFIG: task.type: missing"},
         {"{" W2 ", 'task': {'type': 1, 'index': 0}}", "TF_CONFIG: task.type: not a string"},
         {"{" W2 ", 'task': {'type': 'master', 'index': 0}}",
-         "TF_CONFIG: task.type: unknown job 'master' (jobs are chief, worker, ps, evaluator)"},
+         "TF_CONFIG: task.type: job 'master' is not in the cluster"},
+        {"{" W2 ", 'task': {'type': 'mastr', 'index': 0}}",
+         "TF_CONFIG: task.type: unknown job 'mastr' (jobs are chief, worker, ps, evaluator, "
+         "master)"},
         {"{" W2 ", 'task': {'type': 'Worker', 'index': 0}}",
          "TF_CONFIG: task.type: unknown job 'Worker'"},
         {"{" W2 ", 'task': {'type': 'ps', 'index': 0}}",
@@ -485,6 +491,40 @@ TEST(cluster_parse_errors)
                   dt_last_error(), cases[k].needle);
         CHECK_MSG(is_zeroed(&c), "case %zu %s: cluster not zeroed after the error", k, cases[k].json);
     }
+}
+
+/* The TF_CONFIGs the platforms write: SageMaker's parameter-server distribution (a "master", a
+ * ps beside each host's worker or master), Kubeflow's TFJob (service names with the namespace and
+ * the cluster domain, "environment": "cloud"). */
+TEST(cluster_parses_the_platforms_tf_configs)
+{
+    dt_cluster c;
+    CHECK_OK(dt_cluster_parse(
+        J("{'cluster': {'master': ['algo-1:2222'], 'ps': ['algo-1:2223', 'algo-2:2223'], "
+          "'worker': ['algo-2:2222']}, 'environment': 'cloud', "
+          "'task': {'type': 'master', 'index': 0}}"), &c));
+    CHECK(c.task_type == DT_JOB_CHIEF && c.is_chief && c.rank == 0 && c.n_workers == 2 &&
+          c.n_tasks[DT_JOB_PS] == 2 && c.chief_named_master &&
+          strcmp(c.tasks[DT_JOB_CHIEF][0].host, "algo-1") == 0);
+    dt_cluster_free(&c);
+    CHECK_OK(dt_cluster_parse(
+        J("{'cluster': {'master': ['algo-1:2222'], 'ps': ['algo-1:2223', 'algo-2:2223'], "
+          "'worker': ['algo-2:2222']}, 'environment': 'cloud', "
+          "'task': {'type': 'ps', 'index': 1}}"), &c));
+    CHECK(c.task_type == DT_JOB_PS && c.task_index == 1 && !c.is_chief && c.rank == -1);
+    dt_cluster_free(&c);
+    CHECK_OK(dt_cluster_parse(
+        J("{'cluster': {'chief': ['ctr-chief-0.team.svc.cluster.local:2222'], "
+          "'worker': ['ctr-worker-0.team.svc.cluster.local:2222', "
+          "'ctr-worker-1.team.svc.cluster.local:2222'], "
+          "'ps': ['ctr-ps-0.team.svc:2222', 'ctr-ps-1.team.svc:2222'], "
+          "'evaluator': ['ctr-evaluator-0.team.svc:2222']}, 'environment': 'cloud', "
+          "'task': {'type': 'worker', 'index': 1}}"), &c));
+    CHECK(c.task_type == DT_JOB_WORKER && c.rank == 2 && c.n_workers == 3 &&
+          !c.chief_named_master &&
+          strcmp(c.tasks[DT_JOB_WORKER][1].host, "ctr-worker-1.team.svc.cluster.local") == 0 &&
+          c.tasks[DT_JOB_PS][1].port == 2222);
+    dt_cluster_free(&c);
 }
 
 TEST(cluster_task_flag_overrides_tf_config)

@@ -38,6 +38,7 @@ typedef struct {
     int rank;       /* this task's training rank, -1 for ps and evaluator */
     int n_workers;  /* training ranks: chiefs + workers (1 for a local task or the evaluator) */
     uint64_t id;    /* a hash of the cluster's jobs and addresses: tasks of another cluster differ */
+    bool chief_named_master; /* TF_CONFIG called the chief "master" (TF 1.x, SageMaker) */
 } dt_cluster;
 
 DT_API const char *dt_job_name(dt_job job);

@@ -11,6 +11,9 @@
  * instead of two tasks silently believing they are the same one:
  *   - Unknown keys are errors (top level: cluster, task, rpc_layer, environment; task: type,
  *     index), as are keys given twice. rpc_layer and environment must be strings and are ignored.
+ *   - "master" is the chief, as TF 1.x's Estimator has it (SageMaker and Kubeflow's TFJob write
+ *     it): a job of one task and a task type; a cluster naming both chief and master is an
+ *     error.
  *   - task.index is required when there is a cluster (TensorFlow's estimator defaults it to 0,
  *     which makes every task that forgot it worker 0), and must be a JSON integer, not "1".
  *   - An empty cluster ({}) is a single local task, as TensorFlow's empty ClusterSpec is; a
@@ -272,10 +275,23 @@ static dt_status check_unique_addrs(const dt_cluster *c)
     return DT_OK;
 }
 
+/* The jobs TF_CONFIG may list: dtrain's, and "master", TF 1.x's name of the chief (SageMaker's
+ * and Kubeflow's TFJob write it). */
+static const char *const config_jobs[DT_JOB_COUNT + 1] = {"chief", "worker", "ps", "evaluator",
+                                                          "master"};
+#define CONFIG_JOB_LIST JOB_LIST ", master"
+#define MASTER DT_JOB_COUNT
+
 static dt_status parse_cluster(const cJSON *cluster, dt_cluster *out)
 {
-    const cJSON *jobs[DT_JOB_COUNT];
-    dt_status st = get_members(cluster, "cluster", "job", job_names, DT_JOB_COUNT, JOB_LIST, jobs);
+    const cJSON *jobs[DT_JOB_COUNT + 1];
+    dt_status st = get_members(cluster, "cluster", "job", config_jobs, DT_JOB_COUNT + 1,
+                               CONFIG_JOB_LIST, jobs);
+    if (!st && jobs[DT_JOB_CHIEF] && jobs[MASTER])
+        return dt_error(DT_ERR_INVALID, TFC "cluster: both 'chief' and 'master' (TF 1.x's name "
+                        "of the chief): one chief");
+    if (!st && jobs[MASTER])
+        jobs[DT_JOB_CHIEF] = jobs[MASTER], out->chief_named_master = true;
     for (int j = 0; j < DT_JOB_COUNT && !st; j++)
         if (jobs[j])
             st = parse_job(jobs[j], (dt_job)j, out);
@@ -302,13 +318,17 @@ static dt_status parse_task(const cJSON *task, dt_cluster *out)
         return dt_error(DT_ERR_INVALID, TFC "task.type: missing");
     if (!cJSON_IsString(m[0]))
         return dt_error(DT_ERR_INVALID, TFC "task.type: not a string");
-    if (dt_job_parse(m[0]->valuestring, &out->task_type))
-        return dt_error_prefix(DT_ERR_INVALID, TFC "task.type");
+    if (strcmp(m[0]->valuestring, "master") == 0)
+        out->task_type = DT_JOB_CHIEF; /* TF 1.x's chief */
+    else if (dt_job_parse(m[0]->valuestring, &out->task_type))
+        return dt_error(DT_ERR_INVALID, TFC "task.type: unknown job '%s' (jobs are "
+                        CONFIG_JOB_LIST ")", m[0]->valuestring);
     int n = out->n_tasks[out->task_type];
     const char *name = job_names[out->task_type];
     /* The evaluator alone may stand outside the cluster it evaluates. */
     if (n == 0 && out->task_type != DT_JOB_EVALUATOR)
-        return dt_error(DT_ERR_INVALID, TFC "task.type: job '%s' is not in the cluster", name);
+        return dt_error(DT_ERR_INVALID, TFC "task.type: job '%s' is not in the cluster",
+                        m[0]->valuestring);
     if (!m[1])
         return dt_error(DT_ERR_INVALID, TFC "task.index: missing");
     if (!get_index(m[1], &out->task_index))
