@@ -63,6 +63,8 @@ run_suite ps "$work/ps" bash tests/ps.sh "$build" "$work/ps"
 # Dynamic tables on the parameter server: one_device's bit for bit, checkpoints restored onto
 # any ps count and one_device key by key, a resumed job, a killed ps back from its snapshot.
 run_suite ps_dynamic "$work/ps_dynamic" bash tests/ps_dynamic.sh "$build" "$work/ps_dynamic"
+# The platforms' TF_CONFIGs: tasks named by host names, the chief called master.
+run_suite deploy "$work/deploy" bash tests/deploy.sh "$build" "$work/deploy"
 # Checkpoints, backups and resume, summaries, the sidecar evaluator, restarts after a kill.
 run_suite ckpt "$work/ckpt" bash tests/ckpt.sh "$build" "$work/ckpt"
 # make install into a temporary prefix, and programs built against it through pkg-config.

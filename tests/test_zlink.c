@@ -128,6 +128,34 @@ TEST(zlink_request_reply_and_strangers_refused)
     dt_zlink_close(late);
 }
 
+/* A server bound by its host's name (as TF_CONFIG names a Kubernetes pod) listens on the address
+ * the name resolves to, and is reached by the name; a name that does not resolve is named. */
+TEST(zlink_server_binds_the_address_its_name_resolves_to)
+{
+    echo_ctx e = {0};
+    CHECK_OK(dt_zlink_server("tcp://localhost:*", secret, sizeof secret - 1, &e.server));
+    if (!e.server)
+        return;
+    const char *ep = dt_zlink_endpoint(e.server);
+    CHECK_MSG(strncmp(ep, "tcp://127.0.0.1:", 16) == 0 || strncmp(ep, "tcp://[::1]:", 12) == 0,
+              "bound %s", ep);
+    pthread_t t;
+    pthread_create(&t, NULL, echo, &e);
+    char by_name[128];
+    snprintf(by_name, sizeof by_name, "tcp://localhost:%d", port_of(ep));
+    dt_zlink *c = NULL;
+    CHECK_OK(dt_zlink_client(by_name, "worker:0", secret, sizeof secret - 1, 0, &c));
+    CHECK_OK(ping(c, 1, 5.0));
+    __atomic_store_n(&e.stop, 1, __ATOMIC_RELEASE);
+    pthread_join(t, NULL);
+    dt_zlink_close(c);
+    dt_zlink_close(e.server);
+    dt_zlink *none = NULL;
+    CHECK_ERR(dt_zlink_server("tcp://no-such-host.invalid:2222", secret, sizeof secret - 1, &none),
+              DT_ERR_UNAVAILABLE, "no-such-host.invalid does not resolve");
+    CHECK(none == NULL);
+}
+
 /* A server that goes away after the handshake: the client sees the closed connection at once
  * (DT_ERR_PEER naming the peer, well before the request's timeout), and a server started again
  * at the same endpoint is reached again through the same client. */

@@ -1,7 +1,9 @@
 /* ZeroMQ links of the parameter server (see zlink.h). */
 #include "zlink.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
 #include <stdbool.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
@@ -93,18 +95,67 @@ static dt_status open_socket(int type, dt_zlink **out)
     return DT_OK;
 }
 
+/* ZeroMQ binds a TCP endpoint to an interface's name or an address, not to a host name: a task
+ * named "job-worker-0.team.svc:2222" in TF_CONFIG (as Kubernetes names pods) binds the address
+ * its name resolves to. "tcp://HOST:PORT" with HOST a name becomes "tcp://ADDRESS:PORT" (an IPv6
+ * address in brackets, *ipv6 set); anything else stays as it is. */
+static dt_status bind_endpoint(const char *endpoint, char *out, size_t cap, bool *ipv6)
+{
+    *ipv6 = false;
+    snprintf(out, cap, "%s", endpoint);
+    const char *host = strncmp(endpoint, "tcp://", 6) == 0 ? endpoint + 6 : NULL;
+    const char *colon = host ? strrchr(host, ':') : NULL;
+    if (!host || !colon || host[0] == '[' || host[0] == '*') {
+        *ipv6 = host && host[0] == '[';
+        return DT_OK;
+    }
+    char name[256];
+    snprintf(name, sizeof name, "%.*s", (int)(colon - host), host);
+    struct in_addr v4;
+    if (inet_pton(AF_INET, name, &v4) == 1)
+        return DT_OK;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    int rc = getaddrinfo(name, NULL, &hints, &res);
+    if (rc != 0)
+        return dt_error(DT_ERR_UNAVAILABLE, "binding %s: %s does not resolve: %s", endpoint,
+                        name, gai_strerror(rc));
+    const struct addrinfo *pick = res;
+    for (const struct addrinfo *a = res; a; a = a->ai_next)
+        if (a->ai_family == AF_INET) { /* an IPv4 address first, as the peers most likely dial */
+            pick = a;
+            break;
+        }
+    char ip[INET6_ADDRSTRLEN] = "";
+    if (pick->ai_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)pick->ai_addr)->sin_addr, ip, sizeof ip);
+    else
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)pick->ai_addr)->sin6_addr, ip,
+                  sizeof ip);
+    *ipv6 = pick->ai_family == AF_INET6;
+    freeaddrinfo(res);
+    snprintf(out, cap, "tcp://%s%s%s%s", *ipv6 ? "[" : "", ip, *ipv6 ? "]" : "", colon);
+    return DT_OK;
+}
+
 dt_status dt_zlink_server(const char *endpoint, const void *secret, size_t secret_len,
                           dt_zlink **out)
 {
     *out = NULL;
     dt_zlink *l;
-    dt_status st = open_socket(ZMQ_ROUTER, &l);
-    if (st)
+    char where[512];
+    bool ipv6;
+    dt_status st = bind_endpoint(endpoint, where, sizeof where, &ipv6);
+    if (st || (st = open_socket(ZMQ_ROUTER, &l)))
         return st;
+    int on = 1;
+    if (ipv6 && zmq_setsockopt(l->sock, ZMQ_IPV6, &on, sizeof on) != 0) {
+        st = zmq_fail("enabling IPv6 on", endpoint);
+        goto fail;
+    }
     if ((st = set_curve(l, secret, secret_len, true, "setting CURVE on", endpoint)))
         goto fail;
     size_t cap = sizeof l->endpoint;
-    if (zmq_bind(l->sock, endpoint) != 0 ||
+    if (zmq_bind(l->sock, where) != 0 ||
         zmq_getsockopt(l->sock, ZMQ_LAST_ENDPOINT, l->endpoint, &cap) != 0) {
         st = zmq_fail("binding", endpoint);
         goto fail;

@@ -428,6 +428,26 @@ static dt_status skip_to(worker *w, int64_t position)
     return DT_OK;
 }
 
+/* The worker's own endpoint bound, its name resolved again at most every second until timeout
+ * (a Kubernetes pod's name may resolve only once the pod is ready), saying so every 10 s. */
+static dt_status bind_by_name(const char *endpoint, const ps_cluster *pc, double timeout,
+                              dt_zlink **z)
+{
+    double t0 = dt_clock_now(), said = -1e9;
+    for (;;) {
+        dt_status st = dt_zlink_server(endpoint, pc->secret, pc->secret_len, z);
+        double now = dt_clock_now();
+        if (st != DT_ERR_UNAVAILABLE || now - t0 >= timeout)
+            return st;
+        if (now - said >= 10.0) {
+            dt_log_to(NULL, DT_LOG_WARN, "dtrain: waiting for this task's own name: %s (up to "
+                      "%.0f s, --connect-timeout)", dt_last_error(), timeout);
+            said = now;
+        }
+        dt_sleep(1.0);
+    }
+}
+
 /* A RUN: its steps, until they are taken or the data is used up. */
 static dt_status run_function(worker *w, const dt_psmsg *req, dt_psmsg *r)
 {
@@ -701,7 +721,7 @@ dt_status dt_ps_work(const dt_train_config *c, dt_model *m, dt_pool *pool, dt_in
     if (st == DT_OK && !(w.labels = malloc((size_t)dt_model_max_batch(m) * sizeof *w.labels)))
         st = dt_error(DT_ERR_NOMEM, "no memory for a batch's labels");
     if (st == DT_OK)
-        st = dt_zlink_server(endpoint, pc.secret, pc.secret_len, &z);
+        st = bind_by_name(endpoint, &pc, c->comm.connect_timeout, &z);
     w.pc = &pc, w.table_rows = table_rows;
     dt_model_set_dropout_seed(m, c->fit.seed);
     if (st == DT_OK)

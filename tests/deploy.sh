@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The TF_CONFIGs the platforms write, run as they write them: tasks named by host names (as
+# Kubernetes names pods: "job-worker-0.team.svc:2222"), here "localhost", bind the address their
+# name resolves to and find each other by name; the chief called "master" (TF 1.x, SageMaker) is
+# the chief. Each job ends 0 with one_device's parameters (one worker), and leaves nothing behind.
+# usage: tests/deploy.sh BUILD_DIR COUNTS_FILE
+set -u
+build=$1
+counts=$2
+dtrain="$build/dtrain"
+tmp=$(mktemp -d /tmp/dtrain-deploy-XXXXXX)
+pids=()
+trap 'for p in "${pids[@]}"; do kill -9 "$p" 2> /dev/null; done; rm -rf "$tmp"' EXIT
+passed=0
+failed=0
+. "$(dirname "$0")/lib.sh"
+export DTRAIN_CLUSTER_SECRET=deploy-test-secret-0123456789abcdef
+
+"$dtrain" data gen-ctr --rows 4000 --seed 11 --out "$tmp/train.svm" > "$tmp/gen" 2>&1
+fs=$(sed -n 's/.*feature_size=\([0-9]*\).*/\1/p' "$tmp/gen")
+ctr=(train --data "libsvm:$tmp/train.svm" --test-data none --feature-size "$fs" --model deepfm
+     --optimizer adam --lr 5e-4 --batch-size 128 --shuffle-buffer 0 --progress none --seed 1
+     --threads 1 --max-steps 30 --connect-timeout 30)
+run "$dtrain" "${ctr[@]}" --metrics-out "$tmp/one.json"
+one=$(json_field "$tmp/one.json" param_checksum 2> /dev/null)
+
+# run_cluster NAME CHIEF_JOB HOST: a chief (under CHIEF_JOB, "chief" or "master"), a worker and a
+# ps, every address HOST:port, each task started with its TF_CONFIG by hand, as an operator does;
+# the chief's status in status, its metrics in $tmp/NAME.json.
+run_cluster() {
+    local name=$1 chief=$2 host=$3 base task config k
+    base=$(free_base 3)
+    local cluster="{\"$chief\": [\"$host:$base\"], \"worker\": [\"$host:$((base + 1))\"], \"ps\": [\"$host:$((base + 2))\"]}"
+    local task_pids=()
+    for task in "ps 0" "worker 0" "$chief 0"; do
+        read -r type k <<< "$task"
+        config="{\"cluster\": $cluster, \"task\": {\"type\": \"$type\", \"index\": $k}, \"environment\": \"cloud\"}"
+        if [ "$type" = ps ]; then
+            TF_CONFIG="$config" "$dtrain" server > "$tmp/$name.$type.out" 2> "$tmp/$name.$type.err" &
+        else
+            TF_CONFIG="$config" "$dtrain" "${ctr[@]}" --strategy parameter_server \
+                --metrics-out "$tmp/$name.$type.json" > "$tmp/$name.$type.out" 2> "$tmp/$name.$type.err" &
+        fi
+        task_pids+=($!)
+        pids+=($!)
+    done
+    wait_pid "${task_pids[2]}" 120
+    wait "${task_pids[2]}" 2> /dev/null
+    status=$?
+    for k in 0 1; do
+        wait_pid "${task_pids[$k]}" 30
+        kill -9 "${task_pids[$k]}" 2> /dev/null
+        wait "${task_pids[$k]}" 2> /dev/null
+    done
+    cp "$tmp/$name.$chief.json" "$tmp/$name.json" 2> /dev/null
+    cluster_base=$base
+}
+
+for spec in "names_not_addresses|chief|localhost" "master_is_the_chief|master|127.0.0.1"; do
+    IFS='|' read -r name chief host <<< "$spec"
+    run_cluster "$name" "$chief" "$host"
+    got=$(json_field "$tmp/$name.json" param_checksum 2> /dev/null)
+    if [ "$status" -eq 0 ] && [ -n "$one" ] && [ "$got" = "$one" ]; then
+        ok "deploy_$name" "checksum $got, one_device's"
+    else
+        fail "deploy_$name" "exit $status, checksum $got vs $one: $(tail -2 "$tmp/$name.$chief.err") $(tail -2 "$tmp/$name.worker.err")"
+    fi
+    left=""
+    for p in "${pids[@]}"; do kill -0 "$p" 2> /dev/null && left="$left $p"; done
+    for port in $(seq "$cluster_base" $((cluster_base + 2))); do
+        ss -Hltn "sport = :$port" 2> /dev/null | grep -q . && left="$left port:$port"
+    done
+    if [ -z "$left" ]; then ok "deploy_${name}_leaves_nothing"; else fail "deploy_${name}_leaves_nothing" "left:$left"; fi
+done
+
+echo "$passed $failed" > "$counts"
