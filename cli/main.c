@@ -45,6 +45,17 @@ int cli_fail(int status, const char *message)
     return status;
 }
 
+int cli_fail_status(dt_status st, const char *message)
+{
+    bool transient = st == DT_ERR_PEER || st == DT_ERR_TIMEOUT || st == DT_ERR_UNAVAILABLE ||
+                     st == DT_ERR_NOMEM;
+    if (!transient)
+        return cli_fail(CLI_EXIT_FAILED, message);
+    fprintf(stderr, "dtrain: error: %s (exit %d: transient, a restart may succeed)\n", message,
+            CLI_EXIT_RETRY);
+    return CLI_EXIT_RETRY;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {

@@ -40,7 +40,7 @@ int cmd_server(int argc, char **argv)
         printf("usage: dtrain server [flags]\n\n"
                "Serves the ps task TF_CONFIG names: holds the shards of the tables the\n"
                "coordinator (the chief) defines, answers the workers' pulls and applies their\n"
-               "pushes, and exits 0 when the coordinator stops it, or 1 after\n"
+               "pushes, and exits 0 when the coordinator stops it, or 138 (transient) after\n"
                "--coordinator-timeout seconds without one.\n\nflags:\n");
         flags_print_help(flags, n_flags, stdout);
         return 0;
@@ -48,8 +48,9 @@ int cmd_server(int argc, char **argv)
     if (dt_ps_server_config_check(&c))
         return cli_fail(2, flags_name_fields(flags, n_flags, dt_last_error()));
     dt_ps_server_report r = {0};
-    if (dt_ps_server_run(&c, &r))
-        return cli_fail(1, flags_name_fields(flags, n_flags, dt_last_error()));
+    dt_status st = dt_ps_server_run(&c, &r);
+    if (st)
+        return cli_fail_status(st, flags_name_fields(flags, n_flags, dt_last_error()));
     fprintf(stderr, "dtrain server: %s stopped by the coordinator: %llu requests, %llu rows "
             "pulled, %llu rows pushed\n", r.task, (unsigned long long)r.requests,
             (unsigned long long)r.rows_pulled, (unsigned long long)r.rows_pushed);

@@ -489,5 +489,5 @@ int cmd_train(int argc, char **argv)
                 (double)r.worker.bytes_received / (double)r.worker.samples);
     if (st == DT_OK && r.chief && !r.evaluator)
         st = report(&c, cli.metrics_out, &r);
-    return st ? cli_fail(1, flags_name_fields(flags, n_flags, dt_last_error())) : 0;
+    return st ? cli_fail_status(st, flags_name_fields(flags, n_flags, dt_last_error())) : 0;
 }

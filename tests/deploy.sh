@@ -3,6 +3,7 @@
 # Kubernetes names pods: "job-worker-0.team.svc:2222"), here "localhost", bind the address their
 # name resolves to and find each other by name; the chief called "master" (TF 1.x, SageMaker) is
 # the chief. Each job ends 0 with one_device's parameters (one worker), and leaves nothing behind.
+# Exit codes: 2 for usage, 1 for a bad config, 138 (retryable) for a lost peer.
 # usage: tests/deploy.sh BUILD_DIR COUNTS_FILE
 set -u
 build=$1
@@ -72,5 +73,58 @@ for spec in "names_not_addresses|chief|localhost" "master_is_the_chief|master|12
     done
     if [ -z "$left" ]; then ok "deploy_${name}_leaves_nothing"; else fail "deploy_${name}_leaves_nothing" "left:$left"; fi
 done
+
+# --- exit codes an operator acts on: usage 2, a permanent failure 1, a transient one 138, the
+#     reason on the last line ---
+run "$dtrain" train --no-such-flag
+last=$(tail -1 "$tmp/err")
+if [ "$status" -eq 2 ] && [[ "$last" == "dtrain: error: "* ]]; then
+    ok deploy_exit_2_for_usage "$last"
+else fail deploy_exit_2_for_usage "exit $status: $last"; fi
+TF_CONFIG='{"cluster": {"chief": ["127.0.0.1:2222"], "master": ["127.0.0.1:2223"]}, "task": {"type": "chief", "index": 0}}' \
+    run "$dtrain" "${ctr[@]}" --strategy parameter_server
+last=$(tail -1 "$tmp/err")
+if [ "$status" -eq 1 ] && [[ "$last" == *"both 'chief' and 'master'"* ]]; then
+    ok deploy_exit_1_for_a_bad_config "$last"
+else fail deploy_exit_1_for_a_bad_config "exit $status: $last"; fi
+# A ps killed for good (no operator restarts it here): the chief waits --ps-recovery-timeout,
+# then exits 138 naming the ps.
+base=$(free_base 3)
+cluster="{\"chief\": [\"127.0.0.1:$base\"], \"worker\": [\"127.0.0.1:$((base + 1))\"], \"ps\": [\"127.0.0.1:$((base + 2))\"]}"
+long=(train --data "libsvm:$tmp/train.svm" --test-data none --feature-size "$fs" --model deepfm
+      --batch-size 32 --threads 1 --epochs 20 --connect-timeout 30 --strategy parameter_server
+      --ps-recovery-timeout 2)
+TF_CONFIG="{\"cluster\": $cluster, \"task\": {\"type\": \"ps\", \"index\": 0}}" \
+    "$dtrain" server > "$tmp/lost.ps.out" 2>&1 &
+ps_pid=$!
+pids+=("$ps_pid")
+TF_CONFIG="{\"cluster\": $cluster, \"task\": {\"type\": \"worker\", \"index\": 0}}" \
+    "$dtrain" "${long[@]}" --progress none > "$tmp/lost.worker.out" 2> "$tmp/lost.worker.err" &
+worker_pid=$!
+pids+=("$worker_pid")
+TF_CONFIG="{\"cluster\": $cluster, \"task\": {\"type\": \"chief\", \"index\": 0}}" \
+    "$dtrain" "${long[@]}" --progress estimator --log-step-count-steps 10 \
+    > "$tmp/lost.chief.out" 2> "$tmp/lost.chief.err" &
+chief_pid=$!
+pids+=("$chief_pid")
+for _ in $(seq 1 300); do grep -q "step = [1-9][0-9]* " "$tmp/lost.chief.out" && break; sleep 0.05; done
+kill -9 "$ps_pid"
+wait_pid "$chief_pid" 60
+wait "$chief_pid" 2> /dev/null
+chief_status=$?
+wait_pid "$worker_pid" 60
+kill -9 "$worker_pid" 2> /dev/null
+wait "$worker_pid" 2> /dev/null
+wait "$ps_pid" 2> /dev/null
+last=$(tail -1 "$tmp/lost.chief.err")
+if [ "$chief_status" -eq 138 ] && [[ "$last" == *"ps:0"*"(exit 138: transient, a restart may succeed)" ]]; then
+    ok deploy_exit_138_for_a_lost_peer "$last"
+else fail deploy_exit_138_for_a_lost_peer "exit $chief_status: $last"; fi
+left=""
+for p in "${pids[@]}"; do kill -0 "$p" 2> /dev/null && left="$left $p"; done
+for port in $(seq "$base" $((base + 2))); do
+    ss -Hltn "sport = :$port" 2> /dev/null | grep -q . && left="$left port:$port"
+done
+if [ -z "$left" ]; then ok deploy_lost_peer_leaves_nothing; else fail deploy_lost_peer_leaves_nothing "left:$left"; fi
 
 echo "$passed $failed" > "$counts"
