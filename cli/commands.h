@@ -23,13 +23,12 @@ int cmd_export(int argc, char **argv);
 #define CLI_EXIT_FAILED 1    /* permanent: a bad config, bad data, a model that does not fit */
 #define CLI_EXIT_USAGE 2     /* a flag or argument the command does not take */
 #define CLI_EXIT_RETRY 138   /* transient: a peer lost or silent, the cluster not formed in time,
-                                a peer not ready, memory short */
+                                a peer not ready */
 
 /* Prints "dtrain: error: <message>" on stderr and returns status. */
 int cli_fail(int status, const char *message);
 /* The same for a library failure st: CLI_EXIT_RETRY for the transient kinds (DT_ERR_PEER,
- * DT_ERR_TIMEOUT, DT_ERR_UNAVAILABLE, DT_ERR_NOMEM), saying so on the line, else
- * CLI_EXIT_FAILED. */
+ * DT_ERR_TIMEOUT, DT_ERR_UNAVAILABLE), saying so on the line, else CLI_EXIT_FAILED. */
 int cli_fail_status(dt_status st, const char *message);
 
 #endif

@@ -47,8 +47,10 @@ int cli_fail(int status, const char *message)
 
 int cli_fail_status(dt_status st, const char *message)
 {
-    bool transient = st == DT_ERR_PEER || st == DT_ERR_TIMEOUT || st == DT_ERR_UNAVAILABLE ||
-                     st == DT_ERR_NOMEM;
+    /* Out of memory is not among them: dtrain's allocations follow from the job's sizes (its
+     * tables, batches, memory limits), which a restart asks for again; a pod the kernel kills
+     * for memory ends by SIGKILL, which operators retry by themselves. */
+    bool transient = st == DT_ERR_PEER || st == DT_ERR_TIMEOUT || st == DT_ERR_UNAVAILABLE;
     if (!transient)
         return cli_fail(CLI_EXIT_FAILED, message);
     fprintf(stderr, "dtrain: error: %s (exit %d: transient, a restart may succeed)\n", message,

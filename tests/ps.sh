@@ -118,7 +118,7 @@ no_leftovers ps_client_big_round_leaves_nothing "$base" 1
 base=$(free_base 2)
 start_ps "$base" 1 --coordinator-timeout 1
 wait_pid "${ps_pids[0]}" 10
-if [ "$status" -eq 1 ] && grep -q "coordinator (chief:0 (127.0.0.1:$base)) has not been heard from" "$tmp/ps0.err" &&
+if [ "$status" -eq 138 ] && grep -q "coordinator (chief:0 (127.0.0.1:$base)) has not been heard from" "$tmp/ps0.err" &&
     [ "$(wc -l < "$tmp/ps0.err")" -eq 1 ]; then
     ok ps_without_coordinator_gives_up
 else
@@ -145,7 +145,7 @@ wait "$chief" 2>/dev/null
 bad=""
 for k in 0 1; do
     wait_pid "${ps_pids[$k]}" 10
-    [ "$status" -eq 1 ] && grep -q "has not been heard from for 2 s" "$tmp/ps$k.err" ||
+    [ "$status" -eq 138 ] && grep -q "has not been heard from for 2 s" "$tmp/ps$k.err" ||
         bad="$bad ps:$k exit $status $(head -c 200 "$tmp/ps$k.err")"
 done
 if [ -z "$bad" ]; then ok ps_coordinator_killed_ps_exit; else fail ps_coordinator_killed_ps_exit "$bad"; fi
@@ -159,7 +159,7 @@ t0=$(date +%s%N)
 bad=""
 for k in 0 1; do
     wait_pid "${ps_pids[$k]}" 10
-    [ "$status" -eq 1 ] && grep -q "coordinator (chief:0 (127.0.0.1:$base)) has not been heard from for 2 s" "$tmp/ps$k.err" ||
+    [ "$status" -eq 138 ] && grep -q "coordinator (chief:0 (127.0.0.1:$base)) has not been heard from for 2 s" "$tmp/ps$k.err" ||
         bad="$bad ps:$k exit $status $(head -c 200 "$tmp/ps$k.err")"
 done
 gone_ms=$((($(date +%s%N) - t0) / 1000000))
@@ -784,7 +784,7 @@ t0=$(date +%s%N)
 bad=""
 for task in ps:0 worker:0 worker:1; do
     wait_pid "${task_pid[$task]}" 30
-    [ "$status" -eq 1 ] && grep -q "coordinator (chief:0 (127.0.0.1:$base)) has not been heard from for 8 s" "$tmp/${task%%:*}${task#*:}.err" ||
+    [ "$status" -eq 138 ] && grep -q "coordinator (chief:0 (127.0.0.1:$base)) has not been heard from for 8 s" "$tmp/${task%%:*}${task#*:}.err" ||
         bad="$bad $task exit $status: $(tail -1 "$tmp/${task%%:*}${task#*:}.err")"
 done
 stopped_ms=$((($(date +%s%N) - t0) / 1000000))
@@ -987,8 +987,8 @@ start_cluster "$base" --ps-mode hybrid --epochs 5
 training_runs
 kill -9 "${task_pid[worker:1]}"
 wait_tasks 60
-if [ "${task_status[chief:0]}" -eq 1 ] && tail -1 "$tmp/chief0.err" | grep -q "worker:1" &&
-    [ "${task_status[worker:0]}" -eq 1 ] && grep -q "worker:1" "$tmp/worker0.err" &&
+if [ "${task_status[chief:0]}" -eq 138 ] && tail -1 "$tmp/chief0.err" | grep -q "worker:1" &&
+    [ "${task_status[worker:0]}" -eq 138 ] && grep -q "worker:1" "$tmp/worker0.err" &&
     [ "${task_status[ps:0]}" -eq 0 ]; then
     ok ps_train_hybrid_worker_killed_fails_naming_it "$(tail -1 "$tmp/chief0.err" | head -c 160)"
 else
@@ -1003,7 +1003,7 @@ wait_tasks 60
 bad=""
 for task in worker:0 worker:1 ps:0; do
     f="$tmp/${task%%:*}${task#*:}.err"
-    [ "${task_status[$task]}" -eq 1 ] && grep -q "coordinator (chief:0" "$f" ||
+    [ "${task_status[$task]}" -eq 138 ] && grep -q "coordinator (chief:0" "$f" ||
         bad="$bad $task exit ${task_status[$task]} ($(tail -1 "$f"))"
 done
 if [ -z "$bad" ]; then ok ps_train_coordinator_killed_tasks_exit; else fail ps_train_coordinator_killed_tasks_exit "$bad"; fi
@@ -1093,7 +1093,7 @@ TF_CONFIG="$psc_worker" \
 wpid=$!
 pids+=("$wpid")
 TF_CONFIG="$("$dtrain" launch -n 1 --ps 1 --base-port "$base" --print-tf-config chief:0)" \
-    expect_error ps_train_unreachable_ps 1 "could not connect to ps:0" "${ctr[@]}" --connect-timeout 1
+    expect_error ps_train_unreachable_ps 138 "could not connect to ps:0" "${ctr[@]}" --connect-timeout 1
 wait_pid "$wpid" 20
 if [ "$status" -eq 0 ]; then ok ps_train_chief_failing_stops_workers;
 else fail ps_train_chief_failing_stops_workers "worker exit $status (124: still waiting 20 s later): $(tail -1 "$tmp/w.err")"; fi
