@@ -17,6 +17,7 @@ int cmd_inspect(int argc, char **argv);
 int cmd_predict(int argc, char **argv);
 int cmd_server(int argc, char **argv);
 int cmd_export(int argc, char **argv);
+int cmd_cluster(int argc, char **argv);
 
 /* Exit statuses an operator acts on (Kubeflow's restartPolicy ExitCode restarts a pod on a
  * retryable one; 138 is among the codes its documentation leaves to programs): */

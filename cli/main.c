@@ -29,6 +29,7 @@ static void print_usage(FILE *out)
           "  bench      bench allreduce [--sizes 4K..64M] [--comm tcp|mpi] [--check]\n"
           "  launch     launch -n N [--ps M] [--chief] [--evaluator] -- COMMAND: a local cluster\n"
           "  server     serve the ps task TF_CONFIG names until the coordinator stops it\n"
+          "  cluster    cluster check: the cluster TF_CONFIG describes, as this task sees it\n"
           "\n"
           "  --help     this text\n"
           "  --version  the version\n"
@@ -113,6 +114,8 @@ int main(int argc, char **argv)
         return cmd_server(argc - 2, argv + 2);
     if (strcmp(cmd, "export") == 0)
         return cmd_export(argc - 2, argv + 2);
+    if (strcmp(cmd, "cluster") == 0)
+        return cmd_cluster(argc - 2, argv + 2);
     char msg[256];
     snprintf(msg, sizeof msg, "unknown command '%s' (see dtrain --help)", cmd);
     return cli_fail(2, msg);

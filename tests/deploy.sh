@@ -74,6 +74,19 @@ for spec in "names_not_addresses|chief|localhost" "master_is_the_chief|master|12
     if [ -z "$left" ]; then ok "deploy_${name}_leaves_nothing"; else fail "deploy_${name}_leaves_nothing" "left:$left"; fi
 done
 
+# --- dtrain cluster check: the platforms' TF_CONFIGs as their tasks see them ---
+run "$dtrain" cluster check --tf-config '{"cluster": {"master": ["algo-1:2222"], "ps": ["algo-1:2223", "algo-2:2223"], "worker": ["algo-2:2222"]}, "environment": "cloud", "task": {"type": "master", "index": 0}}'
+if [ "$status" -eq 0 ] && grep -qx "task: chief:0 (algo-1:2222), training rank 0 of 2, the chief" "$tmp/out" &&
+    grep -qx "ps:1 (algo-2:2223)" "$tmp/out" && grep -q "^chief:0 (algo-1:2222)  (this task)  (TF_CONFIG's master)" "$tmp/out"; then
+    ok deploy_cluster_check_of_sagemaker_tf_config "$(head -1 "$tmp/out")"
+else fail deploy_cluster_check_of_sagemaker_tf_config "exit $status: $(cat "$tmp/out" "$tmp/err")"; fi
+TF_CONFIG='{"cluster": {"chief": ["localhost:2222"], "worker": ["ctr-worker-0.team.svc.cluster.local:2222"]}, "environment": "cloud", "task": {"type": "chief", "index": 0}}' \
+    run "$dtrain" cluster check --resolve
+if [ "$status" -eq 138 ] && grep -q "^chief:0 (localhost:2222) at 127.0.0.1" "$tmp/out" &&
+    grep -q "worker:0 (ctr-worker-0.team.svc.cluster.local:2222): ctr-worker-0.team.svc.cluster.local does not resolve" "$tmp/err"; then
+    ok deploy_cluster_check_names_a_host_that_does_not_resolve "$(tail -1 "$tmp/err")"
+else fail deploy_cluster_check_names_a_host_that_does_not_resolve "exit $status: $(cat "$tmp/out" "$tmp/err")"; fi
+
 # --- exit codes an operator acts on: usage 2, a permanent failure 1, a transient one 138, the
 #     reason on the last line ---
 run "$dtrain" train --no-such-flag

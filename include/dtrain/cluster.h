@@ -76,6 +76,9 @@ DT_API void dt_cluster_task_name(const dt_cluster *c, dt_job job, int index, cha
 
 /* The address of a task; NULL when the cluster has no such task. */
 DT_API const dt_addr *dt_cluster_addr(const dt_cluster *c, dt_job job, int index);
+/* The address a's host resolves to (IPv4 first), as text into ip; DT_ERR_UNAVAILABLE naming the
+ * host when it does not resolve (yet: a Kubernetes pod's name appears once the pod is ready). */
+DT_API dt_status dt_addr_resolve(const dt_addr *a, char *ip, size_t cap);
 /* True when every address of the cluster is a loopback one (localhost, 127.0.0.0/8, ::1). */
 DT_API bool dt_cluster_all_loopback(const dt_cluster *c);
 
