@@ -68,9 +68,7 @@ for spec in "names_not_addresses|chief|localhost" "master_is_the_chief|master|12
     fi
     left=""
     for p in "${pids[@]}"; do kill -0 "$p" 2> /dev/null && left="$left $p"; done
-    for port in $(seq "$cluster_base" $((cluster_base + 2))); do
-        ss -Hltn "sport = :$port" 2> /dev/null | grep -q . && left="$left port:$port"
-    done
+    for port in $(listening "$cluster_base" 2); do left="$left port:$port"; done
     if [ -z "$left" ]; then ok "deploy_${name}_leaves_nothing"; else fail "deploy_${name}_leaves_nothing" "left:$left"; fi
 done
 
@@ -135,9 +133,7 @@ if [ "$chief_status" -eq 138 ] && [[ "$last" == *"ps:0"*"(exit 138: transient, a
 else fail deploy_exit_138_for_a_lost_peer "exit $chief_status: $last"; fi
 left=""
 for p in "${pids[@]}"; do kill -0 "$p" 2> /dev/null && left="$left $p"; done
-for port in $(seq "$base" $((base + 2))); do
-    ss -Hltn "sport = :$port" 2> /dev/null | grep -q . && left="$left port:$port"
-done
+for port in $(listening "$base" 2); do left="$left port:$port"; done
 if [ -z "$left" ]; then ok deploy_lost_peer_leaves_nothing; else fail deploy_lost_peer_leaves_nothing "left:$left"; fi
 
 echo "$passed $failed" > "$counts"

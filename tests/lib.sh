@@ -94,3 +94,14 @@ task_pid_of() {
         tr '\0' '\n' < "/proc/$c/environ" 2>/dev/null | grep -qx "DTRAIN_TASK=$2" && echo "$c"
     done
 }
+# listening BASE N: the ports of BASE..BASE+N something listens on (such a port cannot be bound,
+# even with SO_REUSEADDR).
+listening() {
+    python3 -c "
+import socket
+for p in range($1, $1 + $2 + 1):
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try: s.bind(('127.0.0.1', p))
+    except OSError: print(p)
+    s.close()"
+}

@@ -47,17 +47,6 @@ start_ps() {
     done
 }
 
-# listening BASE N: the ports of BASE..BASE+N something listens on (such a port cannot be bound,
-# even with SO_REUSEADDR).
-listening() {
-    python3 -c "
-import socket
-for p in range($1, $1 + $2 + 1):
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try: s.bind(('127.0.0.1', p))
-    except OSError: print(p)
-    s.close()"
-}
 
 # no_leftovers NAME BASE N: none of our processes runs, no port BASE..BASE+N listens, and no
 # shared-memory segment (hybrid's ring meets in one, named dtrain-<creator pid>-...) outlived
