@@ -66,6 +66,9 @@ if [ ! -x "$root/usr/bin/apt-get" ]; then
     rm -f "$root.debootstrap.log"
 fi
 cp /etc/resolv.conf "$root/etc/resolv.conf" 2> /dev/null || true
+# A machine names its loopback address (Debian's installer writes /etc/hosts, and the tests
+# resolve "localhost" as a pod resolves its name); debootstrap's root has no /etc/hosts.
+[ -s "$root/etc/hosts" ] || printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' > "$root/etc/hosts"
 # The local certificate authorities this machine trusts (a network's TLS egress proxy, say): a
 # machine on the same network needs them too to reach the npm registry, and the ca-certificates
 # package that make installs takes them in from there.
