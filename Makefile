@@ -214,7 +214,7 @@ FUZZ_SECONDS ?= 60
 FUZZ_CFLAGS := -std=c11 -g -O1 -D_GNU_SOURCE -Iinclude -pthread \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
 FUZZ_LIB_SRCS := $(sort $(wildcard src/core/*.c src/data/*.c src/features/*.c src/tables/*.c)) src/net/wire.c \
-	src/net/session.c src/net/sock.c src/ps/psmsg.c src/ps/psconn.c
+	src/net/session.c src/net/sock.c src/ps/psmsg.c src/ps/psconn.c src/model/dynamic_json.c
 FUZZ_BINS := $(patsubst fuzz/%.c,$(BUILD)/fuzz/%,$(sort $(wildcard fuzz/fuzz_*.c)))
 
 $(BUILD)/fuzz/%: fuzz/%.c fuzz/fuzz.h $(FUZZ_LIB_SRCS) | $(BUILD)/.deps-build $(BUILD)/.deps-test

@@ -141,7 +141,19 @@ static void print_dynamic_table(const dt_ckpt *c, const dt_ckpt_tensor *keys)
  * and eviction. */
 static void print_dynamic(const dt_ckpt *c)
 {
-    const char *json = dt_ckpt_meta_get(c, "model_spec");
+    bool any = false;
+    for (int i = 0; i < dt_ckpt_n_tensors(c); i++) {
+        const dt_ckpt_tensor *t = dt_ckpt_tensor_at(c, i);
+        size_t len = strlen(t->name);
+        if (len > 5 && strcmp(t->name + len - 5, "/keys") == 0 && strcmp(t->dtype, "I64") == 0) {
+            if (!any)
+                printf("dynamic tables:\n");
+            any = true;
+            print_dynamic_table(c, t);
+        }
+    }
+    /* A built-in model's policy is in its spec; a feature spec's columns carry their own. */
+    const char *json = any ? dt_ckpt_meta_get(c, "model_spec") : NULL;
     dt_model_spec spec;
     if (!json || dt_model_spec_from_json(json, dt_ckpt_path(c), &spec) != DT_OK) {
         dt_error_clear();
@@ -150,13 +162,6 @@ static void print_dynamic(const dt_ckpt *c)
     if (spec.arch == DT_ARCH_SEQUENTIAL || spec.arch == DT_ARCH_COLUMNS || !spec.ctr.dynamic)
         return;
     const dt_keymap_policy *p = &spec.ctr.dynamic_policy;
-    printf("dynamic tables:\n");
-    for (int i = 0; i < dt_ckpt_n_tensors(c); i++) {
-        const dt_ckpt_tensor *t = dt_ckpt_tensor_at(c, i);
-        size_t len = strlen(t->name);
-        if (len > 5 && strcmp(t->name + len - 5, "/keys") == 0 && strcmp(t->dtype, "I64") == 0)
-            print_dynamic_table(c, t);
-    }
     printf("  admission: min_count %lld", (long long)(p->min_count > 1 ? p->min_count : 1));
     if (p->min_count <= 1)
         printf(", every key at its first sighting");

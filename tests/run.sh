@@ -48,6 +48,8 @@ run_suite dynamic "$work/dynamic" bash tests/dynamic.sh "$build" "$work/dynamic"
 run_suite features "$work/features" bash tests/features.sh "$build" "$work/features"
 # Feature-spec models on every strategy, a killed ps worker, checkpoints, evaluation, bad rows.
 run_suite spec_train "$work/spec_train" bash tests/spec_train.sh "$build" "$work/spec_train"
+# A feature spec's dynamic columns: = fixed ones bit for bit, exact resume, keys, refusals.
+run_suite spec_dynamic "$work/spec_dynamic" bash tests/spec_dynamic.sh "$build" "$work/spec_dynamic"
 # Census-style data (gen-ctr --format census) and the census wide & deep spec trained on it.
 run_suite census "$work/census" bash tests/census.sh "$build" "$work/census"
 run_suite predict "$work/predict" bash tests/predict.sh "$build" "$work/predict"

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dtrain/features.h"
+#include "dtrain/keymap.h"
 #include "dtrain/model.h"
 #include "dtrain/optim.h"
 #include "dtrain/pool.h"
@@ -174,4 +176,86 @@ TEST(dynamic_keys_not_admitted_read_zeros_and_take_no_update)
     dt_elem_free(e);
     dt_optim_free(&o);
     dt_model_destroy(d);
+}
+
+/* ---- A feature spec's dynamic columns ---- */
+
+/* A columns model over one dynamic hash column (its key pairs in slot 0) and a fixed identity
+ * one (slot 1), both embedded; keys admitted at their second sighting. */
+static dt_model *columns_model(dt_features **f)
+{
+    const char *spec =
+        "{\"label\": \"y\", \"columns\": ["
+        " {\"name\": \"h\", \"type\": \"hash_bucket\", \"key\": \"h\", \"dynamic\": true,"
+        "  \"admit\": {\"min_count\": 2}, \"memory_limit\": 67108864},"
+        " {\"name\": \"i\", \"type\": \"identity\", \"key\": \"i\", \"num_buckets\": 10}],"
+        " \"model\": {\"type\": \"dnn\", \"dnn_hidden_units\": [4],"
+        "  \"dnn_feature_columns\": [{\"embedding\": \"h\", \"dimension\": 3},"
+        "                            {\"embedding\": \"i\", \"dimension\": 3}]}}";
+    dt_feature_model fm;
+    dt_model *m = NULL;
+    CHECK_OK(dt_features_parse(spec, "spec.json", NULL, f));
+    dt_status st = *f ? dt_features_model(*f, &fm) : DT_ERR_INVALID;
+    CHECK_OK(st);
+    if (st == DT_OK)
+        CHECK_OK(dt_model_create(&fm.spec, 8, NULL, NULL, &m));
+    if (m)
+        dt_model_init_params(m, 5);
+    return m;
+}
+
+/* Rows of (slot 0's keys, slot 1's ids), n_keys and n_ids per row. */
+static dt_elem *key_rows(int n, const int64_t (*keys)[2], const int *n_keys, const int64_t *ids)
+{
+    size_t nnz = 0;
+    for (int r = 0; r < n; r++)
+        nnz += 2 * (size_t)n_keys[r] + 1;
+    dt_elem *e = dt_elem_alloc(n, 0, nnz, 0);
+    size_t at = 0;
+    for (int r = 0; r < n; r++) {
+        e->sp_row[r] = (int64_t)at;
+        for (int k = 0; k < n_keys[r]; k++) {
+            e->sp_ids[at] = dt_feature_key_hi(0, keys[r][k]), e->sp_vals[at++] = 1.0f;
+            e->sp_ids[at] = dt_feature_key_lo(0, keys[r][k]), e->sp_vals[at++] = 1.0f;
+        }
+        e->sp_ids[at] = dt_feature_entry(1, ids[r]), e->sp_vals[at++] = 1.0f;
+        e->labels[r] = (float)(r % 2);
+    }
+    e->sp_row[n] = (int64_t)at;
+    return e;
+}
+
+TEST(dynamic_columns_turn_key_pairs_into_rows)
+{
+    dt_features *f = NULL;
+    dt_model *m = columns_model(&f);
+    if (!m) {
+        dt_features_destroy(f);
+        return;
+    }
+    const int64_t big = INT64_MAX - 6, small = 41;
+    const int64_t keys[3][2] = {{big, small}, {big, 0}, {small, 0}};
+    const int n_keys[3] = {2, 1, 0}, ids[3] = {3, 9, 0};
+    dt_elem *e = key_rows(3, keys, n_keys, (const int64_t[]){ids[0], ids[1], ids[2]});
+    dt_keymap *km = dt_model_keymap(m, 0);
+    CHECK(km != NULL && dt_model_keymap(m, 1) == NULL);
+    /* Scoring counts nothing; training admits `big` (two sightings), not `small` (one). */
+    CHECK_OK(dt_model_forward_batch(m, e, false, NULL));
+    CHECK(km && dt_keymap_row(km, big) == 0);
+    CHECK_OK(dt_model_forward_batch(m, e, true, NULL));
+    CHECK(km && dt_keymap_row(km, big) > 0 && dt_keymap_row(km, small) == 0);
+    dt_elem_free(e);
+    /* A key's half alone, and a high half past its 31 bits, name the example and slot. */
+    e = dt_elem_alloc(1, 0, 2, 0);
+    e->sp_row[0] = 0, e->sp_row[1] = 2;
+    e->sp_ids[0] = dt_feature_key_hi(0, big), e->sp_ids[1] = dt_feature_entry(1, 2);
+    e->sp_vals[0] = e->sp_vals[1] = 1.0f;
+    e->labels[0] = 0;
+    CHECK_ERR(dt_model_forward_batch(m, e, true, NULL), DT_ERR_INVALID,
+              "example 0: slot 0: entry 0 is not the first half of a dynamic column's key");
+    e->sp_ids[0] = dt_feature_entry(0, (int64_t)1 << 31), e->sp_ids[1] = dt_feature_entry(0, 1);
+    CHECK_ERR(dt_model_forward_batch(m, e, true, NULL), DT_ERR_INVALID, "example 0: slot 0:");
+    dt_elem_free(e);
+    dt_model_destroy(m);
+    dt_features_destroy(f);
 }

@@ -1994,3 +1994,105 @@ TEST(features_transform_example_lists)
     dt_feature_scratch_free(s);
     dt_features_destroy(f);
 }
+
+/* Parses a spec and builds its model: the status. */
+static dt_status model_of(const char *json)
+{
+    dt_features *f = NULL;
+    dt_feature_model fm;
+    dt_status st = dt_features_parse(json, "spec.json", NULL, &f);
+    if (st == DT_OK)
+        st = dt_features_model(f, &fm);
+    dt_features_destroy(f);
+    return st;
+}
+
+/* A dynamic column's ids in a row: each key from its pair of entries. */
+static int col_keys(const dt_features *f, const dt_rowbuf *b, int row, const char *col,
+                    int64_t *keys, float *w, int max)
+{
+    int c = column_index(f, col), slot = c >= 0 ? dt_features_column_slot(f, c) : -1, n = 0;
+    for (int64_t j = b->sp_row[row]; slot >= 0 && j + 1 < b->sp_row[row + 1]; j++)
+        if (dt_feature_entry_slot(b->sp_ids[j]) == slot) {
+            CHECK(dt_feature_entry_slot(b->sp_ids[j + 1]) == slot);
+            if (n < max) {
+                keys[n] = dt_feature_entry_key(b->sp_ids[j], b->sp_ids[j + 1]);
+                w[n] = b->sp_vals[j];
+            }
+            n++, j++;
+        }
+    return n;
+}
+
+TEST(features_dynamic_columns_key_by_the_value)
+{
+    dt_features *f = PARSE(J("{'columns':["
+                             "{'name':'h','type':'hash_bucket','key':'k','dynamic':true,"
+                             "'admit':{'min_count':3},'evict':{'steps_to_live':100}},"
+                             "{'name':'i','type':'identity','key':'ki','dynamic':true},"
+                             "{'name':'x','type':'crossed','keys':['k','ki'],'dynamic':true},"
+                             "{'name':'w','type':'weighted','categorical':'h','weight_key':'kw'},"
+                             "{'name':'f','type':'hash_bucket','key':'k','hash_bucket_size':10}]}"));
+    if (!f)
+        return;
+    CHECK(dt_features_column_dynamic(f, 0) && dt_features_column_dynamic(f, 3) &&
+          !dt_features_column_dynamic(f, 4));
+    CHECK(dt_features_column_buckets(f, 0) == 0);
+    dt_rowbuf b;
+    dt_rowbuf_init(&b, 0);
+    raw_row r;
+    row_init(&r, f);
+    /* Fingerprint64("Hello") = 15404698994557526151: the key is it less its top bit. */
+    PUT_BYTES(&r, "k", "Hello", "x");
+    PUT_INTS(&r, "ki", (int64_t)1 << 62, 7);
+    PUT_FLOATS(&r, "kw", 0.5f, 2.0f);
+    CHECK_OK(xform(&r, &b));
+    int64_t keys[8];
+    float w[8];
+    CHECK(col_keys(f, &b, 0, "h", keys, w, 8) == 2);
+    CHECK(keys[0] == (int64_t)(15404698994557526151ULL - (1ULL << 63)));
+    CHECK(keys[1] == (int64_t)(fp("x") & (UINT64_MAX >> 1)));
+    CHECK(col_keys(f, &b, 0, "i", keys, w, 8) == 2);
+    CHECK(keys[0] == (int64_t)1 << 62 && keys[1] == 7);
+    CHECK(col_keys(f, &b, 0, "x", keys, w, 8) == 4);
+    CHECK(keys[1] == (int64_t)(cat64(cat64(CROSS_KEY, fp("Hello")), 7) & (UINT64_MAX >> 1)));
+    CHECK(col_keys(f, &b, 0, "w", keys, w, 8) == 2);
+    CHECK(keys[1] == (int64_t)(fp("x") & (UINT64_MAX >> 1)) && w[0] == 0.5f && w[1] == 2.0f);
+    CHECK_IDS(f, &b, 0, "f", (int64_t)(15404698994557526151ULL % 10), (int64_t)(fp("x") % 10));
+    /* A negative id is no key. */
+    PUT_INTS(&r, "ki", -3);
+    CHECK_ERR(xform(&r, &b), DT_ERR_FORMAT, "column 'i' (key 'ki'): id -3 is negative");
+    /* The spec written back keeps the columns dynamic, with their policy. */
+    char *json = dt_features_to_json(f);
+    CHECK(json && strstr(json, "\"dynamic\":\ttrue") && strstr(json, "\"steps_to_live\":\t100"));
+    dt_features *g = NULL;
+    CHECK_OK(dt_features_parse(json ? json : "", "again", NULL, &g));
+    CHECK(g && dt_features_column_dynamic(g, 2) && dt_features_column_buckets(g, 2) == 0);
+    free(json);
+    dt_features_destroy(g);
+    dt_rowbuf_free(&b);
+    dt_features_destroy(f);
+    /* What a dynamic column does not take, and what only it takes. */
+    CHECK_ERR(parse_spec(J("{'columns':[{'name':'a','type':'hash_bucket','dynamic':true,"
+                           "'hash_bucket_size':9}]}")),
+              DT_ERR_INVALID, "columns[0] 'a': hash_bucket_size: a dynamic column has no buckets");
+    CHECK_ERR(parse_spec(J("{'columns':[{'name':'a','type':'identity','num_buckets':9,"
+                           "'admit':{'min_count':2}}]}")),
+              DT_ERR_INVALID, "columns[0] 'a': admit: applies to a dynamic column");
+    CHECK_ERR(parse_spec(J("{'columns':[{'name':'a','type':'identity','dynamic':1}]}")),
+              DT_ERR_INVALID, "columns[0] 'a': dynamic: expected true or false");
+    CHECK_ERR(parse_spec(J("{'columns':[{'name':'a','type':'vocabulary_list','vocabulary':['p'],"
+                           "'dynamic':true}]}")),
+              DT_ERR_INVALID, "columns[0] 'a': unknown field \"dynamic\"");
+    CHECK_ERR(parse_spec(J("{'columns':[{'name':'a','type':'hash_bucket','dynamic':true,"
+                           "'evict':{'steps_to_live':-1}}]}")),
+              DT_ERR_INVALID, "spec.json: columns[0] 'a': evict.steps_to_live");
+    CHECK_ERR(model_of(J("{'columns':[{'name':'a','type':'hash_bucket','dynamic':true}],"
+                         "'model':{'type':'dnn','dnn_feature_columns':[{'indicator':'a'}]}}")),
+              DT_ERR_INVALID, "indicator 'a': a dynamic column has no buckets to count");
+    CHECK_ERR(model_of(J("{'columns':[{'name':'a','type':'identity','dynamic':true},"
+                         "{'name':'b','type':'identity','num_buckets':5}],"
+                         "'model':{'type':'dnn','dnn_feature_columns':"
+                         "[{'shared_embedding':['a','b'],'dimension':2}]}}")),
+              DT_ERR_INVALID, "the columns of a shared table are all dynamic");
+}

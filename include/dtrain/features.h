@@ -8,7 +8,9 @@
  * transformed row is a dt_elem row: the numeric columns' values in its dense part (in column
  * order), the categorical columns' ids in its sparse part, each id tagged with its column's
  * slot (dt_feature_entry_*), each value the id's weight (1 unless the column is weighted), and
- * the label as a float (a class index under a label vocabulary).
+ * the label as a float (a class index under a label vocabulary). A dynamic column's ids are not
+ * reduced to buckets: each is a key (the value's Fingerprint64 with its top bit cleared, an
+ * integer id as it is), carried in two entries (dt_feature_key_hi, dt_feature_key_lo).
  *
  * Hashing is TensorFlow's: Fingerprint64 (FarmHash) of a value's bytes, an integer through its
  * decimal digits, modulo the bucket count; crosses fold with FingerprintCat64 from 0xDECAFCAFFE. */
@@ -28,19 +30,7 @@
 
 #define DT_FEATURE_NAME_CAP 64
 
-/* A transformed row's sparse entry: the slot of its column in the high bits, the id below. Ids
- * stay below 2^48; slots below 2^15. */
-#define DT_FEATURE_SLOT_SHIFT 48
-#define DT_FEATURE_MAX_BUCKETS ((int64_t)1 << DT_FEATURE_SLOT_SHIFT)
-static inline int dt_feature_entry_slot(int64_t entry) { return (int)(entry >> DT_FEATURE_SLOT_SHIFT); }
-static inline int64_t dt_feature_entry_id(int64_t entry)
-{
-    return entry & (DT_FEATURE_MAX_BUCKETS - 1);
-}
-static inline int64_t dt_feature_entry(int slot, int64_t id)
-{
-    return ((int64_t)slot << DT_FEATURE_SLOT_SHIFT) | id;
-}
+/* A transformed row's sparse entries: dt_feature_entry and its kin, in model_spec.h. */
 
 typedef enum {
     DT_FCOL_NUMERIC = 0,
@@ -102,6 +92,9 @@ DT_API dt_feature_column_type dt_features_column_type(const dt_features *f, int 
 /* Categorical columns: their slot and bucket count; numeric: slot -1, buckets 0. */
 DT_API int dt_features_column_slot(const dt_features *f, int i);
 DT_API int64_t dt_features_column_buckets(const dt_features *f, int i);
+/* Whether a column's ids are keys of a dynamic table ("dynamic": true, or a weighted column of
+ * such a column): unbounded, no buckets, two entries each in a transformed row. */
+DT_API bool dt_features_column_dynamic(const dt_features *f, int i);
 /* Numeric columns: their dense offset and width; categorical: -1 and 0. */
 DT_API int dt_features_column_dense(const dt_features *f, int i, int *width);
 /* Dense values and slots of a transformed row. */

@@ -106,6 +106,36 @@ typedef struct {
 #define DT_MAX_CROSS_LAYERS 16
 #define DT_COLUMN_TABLE_NAME_CAP 96
 
+/* A transformed row's sparse entry: the slot of its column in the high bits, the id below. Ids
+ * stay below 2^48; slots below 2^15. */
+#define DT_FEATURE_SLOT_SHIFT 48
+#define DT_FEATURE_MAX_BUCKETS ((int64_t)1 << DT_FEATURE_SLOT_SHIFT)
+static inline int dt_feature_entry_slot(int64_t entry) { return (int)(entry >> DT_FEATURE_SLOT_SHIFT); }
+static inline int64_t dt_feature_entry_id(int64_t entry)
+{
+    return entry & (DT_FEATURE_MAX_BUCKETS - 1);
+}
+static inline int64_t dt_feature_entry(int slot, int64_t id)
+{
+    return ((int64_t)slot << DT_FEATURE_SLOT_SHIFT) | id;
+}
+/* A dynamic column's id is a key of its table (keymap.h: 0 .. 2^63 - 1), too wide to stand
+ * beside a slot: it takes two entries of its slot, the key's high 31 bits, then its low 32. */
+static inline int64_t dt_feature_key_hi(int slot, int64_t key)
+{
+    return dt_feature_entry(slot, (int64_t)((uint64_t)key >> 32));
+}
+static inline int64_t dt_feature_key_lo(int slot, int64_t key)
+{
+    return dt_feature_entry(slot, key & 0xffffffff);
+}
+/* The key of such a pair, or -1 when the two are not one (a half past its bits). */
+static inline int64_t dt_feature_entry_key(int64_t hi, int64_t lo)
+{
+    int64_t h = dt_feature_entry_id(hi), l = dt_feature_entry_id(lo);
+    return h >> 31 || l >> 32 ? -1 : h << 32 | l;
+}
+
 typedef enum { DT_COMBINER_SUM = 0, DT_COMBINER_MEAN, DT_COMBINER_SQRTN } dt_combiner;
 typedef enum {
     DT_INPUT_NUMERIC = 0, /* dense values [dense_off, dense_off + width); linear: times rows
@@ -133,6 +163,10 @@ typedef struct {
     int dim;
     bool linear;           /* of the linear part (its optimizer), else the deep part's */
     float init_stddev;     /* 0: zeros (linear); embeddings: 1 / sqrt(dim) */
+    /* Keyed by its slots' keys (keymap.h) under this policy, rows unused: tables read through
+     * the same slots share one key map, so that a key has one row in all of them. */
+    bool dynamic;
+    dt_keymap_policy policy;
 } dt_column_table;
 
 typedef struct {
@@ -172,6 +206,9 @@ DT_API dt_status dt_ctr_spec_check(const dt_ctr_spec *c);
 /* The spec of a CTR model of architecture arch (not sequential): checks the sizes, naming the
  * flag-like field ("field_size"), and builds the MLP's layers for DeepFM. */
 DT_API dt_status dt_model_spec_ctr(dt_arch arch, const dt_ctr_spec *c, dt_model_spec *out);
+/* Whether the model has dynamic tables (keymap.h): a CTR model's (ctr.dynamic), or a feature
+ * spec's dynamic columns' (dt_column_table.dynamic). */
+DT_API bool dt_model_spec_dynamic(const dt_model_spec *spec);
 /* "lr" | "fm" | "deepfm" (and "sequential"). */
 DT_API dt_status dt_arch_parse(const char *name, dt_arch *out);
 DT_API const char *dt_arch_name(dt_arch arch);

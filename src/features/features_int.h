@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "dtrain/features.h"
+#include "dtrain/keymap.h"
 
 typedef struct cJSON cJSON;
 
@@ -69,6 +70,10 @@ typedef struct {
     int64_t cat_default;    /* vocabularies, identity: -1 drops the value */
     bool has_cat_default;   /* identity: without one an id out of range is an error */
     int64_t adapt_min_count, adapt_max_tokens; /* vocabulary: max_tokens 0 = no bound */
+    /* hash_bucket, identity, crossed: "dynamic": true keys a table by the value (its key below)
+     * under this admission and eviction, instead of a bucket; weighted: its column's */
+    bool dynamic;
+    dt_keymap_policy policy;
     /* hash_bucket, crossed */
     int64_t hash_bucket_size;
     /* identity */

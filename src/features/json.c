@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../model/dynamic_json.h"
 #include "features_int.h"
 
 static bool add_tokens(cJSON *o, const char *field, const dt_vocab *v)
@@ -98,10 +99,18 @@ static bool vocab_json(cJSON *o, const dt_features *f, const dt_feature_column *
     return ok && add_tokens(o, "vocabulary", &c->vocab);
 }
 
+/* A dynamic column's "dynamic": true and policy, or a fixed one's bucket count. */
+static bool add_buckets(cJSON *o, const dt_feature_column *c, const char *field, int64_t n)
+{
+    if (!c->dynamic)
+        return cJSON_AddNumberToObject(o, field, (double)n) != NULL;
+    return cJSON_AddBoolToObject(o, "dynamic", 1) && dt_dynamic_policy_to_json(o, &c->policy);
+}
+
 static bool crossed_json(cJSON *o, const dt_features *f, const dt_feature_column *c)
 {
     cJSON *keys = cJSON_AddArrayToObject(o, "keys");
-    bool ok = keys && cJSON_AddNumberToObject(o, "hash_bucket_size", (double)c->hash_bucket_size);
+    bool ok = keys && add_buckets(o, c, "hash_bucket_size", c->hash_bucket_size);
     if (c->hash_key != 0xDECAFCAFFEull)
         ok = ok && cJSON_AddNumberToObject(o, "hash_key", (double)c->hash_key);
     for (int k = 0; ok && k < c->n_cross; k++) {
@@ -127,10 +136,10 @@ static bool column_json(cJSON *o, const dt_features *f, const dt_feature_column 
     case DT_FCOL_VOCAB: return vocab_json(o, f, c);
     case DT_FCOL_HASH:
         return add_name(o, "key", f->keys[c->key]) && add_separator(o, c) &&
-               cJSON_AddNumberToObject(o, "hash_bucket_size", (double)c->hash_bucket_size);
+               add_buckets(o, c, "hash_bucket_size", c->hash_bucket_size);
     case DT_FCOL_IDENTITY:
         return add_name(o, "key", f->keys[c->key]) && add_separator(o, c) &&
-               cJSON_AddNumberToObject(o, "num_buckets", (double)c->num_buckets) &&
+               add_buckets(o, c, "num_buckets", c->num_buckets) &&
                (!c->has_cat_default ||
                 cJSON_AddNumberToObject(o, "default_value", (double)c->cat_default));
     case DT_FCOL_CROSSED: return crossed_json(o, f, c);
@@ -192,6 +201,14 @@ static cJSON *float_array(const float *v, int n)
     return a;
 }
 
+/* An id in exact decimal digits: a dynamic column's key passes 2^53, where a double rounds. */
+static cJSON *json_id(int64_t id)
+{
+    char text[24];
+    snprintf(text, sizeof text, "%lld", (long long)id);
+    return cJSON_CreateRaw(text);
+}
+
 char *dt_features_row_json(const dt_features *f, const dt_elem *e, int r)
 {
     cJSON *o = cJSON_CreateObject();
@@ -212,14 +229,19 @@ char *dt_features_row_json(const dt_features *f, const dt_elem *e, int r)
         cJSON *ids = col ? cJSON_AddArrayToObject(col, "ids") : NULL;
         ok = ids != NULL;
         bool weighted = c->type == DT_FCOL_WEIGHTED;
-        for (int64_t j = lo; ok && j < hi; j++)
-            if (dt_feature_entry_slot(e->sp_ids[j]) == c->slot)
-                ok = cJSON_AddItemToArray(
-                    ids, cJSON_CreateNumber((double)dt_feature_entry_id(e->sp_ids[j])));
+        /* A dynamic column's key takes two entries, read as one. */
+        int step = c->dynamic ? 2 : 1;
         cJSON *ws = ok && weighted ? cJSON_AddArrayToObject(col, "weights") : NULL;
-        for (int64_t j = lo; ws && j < hi; j++)
-            if (dt_feature_entry_slot(e->sp_ids[j]) == c->slot)
-                ok = ok && cJSON_AddItemToArray(ws, cJSON_CreateNumber(short_float(e->sp_vals[j])));
+        ok = ok && (ws || !weighted);
+        for (int64_t j = lo; ok && j + step <= hi; j++) {
+            if (dt_feature_entry_slot(e->sp_ids[j]) != c->slot)
+                continue;
+            int64_t id = c->dynamic ? dt_feature_entry_key(e->sp_ids[j], e->sp_ids[j + 1])
+                                    : dt_feature_entry_id(e->sp_ids[j]);
+            ok = cJSON_AddItemToArray(ids, json_id(id)) &&
+                 (!ws || cJSON_AddItemToArray(ws, cJSON_CreateNumber(short_float(e->sp_vals[j]))));
+            j += step - 1;
+        }
     }
     char *text = ok ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);

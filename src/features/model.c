@@ -64,12 +64,39 @@ static dt_status add_table(mctx *c, const char *name, int64_t rows, int dim, boo
         return model_error(c, "table %s: %lld rows, more than a table holds", name,
                            (long long)rows);
     dt_column_table *t = &cs->tables[cs->n_tables];
+    memset(t, 0, sizeof *t);
     snprintf(t->name, sizeof t->name, "%s", name);
     t->rows = rows, t->dim = dim, t->linear = linear;
     t->init_stddev = linear ? 0.0f : c->emb_stddev > 0 ? c->emb_stddev
                                                        : (float)(1.0 / sqrt((double)dim));
+    dt_keymap_policy_default(&t->policy);
     *out = cs->n_tables++;
     return DT_OK;
+}
+
+/* The table of a categorical column's ids: a dynamic column's keyed by them under its policy
+ * (rows then come from the key map), which every column sharing the table must have too. */
+static dt_status column_table(mctx *c, const dt_feature_column *col, const char *name, int dim,
+                              bool linear, int *out)
+{
+    for (int t = 0; t < c->cs->n_tables; t++) {
+        const dt_column_table *had = &c->cs->tables[t];
+        if (strcmp(had->name, name) == 0 &&
+            (had->dynamic != col->dynamic ||
+             (col->dynamic && !dt_keymap_policy_equal(&had->policy, &col->policy))))
+            return model_error(c, "table %s: '%s' %s: the columns of a shared table are all "
+                               "dynamic with one admission and eviction, or none is", name,
+                               col->name, col->dynamic ? "is dynamic under another policy or "
+                                                         "beside a fixed column"
+                                                       : "is fixed beside a dynamic column");
+    }
+    int before = c->cs->n_tables;
+    dt_status st = add_table(c, name, col->dynamic ? 1 : col->buckets, dim, linear, out);
+    if (st == DT_OK && *out == before) {
+        c->cs->tables[*out].dynamic = col->dynamic;
+        c->cs->tables[*out].policy = col->policy;
+    }
+    return st;
 }
 
 static dt_status add_input(mctx *c, bool linear, dt_column_input in)
@@ -128,7 +155,7 @@ static dt_status linear_part(mctx *c, const cJSON *list, int N)
             char name[DT_COLUMN_TABLE_NAME_CAP];
             int t;
             snprintf(name, sizeof name, "linear/%s/weights", col->name);
-            if ((st = add_table(c, name, col->buckets, N, true, &t)) == DT_OK)
+            if ((st = column_table(c, col, name, N, true, &t)) == DT_OK)
                 st = add_input(c, true, (dt_column_input){.kind = DT_INPUT_WEIGHTS,
                                                          .slot = col->slot, .table = t});
         }
@@ -188,7 +215,7 @@ static dt_status embedding_input(mctx *c, const dt_feature_column *col, int dim,
     else
         snprintf(name, sizeof name, "dnn/%s_embedding/embedding_weights", col->name);
     int t;
-    dt_status st = add_table(c, name, col->buckets, dim, false, &t);
+    dt_status st = column_table(c, col, name, dim, false, &t);
     return st ? st : add_input(c, false, (dt_column_input){.kind = DT_INPUT_EMBEDDING,
                                                           .slot = col->slot, .table = t,
                                                           .combiner = comb});
@@ -237,6 +264,9 @@ static dt_status deep_entry(mctx *c, const cJSON *e, int field_dim)
             return col ? st : DT_ERR_INVALID;
         if (field_dim > 0)
             return model_error(c, "deepfm fields are embeddings, not indicators");
+        if (col->dynamic)
+            return model_error(c, "indicator '%s': a dynamic column has no buckets to count: "
+                               "embed it", col->name);
         if (!dt_feature_is_categorical(col) || col->buckets > (1 << 20))
             return model_error(c, "indicator '%s': a categorical column of at most %d buckets",
                                col->name, 1 << 20);
@@ -266,7 +296,7 @@ static dt_status deep_entry(mctx *c, const cJSON *e, int field_dim)
         const dt_feature_column *col = column_named(c, it, "shared_embedding");
         if (!col)
             return DT_ERR_INVALID;
-        if (buckets >= 0 && col->buckets != buckets)
+        if (buckets > 0 && col->buckets != buckets && !col->dynamic)
             return model_error(c, "shared_embedding: '%s' has %lld buckets, the first column "
                                "%lld: shared columns need the same number", col->name,
                                (long long)col->buckets, (long long)buckets);

@@ -13,6 +13,7 @@
 
 #include "../core/json.h"
 #include "../core/fileio.h"
+#include "../model/dynamic_json.h"
 #include "dtrain/log.h"
 #include "features_int.h"
 
@@ -51,10 +52,12 @@ static const char *const *fields_of(dt_feature_column_type t)
                                         "num_oov_buckets", "default_value", "separator", NULL};
     static const char *const vadapt[] = {"key", "adapt", "vocabulary", "num_oov_buckets",
                                          "default_value", "separator", NULL};
-    static const char *const hash[] = {"key", "hash_bucket_size", "separator", NULL};
+    static const char *const hash[] = {"key", "hash_bucket_size", "separator", "dynamic", "admit",
+                                       "evict", "memory_limit", NULL};
     static const char *const identity[] = {"key", "num_buckets", "default_value", "separator",
-                                           NULL};
-    static const char *const crossed[] = {"keys", "hash_bucket_size", "hash_key", NULL};
+                                           "dynamic", "admit", "evict", "memory_limit", NULL};
+    static const char *const crossed[] = {"keys", "hash_bucket_size", "hash_key", "dynamic",
+                                          "admit", "evict", "memory_limit", NULL};
     static const char *const weighted[] = {"categorical", "weight_key", NULL};
     switch (t) {
     case DT_FCOL_NUMERIC: return numeric;
@@ -462,12 +465,42 @@ static dt_status parse_vocab(const pctx *c, const cJSON *o, dt_feature_column *c
     return DT_OK;
 }
 
+/* "dynamic": true keys the column's tables by the value itself (keymap.h) instead of a bucket,
+ * so the bucket count and default do not apply; "admit", "evict" and "memory_limit" are the
+ * tables' policy, as a built-in model's dynamic tables take it. */
+static dt_status parse_dynamic(const pctx *c, const cJSON *o, dt_feature_column *col)
+{
+    const cJSON *d = cJSON_GetObjectItemCaseSensitive(o, "dynamic");
+    if (d && !cJSON_IsBool(d))
+        return spec_error(c, "dynamic: expected true or false");
+    col->dynamic = cJSON_IsTrue(d);
+    dt_keymap_policy_default(&col->policy);
+    static const char *const policy[] = {"admit", "evict", "memory_limit"};
+    static const char *const buckets[] = {"hash_bucket_size", "num_buckets", "default_value"};
+    for (int k = 0; k < 3; k++) {
+        if (!col->dynamic && cJSON_GetObjectItemCaseSensitive(o, policy[k]))
+            return spec_error(c, "%s: applies to a dynamic column (\"dynamic\": true)", policy[k]);
+        if (col->dynamic && cJSON_GetObjectItemCaseSensitive(o, buckets[k]))
+            return spec_error(c, "%s: a dynamic column has no buckets: its table is keyed by %s",
+                              buckets[k], col->type == DT_FCOL_IDENTITY
+                                              ? "the id itself"
+                                              : "the value's Fingerprint64");
+    }
+    if (!col->dynamic)
+        return DT_OK;
+    char where[sizeof c->f->source + sizeof c->where + 2];
+    snprintf(where, sizeof where, "%s: %s", c->f->source, c->where);
+    return dt_dynamic_policy_from_json(o, where, &col->policy);
+}
+
 static dt_status parse_categorical(const pctx *c, const cJSON *o, dt_feature_column *col)
 {
     dt_status st = parse_key(c, o, col);
-    if (st || (st = parse_separator(c, o, col)))
+    if (st || (st = parse_separator(c, o, col)) || (st = parse_dynamic(c, o, col)))
         return st;
     col->adapted = true;
+    if (col->dynamic)
+        return DT_OK;
     if (col->type == DT_FCOL_HASH) {
         const cJSON *h = cJSON_GetObjectItemCaseSensitive(o, "hash_bucket_size");
         if (!h)
@@ -496,11 +529,13 @@ static dt_status parse_crossed(const pctx *c, const cJSON *o, dt_feature_column 
     const cJSON *h = cJSON_GetObjectItemCaseSensitive(o, "hash_bucket_size");
     const cJSON *hk = cJSON_GetObjectItemCaseSensitive(o, "hash_key");
     const cJSON *keys = cJSON_GetObjectItemCaseSensitive(o, "keys");
-    dt_status st;
-    if (!h)
+    dt_status st = parse_dynamic(c, o, col);
+    if (st)
+        return st;
+    if (!h && !col->dynamic)
         return spec_error(c, "hash_bucket_size: missing");
-    if ((st = get_int(c, h, "hash_bucket_size", 1, DT_FEATURE_MAX_BUCKETS - 1,
-                      &col->hash_bucket_size)))
+    if (h && (st = get_int(c, h, "hash_bucket_size", 1, DT_FEATURE_MAX_BUCKETS - 1,
+                           &col->hash_bucket_size)))
         return st;
     col->hash_key = 0xDECAFCAFFEull;
     if (hk) {
@@ -714,6 +749,8 @@ static dt_status plan_order(dt_features *f)
 
 static int64_t buckets_of(const dt_feature_column *c, const dt_features *f)
 {
+    if (c->dynamic)
+        return 0;
     switch (c->type) {
     case DT_FCOL_NUMERIC: return 0;
     case DT_FCOL_BUCKETIZED:
@@ -734,6 +771,10 @@ void dt_features_layout(dt_features *f)
     f->n_dense = f->n_slots = 0;
     for (int i = 0; i < f->n_cols; i++) {
         dt_feature_column *c = &f->cols[i];
+        if (c->type == DT_FCOL_WEIGHTED) { /* its ids are its column's */
+            c->dynamic = f->cols[c->categorical].dynamic;
+            c->policy = f->cols[c->categorical].policy;
+        }
         c->buckets = buckets_of(c, f);
         if (dt_feature_is_categorical(c)) {
             c->slot = f->n_slots++;
@@ -1003,6 +1044,7 @@ dt_feature_column_type dt_features_column_type(const dt_features *f, int i)
 }
 int dt_features_column_slot(const dt_features *f, int i) { return f->cols[i].slot; }
 int64_t dt_features_column_buckets(const dt_features *f, int i) { return f->cols[i].buckets; }
+bool dt_features_column_dynamic(const dt_features *f, int i) { return f->cols[i].dynamic; }
 int dt_features_column_dense(const dt_features *f, int i, int *width)
 {
     *width = f->cols[i].type == DT_FCOL_NUMERIC ? f->cols[i].shape : 0;

@@ -373,11 +373,28 @@ static dt_status identity_id(const dt_features *f, const dt_feature_column *c, i
     return DT_OK;
 }
 
+/* A dynamic column's key of a value hashed to 64 bits: the hash less its top bit, since keys are
+ * 0 .. 2^63 - 1 (keymap.h). */
+static int64_t key_of_hash(uint64_t h) { return (int64_t)(h & (UINT64_MAX >> 1)); }
+
+/* A dynamic identity column's key: the id itself, which may be any non-negative int64. */
+static dt_status identity_key(const dt_features *f, const dt_feature_column *c, int64_t id)
+{
+    return id >= 0 ? DT_OK : col_error(f, c, "id %" PRId64 " is negative: keys are 0 .. 2^63 - 1", id);
+}
+
 static dt_status categorical_column(const dt_features *f, const dt_feature_column *c,
                                     const dt_raw_value *v, dt_feature_scratch *s, col_out *o)
 {
     size_t n;
     dt_status st;
+    if (c->type == DT_FCOL_IDENTITY && c->dynamic && v->kind == DT_RAW_INT64) {
+        for (size_t i = 0; i < v->n; i++)
+            if ((st = identity_key(f, c, v->ints[i])) ||
+                (st = add_id(o, v->ints[i], 1, (uint32_t)i)))
+                return st;
+        return DT_OK;
+    }
     if (c->type == DT_FCOL_IDENTITY) {
         if (v->kind == DT_RAW_INT64) {
             for (size_t i = 0; i < v->n; i++) {
@@ -396,7 +413,9 @@ static dt_status categorical_column(const dt_features *f, const dt_feature_colum
         int64_t id = -1;
         switch (c->type) {
         case DT_FCOL_HASH:
-            id = (int64_t)dt_fingerprint_bucket(t->data, t->len, (uint64_t)c->hash_bucket_size);
+            id = c->dynamic ? key_of_hash(dt_fingerprint64(t->data, t->len))
+                            : (int64_t)dt_fingerprint_bucket(t->data, t->len,
+                                                             (uint64_t)c->hash_bucket_size);
             break;
         case DT_FCOL_VOCAB_LIST:
         case DT_FCOL_VOCAB_FILE:
@@ -406,7 +425,7 @@ static dt_status categorical_column(const dt_features *f, const dt_feature_colum
         case DT_FCOL_IDENTITY:
             if (!parse_integer(t->data, t->len, &id))
                 return col_error(f, c, "'%.*s' is not an integer id", QUOTE(t->data, t->len));
-            if ((st = identity_id(f, c, &id)))
+            if ((st = c->dynamic ? identity_key(f, c, id) : identity_id(f, c, &id)))
                 return st;
             break;
         default:
@@ -472,7 +491,8 @@ static dt_status crossed_column(const dt_features *f, const dt_feature_column *c
         uint64_t h = c->hash_key;
         for (int k = 0; k < c->n_cross; k++)
             h = dt_fingerprint_cat64(h, s->cross_f[start[k] + idx[k]]);
-        if ((st = add_id(o, (int64_t)(h % (uint64_t)c->hash_bucket_size), 1, (uint32_t)n)))
+        int64_t id = c->dynamic ? key_of_hash(h) : (int64_t)(h % (uint64_t)c->hash_bucket_size);
+        if ((st = add_id(o, id, 1, (uint32_t)n)))
             return st;
         /* The next combination, the last key fastest (TF's order). */
         for (int k = c->n_cross - 1; k >= 0; k--) {
@@ -616,8 +636,10 @@ dt_status dt_features_transform(const dt_features *f, dt_feature_scratch *s,
             memset(dense + f->cols[i].dense_off, 0, (size_t)f->cols[i].shape * sizeof(float));
     }
     size_t nnz = 0;
-    for (int slot = 0; slot < f->n_slots && st == DT_OK; slot++)
-        nnz += s->cols[f->slot_column[slot]].n;
+    for (int slot = 0; slot < f->n_slots && st == DT_OK; slot++) {
+        const dt_feature_column *c = &f->cols[f->slot_column[slot]];
+        nnz += s->cols[f->slot_column[slot]].n * (c->dynamic ? 2 : 1);
+    }
     if (st == DT_OK)
         st = dt_rowbuf_reserve_sparse(out, nnz);
     if (st) {
@@ -628,8 +650,14 @@ dt_status dt_features_transform(const dt_features *f, dt_feature_scratch *s,
     size_t at = out->nnz;
     for (int slot = 0; slot < f->n_slots; slot++) {
         const col_out *o = &s->cols[f->slot_column[slot]];
+        bool keyed = f->cols[f->slot_column[slot]].dynamic;
         for (size_t j = 0; j < o->n; j++, at++) {
-            out->sp_ids[at] = dt_feature_entry(slot, o->ids[j]);
+            if (keyed) {
+                out->sp_ids[at] = dt_feature_key_hi(slot, o->ids[j]);
+                out->sp_vals[at++] = o->weights[j];
+            }
+            out->sp_ids[at] = keyed ? dt_feature_key_lo(slot, o->ids[j])
+                                    : dt_feature_entry(slot, o->ids[j]);
             out->sp_vals[at] = o->weights[j];
         }
     }

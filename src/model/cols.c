@@ -14,6 +14,7 @@
  * embedding's dedupe). Backward turns dlogits and the layers' input gradient into dx0, the
  * cross variables' gradients and, per table, one summed row per unique id. */
 #include "cols.h"
+#include "cols_keys.h"
 
 #include "../core/cpu.h"
 #include "../core/prefetch.h"
@@ -69,6 +70,8 @@ struct dt_cols {
                                    -1 */
     int64_t *slot_limit;        /* (S): the ids a slot may hold: the fewest rows of what reads it */
     size_t *slot_total;         /* (S + 1): the batch's entries of each slot */
+    dt_col_keys *keys;          /* the dynamic tables' key maps; NULL without */
+    int64_t step;               /* of the last update (keys are counted at the next) */
 };
 
 static const dt_column_input *deep_in(const dt_cols *c, int i) { return &c->spec.deep[i]; }
@@ -234,9 +237,12 @@ dt_status dt_cols_create(const dt_columns_spec *spec, int max_batch, dt_arena *p
     }
     for (int t = 0; t < spec->n_tables; t++)
         dt_sparse_rows_init(&c->grads[t], spec->tables[t].dim);
+    st = dt_col_keys_create(&c->spec, &c->keys); /* sets the dynamic tables' rows */
     for (int t = 0; t < spec->n_tables && st == DT_OK; t++)
-        st = dt_table_create(&c->tables[t], spec->tables[t].name, spec->tables[t].rows,
-                             spec->tables[t].dim);
+        st = dt_table_create(&c->tables[t], c->spec.tables[t].name, c->spec.tables[t].rows,
+                             c->spec.tables[t].dim);
+    if (st == DT_OK && c->keys)
+        st = dt_col_keys_attach(c->keys, c->tables);
     if (st == DT_OK) {
         set_slot_limits(c);
         find_same_places(c);
@@ -256,6 +262,7 @@ void dt_cols_destroy(dt_cols *c)
 {
     if (!c)
         return;
+    dt_col_keys_destroy(c->keys);
     for (int t = 0; c->tables && t < c->spec.n_tables; t++)
         dt_table_free(&c->tables[t]);
     for (int t = 0; c->grads && t < c->spec.n_tables; t++)
@@ -279,7 +286,9 @@ void dt_cols_init(dt_cols *c, uint64_t seed, dt_pool *pool)
         float sd;
         uint64_t off;
         dt_cols_table_init(c, t, &sd, &off);
-        if (sd > 0) /* each table its own stream: the seed moved by the table's index */
+        if (dt_col_keys_map(c->keys, t)) /* rows are drawn as keys are admitted */
+            dt_col_keys_set_seed(c->keys, t, seed + off);
+        else if (sd > 0) /* each table its own stream: the seed moved by the table's index */
             dt_table_init_normal(&c->tables[t], sd, seed + off, pool);
     }
 }
@@ -303,6 +312,27 @@ dt_table *dt_cols_table(dt_cols *c, int i) { return &c->tables[i]; }
 dt_sparse_rows *dt_cols_table_grad(dt_cols *c, int i) { return &c->grads[i]; }
 bool dt_cols_table_linear(const dt_cols *c, int i) { return c->spec.tables[i].linear; }
 int dt_cols_layers_width(const dt_cols *c) { return c->D; }
+dt_keymap *dt_cols_keymap(const dt_cols *c, int t) { return dt_col_keys_map(c->keys, t); }
+
+void dt_cols_share_keys(dt_cols *c, const dt_cols *owner)
+{
+    if (c->keys && owner->keys)
+        dt_col_keys_share(c->keys, owner->keys);
+}
+
+void dt_cols_tables_updated(dt_cols *c, int64_t step)
+{
+    c->step = step;
+    if (c->keys)
+        dt_col_keys_updated(c->keys, step);
+}
+
+void dt_cols_set_step(dt_cols *c, int64_t step)
+{
+    c->step = step;
+    if (c->keys) /* the save at that step ran a whole eviction pass */
+        dt_col_keys_set_pass_step(c->keys, step);
+}
 
 const float *dt_cols_labels(const dt_cols *c) { return c->batch->labels; }
 
@@ -488,14 +518,20 @@ static void cross_forward(dt_cols *c, int B, const dt_arena *params)
     }
 }
 
-dt_status dt_cols_prepare(dt_cols *c, const dt_elem *e)
+dt_status dt_cols_prepare(dt_cols *c, const dt_elem *e, bool training)
 {
     if (e->n_dense != c->spec.n_dense)
         return dt_error(DT_ERR_INVALID, "rows of %d dense values for a model over %d", e->n_dense,
                         c->spec.n_dense);
+    const dt_elem *given = e;
+    c->prepared = NULL;
+    if (c->keys) {
+        dt_status st = dt_col_keys_view(c->keys, e, training, c->step + 1, &e);
+        if (st)
+            return st;
+    }
     c->B = e->n;
     c->batch = e;
-    c->prepared = NULL;
     memset(c->slot_total, 0, (size_t)(c->S + 1) * sizeof *c->slot_total);
     for (int b = 0; b < e->n; b++) {
         dt_status st = index_row(c, e, b);
@@ -516,16 +552,17 @@ dt_status dt_cols_prepare(dt_cols *c, const dt_elem *e)
         }
     }
     if (st == DT_OK)
-        c->prepared = e;
+        c->prepared = given;
     return st;
 }
 
-dt_status dt_cols_forward(dt_cols *c, const dt_elem *e, const dt_arena *params)
+dt_status dt_cols_forward(dt_cols *c, const dt_elem *e, const dt_arena *params, bool training)
 {
-    dt_status st = c->prepared == e ? DT_OK : dt_cols_prepare(c, e);
+    dt_status st = c->prepared == e ? DT_OK : dt_cols_prepare(c, e, training);
     c->prepared = NULL;
     if (st)
         return st;
+    e = c->batch; /* dynamic tables: the view whose ids are rows */
     float *terms = c->lin_terms;
     for (int b = 0; b < e->n; b++) {
         const int64_t *next = b + 1 < e->n ? slots_of(c, b + 1) : NULL;
@@ -851,6 +888,12 @@ static void table_grad(dt_cols *c, int t, const float *dlogits, const float *dx0
         return;
     grad_places(c, t, dlogits, dx0);
     accumulate_groups(tp->offsets, tp->grouped, tp->g, tp->scale, gr->dim, gr->n, gr->rows);
+    if (dt_col_keys_map(c->keys, t) && gr->n > 0 && gr->ids[0] == 0) {
+        /* the zero row of keys not admitted: it takes no update */
+        gr->n--;
+        memmove(gr->ids, gr->ids + 1, gr->n * sizeof *gr->ids);
+        memmove(gr->rows, gr->rows + gr->dim, gr->n * (size_t)gr->dim * sizeof *gr->rows);
+    }
 }
 
 /* dx0 += DeepFM's term's gradient: dz (S_k - v_fk) per field f and k. */

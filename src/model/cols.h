@@ -6,6 +6,7 @@
 #define DTRAIN_MODEL_COLS_H
 
 #include "dtrain/arena.h"
+#include "dtrain/keymap.h"
 #include "dtrain/model_spec.h"
 #include "dtrain/pool.h"
 #include "dtrain/rows.h"
@@ -32,15 +33,15 @@ int dt_cols_layers_width(const dt_cols *c);
 /* Reads e's rows: checks every entry (as dt_cols_forward) and finds each table's unique ids
  * of the batch, which dt_cols_table_ids then gives (a parameter-server worker pulls those rows
  * before forward). The forward of the same e right after does not read it again. */
-dt_status dt_cols_prepare(dt_cols *c, const dt_elem *e);
+dt_status dt_cols_prepare(dt_cols *c, const dt_elem *e, bool training);
 void dt_cols_table_ids(const dt_cols *c, int t, const int64_t **ids, size_t *n);
 /* How table t starts: rows drawn from N(0, stddev^2) with seed + seed_offset (stddev 0: 0). */
 void dt_cols_table_init(const dt_cols *c, int t, float *stddev, uint64_t *seed_offset);
 
 /* Reads e's rows: checks every entry (a known slot, an id within its table, a finite weight;
  * DT_ERR_INVALID naming the example and slot otherwise), builds x0 and runs the cross layers
- * with params. */
-dt_status dt_cols_forward(dt_cols *c, const dt_elem *e, const dt_arena *params);
+ * with params. Dynamic tables' keys are counted and admitted when training (cols_keys.h). */
+dt_status dt_cols_forward(dt_cols *c, const dt_elem *e, const dt_arena *params, bool training);
 /* The labels of the batch of the last forward (a regression head's targets). */
 const float *dt_cols_labels(const dt_cols *c);
 /* (B, width): the layers' input: x0, or x_L of stacked cross layers. */
@@ -61,5 +62,13 @@ dt_table *dt_cols_table(dt_cols *c, int i);
 dt_sparse_rows *dt_cols_table_grad(dt_cols *c, int i);
 /* Whether table i belongs to the linear part (which may take its own optimizer). */
 bool dt_cols_table_linear(const dt_cols *c, int i);
+
+/* Dynamic tables: table t's key map (NULL for a fixed table); an evaluation model's maps taken
+ * from the model it shares variables with; after an update at step (eviction's page), and the
+ * step of a restored checkpoint. */
+dt_keymap *dt_cols_keymap(const dt_cols *c, int t);
+void dt_cols_share_keys(dt_cols *c, const dt_cols *owner);
+void dt_cols_tables_updated(dt_cols *c, int64_t step);
+void dt_cols_set_step(dt_cols *c, int64_t step);
 
 #endif

@@ -654,7 +654,7 @@ static dt_status forward_ctr(dt_model *m, const dt_elem *e, bool training)
 static dt_status forward_cols(dt_model *m, const dt_elem *e, bool training)
 {
     m->cols_ids_of = NULL;
-    dt_status st = dt_cols_forward(m->cols, e, &m->params);
+    dt_status st = dt_cols_forward(m->cols, e, &m->params, training);
     if (st)
         return st;
     const float *deep = NULL;
@@ -930,7 +930,7 @@ dt_status dt_model_table_ids(dt_model *m, const dt_elem *e, int i, const int64_t
 {
     assert(m->cols && i >= 0 && i < dt_model_num_tables(m));
     if (e != m->cols_ids_of) {
-        dt_status st = dt_cols_prepare(m->cols, e);
+        dt_status st = dt_cols_prepare(m->cols, e, false);
         if (st)
             return st;
         m->cols_ids_of = e;
@@ -989,11 +989,14 @@ void dt_model_update_tables(dt_model *m, float lr_scale, int64_t step, dt_pool *
     }
     if (m->ctr)
         dt_ctr_tables_updated(m->ctr, step);
+    if (m->cols)
+        dt_cols_tables_updated(m->cols, step);
 }
 
 dt_keymap *dt_model_keymap(dt_model *m, int i)
 {
-    (void)i;
+    if (m->cols)
+        return dt_cols_keymap(m->cols, i);
     return m->ctr ? dt_ctr_keymap(m->ctr) : NULL;
 }
 
@@ -1038,6 +1041,8 @@ void dt_model_set_tables_step(dt_model *m, int64_t step)
 {
     if (m->ctr)
         dt_ctr_set_step(m->ctr, step);
+    if (m->cols)
+        dt_cols_set_step(m->cols, step);
 }
 
 dt_status dt_model_share_params(dt_model *m, const dt_model *owner)
@@ -1094,6 +1099,8 @@ dt_status dt_model_share_variables(dt_model *m, const dt_model *owner)
         dt_table_borrow(dt_model_table(m, i), dt_model_table((dt_model *)owner, i)->data);
     if (m->ctr && owner->ctr) /* dynamic tables: the owner's keys find their rows */
         dt_ctr_share_keys(m->ctr, dt_ctr_keymap(owner->ctr));
+    if (m->cols && owner->cols)
+        dt_cols_share_keys(m->cols, owner->cols);
     return DT_OK;
 }
 

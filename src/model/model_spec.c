@@ -778,11 +778,24 @@ static bool add_columns_json(cJSON *j, const dt_model_spec *spec)
         ok = o && cJSON_AddItemToArray(tables, o) &&
              cJSON_AddStringToObject(o, "name", c->tables[t].name) &&
              cJSON_AddNumberToObject(o, "rows", (double)c->tables[t].rows) &&
-             cJSON_AddNumberToObject(o, "dim", c->tables[t].dim);
+             cJSON_AddNumberToObject(o, "dim", c->tables[t].dim) &&
+             (!c->tables[t].dynamic || cJSON_AddBoolToObject(o, "dynamic", 1));
     }
     for (int i = 0; ok && i < spec->n_layers; i++)
         ok = add_layer_json(layers, &spec->layers[i]);
     return ok;
+}
+
+bool dt_model_spec_dynamic(const dt_model_spec *spec)
+{
+    if (spec->arch == DT_ARCH_SEQUENTIAL)
+        return false;
+    if (spec->arch != DT_ARCH_COLUMNS)
+        return spec->ctr.dynamic;
+    for (int t = 0; spec->columns && t < spec->columns->n_tables; t++)
+        if (spec->columns->tables[t].dynamic)
+            return true;
+    return false;
 }
 
 static bool add_ctr_json(cJSON *j, const dt_model_spec *spec)

@@ -112,13 +112,16 @@ dt_status dt_export_begin(const char *model_dir, const char *checkpoint,
     if ((st = dt_export_open(model_dir, checkpoint, o, sm, c)) ||
         (st = dt_saved_model_map(*c, sm, 1, m)))
         return st;
-    /* A dynamic table's rows are found through its keys: ONNX looks them up (LabelEncoder),
-     * the dtrain format does not carry them yet. */
-    if (!keyed_tables && dt_model_num_tables(*m) > 0 && dt_model_keymap(*m, 0))
+    /* A dynamic table's rows are found through its keys: ONNX looks a built-in model's up
+     * (LabelEncoder); a feature spec's dynamic columns and the dtrain format wait. */
+    const dt_model_spec *spec = dt_model_spec_of(*m);
+    bool columns = spec->arch == DT_ARCH_COLUMNS;
+    if ((!keyed_tables || columns) && dt_model_spec_dynamic(spec))
         return dt_error(DT_ERR_UNSUPPORTED, "%s: the model's tables are dynamic (keyed by raw "
-                        "ids), which the dtrain export format does not write yet: export it with "
-                        "--format onnx, or score the checkpoint with dtrain predict or the C "
-                        "predictor (predict.h)", dt_ckpt_path(*c));
+                        "ids), which the %s export does not write yet: %sscore the checkpoint "
+                        "with dtrain predict or the C predictor (predict.h)", dt_ckpt_path(*c),
+                        keyed_tables ? "ONNX" : "dtrain format",
+                        columns ? "" : "export it with --format onnx, or ");
     if ((st = dt_export_make_dirs(out_dir)))
         return st;
     res->step = dt_saved_model_step(*c);

@@ -150,8 +150,7 @@ dt_status dt_predictor_open(const char *path, const dt_predictor_options *o, dt_
         (st = dt_saved_model_map(p->ckpt, &p->spec, p->opts.max_batch, &p->master)))
         goto fail;
     /* Sharded and dynamic tables are the master's own already (dt_saved_model_map). */
-    bool own = dt_ckpt_is_sharded(p->ckpt) ||
-               (dt_model_num_tables(p->master) > 0 && dt_model_keymap(p->master, 0));
+    bool own = dt_ckpt_is_sharded(p->ckpt) || dt_model_spec_dynamic(dt_model_spec_of(p->master));
     if (p->opts.private_tables && !own) {
         int n = dt_model_num_tables(p->master);
         p->copies = calloc((size_t)(n ? n : 1), sizeof *p->copies);

@@ -107,8 +107,7 @@ dt_status dt_saved_model_map(const dt_ckpt *c, const dt_saved_spec *s, int max_b
     dt_status st = dt_saved_model_spec(c, s, &spec);
     /* Sharded tables are assembled; dynamic ones restore their keys' map, their rows after
      * its zero row. */
-    bool dynamic = st == DT_OK && spec.arch != DT_ARCH_SEQUENTIAL &&
-                   spec.arch != DT_ARCH_COLUMNS && spec.ctr.dynamic;
+    bool dynamic = st == DT_OK && dt_model_spec_dynamic(&spec);
     if (st == DT_OK && (dt_ckpt_is_sharded(c) || dynamic))
         return dt_saved_model_build(c, s, max_batch, NULL, out);
     if (st || (st = dt_model_create(&spec, max_batch, NULL, NULL, &m)) ||

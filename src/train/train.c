@@ -563,15 +563,17 @@ static void describe(const dt_train_config *c, const run_plan *p, dt_model *m,
 /* Dynamic tables give each key a row as it arrives, in the one process that trains them. */
 static dt_status check_dynamic_strategy(const dt_model_spec *spec, dt_strategy_kind kind)
 {
-    bool dynamic = spec->arch != DT_ARCH_SEQUENTIAL && spec->arch != DT_ARCH_COLUMNS &&
-                   spec->ctr.dynamic;
     /* One process holds the key map, or the parameter server's shards each hold theirs (the
-     * keys placed by their hash); the synchronous replicas would each need the same map. */
-    if (!dynamic || kind == DT_STRATEGY_ONE_DEVICE || kind == DT_STRATEGY_PARAMETER_SERVER)
+     * keys placed by their hash); the synchronous replicas would each need the same map. A
+     * feature spec's dynamic columns come in key pairs the ps worker does not split yet. */
+    bool columns = spec->arch == DT_ARCH_COLUMNS;
+    if (!dt_model_spec_dynamic(spec) || kind == DT_STRATEGY_ONE_DEVICE ||
+        (kind == DT_STRATEGY_PARAMETER_SERVER && !columns))
         return DT_OK;
-    return dt_error(DT_ERR_UNSUPPORTED, "model %s: dynamic tables train with one_device or "
-                    "parameter_server; %s does not train them yet", spec->name,
-                    dt_strategy_name(kind));
+    return dt_error(DT_ERR_UNSUPPORTED, "model %s: %s train with one_device%s; %s does not "
+                    "train them yet", spec->name,
+                    columns ? "a feature spec's dynamic columns" : "dynamic tables",
+                    columns ? "" : " or parameter_server", dt_strategy_name(kind));
 }
 
 typedef struct {
