@@ -3,7 +3,8 @@
 # and predicts as the fixed column does, bit for bit; a resumed run ends where the uninterrupted
 # one does under admission and eviction (exact counts and a Bloom filter); keys are the values'
 # Fingerprint64 less its top bit, or the ids themselves; numpy reads each table's keys; inspect
-# lists the tables; what does not train or export them yet says so in one line.
+# lists the tables; the parameter server trains them as one_device does and restores their
+# checkpoints anywhere; what does not train or export them yet says so in one line.
 # usage: tests/spec_dynamic.sh BUILD_DIR COUNTS_FILE
 set -u
 build=$1
@@ -166,17 +167,51 @@ if grep -q "^dynamic tables:" "$tmp/out" && grep -q "dnn/fnl_embedding/embedding
     ok spec_dynamic_inspect_lists_tables "$(grep -c " live keys" "$tmp/out") tables"
 else fail spec_dynamic_inspect_lists_tables "$(tail -5 "$tmp/out") $(cat "$tmp/err")"; fi
 
+# --- the parameter server: one worker is one_device bit for bit (ssp:0 on 1 ps, async over 3,
+#     hybrid), the ps tasks admitting and evicting; two workers on two ps checkpoint, and the
+#     checkpoint evaluates as trained and goes on in one_device and on 3 ps alike ---
+policy_spec '{"min_count": 2}' > "$tmp/ps.json"
+pbase=(train --data "csv:$tmp/train.csv" --test-data "csv:$tmp/test.csv" --feature-spec "$tmp/ps.json"
+       --batch-size 128 --shuffle-buffer 0 --progress none --seed 5 --threads 1)
+"$dtrain" "${pbase[@]}" --epochs 1 --metrics-out "$tmp/one.json" > /dev/null 2>&1
+one_sum=$(json_field "$tmp/one.json" param_checksum)
+for spec in "ssp0|1|--ps-mode ssp:0" "3ps|3|" "hybrid|1|--ps-mode hybrid"; do
+    IFS='|' read -r label nps extra <<< "$spec"
+    # shellcheck disable=SC2086
+    run timeout 120 "$dtrain" launch -n 1 --ps "$nps" -- "$dtrain" "${pbase[@]}" --epochs 1 \
+        --strategy parameter_server $extra --metrics-out "$tmp/ps_$label.json"
+    sum=$(json_field "$tmp/ps_$label.json" param_checksum)
+    if [ "$status" -eq 0 ] && [ -n "$one_sum" ] && [ "$sum" = "$one_sum" ]; then
+        ok "spec_dynamic_ps_one_worker_${label}_equals_one_device" "checksum $sum"
+    else
+        fail "spec_dynamic_ps_one_worker_${label}_equals_one_device" "exit $status, checksum $sum vs $one_sum: $(tail -3 "$tmp/err")"
+    fi
+done
+run timeout 120 "$dtrain" launch -n 2 --ps 2 -- "$dtrain" "${pbase[@]}" --epochs 2 \
+    --strategy parameter_server --model-dir "$tmp/P" --metrics-out "$tmp/p2.json"
+p2_status=$status
+p2_auc=$(json_field "$tmp/p2.json" test_auc)
+run "$dtrain" evaluate --model-dir "$tmp/P" --test-data "csv:$tmp/test.csv"
+ev_auc=$(sed -n 's/.*auc = \([0-9.]*\).*/\1/p' "$tmp/out")
+cp -r "$tmp/P" "$tmp/P3"
+"$dtrain" "${pbase[@]}" --epochs 3 --model-dir "$tmp/P" > "$tmp/on_one.out" 2>&1
+timeout 120 "$dtrain" launch -n 1 --ps 3 -- "$dtrain" "${pbase[@]}" --epochs 3 \
+    --strategy parameter_server --model-dir "$tmp/P3" > "$tmp/on_3.out" 2>&1
+one_line=$(grep -o "Test loss.*" "$tmp/on_one.out")
+ps_line=$(grep -o "Test loss.*" "$tmp/on_3.out")
+same=$("$py" -c "print(abs(float('${p2_auc:-0}') - float('${ev_auc:-1}')) < 1e-6)")
+if [ "$p2_status" -eq 0 ] && [ "$same" = True ] && grep -q "Restoring parameters" "$tmp/on_one.out" &&
+    grep -q "onto 3 ps tasks" "$tmp/on_3.out" && [ -n "$one_line" ] && [ "$one_line" = "$ps_line" ]; then
+    ok spec_dynamic_ps_checkpoint_restores_anywhere "AUC $p2_auc trained, $ev_auc evaluated; then $one_line both"
+else
+    fail spec_dynamic_ps_checkpoint_restores_anywhere "exit $p2_status, AUC $p2_auc/$ev_auc, '$one_line' vs '$ps_line': $(tail -2 "$tmp/on_3.out")"
+fi
+
 # --- what does not train or export them yet: one line each ---
 base=(train --data "csv:$tmp/train.csv" --test-data none --feature-spec "$tmp/dynamic.json"
       "${flags[@]}" --epochs 1)
 expect_error spec_dynamic_refused_by_mirrored 1 "dynamic columns train with one_device" \
     "${base[@]}" --strategy mirrored
-# (launch relays each task's line and names the chief's exit)
-run timeout 120 "$dtrain" launch -n 1 --ps 1 -- "$dtrain" "${base[@]}"
-if [ "$status" -eq 1 ] &&
-    grep -q "^\[chief:0\] dtrain: error: .*parameter_server does not train them yet" "$tmp/err"; then
-    ok spec_dynamic_refused_by_the_parameter_server "$(grep -c . "$tmp/err") lines from launch"
-else fail spec_dynamic_refused_by_the_parameter_server "exit $status: $(cat "$tmp/err")"; fi
 expect_error spec_dynamic_refused_by_onnx_export 1 "which the ONNX export does not write yet" \
     export --model-dir "$tmp/m_dynamic" --format onnx --out "$tmp/x.onnx"
 

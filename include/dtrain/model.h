@@ -26,6 +26,9 @@ typedef struct {
     /* A dynamic table under max_rows holds the keys of this many shards of max_rows each (a
      * parameter-server coordinator's view of its ps tasks' tables; 0 or 1: its own). */
     int dynamic_shards;
+    /* A parameter-server worker's model: a feature spec's dynamic tables hold one batch's keys,
+     * in key order (dt_model_table_keys), whose rows the worker pulls; no key map. */
+    bool keys_local;
 } dt_model_options;
 
 typedef struct dt_model dt_model;
@@ -138,6 +141,12 @@ DT_API const dt_rowopt_config *dt_model_table_rule(const dt_model *m, int i);
  * again). Valid until that forward. DT_ERR_INVALID as the forward's for a bad entry. */
 DT_API dt_status dt_model_table_ids(dt_model *m, const dt_elem *e, int i, const int64_t **ids,
                                     size_t *n);
+/* A feature-spec model's dynamic table i: whether it is one; under keys_local, after
+ * dt_model_table_ids, the key of each of its rows (row j holds keys[j]; NULL for a fixed table)
+ * and each unique id's places in the batch, its sightings (times, n of them). */
+DT_API bool dt_model_table_dynamic(dt_model *m, int i);
+DT_API const int64_t *dt_model_table_keys(dt_model *m, int i);
+DT_API void dt_model_table_counts(dt_model *m, int i, uint32_t *times);
 /* How table i starts, as dt_model_init_params draws it: each row from N(0, stddev^2) with the
  * seed plus *seed_offset (stddev 0: zeros) — what a ps task holding rows of it draws. */
 DT_API void dt_model_table_init(const dt_model *m, int i, float *stddev, uint64_t *seed_offset);

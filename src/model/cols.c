@@ -188,7 +188,7 @@ static void set_slot_limits(dt_cols *c)
 }
 
 dt_status dt_cols_create(const dt_columns_spec *spec, int max_batch, dt_arena *params,
-                         dt_pool *pool, dt_cols **out)
+                         dt_pool *pool, const dt_model_options *opts, dt_cols **out)
 {
     *out = NULL;
     dt_status st = check_spec(spec);
@@ -237,7 +237,9 @@ dt_status dt_cols_create(const dt_columns_spec *spec, int max_batch, dt_arena *p
     }
     for (int t = 0; t < spec->n_tables; t++)
         dt_sparse_rows_init(&c->grads[t], spec->tables[t].dim);
-    st = dt_col_keys_create(&c->spec, &c->keys); /* sets the dynamic tables' rows */
+    /* sets the dynamic tables' rows */
+    st = dt_col_keys_create(&c->spec, opts ? opts->dynamic_shards : 1, opts && opts->keys_local,
+                            &c->keys);
     for (int t = 0; t < spec->n_tables && st == DT_OK; t++)
         st = dt_table_create(&c->tables[t], c->spec.tables[t].name, c->spec.tables[t].rows,
                              c->spec.tables[t].dim);
@@ -286,7 +288,7 @@ void dt_cols_init(dt_cols *c, uint64_t seed, dt_pool *pool)
         float sd;
         uint64_t off;
         dt_cols_table_init(c, t, &sd, &off);
-        if (dt_col_keys_map(c->keys, t)) /* rows are drawn as keys are admitted */
+        if (dt_col_keys_dynamic(c->keys, t)) /* rows are drawn as keys are admitted */
             dt_col_keys_set_seed(c->keys, t, seed + off);
         else if (sd > 0) /* each table its own stream: the seed moved by the table's index */
             dt_table_init_normal(&c->tables[t], sd, seed + off, pool);
@@ -313,6 +315,15 @@ dt_sparse_rows *dt_cols_table_grad(dt_cols *c, int i) { return &c->grads[i]; }
 bool dt_cols_table_linear(const dt_cols *c, int i) { return c->spec.tables[i].linear; }
 int dt_cols_layers_width(const dt_cols *c) { return c->D; }
 dt_keymap *dt_cols_keymap(const dt_cols *c, int t) { return dt_col_keys_map(c->keys, t); }
+bool dt_cols_table_dynamic(const dt_cols *c, int t) { return dt_col_keys_dynamic(c->keys, t); }
+const int64_t *dt_cols_local_keys(const dt_cols *c, int t) { return dt_col_keys_local(c->keys, t); }
+
+void dt_cols_table_counts(const dt_cols *c, int t, uint32_t *times)
+{
+    const table_places *tp = &c->places[t];
+    for (size_t u = 0; u < tp->n_unique; u++)
+        times[u] = tp->offsets[u + 1] - tp->offsets[u];
+}
 
 void dt_cols_share_keys(dt_cols *c, const dt_cols *owner)
 {

@@ -7,6 +7,7 @@
 
 #include "dtrain/arena.h"
 #include "dtrain/keymap.h"
+#include "dtrain/model.h"
 #include "dtrain/model_spec.h"
 #include "dtrain/pool.h"
 #include "dtrain/rows.h"
@@ -18,7 +19,7 @@ typedef struct dt_cols dt_cols;
  * kernel" or its factors "u" and "v", "cross/layer_l/bias", and for parallel layers
  * "cross/logits/kernel"). pool (may be NULL) runs the cross layers' products. */
 dt_status dt_cols_create(const dt_columns_spec *spec, int max_batch, dt_arena *params,
-                         dt_pool *pool, dt_cols **out);
+                         dt_pool *pool, const dt_model_options *opts, dt_cols **out);
 void dt_cols_destroy(dt_cols *c);
 
 /* Embedding tables drawn from N(0, (1/sqrt(dim))^2) per row from (seed, row); linear tables 0. */
@@ -67,6 +68,12 @@ bool dt_cols_table_linear(const dt_cols *c, int i);
  * from the model it shares variables with; after an update at step (eviction's page), and the
  * step of a restored checkpoint. */
 dt_keymap *dt_cols_keymap(const dt_cols *c, int t);
+/* Whether table t is dynamic; a parameter-server worker's (dt_model_options.keys_local): the key
+ * of each row of the last batch, NULL for a fixed table; each of table t's unique ids' places
+ * in the last batch (dt_cols_table_ids' order), to times. */
+bool dt_cols_table_dynamic(const dt_cols *c, int t);
+const int64_t *dt_cols_local_keys(const dt_cols *c, int t);
+void dt_cols_table_counts(const dt_cols *c, int t, uint32_t *times);
 void dt_cols_share_keys(dt_cols *c, const dt_cols *owner);
 void dt_cols_tables_updated(dt_cols *c, int64_t step);
 void dt_cols_set_step(dt_cols *c, int64_t step);

@@ -4,6 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../nn/embedding.h"
+
+/* A parameter-server worker's dynamic tables hold one batch's keys: room for this many. */
+#define LOCAL_ROWS ((int64_t)1 << 26)
+
 typedef struct {
     dt_keymap *map;
     bool borrowed;
@@ -11,10 +16,15 @@ typedef struct {
     int tables[DT_KEYMAP_MAX_TABLES]; /* spec's index of each attached table, in attach order */
     int64_t *keys, *rows;   /* the batch's keys of the map's slots, in entry order, and rows */
     size_t n, cap, next;
+    int64_t *uniq;          /* local: the batch's distinct keys, increasing (row j's is uniq[j]) */
+    uint32_t *slot;         /* local: each key's index in uniq */
+    void *scratch;          /* local: dt_embedding_dedupe's */
+    size_t uniq_cap;
 } key_group;
 
 struct dt_col_keys {
     const dt_columns_spec *spec;
+    bool local;
     int n_groups;
     key_group *groups;
     int *table_group;       /* (n_tables): each table's group, -1 fixed */
@@ -89,8 +99,9 @@ static int number_groups(int *group, int *slot_group, int n_tables, int n_slots)
     return n;
 }
 
-/* Group g's map over its tables, sized for their rows; the tables' rows set to its capacity. */
-static dt_status create_group(dt_col_keys *k, dt_columns_spec *spec, int g)
+/* Group g's map over its tables, sized for their rows (shards maps of max_rows each); the
+ * tables' rows set to its capacity. */
+static dt_status create_group(dt_col_keys *k, dt_columns_spec *spec, int g, int shards)
 {
     key_group *kg = &k->groups[g];
     const dt_column_table *first = NULL;
@@ -112,13 +123,16 @@ static dt_status create_group(dt_col_keys *k, dt_columns_spec *spec, int g)
     }
     /* A row's values in every table, its slots not counted: the capacity is address space, and
      * the map's memory check, which counts them, stops the tables first. */
-    int64_t rows = dt_keymap_capacity(&first->policy, row_bytes);
+    dt_keymap_policy room = first->policy;
+    if (room.max_rows > 0 && shards > 1)
+        room.max_rows = room.max_rows * shards + shards - 1;
+    int64_t rows = k->local ? LOCAL_ROWS : dt_keymap_capacity(&room, row_bytes);
     for (int i = 0; i < kg->n_tables; i++)
         spec->tables[kg->tables[i]].rows = rows;
-    return dt_keymap_create(first->name, &first->policy, rows, &kg->map);
+    return k->local ? DT_OK : dt_keymap_create(first->name, &first->policy, rows, &kg->map);
 }
 
-dt_status dt_col_keys_create(dt_columns_spec *spec, dt_col_keys **out)
+dt_status dt_col_keys_create(dt_columns_spec *spec, int shards, bool local, dt_col_keys **out)
 {
     *out = NULL;
     bool any = false;
@@ -130,6 +144,7 @@ dt_status dt_col_keys_create(dt_columns_spec *spec, dt_col_keys **out)
     if (!k)
         return dt_error(DT_ERR_NOMEM, "no memory for dynamic tables");
     k->spec = spec;
+    k->local = local;
     k->table_group = malloc((size_t)spec->n_tables * sizeof *k->table_group);
     k->slot_group = malloc(((size_t)spec->n_slots + 1) * sizeof *k->slot_group);
     dt_status st = DT_OK;
@@ -144,7 +159,7 @@ dt_status dt_col_keys_create(dt_columns_spec *spec, dt_col_keys **out)
         goto fail;
     }
     for (int g = 0; g < k->n_groups && st == DT_OK; g++)
-        st = create_group(k, spec, g);
+        st = create_group(k, spec, g, shards);
     if (st)
         goto fail;
     *out = k;
@@ -162,6 +177,7 @@ void dt_col_keys_destroy(dt_col_keys *k)
         if (!k->groups[g].borrowed)
             dt_keymap_destroy(k->groups[g].map);
         free(k->groups[g].keys), free(k->groups[g].rows);
+        free(k->groups[g].uniq), free(k->groups[g].slot), free(k->groups[g].scratch);
     }
     free(k->groups), free(k->table_group), free(k->slot_group);
     free(k->view_row), free(k->view_ids), free(k->view_vals);
@@ -170,7 +186,7 @@ void dt_col_keys_destroy(dt_col_keys *k)
 
 dt_status dt_col_keys_attach(dt_col_keys *k, dt_table *tables)
 {
-    for (int g = 0; g < k->n_groups; g++) {
+    for (int g = 0; g < k->n_groups && !k->local; g++) {
         key_group *kg = &k->groups[g];
         for (int i = 0; i < kg->n_tables; i++) {
             int t = kg->tables[i];
@@ -185,7 +201,7 @@ dt_status dt_col_keys_attach(dt_col_keys *k, dt_table *tables)
 void dt_col_keys_set_seed(dt_col_keys *k, int t, uint64_t seed)
 {
     int g = k->table_group[t];
-    if (g < 0)
+    if (g < 0 || k->local)
         return;
     const key_group *kg = &k->groups[g];
     for (int i = 0; i < kg->n_tables; i++)
@@ -193,9 +209,16 @@ void dt_col_keys_set_seed(dt_col_keys *k, int t, uint64_t seed)
             dt_keymap_set_seed(kg->map, i, seed);
 }
 
+bool dt_col_keys_dynamic(const dt_col_keys *k, int t) { return k && k->table_group[t] >= 0; }
+
 dt_keymap *dt_col_keys_map(const dt_col_keys *k, int t)
 {
     return k && k->table_group[t] >= 0 ? k->groups[k->table_group[t]].map : NULL;
+}
+
+const int64_t *dt_col_keys_local(const dt_col_keys *k, int t)
+{
+    return k && k->local && k->table_group[t] >= 0 ? k->groups[k->table_group[t]].uniq : NULL;
 }
 
 void dt_col_keys_share(dt_col_keys *k, const dt_col_keys *owner)
@@ -231,6 +254,27 @@ static dt_status grow_view(dt_col_keys *k, size_t entries, int rows)
         k->view_row = r;
         k->view_rows = rows;
     }
+    return DT_OK;
+}
+
+/* Local: the group's keys numbered by their place among its distinct keys. */
+static dt_status number_locally(key_group *kg)
+{
+    if (kg->n > kg->uniq_cap) {
+        free(kg->uniq), free(kg->slot), free(kg->scratch);
+        kg->uniq = malloc(kg->n * sizeof *kg->uniq);
+        kg->slot = malloc(kg->n * sizeof *kg->slot);
+        kg->scratch = malloc(dt_embedding_scratch_bytes(kg->n));
+        kg->uniq_cap = kg->uniq && kg->slot && kg->scratch ? kg->n : 0;
+        if (!kg->uniq_cap)
+            return dt_error(DT_ERR_NOMEM, "no memory for a batch of %zu keys", kg->n);
+    }
+    size_t u = kg->n ? dt_embedding_dedupe(kg->keys, kg->n, kg->scratch, kg->uniq, kg->slot) : 0;
+    if ((int64_t)u > LOCAL_ROWS)
+        return dt_error(DT_ERR_INVALID, "a batch of %zu distinct keys, more than a worker's "
+                        "%lld rows: use a smaller batch", u, (long long)LOCAL_ROWS);
+    for (size_t j = 0; j < kg->n; j++)
+        kg->rows[j] = kg->slot[j];
     return DT_OK;
 }
 
@@ -296,7 +340,9 @@ dt_status dt_col_keys_view(dt_col_keys *k, const dt_elem *e, bool training, int6
     }
     for (int g = 0; g < k->n_groups && st == DT_OK; g++) {
         key_group *kg = &k->groups[g];
-        if (training)
+        if (k->local)
+            st = number_locally(kg);
+        else if (training)
             st = dt_keymap_resolve(kg->map, kg->keys, kg->n, step, kg->rows);
         else
             dt_keymap_find(kg->map, kg->keys, kg->n, kg->rows);
@@ -321,13 +367,13 @@ dt_status dt_col_keys_view(dt_col_keys *k, const dt_elem *e, bool training, int6
 
 void dt_col_keys_updated(dt_col_keys *k, int64_t step)
 {
-    for (int g = 0; g < k->n_groups; g++)
+    for (int g = 0; g < k->n_groups && !k->local; g++)
         dt_keymap_evict_step(k->groups[g].map, step, false);
 }
 
 void dt_col_keys_set_pass_step(dt_col_keys *k, int64_t step)
 {
-    for (int g = 0; g < k->n_groups; g++)
+    for (int g = 0; g < k->n_groups && !k->local; g++)
         dt_keymap_set_pass_step(k->groups[g].map, step);
 }
 

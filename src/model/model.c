@@ -346,7 +346,7 @@ dt_status dt_model_create(const dt_model_spec *spec, int max_batch, dt_pool *poo
         }
         *m->cols_spec = *spec->columns;
         m->spec.columns = m->cols_spec;
-        if ((st = dt_cols_create(m->cols_spec, max_batch, &m->params, pool, &m->cols)))
+        if ((st = dt_cols_create(m->cols_spec, max_batch, &m->params, pool, opts, &m->cols)))
             goto fail;
     }
     int dims[3] = {spec->input_shape[0], spec->input_shape[1], spec->input_shape[2]};
@@ -991,6 +991,22 @@ void dt_model_update_tables(dt_model *m, float lr_scale, int64_t step, dt_pool *
         dt_ctr_tables_updated(m->ctr, step);
     if (m->cols)
         dt_cols_tables_updated(m->cols, step);
+}
+
+bool dt_model_table_dynamic(dt_model *m, int i)
+{
+    return m->cols ? dt_cols_table_dynamic(m->cols, i) : m->ctr && dt_ctr_keymap(m->ctr);
+}
+
+const int64_t *dt_model_table_keys(dt_model *m, int i)
+{
+    return m->cols ? dt_cols_local_keys(m->cols, i) : NULL;
+}
+
+void dt_model_table_counts(dt_model *m, int i, uint32_t *times)
+{
+    if (m->cols)
+        dt_cols_table_counts(m->cols, i, times);
 }
 
 dt_keymap *dt_model_keymap(dt_model *m, int i)

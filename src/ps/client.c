@@ -618,35 +618,34 @@ dt_status dt_ps_client_pull_keys_step(dt_ps_client *c, const int64_t *ids,
                                       const uint32_t *times, size_t n, int64_t step,
                                       float *const *rows, float *dense)
 {
-    dt_status st = DT_OK;
-    for (int ti = 0; ti < c->n_tables && st == DT_OK; ti++) {
-        table_info *t = &c->tables[ti];
-        if (!rows[ti])
-            continue;
-        bool keyed = t->strategy == DT_PARTITION_HASH;
-        if ((st = plan_counted(t, ids, keyed ? times : NULL, n)))
-            break;
-        t->dest_rows = rows[ti];
-        st = queue_pull(c, ti, keyed ? (step > 0 ? step : 1) : 0);
-    }
-    if (st == DT_OK && dense) {
-        c->dense_dest = dense;
-        st = queue_dense(c, NULL, 0, 0.0f);
-    }
-    return st ? (run_round(c), st) : run_round(c);
+    const int64_t *each_ids[DT_PS_MAX_TABLES];
+    const uint32_t *each_times[DT_PS_MAX_TABLES];
+    size_t each_n[DT_PS_MAX_TABLES];
+    for (int ti = 0; ti < c->n_tables; ti++)
+        each_ids[ti] = ids, each_times[ti] = times, each_n[ti] = n;
+    return dt_ps_client_pull_tables_step(c, each_ids, each_times, each_n, step, rows, dense);
 }
 
 dt_status dt_ps_client_pull_tables(dt_ps_client *c, const int64_t *const *ids, const size_t *n,
                                    float *const *rows, float *dense)
 {
+    return dt_ps_client_pull_tables_step(c, ids, NULL, n, 0, rows, dense);
+}
+
+dt_status dt_ps_client_pull_tables_step(dt_ps_client *c, const int64_t *const *ids,
+                                        const uint32_t *const *times, const size_t *n,
+                                        int64_t step, float *const *rows, float *dense)
+{
     dt_status st = DT_OK;
     for (int ti = 0; ti < c->n_tables && st == DT_OK; ti++) {
+        table_info *t = &c->tables[ti];
         if (!rows[ti])
             continue;
-        if ((st = plan(&c->tables[ti], ids[ti], n[ti])))
+        bool keyed = t->strategy == DT_PARTITION_HASH && times;
+        if ((st = plan_counted(t, ids[ti], keyed ? times[ti] : NULL, n[ti])))
             break;
-        c->tables[ti].dest_rows = rows[ti];
-        st = queue_pull(c, ti, 0);
+        t->dest_rows = rows[ti];
+        st = queue_pull(c, ti, keyed ? (step > 0 ? step : 1) : 0);
     }
     if (st == DT_OK && dense) {
         c->dense_dest = dense;

@@ -107,6 +107,12 @@ dt_status dt_ps_client_pull_step(dt_ps_client *c, const int64_t *ids, size_t n,
 dt_status dt_ps_client_pull_keys_step(dt_ps_client *c, const int64_t *ids,
                                       const uint32_t *times, size_t n, int64_t step,
                                       float *const *rows, float *dense);
+/* Each table's own ids for a training step: ids[t] (n[t]) into rows[t] (n[t] x dim); a dynamic
+ * table's keys with times[t] (their sightings) as PULL_KEYS at `step`. times NULL: every table's
+ * as PULL_ROWS. */
+dt_status dt_ps_client_pull_tables_step(dt_ps_client *c, const int64_t *const *ids,
+                                        const uint32_t *const *times, const size_t *n,
+                                        int64_t step, float *const *rows, float *dense);
 /* The same with each table's own ids: ids[t] (n[t]) into rows[t] (n[t] x dim). */
 dt_status dt_ps_client_pull_tables(dt_ps_client *c, const int64_t *const *ids, const size_t *n,
                                    float *const *rows, float *dense);

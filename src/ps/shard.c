@@ -42,13 +42,22 @@ static double table_bytes(int64_t rows, int dim, dt_rowopt_kind kind)
     return (double)rows * (double)dim * sizeof(float) * (double)(1 + rowopt_slots(kind));
 }
 
-/* A shard of rows x dim (and its slots) next to what s holds, against s->max_bytes. */
+/* A shard of rows x dim (and its slots) next to what s holds, against s->max_bytes. A dynamic
+ * table holds the rows in use (its capacity is address space, bounded by its key map's own
+ * memory check). */
 static dt_status check_room(const dt_ps_shard *s, const char *name, int64_t rows, int dim,
                             dt_rowopt_kind kind)
 {
     double held = 0, want = table_bytes(rows, dim, kind);
-    for (int i = 0; i < s->n_tables; i++)
-        held += table_bytes(s->tables[i].t.rows, s->tables[i].t.dim, s->tables[i].opt.kind);
+    for (int i = 0; i < s->n_tables; i++) {
+        int64_t n = s->tables[i].t.rows;
+        if (s->tables[i].keys) {
+            dt_keymap_stats k;
+            dt_keymap_stats_get(s->tables[i].keys, &k);
+            n = k.rows_used;
+        }
+        held += table_bytes(n, s->tables[i].t.dim, s->tables[i].opt.kind);
+    }
     if (held + want <= (double)s->max_bytes)
         return DT_OK;
     return dt_error(DT_ERR_INVALID, "ps: table %s: a shard of %lld rows of %d values with %d "

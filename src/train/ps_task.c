@@ -62,7 +62,7 @@ dt_status ps_place_variables(const dt_train_config *c, dt_model *m, dt_ps_client
         const dt_table *tab = dt_model_table(m, t);
         /* A dynamic table's keys go to the ps tasks by their hash, one shard a task. */
         dt_keymap *km = dt_model_keymap(m, t);
-        bool keyed = km || table_rows == DT_PARTITION_HASH_ROWS;
+        bool keyed = km || dt_model_table_dynamic(m, t) || table_rows == DT_PARTITION_HASH_ROWS;
         int64_t rows = keyed ? DT_PARTITION_HASH_ROWS : table_rows > 0 ? table_rows : tab->rows;
         int64_t shards = keyed ? n_ps : shards_of(c, rows, tab->dim, n_ps);
         dt_partition_strategy placed = keyed ? DT_PARTITION_HASH : c->ps.partition_strategy;

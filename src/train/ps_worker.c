@@ -45,6 +45,9 @@ typedef struct {
     bool by_table;       /* a feature-spec model: whole tables, each with its own ids */
     float *rows_buf;     /* by_table: a pull's rows, table after table */
     size_t rows_cap;
+    int64_t *keys_buf;   /* by_table: the dynamic tables' keys of a pull and of a push... */
+    uint32_t *times_buf; /* ...and their sightings, table after table */
+    size_t keys_cap;
     uint32_t *slot;
     uint32_t *times;     /* each unique id's places in the batch: a dynamic table's sightings */
     int64_t step;        /* the global step under way, which a dynamic table's pull stamps */
@@ -168,28 +171,63 @@ static dt_status reserve_rows(worker *w, size_t floats)
     return DT_OK;
 }
 
+static dt_status reserve_keys(worker *w, size_t n)
+{
+    if (n <= w->keys_cap)
+        return DT_OK;
+    int64_t *k = realloc(w->keys_buf, n * sizeof *k);
+    if (k)
+        w->keys_buf = k;
+    uint32_t *c = k ? realloc(w->times_buf, n * sizeof *c) : NULL;
+    if (!c)
+        return dt_error(DT_ERR_NOMEM, "no memory for a batch of %zu keys", n);
+    w->times_buf = c, w->keys_cap = n;
+    return DT_OK;
+}
+
+/* A dynamic table's rows of the batch by key: table t's ids (its rows here) as the keys they
+ * hold, with each key's sightings, into the buffers from *at. */
+static void keyed_ids(worker *w, int t, const int64_t *ids, size_t n, const int64_t **keys,
+                      const uint32_t **times, size_t *at)
+{
+    const int64_t *local = dt_model_table_keys(w->m, t);
+    int64_t *k = w->keys_buf + *at;
+    uint32_t *c = w->times_buf + *at;
+    for (size_t j = 0; j < n; j++)
+        k[j] = local[ids[j]];
+    dt_model_table_counts(w->m, t, c);
+    *keys = k, *times = c, *at += n;
+}
+
 static dt_status pull_tables(worker *w, const dt_elem *e)
 {
     dt_model *m = w->m;
     int T = dt_model_num_tables(m);
-    const int64_t *ids[DT_PS_MAX_TABLES];
-    size_t n[DT_PS_MAX_TABLES], total = 0;
+    const int64_t *ids[DT_PS_MAX_TABLES], *pulled[DT_PS_MAX_TABLES];
+    const uint32_t *times[DT_PS_MAX_TABLES] = {0};
+    size_t n[DT_PS_MAX_TABLES], total = 0, keyed = 0;
     float *rows[DT_PS_MAX_TABLES];
     for (int t = 0; t < T; t++) {
         dt_status st = dt_model_table_ids(m, e, t, &ids[t], &n[t]);
         if (st)
             return st;
         total += n[t] * (size_t)dt_model_table(m, t)->dim;
+        keyed += dt_model_table_keys(m, t) ? n[t] : 0;
     }
     dt_status st = reserve_rows(w, total ? total : 1);
-    if (st)
+    if (st || (st = reserve_keys(w, keyed ? keyed : 1)))
         return st;
+    size_t at_key = 0;
     for (int t = 0, at = 0; t < T; t++) {
         rows[t] = n[t] ? w->rows_buf + at : NULL;
         at += (int)(n[t] * (size_t)dt_model_table(m, t)->dim);
+        pulled[t] = ids[t];
+        if (dt_model_table_keys(m, t))
+            keyed_ids(w, t, ids[t], n[t], &pulled[t], &times[t], &at_key);
     }
     double t0 = dt_clock_now();
-    st = dt_ps_client_pull_tables(w->ps, ids, n, rows, w->ring ? NULL : dt_model_params(m)->data);
+    st = dt_ps_client_pull_tables_step(w->ps, pulled, times, n, w->step, rows,
+                                       w->ring ? NULL : dt_model_params(m)->data);
     w->pull_ms[w->n_pulls++] = (dt_clock_now() - t0) * 1e3;
     for (int t = 0; st == DT_OK && t < T; t++) {
         dt_table *tab = dt_model_table(m, t);
@@ -239,10 +277,27 @@ static dt_status push_gradients(worker *w, int64_t step, float table_scale)
     dt_model *m = w->m;
     dt_sparse_rows global[DT_PS_MAX_TABLES];
     const dt_sparse_rows *grads[DT_PS_MAX_TABLES] = {0};
+    size_t at_key = 0, keyed = 0;
+    for (int t = 0; w->by_table && t < dt_model_num_tables(m); t++)
+        keyed += dt_model_table_keys(m, t) ? dt_model_table_grad(m, t)->n : 0;
+    dt_status st = reserve_keys(w, keyed ? keyed : 1);
+    if (st)
+        return st;
     for (int t = 0; t < dt_model_num_tables(m); t++) {
         const dt_sparse_rows *g = dt_model_table_grad(m, t);
-        if (w->by_table) { /* the ids are the tables' own already */
+        const int64_t *local = w->by_table ? dt_model_table_keys(m, t) : NULL;
+        if (w->by_table && !local) { /* the ids are the tables' own already */
             grads[t] = g;
+            continue;
+        }
+        if (local) { /* a dynamic table's rows go back by their keys */
+            int64_t *keys = w->keys_buf + at_key;
+            for (size_t k = 0; k < g->n; k++)
+                keys[k] = local[g->ids[k]];
+            at_key += g->n;
+            global[t] = *g;
+            global[t].ids = keys;
+            grads[t] = &global[t];
             continue;
         }
         int64_t *gids = w->gids + (size_t)t * w->cap;
@@ -739,7 +794,7 @@ dt_status dt_ps_work(const dt_train_config *c, dt_model *m, dt_pool *pool, dt_in
     dt_optim_free(&w.opt);
     free(w.labels), free(w.uniq), free(w.gids), free(w.slot), free(w.scratch), free(w.pull_ms);
     free(w.times);
-    free(w.rows_buf);
+    free(w.rows_buf), free(w.keys_buf), free(w.times_buf);
     for (int k = 0; k < w.n_readers; k++)
         if (w.readers[k].opened)
             dt_input_free(&w.readers[k].owned);

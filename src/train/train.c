@@ -564,16 +564,15 @@ static void describe(const dt_train_config *c, const run_plan *p, dt_model *m,
 static dt_status check_dynamic_strategy(const dt_model_spec *spec, dt_strategy_kind kind)
 {
     /* One process holds the key map, or the parameter server's shards each hold theirs (the
-     * keys placed by their hash); the synchronous replicas would each need the same map. A
-     * feature spec's dynamic columns come in key pairs the ps worker does not split yet. */
-    bool columns = spec->arch == DT_ARCH_COLUMNS;
+     * keys placed by their hash); the synchronous replicas would each need the same map. */
     if (!dt_model_spec_dynamic(spec) || kind == DT_STRATEGY_ONE_DEVICE ||
-        (kind == DT_STRATEGY_PARAMETER_SERVER && !columns))
+        kind == DT_STRATEGY_PARAMETER_SERVER)
         return DT_OK;
-    return dt_error(DT_ERR_UNSUPPORTED, "model %s: %s train with one_device%s; %s does not "
-                    "train them yet", spec->name,
-                    columns ? "a feature spec's dynamic columns" : "dynamic tables",
-                    columns ? "" : " or parameter_server", dt_strategy_name(kind));
+    return dt_error(DT_ERR_UNSUPPORTED, "model %s: %s train with one_device or parameter_server; "
+                    "%s does not train them yet", spec->name,
+                    spec->arch == DT_ARCH_COLUMNS ? "a feature spec's dynamic columns"
+                                                  : "dynamic tables",
+                    dt_strategy_name(kind));
 }
 
 typedef struct {
@@ -826,7 +825,8 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
     /* A ps coordinator reads every ps task's dynamic tables back into its own. */
     dt_model_options mopts = {.no_fuse = c->no_fuse,
                               .dynamic_shards = plan.role == &ps_coordinator_role
-                                                    ? place.n_ps : 1};
+                                                    ? place.n_ps : 1,
+                              .keys_local = plan.role == &ps_worker_role};
     if ((st = dt_pool_create(plan.threads, &pool)) ||
         (st = dt_model_create(&spec, in.eval_batch, pool, &mopts, &model)))
         goto fail;
