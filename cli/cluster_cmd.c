@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "commands.h"
+#include "config_flags.h"
 #include "dtrain/cluster.h"
 #include "flags.h"
 
@@ -59,15 +60,18 @@ int cmd_cluster(int argc, char **argv)
 {
     const char *json, *task;
     bool resolve, help;
-    flag_def flags[] = {
-        {"tf-config", FLAG_STRING, NULL, "this TF_CONFIG instead of the environment's", &json,
-         false},
-        {"task", FLAG_STRING, NULL, "TYPE:INDEX: this task instead of TF_CONFIG's", &task, false},
-        {"resolve", FLAG_BOOL, "false", "resolve every task's host name, as its peers will",
-         &resolve, false},
-        {"help", FLAG_BOOL, "false", "this text", &help, false},
-    };
-    int n_flags = (int)(sizeof flags / sizeof flags[0]);
+    cli_resolver resolver = {0};
+    flag_def flags[8];
+    flag_table t = {flags, 0, 8, NULL};
+    flags_add(&t, (flag_def){"tf-config", FLAG_STRING, NULL, "this TF_CONFIG instead of the "
+                             "environment's", &json, NULL});
+    flags_add(&t, (flag_def){"task", FLAG_STRING, NULL, "TYPE:INDEX: this task instead of "
+                             "TF_CONFIG's", &task, NULL});
+    flags_add(&t, (flag_def){"resolve", FLAG_BOOL, "false", "resolve every task's host name, as "
+                             "its peers will", &resolve, NULL});
+    cli_resolver_flags_add(&t, &resolver);
+    flags_add(&t, (flag_def){"help", FLAG_BOOL, "false", "this text", &help, NULL});
+    int n_flags = t.n;
     if (argc < 1 || strcmp(argv[0], "check") != 0) {
         if (argc >= 1 && (strcmp(argv[0], "--help") == 0 || strcmp(argv[0], "-h") == 0)) {
             printf("usage: dtrain cluster check [--tf-config JSON] [--task TYPE:INDEX] "
@@ -89,5 +93,6 @@ int cmd_cluster(int argc, char **argv)
         flags_print_help(flags, n_flags, stdout);
         return 0;
     }
-    return check(json, task, resolve);
+    int resolved = json ? 0 : cli_resolver_apply(&resolver);
+    return resolved ? resolved : check(json, task, resolve);
 }

@@ -2,12 +2,15 @@
 #include "config_flags.h"
 
 #include "comm_open.h"
+#include "commands.h"
 
 #include <errno.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "dtrain/cluster.h"
 #include "dtrain/comm.h"
 #include "dtrain/dataset.h"
 #include "dtrain/fit.h"
@@ -242,6 +245,56 @@ dt_status flag_ctr_lists_finish(flag_ctr_lists *l)
         for (int i = 1; i < c->n_deep; i++)
             c->dropout_keep[i] = c->dropout_keep[0];
     return DT_OK;
+}
+
+/* ---- Cluster resolvers ---- */
+
+void cli_resolver_flags_add(flag_table *t, cli_resolver *r)
+{
+    flags_add(t, (flag_def){"cluster-resolver", FLAG_STRING, NULL, "where the cluster comes from: "
+                            "tf_config, sagemaker, slurm or mpi (default auto: TF_CONFIG, else "
+                            "an srun step or a SageMaker job)", &r->name, NULL});
+    flags_add(t, (flag_def){"jobs", FLAG_STRING, NULL, "slurm, mpi: the tasks' jobs, JOB:COUNT,... "
+                            "in name order over the ranks (default: every task a worker)",
+                            &r->jobs, NULL});
+    flags_add(t, (flag_def){"port-base", FLAG_STRING, NULL, "slurm, mpi: the first task's port on "
+                            "each host (default 8888)", &r->port_base, NULL});
+}
+
+int cli_resolver_apply(const cli_resolver *r)
+{
+    dt_resolver kind = DT_RESOLVER_AUTO;
+    char msg[1200];
+    if (r->name && dt_resolver_parse(r->name, &kind)) {
+        snprintf(msg, sizeof msg, "--cluster-resolver: %s", dt_last_error());
+        return cli_fail(2, msg);
+    }
+    const char *vars[3][2] = {{"DTRAIN_CLUSTER_RESOLVER", r->name},
+                              {"DTRAIN_JOBS", r->jobs},
+                              {"DTRAIN_PORT_BASE", r->port_base}};
+    for (int i = 0; i < 3; i++)
+        if (vars[i][1] && setenv(vars[i][0], vars[i][1], 1) != 0) {
+            snprintf(msg, sizeof msg, "setting %s: %s", vars[i][0], strerror(errno));
+            return cli_fail(1, msg);
+        }
+    const char *name = getenv("DTRAIN_CLUSTER_RESOLVER");
+    if (name && *name && dt_resolver_parse(name, &kind)) {
+        snprintf(msg, sizeof msg, "DTRAIN_CLUSTER_RESOLVER: %s", dt_last_error());
+        return cli_fail(2, msg);
+    }
+    char *json = NULL;
+    dt_resolver used;
+    dt_cluster c;
+    dt_status st = dt_cluster_resolve(kind, NULL, &json, &used);
+    if (st == DT_OK && used != DT_RESOLVER_TF_CONFIG && (st = dt_cluster_parse(json, &c)) == DT_OK) {
+        char me[DT_HOST_CAP + 48];
+        dt_cluster_task_name(&c, c.task_type, c.task_index, me, sizeof me);
+        fprintf(stderr, "dtrain: the %s resolver places this process as %s, of %d training "
+                "task%s\n", dt_resolver_name(used), me, c.n_workers, c.n_workers == 1 ? "" : "s");
+        dt_cluster_free(&c);
+    }
+    free(json);
+    return st ? cli_fail(1, dt_last_error()) : 0;
 }
 
 /* ---- The communicator's flags ---- */

@@ -1,7 +1,10 @@
 /* dtrain server: a ps task of parameter-server training (the library's dt_ps_server_run). */
 #include <stdio.h>
 
+#include <stdlib.h>
+
 #include "commands.h"
+#include "config_flags.h"
 #include "dtrain/ps.h"
 #include "flags.h"
 
@@ -32,6 +35,8 @@ int cmd_server(int argc, char **argv)
     ROW("snapshot-secs", FLAG_FLOAT, snapshot_secs, "--snapshot-dir: seconds between snapshots "
         "(0: none)");
 #undef ROW
+    cli_resolver resolver = {0};
+    cli_resolver_flags_add(&t, &resolver);
     flags_add(&t, (flag_def){"help", FLAG_BOOL, "false", "this text", &help, NULL});
     int n_flags = t.n;
     if (flags_parse(flags, n_flags, argc, argv))
@@ -47,6 +52,11 @@ int cmd_server(int argc, char **argv)
     }
     if (dt_ps_server_config_check(&c))
         return cli_fail(2, flags_name_fields(flags, n_flags, dt_last_error()));
+    /* On SageMaker every host runs a ps task beside its master or worker: this is that one. */
+    setenv("DTRAIN_SAGEMAKER_PS", "1", 1);
+    int resolved = cli_resolver_apply(&resolver);
+    if (resolved)
+        return resolved;
     dt_ps_server_report r = {0};
     dt_status st = dt_ps_server_run(&c, &r);
     if (st)

@@ -20,6 +20,7 @@
 /* The flags that are the command's own rather than a field of the library's config. */
 struct cli_only {
     const char *metrics_out, *progress;
+    cli_resolver resolver;
     flag_ctr_lists ctr_lists;
     bool help;
 };
@@ -282,6 +283,7 @@ static int define_flags(flag_table *t, dt_train_config *c, struct cli_only *o)
         "object", &o->metrics_out);
     FIELD("no-fuse", FLAG_BOOL, no_fuse, "use the generic kernels only (no fused conv+pool)");
     cli_comm_flags_add(t, &c->comm);
+    cli_resolver_flags_add(t, &o->resolver);
     OWN("help", FLAG_BOOL, "false", "this text", &o->help);
 #undef OWN
 #undef CUSTOM
@@ -475,6 +477,9 @@ int cmd_train(int argc, char **argv)
     }
     if (settle(flags, n_flags, &cli, &c))
         return usage_error(flags, n_flags);
+    int resolved = cli_resolver_apply(&cli.resolver);
+    if (resolved)
+        return resolved;
     dt_train_report r;
     dt_status st = dt_train(&c, &r);
     if (st == DT_OK && r.ps_task)

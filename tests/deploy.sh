@@ -72,6 +72,42 @@ for spec in "names_not_addresses|chief|localhost" "master_is_the_chief|master|12
     if [ -z "$left" ]; then ok "deploy_${name}_leaves_nothing"; else fail "deploy_${name}_leaves_nothing" "left:$left"; fi
 done
 
+# --- Slurm: an srun step of 2 nodes x 2 tasks, with the variables srun sets (a compressed node
+#     list, here of two loopback addresses standing for the nodes): synchronous training finds
+#     its cluster through the slurm resolver and ends with the checksum of dtrain launch -n 4 ---
+sync=(train --data "libsvm:$tmp/train.svm" --test-data none --feature-size "$fs" --model deepfm
+      --optimizer adam --lr 5e-4 --batch-size 64 --shuffle-buffer 0 --progress none --seed 1
+      --threads 1 --max-steps 20 --connect-timeout 30)
+run timeout 120 "$dtrain" launch -n 4 -- "$dtrain" "${sync[@]}" --metrics-out "$tmp/launch4.json"
+want=$(json_field "$tmp/launch4.json" param_checksum 2> /dev/null)
+base=$(free_base 2)
+step_pids=()
+for r in 0 1 2 3; do
+    SLURM_PROCID=$r SLURM_NTASKS=4 SLURM_STEP_NUM_TASKS=4 SLURM_NNODES=2 SLURM_NODEID=$((r / 2)) \
+        SLURM_LOCALID=$((r % 2)) SLURM_JOB_NODELIST='127.0.0.[1-2]' \
+        SLURM_STEP_NODELIST='127.0.0.[1-2]' SLURM_STEP_TASKS_PER_NODE='2(x2)' \
+        "$dtrain" "${sync[@]}" --port-base "$base" --metrics-out "$tmp/slurm.$r.json" \
+        > "$tmp/slurm.$r.out" 2> "$tmp/slurm.$r.err" &
+    step_pids+=($!)
+    pids+=($!)
+done
+statuses=""
+for p in "${step_pids[@]}"; do
+    wait_pid "$p" 120
+    statuses="$statuses$status"
+done
+got=$(json_field "$tmp/slurm.0.json" param_checksum 2> /dev/null)
+if [ "$statuses" = 0000 ] && [ -n "$want" ] && [ "$got" = "$want" ] &&
+    grep -q "the slurm resolver places this process as worker:3 (127.0.0.2:$((base + 1))), of 4 training tasks" "$tmp/slurm.3.err"; then
+    ok deploy_slurm_step_equals_launch "checksum $got, dtrain launch -n 4's"
+else
+    fail deploy_slurm_step_equals_launch "exits $statuses, checksum $got vs $want: $(tail -2 "$tmp/slurm.0.err" "$tmp/slurm.3.err")"
+fi
+left=""
+for p in "${step_pids[@]}"; do kill -0 "$p" 2> /dev/null && left="$left $p"; done
+for port in $(listening "$base" 2); do left="$left port:$port"; done
+if [ -z "$left" ]; then ok deploy_slurm_leaves_nothing; else fail deploy_slurm_leaves_nothing "left:$left"; fi
+
 # --- dtrain cluster check: the platforms' TF_CONFIGs as their tasks see them ---
 run "$dtrain" cluster check --tf-config '{"cluster": {"master": ["algo-1:2222"], "ps": ["algo-1:2223", "algo-2:2223"], "worker": ["algo-2:2222"]}, "environment": "cloud", "task": {"type": "master", "index": 0}}'
 if [ "$status" -eq 0 ] && grep -qx "task: chief:0 (algo-1:2222), training rank 0 of 2, the chief" "$tmp/out" &&

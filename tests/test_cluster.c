@@ -698,3 +698,223 @@ TEST(cluster_without_secret_needs_insecure)
     CHECK_OK(dt_cluster_check_secret(&c, false, false));
     dt_cluster_free(&c);
 }
+
+/* ---- Cluster resolvers, over a made-up environment ---- */
+
+static const char *fake_env[32][2];
+
+static const char *fake_getenv(const char *name)
+{
+    for (int i = 0; i < 32 && fake_env[i][0]; i++)
+        if (strcmp(fake_env[i][0], name) == 0)
+            return fake_env[i][1];
+    return NULL;
+}
+
+/* NAME=VALUE pairs, NULL-terminated, as the whole environment. */
+static void set_env(const char *const *pairs)
+{
+    memset(fake_env, 0, sizeof fake_env);
+    for (int i = 0; pairs[2 * i] && i < 31; i++)
+        fake_env[i][0] = pairs[2 * i], fake_env[i][1] = pairs[2 * i + 1];
+}
+
+/* The cluster resolver r gives for env; *used the resolver taken. */
+static dt_status resolved(dt_resolver r, const char *const *env, dt_cluster *c, dt_resolver *used)
+{
+    set_env(env);
+    char *json = NULL;
+    memset(c, 0, sizeof *c);
+    dt_status st = dt_cluster_resolve(r, fake_getenv, &json, used);
+    if (st == DT_OK)
+        st = dt_cluster_parse(json, c);
+    free(json);
+    return st;
+}
+
+static void check_addr(const dt_cluster *c, dt_job job, int i, const char *host, int port,
+                       int line)
+{
+    const dt_addr *a = dt_cluster_addr(c, job, i);
+    if (!a || strcmp(a->host, host) != 0 || a->port != port)
+        test_fail(__FILE__, line, "%s:%d is %s:%d, expected %s:%d", dt_job_name(job), i,
+                  a ? a->host : "(none)", a ? a->port : 0, host, port);
+}
+#define CHECK_ADDR(c, job, i, host, port) check_addr(c, job, i, host, port, __LINE__)
+
+TEST(cluster_resolver_slurm_expands_host_lists_and_tasks_per_node)
+{
+    dt_cluster c;
+    dt_resolver used;
+    /* TF's SlurmClusterResolver: nodes in list order, tasks per node from the base port. */
+    CHECK_OK(resolved(DT_RESOLVER_AUTO,
+                      (const char *[]){"SLURM_PROCID", "4", "SLURM_NTASKS", "7",
+                                       "SLURM_STEP_NODELIST", "node[09-10,007],gpu5",
+                                       "SLURM_STEP_TASKS_PER_NODE", "2(x3),1", NULL},
+                      &c, &used));
+    CHECK(used == DT_RESOLVER_SLURM && c.n_tasks[DT_JOB_WORKER] == 7 && c.rank == 4);
+    CHECK_ADDR(&c, DT_JOB_WORKER, 0, "node09", 8888);
+    CHECK_ADDR(&c, DT_JOB_WORKER, 1, "node09", 8889);
+    CHECK_ADDR(&c, DT_JOB_WORKER, 3, "node10", 8889);
+    CHECK_ADDR(&c, DT_JOB_WORKER, 4, "node007", 8888);
+    CHECK_ADDR(&c, DT_JOB_WORKER, 6, "gpu5", 8888);
+    dt_cluster_free(&c);
+    /* Bracket groups one after another; jobs sorted by name (ps before worker); a port base. */
+    CHECK_OK(resolved(DT_RESOLVER_SLURM,
+                      (const char *[]){"SLURM_PROCID", "1", "SLURM_STEP_NUM_TASKS", "4",
+                                       "SLURM_STEP_NODELIST", "r[1-2]n[1-2]",
+                                       "SLURM_STEP_TASKS_PER_NODE", "1", "DTRAIN_JOBS",
+                                       "worker:2,ps:2", "DTRAIN_PORT_BASE", "7000", NULL},
+                      &c, NULL));
+    CHECK(c.task_type == DT_JOB_PS && c.task_index == 1 && c.n_tasks[DT_JOB_WORKER] == 2);
+    CHECK_ADDR(&c, DT_JOB_PS, 0, "r1n1", 7000);
+    CHECK_ADDR(&c, DT_JOB_PS, 1, "r1n2", 7000);
+    CHECK_ADDR(&c, DT_JOB_WORKER, 1, "r2n2", 7000);
+    dt_cluster_free(&c);
+    /* Under mpirun inside the allocation, Open MPI's rank is the one (as TF reads it). */
+    CHECK_OK(resolved(DT_RESOLVER_SLURM,
+                      (const char *[]){"SLURM_PROCID", "0", "SLURM_NTASKS", "2",
+                                       "OMPI_COMM_WORLD_RANK", "1", "OMPI_COMM_WORLD_SIZE", "2",
+                                       "SLURM_STEP_NODELIST", "a,b", "SLURM_STEP_TASKS_PER_NODE",
+                                       "1(x2)", NULL},
+                      &c, NULL));
+    CHECK(c.rank == 1);
+    dt_cluster_free(&c);
+    /* What does not add up names the variable. */
+    CHECK_ERR(resolved(DT_RESOLVER_SLURM,
+                       (const char *[]){"SLURM_PROCID", "0", "SLURM_NTASKS", "4",
+                                        "SLURM_STEP_NODELIST", "n[1-2]",
+                                        "SLURM_STEP_TASKS_PER_NODE", "2(x3)", NULL},
+                       &c, NULL),
+              DT_ERR_INVALID, "SLURM_STEP_TASKS_PER_NODE='2(x3)'");
+    CHECK_ERR(resolved(DT_RESOLVER_SLURM,
+                       (const char *[]){"SLURM_PROCID", "0", "SLURM_NTASKS", "2",
+                                        "SLURM_STEP_NODELIST", "n[2-1]",
+                                        "SLURM_STEP_TASKS_PER_NODE", "1", NULL},
+                       &c, NULL),
+              DT_ERR_INVALID, "SLURM_STEP_NODELIST 'n[2-1]': '2-1' is not a range");
+    CHECK_ERR(resolved(DT_RESOLVER_SLURM,
+                       (const char *[]){"SLURM_PROCID", "0", "SLURM_NTASKS", "2",
+                                        "SLURM_STEP_NODELIST", "n[1-2]",
+                                        "SLURM_STEP_TASKS_PER_NODE", "1", "DTRAIN_JOBS",
+                                        "worker:1,ps:2", NULL},
+                       &c, NULL),
+              DT_ERR_INVALID, "jobs 'worker:1,ps:2' make 3 tasks; the platform started 2");
+    CHECK_ERR(resolved(DT_RESOLVER_SLURM,
+                       (const char *[]){"SLURM_PROCID", "0", "SLURM_NTASKS", "2",
+                                        "SLURM_STEP_NODELIST", "n[1-2]",
+                                        "SLURM_STEP_TASKS_PER_NODE", "1", "DTRAIN_JOBS",
+                                        "boss:2", NULL},
+                       &c, NULL),
+              DT_ERR_INVALID, "'boss' is not a job");
+    CHECK_ERR(resolved(DT_RESOLVER_SLURM, (const char *[]){"SLURM_PROCID", "x", NULL}, &c, NULL),
+              DT_ERR_INVALID, "SLURM_PROCID='x' is not an integer");
+}
+
+static void write_file(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
+}
+
+TEST(cluster_resolver_sagemaker_places_master_workers_and_ps)
+{
+    char root[] = "/tmp/dtrain-sm-XXXXXX", dir[128], path[160];
+    CHECK(mkdtemp(root) != NULL);
+    snprintf(dir, sizeof dir, "%s/input", root);
+    mkdir(dir, 0700);
+    snprintf(dir, sizeof dir, "%s/input/config", root);
+    mkdir(dir, 0700);
+    snprintf(path, sizeof path, "%s/resourceconfig.json", dir);
+    write_file(path, J("{'current_host': 'algo-3', 'hosts': ['algo-1', 'algo-2', 'algo-3']}"));
+    snprintf(path, sizeof path, "%s/hyperparameters.json", dir);
+    write_file(path, J("{'sagemaker_parameter_server_enabled': 'true', 'epochs': '3'}"));
+    dt_cluster c;
+    dt_resolver used;
+    CHECK_OK(resolved(DT_RESOLVER_AUTO, (const char *[]){"DTRAIN_SAGEMAKER_ROOT", root, NULL}, &c,
+                      &used));
+    /* SageMaker's toolkit: master = the first host, workers the rest, a ps on every host. */
+    CHECK(used == DT_RESOLVER_SAGEMAKER && c.chief_named_master && c.task_type == DT_JOB_WORKER &&
+          c.task_index == 1 && c.n_tasks[DT_JOB_PS] == 3 && c.n_workers == 3);
+    CHECK_ADDR(&c, DT_JOB_CHIEF, 0, "algo-1", 2222);
+    CHECK_ADDR(&c, DT_JOB_WORKER, 1, "algo-3", 2222);
+    CHECK_ADDR(&c, DT_JOB_PS, 2, "algo-3", 2223);
+    dt_cluster_free(&c);
+    CHECK_OK(resolved(DT_RESOLVER_SAGEMAKER, (const char *[]){"DTRAIN_SAGEMAKER_ROOT", root,
+                                                             "DTRAIN_SAGEMAKER_PS", "1", NULL},
+                      &c, NULL));
+    CHECK(c.task_type == DT_JOB_PS && c.task_index == 2);
+    dt_cluster_free(&c);
+    /* Without the ps distribution: no ps, and a ps task is an error naming why. */
+    write_file(path, J("{'epochs': '3'}"));
+    CHECK_OK(resolved(DT_RESOLVER_SAGEMAKER, (const char *[]){"DTRAIN_SAGEMAKER_ROOT", root, NULL},
+                      &c, NULL));
+    CHECK(c.n_tasks[DT_JOB_PS] == 0 && c.n_tasks[DT_JOB_WORKER] == 2);
+    dt_cluster_free(&c);
+    CHECK_ERR(resolved(DT_RESOLVER_SAGEMAKER, (const char *[]){"DTRAIN_SAGEMAKER_ROOT", root,
+                                                              "DTRAIN_SAGEMAKER_PS", "1", NULL},
+                       &c, NULL),
+              DT_ERR_INVALID, "no ps distribution");
+    /* A current host that is not among the hosts. */
+    snprintf(path, sizeof path, "%s/resourceconfig.json", dir);
+    write_file(path, J("{'current_host': 'algo-9', 'hosts': ['algo-1']}"));
+    CHECK_ERR(resolved(DT_RESOLVER_SAGEMAKER, (const char *[]){"DTRAIN_SAGEMAKER_ROOT", root, NULL},
+                       &c, NULL),
+              DT_ERR_INVALID, "resourceconfig.json: expected \"hosts\"");
+    unlink(path);
+    snprintf(path, sizeof path, "%s/hyperparameters.json", dir);
+    unlink(path);
+    rmdir(dir);
+    snprintf(dir, sizeof dir, "%s/input", root);
+    rmdir(dir);
+    rmdir(root);
+    /* The SM_ variables alone: one host is the master, alone. */
+    CHECK_OK(resolved(DT_RESOLVER_AUTO,
+                      (const char *[]){"DTRAIN_SAGEMAKER_ROOT", root, "SM_CURRENT_HOST", "algo-1",
+                                       "SM_HOSTS", J("['algo-1']"), NULL},
+                      &c, &used));
+    CHECK(used == DT_RESOLVER_SAGEMAKER && c.is_chief && c.n_workers == 1);
+    dt_cluster_free(&c);
+}
+
+TEST(cluster_resolver_mpi_and_detection_order)
+{
+    dt_cluster c;
+    dt_resolver used;
+    CHECK_OK(resolved(DT_RESOLVER_MPI,
+                      (const char *[]){"PMI_RANK", "2", "PMI_SIZE", "3", "DTRAIN_PORT_BASE",
+                                       "9100", NULL},
+                      &c, &used));
+    CHECK(used == DT_RESOLVER_MPI && c.rank == 2 && c.n_workers == 3);
+    CHECK_ADDR(&c, DT_JOB_WORKER, 2, "localhost", 9102);
+    dt_cluster_free(&c);
+    CHECK_ERR(resolved(DT_RESOLVER_MPI,
+                       (const char *[]){"OMPI_COMM_WORLD_RANK", "0", "OMPI_COMM_WORLD_SIZE", "4",
+                                        "OMPI_COMM_WORLD_LOCAL_SIZE", "2", NULL},
+                       &c, NULL),
+              DT_ERR_INVALID, "2 of the 4 processes run on this host");
+    /* mpirun alone is not detected (the mpi communicator needs no cluster); TF_CONFIG wins over
+     * a platform's variables; nothing at all is a local task. */
+    CHECK_OK(resolved(DT_RESOLVER_AUTO,
+                      (const char *[]){"OMPI_COMM_WORLD_RANK", "0", "OMPI_COMM_WORLD_SIZE", "2",
+                                       NULL},
+                      &c, &used));
+    CHECK(used == DT_RESOLVER_TF_CONFIG && !c.has_cluster);
+    dt_cluster_free(&c);
+    CHECK_OK(resolved(DT_RESOLVER_AUTO,
+                      (const char *[]){"TF_CONFIG", J("{'cluster': {'worker': ['h:1', 'h:2']}, "
+                                                      "'task': {'type': 'worker', 'index': 1}}"),
+                                       "SLURM_PROCID", "0", "SLURM_STEP_NODELIST", "n1",
+                                       "SLURM_STEP_TASKS_PER_NODE", "1", NULL},
+                      &c, &used));
+    CHECK(used == DT_RESOLVER_TF_CONFIG && c.rank == 1);
+    dt_cluster_free(&c);
+    dt_resolver r;
+    CHECK_OK(dt_resolver_parse("sagemaker", &r));
+    CHECK(r == DT_RESOLVER_SAGEMAKER && strcmp(dt_resolver_name(r), "sagemaker") == 0);
+    CHECK_ERR(dt_resolver_parse("k8s", &r), DT_ERR_INVALID, "'k8s' is not a cluster resolver");
+}

@@ -47,8 +47,38 @@ DT_API dt_status dt_job_parse(const char *s, dt_job *job);
 
 /* Parses TF_CONFIG's text (json may be NULL or "": a single local task). */
 DT_API dt_status dt_cluster_parse(const char *json, dt_cluster *out);
-/* From the environment variable TF_CONFIG. */
+/* From the environment: TF_CONFIG, or the cluster the resolver DTRAIN_CLUSTER_RESOLVER names
+ * (auto when unset: TF_CONFIG when set, else a detected platform; see dt_cluster_resolve). */
 DT_API dt_status dt_cluster_from_env(dt_cluster *out);
+
+/* ---- Cluster resolvers: the cluster a platform describes, as TF's resolvers read it ----
+ *   tf_config  TF_CONFIG (Kubeflow's TFJob, an Indexed Job's entry script, dtrain launch);
+ *   sagemaker  /opt/ml/input/config/resourceconfig.json and hyperparameters.json (or SM_HOSTS,
+ *              SM_CURRENT_HOST, SM_HPS): the master on the first host, workers on the others, a
+ *              ps on every host with the ps distribution (DTRAIN_SAGEMAKER_PS=1: this is one);
+ *   slurm      SLURM_PROCID, SLURM_STEP_NODELIST (compressed: node[01-04,07]),
+ *              SLURM_STEP_TASKS_PER_NODE ("2(x2)"), ports from DTRAIN_PORT_BASE (8888), the jobs
+ *              of DTRAIN_JOBS ("worker:4,ps:2", sorted by name) as SlurmClusterResolver gives them;
+ *   mpi        mpirun's rank and size on one host (OMPI_COMM_WORLD_*, PMI_*), the same jobs.
+ * auto detects slurm (an srun step's variables) and sagemaker (SM_CURRENT_HOST or the resource
+ * config); mpi is taken only by name. */
+typedef enum {
+    DT_RESOLVER_AUTO = 0,
+    DT_RESOLVER_TF_CONFIG,
+    DT_RESOLVER_SAGEMAKER,
+    DT_RESOLVER_SLURM,
+    DT_RESOLVER_MPI,
+    DT_RESOLVER_COUNT
+} dt_resolver;
+typedef const char *(*dt_getenv_fn)(const char *name);
+DT_API const char *dt_resolver_name(dt_resolver r);
+/* "auto", "tf_config", "sagemaker", "slurm", "mpi". */
+DT_API dt_status dt_resolver_parse(const char *s, dt_resolver *out);
+/* This task's TF_CONFIG as resolver r reads env (NULL: the process's environment): malloc'd text,
+ * or NULL for a single local task (tf_config without TF_CONFIG); *used (may be NULL) the resolver
+ * taken. DT_ERR_INVALID naming the variable or file at fault. */
+DT_API dt_status dt_cluster_resolve(dt_resolver r, dt_getenv_fn env, char **tf_config,
+                                    dt_resolver *used);
 /* Accepts a zeroed or half-built cluster. */
 DT_API void dt_cluster_free(dt_cluster *c);
 

@@ -477,7 +477,21 @@ fail:
     return st;
 }
 
-dt_status dt_cluster_from_env(dt_cluster *out) { return dt_cluster_parse(getenv("TF_CONFIG"), out); }
+dt_status dt_cluster_from_env(dt_cluster *out)
+{
+    memset(out, 0, sizeof *out);
+    dt_resolver r = DT_RESOLVER_AUTO;
+    const char *name = getenv("DTRAIN_CLUSTER_RESOLVER");
+    dt_status st = name && *name ? dt_resolver_parse(name, &r) : DT_OK;
+    if (st)
+        return dt_error_prefix(st, "DTRAIN_CLUSTER_RESOLVER (--cluster-resolver)");
+    char *json = NULL;
+    if ((st = dt_cluster_resolve(r, NULL, &json, NULL)))
+        return st;
+    st = dt_cluster_parse(json, out);
+    free(json);
+    return st;
+}
 
 void dt_cluster_free(dt_cluster *c)
 {
