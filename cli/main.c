@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "commands.h"
+#include "sagemaker.h"
 #include "dtrain/process.h"
 
 #define DTRAIN_VERSION "0.1.0"
@@ -43,6 +44,7 @@ static void print_usage(FILE *out)
 int cli_fail(int status, const char *message)
 {
     fprintf(stderr, "dtrain: error: %s\n", message);
+    cli_sagemaker_failure(message);
     return status;
 }
 
@@ -56,6 +58,7 @@ int cli_fail_status(dt_status st, const char *message)
         return cli_fail(CLI_EXIT_FAILED, message);
     fprintf(stderr, "dtrain: error: %s (exit %d: transient, a restart may succeed)\n", message,
             CLI_EXIT_RETRY);
+    cli_sagemaker_failure(message);
     return CLI_EXIT_RETRY;
 }
 

@@ -13,6 +13,7 @@
 #include "../src/core/fileio.h"
 #include "../src/train/progress.h"
 #include "config_flags.h"
+#include "sagemaker.h"
 #include "dtrain/process.h"
 #include "dtrain/train.h"
 #include "flags.h"
@@ -454,7 +455,7 @@ static dt_status report(const dt_train_config *c, const char *metrics_out,
     return st;
 }
 
-int cmd_train(int argc, char **argv)
+static int train_with(int argc, char **argv)
 {
     dt_train_config c;
     dt_train_config_default(&c);
@@ -495,4 +496,15 @@ int cmd_train(int argc, char **argv)
     if (st == DT_OK && r.chief && !r.evaluator)
         st = report(&c, cli.metrics_out, &r);
     return st ? cli_fail_status(st, flags_name_fields(flags, n_flags, dt_last_error())) : 0;
+}
+
+int cmd_train(int argc, char **argv)
+{
+    int n;
+    char **args;
+    if (cli_sagemaker_args(argc, argv, &n, &args))
+        return cli_fail(CLI_EXIT_FAILED, dt_last_error());
+    int status = train_with(args ? n : argc, args ? args : argv);
+    cli_sagemaker_free(n, args);
+    return status;
 }

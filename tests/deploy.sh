@@ -108,6 +108,55 @@ for p in "${step_pids[@]}"; do kill -0 "$p" 2> /dev/null && left="$left $p"; don
 for port in $(listening "$base" 2); do left="$left port:$port"; done
 if [ -z "$left" ]; then ok deploy_slurm_leaves_nothing; else fail deploy_slurm_leaves_nothing "left:$left"; fi
 
+# --- SageMaker: two hosts (127.0.0.1 and .2 standing for algo-1 and algo-2), each with its
+#     /opt/ml (resourceconfig.json, hyperparameters.json with the ps distribution on) and the two
+#     processes SageMaker's toolkit runs per host, a ps and the master or a worker; every flag
+#     comes from the hyperparameters, the model lands in the model directory. A bad
+#     hyperparameter fails the job with its reason in /opt/ml/output/failure ---
+base=$(free_base 2)
+for h in 1 2; do
+    mkdir -p "$tmp/sm$h/input/config" "$tmp/sm$h/model"
+    printf '{"current_host": "127.0.0.%d", "hosts": ["127.0.0.1", "127.0.0.2"], "network_interface_name": "eth0"}' \
+        "$h" > "$tmp/sm$h/input/config/resourceconfig.json"
+    cat > "$tmp/sm$h/input/config/hyperparameters.json" << EOF
+{"sagemaker_parameter_server_enabled": true, "sagemaker_program": "train",
+ "data": "libsvm:$tmp/train.svm", "test_data": "none", "feature_size": "$fs", "model": "deepfm",
+ "batch_size": "128", "max_steps": "30", "seed": "1", "threads": "1", "progress": "none",
+ "strategy": "parameter_server", "shuffle_buffer": "0", "connect_timeout": "30",
+ "model_dir": "$tmp/sm_model", "metrics_out": "$tmp/sm$h.json"}
+EOF
+done
+sm_pids=()
+for h in 1 2; do
+    DTRAIN_SAGEMAKER_ROOT="$tmp/sm$h" SM_MODEL_DIR="$tmp/sm$h/model" DTRAIN_PORT_BASE=$base \
+        "$dtrain" server --model-dir "$tmp/sm_model" > "$tmp/sm$h.ps.out" 2> "$tmp/sm$h.ps.err" &
+    sm_pids+=($!)
+    DTRAIN_SAGEMAKER_ROOT="$tmp/sm$h" SM_MODEL_DIR="$tmp/sm$h/model" DTRAIN_PORT_BASE=$base \
+        "$dtrain" train > "$tmp/sm$h.out" 2> "$tmp/sm$h.err" &
+    sm_pids+=($!)
+done
+pids+=("${sm_pids[@]}")
+statuses=""
+for p in "${sm_pids[@]}"; do
+    wait_pid "$p" 120
+    statuses="$statuses$status"
+done
+steps=$(json_field "$tmp/sm1.json" steps 2> /dev/null)
+run "$dtrain" evaluate --model-dir "$tmp/sm_model" --test-data "libsvm:$tmp/train.svm" --field-size 39
+if [ "$statuses" = 0000 ] && [ "$steps" = 30 ] && [ "$status" -eq 0 ] &&
+    grep -q "the sagemaker resolver places this process as chief:0 (127.0.0.1:$base)" "$tmp/sm1.err" &&
+    grep -q "as ps:1 (127.0.0.2:$((base + 1)))" "$tmp/sm2.ps.err" && [ ! -e "$tmp/sm1/output/failure" ]; then
+    ok deploy_sagemaker_ps_distribution "30 steps over 2 hosts x (ps + master/worker); $(grep -o "auc = [0-9.]*" "$tmp/out") evaluated from the model directory"
+else
+    fail deploy_sagemaker_ps_distribution "exits $statuses, steps $steps, evaluate $status: $(tail -2 "$tmp/sm1.err" "$tmp/sm2.err" "$tmp/sm1.ps.err" "$tmp/err")"
+fi
+sed -i 's/"max_steps": "30"/"max_steps": "none"/' "$tmp/sm1/input/config/hyperparameters.json"
+DTRAIN_SAGEMAKER_ROOT="$tmp/sm1" run "$dtrain" train
+if [ "$status" -eq 2 ] && grep -q -- "--max-steps" "$tmp/sm1/output/failure" 2> /dev/null &&
+    [ "$(head -c 2000 "$tmp/sm1/output/failure")" = "$(tail -1 "$tmp/err" | sed 's/^dtrain: error: //')" ]; then
+    ok deploy_sagemaker_failure_file "$(cat "$tmp/sm1/output/failure")"
+else fail deploy_sagemaker_failure_file "exit $status: $(cat "$tmp/err") / $(cat "$tmp/sm1/output/failure" 2> /dev/null)"; fi
+
 # --- dtrain cluster check: the platforms' TF_CONFIGs as their tasks see them ---
 run "$dtrain" cluster check --tf-config '{"cluster": {"master": ["algo-1:2222"], "ps": ["algo-1:2223", "algo-2:2223"], "worker": ["algo-2:2222"]}, "environment": "cloud", "task": {"type": "master", "index": 0}}'
 if [ "$status" -eq 0 ] && grep -qx "task: chief:0 (algo-1:2222), training rank 0 of 2, the chief" "$tmp/out" &&

@@ -3,8 +3,8 @@
  *
  * The hosts and this one come from ROOT/input/config/resourceconfig.json ("hosts",
  * "current_host"; ROOT is /opt/ml, or DTRAIN_SAGEMAKER_ROOT), else SM_HOSTS and SM_CURRENT_HOST.
- * The first host is the master (TF 1.x's chief) at port 2222, the others workers at 2222; with
- * the ps distribution on (hyperparameters.json's "sagemaker_parameter_server_enabled", or
+ * The first host is the master (TF 1.x's chief) at port 2222, the others workers at 2222 (or
+ * DTRAIN_PORT_BASE, the ps then one above it); with the ps distribution on (hyperparameters.json's "sagemaker_parameter_server_enabled", or
  * SM_HPS's) and more than one host, every host also runs a ps at 2223, as the toolkit places
  * them. The process is its host's ps task when DTRAIN_SAGEMAKER_PS is 1 (dtrain server sets
  * it), else the master or a worker. */
@@ -128,8 +128,11 @@ static dt_status sagemaker_resolve(dt_getenv_fn env, char **tf_config)
     cJSON *hosts = NULL;
     int me;
     bool ps = false;
-    dt_status st = hosts_of(env, &hosts, &me);
-    if (st || (st = ps_enabled(env, &ps)))
+    long long port = 2222;
+    dt_status st = dt_resolver_env_int(env, "DTRAIN_PORT_BASE", 65534, &port);
+    if (st == DT_END)
+        st = DT_OK;
+    if (st || (st = hosts_of(env, &hosts, &me)) || (st = ps_enabled(env, &ps)))
         goto done;
     int n = cJSON_GetArraySize(hosts);
     bool ps_task = env("DTRAIN_SAGEMAKER_PS") && strcmp(env("DTRAIN_SAGEMAKER_PS"), "1") == 0;
@@ -147,11 +150,11 @@ static dt_status sagemaker_resolve(dt_getenv_fn env, char **tf_config)
     ok = ok && master && cJSON_AddItemToObject(cluster, "master", master);
     if (ok) {
         char addr[DT_HOST_CAP + 8];
-        snprintf(addr, sizeof addr, "%s:2222", cJSON_GetArrayItem(hosts, 0)->valuestring);
+        snprintf(addr, sizeof addr, "%s:%lld", cJSON_GetArrayItem(hosts, 0)->valuestring, port);
         ok = cJSON_AddItemToArray(master, cJSON_CreateString(addr));
     }
-    ok = ok && (!ps || add_hosts(cluster, "ps", hosts, 0, 2223)) &&
-         (n == 1 || add_hosts(cluster, "worker", hosts, 1, 2222));
+    ok = ok && (!ps || add_hosts(cluster, "ps", hosts, 0, (int)port + 1)) &&
+         (n == 1 || add_hosts(cluster, "worker", hosts, 1, (int)port));
     const char *type = ps_task ? "ps" : me == 0 ? "master" : "worker";
     ok = ok && cJSON_AddStringToObject(task, "type", type) &&
          cJSON_AddNumberToObject(task, "index", ps_task ? me : me == 0 ? 0 : me - 1);
