@@ -110,7 +110,8 @@ if [ -z "$left" ]; then ok deploy_slurm_leaves_nothing; else fail deploy_slurm_l
 
 # --- SageMaker: two hosts (127.0.0.1 and .2 standing for algo-1 and algo-2), each with its
 #     /opt/ml (resourceconfig.json, hyperparameters.json with the ps distribution on) and the two
-#     processes SageMaker's toolkit runs per host, a ps and the master or a worker; every flag
+#     processes SageMaker's toolkit runs per host, a ps and the master or a worker, started by
+#     the container's entry (deploy/sagemaker/entry.sh); every flag
 #     comes from the hyperparameters, the model lands in the model directory. A bad
 #     hyperparameter fails the job with its reason in /opt/ml/output/failure ---
 base=$(free_base 2)
@@ -129,10 +130,8 @@ done
 sm_pids=()
 for h in 1 2; do
     DTRAIN_SAGEMAKER_ROOT="$tmp/sm$h" SM_MODEL_DIR="$tmp/sm$h/model" DTRAIN_PORT_BASE=$base \
-        "$dtrain" server --model-dir "$tmp/sm_model" > "$tmp/sm$h.ps.out" 2> "$tmp/sm$h.ps.err" &
-    sm_pids+=($!)
-    DTRAIN_SAGEMAKER_ROOT="$tmp/sm$h" SM_MODEL_DIR="$tmp/sm$h/model" DTRAIN_PORT_BASE=$base \
-        "$dtrain" train > "$tmp/sm$h.out" 2> "$tmp/sm$h.err" &
+        DTRAIN_MODEL_DIR="$tmp/sm_model" DTRAIN="$dtrain" \
+        sh "$(dirname "$0")/../deploy/sagemaker/entry.sh" train > "$tmp/sm$h.out" 2> "$tmp/sm$h.err" &
     sm_pids+=($!)
 done
 pids+=("${sm_pids[@]}")
@@ -141,14 +140,15 @@ for p in "${sm_pids[@]}"; do
     wait_pid "$p" 120
     statuses="$statuses$status"
 done
+ps_left=$(pgrep -f "server --model-dir $tmp/sm_model" | tr '\n' ' ')
 steps=$(json_field "$tmp/sm1.json" steps 2> /dev/null)
 run "$dtrain" evaluate --model-dir "$tmp/sm_model" --test-data "libsvm:$tmp/train.svm" --field-size 39
-if [ "$statuses" = 0000 ] && [ "$steps" = 30 ] && [ "$status" -eq 0 ] &&
+if [ "$statuses" = 00 ] && [ "$steps" = 30 ] && [ "$status" -eq 0 ] && [ -z "$ps_left" ] &&
     grep -q "the sagemaker resolver places this process as chief:0 (127.0.0.1:$base)" "$tmp/sm1.err" &&
-    grep -q "as ps:1 (127.0.0.2:$((base + 1)))" "$tmp/sm2.ps.err" && [ ! -e "$tmp/sm1/output/failure" ]; then
+    grep -q "as ps:1 (127.0.0.2:$((base + 1)))" "$tmp/sm2.err" && [ ! -e "$tmp/sm1/output/failure" ]; then
     ok deploy_sagemaker_ps_distribution "30 steps over 2 hosts x (ps + master/worker); $(grep -o "auc = [0-9.]*" "$tmp/out") evaluated from the model directory"
 else
-    fail deploy_sagemaker_ps_distribution "exits $statuses, steps $steps, evaluate $status: $(tail -2 "$tmp/sm1.err" "$tmp/sm2.err" "$tmp/sm1.ps.err" "$tmp/err")"
+    fail deploy_sagemaker_ps_distribution "exits $statuses, steps $steps, evaluate $status, ps left: $ps_left: $(tail -2 "$tmp/sm1.err" "$tmp/sm2.err" "$tmp/err")"
 fi
 sed -i 's/"max_steps": "30"/"max_steps": "none"/' "$tmp/sm1/input/config/hyperparameters.json"
 DTRAIN_SAGEMAKER_ROOT="$tmp/sm1" run "$dtrain" train
@@ -156,6 +156,21 @@ if [ "$status" -eq 2 ] && grep -q -- "--max-steps" "$tmp/sm1/output/failure" 2> 
     [ "$(head -c 2000 "$tmp/sm1/output/failure")" = "$(tail -1 "$tmp/err" | sed 's/^dtrain: error: //')" ]; then
     ok deploy_sagemaker_failure_file "$(cat "$tmp/sm1/output/failure")"
 else fail deploy_sagemaker_failure_file "exit $status: $(cat "$tmp/err") / $(cat "$tmp/sm1/output/failure" 2> /dev/null)"; fi
+
+# --- deploy/: every file parsed, the TF_CONFIG or environment its platform gives each task run
+#     through dtrain cluster check, every dtrain command line it holds parsed by dtrain ---
+py=/usr/bin/python3
+[ -x "$py" ] || py=python3
+mkdir -p "$tmp/deploy_files"
+"$py" "$(dirname "$0")/progs/deploy_files.py" "$dtrain" "$(dirname "$0")/../deploy" \
+    "$tmp/deploy_files" > "$tmp/deploy_files.out" 2>&1
+df_status=$?
+n_ok=$(grep -c "^ok " "$tmp/deploy_files.out")
+if [ "$df_status" -eq 0 ] && [ "$n_ok" -ge 26 ] && ! grep -q "^FAIL" "$tmp/deploy_files.out"; then
+    ok deploy_files_run_as_their_platforms_run_them "$n_ok checks: TFJob, Indexed Job, MPIJob, Slurm, SageMaker"
+else
+    fail deploy_files_run_as_their_platforms_run_them "exit $df_status, $n_ok ok: $(grep -v "^ok " "$tmp/deploy_files.out" | head -5)"
+fi
 
 # --- dtrain cluster check: the platforms' TF_CONFIGs as their tasks see them ---
 run "$dtrain" cluster check --tf-config '{"cluster": {"master": ["algo-1:2222"], "ps": ["algo-1:2223", "algo-2:2223"], "worker": ["algo-2:2222"]}, "environment": "cloud", "task": {"type": "master", "index": 0}}'

@@ -292,3 +292,23 @@ TEST(conn_frames_round_trip_and_an_abort_names_its_reason)
     dt_sock_close(sv[0]);
     dt_sock_close(sv[1]);
 }
+
+/* A peer whose name does not resolve (yet: a pod not scheduled) is asked for again until the
+ * deadline, then named as transient (DT_ERR_UNAVAILABLE: the operator's retry may find it). */
+TEST(dial_retries_a_name_that_does_not_resolve_until_the_deadline)
+{
+    dt_cluster c;
+    CHECK_OK(dt_cluster_parse("{\"cluster\": {\"worker\": [\"127.0.0.1:1\", \"127.0.0.1:2\"]}, "
+                              "\"task\": {\"type\": \"worker\", \"index\": 0}}", &c));
+    dt_handshake_id me = id_of(&c, DT_JOB_WORKER, 0, secret);
+    dt_addr a = {.host = "no-such-host.invalid", .port = 2222};
+    int fd = -1;
+    double t0 = dt_clock_now();
+    CHECK_ERR(dt_dial_task(&me, &a, DT_JOB_WORKER, 1, "worker:1 (no-such-host.invalid:2222)", 1.0,
+                           t0 + 2.0, &fd, NULL),
+              DT_ERR_UNAVAILABLE, "could not connect to worker:1 (no-such-host.invalid:2222) "
+              "within 2 s: no-such-host.invalid does not resolve");
+    CHECK_MSG(dt_clock_now() - t0 >= 1.9, "gave up after %.2f s", dt_clock_now() - t0);
+    CHECK(fd == -1);
+    dt_cluster_free(&c);
+}

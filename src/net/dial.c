@@ -12,15 +12,18 @@ dt_status dt_dial_task(const dt_handshake_id *me, const dt_addr *a, dt_job job, 
                        const char *who, double handshake_timeout, double deadline, int *fd,
                        dt_session_keys *keys)
 {
-    double backoff = 0.05, started = dt_clock_now();
+    double backoff = 0.05, started = dt_clock_now(), logged = 0;
     int refusals = 0;
-    char refused[512] = "";
+    char refused[512] = "", unresolved[512] = "";
     *fd = -1;
     for (;;) {
         double now = dt_clock_now();
         if (now >= deadline && refusals > 0)
             return dt_error(DT_ERR_AUTH, "%s (refused %d time%s over %.0f s)", refused, refusals,
                             refusals == 1 ? "" : "s", now - started);
+        if (now >= deadline && unresolved[0])
+            return dt_error(DT_ERR_UNAVAILABLE, "could not connect to %s within %.0f s: %s", who,
+                            deadline - started, unresolved);
         if (now >= deadline)
             return dt_error(DT_ERR_TIMEOUT, "could not connect to %s within %.0f s", who,
                             deadline - started);
@@ -35,7 +38,15 @@ dt_status dt_dial_task(const dt_handshake_id *me, const dt_addr *a, dt_job job, 
             }
             dt_sock_close(s);
         }
-        if (st == DT_ERR_AUTH) {
+        unresolved[0] = '\0';
+        if (st == DT_ERR_UNAVAILABLE) { /* the name does not resolve yet: asked again */
+            snprintf(unresolved, sizeof unresolved, "%s", dt_last_error());
+            if (logged == 0 || now - logged >= 10.0) {
+                dt_log_to(NULL, DT_LOG_WARN, "dtrain: waiting for %s: does not resolve yet",
+                          who);
+                logged = now;
+            }
+        } else if (st == DT_ERR_AUTH) {
             if (refusals++ == 0)
                 dt_log_to(NULL, DT_LOG_WARN, "dtrain: warning: %s: trying again until the "
                           "deadline (whoever answers there may not be the task)", dt_last_error());

@@ -91,6 +91,9 @@ static dt_status resolve(const char *host, uint16_t port, int passive, struct ad
     char service[8];
     snprintf(service, sizeof service, "%u", (unsigned)port);
     int rc = getaddrinfo(host, service, &hints, res);
+    /* A name not (yet) known may become one: a pod's name appears once the pod has an address. */
+    if (rc == EAI_NONAME || rc == EAI_AGAIN || rc == EAI_FAIL || rc == EAI_NODATA)
+        return dt_error(DT_ERR_UNAVAILABLE, "%s does not resolve: %s", host, gai_strerror(rc));
     if (rc != 0)
         return dt_error(DT_ERR_INVALID, "%s: cannot resolve: %s", host, gai_strerror(rc));
     return DT_OK;

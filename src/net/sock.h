@@ -24,7 +24,8 @@ dt_status dt_sock_local_port(int fd, uint16_t *port);
  * passed with no connection (not an error: the caller decides). */
 dt_status dt_sock_accept(int listen_fd, double deadline, int *fd, char *peer, size_t peer_cap);
 /* One connection attempt to host:port, finished before deadline. DT_ERR_PEER when refused or
- * unreachable (worth retrying), DT_ERR_INVALID when the host does not resolve. */
+ * unreachable (worth retrying), DT_ERR_UNAVAILABLE when the name does not resolve (yet: worth
+ * retrying too), DT_ERR_INVALID when it cannot be resolved at all. */
 dt_status dt_sock_connect(const char *host, uint16_t port, double deadline, int *fd);
 /* Sends or receives exactly n_bytes before deadline. */
 dt_status dt_sock_send_all(int fd, const void *buf, size_t n_bytes, double deadline,
