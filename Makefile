@@ -68,7 +68,7 @@ $(BUILD)/src/nn/fm.o $(BUILD)/src/nn/embedding.o $(BUILD)/src/optim/rowwise.o: A
 $(BUILD)/src/nn/nn.o $(BUILD)/src/model/ctr.o $(BUILD)/src/nn/dense_sparse.o: ARCH_FLAGS := -O3
 $(BUILD)/src/model/cols.o $(BUILD)/src/nn/cross.o: ARCH_FLAGS := -O3
 
-.PHONY: all demo test asan test-large tsan cross leakcheck bench install clean unit-tests fuzz fuzz-build
+.PHONY: all demo test asan test-large tsan cross leakcheck bench install clean unit-tests fuzz fuzz-build image image-test
 .PRECIOUS: $(BUILD)/.deps-%
 all: $(BUILD)/libdtrain.a $(BUILD)/libdtrain.so $(BUILD)/dtrain $(BUILD)/libdtrain_mpi.so
 
@@ -228,6 +228,14 @@ fuzz: fuzz-build
 
 # libdtrain.so.VERSION with its SONAME and development links, the MPI plugin beside it (where
 # the mpi communicator looks first, see src/coll/mpi.c), the headers, the CLI and dtrain.pc.
+# An OCI image of dtrain without Docker (scripts/make_image.sh: debootstrap, umoci; root and the
+# Debian archive), written to $(BUILD)/dtrain-image.oci.tar; image-test runs it unpacked.
+image: all
+	bash scripts/make_image.sh $(BUILD)
+
+image-test: image
+	bash scripts/image_test.sh $(BUILD)
+
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include/dtrain $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
 	install -m 644 include/dtrain/*.h $(DESTDIR)$(PREFIX)/include/dtrain/

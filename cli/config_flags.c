@@ -259,6 +259,9 @@ void cli_resolver_flags_add(flag_table *t, cli_resolver *r)
                             &r->jobs, NULL});
     flags_add(t, (flag_def){"port-base", FLAG_STRING, NULL, "slurm, mpi: the first task's port on "
                             "each host (default 8888)", &r->port_base, NULL});
+    flags_add(t, (flag_def){"bind-all", FLAG_BOOL, "false", "listen on every interface rather "
+                            "than on the address this task's name resolves to (a name that "
+                            "resolves to an address the host does not hold)", &r->bind_all, NULL});
 }
 
 int cli_resolver_apply(const cli_resolver *r)
@@ -269,10 +272,11 @@ int cli_resolver_apply(const cli_resolver *r)
         snprintf(msg, sizeof msg, "--cluster-resolver: %s", dt_last_error());
         return cli_fail(2, msg);
     }
-    const char *vars[3][2] = {{"DTRAIN_CLUSTER_RESOLVER", r->name},
+    const char *vars[4][2] = {{"DTRAIN_CLUSTER_RESOLVER", r->name},
                               {"DTRAIN_JOBS", r->jobs},
-                              {"DTRAIN_PORT_BASE", r->port_base}};
-    for (int i = 0; i < 3; i++)
+                              {"DTRAIN_PORT_BASE", r->port_base},
+                              {"DTRAIN_BIND_ALL", r->bind_all ? "1" : NULL}};
+    for (int i = 0; i < 4; i++)
         if (vars[i][1] && setenv(vars[i][0], vars[i][1], 1) != 0) {
             snprintf(msg, sizeof msg, "setting %s: %s", vars[i][0], strerror(errno));
             return cli_fail(1, msg);

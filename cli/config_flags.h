@@ -33,13 +33,15 @@ extern const flag_custom flag_dropout_keep;
 /* After flags_parse: one dropout value over every deep layer, or one per layer. */
 dt_status flag_ctr_lists_finish(flag_ctr_lists *l);
 
-/* The cluster resolver's flags (cluster.h): --cluster-resolver, --jobs, --port-base. */
+/* The cluster resolver's flags (cluster.h): --cluster-resolver, --jobs, --port-base, and
+ * --bind-all (listen on every interface). */
 typedef struct {
     const char *name, *jobs, *port_base;
+    bool bind_all;
 } cli_resolver;
 void cli_resolver_flags_add(flag_table *t, cli_resolver *r);
 /* After flags_parse: the flags into the environment the library reads (DTRAIN_CLUSTER_RESOLVER,
- * DTRAIN_JOBS, DTRAIN_PORT_BASE), and, when a platform's resolver gives the cluster, one line
+ * DTRAIN_JOBS, DTRAIN_PORT_BASE, DTRAIN_BIND_ALL), and, when a platform's resolver gives the cluster, one line
  * naming it and this task. Returns an exit status: 0, 2 for a bad flag, else the resolver's. */
 int cli_resolver_apply(const cli_resolver *r);
 

@@ -172,6 +172,30 @@ else
     fail deploy_files_run_as_their_platforms_run_them "exit $df_status, $n_ok ok: $(grep -v "^ok " "$tmp/deploy_files.out" | head -5)"
 fi
 
+# --- --bind-all: a task listens on every interface instead of its name's address (a ps task
+#     here, named localhost: 127.0.0.1 without the flag, 0.0.0.0 with it), as /proc/net/tcp shows ---
+base=$(free_base 2)
+bound=""
+for flag in "" --bind-all; do
+    TF_CONFIG="{\"cluster\": {\"chief\": [\"localhost:$base\"], \"ps\": [\"localhost:$((base + 1))\"]}, \"task\": {\"type\": \"ps\", \"index\": 0}}" \
+        "$dtrain" server $flag --coordinator-timeout 10 > "$tmp/bind.out" 2>&1 &
+    bind_pid=$!
+    pids+=("$bind_pid")
+    hex=$(printf ':%04X' $((base + 1)))
+    addr=""
+    for _ in $(seq 1 100); do
+        addr=$(awk -v h="$hex" '$2 ~ h"$" && $4 == "0A" {print $2}' /proc/net/tcp)
+        [ -n "$addr" ] && break
+        sleep 0.05
+    done
+    bound="$bound ${addr:-none}"
+    kill "$bind_pid" 2> /dev/null
+    wait "$bind_pid" 2> /dev/null
+done
+if [ "$bound" = " 0100007F$hex 00000000$hex" ]; then
+    ok deploy_bind_all_listens_on_every_interface "listening at$bound (127.0.0.1, then 0.0.0.0)"
+else fail deploy_bind_all_listens_on_every_interface "listening at$bound: $(cat "$tmp/bind.out")"; fi
+
 # --- dtrain cluster check: the platforms' TF_CONFIGs as their tasks see them ---
 run "$dtrain" cluster check --tf-config '{"cluster": {"master": ["algo-1:2222"], "ps": ["algo-1:2223", "algo-2:2223"], "worker": ["algo-2:2222"]}, "environment": "cloud", "task": {"type": "master", "index": 0}}'
 if [ "$status" -eq 0 ] && grep -qx "task: chief:0 (algo-1:2222), training rank 0 of 2, the chief" "$tmp/out" &&

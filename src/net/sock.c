@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <math.h>
 #include <netdb.h>
+#include <stdlib.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -99,10 +100,20 @@ static dt_status resolve(const char *host, uint16_t port, int passive, struct ad
     return DT_OK;
 }
 
+bool dt_bind_all(void)
+{
+    const char *v = getenv("DTRAIN_BIND_ALL");
+    return v && strcmp(v, "1") == 0;
+}
+
 dt_status dt_sock_listen(const char *host, uint16_t port, int *fd, uint16_t *bound_port)
 {
     *fd = -1;
     struct addrinfo *res;
+    /* Every interface, of the family the task's own address has. */
+    struct in6_addr v6;
+    if (dt_bind_all())
+        host = host && inet_pton(AF_INET6, host, &v6) == 1 ? "::" : "0.0.0.0";
     dt_status st = resolve(host, port, 1, &res);
     if (st)
         return st;

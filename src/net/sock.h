@@ -12,6 +12,7 @@
 #define DTRAIN_SOCK_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "dtrain/status.h"
@@ -27,6 +28,10 @@ dt_status dt_sock_accept(int listen_fd, double deadline, int *fd, char *peer, si
  * unreachable (worth retrying), DT_ERR_UNAVAILABLE when the name does not resolve (yet: worth
  * retrying too), DT_ERR_INVALID when it cannot be resolved at all. */
 dt_status dt_sock_connect(const char *host, uint16_t port, double deadline, int *fd);
+/* Whether tasks listen on every interface (DTRAIN_BIND_ALL=1, --bind-all) rather than on the
+ * address their own name resolves to: for hosts whose name resolves to an address they do not
+ * hold (behind NAT, a load balancer's). dt_sock_listen binds so. */
+bool dt_bind_all(void);
 /* Sends or receives exactly n_bytes before deadline. */
 dt_status dt_sock_send_all(int fd, const void *buf, size_t n_bytes, double deadline,
                            const char *who);

@@ -13,6 +13,7 @@
 #include <zmq.h>
 
 #include "../core/clock.h"
+#include "../net/sock.h"
 
 struct dt_zlink {
     void *ctx, *sock;
@@ -105,6 +106,10 @@ static dt_status bind_endpoint(const char *endpoint, char *out, size_t cap, bool
     snprintf(out, cap, "%s", endpoint);
     const char *host = strncmp(endpoint, "tcp://", 6) == 0 ? endpoint + 6 : NULL;
     const char *colon = host ? strrchr(host, ':') : NULL;
+    if (host && colon && dt_bind_all()) { /* every interface (--bind-all) */
+        snprintf(out, cap, "tcp://*%s", colon);
+        return DT_OK;
+    }
     if (!host || !colon || host[0] == '[' || host[0] == '*') {
         *ipv6 = host && host[0] == '[';
         return DT_OK;
