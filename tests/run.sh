@@ -67,6 +67,8 @@ run_suite ps "$work/ps" bash tests/ps.sh "$build" "$work/ps"
 run_suite ps_dynamic "$work/ps_dynamic" bash tests/ps_dynamic.sh "$build" "$work/ps_dynamic"
 # The platforms' TF_CONFIGs: tasks named by host names, the chief called master.
 run_suite deploy "$work/deploy" bash tests/deploy.sh "$build" "$work/deploy"
+# A TFJob simulated in network namespaces: names that resolve late, a ps back at a new address.
+run_suite platforms "$work/platforms" bash tests/platforms.sh "$build" "$work/platforms"
 # Checkpoints, backups and resume, summaries, the sidecar evaluator, restarts after a kill.
 run_suite ckpt "$work/ckpt" bash tests/ckpt.sh "$build" "$work/ckpt"
 # make install into a temporary prefix, and programs built against it through pkg-config.
