@@ -918,3 +918,12 @@ TEST(cluster_resolver_mpi_and_detection_order)
     CHECK(r == DT_RESOLVER_SAGEMAKER && strcmp(dt_resolver_name(r), "sagemaker") == 0);
     CHECK_ERR(dt_resolver_parse("k8s", &r), DT_ERR_INVALID, "'k8s' is not a cluster resolver");
 }
+
+/* TFJob's enableDynamicWorker form: recognised, and refused with what to do instead. */
+TEST(cluster_sparse_cluster_is_named)
+{
+    dt_cluster c;
+    CHECK_ERR(dt_cluster_parse(J("{'sparseCluster': {'worker': {'1': 'w1:2222'}, 'ps': ['p0:2222']},"
+                                 " 'task': {'type': 'worker', 'index': 1}}"), &c),
+              DT_ERR_INVALID, "sparseCluster (TFJob's enableDynamicWorker");
+}

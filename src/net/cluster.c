@@ -416,6 +416,14 @@ static dt_status parse_top(const cJSON *root, const cJSON **cluster, const cJSON
     const cJSON *m[4];
     if (!cJSON_IsObject(root))
         return dt_error(DT_ERR_INVALID, TFC "not a JSON object");
+    /* Kubeflow's TFJob with enableDynamicWorker: each worker knows itself and the ps tasks only,
+     * where dtrain's coordinator (the chief) hands the workers their steps and so must know them
+     * all. */
+    if (cJSON_GetObjectItemCaseSensitive(root, "sparseCluster"))
+        return dt_error(DT_ERR_INVALID, TFC "sparseCluster (TFJob's enableDynamicWorker: a worker "
+                        "knows only itself and the ps tasks) is not a cluster dtrain can train "
+                        "in: its chief gives every worker its steps and must know them all; set "
+                        "enableDynamicWorker to false for the full cluster");
     dt_status st = get_members(root, "", "key", keys, 4, "cluster, task, rpc_layer, environment", m);
     if (st)
         return st;
