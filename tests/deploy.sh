@@ -172,6 +172,23 @@ else
     fail deploy_files_run_as_their_platforms_run_them "exit $df_status, $n_ok ok: $(grep -v "^ok " "$tmp/deploy_files.out" | head -5)"
 fi
 
+# --- SageMaker's Pipe mode: epoch e of a channel is the FIFO CHANNEL_e, fed by a writer as
+#     SageMaker feeds it; --data libsvm:DIR/train_{epoch} reads each pass from its own FIFO ---
+mkdir -p "$tmp/pipe"
+head -n 2000 "$tmp/train.svm" > "$tmp/pipe.svm"
+mkfifo "$tmp/pipe/train_0" "$tmp/pipe/train_1"
+(cat "$tmp/pipe.svm" > "$tmp/pipe/train_0" && cat "$tmp/pipe.svm" > "$tmp/pipe/train_1") &
+writer=$!
+pids+=("$writer")
+run timeout 60 "$dtrain" train --data "libsvm:$tmp/pipe/train_{epoch}" --test-data none \
+    --feature-size "$fs" --model deepfm --batch-size 100 --epochs 2 --shuffle-buffer 0 \
+    --threads 1 --progress none --metrics-out "$tmp/pipe.json"
+wait_pid "$writer" 5
+pipe_steps=$(json_field "$tmp/pipe.json" steps 2> /dev/null)
+if [ "$pipe_steps" = 40 ] && [ "$status" -eq 0 ]; then
+    ok deploy_sagemaker_pipe_mode_a_fifo_per_epoch "2 epochs of 20 steps, each from its own FIFO"
+else fail deploy_sagemaker_pipe_mode_a_fifo_per_epoch "steps $pipe_steps, writer $status: $(tail -2 "$tmp/err")"; fi
+
 # --- --bind-all: a task listens on every interface instead of its name's address (a ps task
 #     here, named localhost: 127.0.0.1 without the flag, 0.0.0.0 with it), as /proc/net/tcp shows ---
 base=$(free_base 2)

@@ -33,10 +33,13 @@ static dt_status list_add(dt_file_list *l, const char *path)
 
 static bool has_wildcard(const char *s) { return strpbrk(s, "*?[") != NULL; }
 
+/* A path of one file per pass over the data (dt_src_open_epoch). */
+static bool per_epoch(const char *path) { return strstr(path, "{epoch}") != NULL; }
+
 static dt_status add_pattern(dt_file_list *l, const char *pattern)
 {
-    if (strcmp(pattern, "-") == 0)
-        return list_add(l, "-");
+    if (strcmp(pattern, "-") == 0 || per_epoch(pattern))
+        return list_add(l, pattern); /* a pass's file may not be there until its pass */
     if (!has_wildcard(pattern)) {
         struct stat sb;
         if (stat(pattern, &sb) != 0)
@@ -159,6 +162,19 @@ dt_status dt_src_open_input(const char *path, bool streams_used, int *fd, bool *
     return DT_OK;
 }
 
+dt_status dt_src_open_epoch(const char *path, int epoch, bool streams_used, int *fd, bool *own,
+                            bool *stream)
+{
+    const char *at = strstr(path, "{epoch}");
+    if (!at)
+        return dt_src_open_input(path, streams_used, fd, own, stream);
+    char name[4200];
+    if (snprintf(name, sizeof name, "%.*s%d%s", (int)(at - path), path, epoch,
+                 at + strlen("{epoch}")) >= (int)sizeof name)
+        return dt_error(DT_ERR_INVALID, "%s: a path too long", path);
+    return dt_src_open_input(name, false, fd, own, stream);
+}
+
 const char *dt_src_name_of(const dt_file_list *files, uint32_t file)
 {
     if ((int)file >= files->n)
@@ -226,6 +242,7 @@ struct tfr_state {
     uint64_t index;
     bool read_stream; /* a stream was consumed in an earlier iteration */
     bool has_stream;
+    int epoch;        /* passes begun before this one */
 };
 
 static void tfr_close_slot(struct tfr_slot *s)
@@ -243,7 +260,8 @@ static dt_status tfr_open_slot(struct tfr_state *s, struct tfr_slot *slot)
     uint32_t file = (uint32_t)s->next_file++;
     bool stream;
     dt_src_note_reading(&s->o, s->files->paths[file]);
-    dt_status st = dt_src_open_input(s->files->paths[file], s->read_stream, &slot->fd, &slot->own, &stream);
+    dt_status st = dt_src_open_epoch(s->files->paths[file], s->epoch, s->read_stream, &slot->fd,
+                                     &slot->own, &stream);
     if (st)
         return st;
     s->has_stream |= stream;
@@ -315,6 +333,7 @@ static dt_status tfr_reset(dt_dataset *ds)
         tfr_close_slot(&s->slots[i]);
     s->read_stream = s->read_stream || s->has_stream;
     s->cursor = s->next_file = 0;
+    s->epoch++;
     s->index = 0;
     return DT_OK;
 }
@@ -451,6 +470,7 @@ struct text_state {
     int file;          /* the file being read, or -1 before the first */
     int fd;
     bool own, eof, read_stream, has_stream;
+    int epoch;         /* passes begun before this one */
     bool stream;       /* the file being read is a stream: reads wait with a deadline */
     bool skipping;     /* discarding the rest of a bad line up to its newline */
     bool ended;        /* the iteration is over until a reset */
@@ -498,7 +518,8 @@ static dt_status text_open_next(struct text_state *s, int next)
     }
     bool stream;
     dt_src_note_reading(&s->o, s->files->paths[next]);
-    dt_status st = dt_src_open_input(s->files->paths[next], s->read_stream, &s->fd, &s->own, &stream);
+    dt_status st = dt_src_open_epoch(s->files->paths[next], s->epoch, s->read_stream, &s->fd,
+                                     &s->own, &stream);
     if (st)
         return st;
     s->has_stream |= stream;
@@ -650,6 +671,7 @@ static dt_status text_reset(dt_dataset *ds)
     s->ended = s->skipping = false;
     s->read_stream = s->read_stream || s->has_stream;
     s->index = 0;
+    s->epoch++;
     return DT_OK;
 }
 

@@ -11,6 +11,11 @@
 /* Opens a file of the list: "-" is stdin (not ours to close). *stream says it can be read once
  * only (stdin, a FIFO, a character device); with streams_used a stream is refused, naming it. */
 dt_status dt_src_open_input(const char *path, bool streams_used, int *fd, bool *own, bool *stream);
+/* The same for pass `epoch` (0 first) over the data: a path with "{epoch}" names a file of each
+ * pass (SageMaker's Pipe mode: the FIFO /opt/ml/input/data/CHANNEL_0, then _1, ...), which is a
+ * new stream each time. */
+dt_status dt_src_open_epoch(const char *path, int epoch, bool streams_used, int *fd, bool *own,
+                            bool *stream);
 /* The file's name for messages ("stdin" for "-"). */
 const char *dt_src_name_of(const dt_file_list *files, uint32_t file);
 void dt_src_count_bad(const dt_source_options *o);
