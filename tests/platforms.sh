@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# A Kubeflow TFJob simulated on this machine: every task in its own network namespace with its own
-# address on a bridge, and a hosts file per namespace (ip netns bind-mounts /etc/netns/NS/hosts
-# over /etc/hosts) playing the cluster's DNS, each task started with the operator's exact
-# TF_CONFIG (hosts NAME-TYPE-I.NAMESPACE.svc:2222, "environment": "cloud", the evaluator apart).
-# The workers' names appear in DNS only 5 s after the chief starts (headless-service records of
-# pods not ready yet); then ps:1 is killed and started again under the same name at a new address,
-# as a restarted pod is. The job completes, its AUC within 0.003 of the same job run whole on
-# loopback, and no namespace, process or hosts file is left behind.
+# The platforms simulated on this machine, every task (or node) in its own network namespace with
+# its own address on a bridge and a hosts file per namespace (ip netns bind-mounts
+# /etc/netns/NS/hosts over /etc/hosts) playing DNS:
+#   - a Kubeflow TFJob, each task started with the operator's exact TF_CONFIG (hosts
+#     NAME-TYPE-I.NAMESPACE.svc:2222, "environment": "cloud", the evaluator apart); the workers'
+#     names appear in DNS only 5 s after the chief starts (headless-service records of pods not
+#     ready yet); then ps:1 is killed and started again under the same name at a new address, as
+#     a restarted pod is; the job completes, its AUC within 0.003 of the same job run whole on
+#     loopback;
+#   - a Slurm step of 2 nodes x 2 tasks through the slurm resolver: the checksum of launch -n 4;
+#   - a SageMaker job on 2 hosts with the ps distribution, Pipe mode and the failure file;
+# and no namespace, process or hosts file is left behind.
 # usage: tests/platforms.sh BUILD_DIR COUNTS_FILE    (root: network namespaces)
 set -u
 build=$1
@@ -151,6 +155,101 @@ if [ "$statuses" = "chief:0 worker:0:0 worker:1:0 ps:0:0 ps:1:0 evaluator:0:0" ]
 else
     fail platforms_tfjob_late_dns_and_a_ps_at_a_new_address "exits $statuses, AUC $auc vs $whole_auc, waits $waited_for_workers: $(tail -2 "$tmp/chief0.err") | $(tail -2 "$tmp/ps1.err") | $(tail -1 "$tmp/worker0.err")"
 fi
+
+# --- Slurm: an srun step of 2 nodes x 2 tasks, each node a namespace (cn01, cn02 in DNS), the
+#     variables srun sets with a compressed node list; the slurm resolver finds the cluster and
+#     synchronous training ends with the checksum of dtrain launch -n 4 ---
+sync=(train --data "libsvm:$tmp/train.svm" --test-data none --feature-size "$fs" --model deepfm
+      --optimizer adam --lr 5e-4 --batch-size 64 --shuffle-buffer 0 --progress none --seed 1
+      --threads 1 --max-steps 20 --connect-timeout 60)
+run timeout 120 "$dtrain" launch -n 4 -- "$dtrain" "${sync[@]}" --metrics-out "$tmp/launch4.json"
+want=$(json_field "$tmp/launch4.json" param_checksum 2> /dev/null)
+: > "$tmp/all"
+for n in 1 2; do
+    host "cn0$n" $((20 + n))
+    echo "10.213.0.$((20 + n)) cn0$n" >> "$tmp/all"
+done
+cp "$tmp/all" "$tmp/dns"
+dns
+step_pids=()
+for r in 0 1 2 3; do
+    ip netns exec "${tag}cn0$((r / 2 + 1))" env SLURM_PROCID=$r SLURM_NTASKS=4 \
+        SLURM_STEP_NUM_TASKS=4 SLURM_NNODES=2 SLURM_NODEID=$((r / 2)) SLURM_LOCALID=$((r % 2)) \
+        SLURM_JOB_NODELIST='cn[01-02]' SLURM_STEP_NODELIST='cn[01-02]' \
+        SLURM_STEP_TASKS_PER_NODE='2(x2)' "$dtrain" "${sync[@]}" --port-base 8888 \
+        --metrics-out "$tmp/slurm.$r.json" > "$tmp/slurm.$r.out" 2> "$tmp/slurm.$r.err" &
+    step_pids+=($!)
+    pids+=($!)
+done
+statuses=""
+for p in "${step_pids[@]}"; do
+    wait_pid "$p" 120
+    statuses="$statuses$status"
+done
+got=$(json_field "$tmp/slurm.0.json" param_checksum 2> /dev/null)
+if [ "$statuses" = 0000 ] && [ -n "$want" ] && [ "$got" = "$want" ] &&
+    grep -q "the slurm resolver places this process as worker:3 (cn02:8889), of 4 training tasks" "$tmp/slurm.3.err"; then
+    ok platforms_slurm_step_equals_launch "checksum $got, dtrain launch -n 4's; nodes cn01, cn02 in namespaces"
+else
+    fail platforms_slurm_step_equals_launch "exits $statuses, checksum $got vs $want: $(tail -2 "$tmp/slurm.0.err" "$tmp/slurm.3.err")"
+fi
+
+# --- SageMaker: two hosts (algo-1, algo-2 in DNS), each a namespace with its own /opt/ml
+#     (resourceconfig.json, hyperparameters.json with the ps distribution on), the container's
+#     entry (deploy/sagemaker/entry.sh) running the host's ps beside its master or worker; the
+#     training channel in Pipe mode (a FIFO per epoch, fed by a writer per host); the model lands
+#     in the model directory. A bad hyperparameter writes its reason to /opt/ml/output/failure ---
+: > "$tmp/all"
+for h in 1 2; do
+    host "algo$h" $((30 + h))
+    echo "10.213.0.$((30 + h)) algo-$h" >> "$tmp/all"
+done
+cp "$tmp/all" "$tmp/dns"
+dns
+head -n 6400 "$tmp/train.svm" > "$tmp/half.svm"
+sm_pids=()
+for h in 1 2; do
+    root=$tmp/sm$h
+    mkdir -p "$root/input/config" "$root/input/data" "$root/model"
+    printf '{"current_host": "algo-%d", "hosts": ["algo-1", "algo-2"], "network_interface_name": "eth0"}' \
+        "$h" > "$root/input/config/resourceconfig.json"
+    cat > "$root/input/config/hyperparameters.json" << EOF
+{"sagemaker_parameter_server_enabled": true, "sagemaker_program": "train",
+ "data": "libsvm:$root/input/data/train_{epoch}", "test_data": "libsvm:$tmp/test.svm",
+ "feature_size": "$fs", "model": "deepfm", "batch_size": "64", "epochs": "2", "seed": "1",
+ "threads": "1", "progress": "none", "strategy": "parameter_server", "shuffle_buffer": "0",
+ "connect_timeout": "60", "metrics_out": "$tmp/sm$h.json"}
+EOF
+    mkfifo "$root/input/data/train_0" "$root/input/data/train_1"
+    (cat "$tmp/half.svm" > "$root/input/data/train_0" && cat "$tmp/half.svm" > "$root/input/data/train_1") &
+    pids+=($!)
+    ip netns exec "${tag}algo$h" env DTRAIN_SAGEMAKER_ROOT="$root" SM_MODEL_DIR="$root/model" \
+        DTRAIN_MODEL_DIR="$tmp/sm_model" DTRAIN="$dtrain" \
+        sh "$(dirname "$0")/../deploy/sagemaker/entry.sh" train --model-dir "$tmp/sm_model" \
+        > "$tmp/sm$h.out" 2> "$tmp/sm$h.err" &
+    sm_pids+=($!)
+    pids+=($!)
+done
+statuses=""
+for p in "${sm_pids[@]}"; do
+    wait_pid "$p" 180
+    statuses="$statuses$status"
+done
+steps=$(json_field "$tmp/sm1.json" steps 2> /dev/null)
+run "$dtrain" evaluate --model-dir "$tmp/sm_model" --test-data "libsvm:$tmp/test.svm" --field-size 39
+if [ "$statuses" = 00 ] && [ "${steps:-0}" -ge 190 ] && [ "$status" -eq 0 ] &&
+    grep -q "the sagemaker resolver places this process as chief:0 (algo-1:2222)" "$tmp/sm1.err" &&
+    grep -q "as ps:1 (algo-2:2223)" "$tmp/sm2.err" && [ ! -e "$tmp/sm1/output/failure" ]; then
+    ok platforms_sagemaker_ps_distribution_in_pipe_mode "$steps steps over 2 hosts x (ps + master/worker), 2 epochs from FIFOs; $(grep -o "auc = [0-9.]*" "$tmp/out") from the model directory"
+else
+    fail platforms_sagemaker_ps_distribution_in_pipe_mode "exits $statuses, steps $steps, evaluate $status: $(tail -2 "$tmp/sm1.err" "$tmp/sm2.err" "$tmp/err")"
+fi
+sed -i 's/"epochs": "2"/"epochs": "two"/' "$tmp/sm1/input/config/hyperparameters.json"
+ip netns exec "${tag}algo1" env DTRAIN_SAGEMAKER_ROOT="$tmp/sm1" "$dtrain" train > "$tmp/out" 2> "$tmp/err"
+status=$?
+if [ "$status" -eq 2 ] && grep -q -- "--epochs" "$tmp/sm1/output/failure" 2> /dev/null; then
+    ok platforms_sagemaker_failure_file "$(cat "$tmp/sm1/output/failure")"
+else fail platforms_sagemaker_failure_file "exit $status: $(cat "$tmp/err")"; fi
 
 # --- nothing left: processes, namespaces, hosts files ---
 for p in "${pids[@]}"; do kill -9 "$p" 2> /dev/null; wait "$p" 2> /dev/null; done
