@@ -28,12 +28,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 [ "$(id -u)" -eq 0 ] || { echo "bare_root_test.sh: needs root (debootstrap, chroot, mount)" >&2; exit 1; }
-if [ -z "$mirror" ]; then
-    mirror=$(grep -h -E '^(URIs:|deb )' /etc/apt/sources.list /etc/apt/sources.list.d/*.sources \
-                 /etc/apt/sources.list.d/*.list 2> /dev/null |
-             grep -o 'http[^ ]*debian/\?' | grep -v security | head -1 || true)
-    mirror=${mirror:-http://deb.debian.org/debian}
-fi
+[ -n "$mirror" ] || mirror=$(bash "$(dirname "$0")/debian_mirror.sh")
 if ! command -v debootstrap > /dev/null; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends debootstrap ||
         { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \

@@ -11,12 +11,7 @@ build=${1:?usage: scripts/make_image.sh BUILD_DIR [--mirror URL]}
 mirror=${3:-}
 cd "$(dirname "$0")/.."
 [ "$(id -u)" -eq 0 ] || { echo "make_image.sh: needs root (debootstrap, chroot)" >&2; exit 1; }
-if [ -z "$mirror" ]; then
-    mirror=$(grep -h -E '^(URIs:|deb )' /etc/apt/sources.list /etc/apt/sources.list.d/*.sources \
-                 /etc/apt/sources.list.d/*.list 2> /dev/null |
-             grep -o 'http[^ ]*debian/\?' | grep -v security | head -1 || true)
-    mirror=${mirror:-http://deb.debian.org/debian}
-fi
+[ -n "$mirror" ] || mirror=$(bash "$(dirname "$0")/debian_mirror.sh")
 bash scripts/deps.sh build imagebuild > /dev/null
 command -v debootstrap > /dev/null ||
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends debootstrap
