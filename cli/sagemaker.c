@@ -12,6 +12,7 @@
 #include "dtrain/cluster.h"
 
 static bool active;
+static char channel_format[32] = "libsvm"; /* the data_format hyperparameter: the channels' */
 
 static const char *root(void)
 {
@@ -107,6 +108,16 @@ static dt_status add_hyperparameters(int argc, char **argv, int *n, char ***out,
     for (const cJSON *e = hp->child; e && st == DT_OK; e = e->next) {
         if (strncmp(e->string, "sagemaker_", 10) == 0)
             continue; /* the platform's own, not the program's */
+        if (strcmp(e->string, "data_format") == 0) { /* the channels', not a flag */
+            if (!cJSON_IsString(e) || !*e->valuestring ||
+                strlen(e->valuestring) >= sizeof channel_format) {
+                st = dt_error(DT_ERR_INVALID, "%s: data_format: a format such as libsvm, csv, "
+                              "criteo or tfrecord", path);
+                break;
+            }
+            snprintf(channel_format, sizeof channel_format, "%s", e->valuestring);
+            continue;
+        }
         char name[128];
         snprintf(name, sizeof name, "%s", e->string);
         for (char *p = name; *p; p++)
@@ -137,6 +148,39 @@ static bool is_dir(const char *path)
     return stat(path, &s) == 0 && S_ISDIR(s.st_mode);
 }
 
+/* The channels as data when the flags name none: --data from SM_CHANNEL_TRAIN (or _TRAINING),
+ * --test-data from SM_CHANNEL_TEST (or _EVAL, _VALIDATION), every file of the channel's
+ * directory, in the format of --data-format (a hyperparameter; libsvm when none). */
+static dt_status add_channels(int *n, char ***out, int *cap)
+{
+    static const char *const train[] = {"SM_CHANNEL_TRAIN", "SM_CHANNEL_TRAINING", NULL};
+    static const char *const test[] = {"SM_CHANNEL_TEST", "SM_CHANNEL_EVAL",
+                                       "SM_CHANNEL_VALIDATION", NULL};
+    const char *const *vars[2] = {train, test};
+    const char *flags[2] = {"data", "test-data"};
+    dt_status st = DT_OK;
+    for (int k = 0; k < 2 && st == DT_OK; k++) {
+        if (flag_value(*n, *out, flags[k]))
+            continue;
+        const char *dir = NULL;
+        for (int i = 0; vars[k][i] && !dir; i++)
+            dir = getenv(vars[k][i]) && *getenv(vars[k][i]) ? getenv(vars[k][i]) : NULL;
+        if (!dir)
+            continue;
+        size_t len = strlen(dir) + sizeof channel_format + 4;
+        char *flag = malloc(strlen(flags[k]) + 3), *value = malloc(len);
+        if (flag)
+            sprintf(flag, "--%s", flags[k]);
+        if (value)
+            snprintf(value, len, "%s:%s/*", channel_format, dir);
+        if ((st = add_arg(n, out, cap, flag)) == DT_OK)
+            st = add_arg(n, out, cap, value);
+        else
+            free(value);
+    }
+    return st;
+}
+
 dt_status cli_sagemaker_args(int argc, char **argv, int *argc_out, char ***argv_out)
 {
     *argc_out = argc, *argv_out = NULL;
@@ -151,6 +195,8 @@ dt_status cli_sagemaker_args(int argc, char **argv, int *argc_out, char ***argv_
         st = add_arg(&n, &out, &cap, strdup(argv[i]));
     if (st == DT_OK)
         st = add_hyperparameters(argc, argv, &n, &out, &cap);
+    if (st == DT_OK)
+        st = add_channels(&n, &out, &cap);
     /* Checkpoints where SageMaker syncs them, else straight into the model it uploads. */
     if (st == DT_OK && !flag_value(n, out, "model-dir")) {
         char ckpt[4200];

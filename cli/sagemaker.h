@@ -3,6 +3,9 @@
  * TF_CONFIG):
  *   - hyperparameters.json's entries become flags (epochs -> --epochs, batch_size ->
  *     --batch-size), those the command line gives and SageMaker's own (sagemaker_*) excepted;
+ *   - without --data (--test-data), the channel SM_CHANNEL_TRAIN or _TRAINING (SM_CHANNEL_TEST,
+ *     _EVAL or _VALIDATION) is the data: every file of its directory, in the format the
+ *     hyperparameter data_format names (libsvm when none; not a flag);
  *   - without --model-dir, checkpoints go to ROOT/checkpoints when SageMaker syncs that
  *     directory, else to SM_MODEL_DIR, which SageMaker uploads as the model;
  *   - a failure writes its reason's first 1,024 characters to ROOT/output/failure, where

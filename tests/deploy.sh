@@ -87,6 +87,22 @@ if [ "$status" -eq 2 ] && grep -q -- "--max-steps" "$tmp/sm1/output/failure" 2> 
     ok deploy_sagemaker_failure_file "$(cat "$tmp/sm1/output/failure")"
 else fail deploy_sagemaker_failure_file "exit $status: $(cat "$tmp/err") / $(cat "$tmp/sm1/output/failure" 2> /dev/null)"; fi
 
+# --- SageMaker's channels: without --data, SM_CHANNEL_TRAIN's files are the data and
+#     SM_CHANNEL_TEST's the test data, in the format of the data_format hyperparameter; the
+#     checkpoints go to SM_MODEL_DIR ---
+mkdir -p "$tmp/smc/input/config" "$tmp/smc/input/data/train" "$tmp/smc/input/data/test"
+printf '{"current_host": "algo-1", "hosts": ["algo-1"]}' > "$tmp/smc/input/config/resourceconfig.json"
+printf '{"data_format": "libsvm", "max_steps": "5", "feature_size": "%s", "model": "lr", "progress": "none"}' \
+    "$fs" > "$tmp/smc/input/config/hyperparameters.json"
+head -n 1000 "$tmp/train.svm" > "$tmp/smc/input/data/train/part-0.svm"
+head -n 500 "$tmp/train.svm" > "$tmp/smc/input/data/test/part-0.svm"
+DTRAIN_SAGEMAKER_ROOT="$tmp/smc" SM_CHANNEL_TRAIN="$tmp/smc/input/data/train" \
+    SM_CHANNEL_TEST="$tmp/smc/input/data/test" SM_MODEL_DIR="$tmp/smc/model" run "$dtrain" train
+if [ "$status" -eq 0 ] && grep -q "^Trained 5 steps" "$tmp/out" && grep -q "^Test loss" "$tmp/out" &&
+    [ -e "$tmp/smc/model/ckpt-5.safetensors" ]; then
+    ok deploy_sagemaker_channels_and_model_dir "$(grep "^Test loss" "$tmp/out")"
+else fail deploy_sagemaker_channels_and_model_dir "exit $status: $(tail -2 "$tmp/out" "$tmp/err")"; fi
+
 # --- deploy/: every file parsed, the TF_CONFIG or environment its platform gives each task run
 #     through dtrain cluster check, every dtrain command line it holds parsed by dtrain ---
 py=/usr/bin/python3
