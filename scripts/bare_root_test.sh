@@ -71,6 +71,11 @@ if ls /usr/local/share/ca-certificates/*.crt > /dev/null 2>&1; then
     mkdir -p "$root/usr/local/share/ca-certificates"
     cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
 fi
+# The root a mount point of its own, and /run a tmpfs: ip netns (tests/platforms.sh) makes the
+# new namespaces' mounts private from "/" and keeps their handles under /run/netns, all of which
+# goes when these are unmounted.
+bind "$root" "$root"
+bind tmpfs "$root/run" tmpfs
 bind proc "$root/proc" proc
 bind sysfs "$root/sys" sysfs
 bind /dev "$root/dev"

@@ -135,12 +135,12 @@ if [ "$pipe_steps" = 40 ] && [ "$status" -eq 0 ]; then
     ok deploy_sagemaker_pipe_mode_a_fifo_per_epoch "2 epochs of 20 steps, each from its own FIFO"
 else fail deploy_sagemaker_pipe_mode_a_fifo_per_epoch "steps $pipe_steps, writer $status: $(tail -2 "$tmp/err")"; fi
 
-# --- --bind-all: a task listens on every interface instead of its name's address (a ps task
-#     here, named localhost: 127.0.0.1 without the flag, 0.0.0.0 with it), as /proc/net/tcp shows ---
+# --- --bind-all: a task listens on every interface instead of its own address (a ps task
+#     here at 127.0.0.1: there without the flag, 0.0.0.0 with it), as /proc/net/tcp shows ---
 base=$(free_base 2)
 bound=""
 for flag in "" --bind-all; do
-    TF_CONFIG="{\"cluster\": {\"chief\": [\"localhost:$base\"], \"ps\": [\"localhost:$((base + 1))\"]}, \"task\": {\"type\": \"ps\", \"index\": 0}}" \
+    TF_CONFIG="{\"cluster\": {\"chief\": [\"127.0.0.1:$base\"], \"ps\": [\"127.0.0.1:$((base + 1))\"]}, \"task\": {\"type\": \"ps\", \"index\": 0}}" \
         "$dtrain" server $flag --coordinator-timeout 10 > "$tmp/bind.out" 2>&1 &
     bind_pid=$!
     pids+=("$bind_pid")
