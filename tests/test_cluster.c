@@ -780,6 +780,22 @@ TEST(cluster_resolver_slurm_expands_host_lists_and_tasks_per_node)
                       &c, NULL));
     CHECK(c.rank == 1);
     dt_cluster_free(&c);
+    /* Without a step's tasks per node, sbatch's --ntasks-per-node counts on every node. */
+    CHECK_OK(resolved(DT_RESOLVER_SLURM,
+                      (const char *[]){"SLURM_PROCID", "3", "SLURM_NTASKS", "4",
+                                       "SLURM_JOB_NODELIST", "c[1-2]", "SLURM_NTASKS_PER_NODE",
+                                       "2", NULL},
+                      &c, NULL));
+    CHECK(c.rank == 3);
+    CHECK_ADDR(&c, DT_JOB_WORKER, 1, "c1", 8889);
+    CHECK_ADDR(&c, DT_JOB_WORKER, 2, "c2", 8888);
+    dt_cluster_free(&c);
+    CHECK_ERR(resolved(DT_RESOLVER_SLURM,
+                       (const char *[]){"SLURM_PROCID", "0", "SLURM_NTASKS", "4",
+                                        "SLURM_JOB_NODELIST", "c[1-2]", "SLURM_NTASKS_PER_NODE",
+                                        "", NULL},
+                       &c, NULL),
+              DT_ERR_INVALID, "SLURM_STEP_TASKS_PER_NODE is not set");
     /* What does not add up names the variable. */
     CHECK_ERR(resolved(DT_RESOLVER_SLURM,
                        (const char *[]){"SLURM_PROCID", "0", "SLURM_NTASKS", "4",

@@ -57,6 +57,21 @@ static const char *const cells[B][N_KEYS] = {
     {"50", "1", "red", "dave", "w", "a|zz|b|a", "1|1|1|0.5"},
 };
 
+/* The same rows with at most one value in each list: a DeepFM batch of them is read a field at
+ * a time as one run of rows (cols.c's fm_fields_forward), where `cells` takes the general way;
+ * row 2's tags are missing, as are some of each. */
+static const char *const one_value_cells[B][N_KEYS] = {
+    {"23", "40", "red", "alice", "x", "a", "0.5"},
+    {"", "12.5", "purple", "bob", "y", "b", "3"},
+    {"61", "0", "blue", "alice", "alice", "", ""},
+    {"35", "-3", "", "carol", "x", "c", "2"},
+    {"47", "8", "green", "bob", "z", "e", "-0.5"},
+    {"50", "1", "red", "dave", "w", "zz", "1"},
+};
+
+/* The rows make_batch reads. */
+static const char *const (*rows_now)[N_KEYS] = cells;
+
 /* Deep inputs of every kind; D = 1 + 1 + 3 + 2 + 3 + 4 + 7 + 2 + 2 + 2 = 27. */
 static const char *const deep_columns =
     "[\"age\", \"hours\", {\"embedding\": \"color\", \"dimension\": 3, \"combiner\": \"sum\"},"
@@ -116,7 +131,7 @@ static dt_elem *make_batch(const dt_features *f, const int32_t *labels)
                 text = label;
             for (int j = 0; j < N_KEYS && !text; j++)
                 if (strcmp(key, keys[j]) == 0)
-                    text = cells[b][j];
+                    text = rows_now[b][j];
             CHECK_MSG(text != NULL, "the spec reads key '%s', which the rows lack", key);
             if (!text || !*text) {
                 v[k] = (dt_raw_value){DT_RAW_MISSING, 0, NULL, NULL, NULL};
@@ -386,6 +401,59 @@ TEST(gradcheck_columns_deepfm)
     dt_feature_model fm;
     if (f)
         CHECK_ERR(dt_features_model(f, &fm), DT_ERR_INVALID, "a binary or regression head");
+    dt_features_destroy(f);
+}
+
+/* DeepFM over rows of one id per field (or none): the same gradients by finite differences. */
+TEST(gradcheck_columns_deepfm_one_id_per_field)
+{
+    rows_now = one_value_cells;
+    gradcheck("deepfm, one id per field",
+              model_json("{\"type\": \"deepfm\", \"dnn_feature_columns\": %s, "
+                         "\"dnn_hidden_units\": [5, 4], \"head\": \"binary\"}", deepfm_columns),
+              2, 47, 1);
+    rows_now = cells;
+}
+
+/* The rows of one id per field score alike, bit for bit, read as one run (a batch of them
+ * alone) and the general way (beside a row of several tags). */
+TEST(deepfm_one_id_per_field_scores_as_the_general_way)
+{
+    dt_features *f = parse(model_json("{\"type\": \"deepfm\", \"dnn_feature_columns\": %s, "
+                                      "\"dnn_hidden_units\": [5, 4]}", deepfm_columns));
+    dt_feature_model fm;
+    dt_model *m = NULL;
+    if (f && dt_features_model(f, &fm) == DT_OK)
+        CHECK_OK(dt_model_create(&fm.spec, B, NULL, NULL, &m));
+    if (!m) {
+        dt_features_destroy(f);
+        return;
+    }
+    dt_model_init_params(m, 5);
+    int32_t labels[B] = {0, 1, 0, 1, 1, 0};
+    /* All rows of one value each, then row 0 of three tags in their place. */
+    rows_now = one_value_cells;
+    dt_elem *flat = make_batch(f, labels);
+    const char *mixed[B][N_KEYS];
+    memcpy(mixed, one_value_cells, sizeof mixed);
+    mixed[0][5] = "a|b|c", mixed[0][6] = "0.5|2|1.5";
+    rows_now = (const char *const (*)[N_KEYS])mixed;
+    dt_elem *general = make_batch(f, labels);
+    rows_now = cells;
+    const float *z = NULL;
+    float a[B], b[B];
+    if (flat && general) {
+        CHECK_OK(dt_model_forward_batch(m, flat, false, &z));
+        memcpy(a, z, sizeof a);
+        CHECK_OK(dt_model_forward_batch(m, general, false, &z));
+        memcpy(b, z, sizeof b);
+        for (int r = 1; r < B; r++)
+            CHECK_MSG(memcmp(&a[r], &b[r], sizeof a[r]) == 0, "row %d: logit %.9g as one run, "
+                      "%.9g the general way", r, a[r], b[r]);
+        CHECK(a[0] != b[0]); /* row 0 did change */
+    }
+    dt_elem_free(flat), dt_elem_free(general);
+    dt_model_destroy(m);
     dt_features_destroy(f);
 }
 

@@ -17,6 +17,7 @@
 #include "cols_keys.h"
 
 #include "../core/cpu.h"
+#include "../core/lines.h"
 #include "../core/prefetch.h"
 
 #include <math.h>
@@ -57,6 +58,10 @@ struct dt_cols {
     float *deep;                /* x0 (max_batch, D) */
     float *comb;                /* (max_batch, n_deep) */
     int *deep_off;              /* (n_deep) */
+    const float **fm_rows;      /* DeepFM of fields K wide: (max_batch, n_deep) each field's
+                                   row... */
+    float *fm_weights;          /* ...and its factor (fm_fields_of_batch); NULL: not such */
+    float *fm_zeros;            /* (K): the row of a field with no id */
     float *fm_sums;             /* fm: (max_batch, K) */
     float *fm_sq;               /* fm: (K), scratch */
     float *fm_out;              /* fm: (max_batch), each row's pairwise term */
@@ -78,6 +83,8 @@ static const dt_column_input *deep_in(const dt_cols *c, int i) { return &c->spec
 static const dt_column_input *lin_in(const dt_cols *c, int i) { return &c->spec.linear[i]; }
 static inline int64_t entry_id(int64_t v) { return v & (((int64_t)1 << 48) - 1); }
 
+static bool fields_of_one_width(const dt_cols *c);
+
 static int input_width(const dt_cols *c, const dt_column_input *in)
 {
     switch (in->kind) {
@@ -91,14 +98,7 @@ static int input_width(const dt_cols *c, const dt_column_input *in)
     return 0;
 }
 
-/* Cache-line aligned: the layers' kernels read x0 and write its gradient 16 floats at a time,
- * and a large malloc is 16 bytes past a page, which split every such access over two lines
- * (the first layer's weight gradient took 35% longer than over an aligned x0). */
-static float *floats(size_t n)
-{
-    size_t bytes = ((n ? n : 1) * sizeof(float) + 63) / 64 * 64;
-    return aligned_alloc(64, bytes);
-}
+static float *floats(size_t n) { return dt_lines_floats(n); }
 
 /* The cross layers' variables, in layer order, after the linear part's (none: all tables). */
 static dt_status declare_cross(dt_cols *c, dt_arena *params)
@@ -234,6 +234,10 @@ dt_status dt_cols_create(const dt_columns_spec *spec, int max_batch, dt_arena *p
         ok = (c->fm_sums = floats((size_t)max_batch * input_width(c, &spec->deep[0]))) &&
              (c->fm_sq = floats((size_t)input_width(c, &spec->deep[0]))) &&
              (c->fm_out = floats((size_t)max_batch));
+    if (ok && fields_of_one_width(c))
+        ok = (c->fm_rows = malloc((size_t)max_batch * (size_t)spec->n_deep * sizeof *c->fm_rows)) &&
+             (c->fm_weights = floats((size_t)max_batch * (size_t)spec->n_deep)) &&
+             (c->fm_zeros = calloc((size_t)input_width(c, &spec->deep[0]), sizeof(float)));
     c->xs[0] = c->deep;
     for (int l = 0; ok && l < c->L; l++)
         ok = (c->xs[l + 1] = floats(BD)) && (c->us[l] = floats(BD)) &&
@@ -284,7 +288,7 @@ void dt_cols_destroy(dt_cols *c)
             free(c->places[t].offsets), free(c->places[t].grouped), free(c->places[t].g),
             free(c->places[t].scale);
     free(c->places), free(c->same_places), free(c->slot_limit), free(c->slot_total);
-    free(c->deep_off), free(c->fm_sums), free(c->fm_sq), free(c->fm_out), free(c->lin_terms);
+    free(c->deep_off), free(c->fm_rows), free(c->fm_weights), free(c->fm_zeros), free(c->fm_sums), free(c->fm_sq), free(c->fm_out), free(c->lin_terms);
     free(c->dx0), free(c->dcur), free(c->dnext), free(c->du), free(c->dtt);
     free(c);
 }
@@ -572,6 +576,83 @@ static void deep_row(dt_cols *c, const dt_elem *e, int b, const int64_t *next)
         c->fm_out[b] = fm_of_sums(sum, sq, K);
 }
 
+/* DeepFM whose fields are all embeddings or numeric embeddings K wide (the usual spec, and
+ * today's --model deepfm as one): then a batch of one id per field is read as
+ * dt_fm_forward_lookup reads it, a flat run of rows. */
+static bool fields_of_one_width(const dt_cols *c)
+{
+    if (!c->spec.fm || c->spec.n_deep == 0)
+        return false;
+    int K = c->spec.tables[deep_in(c, 0)->table].dim;
+    for (int i = 0; i < c->spec.n_deep; i++) {
+        const dt_column_input *in = deep_in(c, i);
+        if ((in->kind != DT_INPUT_EMBEDDING && in->kind != DT_INPUT_NUMERIC_EMBEDDING) ||
+            c->spec.tables[in->table].dim != K)
+            return false;
+    }
+    return true;
+}
+
+/* Each field's row and factor over the batch, as deep_input takes them (the combiner's factor
+ * to comb): false when a field of some row has other than one id (deep_row then writes it). */
+static bool fm_fields_of_batch(dt_cols *c, const dt_elem *e)
+{
+    int n = c->spec.n_deep;
+    for (int b = 0; b < e->n; b++) {
+        const int64_t *lo = slots_of(c, b);
+        size_t p = (size_t)b * (size_t)n;
+        for (int i = 0; i < n; i++, p++) {
+            const dt_column_input *in = deep_in(c, i);
+            const dt_table *t = &c->tables[in->table];
+            if (in->kind == DT_INPUT_NUMERIC_EMBEDDING) {
+                c->fm_rows[p] = t->data;
+                c->fm_weights[p] = dense_of(e, b, in->dense_off)[0];
+                continue;
+            }
+            int64_t j = lo[in->slot], ids = lo[in->slot + 1] - j;
+            if (ids > 1)
+                return false;
+            float f = combiner_factor(in->combiner, e, j, j + ids);
+            c->comb[p] = f;
+            /* A missing value: a row of zeros, as deep_input writes it. */
+            c->fm_rows[p] = ids ? dt_table_row(t, entry_id(e->sp_ids[j])) : c->fm_zeros;
+            c->fm_weights[p] = ids ? e->sp_vals[j] * f : 0.0f;
+        }
+    }
+    return true;
+}
+
+/* x0 and DeepFM's sums and term from fm_fields_of_batch's rows, each field's written and summed
+ * in one pass (deep_row's operations in its order), the rows prefetched LOOKUP_AHEAD fields
+ * ahead. */
+DT_MULTI_ISA
+static void fm_fields_forward(dt_cols *c, int B)
+{
+    int n = c->spec.n_deep, K = c->spec.tables[deep_in(c, 0)->table].dim;
+    size_t N = (size_t)B * (size_t)n, bytes = (size_t)K * sizeof(float);
+    for (size_t p = 0; p < N && p < LOOKUP_AHEAD; p++)
+        dt_prefetch_read(c->fm_rows[p], bytes);
+    float *sq = c->fm_sq;
+    for (int b = 0; b < B; b++) {
+        float *o = c->deep + (size_t)b * c->D, *sum = c->fm_sums + (size_t)b * K;
+        for (int k = 0; k < K; k++)
+            sum[k] = 0, sq[k] = 0;
+        for (size_t p = (size_t)b * n; p < (size_t)(b + 1) * n; p++, o += K) {
+            if (p + LOOKUP_AHEAD < N)
+                dt_prefetch_read(c->fm_rows[p + LOOKUP_AHEAD], bytes);
+            const float *r = c->fm_rows[p];
+            float w = c->fm_weights[p];
+            for (int k = 0; k < K; k++) {
+                float x = w * r[k];
+                o[k] = x;
+                sum[k] += x;
+                sq[k] += x * x;
+            }
+        }
+        c->fm_out[b] = fm_of_sums(sum, sq, K);
+    }
+}
+
 static void cross_forward(dt_cols *c, int B, const dt_arena *params)
 {
     for (int l = 0; l < c->L; l++) {
@@ -629,10 +710,14 @@ dt_status dt_cols_forward(dt_cols *c, const dt_elem *e, const dt_arena *params, 
     if (st)
         return st;
     e = c->batch; /* dynamic tables: the view whose ids are rows */
+    bool fields = c->fm_rows && fm_fields_of_batch(c, e);
+    if (fields)
+        fm_fields_forward(c, e->n);
     float *terms = c->lin_terms;
     for (int b = 0; b < e->n; b++) {
         const int64_t *next = b + 1 < e->n ? slots_of(c, b + 1) : NULL;
-        deep_row(c, e, b, next);
+        if (!fields)
+            deep_row(c, e, b, next);
         if (c->N == 1)
             terms = linear_terms(c, e, b, next, terms);
     }

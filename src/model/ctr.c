@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/lines.h"
 #include "../nn/embedding.h"
 #include "../nn/fm.h"
 
@@ -123,9 +124,9 @@ dt_status dt_ctr_create(const dt_model_spec *spec, int max_batch, int dynamic_sh
     c->fm = calloc((size_t)max_batch, sizeof *c->fm);
     c->bad = malloc((size_t)max_example_tasks(max_batch) * sizeof *c->bad);
     if (has_v(c)) {
-        c->emb = malloc(nk * sizeof *c->emb);
-        c->demb = malloc(nk * sizeof *c->demb);
-        c->sums = malloc((size_t)max_batch * (size_t)c->K * sizeof *c->sums);
+        c->emb = dt_lines_floats(nk);
+        c->demb = dt_lines_floats(nk);
+        c->sums = dt_lines_floats((size_t)max_batch * (size_t)c->K);
     }
     if (!c->ids || !c->vals || !c->lin || !c->slot || !c->uniq || !c->scratch || !c->fm || !c->bad ||
         !c->offsets || !c->places ||

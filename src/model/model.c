@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../core/lines.h"
 #include "../nn/convpool.h"
 #include "cols.h"
 #include "ctr.h"
@@ -81,12 +82,7 @@ struct dt_model {
     bool tables_ready;
 };
 
-static void *alloc_floats(size_t n)
-{
-    size_t bytes = (n ? n : 1) * sizeof(float);
-    bytes = (bytes + 63) / 64 * 64;
-    return aligned_alloc(64, bytes);
-}
+static void *alloc_floats(size_t n) { return dt_lines_floats(n); }
 
 /* ---- Shapes ---- */
 

@@ -190,8 +190,11 @@ static dt_status slurm_resolve(dt_getenv_fn env, char **tf_config)
         goto done;
     }
     const char *tpn = first_set(env, "SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", &var);
-    if (!tpn)
-        tpn = first_set(env, "SLURM_NTASKS_PER_NODE", "SLURM_NTASKS_PER_NODE", &var);
+    if (!tpn) { /* sbatch's --ntasks-per-node: one count for every node */
+        tpn = env("SLURM_NTASKS_PER_NODE"), var = "SLURM_NTASKS_PER_NODE";
+        if (tpn && !*tpn)
+            tpn = NULL;
+    }
     if (!tpn) {
         st = dt_error(DT_ERR_INVALID, "SLURM_STEP_TASKS_PER_NODE is not set: run under srun");
         goto done;

@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 
 #include "dtrain/rng.h"
+#include "../core/lines.h"
 
 /* Anonymous mappings: zero pages that cost nothing until written. */
 static float *map_floats(size_t n)
@@ -258,9 +259,13 @@ dt_status dt_sparse_rows_reserve(dt_sparse_rows *s, size_t cap)
     int64_t *ids = realloc(s->ids, cap * sizeof *ids);
     if (ids)
         s->ids = ids;
-    float *rows = ids ? realloc(s->rows, cap * (size_t)s->dim * sizeof *rows) : NULL;
+    /* On whole lines, which realloc does not keep: the rows so far copied over. */
+    float *rows = ids ? dt_lines_floats(cap * (size_t)s->dim) : NULL;
     if (!rows)
         return dt_error(DT_ERR_NOMEM, "no memory for %zu gradient rows of %d", cap, s->dim);
+    if (s->rows)
+        memcpy(rows, s->rows, s->cap * (size_t)s->dim * sizeof *rows);
+    free(s->rows);
     s->rows = rows;
     s->cap = cap;
     return DT_OK;
