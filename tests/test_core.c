@@ -9,6 +9,8 @@
 
 #include "dtrain/arena.h"
 #include "../src/core/crc32c.h"
+#include "../src/core/grow.h"
+#include "../src/core/lines.h"
 #include "dtrain/hash.h"
 #include "dtrain/pool.h"
 #include "dtrain/rng.h"
@@ -323,4 +325,38 @@ TEST(streaming_stores_equal_memcpy_and_memset)
     CHECK_MSG(wrong == 0, "%d wrong floats over %d cases", wrong, cases);
     free(src);
     free(dst);
+}
+
+/* Arrays grown together keep their contents; a size that cannot be had leaves them as they were
+ * and says so. */
+TEST(core_grow_together_keeps_contents)
+{
+    int64_t *ids = malloc(4 * sizeof *ids);
+    float *w = malloc(4 * sizeof *w);
+    uint16_t *h = malloc(4 * sizeof *h);
+    for (int i = 0; ids && w && h && i < 4; i++)
+        ids[i] = 1000 + i, w[i] = 0.5f * (float)i, h[i] = (uint16_t)(7 * i);
+    CHECK(dt_grow_together((dt_grow_item[]){{&ids, sizeof *ids}, {&w, sizeof *w},
+                                            {&h, sizeof *h}}, 3, 100000));
+    for (int i = 0; i < 4; i++)
+        CHECK(ids[i] == 1000 + i && w[i] == 0.5f * (float)i && h[i] == (uint16_t)(7 * i));
+    ids[99999] = 1, w[99999] = 2.0f, h[99999] = 3; /* the new room is there */
+    CHECK(!dt_grow_together((dt_grow_item[]){{&ids, sizeof *ids}, {&w, sizeof *w}}, 2,
+                            SIZE_MAX / 4));
+    CHECK(ids[3] == 1003 && w[3] == 1.5f && h[3] == 21);
+    free(ids), free(w), free(h);
+}
+
+/* Buffers for the kernels start on a cache line, whatever their size. */
+TEST(core_lines_floats_are_line_aligned)
+{
+    size_t sizes[] = {0, 1, 15, 16, 17, 1000, 1 << 20, (1 << 22) + 3};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        float *p = dt_lines_floats(sizes[i]);
+        CHECK_MSG(p && (uintptr_t)p % 64 == 0, "%zu floats at %p", sizes[i], (void *)p);
+        if (p && sizes[i])
+            p[sizes[i] - 1] = 1.0f;
+        free(p);
+    }
+    CHECK(dt_lines_floats(SIZE_MAX / 2) == NULL && dt_lines_floats(SIZE_MAX / 4) == NULL);
 }

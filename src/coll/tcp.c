@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../core/clock.h"
+#include "../core/grow.h"
 #include "shm.h"
 
 enum { OP_ALLREDUCE = 1, OP_REDUCE_SCATTER, OP_ALLGATHER, OP_BROADCAST, OP_BARRIER };
@@ -43,16 +44,9 @@ static dt_status ensure_scratch(tcp_state *s, size_t n_elems)
 {
     if (n_elems <= s->tmp_elems)
         return DT_OK;
-    float *t = realloc(s->tmp, n_elems * sizeof *t);
-    if (t)
-        s->tmp = t;
-    uint16_t *a = t ? realloc(s->wire_in, n_elems * sizeof *a) : NULL;
-    if (a)
-        s->wire_in = a;
-    uint16_t *b = a ? realloc(s->wire_out, n_elems * sizeof *b) : NULL;
-    if (b)
-        s->wire_out = b;
-    if (!b)
+    if (!dt_grow_together((dt_grow_item[]){{&s->tmp, sizeof *s->tmp},
+                                           {&s->wire_in, sizeof *s->wire_in},
+                                           {&s->wire_out, sizeof *s->wire_out}}, 3, n_elems))
         return dt_error(DT_ERR_NOMEM, "no memory for %zu elements of collective scratch",
                         n_elems);
     s->tmp_elems = n_elems;

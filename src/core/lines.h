@@ -5,15 +5,16 @@
 #ifndef DTRAIN_CORE_LINES_H
 #define DTRAIN_CORE_LINES_H
 
+#include <stdint.h>
 #include <stdlib.h>
 
 /* n floats (at least one) starting on a 64-byte line; NULL without memory. */
 static inline float *dt_lines_floats(size_t n)
 {
-    size_t bytes = (n ? n : 1) * sizeof(float);
-    if (bytes / sizeof(float) != (n ? n : 1))
+    size_t elems = n ? n : 1;
+    if (elems > (SIZE_MAX - 63) / sizeof(float))
         return NULL;
-    return aligned_alloc(64, (bytes + 63) / 64 * 64);
+    return aligned_alloc(64, (elems * sizeof(float) + 63) / 64 * 64);
 }
 
 #endif

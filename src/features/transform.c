@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/grow.h"
 #include "dtrain/example.h"
 #include "features_int.h"
 #include "fingerprint.h"
@@ -248,16 +249,10 @@ static dt_status add_id(col_out *o, int64_t id, float w, uint32_t from)
 {
     if (o->n == o->cap) {
         size_t cap = o->cap ? 2 * o->cap : 16;
-        int64_t *ids = realloc(o->ids, cap * sizeof *ids);
-        if (ids)
-            o->ids = ids;
-        float *ws = ids ? realloc(o->weights, cap * sizeof *ws) : NULL;
-        if (ws)
-            o->weights = ws;
-        uint32_t *fr = ws ? realloc(o->from, cap * sizeof *fr) : NULL;
-        if (!fr)
+        if (!dt_grow_together((dt_grow_item[]){{&o->ids, sizeof *o->ids},
+                                               {&o->weights, sizeof *o->weights},
+                                               {&o->from, sizeof *o->from}}, 3, cap))
             return dt_error(DT_ERR_NOMEM, "no memory to transform a row");
-        o->from = fr;
         o->cap = cap;
     }
     o->ids[o->n] = id;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/grow.h"
 #include "../nn/embedding.h"
 
 /* A parameter-server worker's dynamic tables hold one batch's keys: room for this many. */
@@ -238,13 +239,9 @@ static dt_status grow_view(dt_col_keys *k, size_t entries, int rows)
 {
     if (entries > k->view_cap) {
         size_t cap = entries + entries / 2;
-        int64_t *ids = realloc(k->view_ids, cap * sizeof *ids);
-        if (ids)
-            k->view_ids = ids;
-        float *vals = ids ? realloc(k->view_vals, cap * sizeof *vals) : NULL;
-        if (!vals)
+        if (!dt_grow_together((dt_grow_item[]){{&k->view_ids, sizeof *k->view_ids},
+                                               {&k->view_vals, sizeof *k->view_vals}}, 2, cap))
             return dt_error(DT_ERR_NOMEM, "no memory for a batch of %zu keys", entries);
-        k->view_vals = vals;
         k->view_cap = cap;
     }
     if (rows > k->view_rows) {
@@ -282,13 +279,9 @@ static dt_status push_key(key_group *kg, int64_t key)
 {
     if (kg->n == kg->cap) {
         size_t cap = kg->cap ? 2 * kg->cap : 1024;
-        int64_t *keys = realloc(kg->keys, cap * sizeof *keys);
-        if (keys)
-            kg->keys = keys;
-        int64_t *rows = keys ? realloc(kg->rows, cap * sizeof *rows) : NULL;
-        if (!rows)
+        if (!dt_grow_together((dt_grow_item[]){{&kg->keys, sizeof *kg->keys},
+                                               {&kg->rows, sizeof *kg->rows}}, 2, cap))
             return dt_error(DT_ERR_NOMEM, "no memory for a batch of %zu keys", cap);
-        kg->rows = rows;
         kg->cap = cap;
     }
     kg->keys[kg->n++] = key;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/grow.h"
 #include "batch.h"
 #include "dtrain/fit.h"
 #include "dtrain/metrics.h"
@@ -73,13 +74,9 @@ static dt_status log_scores(score_log *s, const float *logits, const dt_elem *e)
         size_t cap = s->cap ? s->cap * 2 : 65536;
         while (cap < s->n + (size_t)e->n)
             cap *= 2;
-        float *sc = realloc(s->scores, cap * sizeof *sc);
-        if (sc)
-            s->scores = sc;
-        float *lb = sc ? realloc(s->labels, cap * sizeof *lb) : NULL;
-        if (!lb)
+        if (!dt_grow_together((dt_grow_item[]){{&s->scores, sizeof *s->scores},
+                                               {&s->labels, sizeof *s->labels}}, 2, cap))
             return dt_error(DT_ERR_NOMEM, "no memory for %zu evaluation scores", cap);
-        s->labels = lb;
         s->cap = cap;
     }
     memcpy(s->scores + s->n, logits, (size_t)e->n * sizeof *logits);

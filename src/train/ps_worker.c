@@ -8,6 +8,7 @@
 #include "../strategy/replica.h"
 #include "batch.h"
 #include "../core/clock.h"
+#include "../core/grow.h"
 #include "../nn/embedding.h"
 #include "dtrain/comm_open.h"
 #include "dtrain/log.h"
@@ -175,13 +176,10 @@ static dt_status reserve_keys(worker *w, size_t n)
 {
     if (n <= w->keys_cap)
         return DT_OK;
-    int64_t *k = realloc(w->keys_buf, n * sizeof *k);
-    if (k)
-        w->keys_buf = k;
-    uint32_t *c = k ? realloc(w->times_buf, n * sizeof *c) : NULL;
-    if (!c)
+    if (!dt_grow_together((dt_grow_item[]){{&w->keys_buf, sizeof *w->keys_buf},
+                                           {&w->times_buf, sizeof *w->times_buf}}, 2, n))
         return dt_error(DT_ERR_NOMEM, "no memory for a batch of %zu keys", n);
-    w->times_buf = c, w->keys_cap = n;
+    w->keys_cap = n;
     return DT_OK;
 }
 
