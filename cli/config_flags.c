@@ -296,6 +296,15 @@ int cli_resolver_apply(const cli_resolver *r)
         fprintf(stderr, "dtrain: the %s resolver places this process as %s, of %d training "
                 "task%s\n", dt_resolver_name(used), me, c.n_workers, c.n_workers == 1 ? "" : "s");
         dt_cluster_free(&c);
+        /* Resolved once: the library's readers of the cluster (the task's place, the
+         * communicator, the ps links) parse this TF_CONFIG from here on, as the resolver wrote
+         * it, rather than read the platform's variables and files again. */
+        if (setenv("TF_CONFIG", json, 1) != 0 ||
+            setenv("DTRAIN_CLUSTER_RESOLVER", "tf_config", 1) != 0) {
+            snprintf(msg, sizeof msg, "setting TF_CONFIG: %s", strerror(errno));
+            free(json);
+            return cli_fail(1, msg);
+        }
     }
     free(json);
     return st ? cli_fail(1, dt_last_error()) : 0;

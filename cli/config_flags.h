@@ -41,8 +41,10 @@ typedef struct {
 } cli_resolver;
 void cli_resolver_flags_add(flag_table *t, cli_resolver *r);
 /* After flags_parse: the flags into the environment the library reads (DTRAIN_CLUSTER_RESOLVER,
- * DTRAIN_JOBS, DTRAIN_PORT_BASE, DTRAIN_BIND_ALL), and, when a platform's resolver gives the cluster, one line
- * naming it and this task. Returns an exit status: 0, 2 for a bad flag, else the resolver's. */
+ * DTRAIN_JOBS, DTRAIN_PORT_BASE, DTRAIN_BIND_ALL), and, when a platform's resolver gives the
+ * cluster, one line naming it and this task, and the cluster as TF_CONFIG (the resolver set to
+ * tf_config), so that it is resolved once. Returns an exit status: 0, 2 for a bad flag, else
+ * the resolver's. */
 int cli_resolver_apply(const cli_resolver *r);
 
 #endif
