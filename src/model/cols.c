@@ -234,9 +234,10 @@ dt_status dt_cols_create(const dt_columns_spec *spec, int max_batch, dt_arena *p
         ok = (c->fm_sums = floats((size_t)max_batch * input_width(c, &spec->deep[0]))) &&
              (c->fm_sq = floats((size_t)input_width(c, &spec->deep[0]))) &&
              (c->fm_out = floats((size_t)max_batch));
+    size_t fields = (size_t)max_batch * (size_t)spec->n_deep;
     if (ok && fields_of_one_width(c))
-        ok = (c->fm_rows = malloc((size_t)max_batch * (size_t)spec->n_deep * sizeof *c->fm_rows)) &&
-             (c->fm_weights = floats((size_t)max_batch * (size_t)spec->n_deep)) &&
+        ok = (c->fm_rows = malloc(fields * sizeof *c->fm_rows)) &&
+             (c->fm_weights = floats(fields)) &&
              (c->fm_zeros = calloc((size_t)input_width(c, &spec->deep[0]), sizeof(float)));
     c->xs[0] = c->deep;
     for (int l = 0; ok && l < c->L; l++)
@@ -288,7 +289,8 @@ void dt_cols_destroy(dt_cols *c)
             free(c->places[t].offsets), free(c->places[t].grouped), free(c->places[t].g),
             free(c->places[t].scale);
     free(c->places), free(c->same_places), free(c->slot_limit), free(c->slot_total);
-    free(c->deep_off), free(c->fm_rows), free(c->fm_weights), free(c->fm_zeros), free(c->fm_sums), free(c->fm_sq), free(c->fm_out), free(c->lin_terms);
+    free(c->deep_off), free(c->fm_rows), free(c->fm_weights), free(c->fm_zeros);
+    free(c->fm_sums), free(c->fm_sq), free(c->fm_out), free(c->lin_terms);
     free(c->dx0), free(c->dcur), free(c->dnext), free(c->du), free(c->dtt);
     free(c);
 }
