@@ -301,7 +301,8 @@ int cli_resolver_apply(const cli_resolver *r)
          * it, rather than read the platform's variables and files again. */
         if (setenv("TF_CONFIG", json, 1) != 0 ||
             setenv("DTRAIN_CLUSTER_RESOLVER", "tf_config", 1) != 0) {
-            snprintf(msg, sizeof msg, "setting TF_CONFIG: %s", strerror(errno));
+            snprintf(msg, sizeof msg, "setting TF_CONFIG and DTRAIN_CLUSTER_RESOLVER: %s",
+                     strerror(errno));
             free(json);
             return cli_fail(1, msg);
         }

@@ -1,6 +1,6 @@
 /* Buffers on whole cache lines (internal to the library). The kernels read and write 16 floats
  * at a time; a large malloc lands 16 bytes past a page, which splits every such access over two
- * lines (a feature-spec DeepFM's first-layer weight gradient took 35% longer over such an x0).
+ * lines (a feature-spec DeepFM's first-layer weight gradient took 28% longer over such an x0).
  * Freed with free(). */
 #ifndef DTRAIN_CORE_LINES_H
 #define DTRAIN_CORE_LINES_H

@@ -260,7 +260,8 @@ dt_status dt_sparse_rows_reserve(dt_sparse_rows *s, size_t cap)
     if (ids)
         s->ids = ids;
     /* On whole lines, which realloc does not keep: the rows so far copied over. */
-    float *rows = ids ? dt_lines_floats(cap * (size_t)s->dim) : NULL;
+    bool fits = s->dim <= 0 || cap <= SIZE_MAX / (size_t)s->dim;
+    float *rows = ids && fits ? dt_lines_floats(cap * (size_t)s->dim) : NULL;
     if (!rows)
         return dt_error(DT_ERR_NOMEM, "no memory for %zu gradient rows of %d", cap, s->dim);
     if (s->rows)
