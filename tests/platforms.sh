@@ -63,6 +63,17 @@ host() {
     ip netns exec "$ns" ip link set eth0 up
     ip netns exec "$ns" ip link set lo up
 }
+# wait_all SECONDS PID...: waits for each (wait_pid); sets statuses to their exit statuses, one
+# after the other ("0000" when all four succeeded).
+wait_all() {
+    local limit=$1 p
+    shift
+    statuses=""
+    for p in "$@"; do
+        wait_pid "$p" "$limit"
+        statuses="$statuses$status"
+    done
+}
 # dns: every namespace's hosts file from $tmp/dns, written in place (the bind mounts stay).
 dns() {
     local ns
@@ -181,11 +192,7 @@ for r in 0 1 2 3; do
     step_pids+=($!)
     pids+=($!)
 done
-statuses=""
-for p in "${step_pids[@]}"; do
-    wait_pid "$p" 120
-    statuses="$statuses$status"
-done
+wait_all 120 "${step_pids[@]}"
 got=$(json_field "$tmp/slurm.0.json" param_checksum 2> /dev/null)
 if [ "$statuses" = 0000 ] && [ -n "$want" ] && [ "$got" = "$want" ] &&
     grep -q "the slurm resolver places this process as worker:3 (cn02:8889), of 4 training tasks" "$tmp/slurm.3.err"; then
@@ -230,11 +237,7 @@ EOF
     sm_pids+=($!)
     pids+=($!)
 done
-statuses=""
-for p in "${sm_pids[@]}"; do
-    wait_pid "$p" 180
-    statuses="$statuses$status"
-done
+wait_all 180 "${sm_pids[@]}"
 steps=$(json_field "$tmp/sm1.json" steps 2> /dev/null)
 run "$dtrain" evaluate --model-dir "$tmp/sm_model" --test-data "libsvm:$tmp/test.svm" --field-size 39
 if [ "$statuses" = 00 ] && [ "${steps:-0}" -ge 190 ] && [ "$status" -eq 0 ] &&
