@@ -1,14 +1,13 @@
 /* The columns front of a feature-spec model (see cols.h and model_spec.h). Per batch of B rows:
  *   slot_lo (B, S + 1)   where each slot's entries start in each row (entries come in slot
  *                        order from the transform)
+ *   slot_col (S + 1, B)  the same transposed, for the walks of one slot over the batch
  *   x0 (B, D)            the deep inputs side by side: numeric values, combined embeddings,
  *                        numeric values times an embedding row, indicator weights
  *   comb (B, I)          each embedding input's combiner factor per row (1, 1 / sum w or
  *                        1 / sqrt(sum w^2)), by which backward scales its rows' gradients
  *   fm_sums, fm_out      DeepFM: each row's per-k sums over its fields and its pairwise term,
  *                        taken as x0 is written
- *   lin_terms            one output: each linear id's weight times its value, looked up in
- *                        forward beside the embeddings and added by the logits in order
  *   xs[l], us[l], ts[l]  the cross layers' outputs and products (B, D), (B, D), (B, R)
  * and per table, the places that read it and their unique ids, found once in forward (the
  * embedding's dedupe). Backward turns dlogits and the layers' input gradient into dx0, the
@@ -55,6 +54,11 @@ struct dt_cols {
     const dt_elem *batch;
     const dt_elem *prepared;    /* dt_cols_prepare's batch, which forward need not read again */
     int64_t *slot_lo;           /* (max_batch, S + 1) */
+    int64_t *slot_col;          /* (S + 1, col_stride): slot_lo transposed, so that a walk of
+                                   one slot over the rows reads two arrays in order instead of
+                                   a line per row */
+    size_t col_stride;          /* max_batch and a line: columns a power of two apart would
+                                   share the L1 sets that the transposition writes */
     float *deep;                /* x0 (max_batch, D) */
     float *comb;                /* (max_batch, n_deep) */
     int *deep_off;              /* (n_deep) */
@@ -65,9 +69,6 @@ struct dt_cols {
     float *fm_sums;             /* fm: (max_batch, K) */
     float *fm_sq;               /* fm: (K), scratch */
     float *fm_out;              /* fm: (max_batch), each row's pairwise term */
-    float *lin_terms;           /* one output: each linear id's weight times its value, in the
-                                   order the logits add them (rows, inputs, entries) */
-    size_t lin_cap;
     float *xs[DT_MAX_CROSS_LAYERS + 1], *us[DT_MAX_CROSS_LAYERS], *ts[DT_MAX_CROSS_LAYERS];
     float *dx0, *dcur, *dnext, *du, *dtt; /* backward (max_batch, D) each, dtt (max_batch, R) */
     table_places *places;       /* (n_tables) */
@@ -222,13 +223,15 @@ dt_status dt_cols_create(const dt_columns_spec *spec, int max_batch, dt_arena *p
     c->slot_limit = malloc((size_t)(c->S + 1) * sizeof *c->slot_limit);
     c->slot_total = calloc((size_t)(c->S + 1), sizeof *c->slot_total);
     c->slot_lo = malloc((size_t)max_batch * (size_t)(c->S + 1) * sizeof *c->slot_lo);
+    c->col_stride = (size_t)max_batch + 8;
+    c->slot_col = malloc(c->col_stride * (size_t)(c->S + 1) * sizeof *c->slot_col);
     c->deep = floats(BD);
     c->comb = floats((size_t)max_batch * (size_t)spec->n_deep);
     c->dx0 = floats(BD), c->dcur = floats(BD), c->dnext = floats(BD), c->du = floats(BD);
     c->dtt = floats((size_t)max_batch * (size_t)c->R);
     bool ok = c->deep_off && c->tables && c->grads && c->places && c->same_places &&
               c->slot_limit &&
-              c->slot_total && c->slot_lo && c->deep && c->comb &&
+              c->slot_total && c->slot_lo && c->slot_col && c->deep && c->comb &&
               c->dx0 && c->dcur && c->dnext && c->du && c->dtt;
     if (ok && spec->fm && spec->n_deep > 0)
         ok = (c->fm_sums = floats((size_t)max_batch * input_width(c, &spec->deep[0]))) &&
@@ -283,14 +286,15 @@ void dt_cols_destroy(dt_cols *c)
         dt_sparse_rows_free(&c->grads[t]);
     for (int l = 0; l < c->L; l++)
         free(c->xs[l + 1]), free(c->us[l]), free(c->ts[l]);
-    free(c->tables), free(c->grads), free(c->slot_lo), free(c->deep), free(c->comb);
+    free(c->tables), free(c->grads), free(c->slot_lo), free(c->slot_col), free(c->deep);
+    free(c->comb);
     for (int t = 0; c->places && t < c->spec.n_tables; t++)
         free(c->places[t].ids), free(c->places[t].slot), free(c->places[t].scratch),
             free(c->places[t].offsets), free(c->places[t].grouped), free(c->places[t].g),
             free(c->places[t].scale);
     free(c->places), free(c->same_places), free(c->slot_limit), free(c->slot_total);
     free(c->deep_off), free(c->fm_rows), free(c->fm_weights), free(c->fm_zeros);
-    free(c->fm_sums), free(c->fm_sq), free(c->fm_out), free(c->lin_terms);
+    free(c->fm_sums), free(c->fm_sq), free(c->fm_out);
     free(c->dx0), free(c->dcur), free(c->dnext), free(c->du), free(c->dtt);
     free(c);
 }
@@ -371,6 +375,12 @@ static dt_status find_places(dt_cols *c);
 
 static int64_t *slots_of(const dt_cols *c, int b) { return c->slot_lo + (size_t)b * (c->S + 1); }
 
+/* Where slot s's entries start in each row of the batch (slot s + 1's end them). */
+static const int64_t *slot_starts(const dt_cols *c, int s)
+{
+    return c->slot_col + (size_t)s * c->col_stride;
+}
+
 /* Where each slot's entries of row b start; DT_ERR_INVALID for an entry out of order, of an
  * unknown slot, or with a weight that is not finite. */
 static dt_status index_row(dt_cols *c, const dt_elem *e, int b)
@@ -397,6 +407,15 @@ static dt_status index_row(dt_cols *c, const dt_elem *e, int b)
                         "of the model, or the entries are out of slot order", b,
                         (long long)(j - e->sp_row[b]), (long long)(e->sp_ids[j] >> 48), c->S);
     return DT_OK;
+}
+
+static void transpose_slots(dt_cols *c)
+{
+    size_t stride = (size_t)c->S + 1;
+    const int64_t *lo = c->slot_lo;
+    for (int b = 0; b < c->B; b++, lo += stride)
+        for (size_t s = 0; s < stride; s++)
+            c->slot_col[s * c->col_stride + (size_t)b] = lo[s];
 }
 
 static float combiner_factor(dt_combiner k, const dt_elem *e, int64_t lo, int64_t hi)
@@ -472,26 +491,6 @@ static inline __attribute__((always_inline)) void prefetch_input(const dt_cols *
         dt_prefetch_read(dt_table_row(t, entry_id(e->sp_ids[j])), (size_t)t->dim * sizeof(float));
 }
 
-/* With one output, row b's linear weights times their values, from terms on, in the order
- * dt_cols_logits adds them; returns the new end. Each input's weights of the next row (slots
- * from next; NULL: none) are prefetched as it is read. */
-static float *linear_terms(const dt_cols *c, const dt_elem *e, int b, const int64_t *next,
-                           float *terms)
-{
-    const int64_t *lo = slots_of(c, b);
-    for (int i = 0; i < c->spec.n_linear; i++) {
-        const dt_column_input *in = lin_in(c, i);
-        if (in->kind != DT_INPUT_WEIGHTS)
-            continue;
-        if (next)
-            prefetch_input(c, e, in, next);
-        const float *w = c->tables[in->table].data;
-        for (int64_t j = lo[in->slot]; j < lo[in->slot + 1]; j++)
-            *terms++ = e->sp_vals[j] * w[entry_id(e->sp_ids[j])];
-    }
-    return terms;
-}
-
 /* DeepFM's pairwise term from a row's per-k sums and sums of squares over its fields:
  * 1/2 sum_k (sum_k^2 - sq_k), the k's added last. */
 static float fm_of_sums(const float *sum, const float *sq, int K)
@@ -542,6 +541,9 @@ static inline __attribute__((always_inline)) bool fm_field(dt_cols *c, const dt_
  * distance): a whole row's (39 for Criteo) filled the load queue, so that the prefetches
  * themselves stalled. */
 #define LOOKUP_AHEAD 12
+
+/* Rows ahead whose linear weight is fetched while one input is added over the batch. */
+#define LINEAR_AHEAD 32
 
 /* Row b's deep inputs, x0; with DeepFM's term, its per-k sums over the fields (K wide each)
  * taken as each field is written, in field order, and the row's term. The embedding rows of the
@@ -687,19 +689,8 @@ dt_status dt_cols_prepare(dt_cols *c, const dt_elem *e, bool training)
         if (st)
             return st;
     }
+    transpose_slots(c);
     dt_status st = find_places(c);
-    size_t terms = 0;
-    for (int i = 0; c->N == 1 && i < c->spec.n_linear; i++)
-        if (lin_in(c, i)->kind == DT_INPUT_WEIGHTS)
-            terms += c->slot_total[lin_in(c, i)->slot];
-    if (st == DT_OK && terms > c->lin_cap) {
-        free(c->lin_terms);
-        c->lin_cap = terms + terms / 2;
-        if (!(c->lin_terms = floats(c->lin_cap))) {
-            c->lin_cap = 0;
-            st = dt_error(DT_ERR_NOMEM, "no memory for %zu linear terms", terms);
-        }
-    }
     if (st == DT_OK)
         c->prepared = given;
     return st;
@@ -715,14 +706,9 @@ dt_status dt_cols_forward(dt_cols *c, const dt_elem *e, const dt_arena *params, 
     bool fields = c->fm_rows && fm_fields_of_batch(c, e);
     if (fields)
         fm_fields_forward(c, e->n);
-    float *terms = c->lin_terms;
-    for (int b = 0; b < e->n; b++) {
-        const int64_t *next = b + 1 < e->n ? slots_of(c, b + 1) : NULL;
-        if (!fields)
-            deep_row(c, e, b, next);
-        if (c->N == 1)
-            terms = linear_terms(c, e, b, next, terms);
-    }
+    else
+        for (int b = 0; b < e->n; b++)
+            deep_row(c, e, b, b + 1 < e->n ? slots_of(c, b + 1) : NULL);
     cross_forward(c, e->n, params);
     return DT_OK;
 }
@@ -739,47 +725,61 @@ void dt_cols_table_init(const dt_cols *c, int t, float *stddev, uint64_t *seed_o
     *seed_offset = 0x9e3779b97f4a7c15ull * (uint64_t)(t + 1);
 }
 
-void dt_cols_logits(dt_cols *c, int B, const dt_arena *params, const float *deep, float *logits)
+/* Linear input in's terms added to every row's logits z (B, N). */
+static void add_linear_input(const dt_cols *c, const dt_column_input *in, int B, float *z)
 {
     const dt_elem *e = c->batch;
+    const dt_table *t = &c->tables[in->table];
     int N = c->N;
-    const float *wout = c->cross_out >= 0 ? dt_arena_view_data(params, c->cross_out) : NULL;
-    const float *terms = c->lin_terms; /* forward's, in this loop's order */
-    for (int b = 0; b < B; b++) {
-        float *z = logits + (size_t)b * N;
-        for (int n = 0; n < N; n++)
-            z[n] = deep ? deep[(size_t)b * N + n] : 0.0f;
-        const int64_t *lo = slots_of(c, b);
-        for (int i = 0; i < c->spec.n_linear; i++) {
-            const dt_column_input *in = lin_in(c, i);
-            const dt_table *t = &c->tables[in->table];
-            if (in->kind == DT_INPUT_BIAS) {
+    if (in->kind == DT_INPUT_BIAS) {
+        for (int b = 0; b < B; b++, z += N)
+            for (int n = 0; n < N; n++)
+                z[n] += t->data[n];
+    } else if (in->kind == DT_INPUT_NUMERIC) {
+        for (int b = 0; b < B; b++, z += N) {
+            const float *x = dense_of(e, b, in->dense_off);
+            for (int k = 0; k < in->width; k++)
                 for (int n = 0; n < N; n++)
-                    z[n] += t->data[n];
-            } else if (in->kind == DT_INPUT_NUMERIC) {
-                const float *x = dense_of(e, b, in->dense_off);
-                for (int k = 0; k < in->width; k++)
-                    for (int n = 0; n < N; n++)
-                        z[n] += x[k] * dt_table_row(t, in->row0 + k)[n];
-            } else if (N == 1) { /* one weight per id, times its value in forward */
-                for (int64_t j = lo[in->slot]; j < lo[in->slot + 1]; j++)
-                    z[0] += *terms++;
-            } else {
-                for (int64_t j = lo[in->slot]; j < lo[in->slot + 1]; j++) {
-                    const float *r = dt_table_row(t, entry_id(e->sp_ids[j]));
-                    for (int n = 0; n < N; n++)
-                        z[n] += e->sp_vals[j] * r[n];
-                }
+                    z[n] += x[k] * dt_table_row(t, in->row0 + k)[n];
+        }
+    } else {
+        const int64_t *lo = slot_starts(c, in->slot), *hi = slot_starts(c, in->slot + 1);
+        const int64_t *sp_ids = e->sp_ids;
+        const float *sp_vals = e->sp_vals;
+        for (int b = 0; b < B; b++, z += N) {
+            if (b + LINEAR_AHEAD < B && lo[b + LINEAR_AHEAD] < hi[b + LINEAR_AHEAD])
+                dt_prefetch_read(dt_table_row(t, entry_id(sp_ids[lo[b + LINEAR_AHEAD]])),
+                                 (size_t)N * sizeof(float));
+            for (int64_t j = lo[b]; j < hi[b]; j++) {
+                const float *r = dt_table_row(t, entry_id(sp_ids[j]));
+                for (int n = 0; n < N; n++)
+                    z[n] += sp_vals[j] * r[n];
             }
         }
-        if (c->spec.fm && c->spec.n_deep > 0)
-            z[0] += c->fm_out[b];
-        if (wout) {
-            const float *xl = c->xs[c->L] + (size_t)b * c->D;
-            for (int d = 0; d < c->D; d++)
-                for (int n = 0; n < N; n++)
-                    z[n] += xl[d] * wout[(size_t)d * N + n];
-        }
+    }
+}
+
+/* Input by input over the batch, each row's logits taking the same additions in the same order
+ * as a row at a time would: one input's table is read while it stays in cache, where a row's
+ * inputs would read a line of every table in turn. */
+void dt_cols_logits(dt_cols *c, int B, const dt_arena *params, const float *deep, float *logits)
+{
+    int N = c->N;
+    size_t BN = (size_t)B * (size_t)N;
+    for (size_t k = 0; k < BN; k++)
+        logits[k] = deep ? deep[k] : 0.0f;
+    for (int i = 0; i < c->spec.n_linear; i++)
+        add_linear_input(c, lin_in(c, i), B, logits);
+    if (c->spec.fm && c->spec.n_deep > 0)
+        for (int b = 0; b < B; b++)
+            logits[(size_t)b * N] += c->fm_out[b];
+    const float *wout = c->cross_out >= 0 ? dt_arena_view_data(params, c->cross_out) : NULL;
+    for (int b = 0; wout && b < B; b++) {
+        float *z = logits + (size_t)b * N;
+        const float *xl = c->xs[c->L] + (size_t)b * c->D;
+        for (int d = 0; d < c->D; d++)
+            for (int n = 0; n < N; n++)
+                z[n] += xl[d] * wout[(size_t)d * N + n];
     }
 }
 
@@ -803,12 +803,11 @@ static const dt_column_input *place_input(const dt_cols *c, int t, int k, bool *
 /* Appends the ids of input in's slot over the batch to ids from at; returns the new end. */
 static size_t slot_ids(const dt_cols *c, const dt_column_input *in, int64_t *ids, size_t at)
 {
-    const dt_elem *e = c->batch;
-    size_t stride = (size_t)c->S + 1;
-    const int64_t *lo = c->slot_lo + in->slot;
-    for (int b = 0; b < c->B; b++, lo += stride)
-        for (int64_t j = lo[0]; j < lo[1]; j++)
-            ids[at++] = entry_id(e->sp_ids[j]);
+    const int64_t *sp_ids = c->batch->sp_ids;
+    const int64_t *lo = slot_starts(c, in->slot), *hi = slot_starts(c, in->slot + 1);
+    for (int b = 0; b < c->B; b++)
+        for (int64_t j = lo[b]; j < hi[b]; j++)
+            ids[at++] = entry_id(sp_ids[j]);
     return at;
 }
 
@@ -845,15 +844,16 @@ static size_t slot_grads(const dt_cols *c, const dt_column_input *in, const floa
                          size_t g_stride, const float *scale, size_t scale_stride,
                          table_places *tp, size_t at)
 {
-    const dt_elem *e = c->batch;
-    size_t stride = (size_t)c->S + 1;
-    const int64_t *lo = c->slot_lo + in->slot;
-    for (int b = 0; b < c->B; b++, lo += stride) {
+    const float *sp_vals = c->batch->sp_vals;
+    const int64_t *lo = slot_starts(c, in->slot), *hi = slot_starts(c, in->slot + 1);
+    const float **places_g = tp->g;
+    float *places_scale = tp->scale;
+    for (int b = 0; b < c->B; b++) {
         const float *g = g0 + (size_t)b * g_stride;
         float f = scale ? scale[(size_t)b * scale_stride] : 1.0f;
-        for (int64_t j = lo[0]; j < lo[1]; j++, at++) {
-            tp->g[at] = g;
-            tp->scale[at] = e->sp_vals[j] * f;
+        for (int64_t j = lo[b]; j < hi[b]; j++, at++) {
+            places_g[at] = g;
+            places_scale[at] = sp_vals[j] * f;
         }
     }
     return at;
