@@ -10,10 +10,12 @@ trap 'rm -rf "$work"' EXIT
 passed=0
 failed=0
 run_suite() { # name, counts file, command...
-    local name=$1 counts=$2
+    local name=$1 counts=$2 t0=$SECONDS
     shift 2
     echo "== $name"
     "$@"
+    # Each suite's wall time, so the ones that make the whole run long are plain to see.
+    echo "-- $name: $((SECONDS - t0)) s"
     if [ -s "$counts" ]; then
         read -r p f < "$counts"
         passed=$((passed + p))
