@@ -853,7 +853,8 @@ run timeout 120 "$dtrain" launch -n 2 --ps 2 -- "$dtrain" "${lt[@]}" "$tmp/whole
 whole_auc=$(json_field "$tmp/whole.json" test_auc 2>/dev/null)
 # launch_and_kill TASK RESTARTS METRICS [FLAGS...]: a launched job whose TASK is killed at step 200;
 # the victim's pid in victim, the chief's in chief_before and chief_after (alive after the
-# kill), launch's status in status, its stderr in $tmp/launch.err.
+# kill), how the kill went in kill_note, launch's status in status, its stderr in
+# $tmp/launch.err.
 launch_and_kill() {
     local task=$1 restarts=$2 metrics=$3
     shift 3
@@ -878,8 +879,22 @@ launch_and_kill() {
     fi
     # Killed once the chief reports step 200 of the 3,125: early enough that the job is still
     # running when the victim is back, however fast or slow this build trains.
-    for _ in $(seq 1 600); do grep -q "step = 200 " "$tmp/launch.out" && break; sleep 0.1; done
-    [ -n "$victim" ] && kill -9 "$victim"
+    kill_note="step 200 not seen in 60 s"
+    for _ in $(seq 1 600); do
+        grep -q "step = 200 " "$tmp/launch.out" && kill_note="killed at step 200" && break
+        sleep 0.1
+    done
+    # after=PATTERN: the kill waits for that line of launch's stderr too (a ps's first snapshot,
+    # which a loaded machine may finish after step 200).
+    if [ -n "${after:-}" ]; then
+        for _ in $(seq 1 300); do grep -q "$after" "$tmp/launch.err" && break; sleep 0.1; done
+        grep -q "$after" "$tmp/launch.err" && kill_note="$kill_note, after '$after'" ||
+            kill_note="$kill_note, '$after' not seen in 30 s"
+    fi
+    # What a failure needs told: whether the victim was still there to kill.
+    if [ -n "$victim" ] && ! kill -9 "$victim" 2> /dev/null; then
+        kill_note="$kill_note, but $task (pid $victim) was already gone"
+    fi
     local t0
     t0=$(date +%s%N)
     sleep 1
@@ -907,7 +922,7 @@ if [ "$status" -eq 0 ] && [ -n "$victim" ] &&
     python3 -c "import sys; sys.exit(0 if $gap <= 0.003 else 1)"; then
     ok ps_train_launch_restarts_a_killed_worker "auc=$killed_auc uninterrupted=$whole_auc gap=$gap"
 else
-    fail ps_train_launch_restarts_a_killed_worker "exit $status, victim '$victim', auc $killed_auc vs $whole_auc: $(grep -v 'bytes per sample' "$tmp/launch.err" | tail -4)"
+    fail ps_train_launch_restarts_a_killed_worker "exit $status, victim '$victim' ($kill_note), auc $killed_auc vs $whole_auc: $(grep -v 'bytes per sample' "$tmp/launch.err" | tail -4)"
 fi
 # Without restarts launch leaves the killed worker out: the other worker, its own data used up,
 # takes over the lost one's from where it stopped; the job ends 0 with an uninterrupted run's AUC.
@@ -920,13 +935,15 @@ if [ "$status" -eq 0 ] && [ -n "$victim" ] &&
     python3 -c "import sys; sys.exit(0 if $gap <= 0.003 else 1)"; then
     ok ps_train_launch_goes_on_without_a_killed_worker "auc=$auc0 uninterrupted=$whole_auc gap=$gap"
 else
-    fail ps_train_launch_goes_on_without_a_killed_worker "exit $status, victim '$victim': $(grep -v 'bytes per sample' "$tmp/launch.err" | tail -4)"
+    fail ps_train_launch_goes_on_without_a_killed_worker "exit $status, victim '$victim' ($kill_note): $(grep -v 'bytes per sample' "$tmp/launch.err" | tail -4)"
 fi
 # A ps killed with --max-restarts 1 while a stranger holds 200 idle connections to every ps and
-# worker port: launch starts it again, it restores its shards from its snapshot (--model-dir/ps),
-# the workers and the coordinator (the same process throughout) wait for it and go on past the
-# strangers; the job ends 0 with the AUC of an uninterrupted run, the snapshot removed.
-flood=200 launch_and_kill ps:1 1 "$tmp/pskilled.json" --model-dir "$tmp/md" --ps-snapshot-secs 0.5
+# worker port, once its first snapshot is written: launch starts it again, it restores its
+# shards from its snapshot (--model-dir/ps), the workers and the coordinator (the same process
+# throughout) wait for it and go on past the strangers; the job ends 0 with the AUC of an
+# uninterrupted run, the snapshot removed.
+flood=200 after="\[ps:1\] dtrain server: snapshots of this ps go to" \
+    launch_and_kill ps:1 1 "$tmp/pskilled.json" --model-dir "$tmp/md" --ps-snapshot-secs 0.5
 ps_auc=$(json_field "$tmp/pskilled.json" test_auc 2>/dev/null)
 gap=$(python3 -c "print(abs(${ps_auc:-0} - ${whole_auc:-1}))")
 if [ "$status" -eq 0 ] && [ -n "$victim" ] && [ -n "$chief_before" ] && [ "$chief_before" = "$chief_after" ] &&
@@ -939,7 +956,7 @@ if [ "$status" -eq 0 ] && [ -n "$victim" ] && [ -n "$chief_before" ] && [ "$chie
     grep -q "idle_flood: held 200 connections to each of 4 ports" "$tmp/flood.err"; then
     ok ps_train_ps_killed_beside_idle_strangers_restores_its_snapshot "$(cat "$tmp/flood.err"); kill to the first update on the restored ps ${recovered_ms} ms, $(grep -o 'updates up to step [0-9]*' "$tmp/launch.err"), $(grep -o 'up to step [0-9]* are lost' "$tmp/launch.err"), auc=$ps_auc gap=$gap"
 else
-    fail ps_train_ps_killed_beside_idle_strangers_restores_its_snapshot "exit $status, victim '$victim', flood: $(cat "$tmp/flood.err" 2>/dev/null), chief $chief_before/$chief_after, auc $ps_auc vs $whole_auc: $(grep -v 'bytes per sample' "$tmp/launch.err" | grep -v '^\[ps:[0-9]\] dtrain server: dropping' | head -20)"
+    fail ps_train_ps_killed_beside_idle_strangers_restores_its_snapshot "exit $status, victim '$victim' ($kill_note), snapshot left: $([ -e "$tmp/md/ps/ps-1.snapshot" ] && echo yes || echo no), chief's last line: $(grep -v 'bytes per sample' "$tmp/launch.out" | tail -1), flood: $(cat "$tmp/flood.err" 2>/dev/null), chief $chief_before/$chief_after, auc $ps_auc vs $whole_auc: $(grep -v 'bytes per sample' "$tmp/launch.err" | grep -v '^\[ps:[0-9]\] dtrain server: dropping' | head -20)"
 fi
 no_leftovers ps_train_launch_kills_leave_nothing "$base" 3
 # A ps whose snapshot write hangs (its writer stopped, as on a stalled network file system)
