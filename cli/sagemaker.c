@@ -163,9 +163,9 @@ static dt_status add_channels(int *n, char ***out, int *cap)
         if (flag_value(*n, *out, flags[k]))
             continue;
         const char *dir = NULL;
-        for (int i = 0; vars[k][i] && !dir; i++)
-            dir = getenv(vars[k][i]) && *getenv(vars[k][i]) ? getenv(vars[k][i]) : NULL;
-        if (!dir)
+        for (int i = 0; vars[k][i] && !(dir && *dir); i++)
+            dir = getenv(vars[k][i]);
+        if (!dir || !*dir)
             continue;
         size_t len = strlen(dir) + sizeof channel_format + 4;
         char *flag = malloc(strlen(flags[k]) + 3), *value = malloc(len);
