@@ -759,6 +759,35 @@ static void add_linear_input(const dt_cols *c, const dt_column_input *in, int B,
     }
 }
 
+/* Rows whose cross output terms are summed side by side: one row's sum is a chain of D
+ * dependent additions, which a block of rows runs in parallel, each row's in its own order. */
+#define CROSS_ROWS 16
+
+/* The parallel structure's output layer: z (B, N) += x_L (B, D) Wout (D, N), each row's terms
+ * added in order of d. */
+static void add_cross_output(const dt_cols *c, int B, const float *wout, float *z)
+{
+    int N = c->N, D = c->D, b = 0;
+    const float *xl = c->xs[c->L];
+    for (; N == 1 && b + CROSS_ROWS <= B; b += CROSS_ROWS) {
+        float acc[CROSS_ROWS];
+        for (int i = 0; i < CROSS_ROWS; i++)
+            acc[i] = z[b + i];
+        for (int d = 0; d < D; d++)
+            for (int i = 0; i < CROSS_ROWS; i++)
+                acc[i] += xl[(size_t)(b + i) * D + d] * wout[d];
+        for (int i = 0; i < CROSS_ROWS; i++)
+            z[b + i] = acc[i];
+    }
+    for (; b < B; b++) {
+        float *zb = z + (size_t)b * N;
+        const float *x = xl + (size_t)b * D;
+        for (int d = 0; d < D; d++)
+            for (int n = 0; n < N; n++)
+                zb[n] += x[d] * wout[(size_t)d * N + n];
+    }
+}
+
 /* Input by input over the batch, each row's logits taking the same additions in the same order
  * as a row at a time would: one input's table is read while it stays in cache, where a row's
  * inputs would read a line of every table in turn. */
@@ -773,14 +802,8 @@ void dt_cols_logits(dt_cols *c, int B, const dt_arena *params, const float *deep
     if (c->spec.fm && c->spec.n_deep > 0)
         for (int b = 0; b < B; b++)
             logits[(size_t)b * N] += c->fm_out[b];
-    const float *wout = c->cross_out >= 0 ? dt_arena_view_data(params, c->cross_out) : NULL;
-    for (int b = 0; wout && b < B; b++) {
-        float *z = logits + (size_t)b * N;
-        const float *xl = c->xs[c->L] + (size_t)b * c->D;
-        for (int d = 0; d < c->D; d++)
-            for (int n = 0; n < N; n++)
-                z[n] += xl[d] * wout[(size_t)d * N + n];
-    }
+    if (c->cross_out >= 0)
+        add_cross_output(c, B, dt_arena_view_data(params, c->cross_out), logits);
 }
 
 /* ---- Backward ---- */
