@@ -31,6 +31,7 @@
 
 #include "../core/bytes.h"
 #include "../core/crc32c.h"
+#include "../core/grow.h"
 #include "../core/mapview.h"
 #include "sources_int.h"
 
@@ -220,16 +221,10 @@ static dt_status add_span(struct chunk *ch, uint64_t at, uint64_t len)
 {
     if (ch->n_spans == ch->cap_spans) {
         int cap = ch->cap_spans ? ch->cap_spans * 2 : 256;
-        struct span *sp = realloc(ch->spans, (size_t)cap * sizeof *sp);
-        if (sp)
-            ch->spans = sp;
-        int *vs = sp ? realloc(ch->valid_span, (size_t)cap * sizeof *vs) : NULL;
-        if (vs)
-            ch->valid_span = vs;
-        int *rr = vs ? realloc(ch->rec_of_row, (size_t)cap * sizeof *rr) : NULL;
-        if (rr)
-            ch->rec_of_row = rr;
-        if (!rr)
+        if (!dt_grow_together((dt_grow_item[]){{&ch->spans, sizeof *ch->spans},
+                                               {&ch->valid_span, sizeof *ch->valid_span},
+                                               {&ch->rec_of_row, sizeof *ch->rec_of_row}},
+                              3, (size_t)cap))
             return dt_error(DT_ERR_NOMEM, "no memory for a range of records");
         ch->cap_spans = cap;
     }

@@ -8,6 +8,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "../core/grow.h"
+
 /* An index entry: 0 empty, a row (1 .. 2^31 - 1), or COUNTING | a counting record. */
 #define COUNTING 0x80000000u
 #define INDEX_SEED 0x6b65796d61702d69ULL /* "keymap-i": not the shard hash's seed (0) */
@@ -512,19 +514,11 @@ static dt_status counting_room(dt_keymap *m)
     int64_t cap = m->c_cap ? m->c_cap * 2 : 1024;
     if (cap > (int64_t)COUNTING - 1)
         return dt_error(DT_ERR_NOMEM, "table %s: %lld keys counted", m->name, (long long)m->c_cap);
-    int64_t *k = realloc(m->ckeys, (size_t)cap * sizeof *k);
-    if (k)
-        m->ckeys = k;
-    uint32_t *c = k ? realloc(m->ccounts, (size_t)cap * sizeof *c) : NULL;
-    if (c)
-        m->ccounts = c;
-    uint32_t *l = c ? realloc(m->clast, (size_t)cap * sizeof *l) : NULL;
-    if (l)
-        m->clast = l;
-    uint32_t *f = l ? realloc(m->cfree, (size_t)cap * sizeof *f) : NULL;
-    if (f)
-        m->cfree = f;
-    if (!f)
+    if (!dt_grow_together((dt_grow_item[]){{&m->ckeys, sizeof *m->ckeys},
+                                           {&m->ccounts, sizeof *m->ccounts},
+                                           {&m->clast, sizeof *m->clast},
+                                           {&m->cfree, sizeof *m->cfree}},
+                          4, (size_t)cap))
         return dt_error(DT_ERR_NOMEM, "table %s: no memory to count %lld keys", m->name,
                         (long long)cap);
     m->c_cap = cap;
