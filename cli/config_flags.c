@@ -318,10 +318,7 @@ void cli_comm_flags_add(flag_table *t, dt_comm_options *o)
 #define COMM(...) flags_add_field(t, *o, __VA_ARGS__)
     COMM("comm", FLAG_STRING, backend, "communicator: tcp (TF_CONFIG names the cluster) or mpi "
          "(mpirun or srun names it)");
-    COMM("secret-file", FLAG_STRING, secret_file, "file holding the cluster secret (default: env "
-         "DTRAIN_CLUSTER_SECRET)");
-    COMM("insecure", FLAG_BOOL, insecure, "allow a cluster to run without a secret, "
-         "unauthenticated (anyone who reaches its ports joins it; on loopback, any local user)");
+    CLI_MEMBER_FLAGS_ADD(t, *o);
     COMM("connect-timeout", FLAG_FLOAT, connect_timeout, "seconds to wait for every task to "
          "connect");
     COMM("timeout", FLAG_FLOAT, timeout, "seconds a collective may wait for a peer before it "
@@ -329,7 +326,5 @@ void cli_comm_flags_add(flag_table *t, dt_comm_options *o)
     COMM("shm", FLAG_BOOL, shm, "tcp: when every task runs on this host, all-reduce through "
          "shared memory, and train keeps one copy of the parameters there, each worker updating "
          "its share of them (--shm=false: always over TCP)");
-    COMM("task", FLAG_STRING, task, "TYPE:INDEX: this process's task in TF_CONFIG's cluster, "
-         "overriding TF_CONFIG's task");
 #undef COMM
 }

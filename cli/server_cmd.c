@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "commands.h"
+#include "comm_open.h"
 #include "config_flags.h"
 #include "dtrain/ps.h"
 #include "flags.h"
@@ -17,11 +18,7 @@ int cmd_server(int argc, char **argv)
     flag_ext exts[16];
     flag_table t = {flags, 0, 16, exts};
 #define ROW(...) flags_add_field(&t, c, __VA_ARGS__)
-    ROW("task", FLAG_STRING, task, "this task as TYPE:INDEX (default: TF_CONFIG's task)");
-    ROW("secret-file", FLAG_STRING, secret_file, "file holding the cluster secret (default: env "
-        "DTRAIN_CLUSTER_SECRET)");
-    ROW("insecure", FLAG_BOOL, insecure, "allow the cluster to run without a secret, "
-        "unauthenticated (anyone who reaches its ports joins it; on loopback, any local user)");
+    CLI_MEMBER_FLAGS_ADD(&t, c);
     ROW("coordinator-timeout", FLAG_FLOAT, coordinator_timeout, "seconds without a word from the "
         "coordinator (the chief) before the task gives up");
     ROW("request-timeout", FLAG_FLOAT, request_timeout, "seconds a request that has begun has to "

@@ -701,6 +701,29 @@ else
     fail ps_train_worker_killed_job_goes_on "chief ${task_status[chief:0]} ($(tail -2 "$tmp/chief0.err")), worker:0 ${task_status[worker:0]} ($(tail -1 "$tmp/worker0.err")), ps ${task_status[ps:0]} ($(tail -1 "$tmp/ps0.err"))"
 fi
 no_leftovers ps_train_worker_killed_leaves_nothing "$base" 3
+# The ps task started 5 s after the others: the coordinator waits for it to define the tables,
+# and meanwhile calls the roll of its workers every second, so that workers with
+# --coordinator-timeout 2 wait for it (as they do while a ps defines a large table or a
+# checkpoint is restored) and the job completes.
+base=$(free_base 4)
+brief=("${long[@]}")
+for i in "${!brief[@]}"; do
+    [ "${brief[$i]}" = --coordinator-timeout ] && brief[$((i + 1))]=2
+done
+for task in chief:0 worker:0 worker:1; do
+    start_task "$base" "$task" "${task%%:*}${task#*:}" "${brief[@]}" --test-data none \
+        --max-steps 60
+done
+sleep 5
+start_task "$base" ps:0 ps0 "${long[@]}" --test-data none --max-steps 60
+wait_tasks 60
+if [ "${task_status[chief:0]}" -eq 0 ] && [ "${task_status[worker:0]}" -eq 0 ] &&
+    [ "${task_status[worker:1]}" -eq 0 ] && [ "${task_status[ps:0]}" -eq 0 ]; then
+    ok ps_train_workers_wait_for_a_coordinator_that_waits_for_its_ps
+else
+    fail ps_train_workers_wait_for_a_coordinator_that_waits_for_its_ps "chief ${task_status[chief:0]} ($(tail -1 "$tmp/chief0.err")), worker:0 ${task_status[worker:0]} ($(tail -1 "$tmp/worker0.err")), worker:1 ${task_status[worker:1]}, ps ${task_status[ps:0]} ($(tail -1 "$tmp/ps0.err"))"
+fi
+no_leftovers ps_train_late_ps_leaves_nothing "$base" 4
 # A malformed message on a worker's control socket (from a task holding the secret: bytes that
 # are no message, then a request a worker does not take) is logged, naming where it came from,
 # and dropped (the request answered with an ERROR): the worker trains on, the job completes and
@@ -730,7 +753,7 @@ for task in chief:0 worker:0 ps:0; do
         --coordinator-timeout 20 --epochs 1
 done
 TF_CONFIG="$("$dtrain" launch -n 2 --ps 1 --base-port "$base" --print-tf-config worker:1)" \
-    "$check" --fake-worker worker:1 10 > "$tmp/fake.out" 2>&1 &
+    "$check" --fake-worker worker:1 5 > "$tmp/fake.out" 2>&1 &
 task_pid[worker:1]=$!
 pids+=("${task_pid[worker:1]}")
 wait_tasks 90

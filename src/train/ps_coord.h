@@ -48,7 +48,7 @@ struct ps_coord {
     double all_lost_at;     /* when every worker was lost (0: one is active) */
     int first_failed;       /* the worker whose failure came first (-1: none; -2: a ps task) */
     dt_status first_status;
-    char first_error[DT_PSMSG_MAX_TEXT];
+    char first_error[DT_JOB_MAX_TEXT];
     ps_result *results;     /* handed over, not yet seen by the loop */
     int n_results, results_cap;
 };
@@ -66,6 +66,14 @@ dt_status ps_coord_join(ps_coord *co);
 void ps_coord_fail(ps_coord *co, int index, dt_status st);
 /* Best effort, a second each: tells every worker to stop, when training could not begin. */
 void ps_coord_stop_workers(const ps_cluster *pc);
+/* While the coordinator prepares the ps tasks (defining large tables, restoring a checkpoint:
+ * minutes, on a large model), before its worker threads start, a thread pings every worker of
+ * pc each second, so that a worker's --coordinator-timeout counts the coordinator's silence,
+ * not the time the ps tasks take. Best effort: a worker that does not answer is not the roll
+ * call's to judge. */
+typedef struct ps_roll_call ps_roll_call;
+dt_status ps_roll_call_start(const ps_cluster *pc, ps_roll_call **out);
+void ps_roll_call_stop(ps_roll_call *r);
 /* Until the absolute monotonic time `until`, or a change; the caller holds co->mu. */
 void ps_coord_wait(ps_coord *co, double until);
 

@@ -112,10 +112,10 @@ static taken take_function(ps_coord *co, ps_worker_link *l, dt_ps_function *fn)
 
 /* The result of fn from worker l: to the scheduler, and handed to the loop. */
 static void add_result(ps_coord *co, ps_worker_link *l, const dt_ps_function *fn,
-                       const dt_psmsg *r)
+                       const dt_job_result *r)
 {
     pthread_mutex_lock(&co->mu);
-    int64_t steps = dt_ps_sched_answered(&co->sched, l->index, fn, r->n, r->done);
+    int64_t steps = dt_ps_sched_answered(&co->sched, l->index, fn, r->steps, r->done);
     if (co->n_results == co->results_cap) {
         int cap = co->results_cap ? 2 * co->results_cap : 64;
         ps_result *q = realloc(co->results, (size_t)cap * sizeof *q);
@@ -134,68 +134,18 @@ static void add_result(ps_coord *co, ps_worker_link *l, const dt_ps_function *fn
     pthread_cond_broadcast(&co->changed);
     pthread_mutex_unlock(&co->mu);
 }
-/* m to a worker and its reply within timeout seconds. A late reply to an earlier request (one
- * given up on) is dropped, and so is a message that does not decode (logged, naming the worker):
- * a broken message must not end the job; when no good reply follows, the worker goes unheard
- * and is lost as a silent one is. *unheard (may be NULL) tells a failure of the link itself (closed,
- * silent, or no reply in time) from a reply that is an error. */
-static dt_status request_or_unheard(dt_zlink *z, const dt_psmsg *m, double timeout,
-                                    dt_psbuf *out, dt_psbuf *in, const char *who,
-                                    dt_psmsg_type want, dt_psmsg *reply, bool *unheard)
-{
-    out->len = 0;
-    bool link_failed = false;
-    double deadline = dt_clock_now() + timeout;
-    dt_status st = dt_psmsg_encode(m, NULL, NULL, out);
-    if (st == DT_OK)
-        link_failed = (st = dt_zlink_send(z, out, timeout)) != DT_OK;
-    while (st == DT_OK) {
-        double left = deadline - dt_clock_now();
-        if ((st = dt_zlink_await(z, left > 0 ? left : 0, in))) {
-            link_failed = true;
-            break;
-        }
-        if ((st = dt_psmsg_decode(in->data, in->len, who, reply)) != DT_OK) {
-            dt_log_to(NULL, DT_LOG_WARN, "dtrain: warning: dropped a message from %s: %s", who,
-                      dt_last_error());
-            st = DT_OK;
-            continue;
-        }
-        if (reply->request_id == m->request_id)
-            break;
-    }
-    if (unheard)
-        *unheard = link_failed;
-    if (st == DT_OK && reply->type == DT_PSMSG_ERROR)
-        st = dt_error(dt_psmsg_status(reply), "%s: %.*s",
-                      who, (int)reply->text_len, reply->text);
-    else if (st == DT_OK && reply->type != want)
-        st = dt_error(DT_ERR_PEER, "%s: a %s reply where %s was due", who,
-                      dt_psmsg_type_name(reply->type), dt_psmsg_type_name(want));
-    return st;
-}
-
-static dt_status request(dt_zlink *z, const dt_psmsg *m, double timeout, dt_psbuf *out,
-                         dt_psbuf *in, const char *who, dt_psmsg_type want, dt_psmsg *reply)
-{
-    return request_or_unheard(z, m, timeout, out, in, who, want, reply, NULL);
-}
 
 /* Hybrid, before the first function: every worker's ring port, then the ring they all join at
  * once. DT_END when another worker failed first. */
-static dt_status join_ring(ps_coord *co, ps_worker_link *l, dt_zlink *z, uint64_t *id,
-                           dt_psbuf *out, dt_psbuf *in)
+static dt_status join_ring(ps_coord *co, ps_worker_link *l, dt_job_link *jl)
 {
     const dt_train_config *c = co->c;
-    dt_psmsg ask = {.type = DT_PSMSG_RING, .request_id = ++*id}, reply;
-    dt_status st = request(z, &ask, c->comm.connect_timeout, out, in, l->name, DT_PSMSG_RING,
-                           &reply);
-    if (st == DT_OK && reply.n != 1)
-        st = dt_error(DT_ERR_PEER, "%s: %u ring ports where its own was due", l->name, reply.n);
+    uint16_t port = 0;
+    dt_status st = dt_job_link_ring_port(jl, c->comm.connect_timeout, &port);
     if (st)
         return st;
     pthread_mutex_lock(&co->mu);
-    co->ring_ports[l->index] = dt_psmsg_port(&reply, 0);
+    co->ring_ports[l->index] = port;
     co->ports_known++;
     pthread_cond_broadcast(&co->changed);
     while (co->ports_known < co->n_links && !co->sched.failed)
@@ -204,29 +154,16 @@ static dt_status join_ring(ps_coord *co, ps_worker_link *l, dt_zlink *z, uint64_
     pthread_mutex_unlock(&co->mu);
     if (!go)
         return DT_END;
-    dt_psmsg ring = {.type = DT_PSMSG_RING, .request_id = ++*id, .n = (uint32_t)co->n_links,
-                     .ports_host = co->ring_ports};
     /* The worker answers once every worker is in the ring, within its connect timeout. */
-    return request(z, &ring, c->comm.connect_timeout + 10.0, out, in, l->name, DT_PSMSG_ACK,
-                   &reply);
+    return dt_job_link_ring(jl, co->ring_ports, (uint32_t)co->n_links,
+                            c->comm.connect_timeout + 10.0);
 }
 
 /* Hybrid, at the end: worker 0's dense variables (every worker holds the same) into m. */
-static dt_status read_dense(ps_coord *co, ps_worker_link *l, dt_zlink *z, uint64_t *id,
-                            dt_psbuf *out, dt_psbuf *in)
+static dt_status read_dense(ps_coord *co, dt_job_link *jl)
 {
     dt_arena *p = dt_model_params(co->m);
-    dt_psmsg ask = {.type = DT_PSMSG_PULL_DENSE, .request_id = ++*id, .count = p->n_elems},
-             reply;
-    dt_status st = request(z, &ask, co->c->ps.worker_timeout, out, in, l->name, DT_PSMSG_DENSE,
-                           &reply);
-    if (st == DT_OK && (reply.offset != 0 || reply.count != p->n_elems))
-        st = dt_error(DT_ERR_PEER, "%s: %llu dense values from %llu where %zu from 0 were due",
-                      l->name, (unsigned long long)reply.count,
-                      (unsigned long long)reply.offset, p->n_elems);
-    if (st == DT_OK)
-        dt_psmsg_values(&reply, 0, p->n_elems, p->data);
-    return st;
+    return dt_job_link_pull_dense(jl, p->data, p->n_elems, co->c->ps.worker_timeout);
 }
 
 /* Worker l was lost (why: the last error) with fn unfinished: fn goes back to the queue, for
@@ -234,7 +171,7 @@ static dt_status read_dense(ps_coord *co, ps_worker_link *l, dt_zlink *z, uint64
  * waits for its clock). */
 static dt_status lose_worker(ps_coord *co, ps_worker_link *l, const dt_ps_function *fn)
 {
-    char why[DT_PSMSG_MAX_TEXT];
+    char why[DT_JOB_MAX_TEXT];
     snprintf(why, sizeof why, "%s", dt_last_error());
     pthread_mutex_lock(&co->mu);
     dt_status st = dt_ps_sched_lose(&co->sched, l->index, fn);
@@ -264,8 +201,7 @@ static void rejoin(ps_coord *co, ps_worker_link *l)
 /* While training goes on, pings lost worker l every second until it answers (restarted, or
  * reachable again): DT_OK when it is back, DT_END when training ended without it, an error
  * when every worker has been lost for worker_timeout seconds. */
-static dt_status await_rejoin(ps_coord *co, ps_worker_link *l, dt_zlink *z, uint64_t *id,
-                              dt_psbuf *out, dt_psbuf *in)
+static dt_status await_rejoin(ps_coord *co, ps_worker_link *l, dt_job_link *jl)
 {
     const double timeout = co->c->ps.worker_timeout;
     for (;;) {
@@ -279,8 +215,7 @@ static dt_status await_rejoin(ps_coord *co, ps_worker_link *l, dt_zlink *z, uint
         if (all_lost_at > 0 && t0 - all_lost_at > timeout)
             return dt_error(DT_ERR_TIMEOUT, "every worker has been lost for %.0f s "
                             "(--worker-timeout): training cannot go on", timeout);
-        dt_psmsg ping = {.type = DT_PSMSG_PING, .request_id = ++*id}, reply;
-        if (request(z, &ping, 1.0, out, in, l->name, DT_PSMSG_PONG, &reply) == DT_OK) {
+        if (dt_job_link_ping(jl, 1.0) == DT_OK) {
             rejoin(co, l);
             return DT_OK;
         }
@@ -310,46 +245,39 @@ static void *drive_worker(void *arg)
     ps_worker_link *l = arg;
     ps_coord *co = l->co;
     const dt_train_config *c = co->c;
-    dt_zlink *z = NULL;
-    dt_psbuf out = {0}, in = {0};
-    dt_psmsg reply;
-    uint64_t id = 0;
-    dt_status st = dt_zlink_client(l->endpoint, l->name, co->pc->secret, co->pc->secret_len,
-                                   c->ps.heartbeat_timeout, &z);
-    if (st == DT_OK) {
-        dt_psmsg ping = {.type = DT_PSMSG_PING, .request_id = ++id};
-        st = request(z, &ping, c->comm.connect_timeout, &out, &in, l->name, DT_PSMSG_PONG,
-                     &reply);
-    }
+    dt_job_link *jl = NULL;
+    dt_status st = dt_job_link_open(l->endpoint, l->name, co->pc->secret, co->pc->secret_len,
+                                    c->ps.heartbeat_timeout, &jl);
+    if (st == DT_OK)
+        st = dt_job_link_ping(jl, c->comm.connect_timeout);
     bool cancelled = false, back = false;
-    if (st == DT_OK && co->hybrid && (st = join_ring(co, l, z, &id, &out, &in)) == DT_END)
+    if (st == DT_OK && co->hybrid && (st = join_ring(co, l, jl)) == DT_END)
         st = DT_OK, cancelled = true;
     dt_ps_function fn;
     for (taken k; st == DT_OK && !cancelled && (k = take_function(co, l, &fn)) != TAKEN_NONE;) {
         if (k == TAKEN_IDLE) {
             /* Heard from while it waits; a worker that does not answer is found lost at its
              * next function. */
-            dt_psmsg ping = {.type = DT_PSMSG_PING, .request_id = ++id};
-            request(z, &ping, IDLE_PING_SECONDS, &out, &in, l->name, DT_PSMSG_PONG, &reply);
+            dt_job_link_ping(jl, IDLE_PING_SECONDS);
             continue;
         }
         if (fn.again)
             dt_log_to(NULL, DT_LOG_WARN, "dtrain: %s takes steps %lld-%lld again (a lost "
                       "worker's)", l->name, (long long)fn.first, (long long)(fn.first + fn.n - 1));
-        dt_psmsg run = {.type = DT_PSMSG_RUN, .request_id = ++id, .step = fn.first, .n = fn.n,
-                        .position = fn.position, .shard = fn.shard};
+        dt_job_run run = {.first = fn.first, .steps = fn.n, .position = fn.position,
+                          .shard = fn.shard};
+        dt_job_result result;
         bool unheard;
-        st = request_or_unheard(z, &run, c->ps.worker_timeout, &out, &in, l->name,
-                                DT_PSMSG_RESULT, &reply, &unheard);
+        st = dt_job_link_run(jl, &run, c->ps.worker_timeout, &result, &unheard);
         if (st == DT_OK) {
-            add_result(co, l, &fn, &reply);
+            add_result(co, l, &fn, &result);
             if (back)
                 dt_log_to(NULL, DT_LOG_WARN, "dtrain: %s took steps %lld-%lld after rejoining",
-                          l->name, (long long)fn.first, (long long)(fn.first + reply.n - 1));
+                          l->name, (long long)fn.first, (long long)(fn.first + result.steps - 1));
             back = false;
             /* Its data used up: hybrid's workers end together; another may take over a lost
              * worker's data. */
-            if (reply.done && co->hybrid)
+            if (result.done && co->hybrid)
                 break;
             continue;
         }
@@ -362,25 +290,20 @@ static void *drive_worker(void *arg)
         }
         if ((st = lose_worker(co, l, &fn)))
             break;
-        st = await_rejoin(co, l, z, &id, &out, &in);
+        st = await_rejoin(co, l, jl);
         if (st == DT_END)
             st = DT_OK, cancelled = true; /* training ended without it */
         back = st == DT_OK;
     }
     if (st == DT_OK && !cancelled && co->hybrid && l->index == 0)
-        st = read_dense(co, l, z, &id, &out, &in);
+        st = read_dense(co, jl);
     if (st)
         ps_coord_fail(co, l->index, st);
     retire(co, l, st != DT_OK);
     /* Every worker is stopped, the failed and lost ones too if they can still hear it. */
-    if (z) {
-        dt_psmsg stop = {.type = DT_PSMSG_STOP, .request_id = ++id};
-        request(z, &stop, st || cancelled ? 1.0 : 10.0, &out, &in, l->name, DT_PSMSG_ACK,
-                &reply);
-    }
-    dt_zlink_close(z);
-    dt_psbuf_free(&out);
-    dt_psbuf_free(&in);
+    if (jl)
+        dt_job_link_stop(jl, st || cancelled ? 1.0 : 10.0);
+    dt_job_link_close(jl);
     return NULL;
 }
 
@@ -390,14 +313,10 @@ void ps_coord_stop_workers(const ps_cluster *pc)
         char name[DT_HOST_CAP + 48], endpoint[DT_HOST_CAP + 32];
         dt_cluster_task_name(&pc->cl, DT_JOB_WORKER, i, name, sizeof name);
         ps_endpoint_of(dt_cluster_addr(&pc->cl, DT_JOB_WORKER, i), endpoint, sizeof endpoint);
-        dt_zlink *z = NULL;
-        dt_psbuf out = {0}, in = {0};
-        dt_psmsg stop = {.type = DT_PSMSG_STOP, .request_id = 1}, reply;
-        if (dt_zlink_client(endpoint, name, pc->secret, pc->secret_len, 0, &z) == DT_OK)
-            request(z, &stop, 1.0, &out, &in, name, DT_PSMSG_ACK, &reply);
-        dt_zlink_close(z);
-        dt_psbuf_free(&out);
-        dt_psbuf_free(&in);
+        dt_job_link *jl = NULL;
+        if (dt_job_link_open(endpoint, name, pc->secret, pc->secret_len, 0, &jl) == DT_OK)
+            dt_job_link_stop(jl, 1.0);
+        dt_job_link_close(jl);
     }
 }
 
@@ -429,4 +348,66 @@ dt_status ps_coord_join(ps_coord *co)
     if (co->first_failed != -1)
         return dt_error(co->first_status, "%s; training stopped", co->first_error);
     return DT_OK;
+}
+
+struct ps_roll_call {
+    const ps_cluster *pc;
+    int stop;               /* set by ps_roll_call_stop */
+    pthread_t thread;
+};
+
+static bool roll_call_stopped(ps_roll_call *r)
+{
+    return __atomic_load_n(&r->stop, __ATOMIC_ACQUIRE) != 0;
+}
+
+static void *roll_call(void *arg)
+{
+    ps_roll_call *r = arg;
+    const ps_cluster *pc = r->pc;
+    int n = pc->cl.n_tasks[DT_JOB_WORKER];
+    dt_job_link **links = calloc((size_t)n, sizeof *links);
+    for (int i = 0; links && i < n; i++) {
+        char name[DT_HOST_CAP + 48], endpoint[DT_HOST_CAP + 32];
+        dt_cluster_task_name(&pc->cl, DT_JOB_WORKER, i, name, sizeof name);
+        ps_endpoint_of(dt_cluster_addr(&pc->cl, DT_JOB_WORKER, i), endpoint, sizeof endpoint);
+        dt_job_link_open(endpoint, name, pc->secret, pc->secret_len, 0, &links[i]);
+    }
+    while (links && !roll_call_stopped(r)) {
+        double next = dt_clock_now() + IDLE_PING_SECONDS;
+        for (int i = 0; i < n && !roll_call_stopped(r); i++)
+            if (links[i])
+                dt_job_link_ping(links[i], 0.5);
+        while (!roll_call_stopped(r) && dt_clock_now() < next)
+            dt_sleep(0.05);
+    }
+    for (int i = 0; links && i < n; i++)
+        dt_job_link_close(links[i]);
+    free(links);
+    return NULL;
+}
+
+dt_status ps_roll_call_start(const ps_cluster *pc, ps_roll_call **out)
+{
+    *out = NULL;
+    ps_roll_call *r = calloc(1, sizeof *r);
+    if (!r)
+        return dt_error(DT_ERR_NOMEM, "no memory for the workers' roll call");
+    r->pc = pc;
+    int e = pthread_create(&r->thread, NULL, roll_call, r);
+    if (e) {
+        free(r);
+        return dt_error(DT_ERR_NOMEM, "the workers' roll call: no thread (%s)", strerror(e));
+    }
+    *out = r;
+    return DT_OK;
+}
+
+void ps_roll_call_stop(ps_roll_call *r)
+{
+    if (!r)
+        return;
+    __atomic_store_n(&r->stop, 1, __ATOMIC_RELEASE);
+    pthread_join(r->thread, NULL);
+    free(r);
 }

@@ -494,7 +494,7 @@ static dt_status on_result(ps_run *r, const ps_result *x)
 static void recover_ps(ps_run *r)
 {
     const dt_train_config *c = r->c;
-    char why[DT_PSMSG_MAX_TEXT];
+    char why[DT_JOB_MAX_TEXT];
     snprintf(why, sizeof why, "%s", dt_last_error());
     pthread_mutex_lock(&r->co.mu);
     int64_t steps = r->co.sched.steps;
@@ -627,6 +627,9 @@ dt_status dt_ps_coordinate(const dt_train_config *c, const dt_fit_config *fcfg, 
     int64_t start = 0;
     if (!(r.positions = calloc((size_t)n_workers + 1, sizeof *r.positions)))
         st = dt_error(DT_ERR_NOMEM, "no memory for %d workers", n_workers);
+    ps_roll_call *roll = NULL;
+    if (st == DT_OK)
+        st = ps_roll_call_start(&r.pc, &roll);
     if (st == DT_OK && (st = prepare(&r, &start)) == DT_OK) {
         dt_ps_sched_config sc = schedule_of(c, n_workers, start);
         r.co_ready = (st = ps_coord_init(&r.co, c, &r.pc, m, &sc)) == DT_OK;
@@ -638,6 +641,7 @@ dt_status dt_ps_coordinate(const dt_train_config *c, const dt_fit_config *fcfg, 
         st = heartbeat_start(&r.beat, &r.pc, c);
     if (st == DT_OK)
         st = open_callbacks(&r, fcfg, test, res, start);
+    ps_roll_call_stop(roll);
     dt_status run = st;
     if (run == DT_OK && (run = ps_coord_start(&r.co)) == DT_OK)
         follow(&r);
@@ -653,7 +657,7 @@ dt_status dt_ps_coordinate(const dt_train_config *c, const dt_fit_config *fcfg, 
     if (run == DT_OK)
         run = finish_callbacks(&r);
     /* The first error is the one reported, whatever stopping the others says. */
-    char first[DT_PSMSG_MAX_TEXT];
+    char first[DT_JOB_MAX_TEXT];
     snprintf(first, sizeof first, "%s", run ? dt_last_error() : "");
     if (st)
         ps_coord_stop_workers(&r.pc); /* they waited for functions that will not come */

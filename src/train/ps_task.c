@@ -86,10 +86,3 @@ dt_status ps_place_variables(const dt_train_config *c, dt_model *m, dt_ps_client
     return st;
 }
 
-dt_status ps_reply_msg(dt_zlink *z, const dt_zpeer *to, const dt_psmsg *m, dt_psbuf *buf)
-{
-    buf->len = 0;
-    dt_status st = dt_psmsg_encode(m, NULL, NULL, buf);
-    return st ? st : dt_zlink_reply(z, to, buf);
-}
-

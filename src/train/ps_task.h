@@ -8,9 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../ps/psmsg.h"
-#include "../ps/zlink.h"
 #include "../ps/client.h"
+#include "../ps/joblink.h"
 #include "dtrain/cluster.h"
 #include "dtrain/model.h"
 #include "dtrain/train.h"
@@ -34,8 +33,5 @@ void ps_endpoint_of(const dt_addr *a, char *out, size_t cap);
  * tasks when m's are fewer (a worker's), DT_PARTITION_HASH_ROWS when they are dynamic there. */
 dt_status ps_place_variables(const dt_train_config *c, dt_model *m, dt_ps_client *ps, int n_ps,
                              bool define, int64_t table_rows);
-
-/* m encoded and sent to `to` on a ZeroMQ server. */
-dt_status ps_reply_msg(dt_zlink *z, const dt_zpeer *to, const dt_psmsg *m, dt_psbuf *buf);
 
 #endif

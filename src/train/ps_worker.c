@@ -341,7 +341,7 @@ static dt_status await_ps(worker *w, dt_status st, double *deadline)
     bool broken = dt_ps_client_broken(w->ps);
     if (!broken && *deadline == 0 && st != DT_ERR_UNAVAILABLE)
         return st;
-    char why[DT_PSMSG_MAX_TEXT];
+    char why[DT_JOB_MAX_TEXT];
     snprintf(why, sizeof why, "%s", dt_last_error());
     double now = dt_clock_now(), limit = w->c->ps.recovery_timeout;
     if (*deadline == 0) {
@@ -394,7 +394,7 @@ static dt_status apply_dense_step(worker *w, dt_step *s, double loss, int correc
 }
 
 /* One step, global step number `step`: the batch's loss summed into r. */
-static dt_status worker_step(worker *w, int64_t step, dt_psmsg *r)
+static dt_status worker_step(worker *w, int64_t step, dt_job_result *r)
 {
     dt_model *m = w->m;
     dt_elem *e = NULL;
@@ -449,7 +449,7 @@ static dt_status worker_step(worker *w, int64_t step, dt_psmsg *r)
         st = apply_dense_step(w, &s, loss, correct);
     if (st)
         goto done;
-    r->n++, r->rows += e->n, r->correct += correct, r->loss += loss;
+    r->steps++, r->rows += e->n, r->correct += correct, r->loss += loss;
     w->steps++, w->samples += e->n;
 done:
     dt_elem_free(e);
@@ -484,11 +484,11 @@ static dt_status skip_to(worker *w, int64_t position)
 /* The worker's own endpoint bound, its name resolved again at most every second until timeout
  * (a Kubernetes pod's name may resolve only once the pod is ready), saying so every 10 s. */
 static dt_status bind_by_name(const char *endpoint, const ps_cluster *pc, double timeout,
-                              dt_zlink **z)
+                              dt_job_server **z)
 {
     double t0 = dt_clock_now(), said = -1e9;
     for (;;) {
-        dt_status st = dt_zlink_server(endpoint, pc->secret, pc->secret_len, z);
+        dt_status st = dt_job_server_open(endpoint, pc->secret, pc->secret_len, z);
         double now = dt_clock_now();
         if (st != DT_ERR_UNAVAILABLE || now - t0 >= timeout)
             return st;
@@ -502,9 +502,9 @@ static dt_status bind_by_name(const char *endpoint, const ps_cluster *pc, double
 }
 
 /* A RUN: its steps, until they are taken or the data is used up. */
-static dt_status run_function(worker *w, const dt_psmsg *req, dt_psmsg *r)
+static dt_status run_function(worker *w, const dt_job_run *run, dt_job_result *r)
 {
-    *r = (dt_psmsg){.type = DT_PSMSG_RESULT, .request_id = req->request_id};
+    *r = (dt_job_result){0};
     /* The ps tasks are reached at the first function: until then a worker answers PING and
      * STOP at once (a coordinator that failed to start stops it without waiting). */
     if (!w->ps) {
@@ -520,13 +520,13 @@ static dt_status run_function(worker *w, const dt_psmsg *req, dt_psmsg *r)
     if (w->c->ps.mode == DT_PS_HYBRID && !w->ring)
         return dt_error(DT_ERR_PEER, "this worker runs --ps-mode hybrid, and the coordinator "
                         "gives it steps without the workers' ring (does it run another mode?)");
-    dt_status st = w->c->ps.mode == DT_PS_HYBRID ? DT_OK : use_shard(w, req->shard);
+    dt_status st = w->c->ps.mode == DT_PS_HYBRID ? DT_OK : use_shard(w, run->shard);
     if (st == DT_OK)
-        st = skip_to(w, req->position);
+        st = skip_to(w, run->position);
     if (st)
         return st;
-    for (uint32_t k = 0; k < req->n && !w->rd->done; k++) {
-        dt_status st = worker_step(w, req->step + k, r);
+    for (uint32_t k = 0; k < run->steps && !w->rd->done; k++) {
+        dt_status st = worker_step(w, run->first + k, r);
         if (st == DT_END)
             break;
         if (st)
@@ -536,37 +536,41 @@ static dt_status run_function(worker *w, const dt_psmsg *req, dt_psmsg *r)
     return DT_OK;
 }
 
-/* Hybrid: the port this worker's ring listens on (bound at the first question), or the ring
- * joined once the coordinator tells every worker's port: the dense variables start as worker
- * 0's everywhere. */
-static dt_status answer_ring(worker *w, const dt_psmsg *req, dt_psmsg *r)
+/* Hybrid: the port this worker's ring listens on (bound at the first question). */
+static dt_status ring_port(worker *w, uint16_t *port)
 {
     const dt_cluster *cl = &w->pc->cl;
-    int n = cl->n_tasks[DT_JOB_WORKER];
-    *r = (dt_psmsg){.type = DT_PSMSG_ACK, .request_id = req->request_id};
     if (w->c->ps.mode != DT_PS_HYBRID)
         return dt_error(DT_ERR_PEER, "the coordinator asks for the workers' ring, which only "
                         "--ps-mode hybrid has (this worker runs another mode)");
-    if (req->n == 0) {
-        const dt_addr *me = dt_cluster_addr(cl, cl->task_type, cl->task_index);
-        dt_status st = w->ring_fd >= 0 || w->ring
-                           ? DT_OK
-                           : dt_comm_listen_any(me->host, &w->ring_fd, &w->ring_port);
-        if (st)
-            return dt_error_prefix(st, "the workers' ring");
-        *r = (dt_psmsg){.type = DT_PSMSG_RING, .request_id = req->request_id, .n = 1,
-                        .ports_host = &w->ring_port};
-        return DT_OK;
-    }
-    if (w->ring || w->ring_fd < 0 || req->n != (uint32_t)n)
+    const dt_addr *me = dt_cluster_addr(cl, cl->task_type, cl->task_index);
+    dt_status st = w->ring_fd >= 0 || w->ring
+                       ? DT_OK
+                       : dt_comm_listen_any(me->host, &w->ring_fd, &w->ring_port);
+    if (st)
+        return dt_error_prefix(st, "the workers' ring");
+    *port = w->ring_port;
+    return DT_OK;
+}
+
+/* Hybrid: the ring joined once the coordinator tells every worker's port: the dense variables
+ * start as worker 0's everywhere. */
+static dt_status join_ring(worker *w, const dt_job_ask *a)
+{
+    const dt_cluster *cl = &w->pc->cl;
+    int n = cl->n_tasks[DT_JOB_WORKER];
+    if (w->c->ps.mode != DT_PS_HYBRID)
+        return dt_error(DT_ERR_PEER, "the coordinator asks for the workers' ring, which only "
+                        "--ps-mode hybrid has (this worker runs another mode)");
+    if (w->ring || w->ring_fd < 0 || a->n_ports != (uint32_t)n)
         return dt_error(DT_ERR_PEER, "the coordinator's ring of %u ports: %d workers, and this "
-                        "one %s", req->n, n, w->ring ? "has joined it already"
+                        "one %s", a->n_ports, n, w->ring ? "has joined it already"
                         : w->ring_fd < 0 ? "was not asked its port" : "is in the cluster");
     uint16_t *ports = malloc((size_t)n * sizeof *ports);
     if (!ports)
         return dt_error(DT_ERR_NOMEM, "no memory for the ring's ports");
     for (int i = 0; i < n; i++)
-        ports[i] = dt_psmsg_port(req, (size_t)i);
+        ports[i] = dt_job_ask_port(a, (uint32_t)i);
     dt_status st = dt_cluster_workers_ring(cl, ports, &w->ring_cluster);
     free(ports);
     if (st)
@@ -582,165 +586,77 @@ static dt_status answer_ring(worker *w, const dt_psmsg *req, dt_psmsg *r)
     return DT_OK;
 }
 
-/* Hybrid: the dense variables, which only the workers hold, for the coordinator at the end. */
-static dt_status answer_dense(worker *w, const dt_psmsg *req, dt_psmsg *r)
+/* Hybrid: the dense variables, which only the workers hold, checked against what the
+ * coordinator asks for. */
+static dt_status check_dense(worker *w, const dt_job_ask *a)
 {
     const dt_arena *p = dt_model_params(w->m);
-    if (!w->ring || req->offset != 0 || req->count != p->n_elems)
+    if (!w->ring || a->offset != 0 || a->count != p->n_elems)
         return dt_error(DT_ERR_PEER, "the coordinator asks for %llu dense values from %llu: "
-                        "this worker %s %zu", (unsigned long long)req->count,
-                        (unsigned long long)req->offset,
+                        "this worker %s %zu", (unsigned long long)a->count,
+                        (unsigned long long)a->offset,
                         w->ring ? "has" : "holds none of its own (not hybrid), of", p->n_elems);
-    *r = (dt_psmsg){.type = DT_PSMSG_DENSE, .request_id = req->request_id, .table = req->table,
-                    .offset = 0, .count = p->n_elems};
     return DT_OK;
 }
 
-/* STOP and PING: the requests a worker answers at once, whatever it is doing. */
-static bool is_control(const dt_psmsg *req)
+/* The answer to one question that is neither PING nor STOP; an error is this worker's. */
+static dt_status answer(worker *w, dt_job_server *z, const dt_job_ask *a, dt_status *sent)
 {
-    return req->type == DT_PSMSG_STOP || req->type == DT_PSMSG_PING;
-}
-
-static dt_psmsg control_reply(const dt_psmsg *req)
-{
-    return (dt_psmsg){.type = req->type == DT_PSMSG_STOP ? DT_PSMSG_ACK : DT_PSMSG_PONG,
-                      .request_id = req->request_id};
-}
-
-/* A message on the control socket that is not a request of the coordinator's (it does not
- * decode, or is not shaped as one): logged, naming where it came from, and dropped. A peer that
- * holds the secret but is broken or hostile must not end a worker, nor count as the
- * coordinator's word. */
-static void drop_message(const char *addr, const char *coordinator)
-{
-    dt_log_to(NULL, DT_LOG_WARN, "dtrain: warning: dropped a message from %s on this worker's "
-              "control socket (only the coordinator, %s, sends there): %s", addr, coordinator,
-              dt_last_error());
-}
-
-/* The next decoded request within timeout: DT_END when none came (or only messages dropped);
- * other errors are the socket's. */
-static dt_status next_request(dt_zlink *z, double timeout, const char *coordinator,
-                              dt_zpeer *from, dt_psbuf *in, dt_psmsg *req)
-{
-    dt_status st = dt_zlink_receive(z, timeout, from, in);
-    if (st == DT_OK)
-        st = dt_psmsg_decode(in->data, in->len, from->addr, req);
-    if (st == DT_ERR_PEER || st == DT_ERR_FORMAT) {
-        drop_message(from->addr, coordinator);
-        return DT_END;
+    dt_status st = DT_OK;
+    *sent = DT_OK;
+    if (a->kind == DT_JOB_ASK_RUN) {
+        dt_job_result r;
+        if ((st = run_function(w, &a->run, &r)) == DT_OK)
+            *sent = dt_job_server_result(z, &r);
+    } else if (a->kind == DT_JOB_ASK_RING && a->n_ports == 0) {
+        uint16_t port = 0;
+        if ((st = ring_port(w, &port)) == DT_OK)
+            *sent = dt_job_server_port(z, port);
+    } else if (a->kind == DT_JOB_ASK_RING) {
+        if ((st = join_ring(w, a)) == DT_OK)
+            *sent = dt_job_server_ok(z);
+    } else {
+        const dt_arena *p = dt_model_params(w->m);
+        if ((st = check_dense(w, a)) == DT_OK)
+            *sent = dt_job_server_dense(z, p->data, p->n_elems);
     }
     return st;
 }
 
-/* After an ERROR reply: the connection stays open until the coordinator's STOP (or
- * --coordinator-timeout, as for any silence of the coordinator). Closed at once, the socket
- * (linger 0) drops what its I/O thread has not sent yet, and the coordinator's link drops what
- * it has not read when the connection closes: on a loaded machine the ERROR saying why (in
- * hybrid mode: which worker the ring lost) was lost so, and the coordinator named this worker
- * instead ("worker:N closed the connection"). */
-static void await_stop(dt_zlink *z, const dt_psmsg *error, dt_psbuf *in, dt_psbuf *out,
-                       const char *coordinator, double timeout)
+/* Answers the coordinator's questions until STOP; a failure goes back to it as an error too. */
+static dt_status serve(worker *w, dt_job_server *z, const char *coordinator)
 {
-    double deadline = dt_clock_now() + timeout;
-    for (double left = timeout; left > 0; left = deadline - dt_clock_now()) {
-        dt_zpeer from;
-        dt_psmsg req, r;
-        dt_status st = next_request(z, left, coordinator, &from, in, &req);
-        if (st == DT_END)
-            continue;
-        if (st)
-            return;
-        if (is_control(&req))
-            r = control_reply(&req);
-        else
-            r = *error, r.request_id = req.request_id;
-        if (ps_reply_msg(z, &from, &r, out) || req.type == DT_PSMSG_STOP)
-            return;
-    }
-}
-
-/* An ERROR answering req, with st and the last error's message. */
-static dt_status reply_error(dt_zlink *z, const dt_zpeer *to, const dt_psmsg *req, dt_status st,
-                             dt_psbuf *out)
-{
-    char text[DT_PSMSG_MAX_TEXT];
-    int n = snprintf(text, sizeof text, "%s", dt_last_error());
-    dt_psmsg r = {.type = DT_PSMSG_ERROR, .request_id = req->request_id, .status = st,
-                  .text = text,
-                  .text_len = (uint32_t)(n < (int)sizeof text ? n : (int)sizeof text - 1)};
-    return ps_reply_msg(z, to, &r, out);
-}
-
-/* Answers the coordinator's requests until STOP; a failure goes back to it as an ERROR too. */
-static dt_status serve(worker *w, dt_zlink *z, const char *coordinator)
-{
-    dt_psbuf in = {0}, out = {0};
     double last = dt_clock_now();
-    dt_status st = DT_OK;
     for (;;) {
-        dt_zpeer from;
-        dt_psmsg req, r;
-        st = next_request(z, 0.5, coordinator, &from, &in, &req);
+        dt_job_ask a;
+        dt_status st = dt_job_server_next(z, 0.5, coordinator, &a);
         if (st == DT_END) {
-            st = DT_OK;
-            if (dt_clock_now() - last >= w->c->ps.coordinator_timeout) {
-                st = dt_error(DT_ERR_TIMEOUT, "the coordinator (%s) has not been heard from for "
-                              "%.0f s (--coordinator-timeout): giving up", coordinator,
-                              w->c->ps.coordinator_timeout);
-                break;
-            }
+            if (dt_clock_now() - last >= w->c->ps.coordinator_timeout)
+                return dt_error(DT_ERR_TIMEOUT, "the coordinator (%s) has not been heard from "
+                                "for %.0f s (--coordinator-timeout): giving up", coordinator,
+                                w->c->ps.coordinator_timeout);
             continue;
         }
         if (st)
-            break;
+            return st;
         last = dt_clock_now();
-        if (is_control(&req)) {
-            r = control_reply(&req);
-            if ((st = ps_reply_msg(z, &from, &r, &out)) || req.type == DT_PSMSG_STOP)
-                break;
+        if (a.kind == DT_JOB_ASK_PING || a.kind == DT_JOB_ASK_STOP) {
+            if ((st = dt_job_server_ok(z)) || a.kind == DT_JOB_ASK_STOP)
+                return st;
             continue;
         }
-        dt_status run;
-        if (req.type == DT_PSMSG_RUN) {
-            run = run_function(w, &req, &r);
-        } else if (req.type == DT_PSMSG_RING) {
-            run = answer_ring(w, &req, &r);
-        } else if (req.type == DT_PSMSG_PULL_DENSE) {
-            run = answer_dense(w, &req, &r);
-        } else {
-            /* Answered with an ERROR, so its sender is not left waiting; the worker goes on. */
-            dt_error(DT_ERR_PEER, "a %s request, a worker takes RUN, RING, PULL_DENSE, PING and "
-                     "STOP", dt_psmsg_type_name(req.type));
-            drop_message(from.addr, coordinator);
-            if ((st = reply_error(z, &from, &req, DT_ERR_INVALID, &out)))
-                break;
-            continue;
-        }
+        dt_status sent, run = answer(w, z, &a, &sent);
         if (run) {
             /* The coordinator hears why, then this worker ends with the same error. */
-            char text[DT_PSMSG_MAX_TEXT];
-            int n = snprintf(text, sizeof text, "%s", dt_last_error());
-            r = (dt_psmsg){.type = DT_PSMSG_ERROR, .request_id = req.request_id, .status = run,
-                           .text = text,
-                           .text_len = (uint32_t)(n < (int)sizeof text ? n : (int)sizeof text - 1)};
-            if (ps_reply_msg(z, &from, &r, &out) == DT_OK)
-                await_stop(z, &r, &in, &out, coordinator, w->c->ps.coordinator_timeout);
-            dt_error(run, "%s", text);
-            st = run;
-            break;
+            char text[DT_JOB_MAX_TEXT];
+            snprintf(text, sizeof text, "%s", dt_last_error());
+            dt_job_server_fail(z, run, text, coordinator, w->c->ps.coordinator_timeout);
+            return dt_error(run, "%s", text);
         }
+        if (sent)
+            return sent;
         last = dt_clock_now();
-        out.len = 0;
-        st = dt_psmsg_encode(&r, NULL, r.type == DT_PSMSG_DENSE ? dt_model_params(w->m)->data
-                                                                : NULL, &out);
-        if (st || (st = dt_zlink_reply(z, &from, &out)))
-            break;
     }
-    dt_psbuf_free(&in);
-    dt_psbuf_free(&out);
-    return st;
 }
 
 dt_status dt_ps_work(const dt_train_config *c, dt_model *m, dt_pool *pool, dt_input *in,
@@ -766,7 +682,7 @@ dt_status dt_ps_work(const dt_train_config *c, dt_model *m, dt_pool *pool, dt_in
         dt_model_init_dense_params(m, c->fit.seed);
         st = dt_optim_setup(&w.opt, &c->optim, dt_model_params(m));
     }
-    dt_zlink *z = NULL;
+    dt_job_server *z = NULL;
     char endpoint[DT_HOST_CAP + 32], coordinator[DT_HOST_CAP + 48];
     ps_endpoint_of(dt_cluster_addr(&pc.cl, pc.cl.task_type, pc.cl.task_index), endpoint,
                 sizeof endpoint);
@@ -780,7 +696,7 @@ dt_status dt_ps_work(const dt_train_config *c, dt_model *m, dt_pool *pool, dt_in
     if (st == DT_OK)
         st = serve(&w, z, coordinator);
     worker_figures(&w, &pc, out);
-    dt_zlink_close(z);
+    dt_job_server_close(z);
     dt_ps_client_close(w.ps);
     if (w.replica)
         dt_replica_end(w.replica, m);
