@@ -84,14 +84,22 @@ static void *serve(void *arg)
     return NULL;
 }
 
+/* A worker serving on a free loopback port, on its own thread t. */
+static bool start_worker(worker_ctx *w, pthread_t *t)
+{
+    if (dt_job_server_open("tcp://127.0.0.1:*", secret, sizeof secret - 1, &w->s) != DT_OK)
+        return false;
+    pthread_create(t, NULL, serve, w);
+    return true;
+}
+
 TEST(joblink_every_question_and_its_answer)
 {
     worker_ctx w = {0};
-    CHECK_OK(dt_job_server_open("tcp://127.0.0.1:*", secret, sizeof secret - 1, &w.s));
+    pthread_t t;
+    CHECK_MSG(start_worker(&w, &t), "%s", dt_last_error());
     if (!w.s)
         return;
-    pthread_t t;
-    pthread_create(&t, NULL, serve, &w);
     dt_job_link *l = NULL;
     CHECK_OK(dt_job_link_open(dt_job_server_endpoint(w.s), "worker:1", secret, sizeof secret - 1,
                               0, &l));
@@ -129,11 +137,10 @@ TEST(joblink_every_question_and_its_answer)
 TEST(joblink_a_failed_run_reaches_the_coordinator_and_waits_for_stop)
 {
     worker_ctx w = {.fail_runs = true};
-    CHECK_OK(dt_job_server_open("tcp://127.0.0.1:*", secret, sizeof secret - 1, &w.s));
+    pthread_t t;
+    CHECK_MSG(start_worker(&w, &t), "%s", dt_last_error());
     if (!w.s)
         return;
-    pthread_t t;
-    pthread_create(&t, NULL, serve, &w);
     dt_job_link *l = NULL;
     CHECK_OK(dt_job_link_open(dt_job_server_endpoint(w.s), "worker:0", secret, sizeof secret - 1,
                               0, &l));
@@ -158,11 +165,10 @@ TEST(joblink_a_failed_run_reaches_the_coordinator_and_waits_for_stop)
 TEST(joblink_a_request_that_is_no_question_is_refused_and_the_worker_goes_on)
 {
     worker_ctx w = {0};
-    CHECK_OK(dt_job_server_open("tcp://127.0.0.1:*", secret, sizeof secret - 1, &w.s));
+    pthread_t t;
+    CHECK_MSG(start_worker(&w, &t), "%s", dt_last_error());
     if (!w.s)
         return;
-    pthread_t t;
-    pthread_create(&t, NULL, serve, &w);
     const char *ep = dt_job_server_endpoint(w.s);
     dt_zlink *odd = NULL;
     CHECK_OK(dt_zlink_client(ep, "worker:0", secret, sizeof secret - 1, 0, &odd));
