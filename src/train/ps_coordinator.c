@@ -367,17 +367,20 @@ static void *roll_call(void *arg)
     const ps_cluster *pc = r->pc;
     int n = pc->cl.n_tasks[DT_JOB_WORKER];
     dt_job_link **links = calloc((size_t)n, sizeof *links);
-    for (int i = 0; links && i < n; i++) {
-        char name[DT_HOST_CAP + 48], endpoint[DT_HOST_CAP + 32];
-        dt_cluster_task_name(&pc->cl, DT_JOB_WORKER, i, name, sizeof name);
-        ps_endpoint_of(dt_cluster_addr(&pc->cl, DT_JOB_WORKER, i), endpoint, sizeof endpoint);
-        dt_job_link_open(endpoint, name, pc->secret, pc->secret_len, 0, &links[i]);
-    }
     while (links && !roll_call_stopped(r)) {
         double next = dt_clock_now() + IDLE_PING_SECONDS;
-        for (int i = 0; i < n && !roll_call_stopped(r); i++)
+        for (int i = 0; i < n && !roll_call_stopped(r); i++) {
+            /* A link that could not open (a name that does not resolve yet) is tried again. */
+            if (!links[i]) {
+                char name[DT_HOST_CAP + 48], endpoint[DT_HOST_CAP + 32];
+                dt_cluster_task_name(&pc->cl, DT_JOB_WORKER, i, name, sizeof name);
+                ps_endpoint_of(dt_cluster_addr(&pc->cl, DT_JOB_WORKER, i), endpoint,
+                               sizeof endpoint);
+                dt_job_link_open(endpoint, name, pc->secret, pc->secret_len, 0, &links[i]);
+            }
             if (links[i])
                 dt_job_link_ping(links[i], 0.5);
+        }
         while (!roll_call_stopped(r) && dt_clock_now() < next)
             dt_sleep(0.05);
     }

@@ -536,13 +536,20 @@ static dt_status run_function(worker *w, const dt_job_run *run, dt_job_result *r
     return DT_OK;
 }
 
+static dt_status check_hybrid(const worker *w)
+{
+    if (w->c->ps.mode != DT_PS_HYBRID)
+        return dt_error(DT_ERR_PEER, "the coordinator asks for the workers' ring, which only "
+                        "--ps-mode hybrid has (this worker runs another mode)");
+    return DT_OK;
+}
+
 /* Hybrid: the port this worker's ring listens on (bound at the first question). */
 static dt_status ring_port(worker *w, uint16_t *port)
 {
     const dt_cluster *cl = &w->pc->cl;
-    if (w->c->ps.mode != DT_PS_HYBRID)
-        return dt_error(DT_ERR_PEER, "the coordinator asks for the workers' ring, which only "
-                        "--ps-mode hybrid has (this worker runs another mode)");
+    if (check_hybrid(w))
+        return DT_ERR_PEER;
     const dt_addr *me = dt_cluster_addr(cl, cl->task_type, cl->task_index);
     dt_status st = w->ring_fd >= 0 || w->ring
                        ? DT_OK
@@ -559,9 +566,8 @@ static dt_status join_ring(worker *w, const dt_job_ask *a)
 {
     const dt_cluster *cl = &w->pc->cl;
     int n = cl->n_tasks[DT_JOB_WORKER];
-    if (w->c->ps.mode != DT_PS_HYBRID)
-        return dt_error(DT_ERR_PEER, "the coordinator asks for the workers' ring, which only "
-                        "--ps-mode hybrid has (this worker runs another mode)");
+    if (check_hybrid(w))
+        return DT_ERR_PEER;
     if (w->ring || w->ring_fd < 0 || a->n_ports != (uint32_t)n)
         return dt_error(DT_ERR_PEER, "the coordinator's ring of %u ports: %d workers, and this "
                         "one %s", a->n_ports, n, w->ring ? "has joined it already"
