@@ -209,6 +209,10 @@ static int define_flags(flag_table *t, dt_train_config *c, struct cli_only *o)
            "shards)");
     FIELD("coordinator-timeout", FLAG_FLOAT, ps.coordinator_timeout, "parameter_server workers "
           "and ps: seconds without the coordinator (the chief) before giving up");
+    FIELD("num-workers", FLAG_INT, ps.num_workers, "parameter_server with TF_CONFIG's "
+          "sparseCluster (TFJob's enableDynamicWorker), whose workers do not know each other: "
+          "worker i reads shard i of N of the data (0: every worker reads all the data it is "
+          "given)");
     FIELD("worker-timeout", FLAG_FLOAT, ps.worker_timeout, "parameter_server coordinator: "
           "seconds a worker may take over one scheduled function");
     FIELD("heartbeat-timeout", FLAG_FLOAT, ps.heartbeat_timeout, "parameter_server coordinator: "

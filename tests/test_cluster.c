@@ -935,11 +935,65 @@ TEST(cluster_resolver_mpi_and_detection_order)
     CHECK_ERR(dt_resolver_parse("k8s", &r), DT_ERR_INVALID, "'k8s' is not a cluster resolver");
 }
 
-/* TFJob's enableDynamicWorker form: recognised, and refused with what to do instead. */
-TEST(cluster_sparse_cluster_is_named)
+/* TFJob's enableDynamicWorker form, as its controller writes it: a worker knows the ps tasks
+ * and itself, a ps task itself, whatever its index. */
+TEST(cluster_sparse_worker_knows_the_ps_and_itself)
 {
     dt_cluster c;
-    CHECK_ERR(dt_cluster_parse(J("{'sparseCluster': {'worker': {'1': 'w1:2222'}, 'ps': ['p0:2222']},"
-                                 " 'task': {'type': 'worker', 'index': 1}}"), &c),
-              DT_ERR_INVALID, "sparseCluster (TFJob's enableDynamicWorker");
+    CHECK_OK(dt_cluster_parse(J("{'sparseCluster': {'worker': {'2': 'w2.ns.svc:2222'}, 'ps': "
+                                "['p0.ns.svc:2222', 'p1.ns.svc:2222']}, 'task': {'type': 'worker',"
+                                " 'index': 2}}"), &c));
+    CHECK(c.sparse && c.has_cluster && c.task_type == DT_JOB_WORKER && c.task_index == 2);
+    CHECK(!c.is_chief && c.rank == 2 && c.n_tasks[DT_JOB_PS] == 2 && c.n_tasks[DT_JOB_CHIEF] == 0);
+    CHECK(dt_cluster_known(&c, DT_JOB_WORKER, 2) && !dt_cluster_known(&c, DT_JOB_WORKER, 0) &&
+          !dt_cluster_known(&c, DT_JOB_WORKER, 3));
+    CHECK(strcmp(dt_cluster_addr(&c, DT_JOB_PS, 1)->host, "p1.ns.svc") == 0);
+    uint64_t id = c.id;
+    CHECK_ERR(dt_cluster_set_task(&c, "worker:0"), DT_ERR_INVALID, "sparseCluster is its own");
+    dt_cluster_free(&c);
+    CHECK_OK(dt_cluster_parse(J("{'sparseCluster': {'worker': {'0': 'w0:2222'}, 'ps': ['p0:2222']}"
+                                ", 'task': {'type': 'worker', 'index': 0}}"), &c));
+    CHECK(c.is_chief && c.id == id);
+    dt_cluster_free(&c);
+    CHECK_OK(dt_cluster_parse(J("{'sparseCluster': {'worker': {}, 'ps': ['p1.ns.svc:2222']}, "
+                                "'task': {'type': 'ps', 'index': 1}}"), &c));
+    CHECK(c.sparse && c.task_type == DT_JOB_PS && c.n_tasks[DT_JOB_PS] == 2 && c.id == id);
+    CHECK(dt_cluster_known(&c, DT_JOB_PS, 1) && !dt_cluster_known(&c, DT_JOB_PS, 0));
+    CHECK(strcmp(dt_cluster_addr(&c, DT_JOB_PS, 1)->host, "p1.ns.svc") == 0);
+    dt_cluster_free(&c);
+}
+
+/* What the form cannot be: each named. */
+TEST(cluster_sparse_form_errors_are_named)
+{
+    dt_cluster c;
+    CHECK_ERR(dt_cluster_parse(J("{'sparseCluster': {'worker': {}, 'ps': []}, 'task': "
+                                 "{'type': 'chief', 'index': 0}}"), &c),
+              DT_ERR_INVALID, "sparseCluster (TFJob's enableDynamicWorker) gives a chief task");
+    CHECK_ERR(dt_cluster_parse(J("{'sparseCluster': {'worker': {}, 'ps': []}, 'task': "
+                                 "{'type': 'evaluator', 'index': 0}}"), &c),
+              DT_ERR_INVALID, "gives a evaluator task no cluster");
+    CHECK_ERR(dt_cluster_parse(J("{'sparseCluster': {'worker': {'1': 'w1:2222'}, 'ps': ['p:1']}, "
+                                 "'task': {'type': 'worker', 'index': 2}}"), &c),
+              DT_ERR_INVALID, "sparseCluster.worker: a worker's holds itself alone");
+    CHECK_ERR(dt_cluster_parse(J("{'sparseCluster': {'worker': {'1': 'w1:2222'}}, "
+                                 "'task': {'type': 'worker', 'index': 1}}"), &c),
+              DT_ERR_INVALID, "sparseCluster.ps: no ps task");
+    CHECK_ERR(dt_cluster_parse(J("{'sparseCluster': {'ps': ['p0:1', 'p1:1']}, "
+                                 "'task': {'type': 'ps', 'index': 1}}"), &c),
+              DT_ERR_INVALID, "a ps task's holds its own address alone");
+    CHECK_ERR(dt_cluster_parse(J("{'sparseCluster': {'ps': ['p0:1']}, 'cluster': {}, "
+                                 "'task': {'type': 'ps', 'index': 0}}"), &c),
+              DT_ERR_INVALID, "both cluster and sparseCluster");
+    CHECK_ERR(dt_cluster_parse(J("{'sparseCluster': {'ps': ['p0:1'], 'chief': []}, "
+                                 "'task': {'type': 'ps', 'index': 0}}"), &c),
+              DT_ERR_INVALID, "sparseCluster: unknown job 'chief'");
+    CHECK_ERR(dt_cluster_parse(J("{'sparseCluster': {'worker': {'0': 'w:1'}, 'ps': ['w:1']}, "
+                                 "'task': {'type': 'worker', 'index': 0}}"), &c),
+              DT_ERR_INVALID, "cluster.ps[0]: 'w:1' is also cluster.worker[0]");
+    CHECK_ERR(dt_cluster_parse(J("{'sparseCluster': {'worker': {'0': 7}, 'ps': ['p:1']}, "
+                                 "'task': {'type': 'worker', 'index': 0}}"), &c),
+              DT_ERR_INVALID, "sparseCluster.worker: not a \"host:port\" string");
+    CHECK_ERR(dt_cluster_parse(J("{'sparseCluster': {'ps': ['p0:1']}}"), &c),
+              DT_ERR_INVALID, "task: missing");
 }

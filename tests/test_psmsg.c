@@ -172,6 +172,36 @@ TEST(psmsg_ring_ports_round_trip_and_are_checked)
     dt_psbuf_free(&b);
 }
 
+/* STEP and STEPS (a sparse cluster's global step) round trip; a kind above LEAVE, a negative
+ * floor and a ready flag above 1 are refused, naming the byte. */
+TEST(psmsg_step_round_trips_and_is_checked)
+{
+    dt_psbuf b = {0};
+    dt_psmsg d, m = {.type = DT_PSMSG_STEP, .request_id = 5, .target = DT_PSMSG_STEP_READY,
+                     .n = 7, .step = 1200};
+    CHECK_OK(dt_psmsg_encode(&m, NULL, NULL, &b));
+    CHECK_OK(dt_psmsg_decode(b.data, b.len, "worker:0", &d));
+    CHECK(d.type == DT_PSMSG_STEP && d.target == DT_PSMSG_STEP_READY && d.n == 7 &&
+          d.step == 1200);
+    b.len = 0;
+    dt_psmsg r = {.type = DT_PSMSG_STEPS, .request_id = 5, .clock = 1207, .done = 1, .rows = 3};
+    CHECK_OK(dt_psmsg_encode(&r, NULL, NULL, &b));
+    CHECK_OK(dt_psmsg_decode(b.data, b.len, "ps:0", &d));
+    CHECK(d.type == DT_PSMSG_STEPS && d.clock == 1207 && d.done == 1 && d.rows == 3);
+    dt_psmsg bad[3] = {m, m, r};
+    bad[0].target = 4;
+    bad[1].step = -1;
+    bad[2].done = 2;
+    for (int i = 0; i < 3; i++) {
+        b.len = 0;
+        CHECK_OK(dt_psmsg_encode(&bad[i], NULL, NULL, &b));
+        CHECK(dt_psmsg_decode(b.data, b.len, "worker:0", &d) == DT_ERR_FORMAT);
+        CHECK_MSG(strstr(dt_last_error(), "byte 28") && strstr(dt_last_error(), "worker:0"),
+                  "%s", dt_last_error());
+    }
+    dt_psbuf_free(&b);
+}
+
 /* SAVE names the checkpoint's step and the directory its shard goes to; an empty directory or
  * one with a control byte is refused. */
 TEST(psmsg_save_round_trips_and_is_checked)

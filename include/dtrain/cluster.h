@@ -39,9 +39,20 @@ typedef struct {
     int n_workers;  /* training ranks: chiefs + workers (1 for a local task or the evaluator) */
     uint64_t id;    /* a hash of the cluster's jobs and addresses: tasks of another cluster differ */
     bool chief_named_master; /* TF_CONFIG called the chief "master" (TF 1.x, SageMaker) */
+    /* TFJob's "sparseCluster" (enableDynamicWorker): a worker knows the ps tasks and itself, a
+     * ps task itself; the others' addresses are empty (dt_cluster_known). Its workers train
+     * between-graph, as TF 1.x did: each on its own against the ps tasks, worker 0 (is_chief)
+     * defining the variables, writing the checkpoints and ending the job; n_workers is not
+     * known (task_index + 1 here). */
+    bool sparse;
 } dt_cluster;
 
+/* A sparse cluster's task indices are below this. */
+#define DT_SPARSE_MAX_TASKS 256
+
 DT_API const char *dt_job_name(dt_job job);
+/* Whether c holds an address for task job:index (a sparse cluster holds only some). */
+DT_API bool dt_cluster_known(const dt_cluster *c, dt_job job, int index);
 /* "chief", "worker", "ps", "evaluator" -> job; DT_ERR_INVALID otherwise. */
 DT_API dt_status dt_job_parse(const char *s, dt_job *job);
 

@@ -39,6 +39,10 @@ typedef struct {
     bool partitioner_given;     /* else one shard per ps task (fixed:P) */
     dt_partitioner partitioner;
     dt_partition_strategy partition_strategy; /* div */
+    /* A sparse cluster (TFJob's enableDynamicWorker) does not tell its worker count: with
+     * num_workers > 0 worker i reads shard i of num_workers of the data, with 0 every worker
+     * reads all of the data it is given (its own files, as TF 1.x's input_fn). */
+    int num_workers;
 } dt_ps_options;
 
 DT_API void dt_ps_options_default(dt_ps_options *o);

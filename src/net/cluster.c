@@ -265,6 +265,8 @@ static dt_status check_unique_addrs(const dt_cluster *c)
         for (int i = 0; i < c->n_tasks[j]; i++)
             for (int pj = 0; pj <= j; pj++)
                 for (int pi = 0; pi < (pj == j ? i : c->n_tasks[pj]); pi++) {
+                    if (!c->tasks[j][i].host[0]) /* a sparse cluster's unknown task */
+                        break;
                     if (!same_addr(&c->tasks[j][i], &c->tasks[pj][pi]))
                         continue;
                     char text[DT_HOST_CAP + 16];
@@ -416,14 +418,6 @@ static dt_status parse_top(const cJSON *root, const cJSON **cluster, const cJSON
     const cJSON *m[4];
     if (!cJSON_IsObject(root))
         return dt_error(DT_ERR_INVALID, TFC "not a JSON object");
-    /* Kubeflow's TFJob with enableDynamicWorker: each worker knows itself and the ps tasks only,
-     * where dtrain's coordinator (the chief) hands the workers their steps and so must know them
-     * all. */
-    if (cJSON_GetObjectItemCaseSensitive(root, "sparseCluster"))
-        return dt_error(DT_ERR_INVALID, TFC "sparseCluster (TFJob's enableDynamicWorker: a worker "
-                        "knows only itself and the ps tasks) is not a cluster dtrain can train "
-                        "in: its chief gives every worker its steps and must know them all; set "
-                        "enableDynamicWorker to false for the full cluster");
     dt_status st = get_members(root, "", "key", keys, 4, "cluster, task, rpc_layer, environment", m);
     if (st)
         return st;
@@ -434,6 +428,25 @@ static dt_status parse_top(const cJSON *root, const cJSON **cluster, const cJSON
         return dt_error(DT_ERR_INVALID, TFC "cluster: not an object of job: [\"host:port\", ...]");
     /* An empty cluster is TensorFlow's empty ClusterSpec: a local task. */
     *cluster = m[0] && m[0]->child ? m[0] : NULL;
+    *task = m[1];
+    return DT_OK;
+}
+
+/* The sparse form's top level: its keys, and not a "cluster" beside it. */
+static dt_status parse_sparse_top(const cJSON *root, const cJSON **task)
+{
+    static const char *const keys[] = {"sparseCluster", "task", "rpc_layer", "environment",
+                                       "cluster"};
+    const cJSON *m[5];
+    dt_status st = get_members(root, "", "key", keys, 5,
+                               "sparseCluster, task, rpc_layer, environment", m);
+    if (st)
+        return st;
+    if (m[4])
+        return dt_error(DT_ERR_INVALID, TFC "both cluster and sparseCluster: one form");
+    for (int k = 2; k < 4; k++)
+        if (m[k] && !cJSON_IsString(m[k]))
+            return dt_error(DT_ERR_INVALID, TFC "%s: not a string", keys[k]);
     *task = m[1];
     return DT_OK;
 }
@@ -453,6 +466,104 @@ static dt_status build_cluster(const cJSON *cluster, const cJSON *task, dt_clust
     return DT_OK;
 }
 
+/* ---- TFJob's sparse form (enableDynamicWorker) ----
+ * {"sparseCluster": {"worker": {"3": "host:port"}, "ps": ["host:port", ...]}, "task": {...}}: a
+ * worker knows every ps task and itself, a ps task only its own address (the list's one entry,
+ * whatever its index), a chief or an evaluator nothing. The cluster keeps the known addresses at
+ * their indices, the others empty (dt_cluster_known), and is marked sparse: its workers train
+ * between-graph, worker 0 leading (see dtrain/cluster.h). */
+
+static dt_status sparse_task(const cJSON *task, dt_cluster *out)
+{
+    if (!task)
+        return dt_error(DT_ERR_INVALID, TFC "task: missing (sparseCluster needs this task's type "
+                        "and index)");
+    /* parse_task looks the index up among n_tasks: the job's count is not known here, so the
+     * task is read against a count it cannot exceed. */
+    for (int j = 0; j < DT_JOB_COUNT; j++)
+        out->n_tasks[j] = INT_MAX;
+    dt_status st = parse_task(task, out);
+    for (int j = 0; j < DT_JOB_COUNT; j++)
+        out->n_tasks[j] = 0;
+    if (st)
+        return st;
+    if (out->task_type != DT_JOB_WORKER && out->task_type != DT_JOB_PS)
+        return dt_error(DT_ERR_INVALID, TFC "sparseCluster (TFJob's enableDynamicWorker) gives a "
+                        "%s task no cluster: dtrain trains that form between-graph, the workers "
+                        "on their own against the ps tasks, worker 0 leading; run it with worker "
+                        "and ps replicas only (no chief, master or evaluator)",
+                        job_names[out->task_type]);
+    if (out->task_index >= DT_SPARSE_MAX_TASKS)
+        return dt_error(DT_ERR_INVALID, TFC "task.index: %d: a sparse cluster's tasks are "
+                        "numbered below %d", out->task_index, DT_SPARSE_MAX_TASKS);
+    return DT_OK;
+}
+
+/* Slot `index` of job j, the ones below it unknown. */
+static dt_status sparse_put(dt_cluster *c, dt_job j, int index, const cJSON *e, const char *field)
+{
+    if (!cJSON_IsString(e))
+        return dt_error(DT_ERR_INVALID, TFC "%s: not a \"host:port\" string", field);
+    if (!(c->tasks[j] = calloc((size_t)index + 1, sizeof(dt_addr))))
+        return dt_error(DT_ERR_NOMEM, TFC "%s: no memory", field);
+    c->n_tasks[j] = index + 1;
+    dt_status st = dt_addr_parse(e->valuestring, &c->tasks[j][index]);
+    return st ? dt_error_prefix(st, TFC "%s", field) : DT_OK;
+}
+
+static dt_status sparse_cluster(const cJSON *sparse, const cJSON *task, dt_cluster *out)
+{
+    static const char *const keys[] = {"worker", "ps"};
+    const cJSON *m[2];
+    if (!cJSON_IsObject(sparse))
+        return dt_error(DT_ERR_INVALID, TFC "sparseCluster: not an object");
+    dt_status st = get_members(sparse, "sparseCluster", "job", keys, 2, "worker, ps", m);
+    if (st || (st = sparse_task(task, out)))
+        return st;
+    const cJSON *workers = m[0], *ps = m[1];
+    if (workers && !cJSON_IsNull(workers) && !cJSON_IsObject(workers))
+        return dt_error(DT_ERR_INVALID, TFC "sparseCluster.worker: not an object of "
+                        "index: \"host:port\"");
+    if (ps && !cJSON_IsNull(ps) && !cJSON_IsArray(ps))
+        return dt_error(DT_ERR_INVALID, TFC "sparseCluster.ps: not a list of \"host:port\" "
+                        "strings");
+    int n_workers = workers ? cJSON_GetArraySize(workers) : 0;
+    int n_ps = ps ? cJSON_GetArraySize(ps) : 0;
+    out->has_cluster = out->sparse = true;
+    if (out->task_type == DT_JOB_PS) {
+        if (n_ps != 1 || n_workers != 0)
+            return dt_error(DT_ERR_INVALID, TFC "sparseCluster: a ps task's holds its own address "
+                            "alone (ps: [\"host:port\"], no worker), found %d ps and %d worker "
+                            "entries", n_ps, n_workers);
+        st = sparse_put(out, DT_JOB_PS, out->task_index, ps->child, "sparseCluster.ps[0]");
+    } else {
+        char key[16];
+        snprintf(key, sizeof key, "%d", out->task_index);
+        if (n_workers != 1 || strcmp(workers->child->string, key) != 0)
+            return dt_error(DT_ERR_INVALID, TFC "sparseCluster.worker: a worker's holds itself "
+                            "alone ({\"%d\": \"host:port\"}, task.index %d)", out->task_index,
+                            out->task_index);
+        if (n_ps < 1)
+            return dt_error(DT_ERR_INVALID, TFC "sparseCluster.ps: no ps task (a sparse cluster "
+                            "trains against its ps tasks)");
+        st = parse_job(ps, DT_JOB_PS, out);
+        if (st == DT_OK)
+            st = sparse_put(out, DT_JOB_WORKER, out->task_index, workers->child,
+                            "sparseCluster.worker");
+        if (st == DT_OK)
+            st = check_unique_addrs(out);
+    }
+    if (st)
+        return st;
+    out->rank = out->task_type == DT_JOB_WORKER ? out->task_index : -1;
+    out->is_chief = out->task_type == DT_JOB_WORKER && out->task_index == 0;
+    out->n_workers = out->task_type == DT_JOB_WORKER ? out->task_index + 1 : 1;
+    /* Every task of the form sees another part of the cluster: the secret, not the addresses,
+     * is what tells a stranger apart. */
+    out->id = fnv1a(0xcbf29ce484222325ull, "sparseCluster\n");
+    return DT_OK;
+}
+
 dt_status dt_cluster_parse(const char *json, dt_cluster *out)
 {
     cJSON *root = NULL;
@@ -468,6 +579,13 @@ dt_status dt_cluster_parse(const char *json, dt_cluster *out)
         st = dt_error(DT_ERR_INVALID, TFC "not valid JSON near byte %zu",
                       end ? (size_t)(end - json) : (size_t)0);
         goto fail;
+    }
+    const cJSON *sparse = cJSON_GetObjectItemCaseSensitive(root, "sparseCluster");
+    if (sparse) {
+        if ((st = parse_sparse_top(root, &task)) || (st = sparse_cluster(sparse, task, out)))
+            goto fail;
+        cJSON_Delete(root);
+        return DT_OK;
     }
     st = parse_top(root, &cluster, &task);
     if (st)
@@ -522,6 +640,12 @@ void dt_cluster_rank_task(const dt_cluster *c, int rank, dt_job *job, int *index
     *index = rank < chiefs ? rank : rank - chiefs;
 }
 
+bool dt_cluster_known(const dt_cluster *c, dt_job job, int index)
+{
+    const dt_addr *a = dt_cluster_addr(c, job, index);
+    return a && a->host[0];
+}
+
 const dt_addr *dt_cluster_addr(const dt_cluster *c, dt_job job, int index)
 {
     if ((unsigned)job >= DT_JOB_COUNT || index < 0 || index >= c->n_tasks[job])
@@ -540,6 +664,9 @@ bool dt_cluster_all_loopback(const dt_cluster *c)
 
 dt_status dt_cluster_set_task(dt_cluster *c, const char *task)
 {
+    if (c->sparse)
+        return dt_error(DT_ERR_INVALID, "--task %s: a sparseCluster is its own task's view of "
+                        "the cluster (TF_CONFIG's task stands)", task);
     if (!c->has_cluster)
         return dt_error(DT_ERR_INVALID, "--task %s: there is no cluster (TF_CONFIG) to be a task of",
                         task);
@@ -601,6 +728,10 @@ int dt_cluster_rank_of(const dt_cluster *c, dt_job job, int index)
 void dt_cluster_task_name(const dt_cluster *c, dt_job job, int index, char *out, size_t cap)
 {
     const dt_addr *a = (unsigned)job < DT_JOB_COUNT ? dt_cluster_addr(c, job, index) : NULL;
+    if (c->sparse && (!a || !a->host[0])) { /* a task a sparse cluster does not show */
+        snprintf(out, cap, "%s:%d", (unsigned)job < DT_JOB_COUNT ? dt_job_name(job) : "?", index);
+        return;
+    }
     snprintf(out, cap, "%s:%d (%s:%u)", (unsigned)job < DT_JOB_COUNT ? dt_job_name(job) : "?",
              index, a ? a->host : "?", a ? (unsigned)a->port : 0u);
 }

@@ -46,7 +46,7 @@ typedef struct {
 } table_info;
 
 /* What the reply to a queued message is, in the order the messages were queued. */
-typedef enum { REPLY_ACK, REPLY_ROWS, REPLY_DENSE, REPLY_PONG, REPLY_KEYED } reply_kind;
+typedef enum { REPLY_ACK, REPLY_ROWS, REPLY_DENSE, REPLY_PONG, REPLY_KEYED, REPLY_STEPS } reply_kind;
 
 typedef struct {
     int to;            /* the ps */
@@ -63,6 +63,7 @@ struct dt_ps_client {
     dt_handshake_id me;        /* for connecting again */
     const dt_cluster *cl;
     bool broken;               /* a link failed mid-round: every link is out of step */
+    dt_ps_steps steps;         /* the last STEPS reply */
     double request_timeout;    /* a pull, a push, a ping: how long a live ps may take */
     uint64_t next_request;
     table_info tables[MAX_TABLES];
@@ -341,7 +342,7 @@ static dt_status send_draining(dt_ps_client *c, double deadline)
 static dt_status run_round_within(dt_ps_client *c, double timeout)
 {
     static const dt_psmsg_type want[] = {DT_PSMSG_ACK, DT_PSMSG_ROWS, DT_PSMSG_DENSE,
-                                         DT_PSMSG_PONG, DT_PSMSG_KEYED};
+                                         DT_PSMSG_PONG, DT_PSMSG_KEYED, DT_PSMSG_STEPS};
     double deadline = dt_clock_now() + timeout;
     dt_status st = c->broken ? dt_error(DT_ERR_PEER, "the links to the ps tasks are broken: "
                                         "connect again first")
@@ -391,6 +392,9 @@ static dt_status run_round_within(dt_ps_client *c, double timeout)
             st = take_dense(c, p, &r);
         else if (p->kind == REPLY_KEYED)
             st = take_keyed(c, p, &r);
+        else if (p->kind == REPLY_STEPS)
+            c->steps = (dt_ps_steps){.total = r.clock, .ready = r.done != 0,
+                                     .active = (int)r.rows};
         c->broken = st != DT_OK;
     }
     for (int k = 0; k < c->n_ps; k++)
@@ -770,6 +774,38 @@ dt_status dt_ps_client_ping(dt_ps_client *c)
 {
     dt_psmsg m = {.type = DT_PSMSG_PING};
     return to_every_ps(c, &m, REPLY_PONG, c->request_timeout);
+}
+
+static dt_status step_request(dt_ps_client *c, uint32_t kind, uint32_t n, int64_t floor,
+                              dt_ps_steps *out)
+{
+    dt_psmsg m = {.type = DT_PSMSG_STEP, .target = kind, .n = n, .step = floor};
+    dt_status st = queue(c, (pending){0, REPLY_STEPS, 0, 0, 0, 0}, &m, NULL, NULL);
+    if (st)
+        return run_round(c), st;
+    if ((st = run_round(c)) == DT_OK)
+        *out = c->steps;
+    return st;
+}
+
+dt_status dt_ps_client_take_steps(dt_ps_client *c, uint32_t n, dt_ps_steps *out)
+{
+    return step_request(c, DT_PSMSG_STEP_TAKE, n, 0, out);
+}
+
+dt_status dt_ps_client_ready(dt_ps_client *c, int64_t floor, dt_ps_steps *out)
+{
+    return step_request(c, DT_PSMSG_STEP_READY, 0, floor, out);
+}
+
+dt_status dt_ps_client_leave(dt_ps_client *c, dt_ps_steps *out)
+{
+    return step_request(c, DT_PSMSG_STEP_LEAVE, 0, 0, out);
+}
+
+dt_status dt_ps_client_return_steps(dt_ps_client *c, uint32_t n, dt_ps_steps *out)
+{
+    return step_request(c, DT_PSMSG_STEP_RETURN, n, 0, out);
 }
 
 dt_status dt_ps_client_stop(dt_ps_client *c)

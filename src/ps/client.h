@@ -122,7 +122,21 @@ dt_status dt_ps_client_push_step(dt_ps_client *c, const dt_sparse_rows *const *g
 /* Bytes sent to and received from the ps tasks so far (messages, headers included). */
 void dt_ps_client_traffic(const dt_ps_client *c, uint64_t *sent, uint64_t *received);
 
-/* Tells every ps task to stop (the chief only). */
+/* Tells every ps task to stop (the chief, or a sparse cluster's worker 0). */
 dt_status dt_ps_client_stop(dt_ps_client *c);
+
+/* A sparse cluster's global step, as ps 0 keeps it (stepboard.h). */
+typedef struct {
+    int64_t total;  /* after the request: a take's n steps are the last n of it */
+    bool ready;     /* worker 0 has made the variables ready */
+    int active;     /* other workers training */
+} dt_ps_steps;
+/* Of ps 0: n steps of the job's count (0: only how the job stands); the variables made ready
+ * (worker 0, the count raised to floor, a restored checkpoint's step); this worker leaving. */
+dt_status dt_ps_client_take_steps(dt_ps_client *c, uint32_t n, dt_ps_steps *out);
+dt_status dt_ps_client_ready(dt_ps_client *c, int64_t floor, dt_ps_steps *out);
+dt_status dt_ps_client_leave(dt_ps_client *c, dt_ps_steps *out);
+/* n steps taken are given back: the data ended before they were trained. */
+dt_status dt_ps_client_return_steps(dt_ps_client *c, uint32_t n, dt_ps_steps *out);
 
 #endif

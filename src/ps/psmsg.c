@@ -18,7 +18,8 @@ static const char *const type_names[] = {"?",    "PING",     "PONG",       "STOP
                                          "PULL_ROWS", "ROWS", "PUSH_ROWS", "PULL_DENSE",
                                          "DENSE", "PUSH_DENSE", "ACK",    "ERROR",
                                          "TABLE", "VAR", "RUN", "RESULT", "RING", "SAVE",
-                                         "ASSIGN", "PULL_KEYS", "KEYED", "READ_KEYS"};
+                                         "ASSIGN", "PULL_KEYS", "KEYED", "READ_KEYS",
+                                         "STEP", "STEPS"};
 
 const char *dt_psmsg_type_name(dt_psmsg_type type)
 {
@@ -123,6 +124,7 @@ static uint64_t payload_size(const dt_psmsg *m, bool *bad)
                                         ? (uint64_t)m->n
                                         : 16ull * m->n + 4ull * m->n * m->dim * (1 + m->slots));
     case DT_PSMSG_READ_KEYS: return 24;
+    case DT_PSMSG_STEP: case DT_PSMSG_STEPS: return 16;
     }
     *bad = true;
     return 0;
@@ -673,6 +675,39 @@ static dt_status decode_checkpoint(const uint8_t *p, uint32_t size, const char *
     return DT_OK;
 }
 
+/* ---- STEP, STEPS: a sparse cluster's global step, kept by ps 0 ---- */
+
+static void encode_step(const dt_psmsg *m, const int64_t *ids_host, const float *values_host,
+                        uint8_t *at)
+{
+    (void)ids_host, (void)values_host;
+    if (m->type == DT_PSMSG_STEP)
+        put32(at, m->target), put32(at + 4, m->n), put64(at + 8, (uint64_t)m->step);
+    else
+        put64(at, (uint64_t)m->clock), put32(at + 8, m->done), put32(at + 12, (uint32_t)m->rows);
+}
+
+static dt_status decode_step(const uint8_t *p, uint32_t size, const char *peer, dt_psmsg *out,
+                             size_t *used)
+{
+    size_t at = 0;
+    NEED(16, "truncated step request or count");
+    if (out->type == DT_PSMSG_STEP) {
+        out->target = dt_load_le32(p), out->n = dt_load_le32(p + 4);
+        out->step = (int64_t)dt_load_le64(p + 8);
+        if (out->target > DT_PSMSG_STEP_RETURN || out->n > 1000000 || out->step < 0)
+            return bad_msg(peer, H, "a step request's kind above 3, steps above 10^6 or a "
+                           "negative floor");
+    } else {
+        out->clock = (int64_t)dt_load_le64(p), out->done = dt_load_le32(p + 8);
+        out->rows = dt_load_le32(p + 12);
+        if (out->clock < 0 || out->done > 1)
+            return bad_msg(peer, H, "a negative step count or a ready flag above 1");
+    }
+    *used = 16;
+    return DT_OK;
+}
+
 /* ---- KEYED, READ_KEYS: a dynamic table's state, keyed, restored into a ps and read from it ---- */
 
 static void encode_keyed(const dt_psmsg *m, const int64_t *ids_host, const float *values_host,
@@ -773,8 +808,10 @@ static const struct {
     [DT_PSMSG_PULL_KEYS] = {encode_keys, decode_keys, false},
     [DT_PSMSG_KEYED] = {encode_keyed, decode_keyed, true},
     [DT_PSMSG_READ_KEYS] = {encode_keyed, decode_keyed, false},
+    [DT_PSMSG_STEP] = {encode_step, decode_step, false},
+    [DT_PSMSG_STEPS] = {encode_step, decode_step, false},
 };
-_Static_assert(sizeof codecs / sizeof codecs[0] == DT_PSMSG_READ_KEYS + 1,
+_Static_assert(sizeof codecs / sizeof codecs[0] == DT_PSMSG_STEPS + 1,
                "a codec for every message type");
 
 dt_status dt_psmsg_encode(const dt_psmsg *m, const int64_t *ids_host, const float *values_host,
@@ -832,7 +869,7 @@ dt_status dt_psmsg_decode(const uint8_t *buf, size_t n, const char *peer, dt_psm
     if (st)
         return st;
     uint16_t type = (uint16_t)(buf[6] | buf[7] << 8);
-    if (type < DT_PSMSG_PING || type > DT_PSMSG_READ_KEYS)
+    if (type < DT_PSMSG_PING || type > DT_PSMSG_STEPS)
         return bad_msg(peer, 6, "unknown message type");
     out->type = (dt_psmsg_type)type;
     out->request_id = dt_load_le64(buf + 8);

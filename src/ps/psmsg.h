@@ -72,6 +72,16 @@
  *                                  up to n of a dynamic table's rows (with their slots when
  *                                  slots is 1), counted keys or filter bytes from cursor (0
  *                                  first); replied with KEYED, n 0 once there are no more
+ *     STEP                         u32 kind | u32 n | i64 floor: a sparse cluster's worker to
+ *                                  ps 0, which keeps the global step: take n steps (0), the
+ *                                  variables are ready (1, worker 0; the count raised to floor,
+ *                                  a restored checkpoint's step), this worker leaves (2),
+ *                                  n steps taken are given back, not trained (3)
+ *     STEPS                        i64 count | u32 ready | u32 active: the reply: the global
+ *                                  step after the request (a take's steps end at it), whether
+ *                                  worker 0 made the variables ready, and how many other
+ *                                  workers are training (heard within --coordinator-timeout
+ *                                  and not left)
  *     RING                         u32 n | u16 ports[n]: the workers' ring of hybrid training
  *                                  (n 0: the coordinator asks a worker which port its ring
  *                                  listens on; n 1: the worker's answer; n W: every worker's
@@ -124,7 +134,18 @@ typedef enum {
     DT_PSMSG_PULL_KEYS,
     DT_PSMSG_KEYED,
     DT_PSMSG_READ_KEYS,
+    DT_PSMSG_STEP,
+    DT_PSMSG_STEPS,
 } dt_psmsg_type;
+
+/* STEP's kinds (target): take n steps of the global count; the variables are ready (worker 0,
+ * once it defined or restored them, the count raised to the floor in step); this worker leaves. */
+enum {
+    DT_PSMSG_STEP_TAKE = 0,
+    DT_PSMSG_STEP_READY = 1,
+    DT_PSMSG_STEP_LEAVE = 2,
+    DT_PSMSG_STEP_RETURN = 3, /* n steps taken and not trained (the data ended first) */
+};
 
 typedef struct {
     dt_psmsg_type type;

@@ -74,6 +74,9 @@ dt_status dt_ps_options_check(const dt_ps_options *o)
         (st = check_seconds("recovery_timeout", o->recovery_timeout, 0, false, 86400)) ||
         (st = check_seconds("ps_timeout", o->ps_timeout, 0, false, 86400)))
         return st;
+    if (o->num_workers < 0 || o->num_workers > DT_SPARSE_MAX_TASKS)
+        return dt_error(DT_ERR_INVALID, "num_workers: must be in 0..%d, got %d",
+                        DT_SPARSE_MAX_TASKS, o->num_workers);
     const dt_partitioner *p = &o->partitioner;
     if (o->partitioner_given &&
         ((p->kind == DT_PARTITION_FIXED && p->num_shards < 1) ||
@@ -158,7 +161,8 @@ static dt_status check_cluster(const dt_cluster *cl)
     if (cl->task_type != DT_JOB_PS)
         return dt_error(DT_ERR_INVALID, "TF_CONFIG: task %s:%d is not a ps task (this serves "
                         "ps tasks)", dt_job_name(cl->task_type), cl->task_index);
-    if (cl->n_tasks[DT_JOB_CHIEF] != 1)
+    /* A sparse cluster's ps knows no chief: its workers lead themselves, worker 0 first. */
+    if (!cl->sparse && cl->n_tasks[DT_JOB_CHIEF] != 1)
         return dt_error(DT_ERR_INVALID, "TF_CONFIG: cluster.chief: parameter-server training "
                         "needs one chief (the coordinator), found %d",
                         cl->n_tasks[DT_JOB_CHIEF]);

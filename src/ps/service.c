@@ -34,6 +34,7 @@
 #include "shard.h"
 #include "shard_ckpt.h"
 #include "snapshot.h"
+#include "stepboard.h"
 #include "sweep.h"
 
 /* Connections a task (the chief or a worker) holds to a ps at once: the chief's two clients (its
@@ -41,6 +42,9 @@
  * A task's connection past these closes its oldest: a restarted task is never kept out by its
  * own stale connections, and no task holds more threads of the ps than these. */
 #define CONNS_PER_TASK 4
+/* A sparse cluster's ps knows no worker: it takes this many at most, each with CONNS_PER_TASK
+ * (a sparse worker's process coordinates itself: three clients of its own). */
+#define SPARSE_WORKERS DT_SPARSE_MAX_TASKS
 /* Connections past every task's share: ones closed whose threads are still ending. */
 #define CONNS_MARGIN 8
 /* How often waiting threads look at the service's state, in milliseconds. */
@@ -70,7 +74,10 @@ struct service {
     pthread_cond_t changed;
     int stop;
     int chief_busy;     /* the chief's requests being answered */
-    double chief_heard; /* the chief's last message or connection (or the service's start) */
+    double chief_heard; /* the chief's last message or connection (or the service's start); in
+                         * a sparse cluster, any worker's */
+    bool sparse;        /* TFJob's sparse form: the workers lead themselves, worker 0 first */
+    dt_step_board board; /* sparse, on ps 0: the global step */
     conn **conns;       /* max_conns of them: CONNS_PER_TASK per chief and worker, and a margin */
     int n_conns, max_conns;
     dt_ps_service_stats stats;
@@ -80,10 +87,43 @@ struct service {
 
 static const char *ps_policy(void *ctx, dt_job job, int index, bool authenticated)
 {
-    (void)ctx, (void)index, (void)authenticated;
+    const service *sv = ctx;
+    (void)authenticated;
+    if (sv->sparse)
+        return job != DT_JOB_WORKER ? "a sparse cluster's ps task takes requests from its "
+                                      "workers only"
+               : index >= SPARSE_WORKERS ? "a sparse cluster's ps task takes workers numbered "
+                                           "below DT_SPARSE_MAX_TASKS"
+                                         : NULL;
     if (job == DT_JOB_CHIEF || job == DT_JOB_WORKER)
         return NULL;
     return "a ps task takes requests from the chief and the workers only";
+}
+
+/* Whether c's task leads the job: the chief, or a sparse cluster's worker 0. */
+static bool leads(const conn *c)
+{
+    return c->sv->sparse ? c->job == DT_JOB_WORKER && c->index == 0 : c->job == DT_JOB_CHIEF;
+}
+
+/* A sparse cluster's STEP: the global step, its readiness and its other workers (stepboard.h),
+ * kept by ps 0 (any ps answers, the workers ask ps 0). */
+static dt_status answer_step(conn *c, const dt_psmsg *req, dt_psbuf *reply)
+{
+    service *sv = c->sv;
+    if (!sv->sparse)
+        return dt_error(DT_ERR_INVALID, "STEP from %s: this ps is not of a sparse cluster (its "
+                        "chief keeps the step)", c->name);
+    dt_step_reply r;
+    pthread_mutex_lock(&sv->mu);
+    dt_status st = dt_step_board_ask(&sv->board, c->index, req->target, req->n, req->step,
+                                     dt_clock_now(), sv->o->coordinator_timeout, &r);
+    pthread_mutex_unlock(&sv->mu);
+    if (st)
+        return st;
+    dt_psmsg m = {.type = DT_PSMSG_STEPS, .request_id = req->request_id, .clock = r.total,
+                  .done = r.ready, .rows = r.active};
+    return dt_psmsg_encode(&m, NULL, NULL, reply);
 }
 
 /* Waits until fd is readable: 1 readable (or closed), 0 the service is stopping, -1 an error. */
@@ -259,10 +299,12 @@ static dt_status answer(conn *c, const dt_psmsg *req, dt_psbuf *reply)
 {
     service *sv = c->sv;
     if (req->type == DT_PSMSG_STOP) {
-        if (c->job != DT_JOB_CHIEF) {
+        if (!leads(c)) {
+            const char *why = sv->sparse ? "only worker 0 stops a sparse cluster's ps"
+                                         : "only the chief stops a ps";
             dt_psmsg e = {.type = DT_PSMSG_ERROR, .request_id = req->request_id,
-                          .status = DT_ERR_INVALID, .text = "only the chief stops a ps",
-                          .text_len = (uint32_t)strlen("only the chief stops a ps")};
+                          .status = DT_ERR_INVALID, .text = why,
+                          .text_len = (uint32_t)strlen(why)};
             return dt_psmsg_encode(&e, NULL, NULL, reply);
         }
         pthread_mutex_lock(&sv->mu);
@@ -274,6 +316,8 @@ static dt_status answer(conn *c, const dt_psmsg *req, dt_psbuf *reply)
     }
     if (req->type == DT_PSMSG_SAVE)
         return save(c, req, reply);
+    if (req->type == DT_PSMSG_STEP)
+        return answer_step(c, req, reply);
     /* A PING is answered without the shards' lock: a ps whose lock is taken (a long request, the
      * fork of a write) is alive, and its coordinator hears so at once. */
     if (req->type == DT_PSMSG_PING) {
@@ -291,7 +335,7 @@ static dt_status answer(conn *c, const dt_psmsg *req, dt_psbuf *reply)
  * connected (0). A long request (a SAVE) is a sign of life for as long as it runs. */
 static void chief_heard(conn *c, int busy)
 {
-    if (c->job != DT_JOB_CHIEF)
+    if (c->job != DT_JOB_CHIEF && !c->sv->sparse)
         return;
     pthread_mutex_lock(&c->sv->mu);
     c->sv->chief_busy += busy;
@@ -422,7 +466,7 @@ static void on_peer(void *ctx, int fd, dt_job job, int index, const dt_session_k
         return;
     }
     sv->conns[sv->n_conns++] = c;
-    if (job == DT_JOB_CHIEF)
+    if (job == DT_JOB_CHIEF || sv->sparse)
         sv->chief_heard = dt_clock_now();
     pthread_mutex_unlock(&sv->mu);
 }
@@ -484,9 +528,15 @@ static void wait_until_done(service *sv, dt_status *st)
         /* Silence, not a closed connection, is what counts: a stopped or cut-off chief's
          * connection stays open. */
         if (sv->chief_busy == 0 && now - sv->chief_heard >= sv->o->coordinator_timeout) {
-            *st = dt_error(DT_ERR_TIMEOUT, "the coordinator (%s) has not been heard from for %.0f "
-                           "s (--coordinator-timeout): giving up", task,
-                           sv->o->coordinator_timeout);
+            if (sv->sparse)
+                *st = dt_error(DT_ERR_TIMEOUT, "no worker has been heard from for %.0f s "
+                               "(--coordinator-timeout; a sparse cluster's workers lead "
+                               "themselves, worker 0 ends the job): giving up",
+                               sv->o->coordinator_timeout);
+            else
+                *st = dt_error(DT_ERR_TIMEOUT, "the coordinator (%s) has not been heard from "
+                               "for %.0f s (--coordinator-timeout): giving up", task,
+                               sv->o->coordinator_timeout);
             break;
         }
         struct timespec ts;
@@ -588,10 +638,13 @@ dt_status dt_ps_serve(const dt_ps_service_options *o, dt_ps_service_stats *stats
     service *sv = calloc(1, sizeof *sv);
     if (!sv)
         return dt_error(DT_ERR_NOMEM, "no memory for the ps service");
-    sv->o = o, sv->log = o->log;
-    sv->max_conns = CONNS_PER_TASK * (o->cluster->n_tasks[DT_JOB_CHIEF] +
-                                      o->cluster->n_tasks[DT_JOB_WORKER]) + CONNS_MARGIN;
-    if (!(sv->conns = calloc((size_t)sv->max_conns, sizeof *sv->conns))) {
+    sv->o = o, sv->log = o->log, sv->sparse = o->cluster->sparse;
+    int tasks = sv->sparse ? SPARSE_WORKERS
+                           : o->cluster->n_tasks[DT_JOB_CHIEF] + o->cluster->n_tasks[DT_JOB_WORKER];
+    sv->max_conns = CONNS_PER_TASK * tasks + CONNS_MARGIN;
+    if (!(sv->conns = calloc((size_t)sv->max_conns, sizeof *sv->conns)) ||
+        (sv->sparse && dt_step_board_init(&sv->board, SPARSE_WORKERS) != DT_OK)) {
+        free(sv->conns);
         free(sv);
         return dt_error(DT_ERR_NOMEM, "no memory for the ps service's connections");
     }
@@ -607,7 +660,8 @@ dt_status dt_ps_serve(const dt_ps_service_options *o, dt_ps_service_stats *stats
     }
     if (st == DT_OK) {
         const dt_addr *a = dt_cluster_addr(o->cluster, o->me.job, o->me.index);
-        dt_listener_options lo = {.me = o->me, .policy = ps_policy, .on_peer = on_peer,
+        dt_listener_options lo = {.me = o->me, .policy = ps_policy, .policy_ctx = sv,
+                                  .on_peer = on_peer,
                                   .ctx = sv, .handshake_timeout = o->handshake_timeout,
                                   .log = o->log};
         st = dt_listener_start(a->host, a->port, &lo, &l);
@@ -627,6 +681,7 @@ dt_status dt_ps_serve(const dt_ps_service_options *o, dt_ps_service_stats *stats
     pthread_cond_destroy(&sv->changed);
     pthread_mutex_destroy(&sv->mu);
     pthread_mutex_destroy(&sv->shard_mu);
+    dt_step_board_free(&sv->board);
     free(sv->conns);
     free(sv);
     return st;

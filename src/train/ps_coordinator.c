@@ -9,6 +9,17 @@
 #include "dtrain/log.h"
 #include "ps_coord.h"
 
+/* Worker i's task name and ZeroMQ endpoint; false for one a sparse cluster does not show. */
+static bool worker_address(const ps_cluster *pc, int i, char name[DT_HOST_CAP + 48],
+                           char endpoint[DT_HOST_CAP + 32])
+{
+    if (!dt_cluster_known(&pc->cl, DT_JOB_WORKER, i))
+        return false;
+    dt_cluster_task_name(&pc->cl, DT_JOB_WORKER, i, name, DT_HOST_CAP + 48);
+    ps_endpoint_of(dt_cluster_addr(&pc->cl, DT_JOB_WORKER, i), endpoint, DT_HOST_CAP + 32);
+    return true;
+}
+
 dt_status ps_coord_init(ps_coord *co, const dt_train_config *c, const ps_cluster *pc,
                         dt_model *m, const dt_ps_sched_config *cfg)
 {
@@ -35,12 +46,11 @@ dt_status ps_coord_init(ps_coord *co, const dt_train_config *c, const ps_cluster
     }
     pthread_mutex_init(&co->mu, NULL);
     co->n_links = n;
+    /* A sparse cluster's worker coordinates itself alone: its one link is to its own task. */
     for (int i = 0; i < n; i++) {
         ps_worker_link *l = &co->links[i];
         l->co = co, l->index = i;
-        dt_cluster_task_name(&pc->cl, DT_JOB_WORKER, i, l->name, sizeof l->name);
-        ps_endpoint_of(dt_cluster_addr(&pc->cl, DT_JOB_WORKER, i), l->endpoint,
-                       sizeof l->endpoint);
+        worker_address(pc, pc->cl.sparse ? pc->cl.task_index : i, l->name, l->endpoint);
     }
     return DT_OK;
 }
@@ -311,8 +321,8 @@ void ps_coord_stop_workers(const ps_cluster *pc)
 {
     for (int i = 0; i < pc->cl.n_tasks[DT_JOB_WORKER]; i++) {
         char name[DT_HOST_CAP + 48], endpoint[DT_HOST_CAP + 32];
-        dt_cluster_task_name(&pc->cl, DT_JOB_WORKER, i, name, sizeof name);
-        ps_endpoint_of(dt_cluster_addr(&pc->cl, DT_JOB_WORKER, i), endpoint, sizeof endpoint);
+        if (!worker_address(pc, i, name, endpoint))
+            continue;
         dt_job_link *jl = NULL;
         if (dt_job_link_open(endpoint, name, pc->secret, pc->secret_len, 0, &jl) == DT_OK)
             dt_job_link_stop(jl, 1.0);
@@ -371,13 +381,9 @@ static void *roll_call(void *arg)
         double next = dt_clock_now() + IDLE_PING_SECONDS;
         for (int i = 0; i < n && !roll_call_stopped(r); i++) {
             /* A link that could not open (a name that does not resolve yet) is tried again. */
-            if (!links[i]) {
-                char name[DT_HOST_CAP + 48], endpoint[DT_HOST_CAP + 32];
-                dt_cluster_task_name(&pc->cl, DT_JOB_WORKER, i, name, sizeof name);
-                ps_endpoint_of(dt_cluster_addr(&pc->cl, DT_JOB_WORKER, i), endpoint,
-                               sizeof endpoint);
+            char name[DT_HOST_CAP + 48], endpoint[DT_HOST_CAP + 32];
+            if (!links[i] && worker_address(pc, i, name, endpoint))
                 dt_job_link_open(endpoint, name, pc->secret, pc->secret_len, 0, &links[i]);
-            }
             if (links[i])
                 dt_job_link_ping(links[i], 0.5);
         }

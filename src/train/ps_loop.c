@@ -282,6 +282,71 @@ typedef struct {
     bool callbacks_failed;  /* a callback failed: the job is failing, no more are run */
 } ps_run;
 
+/* A sparse cluster's worker coordinates itself: worker 0 leads (it defines the variables,
+ * writes the checkpoints, reads the model back and stops the ps tasks), the others follow. */
+static bool follows(const ps_run *r) { return r->pc.cl.sparse && !r->pc.cl.is_chief; }
+
+/* How often a sparse cluster's worker looks at ps 0 while it waits, and says it waits. */
+#define SPARSE_POLL_SECONDS 0.5
+#define SPARSE_SAY_SECONDS 10.0
+
+/* A following worker: until worker 0 has made the variables ready on the ps tasks (defined,
+ * or restored from its checkpoint), within --coordinator-timeout, as TF 1.x's workers wait
+ * for the chief to initialise the model. */
+static dt_status await_ready(ps_run *r)
+{
+    const dt_train_config *c = r->c;
+    double t0 = dt_clock_now(), said = t0;
+    for (;;) {
+        dt_ps_steps g;
+        dt_status st = dt_ps_client_take_steps(r->ps, 0, &g);
+        if (st)
+            return dt_error_prefix(st, "asking ps:0 for the job's state");
+        if (g.ready)
+            return DT_OK;
+        double now = dt_clock_now();
+        if (now - t0 >= c->ps.coordinator_timeout)
+            return dt_error(DT_ERR_TIMEOUT, "worker:0 has not made the variables ready on the ps "
+                            "tasks within %.0f s (--coordinator-timeout): a sparse cluster's "
+                            "worker 0 defines them", c->ps.coordinator_timeout);
+        if (now - said >= SPARSE_SAY_SECONDS) {
+            dt_log_to(NULL, DT_LOG_WARN, "dtrain: waiting for worker:0 to define the variables "
+                      "on the ps tasks (%.0f s, up to %.0f s: --coordinator-timeout)", now - t0,
+                      c->ps.coordinator_timeout);
+            said = now;
+        }
+        dt_sleep(SPARSE_POLL_SECONDS);
+    }
+}
+
+/* A sparse cluster's worker at its end: it leaves the job's count; worker 0 then waits until
+ * no other worker is training (one silent for --coordinator-timeout no longer counts), so the
+ * model it reads back and saves holds every worker's updates. */
+static dt_status leave(ps_run *r)
+{
+    double t0 = dt_clock_now(), said = t0;
+    for (;;) {
+        dt_ps_steps g;
+        dt_status st = dt_ps_client_leave(r->ps, &g);
+        if (st)
+            return dt_error_prefix(st, "telling ps:0 this worker's training ended");
+        if (follows(r) || g.active == 0) {
+            dt_log_to(NULL, DT_LOG_INFO, "dtrain: %s ends its training; the job's count is at "
+                      "step %lld", follows(r) ? "this worker" : "worker:0",
+                      (long long)g.total);
+            return DT_OK;
+        }
+        double now = dt_clock_now();
+        if (now - said >= SPARSE_SAY_SECONDS) {
+            dt_log_to(NULL, DT_LOG_WARN, "dtrain: worker:0 waits for %d other worker%s to end "
+                      "(%.0f s; one silent for %.0f s no longer counts: --coordinator-timeout)",
+                      g.active, g.active == 1 ? "" : "s", now - t0, r->c->ps.coordinator_timeout);
+            said = now;
+        }
+        dt_sleep(SPARSE_POLL_SECONDS);
+    }
+}
+
 /* No function is given out until every one in flight is answered: every update of the steps
  * counted is then in the ps tasks and none of a later one. Returns those steps. */
 static int64_t pause_at_a_step(ps_coord *co)
@@ -315,6 +380,10 @@ static dt_status save_sharded(void *arg, dt_ckpt_manager *mgr, const dt_fit_ctx 
     double t0 = dt_clock_now();
     *step = pause_at_a_step(co);
     dt_status st = DT_OK;
+    dt_ps_steps g;
+    /* A sparse cluster's checkpoint is of the job's step, every worker's. */
+    if (r->pc.cl.sparse && (st = dt_ps_client_take_steps(r->ps, 0, &g)) == DT_OK)
+        *step = g.total;
     int workers = r->pc.cl.n_tasks[DT_JOB_WORKER];
     int64_t *positions = calloc((size_t)workers + 1, sizeof *positions);
     if (!positions)
@@ -355,9 +424,16 @@ static dt_status refresh_variables(void *arg, dt_fit_ctx *fc)
  * checkpoints, not from backups. Hybrid mode's dense variables are on the workers, where no
  * evaluation during training reaches them: the test set is evaluated once, at the end. */
 static dt_status callbacks_config(const dt_train_config *c, const dt_fit_config *f,
-                                  dt_fit_config *p)
+                                  bool follower, dt_fit_config *p)
 {
     *p = *f;
+    if (follower) {
+        /* A sparse cluster's other workers train and show their progress; worker 0 writes the
+         * checkpoints and summaries and evaluates. */
+        p->model_dir = NULL, p->restore_path = NULL;
+        p->validate = false;
+        p->eval_every_steps = 0, p->eval_throttle_secs = 0.0;
+    }
     if (p->backup_dir)
         dt_log_to(NULL, DT_LOG_WARN, "dtrain: warning: --backup-dir: parameter_server training "
                   "resumes from its checkpoints in --model-dir, and writes no backup");
@@ -376,7 +452,7 @@ static dt_status callbacks_config(const dt_train_config *c, const dt_fit_config 
 static dt_status open_callbacks(ps_run *r, const dt_fit_config *fcfg, dt_dataset *test,
                                 dt_fit_result *res, int64_t start)
 {
-    dt_status st = callbacks_config(r->c, fcfg, &r->cfg);
+    dt_status st = callbacks_config(r->c, fcfg, follows(r), &r->cfg);
     if (st)
         return st;
     r->epoch_steps = r->cfg.steps_per_epoch > 0 ? r->cfg.steps_per_epoch
@@ -504,7 +580,7 @@ static void recover_ps(ps_run *r)
               "to %.0f s for it (--ps-recovery-timeout)", (long long)steps, why,
               c->ps.recovery_timeout);
     dt_status st = dt_ps_client_reconnect(r->ps, c->ps.recovery_timeout);
-    if (st == DT_OK)
+    if (st == DT_OK && !follows(r)) /* worker 0 defines them again, in a sparse cluster */
         st = ps_place_variables(c, r->m, r->ps, r->n_ps, true, 0);
     if (st) {
         dt_error(st, "%s, and not back within %.0f s (--ps-recovery-timeout): %s", why,
@@ -587,6 +663,8 @@ static dt_status prepare(ps_run *r, int64_t *start)
                         "needs at least one worker task");
     dt_status st = dt_ps_client_open(&r->pc.me, &r->pc.cl, c->comm.connect_timeout,
                                      c->ps.ps_timeout, &r->ps);
+    if (follows(r))
+        return st ? st : await_ready(r);
     if (st == DT_OK)
         st = ps_place_variables(c, r->m, r->ps, r->n_ps, true, 0);
     if (st && r->ps && dt_ps_client_broken(r->ps)) {
@@ -601,16 +679,24 @@ static dt_status prepare(ps_run *r, int64_t *start)
     if (st == DT_OK && c->fit.model_dir && c->ps.mode == DT_PS_HYBRID)
         dt_log_to(NULL, DT_LOG_WARN, "dtrain: warning: --ps-mode hybrid writes no checkpoints "
                   "(its dense variables live on the workers)");
+    dt_ps_steps g;
+    if (st == DT_OK && r->pc.cl.sparse && (st = dt_ps_client_ready(r->ps, *start, &g)) == DT_OK)
+        dt_log_to(NULL, DT_LOG_INFO, "dtrain: worker:0 made the variables ready on %d ps task%s: "
+                  "the job's count starts at step %lld", r->n_ps, r->n_ps == 1 ? "" : "s",
+                  (long long)g.total);
     return st;
 }
 
-static dt_ps_sched_config schedule_of(const dt_train_config *c, int n_workers, int64_t start)
+/* A sparse cluster's worker schedules itself alone; its worker keeps to --max-steps by the
+ * job's count, which ps 0 keeps. */
+static dt_ps_sched_config schedule_of(const dt_train_config *c, int n_workers, int64_t start,
+                                      bool sparse)
 {
     return (dt_ps_sched_config){
         .n_workers = n_workers, .hybrid = c->ps.mode == DT_PS_HYBRID,
         .ssp = c->ps.mode == DT_PS_SSP, .staleness = c->ps.staleness,
         .steps_per_execution = c->ps.steps_per_execution,
-        .limit = c->fit.max_steps > 0 ? c->fit.max_steps : INT64_MAX, .start = start};
+        .limit = c->fit.max_steps > 0 && !sparse ? c->fit.max_steps : INT64_MAX, .start = start};
 }
 
 dt_status dt_ps_coordinate(const dt_train_config *c, const dt_fit_config *fcfg, dt_model *m,
@@ -623,7 +709,8 @@ dt_status dt_ps_coordinate(const dt_train_config *c, const dt_fit_config *fcfg, 
     if (st)
         return st;
     r.n_ps = r.pc.cl.n_tasks[DT_JOB_PS];
-    int n_workers = r.pc.cl.n_tasks[DT_JOB_WORKER];
+    bool sparse = r.pc.cl.sparse;
+    int n_workers = sparse ? 1 : r.pc.cl.n_tasks[DT_JOB_WORKER];
     int64_t start = 0;
     if (!(r.positions = calloc((size_t)n_workers + 1, sizeof *r.positions)))
         st = dt_error(DT_ERR_NOMEM, "no memory for %d workers", n_workers);
@@ -631,7 +718,7 @@ dt_status dt_ps_coordinate(const dt_train_config *c, const dt_fit_config *fcfg, 
     if (st == DT_OK)
         st = ps_roll_call_start(&r.pc, &roll);
     if (st == DT_OK && (st = prepare(&r, &start)) == DT_OK) {
-        dt_ps_sched_config sc = schedule_of(c, n_workers, start);
+        dt_ps_sched_config sc = schedule_of(c, n_workers, start, sparse);
         r.co_ready = (st = ps_coord_init(&r.co, c, &r.pc, m, &sc)) == DT_OK;
     }
     for (int w = 0; st == DT_OK && r.have_positions && w < n_workers; w++)
@@ -652,8 +739,10 @@ dt_status dt_ps_coordinate(const dt_train_config *c, const dt_fit_config *fcfg, 
     }
     /* A ps lost at the very end: the reading back waits for it as the steps would have. */
     if (run == DT_OK && dt_ps_client_broken(r.ps) &&
-        (run = dt_ps_client_reconnect(r.ps, c->ps.recovery_timeout)) == DT_OK)
+        (run = dt_ps_client_reconnect(r.ps, c->ps.recovery_timeout)) == DT_OK && !follows(&r))
         run = ps_place_variables(c, m, r.ps, r.n_ps, true, 0);
+    if (run == DT_OK && sparse)
+        run = leave(&r);
     if (run == DT_OK)
         run = finish_callbacks(&r);
     /* The first error is the one reported, whatever stopping the others says. */
@@ -663,14 +752,15 @@ dt_status dt_ps_coordinate(const dt_train_config *c, const dt_fit_config *fcfg, 
         ps_coord_stop_workers(&r.pc); /* they waited for functions that will not come */
     res->train_seconds = dt_clock_now() - t0 - dt_fit_side_seconds(res);
     res->steps = r.ctx.pos.step;
-    st = run == DT_OK ? read_back(r.ps, m, c->ps.mode != DT_PS_HYBRID) : run;
+    st = run != DT_OK ? run : follows(&r) ? DT_OK : read_back(r.ps, m, c->ps.mode != DT_PS_HYBRID);
     if (st && run == DT_OK) { /* the read-back's failure is the one reported */
         snprintf(first, sizeof first, "%s", dt_last_error());
         run = st;
     }
-    /* The ps tasks stop whatever happened: none outlives the job. */
+    /* The ps tasks stop whatever happened: none outlives the job (a sparse cluster's other
+     * workers leave them running for worker 0). */
     heartbeat_stop(&r.beat);
-    if (r.ps) {
+    if (r.ps && !follows(&r)) {
         dt_status stop = dt_ps_client_stop(r.ps);
         if (st == DT_OK)
             st = stop;

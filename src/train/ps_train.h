@@ -48,4 +48,18 @@ dt_status dt_ps_coordinate(const dt_train_config *c, const dt_fit_config *fcfg, 
 dt_status dt_ps_work(const dt_train_config *c, dt_model *m, dt_pool *pool, dt_input *in,
                      const dt_input_options *io, int64_t table_rows, dt_train_report *out);
 
+/* A worker of TFJob's sparse cluster (enableDynamicWorker), which knows only the ps tasks and
+ * itself: it trains between-graph, as TF 1.x's workers did, coordinating itself. It runs
+ * dt_ps_work on m (one batch's rows) on a thread of its own and dt_ps_coordinate on
+ * `coordinator` linked to that worker alone, its steps numbered by the job's count that ps 0
+ * keeps (--max-steps is the job's). Worker 0 leads: it defines the variables (or restores its
+ * checkpoint) and says they are ready, writes the checkpoints, and at its end waits for the
+ * other workers to end, reads the model back into `coordinator` (the whole model) and stops
+ * the ps tasks. The others wait for the variables to be ready, train, and leave (their
+ * `coordinator` may be m itself: they read nothing back). Asynchronous training only. */
+dt_status dt_ps_train_sparse(const dt_train_config *c, const dt_fit_config *fcfg,
+                             dt_model *coordinator, dt_model *m, dt_pool *pool, dt_input *in,
+                             const dt_input_options *io, int64_t table_rows,
+                             dt_train_report *out);
+
 #endif

@@ -501,6 +501,22 @@ static dt_status bind_by_name(const char *endpoint, const ps_cluster *pc, double
     }
 }
 
+/* A sparse cluster's worker numbers its steps by the job's count, which ps 0 keeps: *first and
+ * *steps become the global numbers of the steps the function takes, fewer (or none) once
+ * --max-steps is reached. */
+static dt_status global_steps(worker *w, int64_t *first, uint32_t *steps)
+{
+    dt_ps_steps g;
+    dt_status st = dt_ps_client_take_steps(w->ps, *steps, &g);
+    if (st)
+        return dt_error_prefix(st, "the job's step count (ps:0)");
+    *first = g.total - *steps + 1;
+    int64_t limit = w->c->fit.max_steps;
+    if (limit > 0 && g.total > limit)
+        *steps = *first > limit ? 0 : (uint32_t)(limit - *first + 1);
+    return DT_OK;
+}
+
 /* A RUN: its steps, until they are taken or the data is used up. */
 static dt_status run_function(worker *w, const dt_job_run *run, dt_job_result *r)
 {
@@ -523,16 +539,25 @@ static dt_status run_function(worker *w, const dt_job_run *run, dt_job_result *r
     dt_status st = w->c->ps.mode == DT_PS_HYBRID ? DT_OK : use_shard(w, run->shard);
     if (st == DT_OK)
         st = skip_to(w, run->position);
+    int64_t first = run->first;
+    uint32_t steps = run->steps;
+    if (st == DT_OK && w->pc->cl.sparse)
+        st = global_steps(w, &first, &steps);
     if (st)
         return st;
-    for (uint32_t k = 0; k < run->steps && !w->rd->done; k++) {
-        dt_status st = worker_step(w, run->first + k, r);
+    for (uint32_t k = 0; k < steps && !w->rd->done; k++) {
+        dt_status st = worker_step(w, first + k, r);
         if (st == DT_END)
             break;
         if (st)
             return st;
     }
-    r->done = w->rd->done;
+    /* Steps of the job's count the data did not fill go back to it. */
+    dt_ps_steps g;
+    if (w->pc->cl.sparse && r->steps < steps &&
+        (st = dt_ps_client_return_steps(w->ps, steps - (uint32_t)r->steps, &g)))
+        return dt_error_prefix(st, "the job's step count (ps:0)");
+    r->done = w->rd->done || steps < run->steps;
     return DT_OK;
 }
 
@@ -675,13 +700,14 @@ dt_status dt_ps_work(const dt_train_config *c, dt_model *m, dt_pool *pool, dt_in
     worker w = {.c = c, .m = m, .io = io, .pool = pool, .ring_fd = -1,
                 .by_table = dt_model_spec_of(m)->arch == DT_ARCH_COLUMNS};
     dt_optim_init(&w.opt);
-    /* One reader per data shard: this worker's own, the others opened if it takes one over. */
-    w.n_readers = pc.cl.n_tasks[DT_JOB_WORKER];
+    /* One reader per data shard: this worker's own, the others opened if it takes one over (a
+     * sparse cluster's worker, coordinating itself, reads its own only). */
+    w.n_readers = pc.cl.sparse ? 1 : pc.cl.n_tasks[DT_JOB_WORKER];
     if (!(w.readers = calloc((size_t)w.n_readers, sizeof *w.readers))) {
         ps_close_cluster(&pc);
         return dt_error(DT_ERR_NOMEM, "no memory for %d data shards", w.n_readers);
     }
-    w.rd = &w.readers[pc.cl.task_index];
+    w.rd = &w.readers[pc.cl.sparse ? 0 : pc.cl.task_index];
     w.rd->in = in;
     /* Hybrid: the dense variables start as one_device's (worker 0's go to all at the ring). */
     if (c->ps.mode == DT_PS_HYBRID) {
@@ -692,7 +718,10 @@ dt_status dt_ps_work(const dt_train_config *c, dt_model *m, dt_pool *pool, dt_in
     char endpoint[DT_HOST_CAP + 32], coordinator[DT_HOST_CAP + 48];
     ps_endpoint_of(dt_cluster_addr(&pc.cl, pc.cl.task_type, pc.cl.task_index), endpoint,
                 sizeof endpoint);
-    dt_cluster_task_name(&pc.cl, DT_JOB_CHIEF, 0, coordinator, sizeof coordinator);
+    if (pc.cl.sparse)
+        snprintf(coordinator, sizeof coordinator, "this worker's own coordinator");
+    else
+        dt_cluster_task_name(&pc.cl, DT_JOB_CHIEF, 0, coordinator, sizeof coordinator);
     if (st == DT_OK && !(w.labels = malloc((size_t)dt_model_max_batch(m) * sizeof *w.labels)))
         st = dt_error(DT_ERR_NOMEM, "no memory for a batch's labels");
     if (st == DT_OK)

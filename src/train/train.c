@@ -102,6 +102,7 @@ typedef struct {
     int n_chief_tasks;
     int n_ps;          /* the cluster's ps job */
     bool loopback;     /* every task on this machine */
+    bool sparse;       /* TFJob's sparseCluster: the workers train between-graph */
 } task_place;
 
 static dt_status read_task_place(const dt_comm_options *o, task_place *p)
@@ -125,6 +126,7 @@ static dt_status read_task_place(const dt_comm_options *o, task_place *p)
         p->n_chief_tasks = c.n_tasks[DT_JOB_CHIEF];
         p->n_ps = c.n_tasks[DT_JOB_PS];
         p->loopback = dt_cluster_all_loopback(&c);
+        p->sparse = c.sparse;
     }
     dt_cluster_free(&c);
     return st;
@@ -178,7 +180,8 @@ struct train_role {
     bool reports;
 };
 
-static const train_role replicas_role, ps_coordinator_role, ps_worker_role;
+static const train_role replicas_role, ps_coordinator_role, ps_worker_role, ps_sparse_lead_role,
+    ps_sparse_follower_role;
 
 static dt_status check_divides(int batch, int n, const char *who)
 {
@@ -213,11 +216,30 @@ static dt_status plan_workers(const dt_train_config *c, run_plan *p)
 /* parameter_server: the coordinator (the chief) computes nothing, so it takes one thread; the
  * workers on one machine share out its cores. Replicas in sync: the workers; rank 0 the
  * coordinator, worker i rank i + 1. */
+/* A sparse cluster's worker: worker 0 leads, the others follow (ps_train.h); each reads shard
+ * i of --num-workers, or all its data. */
+static dt_status plan_sparse(const dt_train_config *c, const task_place *place, run_plan *p)
+{
+    if (c->ps.mode != DT_PS_ASYNC)
+        return dt_error(DT_ERR_INVALID, "ps.mode: TF_CONFIG's sparseCluster (TFJob's "
+                        "enableDynamicWorker) trains between-graph, each worker on its own "
+                        "against the ps tasks: asynchronously only (no ssp, no hybrid)");
+    if (c->ps.num_workers > 0 && place->index >= c->ps.num_workers)
+        return dt_error(DT_ERR_INVALID, "ps.num_workers: worker:%d is not among the %d workers "
+                        "of --num-workers", place->index, c->ps.num_workers);
+    p->role = place->index == 0 ? &ps_sparse_lead_role : &ps_sparse_follower_role;
+    p->workers = c->ps.num_workers > 0 ? c->ps.num_workers : 1;
+    p->rank = place->index;
+    return DT_OK;
+}
+
 static dt_status plan_ps(const dt_train_config *c, const task_place *place, run_plan *p)
 {
     if (!place->has_ps)
         return dt_error(DT_ERR_INVALID, "--strategy parameter_server: TF_CONFIG's cluster names "
                         "no ps task (cluster.ps)");
+    if (place->sparse)
+        return plan_sparse(c, place, p);
     if (place->n_chief_tasks != 1)
         return dt_error(DT_ERR_INVALID, "TF_CONFIG: cluster.chief: parameter-server training needs "
                         "one chief (the coordinator), found %d", place->n_chief_tasks);
@@ -740,6 +762,56 @@ static dt_status ps_worker_train(const train_parts *t)
 static const train_role ps_worker_role = {.input = ps_worker_input, .tables = ps_worker_tables,
                                           .train = ps_worker_train, .describe = ps_describe};
 
+/* A sparse cluster's worker reads shard i of --num-workers (all its data without it), in
+ * batches of the whole --batch-size, as a worker under a chief. */
+static dt_input_context ps_sparse_input(const dt_train_config *c, const run_plan *p)
+{
+    (void)c;
+    return (dt_input_context){p->workers, p->workers > 1 ? p->rank : 0, 1};
+}
+
+static void ps_sparse_describe(const dt_train_config *c, const run_plan *p, const char *name)
+{
+    fprintf(c->out, "%s: between-graph (TF_CONFIG's sparseCluster), worker:%d %s, %d examples "
+            "per step, asynchronous; data shard %d of %d\n", name, p->rank,
+            p->rank == 0 ? "leading" : "following worker:0", c->fit.batch_size,
+            p->workers > 1 ? p->rank : 0, p->workers);
+}
+
+/* Worker 0: its model is the whole one (the variables it defines and reads back); its worker
+ * steps on a model of one batch's rows, as any worker's. */
+static dt_status ps_sparse_lead_train(const train_parts *t)
+{
+    dt_model_spec spec = *t->spec;
+    ps_worker_tables(t->in, &spec);
+    dt_model_options mo = {.no_fuse = t->c->no_fuse, .dynamic_shards = 1, .keys_local = true};
+    dt_model *m = NULL;
+    dt_status st = dt_model_create(&spec, t->in->eval_batch, t->pool, &mo, &m);
+    if (st)
+        return st;
+    dt_model_init_dense_params(t->model, t->c->fit.seed);
+    st = dt_ps_train_sparse(t->c, t->fcfg, t->model, m, t->pool, t->in, t->io, t->table_rows,
+                            t->out);
+    dt_model_destroy(m);
+    return st;
+}
+
+/* The other workers read nothing back: their coordinator and their worker share one model of
+ * one batch's rows. */
+static dt_status ps_sparse_follower_train(const train_parts *t)
+{
+    return dt_ps_train_sparse(t->c, t->fcfg, t->model, t->model, t->pool, t->in, t->io,
+                              t->table_rows, t->out);
+}
+
+static const train_role ps_sparse_lead_role = {.input = ps_sparse_input,
+                                               .train = ps_sparse_lead_train,
+                                               .describe = ps_sparse_describe, .reports = true};
+static const train_role ps_sparse_follower_role = {.input = ps_sparse_input,
+                                                   .tables = ps_worker_tables,
+                                                   .train = ps_sparse_follower_train,
+                                                   .describe = ps_sparse_describe};
+
 dt_status dt_train(const dt_train_config *c, dt_train_report *out)
 {
     memset(out, 0, sizeof *out);
@@ -823,10 +895,11 @@ dt_status dt_train(const dt_train_config *c, dt_train_report *out)
         plan.role->tables(&in, &spec);
     /* No batch is larger than the training set: the buffers are sized for what will be used. */
     /* A ps coordinator reads every ps task's dynamic tables back into its own. */
+    bool coordinates = plan.role == &ps_coordinator_role || plan.role == &ps_sparse_lead_role;
     dt_model_options mopts = {.no_fuse = c->no_fuse,
-                              .dynamic_shards = plan.role == &ps_coordinator_role
-                                                    ? place.n_ps : 1,
-                              .keys_local = plan.role == &ps_worker_role};
+                              .dynamic_shards = coordinates ? place.n_ps : 1,
+                              .keys_local = plan.role == &ps_worker_role ||
+                                            plan.role == &ps_sparse_follower_role};
     if ((st = dt_pool_create(plan.threads, &pool)) ||
         (st = dt_model_create(&spec, in.eval_batch, pool, &mopts, &model)))
         goto fail;
