@@ -67,6 +67,9 @@ run_suite ps "$work/ps" bash tests/ps.sh "$build" "$work/ps"
 # Dynamic tables on the parameter server: one_device's bit for bit, checkpoints restored onto
 # any ps count and one_device key by key, a resumed job, a killed ps back from its snapshot.
 run_suite ps_dynamic "$work/ps_dynamic" bash tests/ps_dynamic.sh "$build" "$work/ps_dynamic"
+# TFJob's sparseCluster trained between-graph: one_device's bits with one worker, the
+# coordinated job's AUC with two, a worker killed and back, strangers and named errors.
+run_suite ps_sparse "$work/ps_sparse" bash tests/ps_sparse.sh "$build" "$work/ps_sparse"
 # The platforms' TF_CONFIGs: tasks named by host names, the chief called master.
 run_suite deploy "$work/deploy" bash tests/deploy.sh "$build" "$work/deploy"
 # A TFJob simulated in network namespaces: names that resolve late, a ps back at a new address.

@@ -291,8 +291,8 @@ static bool follows(const ps_run *r) { return r->pc.cl.sparse && !r->pc.cl.is_ch
 #define SPARSE_SAY_SECONDS 10.0
 
 /* A following worker: until worker 0 has made the variables ready on the ps tasks (defined,
- * or restored from its checkpoint), within --coordinator-timeout, as TF 1.x's workers wait
- * for the chief to initialise the model. */
+ * or restored from its checkpoint), within --connect-timeout (the cluster forming), as TF
+ * 1.x's workers wait for the chief to initialise the model. */
 static dt_status await_ready(ps_run *r)
 {
     const dt_train_config *c = r->c;
@@ -305,14 +305,14 @@ static dt_status await_ready(ps_run *r)
         if (g.ready)
             return DT_OK;
         double now = dt_clock_now();
-        if (now - t0 >= c->ps.coordinator_timeout)
+        if (now - t0 >= c->comm.connect_timeout)
             return dt_error(DT_ERR_TIMEOUT, "worker:0 has not made the variables ready on the ps "
-                            "tasks within %.0f s (--coordinator-timeout): a sparse cluster's "
-                            "worker 0 defines them", c->ps.coordinator_timeout);
+                            "tasks within %.0f s (--connect-timeout): a sparse cluster's "
+                            "worker 0 defines them", c->comm.connect_timeout);
         if (now - said >= SPARSE_SAY_SECONDS) {
             dt_log_to(NULL, DT_LOG_WARN, "dtrain: waiting for worker:0 to define the variables "
-                      "on the ps tasks (%.0f s, up to %.0f s: --coordinator-timeout)", now - t0,
-                      c->ps.coordinator_timeout);
+                      "on the ps tasks (%.0f s, up to %.0f s: --connect-timeout)", now - t0,
+                      c->comm.connect_timeout);
             said = now;
         }
         dt_sleep(SPARSE_POLL_SECONDS);
@@ -324,7 +324,7 @@ static dt_status await_ready(ps_run *r)
  * model it reads back and saves holds every worker's updates. */
 static dt_status leave(ps_run *r)
 {
-    double t0 = dt_clock_now(), said = t0;
+    double t0 = dt_clock_now(), said = t0 - SPARSE_SAY_SECONDS;
     for (;;) {
         dt_ps_steps g;
         dt_status st = dt_ps_client_leave(r->ps, &g);

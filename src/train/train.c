@@ -542,7 +542,8 @@ static dt_fit_config fit_config_of(const dt_train_config *c, const run_plan *p,
     dt_fit_config f = c->fit;
     bool chief = p->rank == 0;
     f.prefetch = p->prefetch;
-    if (!chief)
+    /* A sparse cluster's workers each show their own progress, as TF 1.x's did. */
+    if (!chief && p->role != &ps_sparse_follower_role)
         f.progress = f.log = NULL;
     f.validate = c->fit.validate && in->test && chief;
     if (in->n_train >= 0)
