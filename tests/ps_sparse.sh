@@ -3,7 +3,7 @@
 # TF_CONFIGs its controller writes: each worker knows the ps tasks and itself, each ps task
 # itself. One worker and one ps train as one_device does, bit for bit; 2 workers and 2 ps tasks
 # (--num-workers 2) end with the test AUC of the coordinated job of the same shape, their steps
-# adding up to the job's count ps:0 kept; a worker killed mid-run and started again rejoins and
+# adding up to the job's count ps:0 kept, worker 0's sharded checkpoint at that step; a worker killed mid-run and started again rejoins and
 # the job ends, every task exiting 0; one killed for good is waited for only until it has been
 # silent for --coordinator-timeout; a stranger without the secret is refused; a ps with no worker
 # gives up; a chief in the sparse form, a hybrid or ssp mode are named errors. Nothing is left
@@ -81,17 +81,19 @@ else
     fail ps_sparse_one_worker_equals_one_device "exit ${task_status[worker:0]}/${task_status[ps:0]}, checksum '$sum' steps '$steps' (one_device $one_sum, $one_steps): $(tail -3 "$tmp/w0.err") $(tail -2 "$tmp/ps0.err")"
 fi
 
-# --- 2 workers, 2 ps tasks: the coordinated job's AUC; the workers' steps are the job's count ---
+# --- 2 workers, 2 ps tasks: the coordinated job's AUC; the workers' steps are the job's count,
+# and worker 0's last checkpoint is at it, each ps task's shard beside it ---
 three=("${ctr[@]}" --epochs 3)
 run timeout 120 "$dtrain" launch -n 2 --ps 2 -- "$dtrain" "${three[@]}" --strategy parameter_server \
     --metrics-out "$tmp/co.json"
 co_status=$status
 co_auc=$(json_field "$tmp/co.json" test_auc 2> /dev/null)
 base=$(free_base 12)
-start ps:0 ps0 "$(ps_config "$base" 0)" "${three[@]}"
-start ps:1 ps1 "$(ps_config "$base" 1)" "${three[@]}"
-start worker:1 w1 "$(worker_config "$base" 2 1)" "${three[@]}" --num-workers 2
-start worker:0 w0 "$(worker_config "$base" 2 0)" "${three[@]}" --num-workers 2 --metrics-out "$tmp/w0.json"
+start ps:0 ps0 "$(ps_config "$base" 0)" "${three[@]}" --model-dir "$tmp/md"
+start ps:1 ps1 "$(ps_config "$base" 1)" "${three[@]}" --model-dir "$tmp/md"
+start worker:1 w1 "$(worker_config "$base" 2 1)" "${three[@]}" --num-workers 2 --model-dir "$tmp/md"
+start worker:0 w0 "$(worker_config "$base" 2 0)" "${three[@]}" --num-workers 2 --model-dir "$tmp/md" \
+    --metrics-out "$tmp/w0.json"
 finish 120 worker:0 worker:1 ps:0 ps:1
 auc=$(json_field "$tmp/w0.json" test_auc 2> /dev/null)
 count=$(job_count "$tmp/w0.err")
@@ -100,9 +102,11 @@ s1=$(own_steps "$tmp/w1.err")
 if [ "$co_status" -eq 0 ] && [ "${task_status[worker:0]}" -eq 0 ] && [ "${task_status[worker:1]}" -eq 0 ] &&
     [ "${task_status[ps:0]}" -eq 0 ] && [ "${task_status[ps:1]}" -eq 0 ] && [ -n "$auc" ] &&
     [ -n "$count" ] && [ "$count" -eq "$((${s0:-0} + ${s1:-0}))" ] &&
+    [ -s "$tmp/md/ckpt-$count.safetensors" ] && [ -s "$tmp/md/ckpt-$count.ps-0-of-2.safetensors" ] &&
+    [ -s "$tmp/md/ckpt-$count.ps-1-of-2.safetensors" ] &&
     grep -q "worker:0 leading, 128 examples per step, asynchronous; data shard 0 of 2" "$tmp/w0.out" &&
     "$py" -c "import sys; sys.exit(0 if abs($auc - ${co_auc:-9}) <= 0.01 else 1)"; then
-    ok ps_sparse_two_workers_two_ps_train_as_the_coordinated_job "auc=$auc coordinated=$co_auc; job's count $count = $s0 + $s1"
+    ok ps_sparse_two_workers_two_ps_train_as_the_coordinated_job "auc=$auc coordinated=$co_auc; job's count $count = $s0 + $s1, worker 0's checkpoint ckpt-$count of 2 ps shards"
 else
     fail ps_sparse_two_workers_two_ps_train_as_the_coordinated_job "exit ${task_status[worker:0]}/${task_status[worker:1]}/${task_status[ps:0]}/${task_status[ps:1]} (coordinated $co_status), auc '$auc' vs '$co_auc', count '$count' steps '$s0' '$s1': $(tail -3 "$tmp/w0.err") $(tail -2 "$tmp/w1.err")"
 fi

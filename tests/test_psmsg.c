@@ -207,11 +207,11 @@ TEST(psmsg_step_round_trips_and_is_checked)
 TEST(psmsg_save_round_trips_and_is_checked)
 {
     dt_psbuf b = {0};
-    dt_psmsg d, m = {.type = DT_PSMSG_SAVE, .request_id = 3, .step = 938, .text = "/models/ctr",
-                     .text_len = 11};
+    dt_psmsg d, m = {.type = DT_PSMSG_SAVE, .request_id = 3, .step = 938, .n_shards = 3,
+                     .text = "/models/ctr", .text_len = 11};
     CHECK_OK(dt_psmsg_encode(&m, NULL, NULL, &b));
     CHECK_OK(dt_psmsg_decode(b.data, b.len, "chief:0", &d));
-    CHECK(d.type == DT_PSMSG_SAVE && d.step == 938 && d.text_len == 11 &&
+    CHECK(d.type == DT_PSMSG_SAVE && d.step == 938 && d.n_shards == 3 && d.text_len == 11 &&
           memcmp(d.text, "/models/ctr", 11) == 0);
     dt_psmsg bad[2] = {m, m};
     bad[0].text_len = 0;
@@ -221,6 +221,11 @@ TEST(psmsg_save_round_trips_and_is_checked)
         CHECK_OK(dt_psmsg_encode(&bad[i], NULL, NULL, &b));
         CHECK(dt_psmsg_decode(b.data, b.len, "chief:0", &d) == DT_ERR_FORMAT);
     }
-    CHECK(strstr(dt_last_error(), "not printable") && strstr(dt_last_error(), "byte 47"));
+    CHECK(strstr(dt_last_error(), "not printable") && strstr(dt_last_error(), "byte 51"));
+    m.n_shards = 0;
+    b.len = 0;
+    CHECK_OK(dt_psmsg_encode(&m, NULL, NULL, &b));
+    CHECK(dt_psmsg_decode(b.data, b.len, "chief:0", &d) == DT_ERR_FORMAT);
+    CHECK(strstr(dt_last_error(), "a ps count outside 1..65535"));
     dt_psbuf_free(&b);
 }

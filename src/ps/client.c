@@ -765,7 +765,7 @@ static dt_status to_every_ps(dt_ps_client *c, const dt_psmsg *m, reply_kind kind
 
 dt_status dt_ps_client_save(dt_ps_client *c, int64_t step, const char *dir)
 {
-    dt_psmsg m = {.type = DT_PSMSG_SAVE, .step = step, .text = dir,
+    dt_psmsg m = {.type = DT_PSMSG_SAVE, .step = step, .n_shards = c->n_ps, .text = dir,
                   .text_len = (uint32_t)strlen(dir)};
     return to_every_ps(c, &m, REPLY_ACK, SHARD_WORK_TIMEOUT);
 }

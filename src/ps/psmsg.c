@@ -117,7 +117,7 @@ static uint64_t payload_size(const dt_psmsg *m, bool *bad)
     case DT_PSMSG_RUN: return 24;
     case DT_PSMSG_RESULT: return 32;
     case DT_PSMSG_RING: return 4 + 2 * (uint64_t)m->n;
-    case DT_PSMSG_SAVE: return 12 + (uint64_t)m->text_len;
+    case DT_PSMSG_SAVE: return 16 + (uint64_t)m->text_len;
     case DT_PSMSG_ASSIGN: return 28 + 4 * m->count * (1 + (uint64_t)m->slots);
     case DT_PSMSG_KEYED:
         return KEYED_FIXED_BYTES + (m->target == DT_PSMSG_KEYED_BLOOM
@@ -634,7 +634,8 @@ static void encode_checkpoint(const dt_psmsg *m, const int64_t *ids_host,
 {
     (void)ids_host;
     if (m->type == DT_PSMSG_SAVE) {
-        put64(at, (uint64_t)m->step), put32(at + 8, m->text_len), at += 12;
+        put64(at, (uint64_t)m->step), put32(at + 8, (uint32_t)m->n_shards);
+        put32(at + 12, m->text_len), at += 16;
         memcpy(at, m->text, m->text_len);
         return;
     }
@@ -648,11 +649,13 @@ static dt_status decode_checkpoint(const uint8_t *p, uint32_t size, const char *
 {
     size_t at = 0;
     if (out->type == DT_PSMSG_SAVE) {
-        NEED(12, "truncated step and directory length");
-        out->step = (int64_t)dt_load_le64(p), out->text_len = dt_load_le32(p + 8), at = 12;
-        if (out->step < 0 || out->text_len < 1 || out->text_len > DT_PSMSG_MAX_TEXT)
-            return bad_msg(peer, H, "a negative step, or a directory of 0 or more than 1024 "
-                           "bytes");
+        NEED(16, "truncated step, ps count and directory length");
+        out->step = (int64_t)dt_load_le64(p), out->n_shards = dt_load_le32(p + 8);
+        out->text_len = dt_load_le32(p + 12), at = 16;
+        if (out->step < 0 || out->n_shards < 1 || out->n_shards > 65535 || out->text_len < 1 ||
+            out->text_len > DT_PSMSG_MAX_TEXT)
+            return bad_msg(peer, H, "a negative step, a ps count outside 1..65535, or a "
+                           "directory of 0 or more than 1024 bytes");
         NEED(out->text_len, "truncated directory");
         out->text = (const char *)(p + at);
         for (uint32_t i = 0; i < out->text_len; i++)

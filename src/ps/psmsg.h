@@ -48,7 +48,9 @@
  *     RESULT                       u32 steps taken | u32 done | i64 rows | i64 correct |
  *                                  f64 summed loss: what a RUN did (done: the worker's data is
  *                                  used up, every epoch of it)
- *     SAVE                         i64 step | u32 n | n bytes of a directory: the coordinator
+ *     SAVE                         i64 step | u32 ps tasks | u32 n | n bytes of a directory
+ *                                  (the ps count: the shards' file names; a sparse cluster's
+ *                                  ps knows only itself): the coordinator
  *                                  has a ps write its shards of checkpoint `step` there
  *                                  (checkpoint.h names the file)
  *     ASSIGN                       u32 target (0 a table shard, 1 a dense variable) | u32 table

@@ -262,10 +262,15 @@ static dt_status save(conn *c, const dt_psmsg *req, dt_psbuf *reply)
     char dir[DT_PSMSG_MAX_TEXT + 1], real[PATH_MAX], name[96], path[PATH_MAX + 100];
     memcpy(dir, req->text, req->text_len);
     dir[req->text_len] = '\0';
-    dt_ckpt_shard_name(name, sizeof name, req->step, sv->o->me.index,
-                       sv->o->cluster->n_tasks[DT_JOB_PS]);
-    dt_status st = c->job == DT_JOB_CHIEF ? DT_OK
-                                          : dt_error(DT_ERR_INVALID, "only the chief saves");
+    /* A sparse cluster's ps knows its index alone: the leader tells the count. */
+    int n_ps = sv->sparse ? (int)req->n_shards : sv->o->cluster->n_tasks[DT_JOB_PS];
+    dt_ckpt_shard_name(name, sizeof name, req->step, sv->o->me.index, n_ps);
+    dt_status st = !leads(c) ? dt_error(DT_ERR_INVALID, sv->sparse ? "only worker 0 saves"
+                                                                   : "only the chief saves")
+                   : req->n_shards != n_ps || sv->o->me.index >= n_ps
+                       ? dt_error(DT_ERR_INVALID, "a checkpoint of %lld ps tasks, where this is "
+                                  "ps:%d of %d", (long long)req->n_shards, sv->o->me.index, n_ps)
+                       : DT_OK;
     if (st == DT_OK && (st = dir_within_model_dir(sv->o->model_dir, dir, real)) != DT_OK)
         dt_log_to(sv->log, DT_LOG_WARN, "dtrain server: %s: %s", c->name, dt_last_error());
     if (st == DT_OK) {
