@@ -16,6 +16,8 @@ static dt_status print_tasks(const dt_cluster *c, bool resolve)
     char failed[512] = "";
     for (int j = 0; j < DT_JOB_COUNT; j++)
         for (int i = 0; i < c->n_tasks[j]; i++) {
+            if (!dt_cluster_known(c, (dt_job)j, i))
+                continue; /* a task a sparse cluster does not show */
             const dt_addr *a = &c->tasks[j][i];
             char ip[64] = "", name[DT_HOST_CAP + 48];
             dt_cluster_task_name(c, (dt_job)j, i, name, sizeof name);
@@ -45,7 +47,13 @@ static int check(const char *json, const char *task, bool resolve)
     }
     char me[DT_HOST_CAP + 48];
     dt_cluster_task_name(&c, c.task_type, c.task_index, me, sizeof me);
-    if (c.rank >= 0)
+    if (c.sparse)
+        printf("task: %s of TF_CONFIG's sparseCluster (TFJob's enableDynamicWorker): %s\n", me,
+               c.task_type == DT_JOB_PS ? "a ps task, knowing itself alone"
+               : c.task_type == DT_JOB_EVALUATOR ? "the evaluator, reading the checkpoints"
+               : c.is_chief ? "worker 0, leading the workers' between-graph training"
+                            : "a worker training between-graph, worker 0 leading");
+    else if (c.rank >= 0)
         printf("task: %s, training rank %d of %d%s\n", me, c.rank, c.n_workers,
                c.is_chief ? ", the chief" : "");
     else

@@ -112,8 +112,8 @@ mkdir -p "$tmp/deploy_files"
     "$tmp/deploy_files" > "$tmp/deploy_files.out" 2>&1
 df_status=$?
 n_ok=$(grep -c "^ok " "$tmp/deploy_files.out")
-if [ "$df_status" -eq 0 ] && [ "$n_ok" -ge 26 ] && ! grep -q "^FAIL" "$tmp/deploy_files.out"; then
-    ok deploy_files_run_as_their_platforms_run_them "$n_ok checks: TFJob, Indexed Job, MPIJob, Slurm, SageMaker"
+if [ "$df_status" -eq 0 ] && [ "$n_ok" -ge 36 ] && ! grep -q "^FAIL" "$tmp/deploy_files.out"; then
+    ok deploy_files_run_as_their_platforms_run_them "$n_ok checks: TFJob (and its dynamic workers), Indexed Job, MPIJob, Slurm, SageMaker"
 else
     fail deploy_files_run_as_their_platforms_run_them "exit $df_status, $n_ok ok: $(grep -v "^ok " "$tmp/deploy_files.out" | head -5)"
 fi

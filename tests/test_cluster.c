@@ -961,6 +961,11 @@ TEST(cluster_sparse_worker_knows_the_ps_and_itself)
     CHECK(dt_cluster_known(&c, DT_JOB_PS, 1) && !dt_cluster_known(&c, DT_JOB_PS, 0));
     CHECK(strcmp(dt_cluster_addr(&c, DT_JOB_PS, 1)->host, "p1.ns.svc") == 0);
     dt_cluster_free(&c);
+    /* The evaluator's is empty: it reads the checkpoints. */
+    CHECK_OK(dt_cluster_parse(J("{'sparseCluster': {'worker': {}, 'ps': []}, "
+                                "'task': {'type': 'evaluator', 'index': 0}}"), &c));
+    CHECK(c.sparse && c.task_type == DT_JOB_EVALUATOR && c.rank == -1);
+    dt_cluster_free(&c);
 }
 
 /* What the form cannot be: each named. */
@@ -970,9 +975,9 @@ TEST(cluster_sparse_form_errors_are_named)
     CHECK_ERR(dt_cluster_parse(J("{'sparseCluster': {'worker': {}, 'ps': []}, 'task': "
                                  "{'type': 'chief', 'index': 0}}"), &c),
               DT_ERR_INVALID, "sparseCluster (TFJob's enableDynamicWorker) gives a chief task");
-    CHECK_ERR(dt_cluster_parse(J("{'sparseCluster': {'worker': {}, 'ps': []}, 'task': "
+    CHECK_ERR(dt_cluster_parse(J("{'sparseCluster': {'worker': {}, 'ps': ['p:1']}, 'task': "
                                  "{'type': 'evaluator', 'index': 0}}"), &c),
-              DT_ERR_INVALID, "gives a evaluator task no cluster");
+              DT_ERR_INVALID, "sparseCluster: an evaluator's is empty, found 1 ps");
     CHECK_ERR(dt_cluster_parse(J("{'sparseCluster': {'worker': {'1': 'w1:2222'}, 'ps': ['p:1']}, "
                                  "'task': {'type': 'worker', 'index': 2}}"), &c),
               DT_ERR_INVALID, "sparseCluster.worker: a worker's holds itself alone");

@@ -487,12 +487,11 @@ static dt_status sparse_task(const cJSON *task, dt_cluster *out)
         out->n_tasks[j] = 0;
     if (st)
         return st;
-    if (out->task_type != DT_JOB_WORKER && out->task_type != DT_JOB_PS)
+    if (out->task_type == DT_JOB_CHIEF)
         return dt_error(DT_ERR_INVALID, TFC "sparseCluster (TFJob's enableDynamicWorker) gives a "
-                        "%s task no cluster: dtrain trains that form between-graph, the workers "
-                        "on their own against the ps tasks, worker 0 leading; run it with worker "
-                        "and ps replicas only (no chief, master or evaluator)",
-                        job_names[out->task_type]);
+                        "chief task no cluster: dtrain trains that form between-graph, the "
+                        "workers on their own against the ps tasks, worker 0 leading; run it "
+                        "with worker and ps replicas (and an evaluator), no chief or master");
     if (out->task_index >= DT_SPARSE_MAX_TASKS)
         return dt_error(DT_ERR_INVALID, TFC "task.index: %d: a sparse cluster's tasks are "
                         "numbered below %d", out->task_index, DT_SPARSE_MAX_TASKS);
@@ -530,7 +529,12 @@ static dt_status sparse_cluster(const cJSON *sparse, const cJSON *task, dt_clust
     int n_workers = workers ? cJSON_GetArraySize(workers) : 0;
     int n_ps = ps ? cJSON_GetArraySize(ps) : 0;
     out->has_cluster = out->sparse = true;
-    if (out->task_type == DT_JOB_PS) {
+    if (out->task_type == DT_JOB_EVALUATOR) {
+        /* The evaluator reads the model directory's checkpoints: it needs no peer. */
+        if (n_ps != 0 || n_workers != 0)
+            return dt_error(DT_ERR_INVALID, TFC "sparseCluster: an evaluator's is empty, found "
+                            "%d ps and %d worker entries", n_ps, n_workers);
+    } else if (out->task_type == DT_JOB_PS) {
         if (n_ps != 1 || n_workers != 0)
             return dt_error(DT_ERR_INVALID, TFC "sparseCluster: a ps task's holds its own address "
                             "alone (ps: [\"host:port\"], no worker), found %d ps and %d worker "
@@ -556,7 +560,8 @@ static dt_status sparse_cluster(const cJSON *sparse, const cJSON *task, dt_clust
     if (st)
         return st;
     out->rank = out->task_type == DT_JOB_WORKER ? out->task_index : -1;
-    out->is_chief = out->task_type == DT_JOB_WORKER && out->task_index == 0;
+    out->is_chief = (out->task_type == DT_JOB_WORKER && out->task_index == 0) ||
+                    out->task_type == DT_JOB_EVALUATOR;
     out->n_workers = out->task_type == DT_JOB_WORKER ? out->task_index + 1 : 1;
     /* Every task of the form sees another part of the cluster: the secret, not the addresses,
      * is what tells a stranger apart. */

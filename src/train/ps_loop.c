@@ -582,6 +582,11 @@ static void recover_ps(ps_run *r)
     dt_status st = dt_ps_client_reconnect(r->ps, c->ps.recovery_timeout);
     if (st == DT_OK && !follows(r)) /* worker 0 defines them again, in a sparse cluster */
         st = ps_place_variables(c, r->m, r->ps, r->n_ps, true, 0);
+    /* A sparse cluster's ps:0 started again has lost the job's count: worker 0 raises it to its
+     * own steps at least, and says the variables are ready again. */
+    dt_ps_steps g;
+    if (st == DT_OK && r->pc.cl.sparse && !follows(r))
+        st = dt_ps_client_ready(r->ps, steps, &g);
     if (st) {
         dt_error(st, "%s, and not back within %.0f s (--ps-recovery-timeout): %s", why,
                  c->ps.recovery_timeout, dt_last_error());

@@ -70,6 +70,37 @@ for rtype, spec in specs.items():
     if t != "evaluator" and spec.get("restartPolicy") != "ExitCode":
         report(f"deploy_tfjob_{t}_restart_policy", False, "not ExitCode")
 
+# --- TFJob with enableDynamicWorker: the operator's sparseCluster for every replica (a worker
+#     gets every ps and itself, a ps itself, the evaluator nothing) ---
+dyn = yaml.safe_load(open(f"{deploy}/kubernetes/tfjob-dynamic.yaml"))
+name, ns = dyn["metadata"]["name"], dyn["metadata"]["namespace"]
+specs = dyn["spec"]["tfReplicaSpecs"]
+report("deploy_tfjob_dynamic_enabled", dyn["spec"].get("enableDynamicWorker") is True and
+       "Chief" not in specs and "Master" not in specs, "enableDynamicWorker, no chief")
+hosts = {t.lower(): [f"{name}-{t.lower()}-{i}.{ns}.svc:2222" for i in range(s["replicas"])]
+         for t, s in specs.items()}
+for rtype, spec in specs.items():
+    t = rtype.lower()
+    container = spec["template"]["spec"]["containers"][0]
+    ok, why = takes_flags(container["args"])
+    report(f"deploy_tfjob_dynamic_{t}_args", ok, why if not ok else " ".join(container["args"][:1]))
+    for i in range(spec["replicas"]):
+        sparse = {"worker": {}, "ps": []}
+        if t == "ps":
+            sparse["ps"] = [hosts["ps"][i]]
+        elif t == "worker":
+            sparse = {"worker": {str(i): hosts["worker"][i]}, "ps": hosts["ps"]}
+        ok, line = cluster_check({"sparseCluster": sparse, "task": {"type": t, "index": i}})
+        want = {"worker": "worker 0, leading" if i == 0 else "a worker training between-graph",
+                "ps": "a ps task, knowing itself alone", "evaluator": "the evaluator"}[t]
+        ok = ok and want in line
+        if not ok or i == 0 or t == "worker":
+            report(f"deploy_tfjob_dynamic_{t}_{i}_tf_config", ok, line)
+    if t == "worker" and "--num-workers" in container["args"]:
+        n = int(container["args"][container["args"].index("--num-workers") + 1])
+        report("deploy_tfjob_dynamic_num_workers", n == spec["replicas"],
+               f"--num-workers {n}, {spec['replicas']} replicas")
+
 # --- Indexed Job: the entry script's TF_CONFIG for every index ---
 docs = list(yaml.safe_load_all(open(f"{deploy}/kubernetes/indexed-job.yaml")))
 service = next(d for d in docs if d["kind"] == "Service")
