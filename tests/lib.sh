@@ -70,6 +70,27 @@ start_rank() {
     pids[$i]=$!
 }
 
+# start_tf_task TASK OUT TF_CONFIG ARGS...: dtrain ARGS as TASK of a cluster, in the background,
+# with that TF_CONFIG; its pid in task_pid[TASK] (and pids), its output in $tmp/OUT.out and .err.
+# finish_tasks SECONDS TASK...: each task's exit status into task_status (124: killed at the end
+# of SECONDS).
+declare -A task_pid task_status
+start_tf_task() {
+    local task=$1 out=$2 config=$3
+    shift 3
+    TF_CONFIG="$config" "$dtrain" "$@" > "$tmp/$out.out" 2> "$tmp/$out.err" &
+    task_pid[$task]=$!
+    pids+=($!)
+}
+finish_tasks() {
+    local limit=$1 task
+    shift
+    for task in "$@"; do
+        wait_pid "${task_pid[$task]}" "$limit"
+        task_status[$task]=$status
+    done
+}
+
 # wait_pid PID SECONDS: waits for PID up to SECONDS; sets status (124 when it had to be killed).
 wait_pid() {
     local pid=$1 limit=$2 waited=0

@@ -656,11 +656,8 @@ long=(train --data "libsvm:$tmp/long.svm" --feature-size "$fs2" --model deepfm -
 start_task() {
     local base=$1 task=$2 out=$3
     shift 3
-    local config
-    config=$("$dtrain" launch -n 2 --ps 1 --base-port "$base" --print-tf-config "$task")
-    TF_CONFIG="$config" "$dtrain" "$@" > "$tmp/$out.out" 2> "$tmp/$out.err" &
-    task_pid[$task]=$!
-    pids+=($!)
+    start_tf_task "$task" "$out" \
+        "$("$dtrain" launch -n 2 --ps 1 --base-port "$base" --print-tf-config "$task")" "$@"
 }
 # start_cluster BASE [FLAGS...]: the chief, 2 workers and 1 ps of a cluster at BASE..BASE+3.
 start_cluster() {
@@ -671,20 +668,13 @@ start_cluster() {
             --progress estimator "$@"
     done
 }
-declare -A task_pid
 # training_runs: waits (up to 60 s) for the chief's log line of step 200, so that a task is
 # killed or stopped in the middle of training, however slowly the build starts.
 training_runs() {
     for _ in $(seq 1 600); do grep -q "step = 200 " "$tmp/chief0.out" && return; sleep 0.1; done
 }
 # wait_tasks SECONDS: every task's exit status into task_status.
-declare -A task_status
-wait_tasks() {
-    for task in chief:0 worker:0 worker:1 ps:0; do
-        wait_pid "${task_pid[$task]}" "$1"
-        task_status[$task]=$status
-    done
-}
+wait_tasks() { finish_tasks "$1" chief:0 worker:0 worker:1 ps:0; }
 # A worker killed: the coordinator sees its connection close at once, gives its function to the
 # other worker, and the job completes without it; every task that is left exits 0.
 base=$(free_base 4)

@@ -3,11 +3,12 @@
 # TF_CONFIGs its controller writes: each worker knows the ps tasks and itself, each ps task
 # itself. One worker and one ps train as one_device does, bit for bit; 2 workers and 2 ps tasks
 # (--num-workers 2) end with the test AUC of the coordinated job of the same shape, their steps
-# adding up to the job's count ps:0 kept, worker 0's sharded checkpoint at that step; a worker killed mid-run and started again rejoins and
-# the job ends, every task exiting 0; one killed for good is waited for only until it has been
-# silent for --coordinator-timeout; a stranger without the secret is refused; a ps with no worker
-# gives up; a chief in the sparse form, a hybrid or ssp mode are named errors. Nothing is left
-# behind. usage: tests/ps_sparse.sh BUILD_DIR COUNTS_FILE
+# adding up to the job's count ps:0 kept, worker 0's sharded checkpoint at that step; a worker
+# killed mid-run and started again rejoins and the job ends, every task exiting 0; one killed
+# for good is waited for only until it has been silent for --coordinator-timeout; a stranger
+# without the secret is refused; a ps with no worker gives up; a chief in the sparse form, a
+# hybrid mode and a worker beyond --num-workers are named errors. Nothing is left behind.
+# usage: tests/ps_sparse.sh BUILD_DIR COUNTS_FILE
 set -u
 build=$1
 counts=$2
@@ -39,24 +40,6 @@ worker_config() {
     for ((k = 0; k < $2; k++)); do ps="$ps${ps:+, }\"127.0.0.1:$(($1 + k))\""; done
     echo "{\"sparseCluster\": {\"worker\": {\"$3\": \"127.0.0.1:$(($1 + 10 + $3))\"}, \"ps\": [$ps]}, \"task\": {\"type\": \"worker\", \"index\": $3}}"
 }
-declare -A task_pid task_status
-# start TASK OUT CONFIG ARGS...: one task in the background, its output in $tmp/OUT.out, .err.
-start() {
-    local task=$1 out=$2 config=$3
-    shift 3
-    TF_CONFIG="$config" "$dtrain" "$@" > "$tmp/$out.out" 2> "$tmp/$out.err" &
-    task_pid[$task]=$!
-    pids+=($!)
-}
-# finish SECONDS TASK...: each task's exit status into task_status.
-finish() {
-    local limit=$1 task
-    shift
-    for task in "$@"; do
-        wait_pid "${task_pid[$task]}" "$limit"
-        task_status[$task]=$status
-    done
-}
 # job_count FILE: the job's step count a worker's log gives at its end.
 job_count() { sed -n 's/.*ends its training; the job.s count is at step \([0-9]*\).*/\1/p' "$1" | tail -1; }
 # own_steps FILE: a worker's own steps, from its figures line.
@@ -67,9 +50,9 @@ run "$dtrain" "${ctr[@]}" --metrics-out "$tmp/one.json"
 one_sum=$(json_field "$tmp/one.json" param_checksum)
 one_steps=$(json_field "$tmp/one.json" steps)
 base=$(free_base 12)
-start ps:0 ps0 "$(ps_config "$base" 0)" "${ctr[@]}"
-start worker:0 w0 "$(worker_config "$base" 1 0)" "${ctr[@]}" --metrics-out "$tmp/w0.json"
-finish 120 worker:0 ps:0
+start_tf_task ps:0 ps0 "$(ps_config "$base" 0)" "${ctr[@]}"
+start_tf_task worker:0 w0 "$(worker_config "$base" 1 0)" "${ctr[@]}" --metrics-out "$tmp/w0.json"
+finish_tasks 120 worker:0 ps:0
 sum=$(json_field "$tmp/w0.json" param_checksum 2> /dev/null)
 steps=$(json_field "$tmp/w0.json" steps 2> /dev/null)
 if [ "${task_status[worker:0]}" -eq 0 ] && [ "${task_status[ps:0]}" -eq 0 ] &&
@@ -89,12 +72,14 @@ run timeout 120 "$dtrain" launch -n 2 --ps 2 -- "$dtrain" "${three[@]}" --strate
 co_status=$status
 co_auc=$(json_field "$tmp/co.json" test_auc 2> /dev/null)
 base=$(free_base 12)
-start ps:0 ps0 "$(ps_config "$base" 0)" "${three[@]}" --model-dir "$tmp/md"
-start ps:1 ps1 "$(ps_config "$base" 1)" "${three[@]}" --model-dir "$tmp/md"
-start worker:1 w1 "$(worker_config "$base" 2 1)" "${three[@]}" --num-workers 2 --model-dir "$tmp/md"
-start worker:0 w0 "$(worker_config "$base" 2 0)" "${three[@]}" --num-workers 2 --model-dir "$tmp/md" \
+start_tf_task ps:0 ps0 "$(ps_config "$base" 0)" "${three[@]}" --model-dir "$tmp/md"
+start_tf_task ps:1 ps1 "$(ps_config "$base" 1)" "${three[@]}" --model-dir "$tmp/md"
+start_tf_task worker:1 w1 "$(worker_config "$base" 2 1)" "${three[@]}" --num-workers 2 \
+    --model-dir "$tmp/md"
+start_tf_task worker:0 w0 "$(worker_config "$base" 2 0)" "${three[@]}" --num-workers 2 \
+    --model-dir "$tmp/md" \
     --metrics-out "$tmp/w0.json"
-finish 120 worker:0 worker:1 ps:0 ps:1
+finish_tasks 120 worker:0 worker:1 ps:0 ps:1
 auc=$(json_field "$tmp/w0.json" test_auc 2> /dev/null)
 count=$(job_count "$tmp/w0.err")
 s0=$(own_steps "$tmp/w0.err")
@@ -119,16 +104,17 @@ fs2=$(sed -n 's/.*feature_size=\([0-9]*\).*/\1/p' "$tmp/gen2")
 long=(train --data "libsvm:$tmp/long.svm" --test-data "libsvm:$tmp/test.svm" --feature-size "$fs2"
       --model deepfm --batch-size 64 --threads 1 --connect-timeout 20)
 base=$(free_base 12)
-again=("${long[@]}" --num-workers 2 --coordinator-timeout 20 --epochs 6)
-start ps:0 ps0 "$(ps_config "$base" 0)" "${again[@]}"
-start worker:0 w0 "$(worker_config "$base" 1 0)" "${again[@]}" --progress none --metrics-out "$tmp/w0.json"
-start worker:1 w1 "$(worker_config "$base" 1 1)" "${again[@]}" --progress estimator
+again=("${long[@]}" --num-workers 2 --coordinator-timeout 20 --epochs 4)
+start_tf_task ps:0 ps0 "$(ps_config "$base" 0)" "${again[@]}"
+start_tf_task worker:0 w0 "$(worker_config "$base" 1 0)" "${again[@]}" --progress none \
+    --metrics-out "$tmp/w0.json"
+start_tf_task worker:1 w1 "$(worker_config "$base" 1 1)" "${again[@]}" --progress estimator
 for _ in $(seq 1 600); do grep -q "step = 200 " "$tmp/w1.out" && break; sleep 0.1; done
 kill -9 "${task_pid[worker:1]}"
 wait "${task_pid[worker:1]}" 2> /dev/null
 sleep 1
-start worker:1 w1b "$(worker_config "$base" 1 1)" "${again[@]}" --progress none
-finish 180 worker:0 worker:1 ps:0
+start_tf_task worker:1 w1b "$(worker_config "$base" 1 1)" "${again[@]}" --progress none
+finish_tasks 180 worker:0 worker:1 ps:0
 auc=$(json_field "$tmp/w0.json" test_auc 2> /dev/null)
 if [ "${task_status[worker:0]}" -eq 0 ] && [ "${task_status[worker:1]}" -eq 0 ] &&
     [ "${task_status[ps:0]}" -eq 0 ] && grep -q "step = 200 " "$tmp/w1.out" &&
@@ -143,14 +129,15 @@ fi
 # --coordinator-timeout, then ends the job ---
 base=$(free_base 12)
 gone=("${long[@]}" --num-workers 4 --coordinator-timeout 4 --epochs 4)
-start ps:0 ps0 "$(ps_config "$base" 0)" "${gone[@]}"
-start worker:1 w1 "$(worker_config "$base" 1 1)" "${gone[@]}" --progress estimator
-start worker:0 w0 "$(worker_config "$base" 1 0)" "${gone[@]}" --progress none --metrics-out "$tmp/w0.json"
+start_tf_task ps:0 ps0 "$(ps_config "$base" 0)" "${gone[@]}"
+start_tf_task worker:1 w1 "$(worker_config "$base" 1 1)" "${gone[@]}" --progress estimator
+start_tf_task worker:0 w0 "$(worker_config "$base" 1 0)" "${gone[@]}" --progress none \
+    --metrics-out "$tmp/w0.json"
 for _ in $(seq 1 600); do grep -q "step = 100 " "$tmp/w1.out" && break; sleep 0.1; done
 # Worker 0 reads a quarter of the data while worker 1 would read another: killed, it never ends.
 kill -9 "${task_pid[worker:1]}"
 wait "${task_pid[worker:1]}" 2> /dev/null
-finish 120 worker:0 ps:0
+finish_tasks 120 worker:0 ps:0
 if [ "${task_status[worker:0]}" -eq 0 ] && [ "${task_status[ps:0]}" -eq 0 ] &&
     grep -q "step = 100 " "$tmp/w1.out" && grep -q "worker:0 waits for 1 other worker to end" "$tmp/w0.err" &&
     grep -q "worker:0 ends its training" "$tmp/w0.err"; then
@@ -161,12 +148,12 @@ fi
 
 # --- strangers and named errors ---
 base=$(free_base 12)
-start ps:0 ps0 "$(ps_config "$base" 0)" "${ctr[@]}" --coordinator-timeout 6
+start_tf_task ps:0 ps0 "$(ps_config "$base" 0)" "${ctr[@]}" --coordinator-timeout 4
 DTRAIN_CLUSTER_SECRET=not-the-job-secret-0123456789abcdef TF_CONFIG="$(worker_config "$base" 1 0)" \
     run "$dtrain" "${ctr[@]}" --connect-timeout 3
-finish 30 ps:0
+finish_tasks 30 ps:0
 if [ "$status" -ne 0 ] && [ "${task_status[ps:0]}" -eq 138 ] &&
-    grep -q "no worker has been heard from for 6 s" "$tmp/ps0.err"; then
+    grep -q "no worker has been heard from for 4 s" "$tmp/ps0.err"; then
     ok ps_sparse_stranger_refused_and_ps_without_workers_gives_up "stranger exit $status: $(tail -1 "$tmp/err" | head -c 160); ps exit 138"
 else
     fail ps_sparse_stranger_refused_and_ps_without_workers_gives_up "stranger exit $status, ps exit ${task_status[ps:0]}: $(tail -2 "$tmp/err") $(tail -2 "$tmp/ps0.err")"

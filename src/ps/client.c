@@ -46,7 +46,9 @@ typedef struct {
 } table_info;
 
 /* What the reply to a queued message is, in the order the messages were queued. */
-typedef enum { REPLY_ACK, REPLY_ROWS, REPLY_DENSE, REPLY_PONG, REPLY_KEYED, REPLY_STEPS } reply_kind;
+typedef enum {
+    REPLY_ACK, REPLY_ROWS, REPLY_DENSE, REPLY_PONG, REPLY_KEYED, REPLY_STEPS
+} reply_kind;
 
 typedef struct {
     int to;            /* the ps */

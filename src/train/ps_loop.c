@@ -757,7 +757,9 @@ dt_status dt_ps_coordinate(const dt_train_config *c, const dt_fit_config *fcfg, 
         ps_coord_stop_workers(&r.pc); /* they waited for functions that will not come */
     res->train_seconds = dt_clock_now() - t0 - dt_fit_side_seconds(res);
     res->steps = r.ctx.pos.step;
-    st = run != DT_OK ? run : follows(&r) ? DT_OK : read_back(r.ps, m, c->ps.mode != DT_PS_HYBRID);
+    st = run != DT_OK  ? run
+         : follows(&r) ? DT_OK /* worker 0 reads the model back */
+                       : read_back(r.ps, m, c->ps.mode != DT_PS_HYBRID);
     if (st && run == DT_OK) { /* the read-back's failure is the one reported */
         snprintf(first, sizeof first, "%s", dt_last_error());
         run = st;
