@@ -125,25 +125,27 @@ else
     fail ps_sparse_worker_killed_and_started_again_rejoins "exit ${task_status[worker:0]}/${task_status[worker:1]}/${task_status[ps:0]}, auc '$auc': $(tail -3 "$tmp/w0.err") $(tail -3 "$tmp/w1b.err")"
 fi
 
-# --- a worker killed for good: worker 0 waits for it only until its silence outlasts
-# --coordinator-timeout, then ends the job ---
+# --- a worker killed for good: worker 0, done with its own data while worker 1 still trains,
+# waits for it; killed, worker 1 is waited for only until its silence outlasts
+# --coordinator-timeout, then worker 0 ends the job ---
 base=$(free_base 12)
-gone=("${long[@]}" --num-workers 4 --coordinator-timeout 4 --epochs 4)
+gone=("${long[@]}" --num-workers 4 --coordinator-timeout 4 --progress none)
 start_tf_task ps:0 ps0 "$(ps_config "$base" 0)" "${gone[@]}"
-start_tf_task worker:1 w1 "$(worker_config "$base" 1 1)" "${gone[@]}" --progress estimator
-start_tf_task worker:0 w0 "$(worker_config "$base" 1 0)" "${gone[@]}" --progress none \
+start_tf_task worker:1 w1 "$(worker_config "$base" 1 1)" "${gone[@]}" --epochs 100
+start_tf_task worker:0 w0 "$(worker_config "$base" 1 0)" "${gone[@]}" --epochs 2 \
     --metrics-out "$tmp/w0.json"
-for _ in $(seq 1 600); do grep -q "step = 100 " "$tmp/w1.out" && break; sleep 0.1; done
-# Worker 0 reads a quarter of the data while worker 1 would read another: killed, it never ends.
+for _ in $(seq 1 1200); do grep -q "waits for 1 other worker" "$tmp/w0.err" && break; sleep 0.1; done
 kill -9 "${task_pid[worker:1]}"
 wait "${task_pid[worker:1]}" 2> /dev/null
-finish_tasks 120 worker:0 ps:0
+t0=$(date +%s%N)
+finish_tasks 60 worker:0 ps:0
+waited=$((($(date +%s%N) - t0) / 1000000))
 if [ "${task_status[worker:0]}" -eq 0 ] && [ "${task_status[ps:0]}" -eq 0 ] &&
-    grep -q "step = 100 " "$tmp/w1.out" && grep -q "worker:0 waits for 1 other worker to end" "$tmp/w0.err" &&
-    grep -q "worker:0 ends its training" "$tmp/w0.err"; then
-    ok ps_sparse_worker_lost_for_good_is_waited_for_its_timeout "$(grep -o 'waits for [0-9]* other worker' "$tmp/w0.err" | head -1)"
+    grep -q "worker:0 waits for 1 other worker to end" "$tmp/w0.err" &&
+    grep -q "worker:0 ends its training" "$tmp/w0.err" && [ "$waited" -lt 30000 ]; then
+    ok ps_sparse_worker_lost_for_good_is_waited_for_its_timeout "worker 0 ended ${waited} ms after the kill (--coordinator-timeout 4)"
 else
-    fail ps_sparse_worker_lost_for_good_is_waited_for_its_timeout "exit ${task_status[worker:0]}/${task_status[ps:0]}: $(tail -3 "$tmp/w0.err")"
+    fail ps_sparse_worker_lost_for_good_is_waited_for_its_timeout "exit ${task_status[worker:0]}/${task_status[ps:0]} after $waited ms: $(tail -3 "$tmp/w0.err")"
 fi
 
 # --- strangers and named errors ---

@@ -45,6 +45,7 @@
 /* A sparse cluster's ps knows no worker: it takes this many at most, each with CONNS_PER_TASK
  * (a sparse worker's process coordinates itself: three clients of its own). */
 #define SPARSE_WORKERS DT_SPARSE_MAX_TASKS
+_Static_assert(SPARSE_WORKERS == 256, "ps_policy's refusal names the bound");
 /* Connections past every task's share: ones closed whose threads are still ending. */
 #define CONNS_MARGIN 8
 /* How often waiting threads look at the service's state, in milliseconds. */
@@ -93,7 +94,7 @@ static const char *ps_policy(void *ctx, dt_job job, int index, bool authenticate
         return job != DT_JOB_WORKER ? "a sparse cluster's ps task takes requests from its "
                                       "workers only"
                : index >= SPARSE_WORKERS ? "a sparse cluster's ps task takes workers numbered "
-                                           "below DT_SPARSE_MAX_TASKS"
+                                           "below 256"
                                          : NULL;
     if (job == DT_JOB_CHIEF || job == DT_JOB_WORKER)
         return NULL;
