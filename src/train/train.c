@@ -213,9 +213,6 @@ static dt_status plan_workers(const dt_train_config *c, run_plan *p)
     return DT_OK;
 }
 
-/* parameter_server: the coordinator (the chief) computes nothing, so it takes one thread; the
- * workers on one machine share out its cores. Replicas in sync: the workers; rank 0 the
- * coordinator, worker i rank i + 1. */
 /* A sparse cluster's worker: worker 0 leads, the others follow (ps_train.h); each reads shard
  * i of --num-workers, or all its data. */
 static dt_status plan_sparse(const dt_train_config *c, const task_place *place, run_plan *p)
@@ -233,6 +230,9 @@ static dt_status plan_sparse(const dt_train_config *c, const task_place *place, 
     return DT_OK;
 }
 
+/* parameter_server: the coordinator (the chief) computes nothing, so it takes one thread; the
+ * workers on one machine share out its cores. Replicas in sync: the workers; rank 0 the
+ * coordinator, worker i rank i + 1. */
 static dt_status plan_ps(const dt_train_config *c, const task_place *place, run_plan *p)
 {
     if (!place->has_ps)
