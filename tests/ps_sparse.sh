@@ -6,8 +6,9 @@
 # adding up to the job's count ps:0 kept, worker 0's sharded checkpoint at that step; a worker
 # killed mid-run and started again rejoins and the job ends, every task exiting 0; one killed
 # for good is waited for only until it has been silent for --coordinator-timeout; a stranger
-# without the secret is refused; a ps with no worker gives up; a chief in the sparse form, a
-# hybrid mode and a worker beyond --num-workers are named errors. Nothing is left behind.
+# without the secret is refused; a ps with no worker gives up; a worker whose address is taken
+# says so on its last line; a chief in the sparse form, a hybrid mode and a worker beyond
+# --num-workers are named errors. Nothing is left behind.
 # usage: tests/ps_sparse.sh BUILD_DIR COUNTS_FILE
 set -u
 build=$1
@@ -159,6 +160,25 @@ if [ "$status" -ne 0 ] && [ "${task_status[ps:0]}" -eq 138 ] &&
     ok ps_sparse_stranger_refused_and_ps_without_workers_gives_up "stranger exit $status: $(tail -1 "$tmp/err" | head -c 160); ps exit 138"
 else
     fail ps_sparse_stranger_refused_and_ps_without_workers_gives_up "stranger exit $status, ps exit ${task_status[ps:0]}: $(tail -2 "$tmp/err") $(tail -2 "$tmp/ps0.err")"
+fi
+# A worker whose own address is taken: its last line names that, not its coordinator's wait.
+base=$(free_base 12)
+"$py" -c "import socket, time; s = socket.socket(); s.bind(('127.0.0.1', $((base + 10)))); s.listen(); time.sleep(60)" &
+holder=$!
+pids+=($holder)
+sleep 0.5
+start_tf_task ps:0 ps0 "$(ps_config "$base" 0)" "${ctr[@]}" --coordinator-timeout 20
+TF_CONFIG="$(worker_config "$base" 1 0)" run "$dtrain" "${ctr[@]}" --connect-timeout 5
+bind_status=$status
+kill "$holder"
+wait "$holder" 2> /dev/null
+finish_tasks 30 ps:0
+if [ "$bind_status" -ne 0 ] &&
+    tail -1 "$tmp/err" | grep -q "binding tcp://127.0.0.1:$((base + 10)): Address already in use" &&
+    [ "${task_status[ps:0]}" -eq 0 ]; then
+    ok ps_sparse_worker_that_cannot_bind_names_why "exit $bind_status: $(tail -1 "$tmp/err")"
+else
+    fail ps_sparse_worker_that_cannot_bind_names_why "exit $bind_status, ps ${task_status[ps:0]}: $(tail -2 "$tmp/err")"
 fi
 TF_CONFIG='{"sparseCluster": {"worker": {}, "ps": []}, "task": {"type": "chief", "index": 0}}' \
     expect_error ps_sparse_chief_is_named 1 "sparseCluster (TFJob's enableDynamicWorker) gives a chief task no cluster" \

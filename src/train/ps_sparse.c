@@ -3,8 +3,10 @@
  * (serving its ZeroMQ endpoint as under a chief) and its coordinator on the caller's, linked
  * to that worker alone. */
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
+#include "dtrain/log.h"
 #include "ps_train.h"
 
 typedef struct {
@@ -23,8 +25,11 @@ static void *work(void *arg)
 {
     sparse_worker *w = arg;
     w->st = dt_ps_work(w->c, w->m, w->pool, w->in, w->io, w->table_rows, &w->report);
-    if (w->st)
+    if (w->st) {
+        /* Said at once: the coordinator only sees its worker silent (up to --connect-timeout). */
         snprintf(w->error, sizeof w->error, "%s", dt_last_error());
+        dt_log_to(NULL, DT_LOG_WARN, "dtrain: this worker's steps: %s", w->error);
+    }
     return NULL;
 }
 
@@ -45,9 +50,10 @@ dt_status dt_ps_train_sparse(const dt_train_config *c, const dt_fit_config *fcfg
     pthread_join(thread, NULL);
     out->ps_worker = w.report.ps_worker;
     out->worker = w.report.worker;
-    if (st)
-        return dt_error(st, "%s", first);
+    /* A worker stopped by its coordinator ends well: one that failed is the cause. */
     if (w.st)
         return dt_error(w.st, "%s", w.error);
+    if (st)
+        return dt_error(st, "%s", first);
     return DT_OK;
 }
